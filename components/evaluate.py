@@ -1,0 +1,93 @@
+"""Evaluate: accuracy, per-class precision and recall, and the confusion matrix on the test split."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from typing import Any
+
+import numpy as np
+
+from heteroflow.components.preprocess import load_split
+from heteroflow.components.train import load_model
+
+__all__ = ["EvalResult", "classification_report", "evaluate"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EvalResult:
+    """Test-split metrics.
+
+    Attributes:
+        accuracy: share of correct predictions, in [0, 1].
+        precision / recall: per class name, in [0, 1] (0.0 where the class is never predicted / present).
+        confusion_matrix: ``matrix[i][j]`` = samples of true class i predicted as class j, shape ``(k, k)``.
+        classes: class names, index = label id.
+        samples: test samples.
+        device: torch device used.
+        seconds: wall time, seconds.
+    """
+
+    accuracy: float
+    precision: dict[str, float]
+    recall: dict[str, float]
+    confusion_matrix: list[list[int]]
+    classes: tuple[str, ...]
+    samples: int
+    device: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def classification_report(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """Accuracy, precision ``(k,)``, recall ``(k,)`` and confusion matrix ``(k, k)`` of integer labels.
+
+    Precision of class c = TP / (TP + FP), recall = TP / (TP + FN); 0 when the denominator is 0 (the
+    ``zero_division=0`` convention of scikit-learn).
+    """
+    cm = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(cm, (y_true, y_pred), 1)
+    tp = np.diag(cm).astype(np.float64)
+    predicted = cm.sum(axis=0)
+    actual = cm.sum(axis=1)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    recall = np.divide(tp, actual, out=np.zeros_like(tp), where=actual > 0)
+    accuracy = float(tp.sum() / max(len(y_true), 1))
+    return accuracy, precision, recall, cm
+
+
+def evaluate(dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str], *, device: str = "cpu") -> EvalResult:
+    """Score a trained model on the ``test`` split.
+
+    Args:
+        dataset_dir: preprocess output.
+        model_dir: train output.
+        device: torch device string.
+
+    Raises:
+        DatasetError / CheckpointError: inputs are not preprocess / train output.
+        DeviceUnavailable: the device is absent.
+    """
+    import torch
+
+    started = time.perf_counter()
+    model, config = load_model(model_dir, device)
+    x, y = load_split(dataset_dir, "test")
+    dev = next(model.parameters()).device
+    with torch.no_grad():
+        pred = model(torch.from_numpy(x).to(dev)).argmax(dim=1).cpu().numpy()
+    classes = tuple(config["classes"])
+    accuracy, precision, recall, cm = classification_report(y, pred, len(classes))
+    return EvalResult(
+        accuracy=accuracy,
+        precision={c: float(p) for c, p in zip(classes, precision)},
+        recall={c: float(r) for c, r in zip(classes, recall)},
+        confusion_matrix=cm.tolist(),
+        classes=classes,
+        samples=int(len(y)),
+        device=str(dev),
+        seconds=time.perf_counter() - started,
+    )

@@ -1,0 +1,103 @@
+"""Per-attempt step records, so a local run can show each step's device, attempts and seconds.
+
+When ``$HETEROFLOW_RUN_DIR`` is set (``heteroflow run`` sets it for its steps), every attempt of a step
+writes ``$HETEROFLOW_RUN_DIR/steps/<step>/attempt-<n>.json``: first with status ``running``, then
+``succeeded`` or ``failed``. A killed attempt stays ``running``, which is how a rerun counts it. Unset (on
+a cluster), nothing is written; the same facts go into the output artifacts' metadata for the Kubeflow UI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+import traceback
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from heteroflow.cache.prewarm import atomic_write_bytes
+
+__all__ = ["RUN_DIR_ENV", "AttemptRecord", "read_step_records", "step_attempt"]
+
+RUN_DIR_ENV = "HETEROFLOW_RUN_DIR"
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class AttemptRecord:
+    """One attempt of one step.
+
+    Attributes:
+        step: step name (``train``).
+        attempt: 1-based attempt number within the run.
+        status: ``running``, ``succeeded`` or ``failed``.
+        device: device the attempt ran on (``cpu``, ``cuda``, ``npu``), or ``cpu`` for CPU-only steps.
+        started_at / ended_at: Unix time, seconds.
+        seconds: wall time of the attempt inside the step process, seconds.
+        compute_seconds: time spent in the step's own work (excludes imports and artifact I/O), seconds.
+        error: the exception line when failed.
+        details: step-specific facts (samples/s, files copied...).
+    """
+
+    step: str
+    attempt: int
+    status: str = "running"
+    device: str = "cpu"
+    started_at: float = 0.0
+    ended_at: float | None = None
+    seconds: float | None = None
+    compute_seconds: float | None = None
+    error: str | None = None
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _step_dir(step: str) -> Path | None:
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    return Path(run_dir, "steps", step) if run_dir else None
+
+
+def _write(path: Path | None, record: AttemptRecord) -> None:
+    if path is not None:
+        atomic_write_bytes(path, json.dumps(dataclasses.asdict(record), indent=2, default=str).encode())
+
+
+@contextlib.contextmanager
+def step_attempt(step: str, *, device: str = "cpu") -> Iterator[AttemptRecord]:
+    """Record one attempt of ``step`` around the ``with`` body; re-raises what the body raises."""
+    folder = _step_dir(step)
+    number = 1
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        number = len(list(folder.glob("attempt-*.json"))) + 1
+    path = folder / f"attempt-{number}.json" if folder is not None else None
+    record = AttemptRecord(step=step, attempt=number, device=device, started_at=time.time())
+    _write(path, record)
+    t0 = time.perf_counter()
+    try:
+        yield record
+    except BaseException as exc:
+        record.status = "failed"
+        record.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        raise
+    else:
+        record.status = "succeeded"
+    finally:
+        record.ended_at = time.time()
+        record.seconds = time.perf_counter() - t0
+        _write(path, record)
+
+
+def read_step_records(run_dir: str | os.PathLike[str]) -> dict[str, list[AttemptRecord]]:
+    """All attempt records of a run, by step name, each list in attempt order."""
+    out: dict[str, list[AttemptRecord]] = {}
+    root = Path(run_dir, "steps")
+    if not root.is_dir():
+        return out
+    for step_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        records = []
+        for f in step_dir.glob("attempt-*.json"):
+            records.append(AttemptRecord(**json.loads(f.read_text(encoding="utf-8"))))
+        out[step_dir.name] = sorted(records, key=lambda r: r.attempt)
+    return out

@@ -1,0 +1,310 @@
+"""Train: a PyTorch classifier on the chosen device, with atomic checkpoints and resume.
+
+The model is a multilayer perceptron (``in -> hidden -> ReLU -> hidden -> ReLU -> classes``) trained with
+Adam on cross-entropy. Every ``checkpoint_every_steps`` optimizer steps the model, optimizer and step
+counter are saved atomically (temporary file, fsync, rename). A restarted ``train`` with the same data,
+parameters and device finds the checkpoint (its folder is keyed by a fingerprint of those) and resumes from
+it; batches are drawn from a per-epoch permutation seeded by ``seed + epoch``, so a resumed run sees the same
+batches, and on CPU ends with the same weights, as an uninterrupted one. The checkpoint folder is removed
+once the final model is written.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from heteroflow.cache.locations import home_dir
+from heteroflow.components.errors import CheckpointError, DeviceUnavailable, InvalidParameter
+from heteroflow.components.preprocess import load_split, read_meta
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = ["MODEL_CONFIG", "MODEL_WEIGHTS", "TrainResult", "build_model", "load_model", "resolve_device", "train"]
+
+MODEL_WEIGHTS = "model.pt"
+MODEL_CONFIG = "model.json"
+_CHECKPOINT = "checkpoint.pt"
+_CHECKPOINT_INFO = "checkpoint.json"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TrainResult:
+    """What train did.
+
+    Attributes:
+        model_dir: folder with ``model.pt`` (state dict) and ``model.json`` (architecture, classes).
+        device: the torch device it ran on (``cpu``, ``cuda:0``...).
+        steps: optimizer steps in the whole training (including steps done before a resume).
+        resumed_from_step: the checkpoint step it resumed from (0 for a fresh start).
+        checkpoints_written: checkpoints written by this call.
+        samples_per_second: training throughput of this call (samples / s of the training loop).
+        final_loss: mean train loss of the last epoch.
+        validation_accuracy: accuracy on the validation split after the last epoch (None without one).
+        seconds: wall time of this call, seconds.
+    """
+
+    model_dir: Path
+    device: str
+    steps: int
+    resumed_from_step: int
+    checkpoints_written: int
+    samples_per_second: float
+    final_loss: float
+    validation_accuracy: float | None
+    seconds: float
+
+
+def build_model(in_features: int, num_classes: int, hidden_units: int) -> torch.nn.Module:
+    """The MLP classifier: input ``(batch, in_features)`` float32, output logits ``(batch, num_classes)``."""
+    from torch import nn
+
+    return nn.Sequential(
+        nn.Linear(in_features, hidden_units),
+        nn.ReLU(),
+        nn.Linear(hidden_units, hidden_units),
+        nn.ReLU(),
+        nn.Linear(hidden_units, num_classes),
+    )
+
+
+def resolve_device(device: str) -> torch.device:
+    """Turn a device string (``cpu``, ``cuda``, ``cuda:1``, ``npu``) into a usable ``torch.device``.
+
+    Raises:
+        DeviceUnavailable: the device type is absent here (a device failure: the caller may fall back).
+        InvalidParameter: not a device string torch knows.
+    """
+    import torch
+
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        raise InvalidParameter(f"device={device!r} is not a torch device; valid: cpu, cuda, cuda:N, npu, npu:N") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise DeviceUnavailable(f"device={device!r}: no CUDA device is available to this process")
+    if dev.type == "npu":
+        try:
+            import torch_npu  # noqa: F401
+        except ImportError:
+            raise DeviceUnavailable(f"device={device!r}: torch_npu is not installed") from None
+        if not torch.npu.is_available():  # type: ignore[attr-defined]
+            raise DeviceUnavailable(f"device={device!r}: no Ascend NPU is available to this process")
+    return dev
+
+
+def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
+    blob = json.dumps({"data": meta, "params": params}, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def _atomic_torch_save(obj: Any, path: Path) -> None:
+    import torch
+
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            torch.save(obj, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
+    import torch
+
+    with torch.no_grad():
+        return float((model(x).argmax(dim=1) == y).float().mean().item())
+
+
+def train(
+    dataset_dir: str | os.PathLike[str],
+    model_dir: str | os.PathLike[str],
+    *,
+    device: str = "cpu",
+    epochs: int = 30,
+    batch_size: int = 64,
+    learning_rate: float = 1e-3,
+    hidden_units: int = 128,
+    seed: int = 0,
+    checkpoint_every_steps: int = 50,
+    checkpoint_root: str | os.PathLike[str] | None = None,
+) -> TrainResult:
+    """Train the MLP on the preprocessed ``train`` split.
+
+    Args:
+        dataset_dir: preprocess output (shards and ``meta.json``).
+        model_dir: folder to write; it appears complete or not at all (written beside it, then renamed).
+        device: torch device string: ``cpu``, ``cuda``, ``cuda:N``, ``npu``.
+        epochs: passes over the train split, >= 1.
+        batch_size: samples per optimizer step, >= 1.
+        learning_rate: Adam's step size, > 0.
+        hidden_units: width of the two hidden layers, >= 1.
+        seed: seeds the initial weights and the batch order.
+        checkpoint_every_steps: optimizer steps between checkpoints, >= 1.
+        checkpoint_root: where checkpoint folders live; default ``<heteroflow home>/checkpoints``. The
+            folder used is ``<root>/<fingerprint of data, parameters and device type>``.
+
+    Returns:
+        A :class:`TrainResult`.
+
+    Raises:
+        InvalidParameter: a parameter out of range.
+        DeviceUnavailable: the device is absent (fall back to another candidate).
+        CheckpointError: the checkpoint found cannot be loaded.
+        DatasetError: ``dataset_dir`` is not preprocess output.
+    """
+    started = time.perf_counter()
+    for name, value, low in (
+        ("epochs", epochs, 1),
+        ("batch_size", batch_size, 1),
+        ("hidden_units", hidden_units, 1),
+        ("checkpoint_every_steps", checkpoint_every_steps, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
+    if not learning_rate > 0:
+        raise InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0")
+
+    import torch
+    import torch.nn.functional as F
+
+    dev = resolve_device(device)
+    meta = read_meta(dataset_dir)
+    x_np, y_np = load_split(dataset_dir, "train")
+    n = len(x_np)
+    if n == 0:
+        raise InvalidParameter(f"{dataset_dir} has an empty train split")
+    params = {
+        "epochs": epochs,
+        "batch_size": batch_size,
+        "learning_rate": learning_rate,
+        "hidden_units": hidden_units,
+        "seed": seed,
+        "device_type": dev.type,
+    }
+    ckpt_dir = Path(checkpoint_root) if checkpoint_root else home_dir() / "checkpoints"
+    ckpt_dir = ckpt_dir / _fingerprint(meta, params)
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+
+    torch.manual_seed(seed)
+    model = build_model(meta["num_features"], len(meta["classes"]), hidden_units).to(dev)
+    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
+    steps_per_epoch = math.ceil(n / batch_size)
+    total_steps = epochs * steps_per_epoch
+    step = 0
+    if (ckpt_dir / _CHECKPOINT).is_file():
+        try:
+            state = torch.load(ckpt_dir / _CHECKPOINT, map_location=dev, weights_only=True)
+            model.load_state_dict(state["model"])
+            optimizer.load_state_dict(state["optimizer"])
+            step = int(state["step"])
+        except Exception as exc:
+            raise CheckpointError(
+                f"checkpoint {ckpt_dir / _CHECKPOINT} cannot be loaded ({exc}); delete that folder to start over"
+            ) from exc
+    resumed_from = step
+
+    x_all = torch.from_numpy(x_np).to(dev)
+    y_all = torch.from_numpy(y_np).to(dev)
+    x_val_np, y_val_np = load_split(dataset_dir, "validation")
+    checkpoints = 0
+    samples = 0
+    epoch_loss = float("nan")
+    loop_started = time.perf_counter()
+    model.train()
+    while step < total_steps:
+        epoch, offset = divmod(step, steps_per_epoch)
+        order = torch.from_numpy(np.random.default_rng(seed + epoch).permutation(n)).to(dev)
+        losses = []
+        for b in range(offset, steps_per_epoch):
+            idx = order[b * batch_size:(b + 1) * batch_size]
+            loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            optimizer.step()
+            step += 1
+            samples += len(idx)
+            losses.append(loss.detach())
+            if step % checkpoint_every_steps == 0 and step < total_steps:
+                _atomic_torch_save(
+                    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, ckpt_dir / _CHECKPOINT
+                )
+                (ckpt_dir / _CHECKPOINT_INFO).write_text(json.dumps({"step": step, "total_steps": total_steps}))
+                checkpoints += 1
+        epoch_loss = float(torch.stack(losses).mean().item()) if losses else epoch_loss
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+    loop_seconds = time.perf_counter() - loop_started
+
+    model.eval()
+    val_acc = None
+    if len(x_val_np):
+        val_acc = _accuracy(model, torch.from_numpy(x_val_np).to(dev), torch.from_numpy(y_val_np).to(dev))
+
+    out = Path(model_dir)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    try:
+        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp / MODEL_WEIGHTS)
+        config = {
+            "architecture": "mlp",
+            "in_features": meta["num_features"],
+            "hidden_units": hidden_units,
+            "num_classes": len(meta["classes"]),
+            "classes": meta["classes"],
+            "normalization": {"mean": meta["mean"], "std": meta["std"]},
+            "params": params,
+            "steps": step,
+        }
+        (tmp / MODEL_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
+        if out.exists():
+            shutil.rmtree(out) if out.is_dir() else out.unlink()
+        os.rename(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return TrainResult(
+        model_dir=out,
+        device=str(dev),
+        steps=step,
+        resumed_from_step=resumed_from,
+        checkpoints_written=checkpoints,
+        samples_per_second=samples / loop_seconds if loop_seconds > 0 and samples else 0.0,
+        final_loss=epoch_loss,
+        validation_accuracy=val_acc,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def load_model(model_dir: str | os.PathLike[str], device: str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Load what :func:`train` wrote: the model in eval mode on ``device``, and its ``model.json`` config.
+
+    Raises:
+        CheckpointError: the folder is not a heteroflow model.
+    """
+    import torch
+
+    try:
+        config = json.loads(Path(model_dir, MODEL_CONFIG).read_text(encoding="utf-8"))
+        state = torch.load(Path(model_dir, MODEL_WEIGHTS), map_location="cpu", weights_only=True)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CheckpointError(f"{model_dir} is not a heteroflow model ({exc}); run train first") from None
+    model = build_model(config["in_features"], config["num_classes"], config["hidden_units"])
+    model.load_state_dict(state)
+    return model.to(resolve_device(device)).eval(), config

@@ -1,0 +1,312 @@
+"""Run a pipeline on this machine with kfp.local (``SubprocessRunner(use_venv=False)``) and record the run.
+
+A run gets a folder (default ``./heteroflow-runs/<run id>``) holding:
+
+- ``run.json``: the run record (status, parameters, per-step device/attempts/seconds, metrics, archive path),
+  written atomically when the run ends;
+- ``steps/<step>/attempt-<n>.json``: one record per attempt, written by the steps themselves;
+- ``kfp/``: kfp.local's pipeline root (every task's artifacts), and ``kfp.log``: everything kfp.local printed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import inspect
+import json
+import os
+import secrets
+import threading
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from heteroflow.cache.errors import DatasetError
+from heteroflow.cache.prewarm import atomic_write_bytes
+from heteroflow.components.datasets import SUPPORTED_SUFFIXES, export_digits
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.resources import Candidates
+from heteroflow.components.telemetry import RUN_DIR_ENV, AttemptRecord, read_step_records
+
+__all__ = [
+    "STEP_ORDER",
+    "Parameter",
+    "RunRecord",
+    "StepSummary",
+    "coerce_overrides",
+    "pipeline_parameters",
+    "run_local",
+]
+
+STEP_ORDER = ("prewarm", "preprocess", "plan", "train", "evaluate", "archive")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Parameter:
+    """One pipeline parameter: name, Python type (str/int/float/bool), default (``inspect.Parameter.empty``
+    when required) and its help line."""
+
+    name: str
+    type: type
+    default: Any
+    help: str
+
+    @property
+    def required(self) -> bool:
+        return self.default is inspect.Parameter.empty
+
+
+def pipeline_parameters(pipeline_func: Any) -> dict[str, Parameter]:
+    """The parameters of a ``@dsl.pipeline`` function, from its signature and its docstring's ``Args:``."""
+    func = getattr(pipeline_func, "pipeline_func", pipeline_func)
+    helps: dict[str, str] = {}
+    for line in (inspect.getdoc(func) or "").splitlines():
+        name, sep, text = line.strip().partition(":")
+        if sep and name.isidentifier():
+            helps[name] = text.strip()
+    out = {}
+    for p in inspect.signature(func).parameters.values():
+        out[p.name] = Parameter(p.name, p.annotation, p.default, helps.get(p.name, ""))
+    return out
+
+
+def coerce_overrides(overrides: Mapping[str, str], params: Mapping[str, Parameter]) -> dict[str, Any]:
+    """Turn ``name=value`` strings into typed values.
+
+    Raises:
+        InvalidParameter: an unknown name (the message lists the valid ones) or a value of the wrong type.
+    """
+    out: dict[str, Any] = {}
+    for name, raw in overrides.items():
+        if name not in params:
+            raise InvalidParameter(f"unknown parameter {name!r}; valid: {', '.join(sorted(params))}")
+        typ = params[name].type
+        try:
+            if typ is bool:
+                if raw.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError
+                value: Any = raw.lower() in ("true", "1")
+            else:
+                value = typ(raw)
+        except ValueError:
+            raise InvalidParameter(f"parameter {name}={raw!r} is not a valid {typ.__name__}") from None
+        out[name] = value
+    return out
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class StepSummary:
+    """One step of a run: status (``succeeded``, ``failed``, ``running``, ``not run``), the device of its last
+    attempt, attempts, seconds of the last attempt, the step's own compute seconds, error, details."""
+
+    name: str
+    status: str
+    device: str | None = None
+    attempts: int = 0
+    seconds: float | None = None
+    compute_seconds: float | None = None
+    error: str | None = None
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_records(cls, name: str, records: list[AttemptRecord]) -> StepSummary:
+        if not records:
+            return cls(name=name, status="not run")
+        last = records[-1]
+        return cls(
+            name=name,
+            status=last.status,
+            device=last.device,
+            attempts=len(records),
+            seconds=last.seconds,
+            compute_seconds=last.compute_seconds,
+            error=next((r.error for r in reversed(records) if r.error), None),
+            details=last.details,
+        )
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class RunRecord:
+    """The record of one local run, written to ``<run_dir>/run.json``.
+
+    Attributes:
+        run_id: ``YYYYmmdd-HHMMSS-xxxx``.
+        status: ``succeeded`` when every step succeeded, else ``failed``.
+        run_dir: the run's folder.
+        started_at: Unix time, seconds.
+        wall_seconds: wall time of the whole run, seconds.
+        params: the pipeline arguments used.
+        steps: one summary per step, in pipeline order.
+        metrics: test metrics (accuracy, per-class precision and recall) and train throughput.
+        archive: where the model was archived (``path``, ``version``), if it was.
+        placement: the plan step's decision.
+    """
+
+    run_id: str
+    status: str
+    run_dir: str
+    started_at: float
+    wall_seconds: float
+    params: dict[str, Any]
+    steps: list[StepSummary]
+    metrics: dict[str, Any]
+    archive: dict[str, Any]
+    placement: dict[str, Any]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def step(self, name: str) -> StepSummary:
+        return next(s for s in self.steps if s.name == name)
+
+    @property
+    def compute_seconds(self) -> float:
+        """Sum of the steps' own compute time (their work, without process start, imports and orchestration)."""
+        return sum(s.compute_seconds or 0.0 for s in self.steps)
+
+
+def check_local_dataset(uri: str) -> None:
+    """Fail early, with a message that says what to do, when a local data set folder is missing or empty.
+
+    URLs with a scheme other than ``file://`` are checked by the prewarm step itself.
+
+    Raises:
+        DatasetError: the folder does not exist, is empty, or holds no .csv/.npz file.
+    """
+    if "://" in uri and not uri.startswith("file://"):
+        return
+    path = Path(uri.removeprefix("file://")).expanduser()
+    if not path.exists():
+        raise DatasetError(f"data set folder {path} does not exist; pass --dataset DIR with .csv or .npz files")
+    if path.is_file():
+        files = [path]
+    else:
+        files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")]
+        if not files:
+            raise DatasetError(f"data set folder {path} is empty; put .csv or .npz files in it")
+    if not any(p.suffix.lower() in SUPPORTED_SUFFIXES for p in files):
+        raise DatasetError(
+            f"data set {path} has no .csv or .npz file; supported formats: .csv (header row, a 'label' column "
+            "or the last column as class) and .npz (arrays x, y)"
+        )
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+def collect(run_dir: Path) -> list[StepSummary]:
+    """Summaries of the steps recorded so far under ``run_dir``, in pipeline order."""
+    records = read_step_records(run_dir)
+    names = list(STEP_ORDER) + sorted(set(records) - set(STEP_ORDER))
+    return [StepSummary.from_records(n, records.get(n, [])) for n in names]
+
+
+def run_local(
+    params: Mapping[str, Any] | None = None,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    candidates: Candidates | None = None,
+    on_progress: Callable[[list[StepSummary]], None] | None = None,
+    echo_engine_output: bool = False,
+) -> RunRecord:
+    """Run the default pipeline with kfp.local and return (and write) its :class:`RunRecord`.
+
+    Args:
+        params: pipeline arguments; unset ones take the pipeline's defaults. Without ``dataset_uri`` the
+            built-in digits sample is exported (once) and used.
+        run_dir: the run's folder; default ``./heteroflow-runs/<run id>``.
+        candidates: train/evaluate candidates; default: the pipeline's.
+        on_progress: called about twice a second with the step summaries so far.
+        echo_engine_output: print kfp.local's own output instead of writing it to ``<run_dir>/kfp.log``.
+
+    Raises:
+        InvalidParameter: an unknown parameter name.
+        DatasetError: a local data set folder that is missing, empty or holds no supported file.
+    """
+    from kfp import local
+
+    from heteroflow.pipelines.default import build_default_pipeline
+
+    pipeline = build_default_pipeline(candidates=candidates)
+    spec = pipeline_parameters(pipeline)
+    args = dict(params or {})
+    unknown = sorted(set(args) - set(spec))
+    if unknown:
+        raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(spec))}")
+    if not args.get("dataset_uri"):
+        args["dataset_uri"] = str(export_digits())
+    check_local_dataset(args["dataset_uri"])
+    for name, p in spec.items():
+        if name not in args and not p.required:
+            args[name] = p.default
+
+    run_id = new_run_id()
+    folder = Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id
+    folder.mkdir(parents=True, exist_ok=True)
+    folder = folder.resolve()
+    started = time.time()
+    t0 = time.perf_counter()
+
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.wait(0.5):
+            on_progress(collect(folder))  # type: ignore[misc]
+
+    watcher = threading.Thread(target=watch, daemon=True) if on_progress else None
+    old_env = os.environ.get(RUN_DIR_ENV)
+    os.environ[RUN_DIR_ENV] = str(folder)
+    try:
+        if watcher:
+            watcher.start()
+        with contextlib.ExitStack() as stack:
+            if not echo_engine_output:
+                log = stack.enter_context(open(folder / "kfp.log", "w", encoding="utf-8"))
+                stack.enter_context(contextlib.redirect_stdout(log))
+                stack.enter_context(contextlib.redirect_stderr(log))
+            with warnings.catch_warnings():
+                # Our steps run in this environment on purpose; kfp warns about the image name otherwise.
+                warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
+                local.init(
+                    runner=local.SubprocessRunner(use_venv=False),
+                    pipeline_root=str(folder / "kfp"),
+                    raise_on_error=False,
+                )
+                pipeline(**args)
+    finally:
+        stop.set()
+        if watcher:
+            watcher.join()
+        if old_env is None:
+            os.environ.pop(RUN_DIR_ENV, None)
+        else:
+            os.environ[RUN_DIR_ENV] = old_env
+
+    steps = collect(folder)
+    by_name = {s.name: s for s in steps}
+    status = "succeeded" if all(by_name[n].status == "succeeded" for n in STEP_ORDER) else "failed"
+    metrics: dict[str, Any] = {}
+    if by_name["evaluate"].status == "succeeded":
+        metrics.update(by_name["evaluate"].details)
+    if by_name["train"].status == "succeeded":
+        for key in ("samples_per_second", "validation_accuracy", "resumed_from_step", "steps"):
+            metrics[f"train_{key}"] = by_name["train"].details.get(key)
+    record = RunRecord(
+        run_id=run_id if run_dir is None else folder.name,
+        status=status,
+        run_dir=str(folder),
+        started_at=started,
+        wall_seconds=time.perf_counter() - t0,
+        params=args,
+        steps=steps,
+        metrics=metrics,
+        archive=dict(by_name["archive"].details) if by_name["archive"].status == "succeeded" else {},
+        placement=dict(by_name["plan"].details),
+    )
+    atomic_write_bytes(folder / "run.json", json.dumps(record.to_dict(), indent=2, default=str).encode())
+    if on_progress:
+        on_progress(steps)
+    return record
