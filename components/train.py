@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from heteroflow.cache.locations import home_dir
+from heteroflow.cache.prewarm import atomic_write_bytes
 from heteroflow.components.errors import CheckpointError, DeviceUnavailable, InvalidParameter
 from heteroflow.components.preprocess import load_split, read_meta
 
@@ -244,7 +245,9 @@ def train(
                 _atomic_torch_save(
                     {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, ckpt_dir / _CHECKPOINT
                 )
-                (ckpt_dir / _CHECKPOINT_INFO).write_text(json.dumps({"step": step, "total_steps": total_steps}))
+                atomic_write_bytes(
+                    ckpt_dir / _CHECKPOINT_INFO, json.dumps({"step": step, "total_steps": total_steps}).encode()
+                )
                 checkpoints += 1
         epoch_loss = float(torch.stack(losses).mean().item()) if losses else epoch_loss
     if dev.type == "cuda":
