@@ -122,10 +122,10 @@ def archive(
         shutil.copytree(src, tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str), encoding="utf-8")
         for attempt in range(100):
-            version = (list_versions(archive_root, name) or [0])[-1] + 1
+            # Every entry named v<N> counts, folder or not, so a stray file cannot block the numbering.
+            taken = [int(m[1]) for p in folder.iterdir() if (m := _VERSION.match(p.name))]
+            version = max(taken, default=0) + 1
             target = folder / f"v{version}"
-            if target.exists():
-                continue
             record["version"] = version
             lineage_path = tmp / "lineage.json"
             lineage_path.unlink(missing_ok=True)  # allowed on a read-only file: the folder is writable

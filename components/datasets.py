@@ -83,6 +83,8 @@ def _load_npz(p: Path) -> Table:
                 raise DatasetError(f"{p}: .npz needs arrays 'x' and 'y' (found: {', '.join(data.files) or 'none'})")
             x = np.asarray(data[xkey])
             y = np.asarray(data[ykey])
+    except DatasetError:
+        raise
     except (OSError, ValueError) as exc:
         raise DatasetError(f"{p}: not a readable .npz file ({exc})") from None
     if x.ndim < 1 or len(x) == 0:

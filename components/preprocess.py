@@ -98,10 +98,11 @@ def _split_indices(y: np.ndarray, validation_fraction: float, test_fraction: flo
         n = len(idx)
         n_test = int(round(n * test_fraction))
         n_val = int(round(n * validation_fraction))
-        if n - n_test - n_val < 1:
+        if n_test < 1 or n - n_test - n_val < 1:
             raise DatasetError(
-                f"class {label} has {n} samples: too few for validation_fraction={validation_fraction} and "
-                f"test_fraction={test_fraction}; give more samples or smaller fractions"
+                f"class {label} has {n} samples: too few to put at least one in test and one in train with "
+                f"validation_fraction={validation_fraction} and test_fraction={test_fraction}; give more samples "
+                "of that class, or drop it"
             )
         parts["test"].append(idx[:n_test])
         parts["validation"].append(idx[n_test:n_test + n_val])

@@ -243,13 +243,14 @@ class Resources:
 
     kind: DeviceKind | str = DeviceKind.CPU
     count: int | None = None
-    cpu: str | int | float = "1"
-    memory: str | int = "2Gi"
-    device_memory: str | int | None = None
+    # Compared (and hashed) by their parsed values below, so cpu=1 equals cpu="1000m" and "1024Mi" equals "1Gi".
+    cpu: str | int | float = dataclasses.field(default="1", compare=False)
+    memory: str | int = dataclasses.field(default="2Gi", compare=False)
+    device_memory: str | int | None = dataclasses.field(default=None, compare=False)
     accelerator: str | None = None
-    cpu_millicores: int = dataclasses.field(init=False, repr=False, compare=False)
-    memory_bytes: int = dataclasses.field(init=False, repr=False, compare=False)
-    device_memory_bytes: int | None = dataclasses.field(init=False, repr=False, compare=False)
+    cpu_millicores: int = dataclasses.field(init=False, repr=False)
+    memory_bytes: int = dataclasses.field(init=False, repr=False)
+    device_memory_bytes: int | None = dataclasses.field(init=False, repr=False)
 
     def __post_init__(self) -> None:
         kind = DeviceKind.parse(self.kind)
@@ -429,6 +430,8 @@ class Candidates:
         try:
             data = json.loads(text)
             options, policy = data["options"], data.get("policy", "ordered")
+            if not isinstance(options, list):
+                raise TypeError(f"'options' is {type(options).__name__}, not a list")
         except (ValueError, TypeError, KeyError) as exc:
             raise InvalidResources(f"candidates JSON is malformed ({exc}); expected {{'options': [...]}}") from None
         return cls(options, policy=policy)

@@ -89,6 +89,11 @@ def resolve_device(device: str) -> torch.device:
     """
     import torch
 
+    if isinstance(device, str) and device.partition(":")[0].strip() == "npu":
+        try:  # registers the "npu" device type with torch; without it torch rejects the string
+            import torch_npu  # noqa: F401
+        except ImportError:
+            raise DeviceUnavailable(f"device={device!r}: torch_npu is not installed (Ascend NPUs need it)") from None
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
@@ -96,10 +101,6 @@ def resolve_device(device: str) -> torch.device:
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise DeviceUnavailable(f"device={device!r}: no CUDA device is available to this process")
     if dev.type == "npu":
-        try:
-            import torch_npu  # noqa: F401
-        except ImportError:
-            raise DeviceUnavailable(f"device={device!r}: torch_npu is not installed") from None
         if not torch.npu.is_available():  # type: ignore[attr-defined]
             raise DeviceUnavailable(f"device={device!r}: no Ascend NPU is available to this process")
     return dev
