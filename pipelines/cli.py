@@ -19,6 +19,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 from rich.live import Live
+from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
@@ -31,11 +32,11 @@ app = typer.Typer(
     help="heteroflow: ML training pipelines on heterogeneous compute (GPU, NPU, CPU).",
 )
 console = Console()
-err_console = Console(stderr=True)
+err_console = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
 
 
 def _fail(exc: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {exc}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
     raise typer.Exit(code=2)
 
 
@@ -116,7 +117,7 @@ def run(
     if placement:
         console.print(f"placement: candidate {placement.get('index')} -> [bold]{placement.get('torch_device')}[/]")
         for why in placement.get("passed_over", []):
-            console.print(f"  passed over: {why}", highlight=False)
+            console.print(f"  passed over: {escape(why)}", highlight=False)
     if record.status == "succeeded":
         m = record.metrics
         console.print(
@@ -133,7 +134,7 @@ def run(
     else:
         for s in record.steps:
             if s.status == "failed":
-                console.print(f"[red]step {s.name} failed:[/] {s.error}", highlight=False)
+                console.print(f"[red]step {s.name} failed:[/] {escape(s.error or '')}", highlight=False)
         console.print(f"engine log: {record.run_dir}/kfp.log", highlight=False)
     console.print(
         f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False
@@ -180,10 +181,10 @@ def params(as_json: Annotated[bool, typer.Option("--json", help="Print as JSON."
         return
     table = Table(title="parameters of the default pipeline (set with --param NAME=VALUE)", title_justify="left")
     for col in ("name", "type", "default", "meaning"):
-        table.add_column(col)
+        table.add_column(col, no_wrap=col == "name")
     for p in spec.values():
         default = "(required; heteroflow run uses the digits sample)" if p.required else repr(p.default)
-        table.add_row(p.name, p.type.__name__, default, p.help)
+        table.add_row(p.name, p.type.__name__, escape(default), escape(p.help))
     console.print(table)
 
 

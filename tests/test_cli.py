@@ -1,0 +1,247 @@
+"""The ``heteroflow`` command line: through typer's CliRunner on ``heteroflow.pipelines.cli.app``, and through
+the installed console script in a subprocess (what a user runs).
+
+User errors must exit with status 2 and print one clear ``error:`` line without a traceback; the subprocess
+tests run with ``COLUMNS=80`` and no terminal, which is what a user sees when output goes to a pipe or a log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("kfp", reason="the CLI builds the KFP pipeline (the 'kfp' extra)")
+
+from typer.testing import CliRunner  # noqa: E402
+
+from heteroflow.pipelines.cli import app  # noqa: E402
+from heteroflow.pipelines.default import PIPELINE_NAME, build_default_pipeline  # noqa: E402
+from heteroflow.pipelines.local import STEP_ORDER, pipeline_parameters  # noqa: E402
+
+PARAM_NAMES = sorted(pipeline_parameters(build_default_pipeline()))
+
+
+def _console_script() -> str:
+    """The installed ``heteroflow`` script next to this interpreter (the venv's bin/)."""
+    found = shutil.which("heteroflow", path=str(Path(sys.executable).parent))
+    assert found, f"the heteroflow console script is not installed next to {sys.executable}"
+    return found
+
+
+def _run_script(args: list[str], *, cwd: Path, columns: int = 80, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "PYTHONPATH")}
+    env.update({"COLUMNS": str(columns), "NO_COLOR": "1"})
+    return subprocess.run(
+        [_console_script(), *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def _flat(text: str) -> str:
+    """Whitespace collapsed, so that a message wrapped by the terminal width still matches."""
+    return " ".join(text.split())
+
+
+# --- compile and params -------------------------------------------------------------------------------------
+
+
+def test_compile_writes_valid_kfp_yaml(tmp_path: Path) -> None:
+    out = tmp_path / "sub" / "pipeline.yaml"
+    result = CliRunner().invoke(app, ["compile", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    assert out.is_file()
+    docs = list(yaml.safe_load_all(out.read_text(encoding="utf-8")))
+    assert len(docs) == 1
+    ir = docs[0]
+    assert ir["pipelineInfo"]["name"] == PIPELINE_NAME
+    assert sorted(ir["root"]["inputDefinitions"]["parameters"]) == PARAM_NAMES
+    assert set(ir["deploymentSpec"]["executors"]) >= {"exec-prewarm", "exec-preprocess", "exec-plan"}
+    assert str(out) in _flat(result.output)
+
+
+def test_compile_with_image_and_candidates(tmp_path: Path) -> None:
+    out = tmp_path / "custom.yaml"
+    image = "registry.example.com/heteroflow:0.1.0"
+    result = CliRunner().invoke(app, ["compile", "-o", str(out), "--image", image, "-c", "gpu:count=2", "-c", "cpu:cpu=4"])
+    assert result.exit_code == 0, result.output
+    ir = yaml.safe_load(out.read_text(encoding="utf-8"))
+    executors = ir["deploymentSpec"]["executors"]
+    assert {e["container"]["image"] for e in executors.values()} == {image}
+    branches = sorted(n for n in ir["components"] if n.startswith("comp-train-on-"))
+    assert branches == ["comp-train-on-cpu-1", "comp-train-on-gpu-0"]
+
+
+@pytest.mark.slow
+def test_compile_via_console_script(tmp_path: Path) -> None:
+    out = tmp_path / "pipeline.yaml"
+    proc = _run_script(["compile", "-o", str(out)], cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    ir = yaml.safe_load(out.read_text(encoding="utf-8"))
+    assert ir["pipelineInfo"]["name"] == PIPELINE_NAME
+
+
+def test_params_json_lists_every_parameter() -> None:
+    result = CliRunner().invoke(app, ["params", "--json"])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    assert sorted(listed) == PARAM_NAMES
+    assert listed["epochs"] == {"type": "int", "default": 30, "help": listed["epochs"]["help"]}
+    assert listed["epochs"]["help"]
+    assert listed["dataset_uri"]["default"] is None
+    assert listed["learning_rate"]["type"] == "float"
+    assert all(p["help"] for p in listed.values()), "every parameter has a help line"
+
+
+@pytest.mark.slow
+def test_params_table_lists_every_parameter_on_a_wide_terminal(tmp_path: Path) -> None:
+    proc = _run_script(["params"], cwd=tmp_path, columns=300)
+    assert proc.returncode == 0, proc.stderr
+    for name in PARAM_NAMES:
+        assert f" {name} " in proc.stdout, f"{name} is not in the params table"
+
+
+@pytest.mark.slow
+def test_params_table_lists_every_parameter_at_80_columns(tmp_path: Path) -> None:
+    proc = _run_script(["params"], cwd=tmp_path, columns=80)
+    assert proc.returncode == 0, proc.stderr
+    missing = [name for name in PARAM_NAMES if f" {name} " not in proc.stdout]
+    assert missing == []
+
+
+@pytest.mark.slow
+def test_params_table_shows_help_text_verbatim(tmp_path: Path) -> None:
+    proc = _run_script(["params"], cwd=tmp_path, columns=300)
+    assert proc.returncode == 0, proc.stderr
+    help_text = pipeline_parameters(build_default_pipeline())["model_name"].help
+    assert "[a-z0-9]" in help_text
+    assert help_text in proc.stdout
+
+
+# --- run --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_run_via_console_script_prints_steps_and_metrics_and_writes_run_json(digits_dir: Path, tmp_path: Path) -> None:
+    run_dir = tmp_path / "run-out"
+    proc = _run_script(
+        ["run", "--param", "epochs=3", "--dataset", str(digits_dir), "--output", str(run_dir)], cwd=tmp_path, columns=300
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, output
+    assert "Traceback" not in output
+    for step in STEP_ORDER:
+        assert step in proc.stdout, f"step {step} missing from the table"
+    assert "test accuracy" in proc.stdout
+    assert "archived:" in proc.stdout
+    record = json.loads((run_dir / "run.json").read_text(encoding="utf-8"))
+    assert record["status"] == "succeeded"
+    assert record["params"]["epochs"] == 3
+    assert record["params"]["dataset_uri"] == str(digits_dir)
+    assert [s["name"] for s in record["steps"]] == list(STEP_ORDER)
+    assert all(s["status"] == "succeeded" for s in record["steps"])
+    assert f"{record['metrics']['accuracy']:.4f}" in proc.stdout
+    assert str(run_dir.resolve() / "run.json") in _flat(proc.stdout)
+    # Nothing was written into the working directory: the run folder is --output.
+    assert not (tmp_path / "heteroflow-runs").exists()
+
+
+# --- user errors ------------------------------------------------------------------------------------------
+
+
+# id -> (arguments, substrings the message must contain); "{missing}", "{empty}", "{only-txt}" are data set
+# folders made by _expand.
+ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
+    "unknown-param": (["run", "--param", "nosuch=1"], ["unknown parameter 'nosuch'", *PARAM_NAMES]),
+    "param-not-int": (["run", "--param", "epochs=abc"], ["epochs='abc'", "is not a valid int"]),
+    "param-not-pair": (["run", "--param", "epochs"], ["'epochs'", "is not NAME=VALUE"]),
+    "dataset-missing": (["run", "--dataset", "{missing}"], ["{missing}", "does not exist"]),
+    "dataset-empty": (["run", "--dataset", "{empty}"], ["{empty}", "is empty"]),
+    "dataset-only-txt": (["run", "--dataset", "{only-txt}"], ["{only-txt}", "no .csv or .npz file"]),
+    "memory-unit-GB": (["run", "-c", "gpu:memory=16GB"], ["memory='16GB'", "'GB' is not a unit"]),
+    "negative-count": (["run", "-c", "gpu:count=-1"], ["count=-1", "negative"]),
+    "unknown-kind": (["run", "-c", "tpu"], ["kind='tpu'", "is not a device kind", "cpu, gpu, npu"]),
+}
+
+
+
+def _expand(items: list[str], tmp_path: Path) -> list[str]:
+    """Replace the data set placeholders with folders under tmp_path (created here)."""
+    (tmp_path / "empty").mkdir(exist_ok=True)
+    (tmp_path / "only-txt").mkdir(exist_ok=True)
+    (tmp_path / "only-txt" / "notes.txt").write_text("not a data set\n")
+    subs = {
+        "{missing}": str(tmp_path / "no-such-folder"),
+        "{empty}": str(tmp_path / "empty"),
+        "{only-txt}": str(tmp_path / "only-txt"),
+    }
+    return [subs.get(item, item) for item in items]
+
+
+@pytest.mark.parametrize("case", list(ERROR_CASES))
+def test_user_error_exits_2_with_a_clear_message(case: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    args, expected = ERROR_CASES[case]
+    args, expected = _expand(args, tmp_path), _expand(expected, tmp_path)
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 2, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert "Traceback" not in result.output
+    message = _flat(result.output)
+    assert message.startswith("error: "), result.output
+    assert message.count("error:") == 1
+    for text in expected:
+        assert text in message, f"{text!r} not in {message!r}"
+    assert not (tmp_path / "heteroflow-runs").exists(), "a user error must not start a run"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "case",
+    list(ERROR_CASES),
+)
+def test_user_error_is_one_line_via_console_script(case: str, tmp_path: Path) -> None:
+    args, expected = ERROR_CASES[case]
+    args, expected = _expand(args, tmp_path), _expand(expected, tmp_path)
+    proc = _run_script(args, cwd=tmp_path, columns=80)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert proc.stdout == ""
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, f"expected one line, got {len(lines)}:\n{proc.stderr}"
+    assert lines[0].startswith("error: ")
+    for text in expected:
+        assert text in lines[0]
+
+
+def test_error_message_keeps_square_brackets(tmp_path: Path) -> None:
+    missing = tmp_path / "data[v2]"
+    result = CliRunner().invoke(app, ["run", "--dataset", str(missing)])
+    assert result.exit_code == 2
+    assert str(missing) in _flat(result.output)
+
+
+def test_dataset_given_twice_is_a_user_error(digits_dir: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "--dataset", str(digits_dir), "--param", f"dataset_uri={digits_dir}"])
+    assert result.exit_code == 2
+    assert "Traceback" not in result.output
+    assert "once" in _flat(result.output)
+
+
+def test_no_arguments_shows_help() -> None:
+    result = CliRunner().invoke(app, [])
+    assert result.exit_code == 2  # no_args_is_help: click >= 8.2 prints the help and exits 2
+    for command in ("run", "compile", "params"):
+        assert command in result.output

@@ -1,0 +1,150 @@
+"""Packaging: the wheel holds the four mapped packages under the ``heteroflow`` namespace, its metadata declares
+the console script and the extras, and the layout keeps bare ``components`` / ``pipelines`` unimportable.
+
+The wheel is built from a copy of the git-tracked files (so the build writes nothing into the checkout) with
+``python -m build --wheel --no-isolation`` when setuptools and build are importable here (no network needed),
+else with an isolated build (needs the package index).
+"""
+
+from __future__ import annotations
+
+import configparser
+import email.parser
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGE_FOLDERS = ("cache", "components", "pipelines", "dags")
+EXTRAS = {"kfp", "airflow", "torch", "alluxio", "dev", "all"}
+
+
+def _tracked_files() -> list[str]:
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed; the tracked files cannot be listed")
+    proc = subprocess.run(["git", "-C", str(REPO), "ls-files", "-z"], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"{REPO} is not a git checkout ({proc.stderr.strip()})")
+    return [f for f in proc.stdout.split("\0") if f]
+
+
+@pytest.fixture(scope="module")
+def tracked() -> list[str]:
+    return _tracked_files()
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory, tracked: list[str]) -> Path:
+    """Build the wheel from a copy of the tracked files; return its path."""
+    if importlib.util.find_spec("build") is None:
+        pytest.skip("the 'build' package is not installed (it is in the 'dev' extra)")
+    src = tmp_path_factory.mktemp("src")
+    for rel in tracked:
+        if (REPO / rel).is_file():
+            (src / rel).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(REPO / rel, src / rel)
+    out = tmp_path_factory.mktemp("dist")
+    cmd = [sys.executable, "-m", "build", "--wheel", "--outdir", str(out)]
+    if importlib.util.find_spec("setuptools") is not None:
+        cmd.append("--no-isolation")
+    proc = subprocess.run([*cmd, str(src)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
+    wheels = list(out.glob("heteroflow-*.whl"))
+    assert len(wheels) == 1, wheels
+    return wheels[0]
+
+
+@pytest.fixture(scope="module")
+def wheel_names(wheel: Path) -> set[str]:
+    with zipfile.ZipFile(wheel) as zf:
+        return set(zf.namelist())
+
+
+def _dist_info_file(wheel: Path, names: set[str], name: str) -> str:
+    matches = [n for n in names if n.endswith(f".dist-info/{name}") and n.count("/") == 1]
+    assert len(matches) == 1, f"{name} in {sorted(names)}"
+    with zipfile.ZipFile(wheel) as zf:
+        return zf.read(matches[0]).decode("utf-8")
+
+
+@pytest.mark.slow
+def test_every_tracked_module_is_in_the_wheel_under_heteroflow(tracked: list[str], wheel_names: set[str]) -> None:
+    modules = [f for f in tracked if f.endswith(".py") and f.split("/", 1)[0] in PACKAGE_FOLDERS]
+    assert {m.split("/", 1)[0] for m in modules} == set(PACKAGE_FOLDERS)
+    missing = [m for m in modules if f"heteroflow/{m}" not in wheel_names]
+    assert missing == [], f"tracked modules missing from the wheel: {missing}"
+    for folder in PACKAGE_FOLDERS:
+        assert f"heteroflow/{folder}/__init__.py" in wheel_names
+        assert f"heteroflow/{folder}/py.typed" in wheel_names
+    # Nothing outside the namespace, and the namespace itself has no __init__.py (PEP 420).
+    assert "heteroflow/__init__.py" not in wheel_names
+    top = {n.split("/", 1)[0] for n in wheel_names}
+    assert {t for t in top if not t.endswith(".dist-info")} == {"heteroflow"}
+    assert not any(n.startswith(("heteroflow/tests/", "tests/", "heteroflow/examples/")) for n in wheel_names)
+
+
+@pytest.mark.slow
+def test_wheel_entry_point_is_the_cli(wheel: Path, wheel_names: set[str]) -> None:
+    parser = configparser.ConfigParser()
+    parser.read_string(_dist_info_file(wheel, wheel_names, "entry_points.txt"))
+    assert dict(parser["console_scripts"]) == {"heteroflow": "heteroflow.pipelines.cli:main"}
+
+
+@pytest.mark.slow
+def test_wheel_metadata_lists_extras_and_a_torch_range(wheel: Path, wheel_names: set[str]) -> None:
+    from packaging.requirements import Requirement
+
+    meta = email.parser.Parser().parsestr(_dist_info_file(wheel, wheel_names, "METADATA"))
+    assert meta["Name"] == "heteroflow"
+    assert set(meta.get_all("Provides-Extra") or []) >= EXTRAS
+    requirements = [Requirement(r) for r in meta.get_all("Requires-Dist") or []]
+    torch_reqs = [r for r in requirements if r.name == "torch"]
+    assert len(torch_reqs) == 1, [str(r) for r in torch_reqs]
+    torch_req = torch_reqs[0]
+    assert {(s.operator, s.version) for s in torch_req.specifier} == {(">=", "2.4")}, "torch must be a range, not a pin"
+    assert torch_req.marker is not None and torch_req.marker.evaluate({"extra": "torch"})
+    assert not torch_req.marker.evaluate({"extra": ""}), "torch is an extra, not a base dependency"
+    for r in requirements:
+        assert all(s.operator != "==" for s in r.specifier), f"{r} pins an exact version"
+    extras_of_all = {e for r in requirements if r.name == "heteroflow" for e in r.extras}
+    assert extras_of_all == {"torch", "kfp", "airflow", "alluxio"}
+
+
+def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("bare", ["components", "pipelines", "cache", "dags"])
+def test_bare_folder_names_are_not_importable(tmp_path: Path, bare: str) -> None:
+    proc = _python(
+        f"try:\n    import {bare}\nexcept ModuleNotFoundError as e:\n    print('MNF', e.name)\n"
+        f"else:\n    print('IMPORTED', {bare}.__file__)\n",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == f"MNF {bare}"
+
+
+@pytest.mark.slow
+def test_namespace_import_works_without_torch_kfp_or_airflow(tmp_path: Path) -> None:
+    proc = _python(
+        "import sys, json\n"
+        "import heteroflow.components.resources as r\n"
+        "print(json.dumps({'file': r.__file__, 'heavy': sorted(m for m in ('torch', 'kfp', 'airflow') if m in sys.modules),"
+        " 'ns_file': getattr(sys.modules['heteroflow'], '__file__', None)}))\n",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["heavy"] == [], f"importing heteroflow.components.resources imported {facts['heavy']}"
+    assert Path(facts["file"]).name == "resources.py"
+    assert facts["ns_file"] is None, "heteroflow must be a namespace package (no __init__.py)"

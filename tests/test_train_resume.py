@@ -1,0 +1,204 @@
+"""Train resumes from its checkpoint after being killed, and a damaged checkpoint fails with a clear message.
+
+The kill test runs ``heteroflow.components.train.train`` in a child process, waits (no timing assertion, only
+a generous deadline) until ``<checkpoint_root>/<fingerprint>/checkpoint.json`` reports step >= 40, kills the
+child with SIGKILL, and reruns train in this process with the same arguments. The resumed run must start
+from the checkpointed step, finish the full number of steps, remove its checkpoint folder, and end with the
+same weights as an uninterrupted run (batches come from seeded per-epoch permutations, and this runs on CPU).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from heteroflow.components.errors import CheckpointError
+from heteroflow.components.preprocess import read_meta
+from heteroflow.components.train import MODEL_CONFIG, MODEL_WEIGHTS, train
+
+torch = pytest.importorskip("torch", reason="train needs PyTorch (the 'torch' extra)")
+
+_DEADLINE_S = 120.0
+_KILL_AT_STEP = 40
+
+# Runs in the child: train with the keyword arguments given as JSON in argv[3].
+_CHILD = """
+import json, sys
+from heteroflow.components.train import train
+train(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
+"""
+
+
+def _train_kwargs(checkpoint_root: Path) -> dict[str, Any]:
+    return {
+        "device": "cpu",
+        "epochs": 100,
+        "batch_size": 64,
+        "learning_rate": 1e-3,
+        "hidden_units": 64,
+        "seed": 3,
+        "checkpoint_every_steps": 20,
+        "checkpoint_root": str(checkpoint_root),
+    }
+
+
+def _read_info(path: Path) -> dict[str, Any] | None:
+    """checkpoint.json, or None while it is absent or being written."""
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _checkpoint_infos(root: Path) -> list[Path]:
+    return sorted(root.glob("*/checkpoint.json")) if root.is_dir() else []
+
+
+def _kill_after_checkpoint(shards: Path, model_dir: Path, kwargs: dict[str, Any], log: Path) -> tuple[int, Path]:
+    """Start train in a child, SIGKILL it once a checkpoint with step >= 40 exists; return (returncode, folder)."""
+    root = Path(kwargs["checkpoint_root"])
+    with open(log, "wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-c", _CHILD, str(shards), str(model_dir), json.dumps(kwargs)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
+        try:
+            deadline = time.monotonic() + _DEADLINE_S
+            folder = None
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    pytest.fail(
+                        f"train exited with {proc.returncode} before a checkpoint at step >= {_KILL_AT_STEP} was seen; "
+                        f"stderr:\n{log.read_text(errors='replace')}"
+                    )
+                infos = _checkpoint_infos(root)
+                info = _read_info(infos[0]) if infos else None
+                if info is not None and info.get("step", 0) >= _KILL_AT_STEP:
+                    folder = infos[0].parent
+                    os.kill(proc.pid, signal.SIGKILL)
+                    break
+                time.sleep(0.005)
+            else:
+                pytest.fail(f"no checkpoint with step >= {_KILL_AT_STEP} within {_DEADLINE_S:.0f} s")
+            returncode = proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    assert folder is not None
+    return returncode, folder
+
+
+def _load_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    return torch.load(model_dir / MODEL_WEIGHTS, map_location="cpu", weights_only=True)
+
+
+@pytest.mark.slow
+def test_train_killed_by_sigkill_resumes_from_checkpoint_and_matches_uninterrupted_run(
+    digits_shards: Path, tmp_path: Path
+) -> None:
+    kwargs = _train_kwargs(tmp_path / "checkpoints")
+    model_dir = tmp_path / "models" / "resumed"
+
+    returncode, ckpt_folder = _kill_after_checkpoint(digits_shards, model_dir, kwargs, tmp_path / "child.err")
+
+    # The child died by SIGKILL, left no model (not even a partial one) and left its checkpoint.
+    assert returncode == -signal.SIGKILL
+    assert not model_dir.exists()
+    assert list(model_dir.parent.glob(f".{model_dir.name}.*")) == []
+    assert (ckpt_folder / "checkpoint.pt").is_file()
+    info = _read_info(ckpt_folder / "checkpoint.json")
+    assert info is not None, "checkpoint.json is unreadable after the kill"
+    # The step saved inside checkpoint.pt is what train resumes from (checkpoint.json is written just after it,
+    # so a kill between the two renames may leave the json one checkpoint behind).
+    import torch
+
+    checkpoint_step = int(torch.load(ckpt_folder / "checkpoint.pt", weights_only=True)["step"])
+    assert info["step"] in (checkpoint_step, checkpoint_step - kwargs["checkpoint_every_steps"])
+    assert checkpoint_step >= _KILL_AT_STEP
+    assert checkpoint_step % kwargs["checkpoint_every_steps"] == 0
+
+    n_train = read_meta(digits_shards)["counts"]["train"]
+    total_steps = kwargs["epochs"] * math.ceil(n_train / kwargs["batch_size"])
+    assert info["total_steps"] == total_steps
+    assert checkpoint_step < total_steps
+
+    # Rerun with the same arguments: it resumes from that checkpoint and completes.
+    result = train(digits_shards, model_dir, **kwargs)
+    assert result.resumed_from_step == checkpoint_step > 0
+    assert result.steps == total_steps
+    assert result.device == "cpu"
+    every = kwargs["checkpoint_every_steps"]
+    assert result.checkpoints_written == (total_steps - 1) // every - checkpoint_step // every
+    assert result.model_dir == model_dir
+    assert (model_dir / MODEL_WEIGHTS).is_file() and (model_dir / MODEL_CONFIG).is_file()
+    assert not ckpt_folder.exists(), "the checkpoint folder must be removed once the model is written"
+
+    # An uninterrupted run with the same arguments (its own checkpoint root, so it cannot resume).
+    reference = train(digits_shards, tmp_path / "models" / "reference", **_train_kwargs(tmp_path / "checkpoints-ref"))
+    assert reference.resumed_from_step == 0
+    assert reference.steps == total_steps
+
+    resumed_w, reference_w = _load_weights(model_dir), _load_weights(reference.model_dir)
+    assert resumed_w.keys() == reference_w.keys()
+    differing = [name for name in reference_w if not torch.equal(resumed_w[name], reference_w[name])]
+    assert differing == [], f"resumed weights differ from the uninterrupted run's in {differing}"
+    assert json.loads((model_dir / MODEL_CONFIG).read_text()) == json.loads(
+        (reference.model_dir / MODEL_CONFIG).read_text()
+    )
+    assert result.validation_accuracy == reference.validation_accuracy
+
+
+def _leave_checkpoint(shards: Path, tmp_path: Path, kwargs: dict[str, Any]) -> Path:
+    """Train until the final model write fails (its parent folder is a file), which leaves the checkpoint."""
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the model's parent folder should be")
+    with pytest.raises(OSError):
+        train(shards, blocker / "model", **kwargs)
+    infos = _checkpoint_infos(Path(kwargs["checkpoint_root"]))
+    assert len(infos) == 1, f"expected one checkpoint folder, found {infos}"
+    return infos[0].parent
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_checkpoint_raises_checkpoint_error_telling_to_delete_the_folder(
+    digits_shards: Path, tmp_path: Path, damage: str
+) -> None:
+    kwargs = {**_train_kwargs(tmp_path / "checkpoints"), "epochs": 2, "checkpoint_every_steps": 5}
+    folder = _leave_checkpoint(digits_shards, tmp_path, kwargs)
+    ckpt = folder / "checkpoint.pt"
+    assert ckpt.is_file()
+    if damage == "garbage":
+        ckpt.write_bytes(b"this is not a torch checkpoint\n" * 10)
+    else:
+        data = ckpt.read_bytes()
+        ckpt.write_bytes(data[: len(data) // 2])
+
+    model_dir = tmp_path / "model"
+    with pytest.raises(CheckpointError) as excinfo:
+        train(digits_shards, model_dir, **kwargs)
+    message = str(excinfo.value)
+    assert str(folder) in message
+    assert "delete that folder" in message
+    assert not model_dir.exists()
+
+    # Doing what the message says: delete the folder, and train starts over and completes.
+    shutil.rmtree(folder)
+    result = train(digits_shards, model_dir, **kwargs)
+    assert result.resumed_from_step == 0
+    n_train = read_meta(digits_shards)["counts"]["train"]
+    assert result.steps == 2 * math.ceil(n_train / kwargs["batch_size"])
+    assert (model_dir / MODEL_WEIGHTS).is_file()
+    assert not folder.exists()
