@@ -17,7 +17,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-pytest.importorskip("kfp", reason="the CLI builds the KFP pipeline (the 'kfp' extra)")
 
 from typer.testing import CliRunner  # noqa: E402
 

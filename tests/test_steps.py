@@ -631,7 +631,7 @@ def test_train_on_cuda_without_cuda_raises_device_unavailable(digits_shards: Pat
     import torch
 
     if torch.cuda.is_available():
-        pytest.skip("cuda is available here: device='cuda' is usable, so DeviceUnavailable cannot be tested")
+        pytest.skip(reason="cuda is available here: device='cuda' is usable, so DeviceUnavailable cannot be tested")
     with pytest.raises(DeviceUnavailable, match=r"^device='cuda': no CUDA device is available"):
         train(digits_shards, tmp_path / "model", device="cuda", epochs=1)
     assert not (tmp_path / "model").exists()
@@ -640,7 +640,7 @@ def test_train_on_cuda_without_cuda_raises_device_unavailable(digits_shards: Pat
 
 def test_train_on_npu_without_torch_npu_raises_device_unavailable(digits_shards: Path, tmp_path: Path):
     if importlib.util.find_spec("torch_npu") is not None:
-        pytest.skip("torch_npu is installed here")
+        pytest.skip(reason="torch_npu is installed here: an npu device may exist (npu environment)")
     with pytest.raises(DeviceUnavailable, match=r"^device='npu': torch_npu is not installed"):
         train(digits_shards, tmp_path / "model", device="npu", epochs=1)
 
