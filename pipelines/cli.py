@@ -12,6 +12,7 @@ and what is valid, and exit with status 2; a failed step exits with status 1.
 from __future__ import annotations
 
 import json
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -93,6 +94,10 @@ def run(
     from heteroflow.pipelines.default import build_default_pipeline
     from heteroflow.pipelines.local import coerce_overrides, pipeline_parameters, run_local
 
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt  # stop like Ctrl-C: the step subprocesses are stopped and the run recorded
+
+    signal.signal(signal.SIGTERM, on_sigterm)
     try:
         candidates = Candidates(candidate) if candidate else None
         spec = pipeline_parameters(build_default_pipeline(candidates=candidates))
@@ -111,6 +116,13 @@ def run(
     except HeteroflowError as exc:
         _fail(exc)
         return
+    except KeyboardInterrupt:
+        err_console.print(
+            "interrupted: rerun the same command to resume (train continues from its last checkpoint, "
+            "prewarm skips what is cached)",
+            highlight=False,
+        )
+        raise typer.Exit(code=130) from None
 
     console.print(_steps_table(record.steps))
     placement = record.placement

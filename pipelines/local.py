@@ -133,7 +133,7 @@ class RunRecord:
 
     Attributes:
         run_id: ``YYYYmmdd-HHMMSS-xxxx``.
-        status: ``succeeded`` when every step succeeded, else ``failed``.
+        status: ``succeeded`` when every step succeeded, ``interrupted`` after Ctrl-C or SIGTERM, else ``failed``.
         run_dir: the run's folder.
         started_at: Unix time, seconds.
         wall_seconds: wall time of the whole run, seconds.
@@ -225,6 +225,8 @@ def run_local(
     Raises:
         InvalidParameter: an unknown parameter name.
         DatasetError: a local data set folder that is missing, empty or holds no supported file.
+        KeyboardInterrupt: the run was interrupted; the step subprocesses were stopped and ``run.json``
+            records status ``interrupted``.
     """
     from kfp import local
 
@@ -276,6 +278,13 @@ def run_local(
                     raise_on_error=False,
                 )
                 pipeline(**args)
+    except KeyboardInterrupt:
+        # Ctrl-C (or SIGTERM turned into it by the CLI): stop the step subprocesses too, so none trains on
+        # as an orphan; their checkpoints stay, and the same command resumes.
+        _terminate_children()
+        interrupted = True
+    else:
+        interrupted = False
     finally:
         stop.set()
         if watcher:
@@ -287,7 +296,12 @@ def run_local(
 
     steps = collect(folder)
     by_name = {s.name: s for s in steps}
-    status = "succeeded" if all(by_name[n].status == "succeeded" for n in STEP_ORDER) else "failed"
+    if interrupted:
+        status = "interrupted"
+    elif all(by_name[n].status == "succeeded" for n in STEP_ORDER):
+        status = "succeeded"
+    else:
+        status = "failed"
     metrics: dict[str, Any] = {}
     if by_name["evaluate"].status == "succeeded":
         metrics.update(by_name["evaluate"].details)
@@ -307,6 +321,22 @@ def run_local(
         placement=dict(by_name["plan"].details),
     )
     atomic_write_bytes(folder / "run.json", json.dumps(record.to_dict(), indent=2, default=str).encode())
+    if interrupted:
+        raise KeyboardInterrupt
     if on_progress:
         on_progress(steps)
     return record
+
+
+def _terminate_children(grace_seconds: float = 5.0) -> None:
+    """SIGTERM every descendant process, then SIGKILL those still alive after ``grace_seconds``."""
+    import psutil
+
+    children = psutil.Process().children(recursive=True)
+    for child in children:
+        with contextlib.suppress(psutil.Error):
+            child.terminate()
+    _, alive = psutil.wait_procs(children, timeout=grace_seconds)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()

@@ -1,0 +1,76 @@
+"""An interrupted ``heteroflow run`` stops its step subprocesses, records the run as interrupted, and the same
+command then resumes training from the checkpoint (the CLI turns SIGTERM into the same path as Ctrl-C)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+HETEROFLOW_CLI = Path(sys.executable).with_name("heteroflow")
+ARGS = ["run", "--param", "epochs=150", "--param", "checkpoint_every_steps=20"]
+
+
+def _wait_for(predicate, deadline_seconds: float, what: str):  # type: ignore[no-untyped-def]
+    end = time.monotonic() + deadline_seconds
+    while time.monotonic() < end:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    pytest.fail(f"gave up waiting ({deadline_seconds:.0f} s) for {what}")
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_steps_and_the_rerun_resumes(digits_dir: Path, heteroflow_home: Path, tmp_path: Path) -> None:
+    env = {**os.environ, "HETEROFLOW_HOME": str(heteroflow_home), "COLUMNS": "120"}
+    first = tmp_path / "first"
+    proc = subprocess.Popen(
+        [str(HETEROFLOW_CLI), *ARGS, "--dataset", str(digits_dir), "--output", str(first)],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+
+    def checkpoint_step() -> int:
+        for info in (heteroflow_home / "checkpoints").glob("*/checkpoint.json"):
+            try:
+                return json.loads(info.read_text())["step"]
+            except (ValueError, OSError):
+                return 0
+        return 0
+
+    _wait_for(lambda: checkpoint_step() >= 20, 180, "the first train checkpoint")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert children, "train runs in a step subprocess"
+    proc.send_signal(signal.SIGTERM)  # to the CLI process only, not its process group
+    out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 130, out + err
+    assert "interrupted: rerun the same command to resume" in err
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == [], f"step subprocesses outlived the CLI: {[p.pid for p in alive]}"
+    record = json.loads((first / "run.json").read_text())
+    assert record["status"] == "interrupted"
+    train = next(s for s in record["steps"] if s["name"] == "train")
+    assert train["status"] in ("running", "failed")
+    assert record["archive"] == {}
+    assert not (heteroflow_home / "archive").exists()
+    saved = checkpoint_step()
+    assert saved >= 20
+
+    second = tmp_path / "second"
+    rerun = subprocess.run(
+        [str(HETEROFLOW_CLI), *ARGS, "--dataset", str(digits_dir), "--output", str(second)],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    record = json.loads((second / "run.json").read_text())
+    assert record["status"] == "succeeded"
+    assert record["metrics"]["train_resumed_from_step"] >= saved
+    assert record["archive"]["version"] == 1
