@@ -170,12 +170,25 @@ class RunRecord:
 def check_local_dataset(uri: str) -> None:
     """Fail early, with a message that says what to do, when a local data set folder is missing or empty.
 
-    URLs with a scheme other than ``file://`` are checked by the prewarm step itself.
+    For other URLs only the fsspec driver is checked here (a missing one, e.g. s3fs for ``s3://``, fails
+    at once instead of after the prewarm step's retries); their content is checked by the prewarm step.
 
     Raises:
         DatasetError: the folder does not exist, is empty, or holds no .csv/.npz file.
     """
     if "://" in uri and not uri.startswith("file://"):
+        import fsspec
+
+        protocol = uri.split("://", 1)[0]
+        try:
+            fsspec.get_filesystem_class(protocol)
+        except ImportError as exc:
+            raise DatasetError(f"cannot read {uri}: {exc} (pip install the fsspec driver for {protocol}://)") from None
+        except ValueError:
+            raise DatasetError(
+                f"cannot read {uri}: {protocol}:// is not a known fsspec protocol; give a local folder or an "
+                "fsspec URL (file://, s3://, gs://, memory://, alluxiofs://...)"
+            ) from None
         return
     path = Path(uri.removeprefix("file://")).expanduser()
     if not path.exists():

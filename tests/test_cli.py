@@ -172,6 +172,7 @@ ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
     "memory-unit-GB": (["run", "-c", "gpu:memory=16GB"], ["memory='16GB'", "'GB' is not a unit"]),
     "negative-count": (["run", "-c", "gpu:count=-1"], ["count=-1", "negative"]),
     "unknown-kind": (["run", "-c", "tpu"], ["kind='tpu'", "is not a device kind", "cpu, gpu, npu"]),
+    "unknown-protocol": (["run", "--dataset", "nosuch://bucket/data"], ["nosuch:// is not a known fsspec protocol"]),
 }
 
 
