@@ -13,7 +13,7 @@ def home_dir() -> Path:
     ``~/.cache/heteroflow``. Holds the sample data sets, the local cache tier, checkpoints and the archive."""
     env = os.environ.get("HETEROFLOW_HOME")
     if env:
-        return Path(env).expanduser()
+        return Path(env).expanduser().absolute()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg).expanduser() if xdg else Path.home() / ".cache") / "heteroflow"
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from heteroflow.components.errors import ArchiveError, InvalidParameter
 
-__all__ = ["ArchiveResult", "archive", "code_version", "list_versions"]
+__all__ = ["ArchiveResult", "archive", "check_model_name", "code_version", "list_versions"]
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _VERSION = re.compile(r"^v(\d+)$")
@@ -84,6 +84,19 @@ def _make_read_only(root: Path) -> None:
             p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
 
 
+def check_model_name(name: str) -> None:
+    """Check an archive model name (the check :func:`archive` makes; callers use it to fail before a run).
+
+    Raises:
+        InvalidParameter: not 1-63 characters of lowercase letters, digits, ``.``, ``_``, ``-``, starting
+            with a letter or digit.
+    """
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidParameter(
+            f"model_name={name!r} is not a valid model name; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters"
+        )
+
+
 def archive(
     model_dir: str | os.PathLike[str],
     archive_root: str | os.PathLike[str],
@@ -109,8 +122,7 @@ def archive(
         InvalidParameter: a bad ``name``.
         ArchiveError: ``model_dir`` is missing, or no free version could be claimed.
     """
-    if not _NAME.match(name):
-        raise InvalidParameter(f"name={name!r} is not a valid model name; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters")
+    check_model_name(name)
     src = Path(model_dir)
     if not src.is_dir():
         raise ArchiveError(f"model folder {src} does not exist; nothing to archive")

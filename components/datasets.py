@@ -7,7 +7,8 @@ Supported formats, one or more files in a folder (files in other formats, e.g. a
 - ``.npz``: arrays ``x`` (or ``X``/``features``), shape ``(n, ...)`` (flattened to ``(n, d)``), and ``y``
   (or ``labels``), shape ``(n,)``.
 
-Labels may be integers or strings; classes are their sorted distinct values.
+Labels may be integers (also written as whole floats, ``3.0``) or strings; classes are their sorted distinct
+values.
 """
 
 from __future__ import annotations
@@ -133,10 +134,18 @@ def _load_csv(p: Path) -> Table:
     raw = np.asarray(labels)
     try:
         as_int = raw.astype(np.int64)
-        if np.array_equal(as_int.astype(str), raw):
+        if np.array_equal(as_int.astype(str), raw):  # canonical integers; codes such as "01" stay strings
             raw = as_int
     except ValueError:
-        pass
+        # whole numbers written as floats ("3.0", "3.000000e+00", as np.savetxt writes them) are integers
+        if all(any(c in lab for c in ".eE") for lab in labels):
+            try:
+                as_float = raw.astype(np.float64)
+            except ValueError:
+                pass
+            else:
+                if np.all(np.isfinite(as_float)) and np.all(as_float == np.round(as_float)):
+                    raw = as_float.astype(np.int64)
     return Table(np.asarray(rows, dtype=np.float32), raw, str(p))
 
 

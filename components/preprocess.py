@@ -25,7 +25,15 @@ from heteroflow.cache.prewarm import MANIFEST_NAME, Manifest
 from heteroflow.components.datasets import Table, data_files, load_table
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["SPLITS", "PreprocessResult", "available_cpus", "load_split", "preprocess", "read_meta"]
+__all__ = [
+    "SPLITS",
+    "PreprocessResult",
+    "available_cpus",
+    "check_split_params",
+    "load_split",
+    "preprocess",
+    "read_meta",
+]
 
 SPLITS = ("train", "validation", "test")
 META_NAME = "meta.json"
@@ -73,11 +81,12 @@ class PreprocessResult:
     seconds: float
 
 
-def _resolve_files(source: str | os.PathLike[str]) -> tuple[list[Path], str | None, str]:
+def _resolve_files(source: str | os.PathLike[str]) -> tuple[list[Path], Manifest | None, str]:
+    """The data files of ``source``, its manifest (None for a plain folder) and its source URI."""
     src = Path(source)
     if src.is_file() and (src.name == MANIFEST_NAME or src.suffix == ".json"):
         manifest = Manifest.load(src)
-        return data_files(manifest.local_paths(), where=manifest.source_uri), manifest.dataset_sha256, manifest.source_uri
+        return data_files(manifest.local_paths(), where=manifest.source_uri), manifest, manifest.source_uri
     if src.is_dir() and (src / MANIFEST_NAME).is_file():
         return _resolve_files(src / MANIFEST_NAME)
     if src.is_dir():
@@ -90,7 +99,9 @@ def _resolve_files(source: str | os.PathLike[str]) -> tuple[list[Path], str | No
     raise DatasetError(f"data set {src} does not exist")
 
 
-def _split_indices(y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
+def _split_indices(
+    y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int, classes: np.ndarray
+) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
     parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
     for label in np.unique(y):
@@ -100,7 +111,7 @@ def _split_indices(y: np.ndarray, validation_fraction: float, test_fraction: flo
         n_val = int(round(n * validation_fraction))
         if n_test < 1 or n - n_test - n_val < 1:
             raise DatasetError(
-                f"class {label} has {n} samples: too few to put at least one in test and one in train with "
+                f"class '{classes[label]}' has {n} samples: too few to put at least one in test and one in train with "
                 f"validation_fraction={validation_fraction} and test_fraction={test_fraction}; give more samples "
                 "of that class, or drop it"
             )
@@ -108,6 +119,23 @@ def _split_indices(y: np.ndarray, validation_fraction: float, test_fraction: flo
         parts["validation"].append(idx[n_test:n_test + n_val])
         parts["train"].append(idx[n_test + n_val:])
     return {s: rng.permutation(np.concatenate(v)) for s, v in parts.items()}
+
+
+def check_split_params(*, validation_fraction: float, test_fraction: float) -> None:
+    """Check the split shares (the checks :func:`preprocess` makes; callers use it to fail before a run).
+
+    Raises:
+        InvalidParameter: a share out of range, or shares that leave nothing to train on.
+    """
+    if not 0 <= validation_fraction < 1:
+        raise InvalidParameter(f"validation_fraction={validation_fraction} is out of range; valid: 0 <= x < 1")
+    if not 0 < test_fraction < 1:
+        raise InvalidParameter(f"test_fraction={test_fraction} is out of range; valid: 0 < x < 1")
+    if validation_fraction + test_fraction >= 1:
+        raise InvalidParameter(
+            f"validation_fraction + test_fraction = {validation_fraction + test_fraction} leaves nothing to train on; "
+            "valid: a sum below 1"
+        )
 
 
 def preprocess(
@@ -139,38 +167,41 @@ def preprocess(
         DatasetError: no data file, unreadable files, files with different feature counts, too few samples.
     """
     started = time.perf_counter()
-    if not 0 <= validation_fraction < 1:
-        raise InvalidParameter(f"validation_fraction={validation_fraction} is out of range; valid: 0 <= x < 1")
-    if not 0 < test_fraction < 1:
-        raise InvalidParameter(f"test_fraction={test_fraction} is out of range; valid: 0 < x < 1")
-    if validation_fraction + test_fraction >= 1:
-        raise InvalidParameter(
-            f"validation_fraction + test_fraction = {validation_fraction + test_fraction} leaves nothing to train on; "
-            "valid: a sum below 1"
-        )
+    check_split_params(validation_fraction=validation_fraction, test_fraction=test_fraction)
     if shard_size < 1:
         raise InvalidParameter(f"shard_size={shard_size} is out of range; valid: >= 1")
     workers = available_cpus() if num_workers is None else num_workers
     if workers < 1:
         raise InvalidParameter(f"num_workers={num_workers} is out of range; valid: >= 1")
 
-    files, dataset_sha256, source_uri = _resolve_files(source)
+    files, manifest, source_uri = _resolve_files(source)
+    dataset_sha256 = manifest.dataset_sha256 if manifest is not None else None
+
+    def in_source_terms(message: str) -> str:
+        # Errors name the user's file (the prewarm source), not its copy in the cache tier.
+        if manifest is None:
+            return message
+        return message.replace(manifest.root.rstrip("/") + "/", source_uri.rstrip("/") + "/")
+
     workers = min(workers, len(files))
-    if workers > 1:
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            tables: list[Table] = list(pool.map(load_table, files))
-    else:
-        tables = [load_table(f) for f in files]
-    width = tables[0].features.shape[1]
-    for t in tables:
-        if t.features.shape[1] != width:
-            raise DatasetError(f"{t.source} has {t.features.shape[1]} features but {tables[0].source} has {width}")
+    try:
+        if workers > 1:
+            with ProcessPoolExecutor(max_workers=workers) as pool:
+                tables: list[Table] = list(pool.map(load_table, files))
+        else:
+            tables = [load_table(f) for f in files]
+        width = tables[0].features.shape[1]
+        for t in tables:
+            if t.features.shape[1] != width:
+                raise DatasetError(f"{t.source} has {t.features.shape[1]} features but {tables[0].source} has {width}")
+    except DatasetError as exc:
+        raise DatasetError(in_source_terms(str(exc))) from None
     x = np.concatenate([t.features for t in tables])
     raw = np.concatenate([t.labels.astype(str) if t.labels.dtype.kind in "US" else t.labels for t in tables])
     classes_raw, y = np.unique(raw, return_inverse=True)
     if len(classes_raw) < 2:
         raise DatasetError(f"data set {source_uri} has {len(classes_raw)} class; a classifier needs at least 2")
-    split = _split_indices(y, validation_fraction, test_fraction, seed)
+    split = _split_indices(y, validation_fraction, test_fraction, seed, classes_raw)
     mean = x[split["train"]].mean(axis=0)
     std = x[split["train"]].std(axis=0)
     std[std == 0] = 1.0

@@ -11,7 +11,9 @@ once the final model is written.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import math
@@ -19,6 +21,7 @@ import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,7 +35,16 @@ from heteroflow.components.preprocess import load_split, read_meta
 if TYPE_CHECKING:
     import torch
 
-__all__ = ["MODEL_CONFIG", "MODEL_WEIGHTS", "TrainResult", "build_model", "load_model", "resolve_device", "train"]
+__all__ = [
+    "MODEL_CONFIG",
+    "MODEL_WEIGHTS",
+    "TrainResult",
+    "build_model",
+    "check_train_params",
+    "load_model",
+    "resolve_device",
+    "train",
+]
 
 MODEL_WEIGHTS = "model.pt"
 MODEL_CONFIG = "model.json"
@@ -133,6 +145,26 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float
         return float((model(x).argmax(dim=1) == y).float().mean().item())
 
 
+def check_train_params(
+    *, epochs: int, batch_size: int, learning_rate: float, hidden_units: int, checkpoint_every_steps: int
+) -> None:
+    """Check train's parameters (the same checks :func:`train` makes; callers use it to fail before a run).
+
+    Raises:
+        InvalidParameter: the first parameter out of range, named, with its valid range.
+    """
+    for name, value, low in (
+        ("epochs", epochs, 1),
+        ("batch_size", batch_size, 1),
+        ("hidden_units", hidden_units, 1),
+        ("checkpoint_every_steps", checkpoint_every_steps, 1),
+    ):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not learning_rate > 0:
+        raise InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0")
+
+
 def train(
     dataset_dir: str | os.PathLike[str],
     model_dir: str | os.PathLike[str],
@@ -167,24 +199,18 @@ def train(
     Raises:
         InvalidParameter: a parameter out of range.
         DeviceUnavailable: the device is absent (fall back to another candidate).
-        CheckpointError: the checkpoint found cannot be loaded.
+        CheckpointError: the checkpoint found cannot be loaded, or another process is running the same
+            training (same checkpoint folder) right now.
         DatasetError: ``dataset_dir`` is not preprocess output.
     """
     started = time.perf_counter()
-    for name, value, low in (
-        ("epochs", epochs, 1),
-        ("batch_size", batch_size, 1),
-        ("hidden_units", hidden_units, 1),
-        ("checkpoint_every_steps", checkpoint_every_steps, 1),
-    ):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
-    if not learning_rate > 0:
-        raise InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0")
-
-    import torch
-    import torch.nn.functional as F
-
+    check_train_params(
+        epochs=epochs,
+        batch_size=batch_size,
+        learning_rate=learning_rate,
+        hidden_units=hidden_units,
+        checkpoint_every_steps=checkpoint_every_steps,
+    )
     dev = resolve_device(device)
     meta = read_meta(dataset_dir)
     x_np, y_np = load_split(dataset_dir, "train")
@@ -202,6 +228,55 @@ def train(
     ckpt_dir = Path(checkpoint_root) if checkpoint_root else home_dir() / "checkpoints"
     ckpt_dir = ckpt_dir / _fingerprint(meta, params)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    with _exclusive(ckpt_dir):
+        return _train_locked(
+            dataset_dir, model_dir, ckpt_dir, dev=dev, meta=meta, params=params, x_np=x_np, y_np=y_np, started=started,
+            checkpoint_every_steps=checkpoint_every_steps,
+        )
+
+
+@contextlib.contextmanager
+def _exclusive(ckpt_dir: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<ckpt_dir>/.lock``: two trainings never share one checkpoint folder."""
+    with open(ckpt_dir / ".lock", "a+") as fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            fh.seek(0)
+            holder = fh.read().strip() or "another process"
+            raise CheckpointError(
+                f"checkpoint folder {ckpt_dir} is in use by {holder}: the same training (same data, parameters and "
+                "device) is running already; wait for it or stop it, then rerun to resume"
+            ) from None
+        fh.seek(0)
+        fh.truncate()
+        fh.write(f"pid {os.getpid()}")
+        fh.flush()
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _train_locked(
+    dataset_dir: str | os.PathLike[str],
+    model_dir: str | os.PathLike[str],
+    ckpt_dir: Path,
+    *,
+    dev: torch.device,
+    meta: dict[str, Any],
+    params: dict[str, Any],
+    x_np: np.ndarray,
+    y_np: np.ndarray,
+    started: float,
+    checkpoint_every_steps: int,
+) -> TrainResult:
+    import torch
+    import torch.nn.functional as F
+
+    epochs, batch_size, seed = params["epochs"], params["batch_size"], params["seed"]
+    hidden_units, learning_rate = params["hidden_units"], params["learning_rate"]
+    n = len(x_np)
 
     torch.manual_seed(seed)
     model = build_model(meta["num_features"], len(meta["classes"]), hidden_units).to(dev)

@@ -32,7 +32,7 @@ app = typer.Typer(
     no_args_is_help=True,
     help="heteroflow: ML training pipelines on heterogeneous compute (GPU, NPU, CPU).",
 )
-console = Console()
+console = Console(soft_wrap=True)  # paths and messages stay on one line when piped; tables still fit
 err_console = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
 
 
@@ -49,6 +49,15 @@ def _parse_pairs(pairs: list[str]) -> dict[str, str]:
             raise InvalidParameter(f"--param {pair!r} is not NAME=VALUE (e.g. --param epochs=3)")
         out[name.strip()] = value.strip()
     return out
+
+
+def _short_error(error: str | None) -> str:
+    """``heteroflow.cache.errors.DatasetError: msg`` -> ``msg`` (our errors' messages say it all);
+    any other exception keeps its type name."""
+    if not error:
+        return ""
+    kind, sep, message = error.partition(": ")
+    return message if sep and kind.startswith("heteroflow.") else error
 
 
 def _steps_table(steps) -> Table:  # type: ignore[no-untyped-def]
@@ -127,7 +136,9 @@ def run(
     console.print(_steps_table(record.steps))
     placement = record.placement
     if placement:
-        console.print(f"placement: candidate {placement.get('index')} -> [bold]{placement.get('torch_device')}[/]")
+        console.print(
+            f"placement: candidate {placement.get('index')} (0 = preferred) -> [bold]{placement.get('torch_device')}[/]"
+        )
         for why in placement.get("passed_over", []):
             console.print(f"  passed over: {escape(why)}", highlight=False)
     if record.status == "succeeded":
@@ -146,7 +157,7 @@ def run(
     else:
         for s in record.steps:
             if s.status == "failed":
-                console.print(f"[red]step {s.name} failed:[/] {escape(s.error or '')}", highlight=False)
+                console.print(f"[red]step {s.name} failed:[/] {escape(_short_error(s.error))}", highlight=False)
         console.print(f"engine log: {record.run_dir}/kfp.log", highlight=False)
     console.print(
         f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False
@@ -162,7 +173,10 @@ def compile_(
         Optional[list[str]],
         typer.Option("--candidate", "-c", help="Train candidate KIND[:key=value,...], most preferred first (repeatable)."),
     ] = None,
-    image: Annotated[Optional[str], typer.Option(help="Container image with heteroflow installed, for every step.")] = None,
+    image: Annotated[
+        Optional[str],
+        typer.Option(help="Container image with heteroflow[all] installed, for every step. [default: heteroflow-python:0.1.0]"),
+    ] = None,
 ) -> None:
     """Compile the default pipeline to KFP IR YAML (upload it in the Kubeflow UI or with kfp.Client)."""
     from kfp import compiler
@@ -171,6 +185,8 @@ def compile_(
     from heteroflow.pipelines.default import build_default_pipeline
 
     try:
+        if output.is_dir() or output.suffix not in (".yaml", ".yml"):
+            raise InvalidParameter(f"--output {output} must be a file name ending in .yaml or .yml")
         candidates = Candidates(candidate) if candidate else None
         pipeline = build_default_pipeline(candidates=candidates, image=image or DEFAULT_IMAGE)
     except HeteroflowError as exc:
@@ -193,7 +209,7 @@ def params(as_json: Annotated[bool, typer.Option("--json", help="Print as JSON."
         return
     table = Table(title="parameters of the default pipeline (set with --param NAME=VALUE)", title_justify="left")
     for col in ("name", "type", "default", "meaning"):
-        table.add_column(col, no_wrap=col == "name")
+        table.add_column(col, no_wrap=col == "name", overflow="fold")
     for p in spec.values():
         default = "(required; heteroflow run uses the digits sample)" if p.required else repr(p.default)
         table.add_row(p.name, p.type.__name__, escape(default), escape(p.help))

@@ -206,6 +206,51 @@ def check_local_dataset(uri: str) -> None:
         )
 
 
+def check_params(args: Mapping[str, Any]) -> None:
+    """Check the default pipeline's arguments before anything runs, with the steps' own checks, so a bad
+    value fails at once instead of after a step's retries.
+
+    Raises:
+        InvalidParameter: the first argument out of range, named, with what is valid.
+    """
+    from heteroflow.components.archive import check_model_name
+    from heteroflow.components.preprocess import check_split_params
+    from heteroflow.components.train import check_train_params
+
+    check_train_params(
+        epochs=args["epochs"],
+        batch_size=args["batch_size"],
+        learning_rate=args["learning_rate"],
+        hidden_units=args["hidden_units"],
+        checkpoint_every_steps=args["checkpoint_every_steps"],
+    )
+    check_split_params(validation_fraction=args["validation_fraction"], test_fraction=args["test_fraction"])
+    check_model_name(args["model_name"])
+    if args["num_workers"] < 0:
+        raise InvalidParameter(f"num_workers={args['num_workers']} is out of range; valid: 0 (all given cores) or more")
+
+
+def default_model_name(dataset_uri: str) -> str:
+    """``digits-mlp`` for the built-in sample, else ``<data set folder name>-mlp`` made a valid model name."""
+    base = Path(dataset_uri.rstrip("/").split("://")[-1]).stem.lower()
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")[:58]
+    return f"{safe or 'model'}-mlp"
+
+
+def prepare_run_dir(folder: Path) -> Path:
+    """Create the run folder; refuse a file, or a folder that already holds a run (its records would mix).
+
+    Raises:
+        InvalidParameter: ``folder`` is a file or holds an earlier run.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise InvalidParameter(f"run folder {folder} is a file; give --output a new or empty folder")
+    if folder.is_dir() and any((folder / name).exists() for name in ("run.json", "steps", "kfp")):
+        raise InvalidParameter(f"run folder {folder} already holds a run; give --output a new or empty folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder.resolve()
+
+
 def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
@@ -253,15 +298,18 @@ def run_local(
         raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(spec))}")
     if not args.get("dataset_uri"):
         args["dataset_uri"] = str(export_digits())
+    elif "://" not in args["dataset_uri"]:
+        args["dataset_uri"] = str(Path(args["dataset_uri"]).expanduser().resolve())
     check_local_dataset(args["dataset_uri"])
+    if "model_name" not in args:
+        args["model_name"] = default_model_name(args["dataset_uri"])
     for name, p in spec.items():
         if name not in args and not p.required:
             args[name] = p.default
+    check_params(args)
 
     run_id = new_run_id()
-    folder = Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id
-    folder.mkdir(parents=True, exist_ok=True)
-    folder = folder.resolve()
+    folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
     started = time.time()
     t0 = time.perf_counter()
 

@@ -173,6 +173,19 @@ ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
     "negative-count": (["run", "-c", "gpu:count=-1"], ["count=-1", "negative"]),
     "unknown-kind": (["run", "-c", "tpu"], ["kind='tpu'", "is not a device kind", "cpu, gpu, npu"]),
     "unknown-protocol": (["run", "--dataset", "nosuch://bucket/data"], ["nosuch:// is not a known fsspec protocol"]),
+    # Out-of-range values fail before any step runs (not after the steps' retries).
+    "epochs-zero": (["run", "--param", "epochs=0"], ["epochs=0 is out of range", "an integer >= 1"]),
+    "learning-rate-zero": (["run", "--param", "learning_rate=0"], ["learning_rate=0.0 is out of range", "> 0"]),
+    "test-fraction-too-big": (["run", "--param", "test_fraction=1.5"], ["test_fraction=1.5 is out of range", "0 < x < 1"]),
+    "fractions-leave-nothing": (
+        ["run", "--param", "test_fraction=0.5", "--param", "validation_fraction=0.5"],
+        ["leaves nothing to train on"],
+    ),
+    "bad-model-name": (["run", "--param", "model_name=BAD NAME"], ["model_name='BAD NAME'", "[a-z0-9][a-z0-9._-]*"]),
+    "negative-workers": (["run", "--param", "num_workers=-1"], ["num_workers=-1 is out of range"]),
+    "output-is-a-file": (["run", "--output", "{a-file}"], ["{a-file}", "is a file"]),
+    "output-holds-a-run": (["run", "--output", "{old-run}"], ["{old-run}", "already holds a run"]),
+    "compile-to-a-folder": (["compile", "-o", "{empty}"], ["{empty}", "must be a file name ending in .yaml"]),
 }
 
 
@@ -182,7 +195,11 @@ def _expand(items: list[str], tmp_path: Path) -> list[str]:
     (tmp_path / "empty").mkdir(exist_ok=True)
     (tmp_path / "only-txt").mkdir(exist_ok=True)
     (tmp_path / "only-txt" / "notes.txt").write_text("not a data set\n")
+    (tmp_path / "a-file").write_text("not a folder\n")
+    (tmp_path / "old-run" / "steps").mkdir(parents=True, exist_ok=True)
     subs = {
+        "{a-file}": str(tmp_path / "a-file"),
+        "{old-run}": str(tmp_path / "old-run"),
         "{missing}": str(tmp_path / "no-such-folder"),
         "{empty}": str(tmp_path / "empty"),
         "{only-txt}": str(tmp_path / "only-txt"),

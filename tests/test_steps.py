@@ -402,7 +402,7 @@ def test_preprocess_data_errors(tmp_path: Path):
     too_few = tmp_path / "few"
     too_few.mkdir()
     (too_few / "a.csv").write_text("x,label\n" + "".join(f"{i},0\n" for i in range(20)) + "98,1\n99,1\n")
-    with pytest.raises(DatasetError, match=r"class 1 has 2 samples: too few to put at least one in test and one in train with validation_fraction=0\.3"):
+    with pytest.raises(DatasetError, match=r"class '1' has 2 samples: too few to put at least one in test and one in train with validation_fraction=0\.3"):
         preprocess(too_few, tmp_path / "out", validation_fraction=0.3, test_fraction=0.3, num_workers=1)
 
     one_class = tmp_path / "one"
@@ -793,7 +793,7 @@ def test_archive_lineage_record(model_dir: Path, tmp_path: Path):
     ids=["upper", "empty", "leading-dash", "leading-dot", "slash", "dotdot", "space", "too-long"],
 )
 def test_archive_bad_name(model_dir: Path, tmp_path: Path, name: str):
-    with pytest.raises(InvalidParameter, match=r"^name=.* is not a valid model name"):
+    with pytest.raises(InvalidParameter, match=r"^model_name=.* is not a valid model name"):
         archive(model_dir, tmp_path / "archive", name=name, metrics={}, lineage={})
     assert not (tmp_path / "archive").exists()
 
@@ -1035,7 +1035,7 @@ def test_preprocess_rejects_a_class_too_small_for_the_test_split(tmp_path: Path)
     src.mkdir()
     # class 1 has 3 samples: 15% of 3 rounds to 0, so it would be absent from test (no per-class metrics for it)
     (src / "a.csv").write_text("x,label\n" + "".join(f"{i},0\n" for i in range(40)) + "97,1\n98,1\n99,1\n")
-    with pytest.raises(DatasetError, match=r"class 1 has 3 samples: too few to put at least one in test"):
+    with pytest.raises(DatasetError, match=r"class '1' has 3 samples: too few to put at least one in test"):
         preprocess(src, tmp_path / "out", num_workers=1)
     assert not (tmp_path / "out").exists()
 
@@ -1051,3 +1051,14 @@ def test_archive_skips_a_stray_file_named_like_a_version(tmp_path: Path):
     result = archive(model, tmp_path / "archive", name="m", metrics={}, lineage={})
     assert result.version == 2
     assert (tmp_path / "archive" / "m" / "v1").read_text() == "not an archive version"
+
+
+def test_load_csv_whole_float_labels_become_integers(tmp_path: Path):
+    f = tmp_path / "floats.csv"
+    f.write_text("a,label\n1,0.000000000000000000e+00\n2,3.0\n3,2.5e0\n")
+    # 2.5 is not whole: the labels stay strings, as written
+    assert load_table(f).labels.tolist() == ["0.000000000000000000e+00", "3.0", "2.5e0"]
+    f.write_text("a,label\n1,0.000000000000000000e+00\n2,3.0\n")
+    t = load_table(f)
+    assert t.labels.tolist() == [0, 3]
+    assert t.labels.dtype == np.int64

@@ -202,3 +202,27 @@ def test_corrupt_checkpoint_raises_checkpoint_error_telling_to_delete_the_folder
     assert result.steps == 2 * math.ceil(n_train / kwargs["batch_size"])
     assert (model_dir / MODEL_WEIGHTS).is_file()
     assert not folder.exists()
+
+
+def test_a_second_training_of_the_same_job_is_refused_while_the_first_holds_the_checkpoint(
+    digits_shards: Path, tmp_path: Path
+) -> None:
+    import fcntl
+
+    from heteroflow.components.train import _fingerprint
+
+    kwargs = dict(epochs=1, batch_size=64, seed=0, checkpoint_every_steps=5, checkpoint_root=tmp_path / "ckpt")
+    params = {"epochs": 1, "batch_size": 64, "learning_rate": 1e-3, "hidden_units": 128, "seed": 0, "device_type": "cpu"}
+    folder_root = tmp_path / "ckpt"
+    first = _fingerprint(read_meta(digits_shards), params)
+    (folder_root / first).mkdir(parents=True)
+    # Hold the lock the way a running train does, from another open file description.
+    with open(folder_root / first / ".lock", "a+") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        holder.write("pid 12345")
+        holder.flush()
+        with pytest.raises(CheckpointError, match=r"is in use by pid 12345: the same training .* is running already"):
+            train(digits_shards, tmp_path / "m1", **kwargs)
+    assert not (tmp_path / "m1").exists()
+    result = train(digits_shards, tmp_path / "m1", **kwargs)  # lock released: runs
+    assert result.steps > 0
