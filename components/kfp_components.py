@@ -58,15 +58,18 @@ def preprocess(
     )
 
 
-def plan(candidates_json: str, placement: Output[Artifact]) -> int:
-    """Pick the first candidate whose device exists here; return its index (0 = preferred).
+def plan(candidates_json: str, device_inventory: str, placement: Output[Artifact]) -> int:
+    """Pick the first candidate whose device exists; return its index (0 = preferred).
+
+    device_inventory: JSON {"gpu": N, "npu": M} of the devices the job may get (set it on a cluster, where
+    this pod has no accelerator to probe); empty: probe with PyTorch where the step runs.
 
     The placement artifact (JSON) says which device and why earlier candidates were passed over. A single
     ``int`` output, because kfp.local resolves ``dsl.If`` conditions only on a task's single ``Output``.
     """
     from heteroflow.components.steps import plan_step
 
-    return plan_step(candidates_json=candidates_json, placement=placement)["index"]
+    return plan_step(candidates_json=candidates_json, device_inventory=device_inventory, placement=placement)["index"]
 
 
 def train(

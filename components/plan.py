@@ -1,6 +1,7 @@
 """Plan (placement): pick the first candidate whose device exists here, and record why others were passed over.
 
-Local inventory, as PyTorch sees it: ``cuda`` devices (``torch.cuda.device_count()``), Ascend ``npu`` devices
+Inventory: stated by the user (``device_inventory``, JSON; on a cluster the plan pod has no accelerator of
+its own to probe), else the local one, as PyTorch sees it: ``cuda`` devices (``torch.cuda.device_count()``), Ascend ``npu`` devices
 when ``torch_npu`` imports (``torch.npu.device_count()``), and the CPU (always). A candidate is usable when its
 device kind is present with at least ``count`` devices. Scoring by profile, load and locality (the "any"
 policy) is a later extension; today both policies take the listed order.
@@ -10,10 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from heteroflow.components.errors import NoCandidateAvailable
+from heteroflow.components.errors import InvalidParameter, InvalidResources, NoCandidateAvailable
 from heteroflow.components.resources import Candidates, DeviceKind, Resources
 
 __all__ = ["Inventory", "Placement", "local_inventory", "plan"]
@@ -30,6 +32,32 @@ class Inventory:
 
     devices: Mapping[DeviceKind, int]
     notes: Mapping[DeviceKind, str] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "device_inventory") -> Inventory:
+        """An inventory stated by the user, e.g. ``{"gpu": 4, "npu": 0}`` (devices the job may get; the CPU
+        is always present). Used on a cluster, where the plan pod itself has no accelerator to probe.
+
+        Raises:
+            InvalidParameter: not a JSON object of device kind -> count >= 0.
+        """
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InvalidParameter(f"{source}={text!r} is not JSON ({exc}); valid: e.g. {{\"gpu\": 4, \"npu\": 0}}") from None
+        if not isinstance(data, dict):
+            raise InvalidParameter(f"{source}={text!r} is not a JSON object; valid: e.g. {{\"gpu\": 4, \"npu\": 0}}")
+        devices: dict[DeviceKind, int] = {DeviceKind.CPU: 1}
+        for key, count in data.items():
+            try:
+                kind = DeviceKind.parse(key, field=f"{source} key")
+            except InvalidResources as exc:
+                raise InvalidParameter(str(exc)) from None
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise InvalidParameter(f"{source}[{key!r}]={count!r} is not a device count; valid: an integer >= 0")
+            devices[kind] = max(count, 1) if kind is DeviceKind.CPU else count
+        notes = {k: f"{source} lists {n} {k.value} device(s)" for k, n in devices.items() if n == 0}
+        return cls(devices=devices, notes=notes)
 
 
 def local_inventory() -> Inventory:

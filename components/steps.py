@@ -102,8 +102,12 @@ def preprocess_step(
     return facts
 
 
-def plan_step(*, candidates_json: str, placement: ArtifactLike) -> dict[str, Any]:
+def plan_step(*, candidates_json: str, placement: ArtifactLike, device_inventory: str = "") -> dict[str, Any]:
     """Choose a candidate for the device-bound steps; ``placement`` gets the decision as JSON.
+
+    Args:
+        device_inventory: JSON ``{"gpu": N, "npu": M}`` of the devices the job may get; empty: probe this
+            process's devices with PyTorch.
 
     Returns:
         The :class:`~heteroflow.components.plan.Placement` as a dict.
@@ -115,7 +119,10 @@ def plan_step(*, candidates_json: str, placement: ArtifactLike) -> dict[str, Any
 
     with step_attempt("plan") as rec:
         t0 = time.perf_counter()
-        chosen = plan(Candidates.from_json(candidates_json)).to_dict()
+        from heteroflow.components.plan import Inventory, local_inventory
+
+        inventory = Inventory.from_json(device_inventory) if device_inventory.strip() else local_inventory
+        chosen = plan(Candidates.from_json(candidates_json), inventory=inventory).to_dict()
         rec.compute_seconds = time.perf_counter() - t0
         rec.device = chosen["torch_device"]
         Path(placement.path).write_text(json.dumps(chosen, indent=2), encoding="utf-8")

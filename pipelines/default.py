@@ -113,6 +113,7 @@ def build_default_pipeline(
         num_workers: int = 0,
         checkpoint_every_steps: int = 50,
         checkpoint_root: str = "",
+        device_inventory: str = "",
     ):
         """Args:
         dataset_uri: folder (local path or fsspec URL) of .csv or .npz files.
@@ -129,6 +130,7 @@ def build_default_pipeline(
         num_workers: preprocess worker processes; 0: every CPU core the step is given.
         checkpoint_every_steps: optimizer steps between checkpoints.
         checkpoint_root: checkpoint folder (shared storage on a cluster); empty: <heteroflow home>/checkpoints.
+        device_inventory: JSON {"gpu": N, "npu": M} of the devices the job may get, for plan; empty: probe with PyTorch where plan runs (set it on a cluster).
         """
         prewarm = c.prewarm(source_uri=dataset_uri, cache_root=cache_root).set_display_name("prewarm")
         apply_step(prewarm, specs["prewarm"])
@@ -140,7 +142,7 @@ def build_default_pipeline(
             num_workers=num_workers,
         ).set_display_name("preprocess")
         apply_step(preprocess, specs["preprocess"])
-        plan = c.plan(candidates_json=candidates_json).set_display_name("plan")
+        plan = c.plan(candidates_json=candidates_json, device_inventory=device_inventory).set_display_name("plan")
         apply_step(plan, specs["plan"])
         for i, branch in enumerate(branches):
             kind = DeviceKind(train_candidates[i].kind).value

@@ -226,6 +226,10 @@ def check_params(args: Mapping[str, Any]) -> None:
     )
     check_split_params(validation_fraction=args["validation_fraction"], test_fraction=args["test_fraction"])
     check_model_name(args["model_name"])
+    if args["device_inventory"].strip():
+        from heteroflow.components.plan import Inventory
+
+        Inventory.from_json(args["device_inventory"])
     if args["num_workers"] < 0:
         raise InvalidParameter(f"num_workers={args['num_workers']} is out of range; valid: 0 (all given cores) or more")
 

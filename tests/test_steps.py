@@ -1062,3 +1062,49 @@ def test_load_csv_whole_float_labels_become_integers(tmp_path: Path):
     t = load_table(f)
     assert t.labels.tolist() == [0, 3]
     assert t.labels.dtype == np.int64
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ('{"gpu": 2}', {DeviceKind.CPU: 1, DeviceKind.GPU: 2}),
+        ('{"npu": 8, "gpu": 0}', {DeviceKind.CPU: 1, DeviceKind.NPU: 8, DeviceKind.GPU: 0}),
+        ("{}", {DeviceKind.CPU: 1}),
+    ],
+    ids=["gpu", "npu-and-no-gpu", "cpu-only"],
+)
+def test_inventory_from_json(text: str, expected: dict) -> None:
+    assert dict(Inventory.from_json(text).devices) == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("nope", "is not JSON"),
+        ("[1, 2]", "is not a JSON object"),
+        ('{"tpu": 1}', "key='tpu' is not a device kind"),
+        ('{"gpu": -1}', r"\['gpu'\]=-1 is not a device count"),
+        ('{"gpu": 1.5}', r"\['gpu'\]=1.5 is not a device count"),
+    ],
+    ids=["not-json", "not-object", "unknown-kind", "negative", "fraction"],
+)
+def test_inventory_from_json_rejects(text: str, match: str) -> None:
+    with pytest.raises(InvalidParameter, match=match):
+        Inventory.from_json(text)
+
+
+def test_plan_step_uses_a_stated_inventory(tmp_path: Path) -> None:
+    """On a cluster the plan pod has no accelerator: a stated inventory places training on the GPU candidate."""
+
+    class Art:
+        def __init__(self, path: Path) -> None:
+            self.path, self.metadata = str(path), {}
+
+    chosen = plan_step(
+        candidates_json=Candidates(["npu", "gpu", "cpu"]).to_json(),
+        device_inventory='{"gpu": 1}',
+        placement=Art(tmp_path / "placement"),
+    )
+    assert (chosen["index"], chosen["torch_device"]) == (1, "cuda")
+    assert chosen["passed_over"][0].endswith("needs 1 npu device(s); 0 npu device(s) here")
+    assert json.loads((tmp_path / "placement").read_text())["index"] == 1
