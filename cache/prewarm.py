@@ -14,13 +14,13 @@ import hashlib
 import json
 import os
 import posixpath
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 import fsspec
 
+from heteroflow.cache.atomic import atomic_file, atomic_write_bytes
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError
 
 __all__ = ["MANIFEST_NAME", "Manifest", "ManifestEntry", "PrewarmResult", "prewarm", "sha256_file"]
@@ -128,21 +128,6 @@ def dataset_digest(files: tuple[ManifestEntry, ...] | list[ManifestEntry]) -> st
     return digest.hexdigest()
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the complete new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class PrewarmResult:
     """What a prewarm did.
@@ -240,24 +225,15 @@ def prewarm(source_uri: str, cache_dir: str | os.PathLike[str], *, verify: bool 
             entries.append(old)
             skipped += 1
             continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
         digest = hashlib.sha256()
         written = 0
-        try:
-            with os.fdopen(fd, "wb") as out, fs.open(info["name"], "rb") as src:
-                for chunk in iter(lambda: src.read(_CHUNK_BYTES), b""):
-                    digest.update(chunk)
-                    out.write(chunk)
-                    written += len(chunk)
-                out.flush()
-                os.fsync(out.fileno())
+        with atomic_file(target, suffix=".part") as out, fs.open(info["name"], "rb") as src:
+            for chunk in iter(lambda: src.read(_CHUNK_BYTES), b""):
+                digest.update(chunk)
+                out.write(chunk)
+                written += len(chunk)
             if info.get("size") is not None and written != size:
                 raise CacheIntegrityError(f"copied {written} bytes of {rel!r} but the source has {size}; rerun prewarm")
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
         entries.append(ManifestEntry(path=rel, bytes=written, sha256=digest.hexdigest(), source_key=key))
         copied += 1
         bytes_copied += written

@@ -17,13 +17,12 @@ import csv
 import dataclasses
 import json
 import os
-import shutil
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
+from heteroflow.cache.atomic import atomic_directory
 from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.locations import home_dir
 
@@ -186,9 +185,8 @@ def export_digits(dest: str | os.PathLike[str] | None = None) -> Path:
         return target
     bunch = load_digits()
     x, y = bunch.data.astype(np.int64), bunch.target.astype(np.int64)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
+    # a folder left by an interrupted export (no export.json) is replaced as a whole
+    with atomic_directory(target) as tmp:
         header = [f"pixel_{i}" for i in range(x.shape[1])] + ["label"]
         for part, idx in enumerate(np.array_split(np.arange(len(x)), _DIGITS_PARTS)):
             with open(tmp / f"digits-part-{part}.csv", "w", newline="", encoding="utf-8") as fh:
@@ -200,10 +198,4 @@ def export_digits(dest: str | os.PathLike[str] | None = None) -> Path:
         (tmp / "export.json").write_text(
             json.dumps({"samples": int(len(x)), "features": int(x.shape[1]), "classes": 10}), encoding="utf-8"
         )
-        if target.exists():  # an incomplete folder from an interrupted export (no marker): replace it
-            shutil.rmtree(target)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return target

@@ -11,8 +11,6 @@ import dataclasses
 import json
 import math
 import os
-import shutil
-import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -20,6 +18,7 @@ from typing import Any
 
 import numpy as np
 
+from heteroflow.cache.atomic import atomic_directory
 from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.prewarm import MANIFEST_NAME, Manifest
 from heteroflow.components.datasets import Table, data_files, load_table
@@ -207,9 +206,7 @@ def preprocess(
     std[std == 0] = 1.0
 
     out = Path(output_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         shards: dict[str, list[str]] = {}
         for name, idx in split.items():
             shards[name] = []
@@ -232,12 +229,6 @@ def preprocess(
             "test_fraction": test_fraction,
         }
         (tmp / META_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return PreprocessResult(
         output_dir=out,
         counts=meta["counts"],

@@ -19,7 +19,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from heteroflow.cache.locations import home_dir
-from heteroflow.cache.prewarm import atomic_write_bytes
+from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes
 from heteroflow.components.errors import CheckpointError, DeviceUnavailable, InvalidParameter
 from heteroflow.components.preprocess import load_split, read_meta
 
@@ -126,16 +125,8 @@ def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
 def _atomic_torch_save(obj: Any, path: Path) -> None:
     import torch
 
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(obj, fh)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    with atomic_file(path) as fh:
+        torch.save(obj, fh)
 
 
 def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
@@ -336,9 +327,7 @@ def _train_locked(
         val_acc = _accuracy(model, torch.from_numpy(x_val_np).to(dev), torch.from_numpy(y_val_np).to(dev))
 
     out = Path(model_dir)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
-    try:
+    with atomic_directory(out) as tmp:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp / MODEL_WEIGHTS)
         config = {
             "architecture": "mlp",
@@ -351,12 +340,6 @@ def _train_locked(
             "steps": step,
         }
         (tmp / MODEL_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
-        if out.exists():
-            shutil.rmtree(out) if out.is_dir() else out.unlink()
-        os.rename(tmp, out)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     shutil.rmtree(ckpt_dir, ignore_errors=True)
     return TrainResult(
         model_dir=out,
