@@ -29,7 +29,7 @@ import numpy as np
 from heteroflow.cache.locations import home_dir
 from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes
 from heteroflow.components.errors import CheckpointError, DeviceUnavailable, InvalidParameter
-from heteroflow.components.preprocess import load_split, read_meta
+from heteroflow.components.preprocess import available_cpus, load_split, read_meta
 
 if TYPE_CHECKING:
     import torch
@@ -184,6 +184,9 @@ def train(
         checkpoint_root: where checkpoint folders live; default ``<heteroflow home>/checkpoints``. The
             folder used is ``<root>/<fingerprint of data, parameters and device type>``.
 
+    Sets torch's intra-op thread count (process-wide) to the CPU cores this process may use
+    (:func:`~heteroflow.components.preprocess.available_cpus`: affinity and cgroup quota).
+
     Returns:
         A :class:`TrainResult`.
 
@@ -203,6 +206,10 @@ def train(
         checkpoint_every_steps=checkpoint_every_steps,
     )
     dev = resolve_device(device)
+    import torch
+
+    # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given.
+    torch.set_num_threads(available_cpus())
     meta = read_meta(dataset_dir)
     x_np, y_np = load_split(dataset_dir, "train")
     n = len(x_np)
