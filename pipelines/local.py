@@ -16,6 +16,7 @@ import inspect
 import json
 import os
 import secrets
+import shutil
 import threading
 import time
 import warnings
@@ -324,8 +325,13 @@ def run_local(
             on_progress(collect(folder))  # type: ignore[misc]
 
     watcher = threading.Thread(target=watch, daemon=True) if on_progress else None
-    old_env = os.environ.get(RUN_DIR_ENV)
+    # Each lightweight component writes its source into `mktemp -d` and leaves it there; point TMPDIR of the
+    # step subprocesses into the run folder and remove that folder when the run ends.
+    scratch = folder / "tmp"
+    scratch.mkdir(exist_ok=True)
+    old_env = {name: os.environ.get(name) for name in (RUN_DIR_ENV, "TMPDIR")}
     os.environ[RUN_DIR_ENV] = str(folder)
+    os.environ["TMPDIR"] = str(scratch)
     try:
         if watcher:
             watcher.start()
@@ -354,10 +360,12 @@ def run_local(
         stop.set()
         if watcher:
             watcher.join()
-        if old_env is None:
-            os.environ.pop(RUN_DIR_ENV, None)
-        else:
-            os.environ[RUN_DIR_ENV] = old_env
+        for name, value in old_env.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        shutil.rmtree(scratch, ignore_errors=True)
 
     steps = collect(folder)
     by_name = {s.name: s for s in steps}

@@ -194,6 +194,9 @@ def test_default_pipeline_runs_every_step_once_and_records_the_run(first_run: Fi
     for name in STEP_ORDER:
         assert Path(record.run_dir, "steps", name, "attempt-1.json").is_file()
         assert not Path(record.run_dir, "steps", name, "attempt-2.json").exists()
+    # the steps' scratch folder (their TMPDIR, where kfp writes each component's source) is gone
+    assert not Path(record.run_dir, "tmp").exists()
+    assert os.environ.get("TMPDIR") != str(Path(record.run_dir, "tmp"))  # restored after the run
 
     assert record.metrics["accuracy"] > 0.8
     assert record.metrics["train_steps"] == record.step("train").details["steps"] > 0
