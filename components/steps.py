@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -112,7 +113,6 @@ def plan_step(*, candidates_json: str, placement: ArtifactLike, device_inventory
     Returns:
         The :class:`~heteroflow.components.plan.Placement` as a dict.
     """
-    import time
 
     from heteroflow.components.plan import plan
     from heteroflow.components.resources import Candidates
@@ -229,7 +229,6 @@ def archive_step(
     Lineage: the data set manifest hash and source, the preprocess and train parameters (read from the
     artifacts themselves), the device that trained, and the code version.
     """
-    import time
 
     from heteroflow.components.archive import archive
     from heteroflow.components.preprocess import read_meta
