@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import shutil
+import tempfile
 import threading
 import time
 import warnings
@@ -327,6 +328,9 @@ def run_local(
     watcher = threading.Thread(target=watch, daemon=True) if on_progress else None
     # Each lightweight component writes its source into `mktemp -d` and leaves it there; point TMPDIR of the
     # step subprocesses into the run folder and remove that folder when the run ends.
+    # This process keeps its own temporary folder: tempfile caches the first one it resolves, and it must not
+    # cache the scratch folder, which is removed at the end of the run.
+    tempfile.gettempdir()
     scratch = folder / "tmp"
     scratch.mkdir(exist_ok=True)
     old_env = {name: os.environ.get(name) for name in (RUN_DIR_ENV, "TMPDIR")}

@@ -25,6 +25,8 @@ import hashlib
 import importlib.util
 import json
 import os
+import subprocess
+import sys
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -394,3 +396,23 @@ def test_custom_candidates_compile_with_their_resources(tmp_path: Path) -> None:
     plan = ir["root"]["dag"]["tasks"]["plan"]
     constant = plan["inputs"]["parameters"]["candidates_json"]["runtimeValue"]["constant"]
     assert Candidates.from_json(constant).to_json() == candidates.to_json()
+
+
+@pytest.mark.slow
+@no_cuda
+def test_two_runs_in_one_fresh_process(digits_dir: Path, tmp_path: Path) -> None:
+    """run_local points the steps' TMPDIR into the run folder and removes it; the calling process must keep its
+    own temporary folder, so a second run in the same (fresh, tempfile-unprimed) interpreter works."""
+    code = (
+        "import sys\n"
+        "from heteroflow.pipelines.local import run_local\n"
+        "for i in range(2):\n"
+        "    r = run_local({'epochs': 1, 'dataset_uri': sys.argv[1]}, run_dir=f'{sys.argv[2]}/run{i}')\n"
+        "    print(r.status)\n"
+    )
+    env = {**os.environ, "HETEROFLOW_HOME": str(tmp_path / "home")}
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(digits_dir), str(tmp_path)], env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.split() == ["succeeded", "succeeded"]
