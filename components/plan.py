@@ -1,10 +1,10 @@
 """Plan (placement): pick the first candidate whose device exists here, and record why others were passed over.
 
-Inventory: stated by the user (``device_inventory``, JSON; on a cluster the plan pod has no accelerator of
-its own to probe), else the local one, as PyTorch sees it: ``cuda`` devices (``torch.cuda.device_count()``), Ascend ``npu`` devices
-when ``torch_npu`` imports (``torch.npu.device_count()``), and the CPU (always). A candidate is usable when its
-device kind is present with at least ``count`` devices. Scoring by profile, load and locality (the "any"
-policy) is a later extension; today both policies take the listed order.
+Inventory: stated by the user (``device_inventory``, JSON; on a cluster the plan pod has no accelerator of its
+own to probe), else the local one, as PyTorch sees it: ``cuda`` devices (``torch.cuda.device_count()``), Ascend
+``npu`` devices when ``torch_npu`` imports (``torch.npu.device_count()``), and the CPU (always). A candidate is
+usable when its device kind is present with at least ``count`` devices. Scoring by profile, load and locality
+(the "any" policy) is a later extension; today both policies take the listed order.
 """
 
 from __future__ import annotations
