@@ -15,8 +15,11 @@ __all__ = ["atomic_directory", "atomic_file", "atomic_write_bytes"]
 
 
 @contextlib.contextmanager
-def atomic_file(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterator[BinaryIO]:
-    """Yield a binary file that replaces ``path`` when the ``with`` block ends without error (after fsync).
+def atomic_file(path: str | os.PathLike[str], *, suffix: str = ".tmp", durable: bool = True) -> Iterator[BinaryIO]:
+    """Yield a binary file that replaces ``path`` when the ``with`` block ends without error.
+
+    Args:
+        durable: fsync the file before the rename (survives a power cut); False: only atomic visibility.
 
     On an error (or an exception raised by the block itself) the temporary file is removed and ``path`` is
     left as it was.
@@ -28,16 +31,18 @@ def atomic_file(path: str | os.PathLike[str], *, suffix: str = ".tmp") -> Iterat
         with os.fdopen(fd, "wb") as fh:
             yield fh
             fh.flush()
-            os.fsync(fh.fileno())
+            if durable:
+                os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see either the old file or the complete new one."""
-    with atomic_file(path) as fh:
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
+    """Write ``data`` to ``path`` so that readers see either the old file or the complete new one
+    (``durable``: fsync before the rename)."""
+    with atomic_file(path, durable=durable) as fh:
         fh.write(data)
 
 

@@ -23,7 +23,7 @@ import fsspec
 from heteroflow.cache.atomic import atomic_file, atomic_write_bytes
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError
 
-__all__ = ["MANIFEST_NAME", "Manifest", "ManifestEntry", "PrewarmResult", "prewarm", "sha256_file"]
+__all__ = ["MANIFEST_NAME", "Manifest", "ManifestEntry", "PrewarmResult", "prewarm", "prewarm_dataset", "sha256_file"]
 
 MANIFEST_NAME = "manifest.json"
 _CHUNK_BYTES = 1 << 20
@@ -253,3 +253,30 @@ def prewarm(source_uri: str, cache_dir: str | os.PathLike[str], *, verify: bool 
         bytes_copied=bytes_copied,
         seconds=time.perf_counter() - started,
     )
+
+
+def prewarm_dataset(source_uri: str, dataset_dir: str, *, cache_root: str = "") -> PrewarmResult:
+    """Copy the data set at ``source_uri`` into the cache tier; ``dataset_dir`` gets its manifest.
+
+    Args:
+        source_uri: folder (local path or fsspec URL) of data files (.csv, .npz).
+        dataset_dir: output folder that receives a copy of the data set's ``manifest.json``.
+        cache_root: cache tier folder; empty: the local cache (<heteroflow home>/cache).
+
+    Returns:
+        A :class:`PrewarmResult`.
+
+    Raises:
+        DatasetError: the source does not exist or holds no file.
+        CacheIntegrityError: a copied file's size differs from the source's.
+    """
+    import shutil
+
+    from heteroflow.cache.locations import local_cache_dir
+
+    root = Path(cache_root).expanduser() if cache_root else local_cache_dir()
+    result = prewarm(source_uri, root / cache_key(source_uri))
+    out = Path(dataset_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(result.manifest_path, out / MANIFEST_NAME)
+    return result

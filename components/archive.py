@@ -24,8 +24,22 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.components.errors import ArchiveError, InvalidParameter
+from heteroflow.components.resources import Resources, RetryPolicy
+from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
-__all__ = ["ArchiveResult", "archive", "check_model_name", "code_version", "list_versions"]
+__all__ = [
+    "ArchiveResult",
+    "RUN_ID_ENV",
+    "archive",
+    "archive_step",
+    "check_model_name",
+    "code_version",
+    "default_model_name",
+    "list_versions",
+]
+
+RUN_ID_ENV = "HETEROFLOW_RUN_ID"
+"""The run id recorded in the lineage (``heteroflow run`` sets it; on KFP, the pipeline job's name)."""
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 _VERSION = re.compile(r"^v(\d+)$")
@@ -84,6 +98,14 @@ def _make_read_only(root: Path) -> None:
             p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
 
 
+def default_model_name(source_uri: str) -> str:
+    """The model name when none is given: ``<data set folder name>-mlp``, made a valid model name
+    (``digits-mlp`` for the built-in sample). The one rule for the CLI, the Python API and compiled pipelines."""
+    base = Path(source_uri.rstrip("/").split("://")[-1].split("?")[0]).stem.lower()
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")[:58]
+    return f"{safe or 'model'}-mlp"
+
+
 def check_model_name(name: str) -> None:
     """Check an archive model name (the check :func:`archive` makes; callers use it to fail before a run).
 
@@ -91,6 +113,8 @@ def check_model_name(name: str) -> None:
         InvalidParameter: not 1-63 characters of lowercase letters, digits, ``.``, ``_``, ``-``, starting
             with a letter or digit.
     """
+    if name == "":  # the default: derived from the data set folder by default_model_name
+        return
     if not isinstance(name, str) or not _NAME.match(name):
         raise InvalidParameter(
             f"model_name={name!r} is not a valid model name; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters"
@@ -122,6 +146,8 @@ def archive(
         InvalidParameter: a bad ``name``.
         ArchiveError: ``model_dir`` is missing, or no free version could be claimed.
     """
+    if not name:
+        raise InvalidParameter("name is empty; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters")
     check_model_name(name)
     src = Path(model_dir)
     if not src.is_dir():
@@ -154,3 +180,106 @@ def archive(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+
+
+def archive_step(
+    dataset_dir: str,
+    shards_dir: str,
+    model_dir: str,
+    eval_metrics_path: str,
+    archived_path: str,
+    *,
+    archive_root: str = "",
+    model_name: str = "",
+) -> ArchiveResult:
+    """Archive the trained model with its test metrics and lineage under an immutable, versioned path.
+
+    Lineage: the data set (source, sha256, files, bytes) from the prewarm manifest, the preprocess and train
+    parameters (read from the artifacts themselves), the device that trained, the run id and the code version.
+
+    Args:
+        dataset_dir: prewarm output (holds the data set's manifest).
+        shards_dir: preprocess output (``meta.json``).
+        model_dir: train output.
+        eval_metrics_path: evaluate's metrics (JSON).
+        archived_path: file to write ``{"path", "version", "name"}`` to.
+        archive_root: archive folder; empty: <heteroflow home>/archive.
+        model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp.
+
+    Returns:
+        An :class:`ArchiveResult`.
+
+    Raises:
+        InvalidParameter: a bad ``model_name``.
+        ArchiveError: the model folder is missing, or no free version could be claimed.
+        DatasetError: ``dataset_dir`` or ``shards_dir`` is not prewarm / preprocess output.
+    """
+    from heteroflow.cache.locations import home_dir
+    from heteroflow.cache.prewarm import MANIFEST_NAME, Manifest
+
+    manifest = Manifest.load(Path(dataset_dir) / MANIFEST_NAME)
+    try:
+        meta = json.loads(Path(shards_dir, "meta.json").read_text(encoding="utf-8"))
+        config = json.loads(Path(model_dir, "model.json").read_text(encoding="utf-8"))
+        report = json.loads(Path(eval_metrics_path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ArchiveError(
+            f"{exc.filename} does not exist; archive needs preprocess's shards, train's model and evaluate's metrics"
+        ) from None
+    name = model_name or default_model_name(manifest.source_uri)
+    lineage = {
+        "run_id": os.environ.get(RUN_ID_ENV) or None,
+        "dataset": {
+            "source_uri": manifest.source_uri,
+            "dataset_sha256": manifest.dataset_sha256,
+            "files": len(manifest.files),
+            "total_bytes": manifest.total_bytes,
+        },
+        "preprocess": {k: meta[k] for k in ("seed", "validation_fraction", "test_fraction", "counts") if k in meta},
+        "train": config["params"],
+        "device": report.get("device") or config["params"].get("device_type"),
+    }
+    root = Path(archive_root).expanduser() if archive_root else home_dir() / "archive"
+    result = archive(model_dir, root, name=name, metrics=report, lineage=lineage)
+    Path(archived_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(archived_path).write_text(
+        json.dumps({"path": str(result.path), "version": result.version, "name": name}), encoding="utf-8"
+    )
+    return result
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+def _archive_facts(result: Any) -> dict[str, Any]:
+    return {"path": str(result.path), "version": result.version, "name": result.name}
+
+
+ARCHIVE: Step = step(
+    archive_step,
+    name="archive",
+    inputs=[
+        ArtifactSpec(name="dataset", type=ArtifactType.DATASET, param="dataset_dir"),
+        ArtifactSpec(name="shards", type=ArtifactType.DATASET, param="shards_dir"),
+        ArtifactSpec(name="model", type=ArtifactType.MODEL, param="model_dir"),
+        ArtifactSpec(name="eval_metrics", type=ArtifactType.METRICS, param="eval_metrics_path"),
+    ],
+    outputs=[
+        ArtifactSpec(
+            name="archived",
+            type=ArtifactType.MODEL,
+            param="archived_path",
+            help="where the model was archived",
+            metadata=lambda f: dict(f),
+        )
+    ],
+    candidates=[Resources(kind="cpu", cpu="1", memory="2Gi")],
+    retry=RetryPolicy(retries=2, backoff_seconds=5, max_delay_seconds=60, window_seconds=_HOUR),
+    cacheable=False,  # each run archives a new version
+    check=lambda model_name="": check_model_name(model_name),
+    facts=_archive_facts,
+    summary=lambda f: [f"archived: {f['path']} (version {f['version']})"],
+    ref="heteroflow.components.archive:ARCHIVE",
+)

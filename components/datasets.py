@@ -177,12 +177,12 @@ def export_digits(dest: str | os.PathLike[str] | None = None) -> Path:
     Returns:
         The folder.
     """
-    from sklearn.datasets import load_digits
-
     target = Path(dest) if dest is not None else digits_source_dir()
     marker = target / "export.json"
     if marker.is_file():
         return target
+    from sklearn.datasets import load_digits  # imported only to export (it takes about a second)
+
     bunch = load_digits()
     x, y = bunch.data.astype(np.int64), bunch.target.astype(np.int64)
     # a folder left by an interrupted export (no export.json) is replaced as a whole

@@ -11,6 +11,8 @@ import numpy as np
 
 from heteroflow.components.preprocess import load_split
 from heteroflow.components.train import load_model
+from heteroflow.components.resources import Resources, RetryPolicy
+from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
 __all__ = ["EvalResult", "classification_report", "evaluate"]
 
@@ -91,3 +93,56 @@ def evaluate(dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[s
         device=str(dev),
         seconds=time.perf_counter() - started,
     )
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+def _eval_metrics(facts: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"accuracy": facts["accuracy"]}
+    for c in facts["classes"]:
+        out[f"precision_{c}"] = facts["precision"][c]
+        out[f"recall_{c}"] = facts["recall"][c]
+    return out
+
+
+def _confusion_matrix(facts: dict[str, Any]) -> dict[str, Any]:
+    """KFP's ClassificationMetrics metadata (what ``log_confusion_matrix`` writes)."""
+    classes = list(facts["classes"])
+    return {
+        "confusionMatrix": {
+            "annotationSpecs": [{"displayName": c} for c in classes],
+            "rows": [{"row": list(row)} for row in facts["confusion_matrix"]],
+        }
+    }
+
+
+def _eval_summary(f: dict[str, Any]) -> list[str]:
+    per_class = ", ".join(f"{c}: {f['precision'][c]:.3f}/{f['recall'][c]:.3f}" for c in f["classes"])
+    return [
+        f"test accuracy: {f['accuracy']:.4f} on {f['samples']} samples",
+        f"per class (precision/recall): {per_class}",
+    ]
+
+
+EVALUATE: Step = step(
+    evaluate,
+    name="evaluate",
+    inputs=[
+        ArtifactSpec(name="shards", type=ArtifactType.DATASET, param="dataset_dir"),
+        ArtifactSpec(name="model", type=ArtifactType.MODEL, param="model_dir"),
+    ],
+    outputs=[
+        ArtifactSpec(name="metrics", type=ArtifactType.METRICS, help="accuracy, per-class precision and recall", metadata=_eval_metrics),
+        ArtifactSpec(name="classification", type=ArtifactType.CLASSIFICATION_METRICS, help="confusion matrix", metadata=_confusion_matrix),
+    ],
+    # Evaluation of the test split is small: on the CPU by default, as practitioners do.
+    candidates=[Resources(kind="cpu", cpu="2", memory="4Gi")],
+    retry=RetryPolicy(retries=1, backoff_seconds=5, max_delay_seconds=60, window_seconds=2 * _HOUR),
+    device_bound=True,
+    device_param="device",
+    summary=_eval_summary,
+    ref="heteroflow.components.evaluate:EVALUATE",
+)

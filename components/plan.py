@@ -12,13 +12,20 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import json
+import os
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 from heteroflow.components.errors import InvalidParameter, InvalidResources, NoCandidateAvailable
-from heteroflow.components.resources import Candidates, DeviceKind, Resources
+from heteroflow.components.resources import Candidates, DeviceKind, Resources, RetryPolicy
+from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
-__all__ = ["Inventory", "Placement", "local_inventory", "plan"]
+__all__ = ["Inventory", "PlanResult", "check_plan_params", "Placement", "current_inventory", "local_inventory", "plan", "plan_step"]
+
+SIMULATED_DEVICE_COUNT = 8
+"""Devices of a simulated kind (``HETEROFLOW_SIMULATE_DEVICES``) in the inventory: one typical node's worth."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -28,10 +35,12 @@ class Inventory:
     Attributes:
         devices: device count per kind (``cpu`` is 1 when present).
         notes: per kind, why it is absent (e.g. ``torch_npu is not installed``).
+        simulated: kinds present only by simulation (``HETEROFLOW_SIMULATE_DEVICES``).
     """
 
     devices: Mapping[DeviceKind, int]
     notes: Mapping[DeviceKind, str] = dataclasses.field(default_factory=dict)
+    simulated: tuple[DeviceKind, ...] = ()
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "device_inventory") -> Inventory:
@@ -60,31 +69,55 @@ class Inventory:
         return cls(devices=devices, notes=notes)
 
 
-def local_inventory() -> Inventory:
-    """Probe the devices PyTorch can use in this process (imports torch)."""
-    import torch
+_GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
+"""Device files a CUDA (NVIDIA driver) or ROCm (AMD KFD driver) device needs inside a container or host."""
+_NPU_DEVICE_FILES = ("/dev/davinci_manager",)
+"""The Ascend driver's management device (``/dev/davinci<N>`` per chip), which torch_npu needs."""
 
+
+def local_inventory() -> Inventory:
+    """Probe the devices PyTorch can use in this process.
+
+    PyTorch is imported only when a device file of an accelerator driver exists (``/dev/nvidiactl`` for
+    NVIDIA, ``/dev/kfd`` for AMD ROCm, ``/dev/davinci_manager`` for Ascend): without one no CUDA or NPU device
+    can be opened, and the probe answers at once without the ~1.5 s import.
+    """
     devices: dict[DeviceKind, int] = {DeviceKind.CPU: 1}
     notes: dict[DeviceKind, str] = {}
-    if torch.cuda.is_available():
-        devices[DeviceKind.GPU] = torch.cuda.device_count()
-    else:
+    has_gpu_driver = any(os.path.exists(p) for p in _GPU_DEVICE_FILES)
+    has_npu_driver = any(os.path.exists(p) for p in _NPU_DEVICE_FILES)
+    if not has_gpu_driver:
         devices[DeviceKind.GPU] = 0
-        notes[DeviceKind.GPU] = (
-            "torch.cuda.is_available() is False"
-            + ("" if torch.version.cuda else f" (torch {torch.__version__} is a CPU-only build)")
-        )
-    try:
-        importlib.import_module("torch_npu")
-    except ImportError:
+        notes[DeviceKind.GPU] = f"no GPU driver device file here ({', '.join(_GPU_DEVICE_FILES)})"
+    if not has_npu_driver:
         devices[DeviceKind.NPU] = 0
-        notes[DeviceKind.NPU] = "torch_npu is not installed (Ascend NPUs need it)"
-    else:
-        npu = getattr(torch, "npu", None)
-        available = bool(npu and npu.is_available())
-        devices[DeviceKind.NPU] = npu.device_count() if available else 0
-        if not available:
-            notes[DeviceKind.NPU] = "torch_npu imports but torch.npu.is_available() is False"
+        notes[DeviceKind.NPU] = f"no Ascend driver device file here ({', '.join(_NPU_DEVICE_FILES)})"
+    if not (has_gpu_driver or has_npu_driver):
+        return Inventory(devices=devices, notes=notes)
+
+    import torch
+
+    if has_gpu_driver:
+        if torch.cuda.is_available():
+            devices[DeviceKind.GPU] = torch.cuda.device_count()
+        else:
+            devices[DeviceKind.GPU] = 0
+            notes[DeviceKind.GPU] = (
+                "torch.cuda.is_available() is False"
+                + ("" if (torch.version.cuda or torch.version.hip) else f" (torch {torch.__version__} is a CPU-only build)")
+            )
+    if has_npu_driver:
+        try:
+            importlib.import_module("torch_npu")
+        except ImportError:
+            devices[DeviceKind.NPU] = 0
+            notes[DeviceKind.NPU] = "torch_npu is not installed (Ascend NPUs need it)"
+        else:
+            npu = getattr(torch, "npu", None)
+            available = bool(npu and npu.is_available())
+            devices[DeviceKind.NPU] = npu.device_count() if available else 0
+            if not available:
+                notes[DeviceKind.NPU] = "torch_npu imports but torch.npu.is_available() is False"
     return Inventory(devices=devices, notes=notes)
 
 
@@ -146,3 +179,112 @@ def plan(candidates: Candidates, *, inventory: Inventory | Callable[[], Inventor
         why = inv.notes.get(kind) or f"{have} {kind.value} device(s) here"
         reasons.append(f"candidate {i} ({res.describe()}): needs {need} {kind.value} device(s); {why}")
     raise NoCandidateAvailable("no candidate can run here:\n  " + "\n  ".join(reasons))
+
+
+def check_plan_params(*, device_inventory: str = "") -> None:
+    """Check plan's parameters before a run (the checks :func:`plan_step` makes).
+
+    Raises:
+        InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count.
+    """
+    if device_inventory.strip():
+        Inventory.from_json(device_inventory)
+
+
+def current_inventory(device_inventory: str = "") -> Inventory:
+    """The inventory plan uses: ``device_inventory`` (JSON) when given, else the local one (probes PyTorch),
+    plus the device kinds simulated by ``HETEROFLOW_SIMULATE_DEVICES`` (:data:`SIMULATED_DEVICE_COUNT` each).
+
+    Raises:
+        InvalidParameter: ``device_inventory`` or the simulation setting does not parse.
+    """
+    from heteroflow.components.failures import simulated_devices
+
+    inv = Inventory.from_json(device_inventory) if device_inventory.strip() else local_inventory()
+    simulated = simulated_devices()
+    if not simulated:
+        return inv
+    devices = dict(inv.devices)
+    notes = dict(inv.notes)
+    for kind_name in simulated:
+        kind = DeviceKind(kind_name)
+        devices[kind] = max(devices.get(kind, 0), SIMULATED_DEVICE_COUNT)
+        notes.pop(kind, None)
+    return Inventory(devices=devices, notes=notes, simulated=tuple(DeviceKind(k) for k in simulated))
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlanResult:
+    """What the plan step decided.
+
+    Attributes:
+        indices: per placed call, the index of the chosen candidate (0 = preferred).
+        placements: per placed call, the :class:`Placement` as a dict (chosen resources, passed-over reasons).
+        inventory: the device counts it placed against, by kind.
+        seconds: wall time, seconds.
+    """
+
+    indices: dict[str, int]
+    placements: dict[str, dict[str, Any]]
+    inventory: dict[str, int]
+    seconds: float
+
+
+def plan_step(placement_path: str, *, placements: str, device_inventory: str = "") -> PlanResult:
+    """Choose a candidate for each device-bound step: the first whose device is here.
+
+    Args:
+        placement_path: file to write the decision to (JSON: per call, the chosen candidate and why each
+            earlier one was passed over).
+        placements: ``{call: candidates JSON}`` of the calls to place (the engine passes it).
+        device_inventory: JSON {"gpu": N, "npu": M} of the devices the job may get, for plan; empty: probe with PyTorch where plan runs (set it on a cluster, where the plan pod has no accelerator).
+
+    Returns:
+        A :class:`PlanResult`.
+
+    Raises:
+        InvalidParameter: ``placements`` or ``device_inventory`` is malformed.
+        NoCandidateAvailable: a call has no candidate that can run; the message says why each was passed over.
+    """
+    started = time.perf_counter()
+    try:
+        wanted = json.loads(placements or "{}")
+        if not isinstance(wanted, dict):
+            raise TypeError("not an object")
+    except (ValueError, TypeError) as exc:
+        raise InvalidParameter(f"placements={placements!r} is not a JSON object of call -> candidates ({exc})") from None
+    inventory = current_inventory(device_inventory)
+    chosen: dict[str, Placement] = {}
+    for call, candidates_json in wanted.items():
+        try:
+            chosen[call] = plan(Candidates.from_json(candidates_json), inventory=inventory)
+        except NoCandidateAvailable as exc:
+            raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
+    decision = {call: p.to_dict() for call, p in chosen.items()}
+    Path(placement_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(placement_path).write_text(json.dumps(decision, indent=2, sort_keys=True), encoding="utf-8")
+    return PlanResult(
+        indices={call: p.index for call, p in chosen.items()},
+        placements=decision,
+        inventory={k.value: n for k, n in inventory.devices.items()},
+        seconds=time.perf_counter() - started,
+    )
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+PLAN: Step = step(
+    plan_step,
+    name="plan",
+    outputs=[ArtifactSpec(name="placement", type=ArtifactType.ARTIFACT, param="placement_path", help="the placement (JSON)")],
+    candidates=[Resources(kind="cpu", cpu="500m", memory="512Mi")],
+    retry=RetryPolicy(retries=1, backoff_seconds=2, max_delay_seconds=30, window_seconds=_HOUR),
+    cacheable=False,  # its result depends on the live inventory
+    planner=True,
+    placements_param="placements",
+    check=check_plan_params,
+    ref="heteroflow.components.plan:PLAN",
+)

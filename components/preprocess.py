@@ -23,11 +23,14 @@ from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.prewarm import MANIFEST_NAME, Manifest
 from heteroflow.components.datasets import Table, data_files, load_table
 from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.resources import Resources, RetryPolicy
+from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
 __all__ = [
     "SPLITS",
     "PreprocessResult",
     "available_cpus",
+    "check_preprocess_params",
     "check_split_params",
     "load_split",
     "preprocess",
@@ -137,6 +140,21 @@ def check_split_params(*, validation_fraction: float, test_fraction: float) -> N
         )
 
 
+def check_preprocess_params(
+    *, validation_fraction: float, test_fraction: float, num_workers: int = 0, shard_size: int = 512
+) -> None:
+    """Check preprocess's parameters (the checks :func:`preprocess` makes; callers use it to fail before a run).
+
+    Raises:
+        InvalidParameter: the first parameter out of range, named, with its valid range.
+    """
+    check_split_params(validation_fraction=validation_fraction, test_fraction=test_fraction)
+    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+        raise InvalidParameter(f"num_workers={num_workers!r} is out of range; valid: 0 (every given core) or more")
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise InvalidParameter(f"shard_size={shard_size!r} is out of range; valid: an integer >= 1")
+
+
 def preprocess(
     source: str | os.PathLike[str],
     output_dir: str | os.PathLike[str],
@@ -144,19 +162,19 @@ def preprocess(
     validation_fraction: float = 0.15,
     test_fraction: float = 0.15,
     seed: int = 0,
-    num_workers: int | None = None,
+    num_workers: int = 0,
     shard_size: int = 512,
 ) -> PreprocessResult:
-    """Split, normalise and shard a data set.
+    """Split (stratified, seeded), normalise and shard a data set on CPU workers.
 
     Args:
         source: a prewarm manifest (``manifest.json``), a folder holding one, or a plain data folder/file.
         output_dir: folder to write; replaced as a whole (written beside it, then renamed into place).
-        validation_fraction: share of each class for validation, in [0, 1).
-        test_fraction: share of each class for test, in (0, 1).
+        validation_fraction: share of each class for validation, in [0, 1) (unit: fraction).
+        test_fraction: share of each class for test, in (0, 1) (unit: fraction).
         seed: seed of the split (same seed and data, same shards).
-        num_workers: processes parsing files; default: the CPU cores this process may use.
-        shard_size: samples per shard file, >= 1.
+        num_workers: processes parsing files; 0: every CPU core this step is given (unit: processes).
+        shard_size: samples per shard file, >= 1 (unit: samples).
 
     Returns:
         A :class:`PreprocessResult`.
@@ -166,12 +184,10 @@ def preprocess(
         DatasetError: no data file, unreadable files, files with different feature counts, too few samples.
     """
     started = time.perf_counter()
-    check_split_params(validation_fraction=validation_fraction, test_fraction=test_fraction)
-    if shard_size < 1:
-        raise InvalidParameter(f"shard_size={shard_size} is out of range; valid: >= 1")
-    workers = available_cpus() if num_workers is None else num_workers
-    if workers < 1:
-        raise InvalidParameter(f"num_workers={num_workers} is out of range; valid: >= 1")
+    check_preprocess_params(
+        validation_fraction=validation_fraction, test_fraction=test_fraction, num_workers=num_workers, shard_size=shard_size
+    )
+    workers = num_workers or available_cpus()
 
     files, manifest, source_uri = _resolve_files(source)
     dataset_sha256 = manifest.dataset_sha256 if manifest is not None else None
@@ -268,3 +284,32 @@ def load_split(dataset_dir: str | os.PathLike[str], split: str) -> tuple[np.ndar
             xs.append(data["x"])
             ys.append(data["y"])
     return np.concatenate(xs), np.concatenate(ys)
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+def _preprocess_facts(result: Any) -> dict[str, Any]:
+    return {
+        "counts": dict(result.counts),
+        "num_features": result.num_features,
+        "num_classes": len(result.classes),
+        "classes": list(result.classes),
+        "num_workers": result.num_workers,
+        "seconds": result.seconds,
+    }
+
+
+PREPROCESS: Step = step(
+    preprocess,
+    name="preprocess",
+    inputs=[ArtifactSpec(name="dataset", type=ArtifactType.DATASET, param="source")],
+    outputs=[ArtifactSpec(name="shards", type=ArtifactType.DATASET, param="output_dir", help="train/validation/test shards")],
+    candidates=[Resources(kind="cpu", cpu="4", memory="8Gi")],
+    retry=RetryPolicy(retries=1, backoff_seconds=5, max_delay_seconds=60, window_seconds=2 * _HOUR),
+    check=check_preprocess_params,
+    facts=_preprocess_facts,
+    ref="heteroflow.components.preprocess:PREPROCESS",
+)

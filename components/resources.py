@@ -437,44 +437,6 @@ class Candidates:
         return cls(options, policy=policy)
 
 
-# --- Retry policy -----------------------------------------------------------------------------------------
+# --- Retry policy: defined in heteroflow.components.retry, re-exported here for existing imports -------------
 
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class RetryPolicy:
-    """How often a step is retried on one candidate, and how long it waits between tries.
-
-    The n-th retry (n = 0, 1, ...) waits ``min(backoff_seconds * factor**n, max_delay_seconds)``, the same
-    formula as KFP's ``set_retry`` (``backoff_duration``, ``backoff_factor``, ``backoff_max_duration``) and
-    Argo's ``retryStrategy.backoff``.
-
-    Args:
-        retries: retries after the first attempt, 0..100.
-        backoff_seconds: wait before the first retry, >= 0.
-        factor: growth of the wait per retry, >= 1.
-        max_delay_seconds: cap on any single wait, >= backoff_seconds.
-
-    Raises:
-        InvalidResources: a field out of range; the message names it and the valid range.
-    """
-
-    retries: int = 2
-    backoff_seconds: float = 5.0
-    factor: float = 2.0
-    max_delay_seconds: float = 300.0
-
-    def __post_init__(self) -> None:
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or not 0 <= self.retries <= 100:
-            raise InvalidResources(f"retries={self.retries!r} is out of range; valid: an integer 0..100")
-        for name, low in (("backoff_seconds", 0.0), ("factor", 1.0), ("max_delay_seconds", 0.0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= low:
-                raise InvalidResources(f"{name}={value!r} is out of range; valid: a number >= {low:g}")
-        if self.max_delay_seconds < self.backoff_seconds:
-            raise InvalidResources(
-                f"max_delay_seconds={self.max_delay_seconds!r} is below backoff_seconds={self.backoff_seconds!r}"
-            )
-
-    def delay_seconds(self, retry: int) -> float:
-        """Seconds to wait before retry number ``retry`` (0-based)."""
-        return float(min(self.backoff_seconds * self.factor**retry, self.max_delay_seconds))
+from heteroflow.components.retry import RetryPolicy  # noqa: E402

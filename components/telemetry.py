@@ -14,13 +14,13 @@ import json
 import os
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from heteroflow.cache.prewarm import atomic_write_bytes
+from heteroflow.cache.atomic import atomic_write_bytes
 
-__all__ = ["RUN_DIR_ENV", "AttemptRecord", "read_step_records", "step_attempt"]
+__all__ = ["RUN_DIR_ENV", "AttemptRecord", "progress_reporter", "read_step_records", "step_attempt"]
 
 RUN_DIR_ENV = "HETEROFLOW_RUN_DIR"
 
@@ -37,7 +37,15 @@ class AttemptRecord:
         started_at / ended_at: Unix time, seconds.
         seconds: wall time of the attempt inside the step process, seconds.
         compute_seconds: time spent in the step's own work (excludes imports and artifact I/O), seconds.
+        call_seconds: wall time of the call of the step's function (its own imports included), seconds.
         error: the exception line when failed.
+        failure: the failure class when failed (``device``, ``transient``, ``permanent``; see
+            :mod:`heteroflow.components.failures`).
+        candidate: index of the candidate the attempt ran on (0 = preferred), None for a step without.
+        kind: device kind of that candidate (``cpu``, ``gpu``, ``npu``).
+        accelerator: accelerator model of that candidate, if any.
+        simulated: the device kind was simulated (``HETEROFLOW_SIMULATE_DEVICES``) and the work ran on the CPU.
+        pid: the process that ran the attempt (a ``running`` record whose process is gone was killed).
         details: step-specific facts (samples/s, files copied...).
     """
 
@@ -49,7 +57,14 @@ class AttemptRecord:
     ended_at: float | None = None
     seconds: float | None = None
     compute_seconds: float | None = None
+    call_seconds: float | None = None
     error: str | None = None
+    failure: str | None = None
+    candidate: int | None = None
+    kind: str = "cpu"
+    accelerator: str | None = None
+    simulated: bool = False
+    pid: int | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
@@ -60,19 +75,26 @@ def _step_dir(step: str) -> Path | None:
 
 def _write(path: Path | None, record: AttemptRecord) -> None:
     if path is not None:
-        atomic_write_bytes(path, json.dumps(dataclasses.asdict(record), indent=2, default=str).encode())
+        # visible complete or not at all (rename); no fsync: a record lost to a power cut costs nothing
+        atomic_write_bytes(path, json.dumps(dataclasses.asdict(record), indent=2, default=str).encode(), durable=False)
 
 
 @contextlib.contextmanager
-def step_attempt(step: str, *, device: str = "cpu") -> Iterator[AttemptRecord]:
-    """Record one attempt of ``step`` around the ``with`` body; re-raises what the body raises."""
+def step_attempt(step: str, *, device: str = "cpu", **fields: Any) -> Iterator[AttemptRecord]:
+    """Record one attempt of ``step`` around the ``with`` body; re-raises what the body raises.
+
+    Args:
+        step: the step's (call's) name in the pipeline.
+        device: the device the attempt runs on.
+        fields: other :class:`AttemptRecord` fields known at the start (``candidate``, ``kind``...).
+    """
     folder = _step_dir(step)
     number = 1
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
         number = len(list(folder.glob("attempt-*.json"))) + 1
     path = folder / f"attempt-{number}.json" if folder is not None else None
-    record = AttemptRecord(step=step, attempt=number, device=device, started_at=time.time())
+    record = AttemptRecord(step=step, attempt=number, device=device, started_at=time.time(), pid=os.getpid(), **fields)
     _write(path, record)
     t0 = time.perf_counter()
     try:
@@ -89,6 +111,24 @@ def step_attempt(step: str, *, device: str = "cpu") -> Iterator[AttemptRecord]:
         _write(path, record)
 
 
+def progress_reporter(record: AttemptRecord, *, min_interval_seconds: float = 0.5) -> Callable[..., None]:
+    """A callback ``report(**facts)`` for a running attempt: it keeps the latest facts in
+    ``record.details["progress"]`` and rewrites the attempt's record file at most every ``min_interval_seconds``
+    (so ``heteroflow run`` can show them live). Without a run folder it only keeps them in memory."""
+    path = _step_dir(record.step)
+    target = path / f"attempt-{record.attempt}.json" if path is not None else None
+    last = [0.0]
+
+    def report(**facts: Any) -> None:
+        record.details["progress"] = facts
+        now = time.monotonic()
+        if target is not None and now - last[0] >= min_interval_seconds:
+            last[0] = now
+            _write(target, record)
+
+    return report
+
+
 def read_step_records(run_dir: str | os.PathLike[str]) -> dict[str, list[AttemptRecord]]:
     """All attempt records of a run, by step name, each list in attempt order."""
     out: dict[str, list[AttemptRecord]] = {}
@@ -98,6 +138,8 @@ def read_step_records(run_dir: str | os.PathLike[str]) -> dict[str, list[Attempt
     for step_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         records = []
         for f in step_dir.glob("attempt-*.json"):
-            records.append(AttemptRecord(**json.loads(f.read_text(encoding="utf-8"))))
+            data = json.loads(f.read_text(encoding="utf-8"))
+            known = {field.name for field in dataclasses.fields(AttemptRecord)}
+            records.append(AttemptRecord(**{k: v for k, v in data.items() if k in known}))
         out[step_dir.name] = sorted(records, key=lambda r: r.attempt)
     return out

@@ -20,7 +20,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +30,8 @@ from heteroflow.cache.locations import home_dir
 from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes
 from heteroflow.components.errors import CheckpointError, DeviceUnavailable, InvalidParameter
 from heteroflow.components.preprocess import available_cpus, load_split, read_meta
+from heteroflow.components.resources import Candidates, Resources, RetryPolicy
+from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
 if TYPE_CHECKING:
     import torch
@@ -167,22 +169,24 @@ def train(
     hidden_units: int = 128,
     seed: int = 0,
     checkpoint_every_steps: int = 50,
-    checkpoint_root: str | os.PathLike[str] | None = None,
+    checkpoint_root: str = "",
+    progress: Callable[..., None] | None = None,
 ) -> TrainResult:
-    """Train the MLP on the preprocessed ``train`` split.
+    """Train the MLP classifier on the preprocessed train split.
 
     Args:
         dataset_dir: preprocess output (shards and ``meta.json``).
         model_dir: folder to write; it appears complete or not at all (written beside it, then renamed).
         device: torch device string: ``cpu``, ``cuda``, ``cuda:N``, ``npu``.
-        epochs: passes over the train split, >= 1.
-        batch_size: samples per optimizer step, >= 1.
+        epochs: passes over the train split, >= 1 (unit: passes).
+        batch_size: samples per optimizer step, >= 1 (unit: samples).
         learning_rate: Adam's step size, > 0.
-        hidden_units: width of the two hidden layers, >= 1.
-        seed: seeds the initial weights and the batch order.
-        checkpoint_every_steps: optimizer steps between checkpoints, >= 1.
-        checkpoint_root: where checkpoint folders live; default ``<heteroflow home>/checkpoints``. The
-            folder used is ``<root>/<fingerprint of data, parameters and device type>``.
+        hidden_units: width of the MLP's two hidden layers, >= 1 (unit: neurons).
+        seed: seed of the initial weights and the batch order.
+        checkpoint_every_steps: optimizer steps between checkpoints, >= 1 (unit: optimizer steps).
+        checkpoint_root: checkpoint folder (shared storage on a cluster); empty: <heteroflow home>/checkpoints; the folder used is <root>/<fingerprint of data, parameters and device type>.
+        progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss`` and
+            ``samples_per_second`` (the engine shows them live).
 
     Sets torch's intra-op thread count (process-wide) to the CPU cores this process may use
     (:func:`~heteroflow.components.preprocess.available_cpus`: affinity and cgroup quota).
@@ -223,13 +227,14 @@ def train(
         "seed": seed,
         "device_type": dev.type,
     }
-    ckpt_dir = Path(checkpoint_root) if checkpoint_root else home_dir() / "checkpoints"
+    ckpt_dir = Path(checkpoint_root).expanduser() if checkpoint_root else home_dir() / "checkpoints"
     ckpt_dir = ckpt_dir / _fingerprint(meta, params)
     ckpt_dir.mkdir(parents=True, exist_ok=True)
     with _exclusive(ckpt_dir):
         return _train_locked(
             dataset_dir, model_dir, ckpt_dir, dev=dev, meta=meta, params=params, x_np=x_np, y_np=y_np, started=started,
             checkpoint_every_steps=checkpoint_every_steps,
+            progress=progress,
         )
 
 
@@ -268,6 +273,7 @@ def _train_locked(
     y_np: np.ndarray,
     started: float,
     checkpoint_every_steps: int,
+    progress: Callable[..., None] | None = None,
 ) -> TrainResult:
     import torch
     import torch.nn.functional as F
@@ -324,6 +330,16 @@ def _train_locked(
                 )
                 checkpoints += 1
         epoch_loss = float(torch.stack(losses).mean().item()) if losses else epoch_loss
+        if progress is not None:
+            elapsed = time.perf_counter() - loop_started
+            progress(
+                epoch=epoch + 1,
+                epochs=epochs,
+                step=step,
+                total_steps=total_steps,
+                loss=round(epoch_loss, 4),
+                samples_per_second=round(samples / elapsed, 1) if elapsed > 0 else 0.0,
+            )
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
     loop_seconds = time.perf_counter() - loop_started
@@ -377,3 +393,71 @@ def load_model(model_dir: str | os.PathLike[str], device: str = "cpu") -> tuple[
     model = build_model(config["in_features"], config["num_classes"], config["hidden_units"])
     model.load_state_dict(state)
     return model.to(resolve_device(device)).eval(), config
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+DEFAULT_TRAIN_CANDIDATES = Candidates(
+    [
+        Resources(kind="npu", accelerator="ascend-910", count=1, cpu="8", memory="32Gi"),
+        Resources(kind="gpu", accelerator="nvidia-gpu", count=1, cpu="8", memory="32Gi"),
+        Resources(kind="cpu", cpu="8", memory="16Gi"),
+    ]
+)
+"""Ascend 910 x1, else NVIDIA GPU x1, else 8 CPUs."""
+
+def _train_facts(result: Any) -> dict[str, Any]:
+    return {
+        "device": result.device,
+        "steps": result.steps,
+        "resumed_from_step": result.resumed_from_step,
+        "checkpoints_written": result.checkpoints_written,
+        "samples_per_second": round(result.samples_per_second, 1),
+        "final_loss": result.final_loss,
+        "validation_accuracy": result.validation_accuracy,
+        "seconds": result.seconds,
+    }
+
+
+def _train_metrics(facts: dict[str, Any]) -> dict[str, Any]:
+    keys = ("samples_per_second", "final_loss", "validation_accuracy", "steps", "resumed_from_step")
+    return {k: facts[k] for k in keys if facts.get(k) is not None}
+
+
+def _train_summary(f: dict[str, Any]) -> list[str]:
+    va = f.get("validation_accuracy")
+    resumed = f" (resumed from step {f['resumed_from_step']})" if f.get("resumed_from_step") else ""
+    return [
+        f"train: {f['steps']} steps on {f['device']}{resumed}, {f['samples_per_second']:.0f} samples/s, "
+        f"final loss {f['final_loss']:.4f}" + (f", validation accuracy {va:.4f}" if va is not None else "")
+    ]
+
+
+TRAIN: Step = step(
+    train,
+    name="train",
+    inputs=[ArtifactSpec(name="shards", type=ArtifactType.DATASET, param="dataset_dir")],
+    outputs=[
+        ArtifactSpec(
+            name="model",
+            type=ArtifactType.MODEL,
+            param="model_dir",
+            help="the trained model (model.pt, model.json)",
+            metadata=lambda f: {"framework": "pytorch", "device": f["device"]},
+        ),
+        ArtifactSpec(name="metrics", type=ArtifactType.METRICS, help="throughput, loss, validation accuracy", metadata=_train_metrics),
+    ],
+    candidates=DEFAULT_TRAIN_CANDIDATES,
+    # An attempt may run for hours: the total window (Argo backoff.maxDuration) must outlast the retries.
+    retry=RetryPolicy(retries=2, backoff_seconds=10, max_delay_seconds=120, window_seconds=24 * _HOUR),
+    device_bound=True,
+    device_param="device",
+    progress_param="progress",
+    check=check_train_params,
+    facts=_train_facts,
+    summary=_train_summary,
+    ref="heteroflow.components.train:TRAIN",
+)

@@ -1,57 +1,54 @@
-"""Compose your own KFP pipeline from heteroflow's components, with one call per task for resources and retries.
+"""Compose your own pipeline from heteroflow's steps in plain Python, then run it or compile it for Kubeflow.
 
-    python examples/custom_composition.py -o custom.yaml          # compile only
-    python examples/custom_composition.py -o custom.yaml --run    # and run it with kfp.local
+    python examples/custom_composition.py -o custom.yaml              # compile only
+    python examples/custom_composition.py -o custom.yaml --run        # and run it on kfp.local
+    heteroflow params --pipeline custom_composition:build             # (with examples/ on PYTHONPATH)
 
-The pipeline skips plan and archive: it prewarms, preprocesses, and trains and evaluates on a fixed device
-kind (CPU here), using the KFP DSL directly.
+The pipeline prewarms and preprocesses the data set, then trains on an NVIDIA GPU if there is one, else on 4 CPUs
+(no plan step: train starts at its first candidate and falls back on a device failure), evaluates on the CPU, and
+skips the archive. Its parameters are the steps' own, lifted automatically; two are fixed here.
 """
 
+from __future__ import annotations
 
 import argparse
-import tempfile
 
-from kfp import compiler, dsl, local
-
-from heteroflow.components.datasets import export_digits
-from heteroflow.components.kfp_components import make_components
 from heteroflow.components.resources import Resources, RetryPolicy
-from heteroflow.components.spec import DEFAULT_STEPS
-from heteroflow.pipelines.kfp_render import apply_resources, apply_retry, apply_step
-
-c = make_components()
-cpu = Resources(kind="cpu", cpu="2", memory="4Gi")
+from heteroflow.components.steps import EVALUATE, PREPROCESS, PREWARM, TRAIN
+from heteroflow.pipelines.graph import Pipeline
 
 
-@dsl.pipeline(name="digits-on-cpu")
-def digits_on_cpu(dataset_uri: str, epochs: int = 5):
-    prewarm = c.prewarm(source_uri=dataset_uri, cache_root="")
-    apply_step(prewarm, DEFAULT_STEPS["prewarm"])
-    shards = c.preprocess(
-        dataset=prewarm.outputs["dataset"], validation_fraction=0.1, test_fraction=0.2, seed=7, num_workers=0
+def build() -> Pipeline:
+    p = Pipeline("digits-gpu-or-cpu", description="prewarm -> preprocess -> train (GPU, else CPU) -> evaluate")
+    data = p.add(PREWARM, source_uri=p.param("dataset_uri", help="folder of .csv/.npz files"))
+    shards = p.add(PREPROCESS, dataset=data.outputs.dataset, test_fraction=0.2, validation_fraction=0.1)
+    model = p.add(
+        TRAIN,
+        shards=shards.outputs.shards,
+        candidates=[Resources(kind="gpu", count=1, cpu="4", memory="16Gi"), Resources(kind="cpu", cpu="4", memory="8Gi")],
+        retry=RetryPolicy(retries=1, backoff_seconds=5, window_seconds=6 * 3600),
     )
-    apply_step(shards, DEFAULT_STEPS["preprocess"])
-    train = c.train(
-        shards=shards.outputs["shards"], torch_device="cpu", device_kind="cpu", epochs=epochs, batch_size=32,
-        learning_rate=0.002, hidden_units=64, seed=7, checkpoint_every_steps=25, checkpoint_root="",
-    )
-    apply_retry(apply_resources(train, cpu), RetryPolicy(retries=1, backoff_seconds=1))
-    evaluate = c.evaluate(shards=shards.outputs["shards"], model=train.outputs["model"], torch_device="cpu")
-    apply_resources(evaluate, cpu)
+    p.add(EVALUATE, shards=shards.outputs.shards, model=model.outputs.model)
+    return p
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-o", "--output", default="custom.yaml")
     parser.add_argument("--run", action="store_true")
+    parser.add_argument("--epochs", type=int, default=5)
     args = parser.parse_args()
-    compiler.Compiler().compile(digits_on_cpu, args.output)
-    print("wrote", args.output)
+
+    from heteroflow.pipelines.kfp_render import compile_pipeline
+
+    pipeline = build()
+    compile_pipeline(pipeline, args.output)
+    print("wrote", args.output, "with parameters", ", ".join(pipeline.params))
     if args.run:
-        root = tempfile.mkdtemp(prefix="custom-")
-        local.init(runner=local.SubprocessRunner(use_venv=False), pipeline_root=root)
-        digits_on_cpu(dataset_uri=str(export_digits()), epochs=5)
-        print("run finished; artifacts under", root)
+        from heteroflow.pipelines.local import run_local
+
+        record = run_local({"epochs": args.epochs}, pipeline=pipeline)
+        print(record.status, "accuracy", record.metrics.get("evaluate", {}).get("accuracy"), "record", record.run_dir)
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@ def main() -> None:
     record = run_local({"epochs": args.epochs})
     for step in record.steps:
         print(f"{step.name:<11} {step.status:<10} device={step.device} attempts={step.attempts} seconds={step.seconds:.2f}")
-    print("status:", record.status, "accuracy:", record.metrics.get("accuracy"), "archive:", record.archive.get("path"))
+    print("status:", record.status, "accuracy:", record.metrics.get("evaluate", {}).get("accuracy"),
+          "archive:", record.results.get("archive", {}).get("path"))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
 """The ``heteroflow`` command line.
 
-- ``heteroflow run``: run the default pipeline on this machine (kfp.local), print a table per step (device,
-  attempts, seconds) and the final metrics, write ``run.json`` in the run's folder.
-- ``heteroflow compile -o FILE``: write the default pipeline as KFP IR YAML for the Kubeflow UI.
-- ``heteroflow params``: list the pipeline's parameters with their defaults.
+- ``heteroflow run``: run the default pipeline on this machine (kfp.local); a live table per step (status,
+  device, attempts, progress), then where each device-bound step ran and why, the metrics, the archived model;
+  ``run.json`` in the run's folder.
+- ``heteroflow compile -o FILE``: the default pipeline as KFP IR YAML for the Kubeflow UI.
+- ``heteroflow submit FILE --host URL``: send a compiled pipeline to a Kubeflow Pipelines endpoint.
+- ``heteroflow params``: every pipeline parameter with its type, default, unit and help.
+- ``heteroflow step NAME``: run one step in this process (what pods and Airflow tasks run); exit status per
+  failure class (:data:`heteroflow.components.runtime.EXIT_CODES`).
 
-User errors (bad parameters, a missing data set, invalid resources) print one line that says what is wrong
-and what is valid, and exit with status 2; a failed step exits with status 1.
+User errors (bad parameters, a missing data set, invalid resources, a path that cannot be written) print one
+line that says what is wrong and what is valid, and exit with status 2; a failed run exits with status 1. An
+unexpected error prints one line and the file that holds its traceback (``--debug`` prints the traceback).
 """
 
 from __future__ import annotations
@@ -14,8 +19,10 @@ from __future__ import annotations
 import json
 import signal
 import sys
+import tempfile
+import traceback
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -28,25 +35,40 @@ from heteroflow.components.resources import Candidates
 
 app = typer.Typer(
     add_completion=False,
-    pretty_exceptions_show_locals=False,
+    pretty_exceptions_enable=False,
     no_args_is_help=True,
     help="heteroflow: ML training pipelines on heterogeneous compute (GPU, NPU, CPU).",
 )
 console = Console(soft_wrap=True)  # paths and messages stay on one line when piped; tables still fit
 err_console = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
+_state = {"debug": False}
 
 
-def _fail(exc: Exception) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+@app.callback()
+def _main(
+    debug: Annotated[bool, typer.Option("--debug", help="Print the full traceback of an unexpected error.")] = False,
+) -> None:
+    _state["debug"] = debug
+
+
+def _fail(exc: BaseException) -> None:
+    err_console.print(f"[bold red]error:[/] {escape(_one_line(exc))}", highlight=False)
     raise typer.Exit(code=2)
 
 
-def _parse_pairs(pairs: list[str]) -> dict[str, str]:
+def _one_line(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.filename is not None:
+        reason = exc.strerror or type(exc).__name__
+        return f"cannot write or read {exc.filename}: {reason}"
+    return " ".join(str(exc).split())
+
+
+def _parse_pairs(pairs: list[str], *, option: str = "--param") -> dict[str, str]:
     out: dict[str, str] = {}
     for pair in pairs:
         name, sep, value = pair.partition("=")
         if not sep or not name.strip():
-            raise InvalidParameter(f"--param {pair!r} is not NAME=VALUE (e.g. --param epochs=3)")
+            raise InvalidParameter(f"{option} {pair!r} is not NAME=VALUE (e.g. {option} epochs=3)")
         out[name.strip()] = value.strip()
     return out
 
@@ -60,21 +82,79 @@ def _short_error(error: str | None) -> str:
     return message if sep and kind.startswith("heteroflow.") else error
 
 
-def _steps_table(steps) -> Table:  # type: ignore[no-untyped-def]
+def _progress_text(details: dict[str, Any]) -> str:
+    p = details.get("progress") or {}
+    if not p:
+        return ""
+    parts = []
+    if "epoch" in p:
+        parts.append(f"epoch {p['epoch']}/{p.get('epochs', '?')}")
+    if "loss" in p:
+        parts.append(f"loss {p['loss']:.4f}")
+    if "samples_per_second" in p:
+        parts.append(f"{p['samples_per_second']:,.0f} samples/s")
+    if "files" in p:
+        parts.append(f"{p['files']}/{p.get('files_total', '?')} files")
+    if "bytes" in p:
+        parts.append(f"{p['bytes'] / 2**20:,.1f} MiB")
+    return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in p.items())
+
+
+def _steps_table(steps: list[Any]) -> Table:
     table = Table(title="steps", title_justify="left")
-    for col, justify in (("step", "left"), ("status", "left"), ("device", "left"), ("attempts", "right"), ("seconds", "right")):
+    for col, justify in (
+        ("step", "left"),
+        ("status", "left"),
+        ("device", "left"),
+        ("attempts", "right"),
+        ("seconds", "right"),
+        ("progress", "left"),
+    ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    colours = {"succeeded": "green", "failed": "red", "running": "yellow"}
+    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "killed": "red"}
     for s in steps:
         colour = colours.get(s.status, "dim")
+        device = s.device or "-"
+        if s.kind and s.kind != "cpu":
+            device = f"{s.kind}{' (simulated, on cpu)' if s.simulated else ' ' + device}"
+        if s.candidate:
+            device += f" [candidate {s.candidate}]"
         table.add_row(
             s.name,
             f"[{colour}]{s.status}[/]",
-            s.device or "-",
+            escape(device),
             str(s.attempts) if s.attempts else "-",
             f"{s.seconds:.2f}" if s.seconds is not None else "-",
+            escape(_progress_text(s.details)) if s.status == "running" else "",
         )
     return table
+
+
+def _live_console() -> Console:
+    """A console bound to the terminal as it is now: kfp.local's output is redirected into kfp.log during the
+    run, and a console that looks up ``sys.stdout`` at each write would follow it there."""
+    return Console(file=sys.stdout, soft_wrap=True)
+
+
+_PIPELINE_OPTION = typer.Option(
+    "--pipeline",
+    help="Your pipeline instead of the default: module:attribute of a heteroflow Pipeline, or of a function "
+    "returning one (the module must be importable, e.g. on PYTHONPATH).",
+)
+
+
+def _pipeline(ref: str | None, candidate: list[str] | None = None) -> Any:
+    """The pipeline a command works on: ``--pipeline`` or the default (with ``-c`` train candidates)."""
+    if ref:
+        from heteroflow.pipelines.graph import load_pipeline
+
+        pipeline = load_pipeline(ref)
+        if candidate:
+            raise InvalidParameter("-c/--candidate applies to the default pipeline; set candidates in your pipeline")
+        return pipeline
+    from heteroflow.pipelines.default import default_pipeline
+
+    return default_pipeline(train_candidates=Candidates(candidate) if candidate else None)
 
 
 @app.command()
@@ -98,31 +178,70 @@ def run(
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run folder. Default: ./heteroflow-runs/<run id>.")] = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print kfp.local's own output.")] = False,
+    pipeline_ref: Annotated[Optional[str], _PIPELINE_OPTION] = None,
+    engine: Annotated[
+        str,
+        typer.Option(help="kfp-local (the steps as KFP components, one process each) or inprocess (this process; quick iteration)."),
+    ] = "kfp-local",
+    simulate_devices: Annotated[
+        Optional[str],
+        typer.Option(
+            "--simulate-devices",
+            help="Testing: device kinds that count as present and run on the CPU, keeping their identity in "
+            "records and placement, e.g. npu,gpu (also HETEROFLOW_SIMULATE_DEVICES).",
+        ),
+    ] = None,
+    inject_fault: Annotated[
+        Optional[list[str]],
+        typer.Option(
+            "--inject-fault",
+            help="Testing: STEP@KIND=CLASS[:N] (repeatable), e.g. train@npu=device, preprocess@cpu=permanent, "
+            "train@npu=transient:2 (also HETEROFLOW_INJECT_FAULT).",
+        ),
+    ] = None,
 ) -> None:
-    """Run the default pipeline (prewarm, preprocess, plan, train, evaluate, archive) on this machine."""
-    from heteroflow.pipelines.default import build_default_pipeline
-    from heteroflow.pipelines.local import coerce_overrides, pipeline_parameters, run_local
+    """Run the default pipeline (prewarm, preprocess, plan, train, evaluate, archive), or --pipeline, on this machine."""
+    from heteroflow.pipelines.local import run_local
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # stop like Ctrl-C: the step subprocesses are stopped and the run recorded
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        candidates = Candidates(candidate) if candidate else None
-        spec = pipeline_parameters(build_default_pipeline(candidates=candidates))
-        params = coerce_overrides(_parse_pairs(param or []), spec)
+        if engine not in ("kfp-local", "inprocess"):
+            raise InvalidParameter(f"--engine {engine!r} is unknown; valid: kfp-local, inprocess")
+        pipeline = _pipeline(pipeline_ref, candidate)
+        raw = _parse_pairs(param or [])
+        unknown = sorted(set(raw) - set(pipeline.params))
+        if unknown:
+            raise InvalidParameter(
+                f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted(pipeline.params))}"
+            )
+        params = {name: pipeline.params[name].coerce(value) for name, value in raw.items()}
         if dataset is not None:
             if "dataset_uri" in params:
                 raise InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both")
             params["dataset_uri"] = dataset
-        if verbose:
-            record = run_local(params, run_dir=output, candidates=candidates, echo_engine_output=True)
+        kwargs = dict(
+            pipeline=pipeline,
+            run_dir=output,
+            simulate_devices=simulate_devices,
+            inject_faults=inject_fault,
+        )
+        if engine == "inprocess":
+            from heteroflow.pipelines.inprocess import run_inprocess
+
+            kwargs.pop("pipeline")
+            record = run_inprocess(pipeline, params, **kwargs)  # type: ignore[arg-type]
+        elif verbose:
+            record = run_local(params, echo_engine_output=True, **kwargs)  # type: ignore[arg-type]
         else:
-            with Live(_steps_table([]), console=console, refresh_per_second=4, transient=True) as live:
+            live_console = _live_console()
+            with Live(_steps_table([]), console=live_console, refresh_per_second=4, transient=True) as live:
                 record = run_local(
-                    params, run_dir=output, candidates=candidates, on_progress=lambda steps: live.update(_steps_table(steps))
+                    params, on_progress=lambda steps: live.update(_steps_table(steps)), **kwargs  # type: ignore[arg-type]
                 )
-    except HeteroflowError as exc:
+    except (HeteroflowError, OSError) as exc:
         _fail(exc)
         return
     except KeyboardInterrupt:
@@ -133,37 +252,41 @@ def run(
         )
         raise typer.Exit(code=130) from None
 
-    console.print(_steps_table(record.steps))
-    placement = record.placement
-    if placement:
-        console.print(
-            f"placement: candidate {placement.get('index')} (0 = preferred) -> [bold]{placement.get('torch_device')}[/]"
-        )
-        for why in placement.get("passed_over", []):
-            console.print(f"  passed over: {escape(why)}", highlight=False)
-    if record.status == "succeeded":
-        m = record.metrics
-        console.print(
-            f"test accuracy: [bold]{m['accuracy']:.4f}[/] on {m.get('samples')} samples; "
-            f"train throughput: {m.get('train_samples_per_second')} samples/s"
-        )
-        metrics = Table(title="per-class metrics (test)", title_justify="left")
-        for col in ("class", "precision", "recall"):
-            metrics.add_column(col, justify="right")
-        for cls in m.get("precision", {}):
-            metrics.add_row(cls, f"{m['precision'][cls]:.3f}", f"{m['recall'][cls]:.3f}")
-        console.print(metrics)
-        console.print(f"archived: {record.archive.get('path')} (version {record.archive.get('version')})", highlight=False)
-    else:
-        for s in record.steps:
-            if s.status == "failed":
-                console.print(f"[red]step {s.name} failed:[/] {escape(_short_error(s.error))}", highlight=False)
-        console.print(f"engine log: {record.run_dir}/kfp.log", highlight=False)
-    console.print(
-        f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False
-    )
+    _print_record(record, pipeline)
     if record.status != "succeeded":
         raise typer.Exit(code=1)
+
+
+def _print_record(record: Any, pipeline: Any) -> None:
+    console.print(_steps_table(record.steps))
+    for call, decision in record.placement.items():
+        console.print(
+            f"placement of {call}: candidate {decision.get('index')} (0 = preferred) -> "
+            f"[bold]{decision.get('device_kind')}[/] ({decision.get('torch_device')})",
+            highlight=False,
+        )
+        for why in decision.get("passed_over", []):
+            console.print(f"  passed over: {escape(why)}", highlight=False)
+    for f in record.fallbacks:
+        accel = f" ({f['accelerator']})" if f.get("accelerator") else ""
+        console.print(
+            f"fallback: {f['step']} left candidate {f['candidate']} ({f['kind']}{accel}) after a {f['failure']} "
+            f"failure: {escape(_short_error(f['reason']))}",
+            highlight=False,
+        )
+    if record.status == "succeeded":
+        for call in pipeline.calls:
+            for line in call.step.summarize(record.results.get(call.name, {})):
+                console.print(escape(line), highlight=False)
+    else:
+        for s in record.steps:
+            if s.status in ("failed", "killed"):
+                kind = f" ({s.failure} failure)" if s.failure else ""
+                console.print(f"[red]step {s.name} {s.status}{kind}:[/] {escape(_short_error(s.error))}", highlight=False)
+        if record.error:
+            console.print(f"[red]engine error:[/] {escape(record.error)}", highlight=False)
+        console.print(f"engine log: {record.run_dir}/kfp.log", highlight=False)
+    console.print(f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False)
 
 
 @app.command("compile")
@@ -175,50 +298,188 @@ def compile_(
     ] = None,
     image: Annotated[
         Optional[str],
-        typer.Option(help="Container image with heteroflow[all] installed, for every step. [default: heteroflow-python:0.1.0]"),
+        typer.Option(help="Container image with heteroflow[all] installed, for every step (needed on a cluster)."),
     ] = None,
+    pipeline_ref: Annotated[Optional[str], _PIPELINE_OPTION] = None,
 ) -> None:
-    """Compile the default pipeline to KFP IR YAML (upload it in the Kubeflow UI or with kfp.Client)."""
-    from kfp import compiler
-
-    from heteroflow.components.kfp_components import DEFAULT_IMAGE
-    from heteroflow.pipelines.default import build_default_pipeline
+    """Compile the default pipeline to KFP IR YAML (upload it in the Kubeflow UI or with `heteroflow submit`)."""
+    from heteroflow.pipelines.kfp_render import DEFAULT_IMAGE, compile_pipeline
 
     try:
         if output.is_dir() or output.suffix not in (".yaml", ".yml"):
             raise InvalidParameter(f"--output {output} must be a file name ending in .yaml or .yml")
-        candidates = Candidates(candidate) if candidate else None
-        pipeline = build_default_pipeline(candidates=candidates, image=image or DEFAULT_IMAGE)
-    except HeteroflowError as exc:
+        pipeline = _pipeline(pipeline_ref, candidate)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        compile_pipeline(pipeline, output, image=image or DEFAULT_IMAGE)
+    except (HeteroflowError, OSError) as exc:
         _fail(exc)
         return
-    output.parent.mkdir(parents=True, exist_ok=True)
-    compiler.Compiler().compile(pipeline, str(output))
     console.print(f"wrote {output}", highlight=False)
+    if not image:
+        err_console.print(
+            f"note: every step uses the placeholder image {DEFAULT_IMAGE}, which cannot run on a cluster; "
+            "pass --image with an image that has heteroflow[all] installed",
+            highlight=False,
+        )
 
 
 @app.command()
-def params(as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False) -> None:
-    """List the default pipeline's parameters, their types and defaults."""
-    from heteroflow.pipelines.default import build_default_pipeline
-    from heteroflow.pipelines.local import pipeline_parameters
-
-    spec = pipeline_parameters(build_default_pipeline())
-    if as_json:
-        print(json.dumps({n: {"type": p.type.__name__, "default": None if p.required else p.default, "help": p.help} for n, p in spec.items()}, indent=2))
+def params(
+    as_json: Annotated[bool, typer.Option("--json", help="Print as JSON.")] = False,
+    pipeline_ref: Annotated[Optional[str], _PIPELINE_OPTION] = None,
+) -> None:
+    """List the pipeline's parameters: type, default, unit and meaning."""
+    try:
+        pipeline = _pipeline(pipeline_ref)
+    except HeteroflowError as exc:
+        _fail(exc)
         return
-    table = Table(title="parameters of the default pipeline (set with --param NAME=VALUE)", title_justify="left")
-    for col in ("name", "type", "default", "meaning"):
+    _print_params(pipeline, as_json=as_json)
+
+
+def _print_params(pipeline: Any, *, as_json: bool) -> None:
+    spec = pipeline.params
+    if as_json:
+        print(
+            json.dumps(
+                {
+                    n: {"type": p.type.__name__, "default": None if p.required else p.default, "unit": p.unit, "help": p.help}
+                    for n, p in spec.items()
+                },
+                indent=2,
+            )
+        )
+        return
+    table = Table(title=f"parameters of {pipeline.name} (set with --param NAME=VALUE)", title_justify="left")
+    for col in ("name", "type", "default", "unit", "meaning"):
         table.add_column(col, no_wrap=col == "name", overflow="fold")
     for p in spec.values():
         default = "(required; heteroflow run uses the digits sample)" if p.required else repr(p.default)
-        table.add_row(p.name, p.type.__name__, escape(default), escape(p.help))
+        table.add_row(p.name, p.type.__name__, escape(default), escape(p.unit), escape(p.help))
     console.print(table)
 
 
+# --- one step ---------------------------------------------------------------------------------------------
+
+
+def _resolve_step(name: str) -> Any:
+    from heteroflow.components.step import load_step
+    from heteroflow.components.steps import DEFAULT_STEPS
+
+    if ":" in name:
+        return load_step(name)
+    for s in DEFAULT_STEPS:
+        if s.name == name:
+            return s
+    raise InvalidParameter(
+        f"step {name!r} is unknown; valid: {', '.join(s.name for s in DEFAULT_STEPS)}, or module:attribute of your own Step"
+    )
+
+
+@app.command("step")
+def step_(
+    name: Annotated[str, typer.Argument(help="A shipped step (prewarm, preprocess, plan, train, evaluate, archive) or module:attribute of a Step.")],
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Step parameter NAME=VALUE (repeatable).")] = None,
+    input_: Annotated[Optional[list[str]], typer.Option("--input", "-i", help="Input artifact NAME=PATH (repeatable).")] = None,
+    output: Annotated[Optional[list[str]], typer.Option("--output", "-o", help="Output artifact NAME=PATH (repeatable).")] = None,
+    candidate: Annotated[
+        Optional[str],
+        typer.Option(help='Candidate to run on: KIND[:key=value,...] or JSON {"index": k, "resources": {...}}. Default: the step\'s first.'),
+    ] = None,
+    call: Annotated[Optional[str], typer.Option(help="The call's name in its pipeline (names the attempt records).")] = None,
+    placements: Annotated[Optional[str], typer.Option(help="Planner steps: JSON {call: candidates JSON} to place.")] = None,
+    run_dir: Annotated[Optional[Path], typer.Option(help="Run folder for attempt records (default $HETEROFLOW_RUN_DIR).")] = None,
+    outcome_file: Annotated[
+        Optional[Path], typer.Option("--outcome", help="Write the outcome as JSON here (e.g. /airflow/xcom/return.json).")
+    ] = None,
+) -> None:
+    """Run one step in this process and exit with its failure class.
+
+    Exit status: 0 succeeded, 2 usage error, 3 permanent failure (do not retry), 4 device failure (fall back to the
+    next candidate), 5 transient failure (retry with backoff), 130 interrupted. The outcome (status, failure
+    class, reason, candidate, facts, output metadata) is printed as one JSON line on stdout.
+    """
+    from heteroflow.components.runtime import LocalArtifact, candidate_from_json, run_step
+
+    try:
+        the_step = _resolve_step(name)
+        inputs = _parse_pairs(input_ or [], option="--input")
+        outputs = {k: LocalArtifact(v) for k, v in _parse_pairs(output or [], option="--output").items()}
+        index, resources = candidate_from_json(candidate) if candidate else (None, None)
+        outcome = run_step(
+            the_step,
+            call=call,
+            params=_parse_pairs(param or []),
+            inputs=inputs,
+            outputs=outputs,
+            candidate=resources,
+            candidate_index=index,
+            placements=json.loads(placements) if placements else None,
+            run_dir=run_dir,
+        )
+    except (HeteroflowError, OSError, ValueError) as exc:
+        _fail(exc)
+        return
+    except KeyboardInterrupt:
+        raise typer.Exit(code=130) from None
+    data = outcome.to_dict()
+    data["outputs"] = {k: {"path": a.path, "metadata": a.metadata} for k, a in outputs.items()}
+    text = json.dumps(data, default=str, sort_keys=True)
+    if outcome_file is not None:
+        try:
+            outcome_file.parent.mkdir(parents=True, exist_ok=True)
+            outcome_file.write_text(text, encoding="utf-8")
+        except OSError as exc:
+            _fail(exc)
+    print(text)
+    if outcome.status != "succeeded":
+        err_console.print(f"step {outcome.call} failed ({outcome.failure}): {escape(outcome.reason or '')}", highlight=False)
+    raise typer.Exit(code=outcome.exit_code)
+
+
+# --- submit -----------------------------------------------------------------------------------------------
+
+
+@app.command()
+def submit(
+    package: Annotated[Path, typer.Argument(help="A compiled pipeline (heteroflow compile -o FILE).")],
+    host: Annotated[str, typer.Option(envvar="HETEROFLOW_KFP_HOST", help="Kubeflow Pipelines endpoint (KFP API URL).")],
+    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Run argument NAME=VALUE (repeatable).")] = None,
+    experiment: Annotated[str, typer.Option(help="Experiment to file the run under.")] = "heteroflow",
+    run_name: Annotated[Optional[str], typer.Option(help="Run name (default: the pipeline's name and the time).")] = None,
+    namespace: Annotated[Optional[str], typer.Option(help="Kubernetes namespace (multi-user Kubeflow).")] = None,
+) -> None:
+    """Send a compiled pipeline to a Kubeflow Pipelines endpoint as a new run (kfp.Client)."""
+    from heteroflow.pipelines.submit import submit_package
+
+    try:
+        result = submit_package(
+            package, host=host, arguments=_parse_pairs(param or []), experiment=experiment, run_name=run_name, namespace=namespace
+        )
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+        return
+    console.print(f"submitted run {result['run_id']} to {host}: {result['url']}", highlight=False)
+
+
 def main() -> None:
-    """Entry point of the ``heteroflow`` console script."""
-    app()
+    """Entry point of the ``heteroflow`` console script: an unexpected error prints one line and where its
+    traceback is (``heteroflow --debug ...`` prints it)."""
+    try:
+        app(standalone_mode=True)
+    except SystemExit:
+        raise
+    except BaseException as exc:  # noqa: BLE001 - the last resort: never a pretty traceback by default
+        if _state["debug"] or "--debug" in sys.argv:
+            raise
+        with tempfile.NamedTemporaryFile("w", prefix="heteroflow-error-", suffix=".txt", delete=False) as fh:
+            traceback.print_exception(exc, file=fh)
+        err_console.print(
+            f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(_one_line(exc))} "
+            f"(traceback in {fh.name}; rerun with --debug to print it)",
+            highlight=False,
+        )
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -2,160 +2,163 @@
 
 A run gets a folder (default ``./heteroflow-runs/<run id>``) holding:
 
-- ``run.json``: the run record (status, parameters, per-step device/attempts/seconds, metrics, archive path),
-  written atomically when the run ends;
-- ``steps/<step>/attempt-<n>.json``: one record per attempt, written by the steps themselves;
+- ``run.json``: the run record (:class:`RunRecord`), written atomically when the run ends, whatever the end
+  (succeeded, failed, interrupted, or an engine crash);
+- ``steps/<call>/attempt-<n>.json``: one record per attempt, written by the steps themselves;
 - ``kfp/``: kfp.local's pipeline root (every task's artifacts), and ``kfp.log``: everything kfp.local printed.
+
+The testing settings of :mod:`heteroflow.components.failures` (simulated devices, injected faults) are passed
+to the step processes through the environment.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
 import json
 import os
 import secrets
 import shutil
+import sys
 import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.cache.errors import DatasetError
-from heteroflow.cache.prewarm import atomic_write_bytes
-from heteroflow.components.datasets import SUPPORTED_SUFFIXES, export_digits
+from heteroflow.components.archive import RUN_ID_ENV
 from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV, parse_faults, simulated_devices
 from heteroflow.components.resources import Candidates
+from heteroflow.components.step import ArtifactType
 from heteroflow.components.telemetry import RUN_DIR_ENV, AttemptRecord, read_step_records
+from heteroflow.pipelines.graph import Pipeline
 
 __all__ = [
-    "STEP_ORDER",
-    "Parameter",
+    "DATASET_PARAM",
     "RunRecord",
     "StepSummary",
-    "coerce_overrides",
-    "pipeline_parameters",
+    "collect",
+    "prepare_arguments",
     "run_local",
+    "testing_environment",
 ]
 
-STEP_ORDER = ("prewarm", "preprocess", "plan", "train", "evaluate", "archive")
+DATASET_PARAM = "dataset_uri"
+"""A pipeline parameter of this name, left empty, takes the built-in digits sample (exported on first use)."""
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class Parameter:
-    """One pipeline parameter: name, Python type (str/int/float/bool), default (``inspect.Parameter.empty``
-    when required) and its help line."""
-
-    name: str
-    type: type
-    default: Any
-    help: str
-
-    @property
-    def required(self) -> bool:
-        return self.default is inspect.Parameter.empty
-
-
-def pipeline_parameters(pipeline_func: Any) -> dict[str, Parameter]:
-    """The parameters of a ``@dsl.pipeline`` function, from its signature and its docstring's ``Args:``."""
-    func = getattr(pipeline_func, "pipeline_func", pipeline_func)
-    helps: dict[str, str] = {}
-    for line in (inspect.getdoc(func) or "").splitlines():
-        name, sep, text = line.strip().partition(":")
-        if sep and name.isidentifier():
-            helps[name] = text.strip()
-    out = {}
-    for p in inspect.signature(func).parameters.values():
-        out[p.name] = Parameter(p.name, p.annotation, p.default, helps.get(p.name, ""))
-    return out
-
-
-def coerce_overrides(overrides: Mapping[str, str], params: Mapping[str, Parameter]) -> dict[str, Any]:
-    """Turn ``name=value`` strings into typed values.
-
-    Raises:
-        InvalidParameter: an unknown name (the message lists the valid ones) or a value of the wrong type.
-    """
-    out: dict[str, Any] = {}
-    for name, raw in overrides.items():
-        if name not in params:
-            raise InvalidParameter(f"unknown parameter {name!r}; valid: {', '.join(sorted(params))}")
-        typ = params[name].type
-        try:
-            if typ is bool:
-                if raw.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError
-                value: Any = raw.lower() in ("true", "1")
-            else:
-                value = typ(raw)
-        except ValueError:
-            raise InvalidParameter(f"parameter {name}={raw!r} is not a valid {typ.__name__}") from None
-        out[name] = value
-    return out
+# --- the run record ---------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class StepSummary:
-    """One step of a run: status (``succeeded``, ``failed``, ``running``, ``not run``), the device of its last
-    attempt, attempts, seconds of the last attempt, the step's own compute seconds, error, details."""
+    """One call of a run.
+
+    Attributes:
+        name: the call's name.
+        status: ``succeeded``, ``failed``, ``running``, ``killed`` (its process died mid-attempt) or ``not run``.
+        device: the device of its last attempt (``cpu``, ``cuda``...).
+        kind / accelerator / candidate / simulated: the candidate its last attempt ran on.
+        attempts: attempts over all candidates.
+        seconds: wall time of the last attempt inside the step process, seconds.
+        compute_seconds: the step's own work in the last attempt, seconds.
+        error: the last error; failure: its class.
+        details: the facts of the last attempt.
+    """
 
     name: str
     status: str
     device: str | None = None
+    kind: str | None = None
+    accelerator: str | None = None
+    candidate: int | None = None
+    simulated: bool = False
     attempts: int = 0
     seconds: float | None = None
     compute_seconds: float | None = None
     error: str | None = None
+    failure: str | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_records(cls, name: str, records: list[AttemptRecord]) -> StepSummary:
+    def from_records(cls, name: str, records: list[AttemptRecord], *, finished: bool = False) -> StepSummary:
         if not records:
             return cls(name=name, status="not run")
         last = records[-1]
+        status = last.status
+        if status == "running" and (finished or not _alive(last.pid)):
+            status = "killed"
+        failed = next((r for r in reversed(records) if r.status == "failed"), None)
         return cls(
             name=name,
-            status=last.status,
+            status=status,
             device=last.device,
+            kind=last.kind,
+            accelerator=last.accelerator,
+            candidate=last.candidate,
+            simulated=last.simulated,
             attempts=len(records),
             seconds=last.seconds,
             compute_seconds=last.compute_seconds,
-            error=next((r.error for r in reversed(records) if r.error), None),
+            error=failed.error if failed and status != "succeeded" else (last.error if status != "succeeded" else None),
+            failure=failed.failure if failed and status != "succeeded" else None,
             details=last.details,
         )
 
 
+def _alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class RunRecord:
-    """The record of one local run, written to ``<run_dir>/run.json``.
+    """The record of one run, written to ``<run_dir>/run.json``.
 
     Attributes:
-        run_id: ``YYYYmmdd-HHMMSS-xxxx``.
-        status: ``succeeded`` when every step succeeded, ``interrupted`` after Ctrl-C or SIGTERM, else ``failed``.
+        run_id: ``YYYYmmdd-HHMMSS-xxxx`` (or the run folder's name).
+        pipeline: the pipeline's name.
+        status: ``succeeded`` when every call succeeded, ``interrupted`` after Ctrl-C or SIGTERM, else ``failed``.
         run_dir: the run's folder.
         started_at: Unix time, seconds.
         wall_seconds: wall time of the whole run, seconds.
         params: the pipeline arguments used.
-        steps: one summary per step, in pipeline order.
-        metrics: test metrics (accuracy, per-class precision and recall) and train throughput.
-        archive: where the model was archived (``path``, ``version``), if it was.
-        placement: the plan step's decision.
+        steps: one summary per call, in pipeline order.
+        fallbacks: one entry per candidate a device-bound call left: ``step``, ``candidate`` (index), ``kind``,
+            ``accelerator``, ``failure`` and ``reason``.
+        metrics: per call, the metrics of its Metrics outputs.
+        results: per call, the facts of its successful attempt.
+        placement: per placed call, the planner's decision (chosen resources, why earlier ones were passed over).
+        testing: the testing settings in force (simulated devices, injected faults), if any.
+        error: what stopped the run when it was not a step (an engine crash), else None.
     """
 
     run_id: str
+    pipeline: str
     status: str
     run_dir: str
     started_at: float
     wall_seconds: float
     params: dict[str, Any]
     steps: list[StepSummary]
-    metrics: dict[str, Any]
-    archive: dict[str, Any]
+    fallbacks: list[dict[str, Any]]
+    metrics: dict[str, dict[str, Any]]
+    results: dict[str, dict[str, Any]]
     placement: dict[str, Any]
+    testing: dict[str, str] = dataclasses.field(default_factory=dict)
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -168,16 +171,107 @@ class RunRecord:
         """Sum of the steps' own compute time (their work, without process start, imports and orchestration)."""
         return sum(s.compute_seconds or 0.0 for s in self.steps)
 
+    def write(self) -> Path:
+        path = Path(self.run_dir) / "run.json"
+        atomic_write_bytes(path, json.dumps(self.to_dict(), indent=2, default=str).encode())
+        return path
+
+
+def collect(run_dir: str | os.PathLike[str], pipeline: Pipeline, *, finished: bool = False) -> list[StepSummary]:
+    """Summaries of the calls recorded so far under ``run_dir``, in pipeline order (then any others)."""
+    records = read_step_records(run_dir)
+    names = [c.name for c in pipeline.calls] + sorted(set(records) - {c.name for c in pipeline.calls})
+    return [StepSummary.from_records(n, records.get(n, []), finished=finished) for n in names]
+
+
+def fallbacks(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The candidates that device-bound calls left after a device failure, in the order they were left."""
+    out = []
+    for call, records in read_step_records(run_dir).items():
+        for r in records:
+            if r.status == "failed" and r.failure == "device" and r.candidate is not None:
+                later = [x for x in records if x.candidate is not None and x.candidate > r.candidate]
+                if later:
+                    out.append(
+                        {
+                            "step": call,
+                            "candidate": r.candidate,
+                            "kind": r.kind,
+                            "accelerator": r.accelerator,
+                            "failure": r.failure,
+                            "reason": r.error,
+                            "at": r.ended_at,
+                        }
+                    )
+    return sorted(out, key=lambda f: f["at"] or 0)
+
+
+def build_record(
+    pipeline: Pipeline,
+    *,
+    run_id: str,
+    folder: Path,
+    started: float,
+    wall_seconds: float,
+    args: Mapping[str, Any],
+    interrupted: bool,
+    error: str | None = None,
+    testing: Mapping[str, str] | None = None,
+) -> RunRecord:
+    """The :class:`RunRecord` of a finished run, from its attempt records."""
+    steps = collect(folder, pipeline, finished=True)
+    by_name = {s.name: s for s in steps}
+    if interrupted:
+        status = "interrupted"
+    elif error is None and all(by_name[c.name].status == "succeeded" for c in pipeline.calls):
+        status = "succeeded"
+    else:
+        status = "failed"
+    metrics: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, Any]] = {}
+    placement: dict[str, Any] = {}
+    for call in pipeline.calls:
+        summary = by_name[call.name]
+        if summary.status != "succeeded":
+            continue
+        results[call.name] = dict(summary.details)
+        for spec in call.step.outputs:
+            if spec.type is ArtifactType.METRICS:
+                metrics.setdefault(call.name, {}).update(spec.metadata_for(summary.details))
+        if call.step.planner:
+            placement = dict(summary.details.get("placements", {}))
+    return RunRecord(
+        run_id=run_id,
+        pipeline=pipeline.name,
+        status=status,
+        run_dir=str(folder),
+        started_at=started,
+        wall_seconds=wall_seconds,
+        params=dict(args),
+        steps=steps,
+        fallbacks=[{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
+        metrics=metrics,
+        results=results,
+        placement=placement,
+        testing=dict(testing or {}),
+        error=error,
+    )
+
+
+# --- preparing a run ---------------------------------------------------------------------------------------
+
 
 def check_local_dataset(uri: str) -> None:
-    """Fail early, with a message that says what to do, when a local data set folder is missing or empty.
+    """Fail early, with a message that says what to do, when a data set folder is missing or empty.
 
-    For other URLs only the fsspec driver is checked here (a missing one, e.g. s3fs for ``s3://``, fails
-    at once instead of after the prewarm step's retries); their content is checked by the prewarm step.
+    For URLs only the fsspec driver is checked here (a missing one, e.g. s3fs for ``s3://``, fails at once
+    instead of after the prewarm step's retries); their content is checked by the prewarm step.
 
     Raises:
-        DatasetError: the folder does not exist, is empty, or holds no .csv/.npz file.
+        DatasetError: the folder does not exist, is empty, or holds no supported file.
     """
+    from heteroflow.components.datasets import SUPPORTED_SUFFIXES
+
     if "://" in uri and not uri.startswith("file://"):
         import fsspec
 
@@ -208,39 +302,30 @@ def check_local_dataset(uri: str) -> None:
         )
 
 
-def check_params(args: Mapping[str, Any]) -> None:
-    """Check the default pipeline's arguments before anything runs, with the steps' own checks, so a bad
-    value fails at once instead of after a step's retries.
+def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every argument of a run of ``pipeline``, checked before anything runs.
+
+    A ``dataset_uri`` parameter left empty takes the built-in digits sample; a local data set path is made
+    absolute and checked.
 
     Raises:
-        InvalidParameter: the first argument out of range, named, with what is valid.
+        InvalidParameter: an unknown parameter, a value of the wrong type or out of range (the steps' checks).
+        DatasetError: a local data set folder that is missing, empty or holds no supported file.
     """
-    from heteroflow.components.archive import check_model_name
-    from heteroflow.components.preprocess import check_split_params
-    from heteroflow.components.train import check_train_params
+    given = dict(params or {})
+    if DATASET_PARAM in pipeline.params:
+        uri = given.get(DATASET_PARAM)
+        if not uri:
+            from heteroflow.components.datasets import export_digits
 
-    check_train_params(
-        epochs=args["epochs"],
-        batch_size=args["batch_size"],
-        learning_rate=args["learning_rate"],
-        hidden_units=args["hidden_units"],
-        checkpoint_every_steps=args["checkpoint_every_steps"],
-    )
-    check_split_params(validation_fraction=args["validation_fraction"], test_fraction=args["test_fraction"])
-    check_model_name(args["model_name"])
-    if args["device_inventory"].strip():
-        from heteroflow.components.plan import Inventory
-
-        Inventory.from_json(args["device_inventory"])
-    if args["num_workers"] < 0:
-        raise InvalidParameter(f"num_workers={args['num_workers']} is out of range; valid: 0 (all given cores) or more")
-
-
-def default_model_name(dataset_uri: str) -> str:
-    """``digits-mlp`` for the built-in sample, else ``<data set folder name>-mlp`` made a valid model name."""
-    base = Path(dataset_uri.rstrip("/").split("://")[-1]).stem.lower()
-    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")[:58]
-    return f"{safe or 'model'}-mlp"
+            uri = str(export_digits())
+        elif "://" not in uri:
+            uri = str(Path(uri).expanduser().resolve())
+        check_local_dataset(uri)
+        given[DATASET_PARAM] = uri
+    args = pipeline.arguments(given)
+    pipeline.check(args)
+    return args
 
 
 def prepare_run_dir(folder: Path) -> Path:
@@ -261,151 +346,182 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
-def collect(run_dir: Path) -> list[StepSummary]:
-    """Summaries of the steps recorded so far under ``run_dir``, in pipeline order."""
-    records = read_step_records(run_dir)
-    names = list(STEP_ORDER) + sorted(set(records) - set(STEP_ORDER))
-    return [StepSummary.from_records(n, records.get(n, [])) for n in names]
+@contextlib.contextmanager
+def testing_environment(
+    simulate_devices: Sequence[str] | str | None = None, inject_faults: Sequence[str] | str | None = None
+) -> Iterator[dict[str, str]]:
+    """Set ``HETEROFLOW_SIMULATE_DEVICES`` / ``HETEROFLOW_INJECT_FAULT`` for the duration (they reach the step
+    processes), after checking them; yields the settings in force (those already in the environment included).
+
+    Raises:
+        InvalidParameter: a setting that does not parse.
+    """
+    changes: dict[str, str] = {}
+    if simulate_devices:
+        changes[SIMULATE_ENV] = simulate_devices if isinstance(simulate_devices, str) else ",".join(simulate_devices)
+    if inject_faults:
+        changes[FAULT_ENV] = inject_faults if isinstance(inject_faults, str) else ",".join(inject_faults)
+    merged = {**{k: os.environ[k] for k in (SIMULATE_ENV, FAULT_ENV) if os.environ.get(k)}, **changes}
+    simulated_devices(merged)
+    parse_faults(merged.get(FAULT_ENV, ""))
+    with _environ(changes):
+        yield merged
+
+
+@contextlib.contextmanager
+def _environ(changes: Mapping[str, str | None]) -> Iterator[None]:
+    old = {name: os.environ.get(name) for name in changes}
+    for name, value in changes.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
+    try:
+        yield
+    finally:
+        for name, value in old.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+# --- the kfp.local run --------------------------------------------------------------------------------------
 
 
 def run_local(
     params: Mapping[str, Any] | None = None,
     *,
+    pipeline: Pipeline | None = None,
     run_dir: str | os.PathLike[str] | None = None,
     candidates: Candidates | None = None,
     on_progress: Callable[[list[StepSummary]], None] | None = None,
     echo_engine_output: bool = False,
+    simulate_devices: Sequence[str] | str | None = None,
+    inject_faults: Sequence[str] | str | None = None,
 ) -> RunRecord:
-    """Run the default pipeline with kfp.local and return (and write) its :class:`RunRecord`.
+    """Run a pipeline with kfp.local and return (and write) its :class:`RunRecord`.
 
     Args:
-        params: pipeline arguments; unset ones take the pipeline's defaults. Without ``dataset_uri`` the
-            built-in digits sample is exported (once) and used.
+        params: pipeline arguments; unset ones take the pipeline's defaults (an empty ``dataset_uri`` takes the
+            built-in digits sample).
+        pipeline: the pipeline; default :func:`heteroflow.pipelines.default.default_pipeline`.
         run_dir: the run's folder; default ``./heteroflow-runs/<run id>``.
-        candidates: train/evaluate candidates; default: the pipeline's.
+        candidates: train candidates of the default pipeline (ignored with ``pipeline``).
         on_progress: called about twice a second with the step summaries so far.
         echo_engine_output: print kfp.local's own output instead of writing it to ``<run_dir>/kfp.log``.
+        simulate_devices: device kinds to simulate (``npu``, ``gpu``; see :mod:`heteroflow.components.failures`).
+        inject_faults: faults to inject (``train@npu=device`` ...).
 
     Raises:
-        InvalidParameter: an unknown parameter name.
+        InvalidParameter: an unknown parameter or a bad value, checked before anything runs.
         DatasetError: a local data set folder that is missing, empty or holds no supported file.
         KeyboardInterrupt: the run was interrupted; the step subprocesses were stopped and ``run.json``
             records status ``interrupted``.
     """
     from kfp import local
 
-    from heteroflow.pipelines.default import build_default_pipeline
+    from heteroflow.pipelines.kfp_render import to_kfp
 
-    pipeline = build_default_pipeline(candidates=candidates)
-    spec = pipeline_parameters(pipeline)
-    args = dict(params or {})
-    unknown = sorted(set(args) - set(spec))
-    if unknown:
-        raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(spec))}")
-    if not args.get("dataset_uri"):
-        args["dataset_uri"] = str(export_digits())
-    elif "://" not in args["dataset_uri"]:
-        args["dataset_uri"] = str(Path(args["dataset_uri"]).expanduser().resolve())
-    check_local_dataset(args["dataset_uri"])
-    if "model_name" not in args:
-        args["model_name"] = default_model_name(args["dataset_uri"])
-    for name, p in spec.items():
-        if name not in args and not p.required:
-            args[name] = p.default
-    check_params(args)
+    if pipeline is None:
+        from heteroflow.pipelines.default import default_pipeline
 
-    run_id = new_run_id()
-    folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
-    started = time.time()
-    t0 = time.perf_counter()
+        pipeline = default_pipeline(train_candidates=candidates)
+    with testing_environment(simulate_devices, inject_faults) as testing:
+        args = prepare_arguments(pipeline, params)
+        rendered = to_kfp(pipeline, local=True)
+        run_id = new_run_id()
+        folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
+        run_id = folder.name if run_dir is not None else run_id
+        started = time.time()
+        t0 = time.perf_counter()
 
-    stop = threading.Event()
+        stop = threading.Event()
 
-    def watch() -> None:
-        while not stop.wait(0.5):
-            on_progress(collect(folder))  # type: ignore[misc]
+        def watch() -> None:
+            while not stop.wait(0.5):
+                on_progress(collect(folder, pipeline))  # type: ignore[misc]
 
-    watcher = threading.Thread(target=watch, daemon=True) if on_progress else None
-    # Each lightweight component writes its source into `mktemp -d` and leaves it there; point TMPDIR of the
-    # step subprocesses into the run folder and remove that folder when the run ends.
-    # This process keeps its own temporary folder: tempfile caches the first one it resolves, and it must not
-    # cache the scratch folder, which is removed at the end of the run.
-    tempfile.gettempdir()
-    scratch = folder / "tmp"
-    scratch.mkdir(exist_ok=True)
-    old_env = {name: os.environ.get(name) for name in (RUN_DIR_ENV, "TMPDIR")}
-    os.environ[RUN_DIR_ENV] = str(folder)
-    os.environ["TMPDIR"] = str(scratch)
-    try:
-        if watcher:
-            watcher.start()
-        with contextlib.ExitStack() as stack:
-            if not echo_engine_output:
-                log = stack.enter_context(open(folder / "kfp.log", "w", encoding="utf-8"))
-                stack.enter_context(contextlib.redirect_stdout(log))
-                stack.enter_context(contextlib.redirect_stderr(log))
-            with warnings.catch_warnings():
-                # Our steps run in this environment on purpose; kfp warns about the image name otherwise.
-                warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
-                local.init(
-                    runner=local.SubprocessRunner(use_venv=False),
-                    pipeline_root=str(folder / "kfp"),
-                    raise_on_error=False,
-                )
-                pipeline(**args)
-    except KeyboardInterrupt:
-        # Ctrl-C (or SIGTERM turned into it by the CLI): stop the step subprocesses too, so none trains on
-        # as an orphan; their checkpoints stay, and the same command resumes.
-        _terminate_children()
-        interrupted = True
-    else:
+        watcher = threading.Thread(target=watch, daemon=True) if on_progress else None
+        # Each lightweight component writes its source into `mktemp -d` and leaves it there; point TMPDIR of the
+        # step subprocesses into the run folder and remove that folder when the run ends. This process keeps its
+        # own temporary folder: tempfile caches the first one it resolves, and must not cache the scratch folder.
+        tempfile.gettempdir()
+        scratch = folder / "tmp"
+        scratch.mkdir(exist_ok=True)
         interrupted = False
-    finally:
-        stop.set()
-        if watcher:
-            watcher.join()
-        for name, value in old_env.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        shutil.rmtree(scratch, ignore_errors=True)
+        error: str | None = None
+        try:
+            with _environ({RUN_DIR_ENV: str(folder), "TMPDIR": str(scratch), RUN_ID_ENV: run_id}):
+                if watcher:
+                    watcher.start()
+                with contextlib.ExitStack() as stack:
+                    if not echo_engine_output:
+                        log = stack.enter_context(open(folder / "kfp.log", "w", encoding="utf-8"))
+                        stack.enter_context(contextlib.redirect_stdout(log))
+                        stack.enter_context(contextlib.redirect_stderr(log))
+                        stack.enter_context(_root_logging_to(log))
+                    with warnings.catch_warnings():
+                        # Our steps run in this environment on purpose; kfp warns about the image name otherwise.
+                        warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
+                        warnings.filterwarnings("ignore", message=".*have no effect in the current local runner.*")
+                        local.init(
+                            runner=local.SubprocessRunner(use_venv=False),
+                            pipeline_root=str(folder / "kfp"),
+                            raise_on_error=False,
+                        )
+                        rendered(**args)
+        except KeyboardInterrupt:
+            # Ctrl-C (or SIGTERM turned into it by the CLI): stop the step subprocesses too, so none trains on as
+            # an orphan; their checkpoints stay, and the same command resumes.
+            terminate_children()
+            interrupted = True
+        except Exception as exc:  # an engine crash: the run still gets its record
+            error = f"{type(exc).__name__}: {exc}"
+        finally:
+            stop.set()
+            if watcher:
+                watcher.join()
+            shutil.rmtree(scratch, ignore_errors=True)
 
-    steps = collect(folder)
-    by_name = {s.name: s for s in steps}
-    if interrupted:
-        status = "interrupted"
-    elif all(by_name[n].status == "succeeded" for n in STEP_ORDER):
-        status = "succeeded"
-    else:
-        status = "failed"
-    metrics: dict[str, Any] = {}
-    if by_name["evaluate"].status == "succeeded":
-        metrics.update(by_name["evaluate"].details)
-    if by_name["train"].status == "succeeded":
-        for key in ("samples_per_second", "validation_accuracy", "resumed_from_step", "steps"):
-            metrics[f"train_{key}"] = by_name["train"].details.get(key)
-    record = RunRecord(
-        run_id=run_id if run_dir is None else folder.name,
-        status=status,
-        run_dir=str(folder),
-        started_at=started,
-        wall_seconds=time.perf_counter() - t0,
-        params=args,
-        steps=steps,
-        metrics=metrics,
-        archive=dict(by_name["archive"].details) if by_name["archive"].status == "succeeded" else {},
-        placement=dict(by_name["plan"].details),
-    )
-    atomic_write_bytes(folder / "run.json", json.dumps(record.to_dict(), indent=2, default=str).encode())
+        record = build_record(
+            pipeline,
+            run_id=run_id,
+            folder=folder,
+            started=started,
+            wall_seconds=time.perf_counter() - t0,
+            args=args,
+            interrupted=interrupted,
+            error=error,
+            testing=testing,
+        )
+        record.write()
     if interrupted:
         raise KeyboardInterrupt
     if on_progress:
-        on_progress(steps)
+        on_progress(record.steps)
     return record
 
 
-def _terminate_children(grace_seconds: float = 5.0) -> None:
+@contextlib.contextmanager
+def _root_logging_to(stream: Any) -> Iterator[None]:
+    """kfp.local logs through the ``logging`` module to handlers bound to the real stderr: send them to ``stream``."""
+    import logging
+
+    changed = []
+    for logger in [logging.getLogger(), *[l for l in logging.Logger.manager.loggerDict.values() if isinstance(l, logging.Logger)]]:
+        for handler in logger.handlers:
+            if isinstance(handler, logging.StreamHandler) and getattr(handler, "stream", None) in (sys.__stderr__, sys.__stdout__, sys.stderr, sys.stdout):
+                changed.append((handler, handler.stream))
+                handler.setStream(stream)
+    try:
+        yield
+    finally:
+        for handler, old in changed:
+            handler.setStream(old)
+
+
+def terminate_children(grace_seconds: float = 5.0) -> None:
     """SIGTERM every descendant process, then SIGKILL those still alive after ``grace_seconds``."""
     import psutil
 

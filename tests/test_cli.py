@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -21,10 +22,10 @@ import yaml
 from typer.testing import CliRunner  # noqa: E402
 
 from heteroflow.pipelines.cli import app  # noqa: E402
-from heteroflow.pipelines.default import PIPELINE_NAME, build_default_pipeline  # noqa: E402
-from heteroflow.pipelines.local import STEP_ORDER, pipeline_parameters  # noqa: E402
+from heteroflow.pipelines.default import PIPELINE_NAME, default_pipeline  # noqa: E402
 
-PARAM_NAMES = sorted(pipeline_parameters(build_default_pipeline()))
+PARAM_NAMES = sorted(default_pipeline().params)
+STEP_ORDER = tuple(c.name for c in default_pipeline().calls)
 
 
 def _console_script() -> str:
@@ -78,8 +79,20 @@ def test_compile_with_image_and_candidates(tmp_path: Path) -> None:
     ir = yaml.safe_load(out.read_text(encoding="utf-8"))
     executors = ir["deploymentSpec"]["executors"]
     assert {e["container"]["image"] for e in executors.values()} == {image}
-    branches = sorted(n for n in ir["components"] if n.startswith("comp-train-on-"))
-    assert branches == ["comp-train-on-cpu-1", "comp-train-on-gpu-0"]
+    # one train executor per (plan start, candidate) path: start at gpu (gpu, then cpu) or at cpu
+    train_limits = sorted(
+        str(e["container"].get("resources", {}).get("accelerator", {}).get("resourceCount", "cpu"))
+        for name, e in executors.items()
+        if re.fullmatch(r"exec-train(-\d+)?", name)
+    )
+    assert train_limits == ["2", "cpu", "cpu"]
+    assert "note: every step uses the placeholder image" not in result.output
+
+
+def test_compile_without_image_says_the_placeholder_cannot_run_on_a_cluster(tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["compile", "-o", str(tmp_path / "p.yaml")])
+    assert result.exit_code == 0, result.output
+    assert "placeholder image heteroflow-python:0.1.0, which cannot run on a cluster" in _flat(result.output)
 
 
 @pytest.mark.slow
@@ -97,8 +110,9 @@ def test_params_json_lists_every_parameter() -> None:
     assert result.exit_code == 0, result.output
     listed = json.loads(result.stdout)
     assert sorted(listed) == PARAM_NAMES
-    assert listed["epochs"] == {"type": "int", "default": 30, "help": listed["epochs"]["help"]}
+    assert listed["epochs"] == {"type": "int", "default": 30, "unit": "passes", "help": listed["epochs"]["help"]}
     assert listed["epochs"]["help"]
+    assert listed["checkpoint_every_steps"]["unit"] == "optimizer steps"
     assert listed["dataset_uri"]["default"] is None
     assert listed["learning_rate"]["type"] == "float"
     assert all(p["help"] for p in listed.values()), "every parameter has a help line"
@@ -124,7 +138,7 @@ def test_params_table_lists_every_parameter_at_80_columns(tmp_path: Path) -> Non
 def test_params_table_shows_help_text_verbatim(tmp_path: Path) -> None:
     proc = _run_script(["params"], cwd=tmp_path, columns=300)
     assert proc.returncode == 0, proc.stderr
-    help_text = pipeline_parameters(build_default_pipeline())["model_name"].help
+    help_text = default_pipeline().params["model_name"].help
     assert "[a-z0-9]" in help_text
     assert help_text in proc.stdout
 
@@ -151,7 +165,7 @@ def test_run_via_console_script_prints_steps_and_metrics_and_writes_run_json(dig
     assert record["params"]["dataset_uri"] == str(digits_dir)
     assert [s["name"] for s in record["steps"]] == list(STEP_ORDER)
     assert all(s["status"] == "succeeded" for s in record["steps"])
-    assert f"{record['metrics']['accuracy']:.4f}" in proc.stdout
+    assert f"{record['metrics']['evaluate']['accuracy']:.4f}" in proc.stdout
     assert str(run_dir.resolve() / "run.json") in _flat(proc.stdout)
     # Nothing was written into the working directory: the run folder is --output.
     assert not (tmp_path / "heteroflow-runs").exists()

@@ -2,20 +2,22 @@
 
 - Whole runs of the default pipeline with ``heteroflow.pipelines.local.run_local`` (kfp.local,
   SubprocessRunner): every step, the run record, the archive and its lineage, a rerun that copies nothing
-  and archives a new version, and custom candidates.
-- A golden test of the compiled YAML: ``build_default_pipeline()`` compiled with ``kfp.compiler.Compiler``,
-  normalised (``sdkVersion`` dropped, every container ``image`` and every ``kfp==<version>`` replaced by a
-  placeholder), parsed and compared *as data* with ``tests/golden/default_pipeline.yaml``. A difference
-  fails with the key paths that differ.
+  and archives a new version, custom candidates, and the fallback routing under simulated devices and
+  injected faults (device -> next candidate; permanent -> no retry, no fallback; transient -> retried).
+- A golden test of the compiled YAML: ``default_pipeline()`` rendered by ``to_kfp`` and compiled with
+  ``kfp.compiler.Compiler``, normalised (``sdkVersion`` dropped, every container ``image`` and every
+  ``kfp==<version>`` replaced by a placeholder), parsed and compared *as data* with
+  ``tests/golden/default_pipeline.yaml``. A difference fails with the key paths that differ.
 
-  To regenerate the golden file after an intended change to the pipeline or the components, run::
+  To regenerate the golden file after an intended change to the pipeline or the steps, run::
 
       HETEROFLOW_UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_pipeline_kfp.py -k golden
 
   then review ``git diff tests/golden/default_pipeline.yaml`` and commit it.
-- Key facts read from the compiled IR directly: each branch's train (and evaluate) task asks for its
-  candidate's accelerator, CPU and memory; every step task has its StepSpec's retry policy; prewarm, plan
-  and archive have caching off.
+- Key facts read from the compiled IR directly: each candidate's task asks for its candidate's accelerator,
+  CPU and memory and has the candidate as an input (cache keys differ per device); every step task has its
+  call's retry policy with the total window on a cluster; prewarm, plan and archive have caching off; a
+  device failure routes to the next candidate, anything else to a fail task without retries.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ import hashlib
 import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -40,11 +42,14 @@ import torch
 from kfp import compiler  # noqa: E402
 
 from heteroflow.cache.prewarm import MANIFEST_NAME  # noqa: E402
-from heteroflow.components.resources import Candidates, Resources  # noqa: E402
-from heteroflow.components.spec import DEFAULT_STEPS, DEFAULT_TRAIN_CANDIDATES  # noqa: E402
-from heteroflow.pipelines.default import build_default_pipeline  # noqa: E402
-from heteroflow.pipelines.local import STEP_ORDER, RunRecord, run_local  # noqa: E402
+from heteroflow.components.resources import Candidates, Resources, RetryPolicy  # noqa: E402
+from heteroflow.components.runtime import KFP_CANDIDATE, candidate_from_json  # noqa: E402
+from heteroflow.components.steps import DEFAULT_TRAIN_CANDIDATES  # noqa: E402
+from heteroflow.pipelines.default import build_default_pipeline, default_pipeline  # noqa: E402
+from heteroflow.pipelines.kfp_render import to_kfp  # noqa: E402
+from heteroflow.pipelines.local import RunRecord, run_local  # noqa: E402
 
+STEP_ORDER = tuple(c.name for c in default_pipeline().calls)
 GOLDEN = Path(__file__).parent / "golden" / "default_pipeline.yaml"
 UPDATE_GOLDEN_ENV = "HETEROFLOW_UPDATE_GOLDEN"
 
@@ -87,7 +92,8 @@ def first_run(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) -> Fir
         mp.setenv("HETEROFLOW_HOME", str(home))
         mp.delenv("HETEROFLOW_RUN_DIR", raising=False)
         record = run_local(params=params, run_dir=tmp_path_factory.mktemp("kfp-run") / "run")
-    archive_v1 = Path(record.archive["path"]) if record.archive else home / "archive" / "missing"
+    archive = record.results.get("archive")
+    archive_v1 = Path(archive["path"]) if archive else home / "archive" / "missing"
     digest = _tree_digest(archive_v1) if archive_v1.is_dir() else {}
     return FirstRun(home=home, params=params, record=record, archive_v1=archive_v1, archive_v1_digest=digest)
 
@@ -166,9 +172,18 @@ def _container(ir: dict[str, Any], task: dict[str, Any]) -> dict[str, Any]:
     return ir["deploymentSpec"]["executors"][label]["container"]
 
 
-def _branch_dags(ir: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    """The per-candidate sub-pipelines, by component name (``comp-train-on-<kind>-<index>``)."""
-    return {n: c["dag"] for n, c in ir["components"].items() if n.startswith("comp-train-on-") and "dag" in c}
+def _candidate_of(task: dict[str, Any]) -> tuple[int, Resources] | None:
+    """The candidate a device-bound task runs on (its ``heteroflow_candidate`` constant), or None."""
+    params = task.get("inputs", {}).get("parameters", {})
+    constant = params.get(KFP_CANDIDATE, {}).get("runtimeValue", {}).get("constant")
+    return candidate_from_json(constant) if constant else None
+
+
+def _step_of(ir: dict[str, Any], task: dict[str, Any]) -> str:
+    """The call a leaf task runs: the generated component's function name (``train``), or ``heteroflow_fail``."""
+    label = ir["components"][task["componentRef"]["name"]]["executorLabel"]
+    args = ir["deploymentSpec"]["executors"][label]["container"]["args"]
+    return args[args.index("--function_to_execute") + 1]
 
 
 # --- whole runs on kfp.local ------------------------------------------------------------------------------
@@ -184,10 +199,13 @@ def test_default_pipeline_runs_every_step_once_and_records_the_run(first_run: Fi
         assert step.status == "succeeded", f"{step.name}: {step.error}"
         assert step.attempts == 1, f"{step.name} ran {step.attempts} attempts"
     assert record.step("train").device == "cpu"
+    assert record.step("train").candidate == len(DEFAULT_TRAIN_CANDIDATES) - 1
     assert record.step("evaluate").device == "cpu"
-    assert record.placement["torch_device"] == "cpu"
-    assert record.placement["index"] == len(DEFAULT_TRAIN_CANDIDATES) - 1
-    assert len(record.placement["passed_over"]) == len(DEFAULT_TRAIN_CANDIDATES) - 1
+    assert record.placement["train"]["torch_device"] == "cpu"
+    assert record.placement["train"]["index"] == len(DEFAULT_TRAIN_CANDIDATES) - 1
+    assert len(record.placement["train"]["passed_over"]) == len(DEFAULT_TRAIN_CANDIDATES) - 1
+    assert record.placement["evaluate"]["index"] == 0
+    assert record.fallbacks == []
     assert record.params["epochs"] == 5
 
     run_json = Path(record.run_dir, "run.json")
@@ -200,14 +218,15 @@ def test_default_pipeline_runs_every_step_once_and_records_the_run(first_run: Fi
     assert not Path(record.run_dir, "tmp").exists()
     assert os.environ.get("TMPDIR") != str(Path(record.run_dir, "tmp"))  # restored after the run
 
-    assert record.metrics["accuracy"] > 0.8
-    assert record.metrics["train_steps"] == record.step("train").details["steps"] > 0
-    assert record.metrics["train_resumed_from_step"] == 0
+    assert record.metrics["evaluate"]["accuracy"] > 0.8
+    assert record.metrics["train"]["steps"] == record.step("train").details["steps"] > 0
+    assert record.metrics["train"]["resumed_from_step"] == 0
 
-    archive_path = Path(record.archive["path"])
+    archive = record.results["archive"]
+    archive_path = Path(archive["path"])
     assert archive_path.is_dir()
     assert archive_path == first_run.home / "archive" / "digits-mlp" / "v1"
-    assert record.archive["version"] == 1
+    assert archive["version"] == 1
     lineage = json.loads((archive_path / "lineage.json").read_text(encoding="utf-8"))
     prewarm = record.step("prewarm").details
     manifest = json.loads(Path(prewarm["cache_dir"], MANIFEST_NAME).read_text(encoding="utf-8"))
@@ -215,6 +234,7 @@ def test_default_pipeline_runs_every_step_once_and_records_the_run(first_run: Fi
     assert lineage["dataset"]["source_uri"] == first_run.params["dataset_uri"]
     assert lineage["device"] == "cpu"
     assert lineage["version"] == 1
+    assert lineage["run_id"] == record.run_id
     assert (archive_path / "metrics.json").is_file()
     assert (archive_path / "model" / "model.pt").is_file()
     # The checkpoint folder is gone once training completed.
@@ -237,25 +257,118 @@ def test_rerun_copies_nothing_and_archives_a_new_version(
     assert prewarm["files_skipped"] == prewarm["files"] > 0
     assert prewarm["dataset_sha256"] == first_run.record.step("prewarm").details["dataset_sha256"]
 
-    assert record.archive["version"] == 2
-    assert Path(record.archive["path"]) == first_run.home / "archive" / "digits-mlp" / "v2"
+    assert record.results["archive"]["version"] == 2
+    assert Path(record.results["archive"]["path"]) == first_run.home / "archive" / "digits-mlp" / "v2"
     assert first_run.archive_v1_digest, "the first run archived nothing"
     assert _tree_digest(first_run.archive_v1) == first_run.archive_v1_digest, "archive v1 changed"
 
 
 @pytest.mark.slow
 @no_cuda
-def test_custom_candidates_run_on_the_cpu_branch(digits_dir: Path, tmp_path: Path) -> None:
+def test_custom_candidates_run_on_the_cpu_candidate(digits_dir: Path, tmp_path: Path) -> None:
     candidates = Candidates(["gpu", "cpu:cpu=2"])
     record = run_local(params={"epochs": 2, "dataset_uri": str(digits_dir)}, run_dir=tmp_path / "run", candidates=candidates)
     assert record.status == "succeeded", f"{_steps(record)}\n{_engine_log(record)}"
-    assert record.placement["index"] == 1
-    assert record.placement["device_kind"] == "cpu"
-    assert record.placement["resources"]["cpu"] == "2"
-    assert len(record.placement["passed_over"]) == 1 and "gpu" in record.placement["passed_over"][0]
-    assert record.step("train").device == "cpu"
-    assert record.step("train").details["device_kind"] == "cpu"
+    placed = record.placement["train"]
+    assert placed["index"] == 1
+    assert placed["device_kind"] == "cpu"
+    assert placed["resources"]["cpu"] == "2"
+    assert len(placed["passed_over"]) == 1 and "gpu" in placed["passed_over"][0]
+    assert (record.step("train").device, record.step("train").kind, record.step("train").candidate) == ("cpu", "cpu", 1)
     assert all(s.attempts == 1 for s in record.steps)
+
+
+# --- fallback on kfp.local: simulated devices and injected faults ----------------------------------------
+
+SIMULATED = "npu,gpu"
+
+
+@pytest.mark.slow
+def test_device_failure_on_npu_falls_back_to_gpu_and_the_run_succeeds(digits_dir: Path, tmp_path: Path) -> None:
+    record = run_local(
+        {"epochs": 10, "dataset_uri": str(digits_dir)},
+        run_dir=tmp_path / "run",
+        simulate_devices=SIMULATED,
+        inject_faults="train@npu=device",
+    )
+    assert record.status == "succeeded", f"{_steps(record)}\n{_engine_log(record)}"
+    train = record.step("train")
+    assert (train.kind, train.candidate, train.simulated, train.attempts) == ("gpu", 1, True, 2)
+    assert record.placement["train"]["index"] == 0  # plan placed it on the (simulated) npu first
+    assert record.fallbacks == [
+        {
+            "step": "train",
+            "candidate": 0,
+            "kind": "npu",
+            "accelerator": "ascend-910",
+            "failure": "device",
+            "reason": record.fallbacks[0]["reason"],
+        }
+    ]
+    assert "InjectedDeviceFault" in record.fallbacks[0]["reason"]
+    assert record.metrics["evaluate"]["accuracy"] >= 0.90
+    assert record.testing == {"HETEROFLOW_SIMULATE_DEVICES": SIMULATED, "HETEROFLOW_INJECT_FAULT": "train@npu=device"}
+    on_disk = json.loads(Path(record.run_dir, "run.json").read_text())
+    assert on_disk["status"] == "succeeded" and on_disk["fallbacks"][0]["kind"] == "npu"
+
+
+@pytest.mark.slow
+def test_permanent_failure_in_train_fails_at_once_without_fallback(digits_dir: Path, tmp_path: Path) -> None:
+    record = run_local(
+        {"epochs": 2, "dataset_uri": str(digits_dir)},
+        run_dir=tmp_path / "run",
+        simulate_devices=SIMULATED,
+        inject_faults="train@npu=permanent",
+    )
+    assert record.status == "failed"
+    train = record.step("train")
+    assert (train.status, train.failure, train.attempts, train.kind) == ("failed", "permanent", 1, "npu")
+    assert "InjectedPermanentFault" in train.error
+    records = sorted(p.name for p in Path(record.run_dir, "steps", "train").iterdir())
+    assert records == ["attempt-1.json"], "no retry and no other candidate ran"
+    assert record.step("evaluate").status == "not run"
+    assert record.fallbacks == []
+    log = Path(record.run_dir, "kfp.log").read_text()
+    assert "failed (permanent; not retried)" in log
+
+
+@pytest.mark.slow
+def test_permanent_failure_in_preprocess_runs_no_train(digits_dir: Path, tmp_path: Path) -> None:
+    record = run_local(
+        {"epochs": 2, "dataset_uri": str(digits_dir)},
+        run_dir=tmp_path / "run",
+        simulate_devices=SIMULATED,
+        inject_faults="preprocess@cpu=permanent",
+    )
+    assert record.status == "failed"
+    assert (record.step("preprocess").status, record.step("preprocess").attempts) == ("failed", 1)
+    for name in ("plan", "train", "evaluate", "archive"):
+        assert record.step(name).status == "not run", name
+    assert not Path(record.run_dir, "steps", "train").exists()
+
+
+@pytest.mark.slow
+def test_transient_failures_are_retried_on_the_same_candidate(digits_dir: Path, tmp_path: Path) -> None:
+    pipeline = default_pipeline()
+    # the same routing with a short backoff, so the test does not wait the default 10 s + 20 s
+    pipeline.replace("train", retry=RetryPolicy(retries=2, backoff_seconds=1, factor=1, max_delay_seconds=1))
+    record = run_local(
+        {"epochs": 2, "dataset_uri": str(digits_dir)},
+        pipeline=pipeline,
+        run_dir=tmp_path / "run",
+        simulate_devices=SIMULATED,
+        inject_faults="train@npu=transient:2",
+    )
+    assert record.status == "succeeded", f"{_steps(record)}\n{_engine_log(record)}"
+    train = record.step("train")
+    assert (train.kind, train.candidate, train.attempts) == ("npu", 0, 3)
+    attempts = [json.loads(p.read_text()) for p in sorted(Path(record.run_dir, "steps", "train").glob("attempt-*.json"))]
+    assert [(a["status"], a["failure"], a["kind"]) for a in attempts] == [
+        ("failed", "transient", "npu"),
+        ("failed", "transient", "npu"),
+        ("succeeded", None, "npu"),
+    ]
+    assert record.fallbacks == []
 
 
 # --- compiled IR ------------------------------------------------------------------------------------------
@@ -306,96 +419,117 @@ def default_ir(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     return _ir(_compile(build_default_pipeline(), tmp_path_factory.mktemp("ir") / "default.yaml"))
 
 
-# kind -> (accelerator resource type or None, cpu, memory) of the default train candidates.
-_EXPECTED_TRAIN_RESOURCES = {
-    "npu": ("huawei.com/Ascend910", "8", "32Gi"),
-    "gpu": ("nvidia.com/gpu", "8", "32Gi"),
-    "cpu": (None, "8", "16Gi"),
-}
-
-
-@pytest.mark.parametrize("step", ["train", "evaluate"])
-def test_each_branch_asks_for_its_candidates_resources(default_ir: dict[str, Any], step: str) -> None:
-    branches = _branch_dags(default_ir)
-    expected_names = {f"comp-train-on-{r.kind.value}-{i}" for i, r in enumerate(DEFAULT_TRAIN_CANDIDATES)}
-    assert set(branches) == expected_names
-    for i, cand in enumerate(DEFAULT_TRAIN_CANDIDATES):
-        kind = cand.kind.value
-        accel, cpu, memory = _EXPECTED_TRAIN_RESOURCES[kind]
-        task = branches[f"comp-train-on-{kind}-{i}"]["tasks"][step]
+def test_every_candidate_task_asks_for_its_candidates_resources(default_ir: dict[str, Any]) -> None:
+    seen: dict[str, set[int]] = {}
+    pipeline = default_pipeline()
+    for _, _, task in _leaf_tasks(default_ir):
+        placed = _candidate_of(task)
+        step = _step_of(default_ir, task)
+        if step in ("train", "evaluate"):
+            assert placed is not None, f"{step} task has no candidate input"
+        if placed is None:
+            continue
+        index, cand = placed
+        assert cand == pipeline[step].candidates[index]
+        seen.setdefault(step, set()).add(index)
         res = _container(default_ir, task)["resources"]
+        cpu = cand.k8s_requests()["cpu"]
         assert res["resourceCpuLimit"] == res["resourceCpuRequest"] == cpu
-        assert res["cpuLimit"] == cand.cpu_millicores / 1000
-        assert res["resourceMemoryLimit"] == res["resourceMemoryRequest"] == memory
-        assert res["memoryLimit"] == cand.memory_bytes / 1e9
+        assert res["resourceMemoryLimit"] == res["resourceMemoryRequest"] == cand.k8s_requests()["memory"]
+        accel = cand.accelerator_spec
         if accel is None:
-            assert "accelerator" not in res, f"{kind} branch {step} asks for an accelerator: {res.get('accelerator')}"
+            assert "accelerator" not in res, f"{step} on a cpu candidate asks for an accelerator: {res.get('accelerator')}"
         else:
-            assert res["accelerator"]["resourceType"] == accel
-            assert res["accelerator"]["resourceCount"] == str(cand.count) == "1"
+            assert res["accelerator"]["resourceType"] == accel.resource_name
+            assert res["accelerator"]["resourceCount"] == str(cand.count)
+    assert seen == {"train": {0, 1, 2}, "evaluate": {0}}
 
 
-def test_the_branch_condition_routes_on_the_plan_index(default_ir: dict[str, Any]) -> None:
-    root = default_ir["root"]["dag"]["tasks"]
-    conditions = {t["taskInfo"]["name"]: t for t in root.values() if "triggerPolicy" in t}
-    assert set(conditions) == {f"placed-on-{r.kind.value}-{i}" for i, r in enumerate(DEFAULT_TRAIN_CANDIDATES)}
-    for name, task in conditions.items():
-        index = int(name.rsplit("-", 1)[1])
-        assert task["triggerPolicy"]["condition"].replace("\n", " ").endswith(f"== {index}")
-        assert "plan" in task["dependentTasks"]
+def test_placement_routes_on_the_plan_index_per_candidate(default_ir: dict[str, Any]) -> None:
+    conditions = [
+        c["triggerPolicy"]["condition"]
+        for comp in [default_ir["root"], *default_ir["components"].values()]
+        for c in comp.get("dag", {}).get("tasks", {}).values()
+        if "triggerPolicy" in c
+    ]
+    for k in range(len(DEFAULT_TRAIN_CANDIDATES)):
+        assert any("heteroflow_placed_train" in c and c.replace("\n", " ").endswith(f"== {k}") for c in conditions), k
 
 
-def test_every_step_task_has_its_retry_policy(default_ir: dict[str, Any]) -> None:
+def test_a_device_failure_routes_to_the_next_candidate_and_anything_else_fails(default_ir: dict[str, Any]) -> None:
+    conditions = [
+        c["triggerPolicy"]["condition"]
+        for comp in default_ir["components"].values()
+        for c in comp.get("dag", {}).get("tasks", {}).values()
+        if "triggerPolicy" in c
+    ]
+    assert any("== 'device'" in c for c in conditions), "no fallback branch on a device failure"
+    assert any("== 'succeeded'" in c for c in conditions)
+    fails = [t for _, _, t in _leaf_tasks(default_ir) if _step_of(default_ir, t) == "heteroflow_fail"]
+    assert fails, "no fail task"
+    for t in fails:
+        assert "retryPolicy" not in t, "the fail task must not be retried"
+
+
+def test_every_step_task_has_its_calls_retry_policy_with_the_total_window(default_ir: dict[str, Any]) -> None:
+    pipeline = default_pipeline()
     seen: dict[str, int] = {}
     for dag_name, task_name, task in _leaf_tasks(default_ir):
-        step = task["taskInfo"]["name"]
-        assert step in DEFAULT_STEPS, f"{dag_name}/{task_name}: unknown step {step!r}"
-        retry = DEFAULT_STEPS[step].retry
+        step = _step_of(default_ir, task)
+        if step == "heteroflow_fail":
+            continue
+        retry = pipeline[step].retry
         policy = task.get("retryPolicy")
         assert policy is not None, f"{dag_name}/{task_name} has no retry policy"
         assert policy["maxRetryCount"] == retry.retries
-        assert policy["backoffDuration"] == f"{int(retry.backoff_seconds)}s"
+        assert policy["backoffDuration"] == f"{round(retry.backoff_seconds)}s"
         assert policy["backoffFactor"] == float(retry.factor)
-        assert policy["backoffMaxDuration"] == f"{int(retry.max_delay_seconds)}s"
+        # on a cluster, backoff_max_duration is Argo's total window, not the per-wait cap
+        assert policy["backoffMaxDuration"] == f"{round(retry.window_seconds)}s"
+        assert policy["backoffMaxDuration"] != "300s"
         seen[step] = seen.get(step, 0) + 1
     n = len(DEFAULT_TRAIN_CANDIDATES)
-    assert seen == {"prewarm": 1, "preprocess": 1, "plan": 1, "train": n, "evaluate": n, "archive": n}
+    paths = n * (n + 1) // 2  # plan may start the chain at any candidate; each success path renders the rest
+    assert seen == {"prewarm": 1, "preprocess": 1, "plan": 1, "train": paths, "evaluate": paths, "archive": paths}
+    assert pipeline["train"].retry.window_seconds == 24 * 3600
 
 
-def test_caching_is_off_for_prewarm_plan_and_archive(default_ir: dict[str, Any]) -> None:
+def test_caching_is_off_for_prewarm_plan_archive_and_the_fail_task(default_ir: dict[str, Any]) -> None:
     for dag_name, task_name, task in _leaf_tasks(default_ir):
-        step = task["taskInfo"]["name"]
+        step = _step_of(default_ir, task)
         enabled = task.get("cachingOptions", {}).get("enableCache", False)
-        if step in ("prewarm", "plan", "archive"):
+        if step in ("prewarm", "plan", "archive", "heteroflow_fail"):
             assert enabled is False, f"{dag_name}/{task_name}: caching must be off for {step}"
         else:
-            assert DEFAULT_STEPS[step].cacheable
             assert enabled is True, f"{dag_name}/{task_name}: caching expected on for {step}"
 
 
-def test_device_kind_is_an_input_of_train_so_cache_keys_differ_per_device(default_ir: dict[str, Any]) -> None:
-    for i, cand in enumerate(DEFAULT_TRAIN_CANDIDATES):
-        kind = cand.kind.value
-        params = _branch_dags(default_ir)[f"comp-train-on-{kind}-{i}"]["tasks"]["train"]["inputs"]["parameters"]
-        assert params["device_kind"]["runtimeValue"]["constant"] == kind
-        assert params["torch_device"]["runtimeValue"]["constant"] == cand.torch_device_type
+def test_the_candidate_is_an_input_so_cache_keys_differ_per_device(default_ir: dict[str, Any]) -> None:
+    constants = {
+        json.dumps(candidate_from_json(t["inputs"]["parameters"][KFP_CANDIDATE]["runtimeValue"]["constant"])[1].to_dict())
+        for _, _, t in _leaf_tasks(default_ir)
+        if _step_of(default_ir, t) == "train"
+    }
+    assert len(constants) == len(DEFAULT_TRAIN_CANDIDATES)
 
 
 def test_custom_candidates_compile_with_their_resources(tmp_path: Path) -> None:
     candidates = Candidates(["gpu", "cpu:cpu=2"])
     ir = _ir(_compile(build_default_pipeline(candidates=candidates), tmp_path / "custom.yaml"))
-    branches = _branch_dags(ir)
-    assert set(branches) == {"comp-train-on-gpu-0", "comp-train-on-cpu-1"}
-    gpu = _container(ir, branches["comp-train-on-gpu-0"]["tasks"]["train"])["resources"]
-    assert gpu["accelerator"]["resourceType"] == "nvidia.com/gpu"
-    assert gpu["accelerator"]["resourceCount"] == "1"
-    cpu = _container(ir, branches["comp-train-on-cpu-1"]["tasks"]["train"])["resources"]
-    assert "accelerator" not in cpu
-    assert cpu["resourceCpuLimit"] == "2"
-    assert cpu["resourceMemoryLimit"] == Resources(kind="cpu").k8s_requests()["memory"] == "2Gi"
-    plan = ir["root"]["dag"]["tasks"]["plan"]
-    constant = plan["inputs"]["parameters"]["candidates_json"]["runtimeValue"]["constant"]
-    assert Candidates.from_json(constant).to_json() == candidates.to_json()
+    trains = {}
+    for _, _, task in _leaf_tasks(ir):
+        if _step_of(ir, task) == "train":
+            index, cand = _candidate_of(task)
+            trains[index] = _container(ir, task)["resources"]
+            assert cand == candidates[index]
+    assert trains[0]["accelerator"]["resourceType"] == "nvidia.com/gpu"
+    assert trains[0]["accelerator"]["resourceCount"] == "1"
+    assert "accelerator" not in trains[1]
+    assert trains[1]["resourceCpuLimit"] == "2"
+    assert trains[1]["resourceMemoryLimit"] == Resources(kind="cpu").k8s_requests()["memory"] == "2Gi"
+    plan = next(t for _, _, t in _leaf_tasks(ir) if _step_of(ir, t) == "plan")
+    constant = json.loads(plan["inputs"]["parameters"]["heteroflow_placements"]["runtimeValue"]["constant"])
+    assert Candidates.from_json(constant["train"]) == candidates
 
 
 @pytest.mark.slow

@@ -475,11 +475,14 @@ RETRY_INVALID = [
     (dict(retries=101), r"^retries=101 is out of range"),
     (dict(retries=1.5), r"^retries=1\.5 is out of range"),
     (dict(retries=True), r"^retries=True is out of range"),
-    (dict(factor=0.5), r"^factor=0\.5 is out of range; valid: a number >= 1"),
-    (dict(backoff_seconds=-1), r"^backoff_seconds=-1 is out of range; valid: a number >= 0"),
-    (dict(backoff_seconds=float("nan")), r"^backoff_seconds=nan is out of range"),
+    (dict(factor=0.5), r"^factor=0\.5 is out of range; valid: a finite number >= 1"),
+    (dict(backoff_seconds=-1), r"^backoff_seconds=-1 is out of range; valid: a finite number >= 0"),
+    (dict(backoff_seconds=float("nan")), r"^backoff_seconds=nan is not finite"),
     (dict(backoff_seconds=10, max_delay_seconds=5), r"^max_delay_seconds=5 is below backoff_seconds=10"),
-    (dict(max_delay_seconds="300"), r"^max_delay_seconds='300' is out of range"),
+    (dict(max_delay_seconds="300"), r"^max_delay_seconds='300' is not a number"),
+    (dict(window_seconds=float("inf")), r"^window_seconds=inf is not finite"),
+    (dict(max_delay_seconds=float("inf")), r"^max_delay_seconds=inf is not finite"),
+    (dict(window_seconds=0), r"^window_seconds=0 allows no retry at all"),
 ]
 
 
@@ -487,11 +490,29 @@ RETRY_INVALID = [
     ("kwargs", "pattern"),
     RETRY_INVALID,
     ids=["retries-neg", "retries-101", "retries-float", "retries-bool", "factor<1", "backoff-neg", "backoff-nan",
-         "max<backoff", "max-str"],
+         "max<backoff", "max-str", "window-inf", "max-inf", "window-0"],
 )
 def test_retry_policy_invalid(kwargs, pattern):
     with pytest.raises(InvalidResources, match=pattern):
         RetryPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(0, "0s"), (0.2, "1s"), (0.5, "1s"), (1.4, "1s"), (2.6, "3s"), (3600, "3600s")],
+    ids=["zero", "sub-second", "half", "round-down", "round-up", "hour"],
+)
+def test_kfp_duration_rounds_and_never_truncates_to_zero(seconds, text):
+    from heteroflow.components.retry import kfp_duration
+
+    assert kfp_duration(seconds) == text
+
+
+def test_kfp_retry_args_use_the_window_on_a_cluster_and_the_cap_locally():
+    p = RetryPolicy(retries=2, backoff_seconds=0.4, factor=2, max_delay_seconds=60, window_seconds=7200)
+    cluster = p.kfp_retry_args(local=False)
+    assert cluster == {"num_retries": 2, "backoff_duration": "1s", "backoff_factor": 2.0, "backoff_max_duration": "7200s"}
+    assert p.kfp_retry_args(local=True)["backoff_max_duration"] == "60s"
 
 
 def test_retry_policy_is_frozen():

@@ -345,14 +345,14 @@ INVALID_PREPROCESS = [
     (dict(test_fraction=1.0), r"^test_fraction=1\.0 is out of range"),
     (dict(validation_fraction=0.5, test_fraction=0.5), r"^validation_fraction \+ test_fraction = 1\.0"),
     (dict(shard_size=0), r"^shard_size=0 is out of range"),
-    (dict(num_workers=0), r"^num_workers=0 is out of range"),
+    (dict(num_workers=-1), r"^num_workers=-1 is out of range; valid: 0 \(every given core\) or more"),
 ]
 
 
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     INVALID_PREPROCESS,
-    ids=["val-1", "val-neg", "test-0", "test-1", "sum-1", "shard-0", "workers-0"],
+    ids=["val-1", "val-neg", "test-0", "test-1", "sum-1", "shard-0", "workers-neg"],
 )
 def test_preprocess_invalid_parameters(digits_dir: Path, tmp_path: Path, kwargs: dict, pattern: str):
     with pytest.raises(InvalidParameter, match=pattern):
@@ -530,10 +530,31 @@ def test_plan_with_the_real_local_inventory():
         assert p.device_kind == "cpu"
         assert p.index == 1
         assert inv.devices[DeviceKind.GPU] == 0
-        assert "torch.cuda.is_available() is False" in p.passed_over[0]
+        if Path("/dev/nvidiactl").exists() or Path("/dev/kfd").exists():
+            assert "torch.cuda.is_available() is False" in p.passed_over[0]
+        else:  # no driver device file: answered without importing torch
+            assert "no GPU driver device file here" in p.passed_over[0]
     if importlib.util.find_spec("torch_npu") is None:
         assert inv.devices[DeviceKind.NPU] == 0
-        assert "torch_npu is not installed" in inv.notes[DeviceKind.NPU]
+        assert any(t in inv.notes[DeviceKind.NPU] for t in ("torch_npu is not installed", "no Ascend driver device file"))
+
+
+def test_the_local_inventory_does_not_import_torch_without_a_driver_device_file() -> None:
+    """The plan step's probe costs no torch import on a machine with no accelerator driver (checked in a fresh
+    interpreter); with a driver device file it asks PyTorch."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, os\n"
+        "from heteroflow.components.plan import local_inventory, _GPU_DEVICE_FILES, _NPU_DEVICE_FILES\n"
+        "inv = local_inventory()\n"
+        "driver = any(os.path.exists(p) for p in _GPU_DEVICE_FILES + _NPU_DEVICE_FILES)\n"
+        "print(driver, 'torch' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    driver, imported = out == ["True", "True"] or out == ["True", "False"], out[1] == "True"
+    assert imported == (out[0] == "True"), out
 
 
 # ==========================================================================================================
@@ -793,7 +814,7 @@ def test_archive_lineage_record(model_dir: Path, tmp_path: Path):
     ids=["upper", "empty", "leading-dash", "leading-dot", "slash", "dotdot", "space", "too-long"],
 )
 def test_archive_bad_name(model_dir: Path, tmp_path: Path, name: str):
-    with pytest.raises(InvalidParameter, match=r"^model_name=.* is not a valid model name"):
+    with pytest.raises(InvalidParameter, match=r"^(model_name=.* is not a valid model name|name is empty)"):
         archive(model_dir, tmp_path / "archive", name=name, metrics={}, lineage={})
     assert not (tmp_path / "archive").exists()
 
@@ -907,25 +928,21 @@ def test_step_attempt_writes_nothing_without_run_dir(tmp_path: Path, monkeypatch
 
 
 # ==========================================================================================================
-# components.steps adapters
+# the shipped Steps, run through the shared runtime (what every engine calls)
 # ==========================================================================================================
 
-from heteroflow.components.steps import plan_step, preprocess_step, prewarm_step  # noqa: E402
-
-
-@dataclasses.dataclass
-class FakeArtifact:
-    """Duck-typed stand-in for a kfp.dsl.Artifact: a path and a metadata dict."""
-
-    path: str
-    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+from heteroflow.components.plan import plan_step  # noqa: E402
+from heteroflow.components.runtime import LocalArtifact, run_step  # noqa: E402
+from heteroflow.components.steps import PLAN, PREPROCESS, PREWARM  # noqa: E402
 
 
 def test_prewarm_step(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "run"))
-    dataset = FakeArtifact(str(tmp_path / "artifacts" / "dataset"))
+    dataset = LocalArtifact(str(tmp_path / "artifacts" / "dataset"))
     cache_root = tmp_path / "cache-tier"
-    facts = prewarm_step(source_uri=str(digits_dir), cache_root=str(cache_root), dataset=dataset)
+    out = run_step(PREWARM, params={"source_uri": str(digits_dir), "cache_root": str(cache_root)}, outputs={"dataset": dataset})
+    assert out.status == "succeeded", out.reason
+    facts = out.facts
 
     cache_dir = cache_root / cache_key(str(digits_dir))
     manifest = Manifest.load(Path(dataset.path) / MANIFEST_NAME)
@@ -938,12 +955,12 @@ def test_prewarm_step(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.Monk
     assert facts["total_bytes"] == manifest.total_bytes == facts["bytes_copied"]
     assert Path(facts["cache_dir"]) == cache_dir.resolve()
     assert facts["source_uri"] == str(digits_dir)
-    for key, value in facts.items():
-        assert dataset.metadata[key] == value
 
-    again = prewarm_step(source_uri=str(digits_dir), cache_root=str(cache_root), dataset=FakeArtifact(str(tmp_path / "d2")))
-    assert again["files_copied"] == 0
-    assert again["files_skipped"] == n
+    again = run_step(
+        PREWARM, params={"source_uri": str(digits_dir), "cache_root": str(cache_root)}, outputs={"dataset": str(tmp_path / "d2")}
+    )
+    assert again.facts["files_copied"] == 0
+    assert again.facts["files_skipped"] == n
 
     records = read_step_records(tmp_path / "run")["prewarm"]
     assert [(r.attempt, r.status) for r in records] == [(1, "succeeded"), (2, "succeeded")]
@@ -953,41 +970,48 @@ def test_prewarm_step(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.Monk
 
 
 def test_prewarm_step_default_cache_root(digits_dir: Path, tmp_path: Path, heteroflow_home: Path):
-    dataset = FakeArtifact(str(tmp_path / "ds"))
-    facts = prewarm_step(source_uri=str(digits_dir), cache_root="", dataset=dataset)
+    out = run_step(PREWARM, params={"source_uri": str(digits_dir)}, outputs={"dataset": str(tmp_path / "ds")})
     expected = heteroflow_home / "cache" / cache_key(str(digits_dir))
-    assert Path(facts["cache_dir"]) == expected.resolve()
+    assert Path(out.facts["cache_dir"]) == expected.resolve()
     assert (expected / MANIFEST_NAME).is_file()
 
 
-def test_prewarm_step_failure_is_recorded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_prewarm_step_failure_is_recorded_and_classified_permanent(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "run"))
-    dataset = FakeArtifact(str(tmp_path / "ds"))
-    with pytest.raises(DatasetError, match="does not exist"):
-        prewarm_step(source_uri=str(tmp_path / "missing"), cache_root=str(tmp_path / "c"), dataset=dataset)
+    dataset = LocalArtifact(str(tmp_path / "ds"))
+    out = run_step(PREWARM, params={"source_uri": str(tmp_path / "missing"), "cache_root": str(tmp_path / "c")}, outputs={"dataset": dataset})
+    assert (out.status, out.failure, out.exit_code) == ("failed", "permanent", 3)
+    assert "does not exist" in out.reason
     records = read_step_records(tmp_path / "run")["prewarm"]
-    assert [(r.attempt, r.status) for r in records] == [(1, "failed")]
+    assert [(r.attempt, r.status, r.failure) for r in records] == [(1, "failed", "permanent")]
     assert "DatasetError: data set" in records[0].error
-    assert "does not exist" in records[0].error
     assert dataset.metadata == {}
 
 
+def _prewarmed(digits_dir: Path, tmp_path: Path) -> str:
+    ds = str(tmp_path / "ds")
+    assert run_step(PREWARM, params={"source_uri": str(digits_dir), "cache_root": str(tmp_path / "cache")}, outputs={"dataset": ds}).status == "succeeded"
+    return ds
+
+
 def test_preprocess_step(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    dataset = FakeArtifact(str(tmp_path / "ds"))
-    prewarm_step(source_uri=str(digits_dir), cache_root=str(tmp_path / "cache"), dataset=dataset)
+    dataset = _prewarmed(digits_dir, tmp_path)
     monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path / "run"))
-    shards = FakeArtifact(str(tmp_path / "artifacts" / "shards"))
-    facts = preprocess_step(
-        dataset=dataset, shards=shards, validation_fraction=0.15, test_fraction=0.15, seed=0, num_workers=1
+    shards = LocalArtifact(str(tmp_path / "artifacts" / "shards"))
+    out = run_step(
+        PREPROCESS,
+        params={"validation_fraction": 0.15, "test_fraction": 0.15, "seed": 0, "num_workers": 1},
+        inputs={"dataset": dataset},
+        outputs={"shards": shards},
     )
+    facts = out.facts
     assert sum(facts["counts"].values()) == DIGITS_SAMPLES
     assert facts["num_features"] == 64
     assert facts["num_classes"] == 10
     assert facts["num_workers"] == 1
-    assert shards.metadata == facts
     meta = read_meta(shards.path)
     assert meta["counts"] == facts["counts"]
-    assert meta["dataset_sha256"] == dataset.metadata["dataset_sha256"]
+    assert meta["dataset_sha256"] == Manifest.load(Path(dataset) / MANIFEST_NAME).dataset_sha256
     records = read_step_records(tmp_path / "run")["preprocess"]
     assert [(r.attempt, r.status) for r in records] == [(1, "succeeded")]
     assert records[0].details == facts
@@ -996,38 +1020,45 @@ def test_preprocess_step(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.M
 def test_preprocess_step_zero_workers_means_all_cores(digits_dir: Path, tmp_path: Path):
     from heteroflow.components.preprocess import available_cpus
 
-    dataset = FakeArtifact(str(tmp_path / "ds"))
-    prewarm_step(source_uri=str(digits_dir), cache_root=str(tmp_path / "cache"), dataset=dataset)
-    shards = FakeArtifact(str(tmp_path / "shards"))
-    facts = preprocess_step(dataset=dataset, shards=shards, validation_fraction=0.2, test_fraction=0.1, seed=4, num_workers=0)
-    assert facts["num_workers"] == min(available_cpus(), 4)  # at most one process per CSV part
-    assert sum(facts["counts"].values()) == DIGITS_SAMPLES
+    dataset = _prewarmed(digits_dir, tmp_path)
+    out = run_step(
+        PREPROCESS,
+        params={"validation_fraction": 0.2, "test_fraction": 0.1, "seed": 4, "num_workers": 0},
+        inputs={"dataset": dataset},
+        outputs={"shards": str(tmp_path / "shards")},
+    )
+    assert out.facts["num_workers"] == min(available_cpus(), 4)  # at most one process per CSV part
+    assert sum(out.facts["counts"].values()) == DIGITS_SAMPLES
 
 
-def test_preprocess_step_invalid_parameter(digits_dir: Path, tmp_path: Path):
-    dataset = FakeArtifact(str(tmp_path / "ds"))
-    prewarm_step(source_uri=str(digits_dir), cache_root=str(tmp_path / "cache"), dataset=dataset)
-    shards = FakeArtifact(str(tmp_path / "shards"))
-    with pytest.raises(InvalidParameter, match=r"^test_fraction=0 is out of range"):
-        preprocess_step(dataset=dataset, shards=shards, validation_fraction=0.1, test_fraction=0, seed=0, num_workers=1)
+def test_preprocess_step_invalid_parameter_is_permanent(digits_dir: Path, tmp_path: Path):
+    dataset = _prewarmed(digits_dir, tmp_path)
+    shards = LocalArtifact(str(tmp_path / "shards"))
+    out = run_step(
+        PREPROCESS, params={"validation_fraction": 0.1, "test_fraction": 0.0}, inputs={"dataset": dataset}, outputs={"shards": shards}
+    )
+    assert (out.status, out.failure) == ("failed", "permanent")
+    assert out.reason.startswith("InvalidParameter: test_fraction=0.0 is out of range")
     assert shards.metadata == {}
+    assert not Path(shards.path).exists()
 
 
-def test_plan_step(tmp_path: Path):
+def test_plan_step_places_each_call(tmp_path: Path):
     import torch
 
-    placement = FakeArtifact(str(tmp_path / "placement.json"))
-    candidates = Candidates(["gpu:count=1,memory=16Gi", "cpu:cpu=2"])
-    chosen = plan_step(candidates_json=candidates.to_json(), placement=placement)
-    assert json.loads(Path(placement.path).read_text()) == chosen
-    expected_kind = "gpu" if torch.cuda.is_available() else "cpu"
-    assert chosen["device_kind"] == expected_kind
-    assert placement.metadata["device_kind"] == expected_kind
-    assert placement.metadata["index"] == chosen["index"]
-    if expected_kind == "cpu":
-        assert "candidate 0" in placement.metadata["passed_over"]
-    else:
-        assert placement.metadata["passed_over"] == "none"
+    placement = LocalArtifact(str(tmp_path / "placement.json"))
+    placements = {
+        "train": Candidates(["gpu:count=1,memory=16Gi", "cpu:cpu=2"]).to_json(),
+        "evaluate": Candidates(["cpu:cpu=1"]).to_json(),
+    }
+    out = run_step(PLAN, outputs={"placement": placement}, placements=placements)
+    assert out.status == "succeeded", out.reason
+    decision = json.loads(Path(placement.path).read_text())
+    assert decision == out.facts["placements"]
+    expected = 0 if torch.cuda.is_available() else 1
+    assert out.facts["indices"] == {"train": expected, "evaluate": 0}
+    if expected == 1:
+        assert "candidate 0" in decision["train"]["passed_over"][0]
 
 
 def test_preprocess_rejects_a_class_too_small_for_the_test_split(tmp_path: Path):
@@ -1095,16 +1126,12 @@ def test_inventory_from_json_rejects(text: str, match: str) -> None:
 
 def test_plan_step_uses_a_stated_inventory(tmp_path: Path) -> None:
     """On a cluster the plan pod has no accelerator: a stated inventory places training on the GPU candidate."""
-
-    class Art:
-        def __init__(self, path: Path) -> None:
-            self.path, self.metadata = str(path), {}
-
-    chosen = plan_step(
-        candidates_json=Candidates(["npu", "gpu", "cpu"]).to_json(),
+    result = plan_step(
+        str(tmp_path / "placement"),
+        placements=json.dumps({"train": Candidates(["npu", "gpu", "cpu"]).to_json()}),
         device_inventory='{"gpu": 1}',
-        placement=Art(tmp_path / "placement"),
     )
-    assert (chosen["index"], chosen["torch_device"]) == (1, "cuda")
+    chosen = result.placements["train"]
+    assert (result.indices["train"], chosen["torch_device"]) == (1, "cuda")
     assert chosen["passed_over"][0].endswith("needs 1 npu device(s); 0 npu device(s) here")
-    assert json.loads((tmp_path / "placement").read_text())["index"] == 1
+    assert json.loads((tmp_path / "placement").read_text())["train"]["index"] == 1

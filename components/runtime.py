@@ -1,0 +1,392 @@
+"""Run one step attempt: the code path every engine shares.
+
+:func:`run_step` is what ``heteroflow step`` (a process or a container), the KFP lightweight components
+(kfp.local and a cluster), the in-process runner and Airflow tasks call. For one attempt of one step on one
+candidate it:
+
+1. works out the device: the candidate's torch device type, or the CPU when its kind is simulated
+   (``HETEROFLOW_SIMULATE_DEVICES``, see :mod:`heteroflow.components.failures`);
+2. records the attempt (``<run dir>/steps/<call>/attempt-<n>.json``, when a run folder is known);
+3. raises an injected fault if ``HETEROFLOW_INJECT_FAULT`` asks for one;
+4. calls the step's function with its parameters, the artifacts' local paths and the injected values;
+5. turns the return value into facts (checked to be finite), writes them into the output artifacts' metadata
+   and into the files of the outputs the function does not write itself;
+6. classifies any exception (:func:`~heteroflow.components.failures.classify`) and returns an
+   :class:`Outcome` instead of raising: the engine decides what the failure class means (retry, fall back,
+   fail).
+
+Exit codes of ``heteroflow step`` (:data:`EXIT_CODES`): 0 succeeded, 2 usage error, 3 permanent failure,
+4 device failure, 5 transient failure, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Protocol
+
+from heteroflow.components.errors import HeteroflowError, InvalidParameter
+from heteroflow.components.failures import FailureClass, classify, injected_fault, simulated_devices
+from heteroflow.components.resources import DeviceKind, Resources
+from heteroflow.components.step import ArtifactType, Step
+from heteroflow.components.telemetry import RUN_DIR_ENV, progress_reporter, step_attempt
+
+__all__ = [
+    "EXIT_CODES",
+    "ArtifactLike",
+    "LocalArtifact",
+    "NonFiniteValue",
+    "Outcome",
+    "TransientStepFailure",
+    "candidate_from_json",
+    "candidate_to_json",
+    "run_step",
+]
+
+EXIT_CODES: Mapping[str, int] = {
+    "succeeded": 0,
+    "usage": 2,
+    FailureClass.PERMANENT.value: 3,
+    FailureClass.DEVICE.value: 4,
+    FailureClass.TRANSIENT.value: 5,
+    "interrupted": 130,
+}
+"""``heteroflow step`` exit status per outcome."""
+
+
+class ArtifactLike(Protocol):
+    """What an engine hands a step for an artifact: a local ``path`` and a ``metadata`` dict
+    (``kfp.dsl.Artifact`` has both)."""
+
+    path: str
+    metadata: dict[str, Any]
+
+
+@dataclasses.dataclass(slots=True)
+class LocalArtifact:
+    """An artifact outside KFP: a local path and its metadata (written beside it by ``heteroflow step``)."""
+
+    path: str
+    metadata: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+class NonFiniteValue(HeteroflowError, FloatingPointError):
+    """A step produced a non-finite number (NaN or infinity) in its facts; the message names where."""
+
+
+class TransientStepFailure(HeteroflowError, RuntimeError):
+    """Raised by an engine shim to make the engine retry a step after a transient failure."""
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Outcome:
+    """The result of one attempt.
+
+    Attributes:
+        call: the call's name in the pipeline (``train``).
+        step: the step's name.
+        status: ``succeeded`` or ``failed``.
+        failure: the failure class when failed (``device``, ``transient``, ``permanent``).
+        reason: the one-line reason when failed (``Type: message``).
+        candidate: index of the candidate tried (None for a step without device).
+        kind / accelerator: that candidate's device kind and model.
+        device: the torch device type the work ran on (``cpu`` for a simulated kind).
+        simulated: the kind was simulated.
+        attempt: the attempt's number within the run (1-based; 1 without a run folder).
+        facts: the step's facts (JSON-ready), including ``indices`` for a planner.
+    """
+
+    call: str
+    step: str
+    status: str
+    failure: str | None = None
+    reason: str | None = None
+    candidate: int | None = None
+    kind: str = "cpu"
+    accelerator: str | None = None
+    device: str = "cpu"
+    simulated: bool = False
+    attempt: int = 1
+    facts: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def route(self) -> str:
+        """What the engine routes on: ``succeeded``, ``device``, ``transient`` or ``permanent``."""
+        return "succeeded" if self.status == "succeeded" else str(self.failure)
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.route]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def candidate_to_json(index: int, resources: Resources) -> str:
+    """The candidate an engine hands a device-bound step: ``{"index": k, "resources": {...}}``."""
+    return json.dumps({"index": index, "resources": resources.to_dict()}, sort_keys=True)
+
+
+def candidate_from_json(text: str) -> tuple[int, Resources]:
+    """Read what :func:`candidate_to_json` wrote, or a bare ``Resources`` dict / ``KIND:key=value`` spec (index 0).
+
+    Raises:
+        InvalidParameter: not one of those forms (the message shows them).
+    """
+    text = text.strip()
+    if text.startswith("{"):
+        try:
+            data = json.loads(text)
+        except ValueError as exc:
+            raise InvalidParameter(f"candidate {text!r} is not JSON ({exc})") from None
+        if "resources" in data:
+            index = data.get("index", 0)
+            if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+                raise InvalidParameter(f"candidate index {index!r} is not an integer >= 0")
+            return index, Resources.from_dict(data["resources"])
+        return 0, Resources.from_dict(data)
+    return 0, Resources.parse_spec(text)
+
+
+def _finite(value: Any, where: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise NonFiniteValue(f"{where} is {value}: a step result must be a finite number")
+    if isinstance(value, Mapping):
+        for k, v in value.items():
+            _finite(v, f"{where}.{k}")
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _finite(v, f"{where}[{i}]")
+
+
+def _write_outputs(step: Step, outputs: Mapping[str, ArtifactLike], facts: dict[str, Any]) -> None:
+    for spec in step.outputs:
+        artifact = outputs.get(spec.name)
+        if artifact is None:
+            continue
+        artifact.metadata.update(spec.metadata_for(facts))
+        if spec.param is None:
+            path = Path(artifact.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(facts, indent=2, sort_keys=True, default=str), encoding="utf-8")
+        if spec.type is ArtifactType.METRICS and hasattr(artifact, "log_metric"):
+            for key, value in spec.metadata_for(facts).items():
+                artifact.log_metric(key, value)
+
+
+def run_step(
+    step: Step,
+    *,
+    call: str | None = None,
+    params: Mapping[str, Any] | None = None,
+    inputs: Mapping[str, str | os.PathLike[str] | ArtifactLike] | None = None,
+    outputs: Mapping[str, str | os.PathLike[str] | ArtifactLike] | None = None,
+    candidate: Resources | None = None,
+    candidate_index: int | None = None,
+    placements: Mapping[str, str] | None = None,
+    run_dir: str | os.PathLike[str] | None = None,
+) -> Outcome:
+    """Run one attempt of ``step`` and return its :class:`Outcome` (see the module docstring).
+
+    Args:
+        step: the step.
+        call: the call's name in the pipeline (records go under it); default the step's name.
+        params: parameter values; a missing one takes the step's default (a required one must be given).
+        inputs / outputs: artifact name -> local path (or an :class:`ArtifactLike`); every input is required,
+            a missing output gets no file.
+        candidate: the candidate to run on (device-bound steps); default the step's first.
+        candidate_index: its index in the step's candidate list (for records); default 0.
+        placements: for a planner step, ``{call: candidates JSON}`` of the calls it places.
+        run_dir: the run folder for attempt records and fault counters; default ``$HETEROFLOW_RUN_DIR``.
+
+    Returns:
+        The outcome; a failure is returned, not raised (``KeyboardInterrupt``/``SystemExit`` propagate).
+
+    Raises:
+        InvalidParameter: unknown or missing parameters or artifacts (a usage error: nothing ran).
+    """
+    call = call or step.name
+    values = _bind_params(step, params or {})
+    in_paths = {name: _as_artifact(value) for name, value in (inputs or {}).items()}
+    out_arts = {name: _as_artifact(value) for name, value in (outputs or {}).items()}
+    for name in in_paths:
+        step.input(name)
+    for name in out_arts:
+        step.output(name)
+    missing = [s.name for s in step.inputs if s.name not in in_paths]
+    if missing:
+        raise InvalidParameter(f"step {call!r} needs input artifact(s) {', '.join(missing)} (--input NAME=PATH)")
+
+    folder = Path(run_dir) if run_dir is not None else (Path(os.environ[RUN_DIR_ENV]) if os.environ.get(RUN_DIR_ENV) else None)
+    if folder is not None:
+        os.environ[RUN_DIR_ENV] = str(folder)  # the records of this attempt go there
+
+    res = candidate if candidate is not None else step.candidates[0]
+    index = candidate_index if candidate_index is not None else (0 if candidate is None else None)
+    kind = DeviceKind(res.kind).value
+    simulated = kind in simulated_devices()
+    device = "cpu" if simulated else res.torch_device_type
+    accel = res.accelerator_spec
+    outcome = Outcome(
+        call=call,
+        step=step.name,
+        status="running",
+        candidate=index,
+        kind=kind,
+        accelerator=accel.name if accel is not None else None,
+        device=device,
+        simulated=simulated,
+    )
+
+    kwargs: dict[str, Any] = dict(values)
+    for spec in step.inputs:
+        if spec.param:
+            kwargs[spec.param] = in_paths[spec.name].path
+    for spec in step.outputs:
+        if spec.param:
+            if spec.name not in out_arts:
+                raise InvalidParameter(f"step {call!r} needs output artifact {spec.name!r} (--output NAME=PATH)")
+            kwargs[spec.param] = out_arts[spec.name].path
+            Path(out_arts[spec.name].path).parent.mkdir(parents=True, exist_ok=True)  # as KFP does for outputs
+    if step.device_param:
+        kwargs[step.device_param] = device
+    if step.resources_param:
+        kwargs[step.resources_param] = res
+    if step.placements_param:
+        kwargs[step.placements_param] = json.dumps(dict(placements or {}), sort_keys=True)
+
+    failure = None
+    try:
+        with step_attempt(
+            call,
+            device=device,
+            candidate=index,
+            kind=kind,
+            accelerator=outcome.accelerator,
+            simulated=simulated,
+        ) as record:
+            outcome.attempt = record.attempt
+            if step.progress_param:
+                kwargs[step.progress_param] = progress_reporter(record)
+            try:
+                fault = injected_fault(call, kind, state_dir=folder)
+                if fault is not None:
+                    raise fault
+                called = time.perf_counter()
+                try:
+                    result = step.func(**kwargs)
+                finally:
+                    record.call_seconds = time.perf_counter() - called
+                facts = step.to_facts(result)
+                _finite(facts, f"step {call!r} result")
+                _write_outputs(step, out_arts, facts)
+            except (KeyboardInterrupt, SystemExit):
+                raise
+            except BaseException as exc:
+                failure = classify(exc)
+                record.failure = failure.cls.value
+                raise
+            record.details = dict(facts)
+            seconds = facts.get("seconds")
+            record.compute_seconds = float(seconds) if isinstance(seconds, (int, float)) else None
+            if facts.get("device"):
+                record.device = str(facts["device"])
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except BaseException as exc:  # classified above (or here, if recording failed), returned to the engine
+        failure = failure or classify(exc)
+        outcome.status = "failed"
+        outcome.failure = failure.cls.value
+        outcome.reason = failure.reason
+        return outcome
+    outcome.status = "succeeded"
+    outcome.facts = facts
+    if facts.get("device"):
+        outcome.device = str(facts["device"])
+    return outcome
+
+
+def _as_artifact(value: str | os.PathLike[str] | ArtifactLike) -> ArtifactLike:
+    if isinstance(value, (str, os.PathLike)):
+        return LocalArtifact(os.fspath(value))
+    return value
+
+
+def _bind_params(step: Step, given: Mapping[str, Any]) -> dict[str, Any]:
+    unknown = sorted(set(given) - set(step.param_names))
+    if unknown:
+        raise InvalidParameter(
+            f"step {step.name!r} has no parameter(s) {', '.join(unknown)}; valid: {', '.join(step.param_names) or 'none'}"
+        )
+    out: dict[str, Any] = {}
+    for p in step.params:
+        if p.name in given:
+            value = given[p.name]
+            out[p.name] = p.coerce(value) if isinstance(value, str) and p.type is not str else p.check(value)
+        elif p.required:
+            raise InvalidParameter(f"step {step.name!r} needs parameter {p.name!r} ({p.type.__name__}): {p.help}")
+    return out
+
+
+# --- the KFP lightweight components' entry -----------------------------------------------------------------
+
+KFP_FAILURE = "heteroflow_failure"
+KFP_CANDIDATE = "heteroflow_candidate"
+KFP_PLACEMENTS = "heteroflow_placements"
+KFP_PLACED_PREFIX = "heteroflow_placed_"
+
+
+def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
+    """Run one attempt inside a KFP lightweight component (the generated shim's whole body).
+
+    Args:
+        ref: the step's ``module:attribute``.
+        call: the call's name.
+        args: the shim's arguments: artifacts (KFP artifact objects), parameters, and the reserved
+            ``heteroflow_*`` inputs and outputs (candidate JSON, placements JSON, the failure reason file, the
+            planner's per-call index files).
+
+    Returns:
+        The route: ``succeeded``, ``device`` or ``permanent`` (the pipeline's If/Elif/Else branch on it).
+
+    Raises:
+        TransientStepFailure: a transient failure, so that KFP retries the task with its backoff.
+    """
+    from heteroflow.components.step import load_step
+
+    args = dict(args)
+    failure_path = args.pop(KFP_FAILURE)
+    candidate_json = args.pop(KFP_CANDIDATE, None)
+    placements_json = args.pop(KFP_PLACEMENTS, None)
+    placed = {k[len(KFP_PLACED_PREFIX):]: args.pop(k) for k in list(args) if k.startswith(KFP_PLACED_PREFIX)}
+    try:
+        step = load_step(ref)
+        inputs = {s.name: args.pop(s.name) for s in step.inputs}
+        outputs = {s.name: args.pop(s.name) for s in step.outputs}
+        index, resources = candidate_from_json(candidate_json) if candidate_json else (None, None)
+        outcome = run_step(
+            step,
+            call=call,
+            params=args,
+            inputs=inputs,
+            outputs=outputs,
+            candidate=resources,
+            candidate_index=index,
+            placements=json.loads(placements_json) if placements_json else None,
+        )
+    except HeteroflowError as exc:  # the task itself is malformed (a usage error): never worth a retry
+        outcome = Outcome(call=call, step=ref, status="failed", failure=FailureClass.PERMANENT.value, reason=str(exc))
+    Path(failure_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(failure_path).write_text(outcome.reason or "", encoding="utf-8")
+    indices = outcome.facts.get("indices", {}) if outcome.status == "succeeded" else {}
+    for name, path in placed.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(str(indices.get(name, -1)), encoding="utf-8")
+    if outcome.failure == FailureClass.TRANSIENT.value:
+        raise TransientStepFailure(f"step {call!r} failed with a transient error (retried with backoff): {outcome.reason}")
+    return outcome.route

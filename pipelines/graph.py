@@ -1,0 +1,389 @@
+"""A pipeline, defined once: a graph of step calls, in plain Python.
+
+A :class:`Pipeline` holds its calls in order; each :class:`Call` is one use of a
+:class:`~heteroflow.components.step.Step` with its inputs bound to earlier calls' outputs, and its parameters
+bound to pipeline parameters or constants. A step parameter the pipeline does not bind becomes a pipeline
+parameter of the same name, with the step's type, default, unit and help (two calls that leave the same name
+unbound share one pipeline parameter, e.g. ``seed``). Renderers take a Pipeline: KFP
+(:mod:`heteroflow.pipelines.kfp_render`), Airflow (:mod:`heteroflow.dags`), the in-process runner
+(:mod:`heteroflow.pipelines.inprocess`) and ``heteroflow params``.
+
+Example::
+
+    from heteroflow.components.steps import PREWARM, PREPROCESS, TRAIN
+    from heteroflow.pipelines.graph import Pipeline
+
+    p = Pipeline("my-pipeline")
+    data = p.add(PREWARM, source_uri=p.param("dataset_uri", help="folder of .csv files"))
+    shards = p.add(PREPROCESS, dataset=data.outputs.dataset, test_fraction=0.2)
+    p.add(TRAIN, shards=shards.outputs.shards, candidates=["gpu:count=1", "cpu:cpu=4"])
+
+A call's candidates and retry policy default to its step's. When the pipeline has a planner call (the ``plan``
+step), it places every device-bound call; without one, each device-bound call starts at its first candidate.
+Every device-bound call falls back to its next candidate on a device failure.
+"""
+
+from __future__ import annotations
+
+import copy as _copy
+import dataclasses
+import inspect
+import re
+from collections.abc import Iterable, Iterator, Mapping
+from typing import Any
+
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.resources import Candidates, Resources, RetryPolicy
+from heteroflow.components.step import Param, Step
+
+__all__ = ["Call", "Const", "OutputRef", "ParamRef", "Pipeline", "load_pipeline"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
+_CALL = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class ParamRef:
+    """A reference to a pipeline parameter (made by :meth:`Pipeline.param`), with optional overrides of the
+    default and help it takes from the step parameter it is bound to."""
+
+    name: str
+    default: Any = inspect.Parameter.empty
+    help: str = ""
+    unit: str = ""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class OutputRef:
+    """An output artifact of an earlier call: ``call.outputs.<name>``."""
+
+    call: str
+    output: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Const:
+    """A constant bound to a step parameter at the call."""
+
+    value: Any
+
+
+Binding = ParamRef | OutputRef | Const
+
+
+class _Outputs:
+    """``call.outputs.model`` / ``call.outputs["model"]``: references to a call's output artifacts."""
+
+    def __init__(self, call: Call) -> None:
+        self._call = call
+
+    def __getattr__(self, name: str) -> OutputRef:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __getitem__(self, name: str) -> OutputRef:
+        self._call.step.output(name)  # raises with the valid names
+        return OutputRef(self._call.name, name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(s.name for s in self._call.step.outputs)
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Call:
+    """One use of a step in a pipeline.
+
+    Attributes:
+        name: unique in the pipeline (``train``); names its tasks and records.
+        step: the step.
+        bindings: step parameter or input artifact name -> what feeds it.
+        candidates: where this call may run (default: the step's).
+        retry: its retry policy (default: the step's).
+        cacheable: whether an engine may answer it from a cache (default: the step's).
+    """
+
+    name: str
+    step: Step
+    bindings: dict[str, Binding]
+    candidates: Candidates
+    retry: RetryPolicy
+    cacheable: bool
+
+    @property
+    def outputs(self) -> _Outputs:
+        return _Outputs(self)
+
+    @property
+    def device_bound(self) -> bool:
+        return self.step.device_bound
+
+    def input_refs(self) -> dict[str, OutputRef]:
+        """Input artifact name -> the output that feeds it."""
+        return {k: v for k, v in self.bindings.items() if isinstance(v, OutputRef)}
+
+    def param_bindings(self) -> dict[str, ParamRef | Const]:
+        """Step parameter name -> pipeline parameter or constant."""
+        return {k: v for k, v in self.bindings.items() if not isinstance(v, OutputRef)}
+
+
+class Pipeline:
+    """A graph of step calls (see the module docstring).
+
+    Args:
+        name: the pipeline's name (lowercase letters, digits and ``-``; shown in the Kubeflow UI).
+        description: one line.
+
+    Raises:
+        InvalidParameter: a bad name.
+    """
+
+    def __init__(self, name: str, *, description: str = "") -> None:
+        if not _NAME.match(name):
+            raise InvalidParameter(f"pipeline name {name!r} is not valid; valid: [a-z][a-z0-9-]*, up to 63 characters")
+        self.name = name
+        self.description = description
+        self._calls: dict[str, Call] = {}
+        self._params: dict[str, Param] = {}
+
+    # -- building -------------------------------------------------------------------------------------------
+
+    def param(self, name: str, *, default: Any = inspect.Parameter.empty, help: str = "", unit: str = "") -> ParamRef:
+        """A pipeline parameter to bind to a step parameter (its type comes from that step parameter).
+
+        Args:
+            name: the pipeline parameter's name.
+            default: its default (default: the step parameter's).
+            help: its help line (default: the step parameter's).
+        """
+        if not name.isidentifier():
+            raise InvalidParameter(f"parameter name {name!r} is not a Python identifier")
+        return ParamRef(name, default, help, unit)
+
+    def add(
+        self,
+        step: Step,
+        *,
+        name: str | None = None,
+        candidates: Candidates | Iterable[Resources | str] | None = None,
+        retry: RetryPolicy | None = None,
+        cacheable: bool | None = None,
+        **bindings: Any,
+    ) -> Call:
+        """Add a call of ``step``; returns it (its ``outputs`` feed later calls).
+
+        Args:
+            step: the step.
+            name: the call's name; default the step's name.
+            candidates: this call's candidates (default: the step's), most preferred first.
+            retry: this call's retry policy (default: the step's).
+            cacheable: whether this call may be cached (default: the step's).
+            bindings: input artifact -> an earlier call's output (``other.outputs.model``); step parameter ->
+                a :meth:`param` reference or a constant. Unbound step parameters become pipeline parameters.
+
+        Raises:
+            InvalidParameter: a duplicate or bad call name, an unknown binding, an unbound input artifact, a
+                reference to a call not added yet, a constant of the wrong type, or a parameter name shared by
+                two calls with different types or defaults (bind one of them explicitly).
+        """
+        call_name = name or step.name
+        if not _CALL.match(call_name):
+            raise InvalidParameter(f"call name {call_name!r} is not valid; valid: [a-z][a-z0-9_]*, up to 41 characters")
+        if call_name in self._calls:
+            raise InvalidParameter(f"pipeline {self.name!r} already has a call named {call_name!r}; pass name=...")
+        bound: dict[str, Binding] = {}
+        new_params: dict[str, Param] = {}
+        for key, value in bindings.items():
+            if key in {s.name for s in step.inputs}:
+                if not isinstance(value, OutputRef):
+                    raise InvalidParameter(f"{call_name}: input artifact {key!r} must be an earlier call's output (call.outputs.NAME)")
+                if value.call not in self._calls:
+                    raise InvalidParameter(f"{call_name}: {key!r} refers to call {value.call!r}, which is not in the pipeline yet")
+                src = self._calls[value.call].step.output(value.output)
+                dst = step.input(key)
+                if src.type is not dst.type:
+                    raise InvalidParameter(
+                        f"{call_name}: input {key!r} is a {dst.type.value}, but {value.call}.{value.output} is a {src.type.value}"
+                    )
+                bound[key] = value
+            elif key in step.param_names:
+                param = step.param(key)
+                if isinstance(value, ParamRef):
+                    merged = Param(
+                        name=value.name,
+                        type=param.type,
+                        default=param.default if value.default is inspect.Parameter.empty else param.check(value.default),
+                        optional=param.optional,
+                        help=value.help or param.help,
+                        unit=value.unit or param.unit,
+                    )
+                    new_params[value.name] = self._merge_param(merged, call_name, new_params)
+                    bound[key] = ParamRef(value.name)
+                elif isinstance(value, OutputRef):
+                    raise InvalidParameter(f"{call_name}: parameter {key!r} cannot take an artifact ({value.call}.{value.output})")
+                else:
+                    bound[key] = Const(param.check(value.value if isinstance(value, Const) else value))
+            else:
+                valid = [s.name for s in step.inputs] + list(step.param_names)
+                raise InvalidParameter(f"{call_name}: step {step.name!r} has no input or parameter {key!r}; valid: {', '.join(valid)}")
+        missing = [s.name for s in step.inputs if s.name not in bound]
+        if missing:
+            raise InvalidParameter(f"{call_name}: input artifact(s) {', '.join(missing)} must be bound to earlier calls' outputs")
+        for param in step.params:
+            if param.name not in bound:
+                new_params[param.name] = self._merge_param(param, call_name, new_params)
+                bound[param.name] = ParamRef(param.name)
+        if step.planner and any(c.step.planner for c in self._calls.values()):
+            raise InvalidParameter(f"{call_name}: the pipeline already has a planner call; one places every device-bound call")
+        if step.planner and any(c.device_bound for c in self._calls.values()):
+            raise InvalidParameter(f"{call_name}: a planner must come before the device-bound calls it places")
+        call = Call(
+            name=call_name,
+            step=step,
+            bindings=bound,
+            candidates=step.candidates if candidates is None else candidates if isinstance(candidates, Candidates) else Candidates(candidates),
+            retry=step.retry if retry is None else retry,
+            cacheable=step.cacheable if cacheable is None else cacheable,
+        )
+        self._params.update(new_params)
+        self._calls[call_name] = call
+        return call
+
+    def _merge_param(self, param: Param, call: str, pending: Mapping[str, Param]) -> Param:
+        existing = pending.get(param.name) or self._params.get(param.name)
+        if existing is None:
+            return param
+        if existing.type is not param.type or existing.default != param.default or existing.optional != param.optional:
+            raise InvalidParameter(
+                f"{call}: pipeline parameter {param.name!r} is already a {existing.type.__name__} with default "
+                f"{existing.describe_default()}; this call's is a {param.type.__name__} with default "
+                f"{param.describe_default()}: bind it explicitly (e.g. {param.name}=p.param('{call}_{param.name}'))"
+            )
+        return existing
+
+    def copy(self, name: str | None = None, *, description: str | None = None) -> Pipeline:
+        """A copy to extend (calls and parameters are copied; steps are shared values)."""
+        other = Pipeline(name or self.name, description=self.description if description is None else description)
+        other._calls = {k: _copy.copy(c) for k, c in self._calls.items()}
+        for c in other._calls.values():
+            c.bindings = dict(c.bindings)
+        other._params = dict(self._params)
+        return other
+
+    def replace(self, call: str, **changes: Any) -> None:
+        """Change a call's ``candidates``, ``retry`` or ``cacheable`` in place.
+
+        Raises:
+            InvalidParameter: an unknown call or field.
+        """
+        target = self[call]
+        for key, value in changes.items():
+            if key == "candidates":
+                target.candidates = value if isinstance(value, Candidates) else Candidates(value)
+            elif key in ("retry", "cacheable"):
+                setattr(target, key, value)
+            else:
+                raise InvalidParameter(f"replace({call!r}): {key!r} cannot be changed; valid: candidates, retry, cacheable")
+
+    # -- views ----------------------------------------------------------------------------------------------
+
+    @property
+    def calls(self) -> tuple[Call, ...]:
+        """The calls in order (a topological order: every call comes after the calls it reads from)."""
+        return tuple(self._calls.values())
+
+    def __getitem__(self, name: str) -> Call:
+        try:
+            return self._calls[name]
+        except KeyError:
+            raise InvalidParameter(f"pipeline {self.name!r} has no call {name!r}; calls: {', '.join(self._calls)}") from None
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._calls
+
+    @property
+    def params(self) -> dict[str, Param]:
+        """Every pipeline parameter (required ones first, then in the order calls introduced them)."""
+        items = list(self._params.values())
+        return {p.name: p for p in sorted(items, key=lambda p: not p.required)}
+
+    @property
+    def planner(self) -> Call | None:
+        return next((c for c in self._calls.values() if c.step.planner), None)
+
+    @property
+    def placed_calls(self) -> tuple[Call, ...]:
+        """The device-bound calls (the planner places these, in order)."""
+        return tuple(c for c in self._calls.values() if c.device_bound)
+
+    def placements(self) -> dict[str, str]:
+        """``{call: candidates JSON}`` of the device-bound calls: what the planner is given."""
+        return {c.name: c.candidates.to_json() for c in self.placed_calls}
+
+    def consumers(self, call: str) -> list[tuple[Call, str, OutputRef]]:
+        """(consumer, input name, ref) for every input fed by an output of ``call``."""
+        return [(c, k, ref) for c in self._calls.values() for k, ref in c.input_refs().items() if ref.call == call]
+
+    def arguments(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Every pipeline parameter's value: ``values`` over the defaults, type-checked.
+
+        Raises:
+            InvalidParameter: an unknown name (the message lists the valid ones), a value of the wrong type, or a
+                required parameter without a value.
+        """
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(self._params))
+        if unknown:
+            raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(self._params))}")
+        out: dict[str, Any] = {}
+        for p in self.params.values():
+            if p.name in values:
+                out[p.name] = p.check(values[p.name])
+            elif p.required:
+                raise InvalidParameter(f"parameter {p.name!r} is required ({p.type.__name__}): {p.help}")
+            else:
+                out[p.name] = p.default
+        return out
+
+    def call_params(self, call: Call, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """The parameter values ``call``'s step gets for pipeline ``arguments``."""
+        out: dict[str, Any] = {}
+        for key, binding in call.param_bindings().items():
+            out[key] = arguments[binding.name] if isinstance(binding, ParamRef) else binding.value
+        return out
+
+    def check(self, arguments: Mapping[str, Any]) -> None:
+        """Run every call's parameter checks on ``arguments`` (before anything runs).
+
+        Raises:
+            InvalidParameter: from a step's check, naming the parameter.
+        """
+        for call in self._calls.values():
+            call.step.check_params(self.call_params(call, arguments))
+
+    def __repr__(self) -> str:
+        return f"Pipeline({self.name!r}, calls={list(self._calls)})"
+
+
+def load_pipeline(ref: str) -> Pipeline:
+    """The :class:`Pipeline` named by ``module:attribute``: a Pipeline value, or a function that returns one
+    (called with no arguments). This is how ``heteroflow run|compile|params --pipeline`` find a user's pipeline.
+
+    Raises:
+        InvalidParameter: the module cannot be imported, the attribute is missing, or it is not a pipeline.
+    """
+    import importlib
+
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidParameter(f"--pipeline {ref!r} is not module:attribute (e.g. mypipelines:build)")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidParameter(f"--pipeline {ref!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
+    value: Any = getattr(module, attr, None)
+    if callable(value) and not isinstance(value, Pipeline):
+        value = value()
+    if not isinstance(value, Pipeline):
+        raise InvalidParameter(f"--pipeline {ref!r} is a {type(value).__name__}, not a heteroflow Pipeline (or a function returning one)")
+    return value

@@ -1,0 +1,142 @@
+"""Run a :class:`~heteroflow.pipelines.graph.Pipeline` in this process, for tests and quick iteration.
+
+The same definition and the same per-attempt code path (:func:`heteroflow.components.runtime.run_step`) as the
+KFP and Airflow renderings, with DESIGN.md's failure semantics carried out in Python:
+
+- a *transient* failure is retried on the same candidate, waiting ``RetryPolicy.delay_seconds(n)`` before
+  retry n, while the next retry would still start inside the policy's total window;
+- a *device* failure of a device-bound call moves to its next candidate at once (no retry spent);
+- a *permanent* failure (or a device failure with no candidate left) fails the run; nothing after it runs.
+
+Calls run one after another in the pipeline's order; artifacts live under ``<run dir>/artifacts/<call>/<name>``.
+The run folder and ``run.json`` are the same as :func:`heteroflow.pipelines.local.run_local` writes.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from heteroflow.components.archive import RUN_ID_ENV
+from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
+from heteroflow.components.telemetry import RUN_DIR_ENV
+from heteroflow.pipelines.graph import Call, Pipeline
+from heteroflow.pipelines.local import (
+    RunRecord,
+    _environ,
+    build_record,
+    new_run_id,
+    prepare_arguments,
+    prepare_run_dir,
+    testing_environment,
+)
+
+__all__ = ["run_call", "run_inprocess"]
+
+
+def run_call(
+    call: Call,
+    *,
+    params: Mapping[str, Any],
+    inputs: Mapping[str, str],
+    outputs: Mapping[str, str],
+    start: int = 0,
+    placements: Mapping[str, str] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> Outcome:
+    """Run one call with its retry policy and, if device-bound, its fallback chain from candidate ``start``.
+
+    Returns:
+        The last attempt's outcome (``succeeded``, or the failure that stopped the call).
+    """
+    candidates = range(start, len(call.candidates)) if call.device_bound else range(0, 1)
+    outcome: Outcome | None = None
+    for index in candidates:
+        first_started = time.monotonic()
+        retry = 0
+        while True:
+            outcome = run_step(
+                call.step,
+                call=call.name,
+                params=params,
+                inputs=inputs,
+                outputs={k: LocalArtifact(v) for k, v in outputs.items()},
+                candidate=call.candidates[index],
+                candidate_index=index if call.device_bound else None,
+                placements=placements,
+            )
+            if outcome.status == "succeeded" or outcome.failure != "transient" or retry >= call.retry.retries:
+                break
+            delay = call.retry.delay_seconds(retry)
+            if time.monotonic() + delay - first_started > call.retry.window_seconds:
+                break  # the next retry would start after the policy's total window
+            sleep(delay)
+            retry += 1
+        if outcome.status == "succeeded" or outcome.failure != "device" or not call.device_bound:
+            return outcome
+    assert outcome is not None  # candidates is never empty: Candidates rejects an empty list
+    return outcome
+
+
+def run_inprocess(
+    pipeline: Pipeline,
+    params: Mapping[str, Any] | None = None,
+    *,
+    run_dir: str | os.PathLike[str] | None = None,
+    simulate_devices: Sequence[str] | str | None = None,
+    inject_faults: Sequence[str] | str | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> RunRecord:
+    """Run ``pipeline`` in this process and return (and write) its :class:`RunRecord`.
+
+    Args:
+        pipeline: the pipeline.
+        params: its arguments (see :func:`heteroflow.pipelines.local.prepare_arguments`).
+        run_dir: the run folder; default ``./heteroflow-runs/<run id>``.
+        simulate_devices / inject_faults: the testing settings (:mod:`heteroflow.components.failures`).
+        sleep: how to wait between retries (tests pass a no-op).
+
+    Raises:
+        InvalidParameter / DatasetError: bad arguments, checked before anything runs.
+    """
+    with testing_environment(simulate_devices, inject_faults) as testing:
+        args = prepare_arguments(pipeline, params)
+        run_id = new_run_id()
+        folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
+        run_id = folder.name if run_dir is not None else run_id
+        started, t0 = time.time(), time.perf_counter()
+        produced: dict[tuple[str, str], str] = {}
+        starts: dict[str, int] = {}
+        with _environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: run_id}):
+            for call in pipeline.calls:
+                outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
+                inputs = {name: produced[(ref.call, ref.output)] for name, ref in call.input_refs().items()}
+                outcome = run_call(
+                    call,
+                    params=pipeline.call_params(call, args),
+                    inputs=inputs,
+                    outputs=outputs,
+                    start=starts.get(call.name, 0),
+                    placements=pipeline.placements() if call.step.planner else None,
+                    sleep=sleep,
+                )
+                if outcome.status != "succeeded":
+                    break
+                produced.update({(call.name, k): v for k, v in outputs.items()})
+                if call.step.planner:
+                    starts.update(outcome.facts.get("indices", {}))
+        record = build_record(
+            pipeline,
+            run_id=run_id,
+            folder=folder,
+            started=started,
+            wall_seconds=time.perf_counter() - t0,
+            args=args,
+            interrupted=False,
+            testing=testing,
+        )
+        record.write()
+    return record

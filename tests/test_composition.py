@@ -1,0 +1,109 @@
+"""Adding a step with a new parameter to a copy of the default pipeline is a change in one place: the parameter
+shows up in ``heteroflow params``, in the compiled KFP YAML and in a kfp.local run, and no renderer is edited.
+
+The toy step lives in a module written into a temporary folder and put on ``PYTHONPATH`` (kfp.local's step
+processes import it by name, as a cluster image would import a user's package).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from heteroflow.pipelines.cli import app
+
+TOY_MODULE = '''
+"""A user's own step: writes a calibration report of a trained model."""
+import json
+from pathlib import Path
+
+from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+from heteroflow.pipelines.default import default_pipeline
+
+
+def calibrate(model_dir: str, report_path: str, *, temperature_scale: float = 1.5) -> dict:
+    """Write a calibration report for a trained model.
+
+    Args:
+        model_dir: train's model folder.
+        report_path: where the report goes.
+        temperature_scale: softmax temperature applied to the logits, > 0 (unit: ratio).
+    """
+    config = json.loads((Path(model_dir) / "model.json").read_text())
+    report = {"temperature_scale": temperature_scale, "classes": len(config["classes"])}
+    Path(report_path).write_text(json.dumps(report))
+    return report
+
+
+CALIBRATE = step(
+    calibrate,
+    inputs=[ArtifactSpec(name="model", type=ArtifactType.MODEL, param="model_dir")],
+    outputs=[ArtifactSpec(name="report", type=ArtifactType.METRICS, param="report_path")],
+)
+
+
+def with_calibration():
+    p = default_pipeline().copy("heteroflow-calibrated")
+    p.add(CALIBRATE, model=p["train"].outputs.model)
+    return p
+'''
+
+
+@pytest.fixture()
+def toy_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    folder = tmp_path / "userpkg"
+    folder.mkdir()
+    (folder / "toysteps.py").write_text(textwrap.dedent(TOY_MODULE))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(folder))  # for kfp.local's step processes
+    yield "toysteps"
+    sys.modules.pop("toysteps", None)
+
+
+def test_the_new_parameter_is_listed_by_heteroflow_params(toy_module: str) -> None:
+    result = CliRunner().invoke(app, ["params", "--json", "--pipeline", f"{toy_module}:with_calibration"])
+    assert result.exit_code == 0, result.output
+    listed = json.loads(result.stdout)
+    assert listed["temperature_scale"] == {
+        "type": "float",
+        "default": 1.5,
+        "unit": "ratio",
+        "help": "softmax temperature applied to the logits, > 0.",
+    }
+    assert "epochs" in listed  # the default pipeline's parameters are all still there
+
+
+def test_the_new_parameter_is_in_the_compiled_yaml(toy_module: str, tmp_path: Path) -> None:
+    out = tmp_path / "calibrated.yaml"
+    result = CliRunner().invoke(app, ["compile", "-o", str(out), "--pipeline", f"{toy_module}:with_calibration"])
+    assert result.exit_code == 0, result.output
+    ir = yaml.safe_load(out.read_text())
+    root = ir["root"]["inputDefinitions"]["parameters"]
+    assert root["temperature_scale"]["defaultValue"] == 1.5
+    assert root["temperature_scale"]["parameterType"] == "NUMBER_DOUBLE"
+    calibrate = [c for name, c in ir["components"].items() if name.startswith("comp-calibrate")]
+    assert calibrate, "no calibrate component"
+    assert "temperature_scale" in calibrate[0]["inputDefinitions"]["parameters"]
+    assert ir["pipelineInfo"]["name"] == "heteroflow-calibrated"
+
+
+@pytest.mark.slow
+def test_the_new_step_runs_on_kfp_local_with_the_parameter(toy_module: str, digits_dir: Path, tmp_path: Path) -> None:
+    from heteroflow.pipelines.graph import load_pipeline
+    from heteroflow.pipelines.local import run_local
+
+    pipeline = load_pipeline(f"{toy_module}:with_calibration")
+    record = run_local(
+        {"dataset_uri": str(digits_dir), "epochs": 1, "temperature_scale": 2.5}, pipeline=pipeline, run_dir=tmp_path / "run"
+    )
+    assert record.status == "succeeded", [(s.name, s.status, s.error) for s in record.steps]
+    assert [s.name for s in record.steps][-1] == "calibrate"
+    assert record.results["calibrate"] == {"temperature_scale": 2.5, "classes": 10}
+    assert record.metrics["calibrate"] == {"temperature_scale": 2.5, "classes": 10}
+    assert record.params["temperature_scale"] == 2.5

@@ -1,0 +1,407 @@
+"""One definition per step and per pipeline: Step values derived from functions, the Pipeline graph, the
+failure classifier, the testing settings, the shared step runtime, ``heteroflow step`` and the in-process
+runner.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
+from heteroflow.components.failures import (
+    FailureClass,
+    InjectedDeviceFault,
+    classify,
+    injected_fault,
+    parse_faults,
+    simulated_devices,
+)
+from heteroflow.components.resources import Candidates, Resources, RetryPolicy
+from heteroflow.components.runtime import EXIT_CODES, LocalArtifact, run_step
+from heteroflow.components.step import ArtifactSpec, ArtifactType, step, step_ref
+from heteroflow.components.steps import DEFAULT_STEPS, EVALUATE, PLAN, PREWARM, TRAIN
+from heteroflow.components.telemetry import read_step_records
+from heteroflow.pipelines.default import default_pipeline
+from heteroflow.pipelines.graph import Pipeline
+
+# --- a toy step module, defined here and importable by name (tests/ is not a package) ----------------------
+
+
+def scale(values_path: str, out_path: str, *, factor: float = 2.0, label: str = "x", device: str = "cpu") -> dict:
+    """Multiply the numbers in a file.
+
+    Args:
+        values_path: input file, one number per line.
+        out_path: output file.
+        factor: what to multiply by (unit: times).
+        label: a name for the output.
+        device: injected torch device type.
+    """
+    numbers = [float(x) for x in Path(values_path).read_text().split()]
+    Path(out_path).write_text("\n".join(str(n * factor) for n in numbers))
+    return {"label": label, "total": sum(numbers) * factor, "device": device}
+
+
+def make(out_path: str, *, count: int = 3) -> dict:
+    """Write the numbers 1..count.
+
+    Args:
+        out_path: output file.
+        count: how many numbers.
+    """
+    Path(out_path).write_text("\n".join(str(i + 1) for i in range(count)))
+    return {"count": count}
+
+
+MAKE = step(make, outputs=[ArtifactSpec(name="values", type=ArtifactType.DATASET, param="out_path")])
+SCALE = step(
+    scale,
+    inputs=[ArtifactSpec(name="values", type=ArtifactType.DATASET, param="values_path")],
+    outputs=[ArtifactSpec(name="scaled", type=ArtifactType.DATASET, param="out_path")],
+    candidates=["npu", "gpu", "cpu"],
+    device_bound=True,
+    device_param="device",
+)
+
+
+# --- Step ------------------------------------------------------------------------------------------------
+
+
+def test_step_params_come_from_the_signature_and_the_docstring() -> None:
+    assert [p.name for p in SCALE.params] == ["factor", "label"]
+    factor = SCALE.param("factor")
+    assert (factor.type, factor.default, factor.unit, factor.help) == (float, 2.0, "times", "what to multiply by.")
+    assert SCALE.param("label").help == "a name for the output."
+    assert SCALE.description == "Multiply the numbers in a file."
+    # injected and artifact parameters are not step parameters
+    assert "device" not in SCALE.param_names and "values_path" not in SCALE.param_names
+
+
+def test_shipped_steps_take_their_parameters_from_their_functions() -> None:
+    from heteroflow.components.train import train
+
+    signature = inspect.signature(train)
+    for p in TRAIN.params:
+        assert p.default == signature.parameters[p.name].default
+        assert p.help, f"train parameter {p.name} has no help line"
+    assert TRAIN.param("epochs").unit == "passes"
+    assert TRAIN.device_bound and EVALUATE.device_bound and not PREWARM.device_bound
+    assert [s.name for s in DEFAULT_STEPS] == ["prewarm", "preprocess", "plan", "train", "evaluate", "archive"]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(inputs=[ArtifactSpec(name="v", param="nosuch")]), r"has no parameter 'nosuch'"),
+        (dict(device_bound=True), r"needs device_param or resources_param"),
+        (dict(planner=True), r"needs placements_param"),
+        (dict(outputs=[ArtifactSpec(name="a", param="out_path"), ArtifactSpec(name="a")]), r"names an artifact twice"),
+    ],
+    ids=["unknown-param", "device-bound-without-device", "planner-without-placements", "duplicate-artifact"],
+)
+def test_step_definition_errors(kwargs: dict, match: str) -> None:
+    with pytest.raises(InvalidParameter, match=match):
+        step(make, **kwargs)
+
+
+def test_a_parameter_of_an_unsupported_type_is_refused() -> None:
+    def f(out_path: str, *, sizes: list[int] = []) -> None:  # noqa: B006
+        """F.
+
+        Args:
+            out_path: out.
+            sizes: sizes.
+        """
+
+    with pytest.raises(InvalidParameter, match=r"f\(sizes\) is annotated .*a step parameter must be str, int, float or bool"):
+        step(f, outputs=[ArtifactSpec(name="o", param="out_path")])
+
+
+def test_step_ref_finds_the_module_level_name() -> None:
+    assert step_ref(SCALE) == f"{__name__}:SCALE"
+    assert step_ref(TRAIN) == "heteroflow.components.train:TRAIN"
+
+
+# --- Pipeline --------------------------------------------------------------------------------------------
+
+
+def _toy() -> Pipeline:
+    p = Pipeline("toy")
+    values = p.add(MAKE)
+    p.add(SCALE, values=values.outputs.values, label="doubled")
+    return p
+
+
+def test_unbound_step_parameters_become_pipeline_parameters() -> None:
+    p = _toy()
+    assert list(p.params) == ["count", "factor"]
+    assert p.params["factor"].unit == "times"
+    assert p.arguments({"factor": 3}) == {"count": 3, "factor": 3.0}
+
+
+def test_the_default_pipeline_lifts_each_step_parameter_once() -> None:
+    p = default_pipeline()
+    # seed is shared by preprocess and train; dataset_uri feeds prewarm's source_uri
+    assert "seed" in p.params and "source_uri" not in p.params and p.params["dataset_uri"].required
+    names = [n for c in p.calls for n in c.step.param_names if n != "source_uri"]
+    assert sorted(set(names)) == sorted(set(p.params) - {"dataset_uri"})
+
+
+@pytest.mark.parametrize(
+    ("build", "match"),
+    [
+        (lambda p: p.add(SCALE), r"input artifact\(s\) values must be bound"),
+        (lambda p: p.add(MAKE), r"already has a call named 'make'"),
+        (lambda p: p.add(MAKE, name="Bad Name"), r"call name 'Bad Name' is not valid"),
+        (lambda p: p.add(MAKE, name="m2", nosuch=1), r"has no input or parameter 'nosuch'"),
+        (lambda p: p.add(MAKE, name="m2", count="three"), r"count='three' is a str; valid: a int"),
+        (lambda p: p.add(MAKE, name="m2", count=p.param("count", default=9)), r"'count' is already a int with default 3"),
+    ],
+    ids=["unbound-input", "duplicate-call", "bad-name", "unknown-binding", "wrong-constant-type", "conflicting-default"],
+)
+def test_pipeline_errors_name_what_to_do(build, match: str) -> None:  # type: ignore[no-untyped-def]
+    p = Pipeline("toy")
+    p.add(MAKE)
+    with pytest.raises(InvalidParameter, match=match):
+        build(p)
+
+
+def test_unknown_and_wrongly_typed_arguments_are_refused() -> None:
+    p = _toy()
+    with pytest.raises(InvalidParameter, match=r"unknown parameter\(s\) nosuch; valid: count, factor"):
+        p.arguments({"nosuch": 1})
+    with pytest.raises(InvalidParameter, match=r"factor='x' is a str"):
+        p.arguments({"factor": "x"})
+
+
+def test_a_copy_is_independent() -> None:
+    p = default_pipeline()
+    q = p.copy("other")
+    q.replace("train", candidates=["cpu:cpu=2"])
+    assert len(p["train"].candidates) == 3 and len(q["train"].candidates) == 1
+
+
+# --- failures --------------------------------------------------------------------------------------------
+
+
+def _torch_errors() -> list[tuple[BaseException, FailureClass]]:
+    import torch
+
+    return [
+        (torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity)"), FailureClass.DEVICE),
+        (torch.AcceleratorError("CUDA error: uncorrectable ECC error encountered"), FailureClass.DEVICE),
+    ]
+
+
+CLASSIFIED = [
+    (DeviceUnavailable("device='cuda': no CUDA device is available to this process"), FailureClass.DEVICE),
+    (RuntimeError("NPU out of memory. Tried to allocate 52.00 MiB (NPU 0; 60.96 GiB total capacity; 59.36 GiB already allocated"), FailureClass.DEVICE),
+    (RuntimeError("CUDA error: invalid device ordinal"), FailureClass.DEVICE),
+    (RuntimeError("No CUDA GPUs are available"), FailureClass.DEVICE),
+    (AssertionError("Torch not compiled with CUDA enabled"), FailureClass.DEVICE),
+    (
+        RuntimeError(
+            "init:build/CMakeFiles/torch_npu.dir/compiler_depend.ts:292 NPU function error: aclrtGetDeviceCount(&device_count), "
+            "error code is 207004 [ERROR] ERR00100 PTA call acl api failed [Error]: The device is unavailable."
+        ),
+        FailureClass.DEVICE,
+    ),
+    (RuntimeError("NPU function error: c10_npu::SetDevice(device_id_), error code is 507033"), FailureClass.DEVICE),
+    (RuntimeError("CUDA error: device-side assert triggered"), FailureClass.PERMANENT),
+    (TimeoutError("read timed out"), FailureClass.TRANSIENT),
+    (ConnectionResetError(104, "Connection reset by peer"), FailureClass.TRANSIENT),
+    (OSError(116, "Stale file handle"), FailureClass.TRANSIENT),
+    (ValueError("could not convert string to float: 'abc'"), FailureClass.PERMANENT),
+    (InvalidParameter("epochs=0 is out of range"), FailureClass.PERMANENT),
+    (KeyError("label"), FailureClass.PERMANENT),
+    (FileNotFoundError(2, "No such file or directory"), FailureClass.PERMANENT),
+]
+
+
+@pytest.mark.parametrize(("exc", "expected"), CLASSIFIED, ids=[f"{type(e).__name__}-{i}" for i, (e, _) in enumerate(CLASSIFIED)])
+def test_classifier_table(exc: BaseException, expected: FailureClass) -> None:
+    assert classify(exc).cls is expected
+
+
+def test_classifier_on_real_torch_exception_types() -> None:
+    for exc, expected in _torch_errors():
+        assert classify(exc).cls is expected, exc
+
+
+def test_a_killed_process_pool_worker_is_transient() -> None:
+    from concurrent.futures.process import BrokenProcessPool
+
+    assert classify(BrokenProcessPool("A process in the process pool was terminated abruptly")).cls is FailureClass.TRANSIENT
+
+
+def test_fault_specs_parse_and_bad_ones_say_the_form() -> None:
+    specs = parse_faults("train@npu=device, preprocess@cpu=permanent,train@gpu=transient:2")
+    assert [str(s) for s in specs] == ["train@npu=device", "preprocess@cpu=permanent", "train@gpu=transient:2"]
+    for bad in ("train=device", "train@tpu=device", "train@npu=flaky", "train@npu=transient:x"):
+        with pytest.raises(InvalidParameter, match=r"STEP@KIND=CLASS|not a device kind"):
+            parse_faults(bad)
+
+
+def test_a_counted_fault_fails_the_first_n_attempts_then_lets_the_step_run(tmp_path: Path) -> None:
+    env = {"HETEROFLOW_INJECT_FAULT": "train@npu=transient:2"}
+    seen = [injected_fault("train", "npu", state_dir=tmp_path, environ=env) for _ in range(4)]
+    assert [type(e).__name__ if e else None for e in seen] == ["InjectedTransientFault", "InjectedTransientFault", None, None]
+    assert injected_fault("train", "gpu", state_dir=tmp_path, environ=env) is None
+    assert isinstance(injected_fault("t", "npu", state_dir=None, environ={"HETEROFLOW_INJECT_FAULT": "t@npu=device"}), InjectedDeviceFault)
+
+
+def test_simulated_devices_parse() -> None:
+    assert simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "npu,gpu:nvidia-gpu"}) == {"npu": "", "gpu": "nvidia-gpu"}
+    with pytest.raises(InvalidParameter, match="the CPU is always present"):
+        simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "cpu"})
+
+
+# --- the shared runtime ----------------------------------------------------------------------------------
+
+
+def test_run_step_injects_the_device_and_records_the_candidate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HETEROFLOW_SIMULATE_DEVICES", "gpu")
+    src = tmp_path / "values"
+    src.write_text("1\n2\n")
+    out = run_step(
+        SCALE,
+        params={"factor": "3"},
+        inputs={"values": str(src)},
+        outputs={"scaled": str(tmp_path / "scaled")},
+        candidate=Resources(kind="gpu"),
+        candidate_index=1,
+        run_dir=tmp_path / "run",
+    )
+    assert (out.status, out.kind, out.candidate, out.simulated) == ("succeeded", "gpu", 1, True)
+    assert out.facts == {"label": "x", "total": 9.0, "device": "cpu"}  # simulated: the work ran on the CPU
+    record = read_step_records(tmp_path / "run")["scale"][0]
+    assert (record.kind, record.candidate, record.simulated, record.accelerator) == ("gpu", 1, True, "nvidia-gpu")
+
+
+def test_run_step_refuses_unknown_parameters_and_missing_inputs(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameter, match=r"has no parameter\(s\) nosuch; valid: factor, label"):
+        run_step(SCALE, params={"nosuch": 1}, inputs={"values": "x"}, outputs={"scaled": "y"})
+    with pytest.raises(InvalidParameter, match=r"needs input artifact\(s\) values"):
+        run_step(SCALE, outputs={"scaled": "y"})
+
+
+def test_a_non_finite_fact_is_a_permanent_failure_naming_where(tmp_path: Path) -> None:
+    def nan_step(out_path: str) -> dict:
+        """Returns a NaN.
+
+        Args:
+            out_path: out.
+        """
+        return {"loss": float("nan")}
+
+    s = step(nan_step, outputs=[ArtifactSpec(name="o", param="out_path")])
+    out = run_step(s, outputs={"o": str(tmp_path / "o")})
+    assert (out.status, out.failure) == ("failed", "permanent")
+    assert "step 'nan_step' result.loss is nan" in out.reason
+
+
+# --- heteroflow step ------------------------------------------------------------------------------------
+
+
+def _heteroflow(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).with_name("heteroflow")
+    return subprocess.run([str(exe), *args], capture_output=True, text=True, env={**os.environ, **(env or {})}, timeout=120)
+
+
+@pytest.mark.slow
+def test_heteroflow_step_runs_a_step_and_exits_with_its_failure_class(digits_dir: Path, tmp_path: Path) -> None:
+    ok = _heteroflow(
+        "step", "prewarm", "--param", f"source_uri={digits_dir}", "--param", f"cache_root={tmp_path / 'cache'}",
+        "--output", f"dataset={tmp_path / 'ds'}", "--run-dir", str(tmp_path / "run"), "--outcome", str(tmp_path / "o.json"),
+    )
+    assert ok.returncode == EXIT_CODES["succeeded"] == 0, ok.stderr
+    outcome = json.loads(ok.stdout)
+    assert outcome["status"] == "succeeded" and outcome["facts"]["files"] > 0
+    assert json.loads((tmp_path / "o.json").read_text()) == outcome
+    assert (tmp_path / "ds" / "manifest.json").is_file()
+
+    permanent = _heteroflow("step", "prewarm", "--param", f"source_uri={tmp_path / 'missing'}", "--output", f"dataset={tmp_path / 'd2'}")
+    assert permanent.returncode == EXIT_CODES["permanent"] == 3
+    assert json.loads(permanent.stdout)["failure"] == "permanent"
+
+    device = _heteroflow(
+        "step", "prewarm", "--param", f"source_uri={digits_dir}", "--output", f"dataset={tmp_path / 'd3'}",
+        env={"HETEROFLOW_INJECT_FAULT": "prewarm@cpu=device"},
+    )
+    assert device.returncode == EXIT_CODES["device"] == 4
+    transient = _heteroflow(
+        "step", "prewarm", "--param", f"source_uri={digits_dir}", "--output", f"dataset={tmp_path / 'd4'}",
+        env={"HETEROFLOW_INJECT_FAULT": "prewarm@cpu=transient"},
+    )
+    assert transient.returncode == EXIT_CODES["transient"] == 5
+
+    usage = _heteroflow("step", "nosuch")
+    assert usage.returncode == 2
+    assert "step 'nosuch' is unknown; valid: prewarm, preprocess, plan, train, evaluate, archive" in " ".join(usage.stderr.split())
+
+
+def test_heteroflow_step_runs_a_user_step_by_reference(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli import app
+
+    src = tmp_path / "values"
+    src.write_text("2\n")
+    result = CliRunner().invoke(
+        app,
+        ["step", f"{__name__}:SCALE", "--input", f"values={src}", "--output", f"scaled={tmp_path / 's'}", "--candidate", "cpu", "-p", "factor=4"],
+    )
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "s").read_text() == "8.0"
+
+
+# --- in-process runner -----------------------------------------------------------------------------------
+
+
+def test_inprocess_device_failure_falls_back_and_the_run_succeeds(tmp_path: Path) -> None:
+    from heteroflow.pipelines.inprocess import run_inprocess
+
+    record = run_inprocess(_toy(), run_dir=tmp_path / "run", inject_faults="scale@npu=device")
+    assert record.status == "succeeded"
+    assert (record.step("scale").kind, record.step("scale").candidate, record.step("scale").attempts) == ("gpu", 1, 2)
+    assert [(f["step"], f["candidate"], f["kind"], f["failure"]) for f in record.fallbacks] == [("scale", 0, "npu", "device")]
+    assert record.results["scale"]["total"] == 12.0  # (1 + 2 + 3) * 2
+
+
+def test_inprocess_permanent_failure_stops_without_retry_or_fallback(tmp_path: Path) -> None:
+    from heteroflow.pipelines.inprocess import run_inprocess
+
+    waits: list[float] = []
+    p = _toy()
+    p.replace("scale", retry=RetryPolicy(retries=3, backoff_seconds=1))
+    record = run_inprocess(p, run_dir=tmp_path / "run", inject_faults="scale@npu=permanent", sleep=waits.append)
+    assert record.status == "failed"
+    assert (record.step("scale").attempts, record.step("scale").failure) == (1, "permanent")
+    assert waits == [] and record.fallbacks == []
+
+
+def test_inprocess_transient_failure_is_retried_with_backoff(tmp_path: Path) -> None:
+    from heteroflow.pipelines.inprocess import run_inprocess
+
+    waits: list[float] = []
+    p = _toy()
+    p.replace("scale", retry=RetryPolicy(retries=3, backoff_seconds=2, factor=3, max_delay_seconds=10))
+    record = run_inprocess(p, run_dir=tmp_path / "run", inject_faults="scale@npu=transient:3", sleep=waits.append)
+    assert record.status == "succeeded"
+    assert (record.step("scale").kind, record.step("scale").attempts) == ("npu", 4)
+    assert waits == [2.0, 6.0, 10.0]
+
+
+def test_inprocess_upstream_failure_never_starts_a_fallback(tmp_path: Path) -> None:
+    from heteroflow.pipelines.inprocess import run_inprocess
+
+    record = run_inprocess(_toy(), run_dir=tmp_path / "run", inject_faults="make@cpu=permanent,scale@npu=device")
+    assert record.status == "failed"
+    assert record.step("scale").status == "not run" and record.fallbacks == []
