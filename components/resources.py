@@ -380,6 +380,9 @@ class FrozenMap(Mapping[str, Any]):
     def __setattr__(self, name: str, value: object) -> None:
         raise AttributeError(f"FrozenMap is immutable (setting {name!r})")
 
+    def __reduce__(self) -> tuple[type[FrozenMap], tuple[dict[str, Any]]]:  # pickle and copy.deepcopy
+        return (FrozenMap, (self._data,))
+
     def __repr__(self) -> str:
         return f"FrozenMap({self._data!r})"
 
@@ -702,7 +705,7 @@ class Resources:
         object.__setattr__(self, "node_selector", _string_map(self.node_selector, field="node_selector", label_values=True))
         object.__setattr__(self, "labels", _string_map(self.labels, field="labels", label_values=True))
         object.__setattr__(self, "annotations", _string_map(self.annotations, field="annotations", label_values=False))
-        tolerations = self.tolerations
+        tolerations = () if self.tolerations is None else self.tolerations
         if isinstance(tolerations, (str, bytes, Mapping)) or not isinstance(tolerations, Iterable):
             raise InvalidResources(f"tolerations={tolerations!r} is not a list; valid: a list of tolerations")
         object.__setattr__(

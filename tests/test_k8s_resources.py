@@ -259,3 +259,35 @@ def test_plain_profile_adds_nothing_of_its_own():
     plan = plan_pod(Resources(kind="gpu", cpu="100m", memory="100Mi"), PLAIN)
     assert plan.tolerations == () and plan.labels == {} and plan.annotations == {} and plan.node_selector == {}
     assert plan.requests == plan.limits == {"cpu": "100m", "memory": "100Mi", "nvidia.com/gpu": "1"}
+
+
+def test_airflow_pod_gets_everything_kfp_cannot_set(tmp_path):
+    """Airflow's KubernetesPodOperator builds its pod (no cluster: build_pod_request_obj, a kubeconfig naming an
+    unreachable server) with the builder's kwargs, schedulerName and the per-kind image included."""
+    pytest.importorskip("airflow.providers.cncf.kubernetes")
+    from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
+
+    kubeconfig = tmp_path / "kubeconfig.yaml"
+    kubeconfig.write_text(
+        "apiVersion: v1\nkind: Config\nclusters: [{name: none, cluster: {server: 'https://127.0.0.1:9'}}]\n"
+        "users: [{name: none, user: {}}]\ncontexts: [{name: none, context: {cluster: none, user: none}}]\n"
+        "current-context: none\n"
+    )
+    built = build_pod_resources(Resources(accelerator="910B3", cpu="8", memory="32Gi"), _profile("ascend-official"))
+    op = KubernetesPodOperator(
+        task_id="train",
+        name="train",
+        namespace="ml",
+        cmds=["heteroflow", "step", "train"],
+        in_cluster=False,
+        config_file=str(kubeconfig),
+        **built.kubernetes_pod_operator_kwargs(),
+    )
+    pod = op.build_pod_request_obj()
+    assert pod.spec.scheduler_name == "volcano"
+    assert pod.spec.containers[0].image == "registry.example.com/heteroflow:cann8"
+    assert pod.spec.containers[0].resources.limits == {"cpu": "8", "memory": "32Gi", "huawei.com/Ascend910": "1"}
+    assert pod.spec.node_selector == {"node.kubernetes.io/npu.chip.name": "910B3"}
+    assert pod.metadata.annotations["scheduling.volcano.sh/queue-name"] == "default"
+    data = client.ApiClient().sanitize_for_serialization(pod)
+    assert kubernetes_validate.validate(data, K8S_VERSION, strict=True) == "1.33"

@@ -917,3 +917,14 @@ def test_toleration_accepts_the_kubernetes_client_type():
 
     r = Resources(tolerations=[V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")])
     assert r.tolerations == (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
+
+
+def test_resources_with_placement_fields_pickle_and_deepcopy():
+    import copy
+    import pickle
+
+    r = Resources(**PLACED)
+    assert pickle.loads(pickle.dumps(r)) == r
+    clone = copy.deepcopy(r)
+    assert clone == r and clone.affinity == r.affinity and hash(clone) == hash(r)
+    assert Resources(tolerations=None, node_selector=None, labels=None) == Resources()
