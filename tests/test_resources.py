@@ -176,7 +176,7 @@ RESOURCES_INVALID = [
     (dict(kind="npu", count=0), r"^count=0 with kind='npu'"),
     (dict(kind="gpu", count=True), r"^count=True is not an integer"),
     (dict(kind="gpu", count=1.0), r"^count=1\.0 is not an integer"),
-    (dict(kind="gpu", accelerator="tpu-v5"), r"^accelerator='tpu-v5' is unknown; valid: ascend-310p, ascend-910, nvidia-gpu"),
+    (dict(kind="gpu", accelerator="tpu-v5"), r"^accelerator='tpu-v5' is unknown; valid: amd-gpu, .*ascend-310p, ascend-910, .*nvidia-gpu"),
     (dict(kind="gpu", accelerator="ascend-910"), r"^accelerator='ascend-910' is a npu, but kind='gpu'"),
     (dict(kind="npu", accelerator="nvidia-gpu"), r"^accelerator='nvidia-gpu' is a gpu, but kind='npu'"),
     (dict(kind="cpu", accelerator="nvidia-gpu"), r"^accelerator='nvidia-gpu' is a gpu, but kind='cpu'"),
@@ -259,7 +259,8 @@ K8S_CASES = [
     (dict(kind="cpu", cpu="500m", memory="16Gi"), {"cpu": "500m", "memory": "16Gi"}),
     (dict(kind="gpu", cpu="500m", memory="16Gi"), {"cpu": "500m", "memory": "16Gi", "nvidia.com/gpu": "1"}),
     (dict(kind="gpu", count=4, cpu=8, memory="1G"), {"cpu": "8", "memory": "1G", "nvidia.com/gpu": "4"}),
-    (dict(kind="npu", count=2, cpu="1.5", memory="1024Mi"), {"cpu": "1500m", "memory": "1Gi", "huawei.com/Ascend910": "2"}),
+    # memory stays in the unit the user wrote (issue #10: "8G" was rendered as "7812500Ki")
+    (dict(kind="npu", count=2, cpu="1.5", memory="1024Mi"), {"cpu": "1500m", "memory": "1024Mi", "huawei.com/Ascend910": "2"}),
     (
         dict(kind="npu", accelerator="ascend-310p", memory=1500),
         {"cpu": "1", "memory": "1500", "huawei.com/Ascend310P": "1"},
@@ -313,7 +314,8 @@ def test_to_dict_from_dict_round_trip_non_canonical_spelling(kwargs):
 def test_from_dict_unknown_key_lists_valid_keys():
     with pytest.raises(
         InvalidResources,
-        match=r"unknown resource field\(s\) gpus, ram; valid: kind, count, cpu, memory, device_memory, accelerator",
+        match=r"unknown resource field\(s\) gpus, ram; valid: kind, count, cpu, memory, cpu_limit, memory_limit, "
+        r"device_memory, accelerator, precision, node_selector, tolerations, affinity, labels, annotations",
     ):
         Resources.from_dict({"kind": "gpu", "gpus": 2, "ram": "1Gi"})
 
@@ -519,3 +521,431 @@ def test_retry_policy_is_frozen():
     p = RetryPolicy()
     with pytest.raises(dataclasses.FrozenInstanceError):
         p.retries = 5  # type: ignore[misc]
+
+
+# --- Requests and limits (issue #10) ----------------------------------------------------------------------
+
+
+def test_requests_and_limits_are_separate_fields():
+    r = Resources(cpu="1", memory="2Gi", cpu_limit="2", memory_limit="4Gi")
+    assert (r.cpu_millicores, r.cpu_limit_millicores) == (1000, 2000)
+    assert (r.memory_bytes, r.memory_limit_bytes) == (2 * 2**30, 4 * 2**30)
+    assert r.k8s_requests() == {"cpu": "1", "memory": "2Gi"}
+    assert r.k8s_limits() == {"cpu": "2", "memory": "4Gi"}
+    assert r.describe() == "cpu, 1 CPU (limit 2), 2Gi (limit 4Gi)"
+
+
+def test_limit_defaults_to_request():
+    r = Resources(cpu="500m", memory="8G")
+    assert r.cpu_limit_millicores == 500 and r.memory_limit_bytes == 8 * 10**9
+    assert r.k8s_limits() == r.k8s_requests() == {"cpu": "500m", "memory": "8G"}
+
+
+def test_limit_only_and_absent_quantities():
+    r = Resources(accelerator="T4", cpu=None, memory=None, memory_limit="8G")
+    assert r.cpu_millicores is None and r.cpu_limit_millicores is None
+    assert r.memory_bytes is None and r.memory_limit_bytes == 8 * 10**9
+    assert r.k8s_requests() == {"nvidia.com/gpu": "1"}
+    assert r.k8s_limits() == {"memory": "8G", "nvidia.com/gpu": "1"}
+    assert r.describe() == "gpu x1 (nvidia-t4), limit 8G"
+
+
+def test_device_count_is_both_request_and_limit():
+    r = Resources(kind="gpu", count=4)
+    assert r.k8s_requests()["nvidia.com/gpu"] == r.k8s_limits()["nvidia.com/gpu"] == "4"
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        (dict(cpu="2", cpu_limit="1"), r"^cpu='2' is above cpu_limit='1': a request cannot exceed its limit; valid: cpu <= cpu_limit"),
+        (dict(memory="4Gi", memory_limit="4G"), r"^memory='4Gi' is above memory_limit='4G'.*valid: memory <= memory_limit"),
+        (dict(cpu_limit="two"), r"^cpu_limit='two' is not a Kubernetes quantity"),
+    ],
+    ids=["cpu-above-limit", "memory-above-limit-decimal-vs-binary", "bad-limit"],
+)
+def test_request_above_limit_is_an_error(kwargs, pattern):
+    with pytest.raises(InvalidResources, match=pattern):
+        Resources(**kwargs)
+
+
+def test_replace_keeps_default_limit_tracking_the_request():
+    r = Resources(cpu="1", memory="2Gi")
+    bigger = dataclasses.replace(r, cpu="4", memory="8Gi")
+    assert bigger.cpu_limit_millicores == 4000 and bigger.memory_limit_bytes == 8 * 2**30
+
+
+UNIT_CASES = [
+    ("8G", "8G"),  # issue #10: was rendered 7812500Ki
+    ("16Gi", "16Gi"),
+    ("1024Mi", "1024Mi"),
+    ("1500", "1500"),
+    (1500, "1500"),
+    ("1.5Gi", "1536Mi"),  # not an integer in Gi: the shortest exact form
+    ("1e9", "1G"),  # exponent form: the shortest exact form
+    ("2000k", "2000k"),
+]
+
+
+@pytest.mark.parametrize(("written", "rendered"), UNIT_CASES, ids=[repr(w) for w, _ in UNIT_CASES])
+def test_memory_rendered_in_the_unit_the_user_wrote_where_exact(written, rendered):
+    r = Resources(memory=written)
+    assert r.k8s_requests()["memory"] == rendered
+    assert r.to_dict()["memory"] == rendered
+    assert parse_memory(rendered) == r.memory_bytes
+
+
+@pytest.mark.parametrize(
+    ("written", "rendered"), [("500m", "500m"), ("2", "2"), (2, "2"), (0.5, "500m"), ("1500m", "1500m"), ("1.5", "1500m")]
+)
+def test_cpu_rendered_in_the_unit_the_user_wrote_where_exact(written, rendered):
+    assert Resources(cpu=written).k8s_requests()["cpu"] == rendered
+
+
+# --- Issue #8 item 6: every quantity a pod requests is positive or absent ----------------------------------
+
+ZERO_CASES = [
+    (dict(kind="cpu", cpu="0"), r"^cpu='0' is zero: a pod's request or limit is positive or absent; valid:"),  # issue input
+    (dict(kind="cpu", memory="0Gi"), r"^memory='0Gi' is zero"),
+    (dict(kind="cpu", cpu_limit="0m"), r"^cpu_limit='0m' is zero"),  # sibling: a zero limit
+    (dict(kind="cpu", memory_limit=0), r"^memory_limit=0 is zero"),
+    (dict(kind="gpu", device_memory="0"), r"^device_memory='0' is zero"),  # sibling: zero device memory
+    (dict(kind="cpu", cpu=0.0), r"^cpu=0\.0 is zero"),
+]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    ZERO_CASES,
+    ids=["cpu-0-issue", "memory-0Gi", "cpu_limit-0m", "memory_limit-int-0", "device_memory-0", "cpu-float-0"],
+)
+def test_zero_quantities_are_rejected(kwargs, pattern):
+    with pytest.raises(InvalidResources, match=pattern):
+        Resources(**kwargs)
+
+
+def test_absent_quantities_are_not_rendered():
+    r = Resources(kind="cpu", cpu=None, memory=None)
+    assert r.k8s_requests() == {} and r.k8s_limits() == {}
+    assert r.to_dict()["cpu"] is None and Resources.from_dict(r.to_dict()) == r
+
+
+# --- Issue #8 item 7: quantity strings that break the parser ----------------------------------------------
+
+
+def test_huge_exponent_is_invalid_resources_not_a_decimal_error():
+    # issue input: raised a raw decimal.InvalidOperation
+    with pytest.raises(InvalidResources, match=r"^memory='1e999999999' is too large; valid:"):
+        Resources(kind="cpu", memory="1e999999999")
+
+
+BREAKERS = [
+    ("memory", "1e-999999999", "not a whole number of bytes"),  # sibling: tiny, not huge
+    ("memory", "9" * 5000, "more than 200 significant digits"),  # sibling: beyond Python's int-from-str limit
+    ("memory", "1e" + "9" * 40, "too large"),  # an exponent too long to be an int
+    ("cpu", "1e999999999", "too large"),
+    ("cpu", "0." + "0" * 3000 + "1", "finer than 1m"),
+    ("memory", "8Ei", "too large"),  # 2^63: one past int64
+    ("memory", "NaN", "not a Kubernetes quantity"),
+    ("memory", "Infinity", "not a Kubernetes quantity"),
+    ("cpu", "1_000", "not a Kubernetes quantity"),
+    ("cpu", "\u0661", "not a Kubernetes quantity"),  # ARABIC-INDIC DIGIT ONE: Python's \d and Decimal accept it
+    ("memory", "1Gi\n", None),  # trailing whitespace is stripped: valid
+]
+
+
+@pytest.mark.parametrize(("field", "text", "why"), BREAKERS, ids=[f"{f}-{t[:12]!r}" for f, t, _ in BREAKERS])
+def test_any_string_yields_the_exact_value_or_invalid_resources(field, text, why):
+    parse = parse_memory if field == "memory" else parse_cpu
+    if why is None:
+        assert parse(text) == 2**30
+        return
+    with pytest.raises(InvalidResources, match=rf"^{field}=.*{why}"):
+        parse(text)
+
+
+def test_largest_int64_quantity_is_exact():
+    assert parse_memory(str(2**63 - 1)) == 2**63 - 1
+    assert parse_memory("7Ei") == 7 * 2**60
+    assert parse_cpu("9223372036854775807m") == 2**63 - 1
+
+
+# --- Issue #8 item 9: say the fix ---------------------------------------------------------------------------
+
+SUGGESTIONS = [
+    ("memory", "1.5GiB", ["'1.5Gi'"]),  # issue inputs
+    ("memory", "16GB", ["'16G'", "'16Gi'"]),
+    ("memory", "16 Gi", ["'16Gi'"]),
+    ("memory", "512MiB", ["'512Mi'"]),  # siblings
+    ("memory", "16gi", ["'16Gi'"]),
+    ("memory", "1K", ["'1k'", "'1Ki'"]),  # kubernetes.utils accepts 1K; Kubernetes does not
+    ("memory", "1,5Gi", ["'1.5Gi'"]),
+    ("memory", "1m", ["'1M'", "'1Mi'"]),  # valid quantity, a thousandth of a byte
+    ("memory", "100 bytes", ["'100'"]),
+    ("cpu", "2 cores", ["'2'"]),
+    ("cpu", "500 m", ["'500m'"]),
+    ("cpu", "4vCPU", ["'4'"]),
+]
+
+
+@pytest.mark.parametrize(("field", "text", "expected"), SUGGESTIONS, ids=[f"{f}-{t}" for f, t, _ in SUGGESTIONS])
+def test_errors_suggest_the_likely_intent(field, text, expected):
+    parse = parse_memory if field == "memory" else parse_cpu
+    with pytest.raises(InvalidResources) as info:
+        parse(text)
+    message = str(info.value)
+    assert message.startswith(f"{field}={text!r}")
+    assert "did you mean " + " or ".join(expected) + "?" in message
+    assert "; valid: " in message
+    for suggestion in expected:  # each suggestion is itself valid
+        parse(suggestion.strip("'"))
+
+
+def test_no_suggestion_when_nothing_is_near():
+    with pytest.raises(InvalidResources) as info:
+        parse_memory("lots")
+    assert "did you mean" not in str(info.value)
+
+
+# --- Property test against kubernetes.utils.parse_quantity --------------------------------------------------
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import example, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from heteroflow.components.resources import parse_quantity  # noqa: E402
+
+_digits = st.text("0123456789", max_size=4)
+_number = st.one_of(
+    st.text("0123456789", min_size=1, max_size=8),
+    st.builds(lambda a, b: f"{a}.{b}", _digits, _digits).filter(lambda s: s != "."),
+)
+_suffix = st.one_of(
+    st.sampled_from(["", "n", "u", "m", "k", "M", "G", "T", "P", "E", "Ki", "Mi", "Gi", "Ti", "Pi", "Ei"]),
+    st.builds(lambda e, s, d: e + s + d, st.sampled_from("eE"), st.sampled_from(["", "+", "-"]), st.text("0123456789", min_size=1, max_size=2)),
+)
+K8S_QUANTITIES = st.builds(lambda s, n, x: s + n + x, st.sampled_from(["", "+", "-"]), _number, _suffix)
+NOISE = st.text(alphabet="0123456789.+-eEinumkKMGTP _iI\u0661", max_size=12)
+
+
+def _k8s_parse(text):
+    from kubernetes.utils import parse_quantity as k8s_parse_quantity
+
+    return k8s_parse_quantity(text)
+
+
+@settings(max_examples=400, deadline=None)
+@given(K8S_QUANTITIES)
+@example("1E")  # exa, not an exponent
+@example("1E3")
+@example(".5Ki")
+@example("5.")
+def test_property_kubernetes_quantities_parse_to_the_library_value(text):
+    """Strings of Kubernetes' grammar: both parsers accept them, with the same exact value."""
+    from fractions import Fraction
+
+    ours = parse_quantity(text)
+    assert ours == Fraction(_k8s_parse(text))
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.one_of(NOISE, st.text(max_size=12), K8S_QUANTITIES))
+def test_property_any_string_gives_exact_value_or_invalid_resources(text):
+    """Any string: an exact value, or InvalidResources (never a decimal or other exception); where ours accepts,
+    the library agrees."""
+    from fractions import Fraction
+
+    for parse in (parse_quantity, parse_memory, parse_cpu):
+        try:
+            value = parse(text)
+        except InvalidResources:
+            continue
+        if parse is parse_quantity:
+            assert Fraction(_k8s_parse(text.strip())) == value
+        elif parse is parse_memory:
+            assert value == parse_quantity(text) and value >= 0
+        else:
+            assert value == parse_quantity(text) * 1000 and value >= 0
+
+
+LIBRARY_ONLY = ["1K", "1mi", "1ni", "1e3Ki", "1e3M", "NaN", "Infinity", "-inf", "1_000", "\u0661", "2E3Gi", "1e2k"]
+
+
+@pytest.mark.parametrize("text", LIBRARY_ONLY)
+def test_strings_kubernetes_rejects_but_the_library_accepts(text):
+    _k8s_parse(text)  # kubernetes.utils.parse_quantity takes it ...
+    with pytest.raises(InvalidResources):  # ... Kubernetes' ParseQuantity does not, and neither do we
+        parse_quantity(text)
+
+
+# --- Accelerator names, device memory and precision (issue #10) ------------------------------------------
+
+ACCEL_NAMES = [
+    ("T4", "nvidia-t4"),
+    ("NVIDIA_TESLA_T4", "nvidia-t4"),
+    ("nvidia-tesla-t4", "nvidia-t4"),
+    ("A100", "nvidia-a100"),
+    ("ascend-910b3", "ascend-910b3"),
+    ("910B", "ascend-910b"),
+    ("Ascend 910B3", "ascend-910b3"),
+    ("nvidia-gpu", "nvidia-gpu"),
+]
+
+
+@pytest.mark.parametrize(("written", "key"), ACCEL_NAMES, ids=[w for w, _ in ACCEL_NAMES])
+def test_accelerator_names_users_write_resolve_to_the_registry(written, key):
+    r = Resources(accelerator=written)
+    assert r.accelerator == key
+    assert r.kind is ACCELERATORS[key].kind  # kind follows the accelerator when not given
+    assert r == Resources(kind=ACCELERATORS[key].kind.value, accelerator=key)
+
+
+def test_unknown_accelerator_lists_close_matches():
+    with pytest.raises(InvalidResources, match=r"^accelerator='A200' is unknown; close matches: nvidia-h200, nvidia-a100; valid: "):
+        Resources(accelerator="A200")
+
+
+FIT_ERRORS = [
+    (dict(accelerator="T4", device_memory="32Gi"), r"^device_memory='32Gi' is more than nvidia-t4 \(NVIDIA T4\) has \(16Gi\); valid: at most 16Gi, or an accelerator with more: nvidia-a100-40gb"),
+    (dict(accelerator="A100", device_memory="100Gi"), r"^device_memory='100Gi' is more than any model of nvidia-a100 .* has \(the largest, nvidia-a100-80gb, has 80Gi\); valid: at most 80Gi, or an accelerator with more: nvidia-h200 \(141Gi\)"),
+    (dict(accelerator="ascend-910b4", device_memory="64Gi"), r"^device_memory='64Gi' is more than ascend-910b4 .*\(32Gi\)"),
+    (dict(accelerator="T4", precision="bf16"), r"^precision='bf16' on accelerator='nvidia-t4' \(NVIDIA T4\): it has no bfloat16; valid: precision='fp16' or 'fp32', or an accelerator with bf16: nvidia-a10"),
+    (dict(accelerator="ascend-910a", precision="bf16"), r"^precision='bf16' on accelerator='ascend-910a'"),
+    (dict(kind="gpu", precision="fp8"), r"^precision='fp8' is unknown; valid: fp32, fp16, bf16"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "pattern"), FIT_ERRORS, ids=["t4-32Gi", "a100-100Gi", "910b4-64Gi", "t4-bf16", "910a-bf16", "fp8"])
+def test_wrong_accelerator_combinations_name_the_field(kwargs, pattern):
+    with pytest.raises(InvalidResources, match=pattern):
+        Resources(**kwargs)
+
+
+def test_device_memory_and_bf16_narrow_a_family():
+    r = Resources(kind="gpu", device_memory="40Gi")
+    assert [m.name for m in r.accelerator_models] == ["nvidia-a100-40gb", "nvidia-a100-80gb", "nvidia-h100", "nvidia-h200"]
+    r = Resources(accelerator="nvidia-gpu", precision="BF16")
+    assert r.precision == "bf16"
+    assert "nvidia-t4" not in {m.name for m in r.accelerator_models} and "nvidia-v100" not in {m.name for m in r.accelerator_models}
+    r = Resources(accelerator="ascend-910", precision="bf16", device_memory="64Gi")
+    assert [m.name for m in r.accelerator_models] == ["ascend-910b2", "ascend-910b3", "ascend-910c"]
+    assert Resources(accelerator="T4", device_memory="16Gi").accelerator_models == (ACCELERATORS["nvidia-t4"],)
+
+
+def test_torch_device_and_backend_follow_the_accelerator():
+    assert (Resources().torch_device_type, Resources().distributed_backend) == ("cpu", "gloo")
+    assert (Resources(accelerator="T4").torch_device_type, Resources(accelerator="T4").distributed_backend) == ("cuda", "nccl")
+    npu = Resources(accelerator="910B3")
+    assert (npu.torch_device_type, npu.distributed_backend) == ("npu", "hccl")
+    assert Resources(accelerator="gaudi2").torch_device_type == "hpu"
+
+
+# --- Node selectors, tolerations, affinity, labels, annotations --------------------------------------------
+
+AFFINITY = {
+    "nodeAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": [{"key": "disktype", "operator": "In", "values": ["ssd"]}]}]
+        }
+    }
+}
+PLACED = dict(
+    kind="gpu",
+    cpu="100m",
+    memory="100Mi",
+    node_selector={"disktype": "ssd"},
+    tolerations=[{"key": "example-key", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3600}],
+    affinity=AFFINITY,
+    labels={"team": "vision"},
+    annotations={"example.com/owner": "ml platform"},
+)
+
+
+def test_placement_fields_are_immutable():
+    r = Resources(**PLACED)
+    with pytest.raises(TypeError):
+        r.node_selector["disktype"] = "hdd"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        r.labels["x"] = "y"  # type: ignore[index]
+    with pytest.raises(TypeError):
+        r.affinity["nodeAffinity"]["x"] = 1  # type: ignore[index]
+    assert isinstance(r.tolerations, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        r.tolerations[0].key = "other"  # type: ignore[misc]
+    # changing the caller's dict after construction changes nothing
+    selector = {"disktype": "ssd"}
+    r2 = Resources(node_selector=selector)
+    selector["disktype"] = "hdd"
+    assert r2.node_selector == {"disktype": "ssd"}
+    assert hash(r) == hash(Resources(**PLACED))
+
+
+def test_placement_fields_survive_dict_and_json_round_trips():
+    r = Resources(**PLACED)
+    d = r.to_dict()
+    assert d["node_selector"] == {"disktype": "ssd"}
+    assert d["tolerations"] == [{"key": "example-key", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 3600}]
+    assert d["affinity"] == AFFINITY
+    assert d["labels"] == {"team": "vision"} and d["annotations"] == {"example.com/owner": "ml platform"}
+    assert json.loads(json.dumps(d)) == d
+    assert Resources.from_dict(d) == r
+    c = Candidates([r, Resources(kind="cpu", cpu="1", cpu_limit="2", precision="fp32")])
+    back = Candidates.from_json(c.to_json())
+    assert back == c
+    assert back[0].affinity == r.affinity and back[0].tolerations == r.tolerations
+    assert back[1].cpu_limit_millicores == 2000 and back[1].precision == "fp32"
+    assert back.to_json() == c.to_json()
+
+
+def test_to_dict_keeps_the_old_keys_for_plain_candidates():
+    # the default pipeline's compiled candidates JSON (tests/golden/default_pipeline.yaml) keeps its shape
+    assert Resources(kind="npu", accelerator="ascend-910", cpu="8", memory="32Gi").to_dict() == {
+        "kind": "npu", "count": 1, "cpu": "8", "memory": "32Gi", "device_memory": None, "accelerator": "ascend-910",
+    }
+
+
+PLACEMENT_INVALID = [
+    (dict(tolerations=[{"key": "", "operator": "Equal", "value": "x"}]), r"^tolerations\[0\]\.operator='Equal' with an empty key: .*valid: operator='Exists', or a key"),
+    (dict(tolerations=[{"operator": "Equal"}]), r"^tolerations\[0\]\.operator='Equal' with an empty key"),
+    (dict(tolerations=[{"key": "a", "operator": "Like"}]), r"^tolerations\[0\]\.operator='Like' is unknown; valid: Equal, Exists"),
+    (dict(tolerations=[{"key": "a", "operator": "Exists", "value": "b"}]), r"^tolerations\[0\]\.value='b' with operator 'Exists'"),
+    (dict(tolerations=[{"key": "a", "effect": "NoRun"}]), r"^tolerations\[0\]\.effect='NoRun' is unknown; valid: NoSchedule, PreferNoSchedule, NoExecute"),
+    (dict(tolerations=[{"key": "a", "effect": "NoSchedule", "tolerationSeconds": 5}]), r"^tolerations\[0\]\.toleration_seconds=5 with effect='NoSchedule'"),
+    (dict(tolerations=[{"key": "a", "seconds": 5}]), r"^tolerations\[0\] has unknown field\(s\) seconds; valid: key, operator"),
+    (dict(tolerations={"key": "a"}), r"^tolerations=.* is not a list"),
+    (dict(node_selector={"bad key!": "x"}), r"^node_selector key 'bad key!' is not a Kubernetes qualified name"),
+    (dict(node_selector={"disktype": "s s d"}), r"^node_selector\['disktype'\]='s s d' is not a Kubernetes label value"),
+    (dict(labels={"a": "x" * 64}), r"^labels\['a'\]='x+' is not a Kubernetes label value"),
+    (dict(annotations={"a": 1}), r"^annotations\['a'\]=1 is not a string"),
+    (dict(affinity={"nodeAfinity": {}}), r"^affinity has unknown field\(s\) nodeAfinity; valid: nodeAffinity, podAffinity, podAntiAffinity"),
+]
+
+
+@pytest.mark.parametrize(("kwargs", "pattern"), PLACEMENT_INVALID, ids=[
+    "empty-key-equal", "no-key-default-operator", "bad-operator", "exists-with-value", "bad-effect",
+    "seconds-without-noexecute", "unknown-toleration-field", "tolerations-not-list", "bad-selector-key",
+    "bad-selector-value", "long-label", "non-string-annotation", "affinity-typo",
+])
+def test_placement_fields_invalid(kwargs, pattern):
+    with pytest.raises(InvalidResources, match=pattern):
+        Resources(**kwargs)
+
+
+def test_toleration_accepts_the_kubernetes_client_type():
+    from kubernetes.client import V1Toleration
+
+    from heteroflow.components.resources import Toleration
+
+    r = Resources(tolerations=[V1Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule")])
+    assert r.tolerations == (Toleration(key="nvidia.com/gpu", operator="Exists", effect="NoSchedule"),)
+
+
+def test_resources_with_placement_fields_pickle_and_deepcopy():
+    import copy
+    import pickle
+
+    r = Resources(**PLACED)
+    assert pickle.loads(pickle.dumps(r)) == r
+    clone = copy.deepcopy(r)
+    assert clone == r and clone.affinity == r.affinity and hash(clone) == hash(r)
+    assert Resources(tolerations=None, node_selector=None, labels=None) == Resources()
