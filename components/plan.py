@@ -28,45 +28,90 @@ SIMULATED_DEVICE_COUNT = 8
 """Devices of a simulated kind (``HETEROFLOW_SIMULATE_DEVICES``) in the inventory: one typical node's worth."""
 
 
+_INVENTORY_FORMS = 'e.g. {"gpu": 4, "npu": 0}, or per model {"gpu": {"a100-80gb": 2, "t4": 4}, "npu": {"910b3": 8}}'
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Inventory:
-    """Devices available to this process.
+    """Devices available to this process (or, stated, to the job on a cluster).
 
     Attributes:
         devices: device count per kind (``cpu`` is 1 when present).
+        models: per kind, device count per accelerator model (registry key, see
+            :mod:`heteroflow.components.accelerators`) when the models are known; a kind missing here is
+            known only by its count.
         notes: per kind, why it is absent (e.g. ``torch_npu is not installed``).
         simulated: kinds present only by simulation (``HETEROFLOW_SIMULATE_DEVICES``).
     """
 
     devices: Mapping[DeviceKind, int]
+    models: Mapping[DeviceKind, Mapping[str, int]] = dataclasses.field(default_factory=dict)
     notes: Mapping[DeviceKind, str] = dataclasses.field(default_factory=dict)
     simulated: tuple[DeviceKind, ...] = ()
 
     @classmethod
     def from_json(cls, text: str, *, source: str = "device_inventory") -> Inventory:
-        """An inventory stated by the user, e.g. ``{"gpu": 4, "npu": 0}`` (devices the job may get; the CPU
-        is always present). Used on a cluster, where the plan pod itself has no accelerator to probe.
+        """An inventory stated by the user: per device kind, a count, or a count per accelerator model
+        (``{"gpu": {"a100-80gb": 2, "t4": 4}}``; models as :func:`~heteroflow.components.accelerators.find_accelerator`
+        reads them, families excluded). The CPU is always present. Used on a cluster, where the plan pod itself
+        has no accelerator to probe.
 
         Raises:
-            InvalidParameter: not a JSON object of device kind -> count >= 0.
+            InvalidParameter: not a JSON object of device kind -> count >= 0 or model -> count >= 0, an unknown
+                model, a family where a model is needed, or a model of another kind.
         """
+        from heteroflow.components.accelerators import find_accelerator
+
         try:
             data = json.loads(text)
         except ValueError as exc:
-            raise InvalidParameter(f"{source}={text!r} is not JSON ({exc}); valid: e.g. {{\"gpu\": 4, \"npu\": 0}}") from None
+            raise InvalidParameter(f"{source}={text!r} is not JSON ({exc}); valid: {_INVENTORY_FORMS}") from None
         if not isinstance(data, dict):
-            raise InvalidParameter(f"{source}={text!r} is not a JSON object; valid: e.g. {{\"gpu\": 4, \"npu\": 0}}")
+            raise InvalidParameter(f"{source}={text!r} is not a JSON object; valid: {_INVENTORY_FORMS}")
+
+        def count_of(value: object, where: str) -> int:
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidParameter(f"{where}={value!r} is not a device count; valid: an integer >= 0")
+            return value
+
         devices: dict[DeviceKind, int] = {DeviceKind.CPU: 1}
-        for key, count in data.items():
+        models: dict[DeviceKind, dict[str, int]] = {}
+        for key, value in data.items():
             try:
                 kind = DeviceKind.parse(key, field=f"{source} key")
             except InvalidResources as exc:
                 raise InvalidParameter(str(exc)) from None
-            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
-                raise InvalidParameter(f"{source}[{key!r}]={count!r} is not a device count; valid: an integer >= 0")
-            devices[kind] = max(count, 1) if kind is DeviceKind.CPU else count
+            if isinstance(value, dict) and kind is not DeviceKind.CPU:
+                per_model: dict[str, int] = {}
+                for name, n in value.items():
+                    try:
+                        accel = find_accelerator(name, field=f"{source}[{key!r}] model")
+                    except InvalidResources as exc:
+                        raise InvalidParameter(str(exc)) from None
+                    if accel.is_family:
+                        raise InvalidParameter(
+                            f"{source}[{key!r}] names {name!r}, a family ({accel.display_name}); an inventory counts "
+                            f"devices of one model: {', '.join(m.name for m in accel.models)}"
+                        )
+                    if accel.kind is not kind:
+                        raise InvalidParameter(f"{source}[{key!r}] names {name!r}, a {accel.kind.value} model")
+                    per_model[accel.name] = per_model.get(accel.name, 0) + count_of(n, f"{source}[{key!r}][{name!r}]")
+                models[kind] = per_model
+                devices[kind] = sum(per_model.values())
+            else:
+                n = count_of(value, f"{source}[{key!r}]")
+                devices[kind] = max(n, 1) if kind is DeviceKind.CPU else n
         notes = {k: f"{source} lists {n} {k.value} device(s)" for k, n in devices.items() if n == 0}
-        return cls(devices=devices, notes=notes)
+        return cls(devices=devices, models=models, notes=notes)
+
+    def describe(self, kind: DeviceKind) -> str:
+        """What is here of ``kind``, e.g. ``4 gpu device(s): 2 x nvidia-a100-80gb, 2 x nvidia-t4``."""
+        n = self.devices.get(kind, 0)
+        per_model = self.models.get(kind)
+        text = f"{n} {kind.value} device(s)"
+        if per_model:
+            text += ": " + ", ".join(f"{c} x {m}" for m, c in sorted(per_model.items()))
+        return text
 
 
 _GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
@@ -97,9 +142,13 @@ def local_inventory() -> Inventory:
 
     import torch
 
+    models: dict[DeviceKind, dict[str, int]] = {}
     if has_gpu_driver:
         if torch.cuda.is_available():
             devices[DeviceKind.GPU] = torch.cuda.device_count()
+            per_model = _cuda_models(torch)
+            if per_model is not None:
+                models[DeviceKind.GPU] = per_model
         else:
             devices[DeviceKind.GPU] = 0
             notes[DeviceKind.GPU] = (
@@ -118,7 +167,28 @@ def local_inventory() -> Inventory:
             devices[DeviceKind.NPU] = npu.device_count() if available else 0
             if not available:
                 notes[DeviceKind.NPU] = "torch_npu imports but torch.npu.is_available() is False"
-    return Inventory(devices=devices, notes=notes)
+    return Inventory(devices=devices, models=models, notes=notes)
+
+
+def _cuda_models(torch: Any) -> dict[str, int] | None:
+    """Count per registry model of the CUDA devices (``torch.cuda.get_device_name``, e.g. ``NVIDIA H200``), or
+    None when one of them is not in the registry (then only the count is known)."""
+    from heteroflow.components.accelerators import find_accelerator
+
+    out: dict[str, int] = {}
+    for i in range(torch.cuda.device_count()):
+        name = torch.cuda.get_device_name(i)
+        try:
+            accel = find_accelerator(name)
+        except InvalidResources:
+            try:
+                accel = find_accelerator(name.removeprefix("NVIDIA ").removeprefix("Tesla "))
+            except InvalidResources:
+                return None
+        if accel.is_family:
+            return None
+        out[accel.name] = out.get(accel.name, 0) + 1
+    return out
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -149,8 +219,31 @@ class Placement:
         }
 
 
+def _fits(res: Resources, inv: Inventory) -> tuple[bool, str]:
+    """Whether ``res`` can run on ``inv``, and if not, why (one clause)."""
+    kind = DeviceKind(res.kind)
+    need = max(res.count or 0, 1)
+    have = inv.devices.get(kind, 0)
+    if have < need:
+        return False, f"needs {need} {kind.value} device(s); " + (inv.notes.get(kind) or f"{have} {kind.value} device(s) here")
+    per_model = inv.models.get(kind)
+    if kind is DeviceKind.CPU or not per_model:
+        return True, ""
+    wanted = {m.name for m in res.accelerator_models}
+    usable = {m: c for m, c in per_model.items() if m in wanted and c >= need}
+    if usable:
+        return True, ""
+    accel = res.accelerator_spec
+    memory = f" with >= {res.device_memory} device memory" if res.device_memory is not None else ""
+    precision = f" that compute in {res.precision}" if getattr(res, "precision", None) else ""
+    asked = accel.display_name if accel is not None else kind.value
+    return False, f"needs {need} x {asked}{memory}{precision} on one model; here: {inv.describe(kind)}"
+
+
 def plan(candidates: Candidates, *, inventory: Inventory | Callable[[], Inventory] = local_inventory) -> Placement:
-    """Choose the first candidate that can run here.
+    """Choose the first candidate that can run here: its device kind is present with ``count`` devices and, when
+    the inventory names models, one model the candidate accepts (its accelerator or a member of its family, with
+    at least its ``device_memory`` and, for ``precision="bf16"``, bf16 support) has ``count`` devices.
 
     Args:
         candidates: in preference order.
@@ -165,10 +258,9 @@ def plan(candidates: Candidates, *, inventory: Inventory | Callable[[], Inventor
     inv = inventory() if callable(inventory) else inventory
     reasons: list[str] = []
     for i, res in enumerate(candidates):
-        kind = DeviceKind(res.kind)
-        have = inv.devices.get(kind, 0)
-        need = max(res.count or 0, 1)
-        if have >= need:
+        ok, why = _fits(res, inv)
+        if ok:
+            kind = DeviceKind(res.kind)
             return Placement(
                 index=i,
                 resources=res,
@@ -176,8 +268,7 @@ def plan(candidates: Candidates, *, inventory: Inventory | Callable[[], Inventor
                 torch_device=res.torch_device_type,
                 passed_over=tuple(reasons),
             )
-        why = inv.notes.get(kind) or f"{have} {kind.value} device(s) here"
-        reasons.append(f"candidate {i} ({res.describe()}): needs {need} {kind.value} device(s); {why}")
+        reasons.append(f"candidate {i} ({res.describe()}): {why}")
     raise NoCandidateAvailable("no candidate can run here:\n  " + "\n  ".join(reasons))
 
 
@@ -204,13 +295,24 @@ def current_inventory(device_inventory: str = "") -> Inventory:
     simulated = simulated_devices()
     if not simulated:
         return inv
+    from heteroflow.components.accelerators import find_accelerator
+
     devices = dict(inv.devices)
+    models = {k: dict(v) for k, v in inv.models.items()}
     notes = dict(inv.notes)
-    for kind_name in simulated:
+    for kind_name, model in simulated.items():
         kind = DeviceKind(kind_name)
         devices[kind] = max(devices.get(kind, 0), SIMULATED_DEVICE_COUNT)
         notes.pop(kind, None)
-    return Inventory(devices=devices, notes=notes, simulated=tuple(DeviceKind(k) for k in simulated))
+        if model:
+            try:
+                accel = find_accelerator(model, field=f"simulated {kind_name} model")
+            except InvalidResources as exc:
+                raise InvalidParameter(str(exc)) from None
+            models[kind] = {accel.name: SIMULATED_DEVICE_COUNT}
+        else:
+            models.pop(kind, None)
+    return Inventory(devices=devices, models=models, notes=notes, simulated=tuple(DeviceKind(k) for k in simulated))
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

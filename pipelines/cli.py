@@ -301,6 +301,10 @@ def compile_(
         typer.Option(help="Container image with heteroflow[all] installed, for every step (needed on a cluster)."),
     ] = None,
     pipeline_ref: Annotated[Optional[str], _PIPELINE_OPTION] = None,
+    profile: Annotated[
+        Optional[Path],
+        typer.Option(help="Cluster profile YAML: device-plugin conventions, node labels, queues, tolerations (see examples/profiles/)."),
+    ] = None,
 ) -> None:
     """Compile the default pipeline to KFP IR YAML (upload it in the Kubeflow UI or with `heteroflow submit`)."""
     from heteroflow.pipelines.kfp_render import DEFAULT_IMAGE, compile_pipeline
@@ -309,8 +313,13 @@ def compile_(
         if output.is_dir() or output.suffix not in (".yaml", ".yml"):
             raise InvalidParameter(f"--output {output} must be a file name ending in .yaml or .yml")
         pipeline = _pipeline(pipeline_ref, candidate)
+        cluster = None
+        if profile is not None:
+            from heteroflow.components.cluster import load_profile
+
+            cluster = load_profile(profile)
         output.parent.mkdir(parents=True, exist_ok=True)
-        compile_pipeline(pipeline, output, image=image or DEFAULT_IMAGE)
+        compile_pipeline(pipeline, output, image=image or DEFAULT_IMAGE, profile=cluster)
     except (HeteroflowError, OSError) as exc:
         _fail(exc)
         return

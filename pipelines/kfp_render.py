@@ -14,6 +14,9 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   candidate; anything else reaches an ``Else`` whose ``heteroflow-fail`` task (no retries) fails the run with the
   step's own message. So a permanent failure spends no retries, and a run whose later candidate succeeded ends
   SUCCEEDED (DESIGN.md: a failed task would fail the run even when a fallback succeeded).
+- **Resources.** Each task gets its candidate's requests, limits, accelerator, node selector, tolerations,
+  labels and annotations through :func:`heteroflow.pipelines.kfp_resources.apply_resources`, with the cluster
+  profile's conventions (official device plugin or HAMi, label keys, queues) when one is given.
 - **Placement.** The planner call returns, per device-bound call, the index of the first candidate whose device
   exists; an ``If(index == k)`` per candidate starts that call's fallback chain at ``k``. Each candidate's task
   carries that candidate's resources, and the candidate is an input of the task, so KFP's cache (which ignores
@@ -44,7 +47,8 @@ from kfp import dsl
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output, OutputPath, PipelineTask
 
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.resources import DeviceKind, Resources
+from heteroflow.components.cluster import ClusterProfile
+from heteroflow.components.resources import DeviceKind
 from heteroflow.components.runtime import (
     KFP_CANDIDATE,
     KFP_FAILURE,
@@ -54,8 +58,9 @@ from heteroflow.components.runtime import (
 )
 from heteroflow.components.step import ArtifactType, step_ref
 from heteroflow.pipelines.graph import Call, OutputRef, ParamRef, Pipeline
+from heteroflow.pipelines.kfp_resources import apply_resources
 
-__all__ = ["DEFAULT_IMAGE", "apply_resources", "apply_retry", "compile_pipeline", "kfp_memory", "to_kfp"]
+__all__ = ["DEFAULT_IMAGE", "apply_resources", "apply_retry", "compile_pipeline", "to_kfp"]
 
 DEFAULT_IMAGE = "heteroflow-python:0.1.0"
 """Default base image: an image with ``pip install heteroflow[all]`` inside (see the README). The name contains
@@ -69,32 +74,7 @@ _KFP_TYPES: Mapping[ArtifactType, type] = {
     ArtifactType.METRICS: Metrics,
     ArtifactType.CLASSIFICATION_METRICS: ClassificationMetrics,
 }
-_BINARY = (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10))
 _shim_counter = itertools.count()
-
-
-def kfp_memory(num_bytes: int) -> str:
-    """Bytes as a quantity KFP's validator accepts (``^[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|K|Ki)?$``), exactly."""
-    for suffix, unit in _BINARY:
-        if num_bytes and num_bytes % unit == 0:
-            return f"{num_bytes // unit}{suffix}"
-    return str(num_bytes)
-
-
-def apply_resources(task: PipelineTask, resources: Resources) -> PipelineTask:
-    """Set CPU and memory (request = limit) and the accelerator type and count of ``resources`` on ``task``.
-
-    Returns:
-        ``task``, for chaining.
-    """
-    cpu = resources.k8s_requests()["cpu"]
-    memory = kfp_memory(resources.memory_bytes)
-    task.set_cpu_request(cpu).set_cpu_limit(cpu)
-    task.set_memory_request(memory).set_memory_limit(memory)
-    accel = resources.accelerator_spec
-    if accel is not None:
-        task.set_accelerator_type(accel.resource_name).set_accelerator_limit(resources.count or 1)
-    return task
 
 
 def apply_retry(task: PipelineTask, policy: Any, *, local: bool = False) -> PipelineTask:
@@ -181,7 +161,7 @@ def _exec_component(source: str, name: str, image: str) -> Any:
 
 
 class _Renderer:
-    def __init__(self, pipeline: Pipeline, *, image: str, local: bool, profile: Any = None) -> None:
+    def __init__(self, pipeline: Pipeline, *, image: str, local: bool, profile: ClusterProfile | None = None) -> None:
         self.pipeline = pipeline
         self.calls = pipeline.calls
         self.image = image
@@ -217,7 +197,7 @@ class _Renderer:
             task.set_display_name(f"{call.name} on {kind} (candidate {index})")
         else:
             task.set_display_name(call.name)
-        apply_resources(task, resources)
+        apply_resources(task, resources, profile=self.profile)
         apply_retry(task, call.retry, local=self.local)
         task.set_caching_options(enable_caching=bool(call.cacheable))
         return task
@@ -293,14 +273,17 @@ def _pipeline_doc(pipeline: Pipeline) -> str:
     return "\n".join(lines)
 
 
-def to_kfp(pipeline: Pipeline, *, image: str = DEFAULT_IMAGE, local: bool = False, profile: Any = None) -> Any:
+def to_kfp(
+    pipeline: Pipeline, *, image: str = DEFAULT_IMAGE, local: bool = False, profile: ClusterProfile | None = None
+) -> Any:
     """Render ``pipeline`` as a KFP pipeline (a ``GraphComponent``): compile it, or call it under ``kfp.local``.
 
     Args:
         pipeline: the pipeline.
         image: container image with heteroflow installed, for every step.
         local: render for kfp.local (retry backoff caps each wait) instead of a cluster (total window).
-        profile: reserved for the cluster profile (device-plugin conventions, selectors, queues).
+        profile: the cluster profile (:mod:`heteroflow.components.cluster`): device-plugin conventions, node
+            labels, queues, default tolerations; None: the official plugins' resource names and no selectors.
 
     Raises:
         InvalidParameter: a step that a step process cannot import (defined in ``__main__``).
@@ -324,7 +307,9 @@ def to_kfp(pipeline: Pipeline, *, image: str = DEFAULT_IMAGE, local: bool = Fals
     return dsl.pipeline(body, name=pipeline.name, description=pipeline.description or None)
 
 
-def compile_pipeline(pipeline: Pipeline, path: str | Path, *, image: str = DEFAULT_IMAGE, profile: Any = None) -> Path:
+def compile_pipeline(
+    pipeline: Pipeline, path: str | Path, *, image: str = DEFAULT_IMAGE, profile: ClusterProfile | None = None
+) -> Path:
     """Compile ``pipeline`` to KFP IR YAML at ``path`` (for the Kubeflow UI or ``kfp.Client``).
 
     Raises:

@@ -57,12 +57,12 @@ def submit_package(
     """
     path = Path(package)
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))
+        spec = next(yaml.safe_load_all(path.read_text(encoding="utf-8")))  # then, maybe, the platform spec
         declared = spec["root"].get("inputDefinitions", {}).get("parameters", {})
         name = spec["pipelineInfo"]["name"]
     except FileNotFoundError:
         raise InvalidParameter(f"{path} does not exist; compile one with `heteroflow compile -o {path}`") from None
-    except (yaml.YAMLError, KeyError, TypeError, AttributeError) as exc:
+    except (yaml.YAMLError, KeyError, TypeError, AttributeError, StopIteration) as exc:
         raise InvalidParameter(f"{path} is not a compiled KFP pipeline ({exc})") from None
     args: dict[str, Any] = {}
     for key, value in (arguments or {}).items():

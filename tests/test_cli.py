@@ -63,8 +63,9 @@ def test_compile_writes_valid_kfp_yaml(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     assert out.is_file()
     docs = list(yaml.safe_load_all(out.read_text(encoding="utf-8")))
-    assert len(docs) == 1
+    assert len(docs) == 2  # the pipeline, then the kfp-kubernetes platform spec (the accelerators' tolerations)
     ir = docs[0]
+    assert "kubernetes" in docs[1]["platforms"]
     assert ir["pipelineInfo"]["name"] == PIPELINE_NAME
     assert sorted(ir["root"]["inputDefinitions"]["parameters"]) == PARAM_NAMES
     assert set(ir["deploymentSpec"]["executors"]) >= {"exec-prewarm", "exec-preprocess", "exec-plan"}
@@ -76,7 +77,7 @@ def test_compile_with_image_and_candidates(tmp_path: Path) -> None:
     image = "registry.example.com/heteroflow:0.1.0"
     result = CliRunner().invoke(app, ["compile", "-o", str(out), "--image", image, "-c", "gpu:count=2", "-c", "cpu:cpu=4"])
     assert result.exit_code == 0, result.output
-    ir = yaml.safe_load(out.read_text(encoding="utf-8"))
+    ir = next(yaml.safe_load_all(out.read_text(encoding="utf-8")))
     executors = ir["deploymentSpec"]["executors"]
     assert {e["container"]["image"] for e in executors.values()} == {image}
     # one train executor per (plan start, candidate) path: start at gpu (gpu, then cpu) or at cpu
@@ -101,7 +102,7 @@ def test_compile_via_console_script(tmp_path: Path) -> None:
     proc = _run_script(["compile", "-o", str(out)], cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stdout + proc.stderr
-    ir = yaml.safe_load(out.read_text(encoding="utf-8"))
+    ir = next(yaml.safe_load_all(out.read_text(encoding="utf-8")))
     assert ir["pipelineInfo"]["name"] == PIPELINE_NAME
 
 

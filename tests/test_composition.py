@@ -83,7 +83,7 @@ def test_the_new_parameter_is_in_the_compiled_yaml(toy_module: str, tmp_path: Pa
     out = tmp_path / "calibrated.yaml"
     result = CliRunner().invoke(app, ["compile", "-o", str(out), "--pipeline", f"{toy_module}:with_calibration"])
     assert result.exit_code == 0, result.output
-    ir = yaml.safe_load(out.read_text())
+    ir = next(yaml.safe_load_all(out.read_text()))
     root = ir["root"]["inputDefinitions"]["parameters"]
     assert root["temperature_scale"]["defaultValue"] == 1.5
     assert root["temperature_scale"]["parameterType"] == "NUMBER_DOUBLE"

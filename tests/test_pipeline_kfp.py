@@ -153,7 +153,7 @@ def _diff(expected: Any, actual: Any, path: str = "$") -> Iterator[str]:
 
 
 def _ir(docs: list[Any]) -> dict[str, Any]:
-    assert len(docs) == 1, "the default pipeline compiles to one YAML document (no platform spec)"
+    assert len(docs) in (1, 2), "a pipeline compiles to its IR and, with Kubernetes settings, a platform spec"
     return docs[0]
 
 
@@ -443,6 +443,19 @@ def test_every_candidate_task_asks_for_its_candidates_resources(default_ir: dict
             assert res["accelerator"]["resourceType"] == accel.resource_name
             assert res["accelerator"]["resourceCount"] == str(cand.count)
     assert seen == {"train": {0, 1, 2}, "evaluate": {0}}
+
+
+def test_accelerator_tasks_tolerate_their_device_plugins_taint(tmp_path: Path) -> None:
+    docs = _compile(build_default_pipeline(), tmp_path / "d.yaml")
+    ir, platform = docs[0], docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    for _, _, task in _leaf_tasks(ir):
+        placed = _candidate_of(task)
+        label = ir["components"][task["componentRef"]["name"]]["executorLabel"]
+        tolerations = platform.get(label, {}).get("tolerations", [])
+        if placed is None or placed[1].accelerator_spec is None:
+            assert tolerations == [], label
+        else:
+            assert {"key": placed[1].accelerator_spec.resource_name, "operator": "Exists", "effect": "NoSchedule"} in tolerations
 
 
 def test_placement_routes_on_the_plan_index_per_candidate(default_ir: dict[str, Any]) -> None:

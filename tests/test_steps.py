@@ -1135,3 +1135,64 @@ def test_plan_step_uses_a_stated_inventory(tmp_path: Path) -> None:
     assert (result.indices["train"], chosen["torch_device"]) == (1, "cuda")
     assert chosen["passed_over"][0].endswith("needs 1 npu device(s); 0 npu device(s) here")
     assert json.loads((tmp_path / "placement").read_text())["train"]["index"] == 1
+
+
+# --- placement by accelerator model ------------------------------------------------------------------------
+
+MIXED = '{"gpu": {"t4": 4, "a100-80gb": 1}, "npu": {"910b3": 8, "310p": 4}}'
+
+
+def test_inventory_counts_devices_per_model() -> None:
+    inv = Inventory.from_json(MIXED)
+    assert dict(inv.devices) == {DeviceKind.CPU: 1, DeviceKind.GPU: 5, DeviceKind.NPU: 12}
+    assert dict(inv.models[DeviceKind.GPU]) == {"nvidia-t4": 4, "nvidia-a100-80gb": 1}
+    assert inv.describe(DeviceKind.NPU) == "12 npu device(s): 4 x ascend-310p, 8 x ascend-910b3"
+
+
+@pytest.mark.parametrize(
+    ("candidates", "index", "why"),
+    [
+        # a family ("any 910B") matches its member 910B3
+        ([Resources(kind="npu", accelerator="910B", count=8), "cpu"], 0, None),
+        # 310P only: the 910B3s do not count, and the 4 310Ps are too few
+        ([Resources(kind="npu", accelerator="310P", count=8), "cpu"], 1, "needs 8 x Ascend 310P on one model"),
+        # both A100s are one family, but only one 80 GB device is here
+        ([Resources(kind="gpu", accelerator="A100", count=2), "cpu"], 1, "needs 2 x any NVIDIA A100 on one model"),
+        # device memory: the T4s (16 GB) are passed over, the A100 80 GB fits
+        ([Resources(kind="gpu", count=1, device_memory="40Gi"), "cpu"], 0, None),
+        ([Resources(kind="gpu", count=2, device_memory="40Gi"), "cpu"], 1, "with >= 40Gi device memory"),
+    ],
+    ids=["family-910b", "310p-too-few", "a100-family-too-few", "memory-fits-a100", "memory-too-few"],
+)
+def test_plan_matches_the_model_and_device_memory(candidates, index: int, why: str | None) -> None:
+    placed = plan(Candidates(candidates), inventory=Inventory.from_json(MIXED))
+    assert placed.index == index
+    if why is not None:
+        assert why in placed.passed_over[0]
+        assert "here: " in placed.passed_over[0]
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ('{"gpu": {"nosuch-gpu": 1}}', r"device_inventory\['gpu'\] model='nosuch-gpu' is unknown"),
+        ('{"npu": {"910B": 8}}', r"names '910B', a family .*ascend-910b2"),
+        ('{"gpu": {"910b3": 8}}', r"names '910b3', a npu model"),
+        ('{"gpu": {"t4": -1}}', r"\['gpu'\]\['t4'\]=-1 is not a device count"),
+    ],
+    ids=["unknown-model", "family", "wrong-kind", "negative"],
+)
+def test_inventory_models_rejected(text: str, match: str) -> None:
+    with pytest.raises(InvalidParameter, match=match):
+        Inventory.from_json(text)
+
+
+def test_a_simulated_model_is_placed_by_its_model(monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.components.plan import current_inventory
+
+    monkeypatch.setenv("HETEROFLOW_SIMULATE_DEVICES", "npu:ascend-310p")
+    inv = current_inventory("")
+    assert dict(inv.models[DeviceKind.NPU]) == {"ascend-310p": 8}
+    placed = plan(Candidates([Resources(kind="npu", accelerator="910B3"), "npu:accelerator=310P", "cpu"]), inventory=inv)
+    assert placed.index == 1
+    assert "needs 1 x Ascend 910B3" in placed.passed_over[0]
