@@ -471,9 +471,35 @@ def submit(
     console.print(f"submitted run {result['run_id']} to {host}: {result['url']}", highlight=False)
 
 
+PLUGIN_GROUP = "heteroflow.cli"
+"""Entry-point group of command groups that higher layers add (``dags`` adds ``heteroflow airflow``): each entry
+names a ``typer.Typer`` whose name is the sub-command. Loaded at start-up, so nothing here imports them."""
+
+
+def _add_plugins() -> None:
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group=PLUGIN_GROUP):
+        if any(info.name == entry.name for info in app.registered_groups):
+            continue
+        try:
+            sub = entry.load()
+        except ImportError as exc:  # an optional extra is missing: the command says so when used
+            missing = typer.Typer(help=f"(unavailable: {exc})")
+
+            @missing.callback(invoke_without_command=True)
+            def _unavailable(_exc: str = str(exc), _name: str = entry.name) -> None:
+                err_console.print(f"[bold red]error:[/] heteroflow {_name} needs {_exc}; install its extra", highlight=False)
+                raise typer.Exit(code=2)
+
+            sub = missing
+        app.add_typer(sub, name=entry.name)
+
+
 def main() -> None:
     """Entry point of the ``heteroflow`` console script: an unexpected error prints one line and where its
     traceback is (``heteroflow --debug ...`` prints it)."""
+    _add_plugins()
     try:
         app(standalone_mode=True)
     except SystemExit:
