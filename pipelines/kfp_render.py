@@ -33,13 +33,14 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import json
 import linecache
 import re
 import typing
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,28 @@ def _pipeline_doc(pipeline: Pipeline) -> str:
     return "\n".join(lines)
 
 
+@contextlib.contextmanager
+def _cheap_container_checks() -> Iterator[None]:
+    """KFP's resource setters each call ``PipelineTask._ensure_container_spec_exists``, which calls
+    ``inspect.stack()`` only to name the caller in an error message: ~50 ms per call in a deep stack, seconds for
+    a pipeline with fallback branches. While rendering, use the same check without the stack walk (kfp 2.17's
+    check, message included)."""
+    original = PipelineTask._ensure_container_spec_exists
+
+    def ensure(self: PipelineTask) -> None:
+        if self.container_spec is None:
+            raise ValueError(
+                "this setter can only be used on single-step components, not pipelines used as components, or "
+                "special components like importers."
+            )
+
+    PipelineTask._ensure_container_spec_exists = ensure  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        PipelineTask._ensure_container_spec_exists = original  # type: ignore[method-assign]
+
+
 def to_kfp(
     pipeline: Pipeline, *, image: str = DEFAULT_IMAGE, local: bool = False, profile: ClusterProfile | None = None
 ) -> Any:
@@ -304,7 +327,8 @@ def to_kfp(
     body.__name__ = re.sub(r"\W", "_", pipeline.name)
     body.__qualname__ = body.__name__
     body.__doc__ = _pipeline_doc(pipeline)
-    return dsl.pipeline(body, name=pipeline.name, description=pipeline.description or None)
+    with _cheap_container_checks():
+        return dsl.pipeline(body, name=pipeline.name, description=pipeline.description or None)
 
 
 def compile_pipeline(
