@@ -9,6 +9,7 @@ never overwritten. Archived files are made read-only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
 import json
@@ -24,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.components.errors import ArchiveError, InvalidParameter
+from heteroflow.components.telemetry import process_alive
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
@@ -35,7 +37,10 @@ __all__ = [
     "check_model_name",
     "code_version",
     "default_model_name",
+    "archive_root_dir",
+    "list_models",
     "list_versions",
+    "read_version",
 ]
 
 RUN_ID_ENV = "HETEROFLOW_RUN_ID"
@@ -84,6 +89,47 @@ def code_version() -> dict[str, str | None]:
     return {"heteroflow": version, "git_commit": commit}
 
 
+def archive_root_dir(archive_root: str | os.PathLike[str] | None = None) -> Path:
+    """The archive folder: ``archive_root``, else ``<heteroflow home>/archive``."""
+    from heteroflow.cache.locations import home_dir
+
+    return Path(archive_root).expanduser() if archive_root else home_dir() / "archive"
+
+
+def list_models(archive_root: str | os.PathLike[str]) -> list[str]:
+    """Model names with at least one archived version, sorted."""
+    root = Path(archive_root)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and _NAME.match(p.name) and list_versions(root, p.name))
+
+
+def read_version(archive_root: str | os.PathLike[str], name: str, version: int | None = None) -> dict[str, Any]:
+    """One archived version: ``{"name", "version", "path", "metrics", "lineage"}`` (the latest without ``version``).
+
+    Raises:
+        InvalidParameter: no such model (the message lists the archived ones) or version (lists the versions).
+    """
+    root = Path(archive_root)
+    versions = list_versions(root, name)
+    if not versions:
+        models = list_models(root)
+        raise InvalidParameter(
+            f"no archived model {name!r} under {root}; archived: {', '.join(models) if models else 'none yet'}"
+        )
+    chosen = versions[-1] if version is None else version
+    if chosen not in versions:
+        raise InvalidParameter(f"{name} has no version v{chosen}; versions: {', '.join(f'v{v}' for v in versions)}")
+    folder = root / name / f"v{chosen}"
+    out: dict[str, Any] = {"name": name, "version": chosen, "path": str(folder)}
+    for key in ("metrics", "lineage"):
+        try:
+            out[key] = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            out[key] = {}
+    return out
+
+
 def list_versions(archive_root: str | os.PathLike[str], name: str) -> list[int]:
     """Version numbers archived under ``name``, ascending."""
     folder = Path(archive_root, name)
@@ -104,6 +150,21 @@ def default_model_name(source_uri: str) -> str:
     base = Path(source_uri.rstrip("/").split("://")[-1].split("?")[0]).stem.lower()
     safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")[:58]
     return f"{safe or 'model'}-mlp"
+
+
+def _remove_dead_incoming(folder: Path) -> None:
+    """Remove ``.incoming-<pid>-*`` folders whose writer is gone (a killed archive step leaves one)."""
+    for path in folder.glob(".incoming-*"):
+        parts = path.name.split("-")
+        pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+        if pid is not None and process_alive(pid):
+            continue
+        if pid is None and time.time() - path.stat().st_mtime < 24 * 3600:
+            continue  # an old-style name: only when clearly abandoned
+        for p in path.rglob("*"):
+            with contextlib.suppress(OSError):
+                p.chmod(0o700 if p.is_dir() else 0o600)
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def check_model_name(name: str) -> None:
@@ -155,7 +216,8 @@ def archive(
     folder = Path(archive_root, name)
     folder.mkdir(parents=True, exist_ok=True)
     record = {**lineage, "code": code_version(), "archived_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    tmp = Path(tempfile.mkdtemp(prefix=".incoming-", dir=folder))
+    _remove_dead_incoming(folder)
+    tmp = Path(tempfile.mkdtemp(prefix=f".incoming-{os.getpid()}-", dir=folder))
     try:
         shutil.copytree(src, tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str), encoding="utf-8")
@@ -214,7 +276,6 @@ def archive_step(
         ArchiveError: the model folder is missing, or no free version could be claimed.
         DatasetError: ``dataset_dir`` or ``shards_dir`` is not prewarm / preprocess output.
     """
-    from heteroflow.cache.locations import home_dir
     from heteroflow.cache.prewarm import MANIFEST_NAME, Manifest
 
     manifest = Manifest.load(Path(dataset_dir) / MANIFEST_NAME)
@@ -239,7 +300,7 @@ def archive_step(
         "train": config["params"],
         "device": report.get("device") or config["params"].get("device_type"),
     }
-    root = Path(archive_root).expanduser() if archive_root else home_dir() / "archive"
+    root = archive_root_dir(archive_root)
     result = archive(model_dir, root, name=name, metrics=report, lineage=lineage)
     Path(archived_path).parent.mkdir(parents=True, exist_ok=True)
     Path(archived_path).write_text(

@@ -8,6 +8,7 @@ __all__ = [
     "ArchiveError",
     "CacheIntegrityError",
     "CheckpointError",
+    "CheckpointLocked",
     "DatasetError",
     "DeviceUnavailable",
     "HeteroflowError",
@@ -31,6 +32,11 @@ class NoCandidateAvailable(HeteroflowError, RuntimeError):
 
 class CheckpointError(HeteroflowError, RuntimeError):
     """A checkpoint cannot be used to resume (written by another model shape or another run's parameters)."""
+
+
+class CheckpointLocked(CheckpointError, BlockingIOError):
+    """Another live process holds the checkpoint folder's lock (the same training is running). A *transient*
+    failure: it clears when that process ends (a killed run's step processes end with it)."""
 
 
 class ArchiveError(HeteroflowError, RuntimeError):

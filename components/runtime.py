@@ -37,6 +37,7 @@ from heteroflow.components.step import ArtifactType, Step
 from heteroflow.components.telemetry import RUN_DIR_ENV, progress_reporter, step_attempt
 
 __all__ = [
+    "DRIVER_PID_ENV",
     "EXIT_CODES",
     "ArtifactLike",
     "LocalArtifact",
@@ -47,6 +48,10 @@ __all__ = [
     "candidate_to_json",
     "run_step",
 ]
+
+DRIVER_PID_ENV = "HETEROFLOW_DRIVER_PID"
+"""The process that runs the whole pipeline (``heteroflow run``). A step process started under it watches it and
+ends itself when it is gone, so a killed run leaves no step training on as an orphan (holding its checkpoint)."""
 
 EXIT_CODES: Mapping[str, int] = {
     "succeeded": 0,
@@ -153,6 +158,34 @@ def candidate_from_json(text: str) -> tuple[int, Resources]:
     return 0, Resources.parse_spec(text)
 
 
+_WATCHING: dict[str, int] = {}
+
+
+def _watch_driver(poll_seconds: float = 0.5) -> None:
+    """Start (once per process) a daemon thread that SIGKILLs this process when the pipeline's driver process
+    (``$HETEROFLOW_DRIVER_PID``) is gone. The attempt record stays ``running`` with this process's pid, which the
+    next run reads as killed; the checkpoint lock dies with the process."""
+    text = os.environ.get(DRIVER_PID_ENV, "")
+    if not text.isdigit() or int(text) == os.getpid() or _WATCHING:
+        return
+    driver = int(text)
+    _WATCHING["pid"] = driver
+    import signal
+    import threading
+
+    def watch() -> None:
+        while True:
+            time.sleep(poll_seconds)
+            try:
+                os.kill(driver, 0)
+            except ProcessLookupError:
+                os.kill(os.getpid(), signal.SIGKILL)
+            except PermissionError:
+                pass
+
+    threading.Thread(target=watch, name="heteroflow-driver-watch", daemon=True).start()
+
+
 def _finite(value: Any, where: str) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise NonFiniteValue(f"{where} is {value}: a step result must be a finite number")
@@ -211,6 +244,7 @@ def run_step(
         InvalidParameter: unknown or missing parameters or artifacts (a usage error: nothing ran).
     """
     call = call or step.name
+    _watch_driver()
     values = _bind_params(step, params or {})
     in_paths = {name: _as_artifact(value) for name, value in (inputs or {}).items()}
     out_arts = {name: _as_artifact(value) for name, value in (outputs or {}).items()}

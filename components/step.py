@@ -39,6 +39,7 @@ __all__ = [
     "ArtifactType",
     "Param",
     "Step",
+    "import_object",
     "load_step",
     "step_ref",
     "step",
@@ -457,25 +458,37 @@ def step_ref(value: Step) -> str:
     )
 
 
+def import_object(ref: str, *, what: str, example: str) -> Any:
+    """The object named by ``module:attribute`` (dotted attributes allowed), for ``what`` (named in errors).
+
+    Raises:
+        InvalidParameter: not of that form, the module cannot be imported, or the attribute is missing.
+    """
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise InvalidParameter(f"{what} {ref!r} is not 'module:attribute' (e.g. {example})")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidParameter(
+            f"{what} {ref!r}: cannot import {module_name!r} ({exc}); the module must be importable where it is used "
+            "(installed, or on PYTHONPATH)"
+        ) from None
+    value: Any = module
+    for part in attr.split("."):
+        if not hasattr(value, part):
+            raise InvalidParameter(f"{what} {ref!r}: {module_name!r} has no attribute {attr!r}")
+        value = getattr(value, part)
+    return value
+
+
 def load_step(ref: str) -> Step:
     """Import the :class:`Step` named by ``module:attribute`` (how step processes find their definition).
 
     Raises:
         InvalidParameter: the module or attribute does not exist, or is not a Step.
     """
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise InvalidParameter(f"step reference {ref!r} is not 'module:attribute' (e.g. heteroflow.components.train:TRAIN)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidParameter(
-            f"step reference {ref!r}: cannot import {module_name!r} ({exc}); the step's module must be importable "
-            "where the step runs (installed, or on PYTHONPATH)"
-        ) from None
-    value: Any = module
-    for part in attr.split("."):
-        value = getattr(value, part, None)
+    value = import_object(ref, what="step reference", example="heteroflow.components.train:TRAIN")
     if not isinstance(value, Step):
         raise InvalidParameter(f"step reference {ref!r} is not a heteroflow Step ({type(value).__name__})")
     return value

@@ -20,7 +20,7 @@ from typing import Any
 
 from heteroflow.cache.atomic import atomic_write_bytes
 
-__all__ = ["RUN_DIR_ENV", "AttemptRecord", "progress_reporter", "read_step_records", "step_attempt"]
+__all__ = ["RUN_DIR_ENV", "AttemptRecord", "process_alive", "progress_reporter", "read_step_records", "step_attempt"]
 
 RUN_DIR_ENV = "HETEROFLOW_RUN_DIR"
 
@@ -66,6 +66,19 @@ class AttemptRecord:
     simulated: bool = False
     pid: int | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether a process with this pid exists (on this machine); False for None or 0."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def _step_dir(step: str) -> Path | None:

@@ -28,7 +28,7 @@ import numpy as np
 
 from heteroflow.cache.locations import home_dir
 from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes
-from heteroflow.components.errors import CheckpointError, DeviceUnavailable, InvalidParameter
+from heteroflow.components.errors import CheckpointError, CheckpointLocked, DeviceUnavailable, InvalidParameter
 from heteroflow.components.preprocess import available_cpus, load_split, read_meta
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
@@ -197,6 +197,7 @@ def train(
     Raises:
         InvalidParameter: a parameter out of range.
         DeviceUnavailable: the device is absent (fall back to another candidate).
+        CheckpointLocked: another live process is running the same training (transient: retried).
         CheckpointError: the checkpoint found cannot be loaded, or another process is running the same
             training (same checkpoint folder) right now.
         DatasetError: ``dataset_dir`` is not preprocess output.
@@ -238,19 +239,36 @@ def train(
         )
 
 
+LOCK_WAIT_SECONDS = 15.0
+"""How long train waits for a checkpoint folder's lock before giving up (a killed run's step process needs a
+moment to notice and end; see :mod:`heteroflow.components.runtime`)."""
+
+
 @contextlib.contextmanager
-def _exclusive(ckpt_dir: Path) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``<ckpt_dir>/.lock``: two trainings never share one checkpoint folder."""
+def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<ckpt_dir>/.lock``: two trainings never share one checkpoint folder.
+
+    The lock dies with its holder (the kernel releases a ``flock`` when the process ends), so a lock is never
+    stale; a live holder is waited for up to ``wait_seconds``.
+
+    Raises:
+        CheckpointLocked: another live process still holds it (a transient failure: retried).
+    """
     with open(ckpt_dir / ".lock", "a+") as fh:
-        try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            fh.seek(0)
-            holder = fh.read().strip() or "another process"
-            raise CheckpointError(
-                f"checkpoint folder {ckpt_dir} is in use by {holder}: the same training (same data, parameters and "
-                "device) is running already; wait for it or stop it, then rerun to resume"
-            ) from None
+        deadline = time.monotonic() + (LOCK_WAIT_SECONDS if wait_seconds is None else wait_seconds)
+        while True:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "another process"
+                    raise CheckpointLocked(
+                        f"checkpoint folder {ckpt_dir} is in use by {holder}: the same training (same data, parameters "
+                        "and device) is running already; wait for it or stop it, then rerun to resume"
+                    ) from None
+                time.sleep(0.2)
         fh.seek(0)
         fh.truncate()
         fh.write(f"pid {os.getpid()}")

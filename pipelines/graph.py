@@ -372,16 +372,9 @@ def load_pipeline(ref: str) -> Pipeline:
     Raises:
         InvalidParameter: the module cannot be imported, the attribute is missing, or it is not a pipeline.
     """
-    import importlib
+    from heteroflow.components.step import import_object
 
-    module_name, sep, attr = ref.partition(":")
-    if not sep or not module_name or not attr:
-        raise InvalidParameter(f"--pipeline {ref!r} is not module:attribute (e.g. mypipelines:build)")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise InvalidParameter(f"--pipeline {ref!r}: cannot import {module_name!r} ({exc}); is it on PYTHONPATH?") from None
-    value: Any = getattr(module, attr, None)
+    value: Any = import_object(ref, what="--pipeline", example="mypipelines:build")
     if callable(value) and not isinstance(value, Pipeline):
         value = value()
     if not isinstance(value, Pipeline):

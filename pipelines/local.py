@@ -35,7 +35,8 @@ from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV, parse_faults, simulated_devices
 from heteroflow.components.resources import Candidates
 from heteroflow.components.step import ArtifactType
-from heteroflow.components.telemetry import RUN_DIR_ENV, AttemptRecord, read_step_records
+from heteroflow.components.runtime import DRIVER_PID_ENV
+from heteroflow.components.telemetry import RUN_DIR_ENV, AttemptRecord, process_alive, read_step_records
 from heteroflow.pipelines.graph import Pipeline
 
 __all__ = [
@@ -44,6 +45,7 @@ __all__ = [
     "StepSummary",
     "collect",
     "prepare_arguments",
+    "recover_killed_runs",
     "run_local",
     "testing_environment",
 ]
@@ -91,7 +93,7 @@ class StepSummary:
             return cls(name=name, status="not run")
         last = records[-1]
         status = last.status
-        if status == "running" and (finished or not _alive(last.pid)):
+        if status == "running" and (finished or not process_alive(last.pid)):
             status = "killed"
         failed = next((r for r in reversed(records) if r.status == "failed"), None)
         return cls(
@@ -111,18 +113,6 @@ class StepSummary:
         )
 
 
-def _alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @dataclasses.dataclass(slots=True, kw_only=True)
 class RunRecord:
     """The record of one run, written to ``<run_dir>/run.json``.
@@ -130,7 +120,9 @@ class RunRecord:
     Attributes:
         run_id: ``YYYYmmdd-HHMMSS-xxxx`` (or the run folder's name).
         pipeline: the pipeline's name.
-        status: ``succeeded`` when every call succeeded, ``interrupted`` after Ctrl-C or SIGTERM, else ``failed``.
+        status: ``succeeded`` when every call succeeded (even if a stop came after that), ``interrupted`` after
+            Ctrl-C or SIGTERM, ``killed`` when the run's process died without a record (written by the next run,
+            :func:`recover_killed_runs`), else ``failed``.
         run_dir: the run's folder.
         started_at: Unix time, seconds.
         wall_seconds: wall time of the whole run, seconds.
@@ -221,10 +213,10 @@ def build_record(
     """The :class:`RunRecord` of a finished run, from its attempt records."""
     steps = collect(folder, pipeline, finished=True)
     by_name = {s.name: s for s in steps}
-    if interrupted:
+    if error is None and all(by_name[c.name].status == "succeeded" for c in pipeline.calls):
+        status = "succeeded"  # even if a stop came after the last step had completed: say what completed
+    elif interrupted:
         status = "interrupted"
-    elif error is None and all(by_name[c.name].status == "succeeded" for c in pipeline.calls):
-        status = "succeeded"
     else:
         status = "failed"
     metrics: dict[str, dict[str, Any]] = {}
@@ -237,7 +229,10 @@ def build_record(
         results[call.name] = dict(summary.details)
         for spec in call.step.outputs:
             if spec.type is ArtifactType.METRICS:
-                metrics.setdefault(call.name, {}).update(spec.metadata_for(summary.details))
+                try:
+                    metrics.setdefault(call.name, {}).update(spec.metadata_for(summary.details))
+                except (KeyError, TypeError, ValueError):  # facts without the metrics (an older record)
+                    pass
         if call.step.planner:
             placement = dict(summary.details.get("placements", {}))
     return RunRecord(
@@ -336,10 +331,56 @@ def prepare_run_dir(folder: Path) -> Path:
     """
     if folder.exists() and not folder.is_dir():
         raise InvalidParameter(f"run folder {folder} is a file; give --output a new or empty folder")
-    if folder.is_dir() and any((folder / name).exists() for name in ("run.json", "steps", "kfp")):
+    if folder.is_dir() and any((folder / name).exists() for name in ("run.json", "steps", "kfp", DRIVER_FILE)):
         raise InvalidParameter(f"run folder {folder} already holds a run; give --output a new or empty folder")
     folder.mkdir(parents=True, exist_ok=True)
     return folder.resolve()
+
+
+DRIVER_FILE = "driver.json"
+"""Written into a run folder when the run starts (pid, run id, pipeline, parameters); a folder with it and no
+``run.json`` whose pid is gone is a run that was killed (:func:`recover_killed_runs`)."""
+
+
+def recover_killed_runs(root: Path) -> list[Path]:
+    """Give every killed run under ``root`` (a run folder with ``driver.json`` but no ``run.json``, whose driver
+    process is gone) its ``run.json``: status ``killed``, each step as its attempt records left it (a ``running``
+    attempt of a dead process reads ``killed``). Returns the folders recovered."""
+    recovered = []
+    if not root.is_dir():
+        return recovered
+    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+        driver, record = folder / DRIVER_FILE, folder / "run.json"
+        if not driver.is_file() or record.exists():
+            continue
+        try:
+            info = json.loads(driver.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if process_alive(info.get("pid")):
+            continue
+        records = read_step_records(folder)
+        steps = [StepSummary.from_records(name, recs, finished=True) for name, recs in records.items()]
+        steps.sort(key=lambda s: min((r.started_at for r in records[s.name]), default=0.0))
+        RunRecord(
+            run_id=info.get("run_id", folder.name),
+            pipeline=info.get("pipeline", ""),
+            status="killed",
+            run_dir=str(folder),
+            started_at=info.get("started_at", 0.0),
+            wall_seconds=max((r.ended_at or r.started_at for rs in records.values() for r in rs), default=0.0)
+            - info.get("started_at", 0.0),
+            params=info.get("params", {}),
+            steps=steps,
+            fallbacks=[{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
+            metrics={},
+            results={},
+            placement={},
+            error=f"the run's process (pid {info.get('pid')}) ended without writing its record (killed)",
+        ).write()
+        shutil.rmtree(folder / "tmp", ignore_errors=True)  # the steps' scratch folder
+        recovered.append(folder)
+    return recovered
 
 
 def new_run_id() -> str:
@@ -433,8 +474,17 @@ def run_local(
         run_id = new_run_id()
         folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
         run_id = folder.name if run_dir is not None else run_id
+        recover_killed_runs(folder.parent)
         started = time.time()
         t0 = time.perf_counter()
+        atomic_write_bytes(
+            folder / DRIVER_FILE,
+            json.dumps(
+                {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": args, "started_at": started},
+                default=str,
+            ).encode(),
+            durable=False,
+        )
 
         stop = threading.Event()
 
@@ -452,7 +502,9 @@ def run_local(
         interrupted = False
         error: str | None = None
         try:
-            with _environ({RUN_DIR_ENV: str(folder), "TMPDIR": str(scratch), RUN_ID_ENV: run_id}):
+            with _environ(
+                {RUN_DIR_ENV: str(folder), "TMPDIR": str(scratch), RUN_ID_ENV: run_id, DRIVER_PID_ENV: str(os.getpid())}
+            ):
                 if watcher:
                     watcher.start()
                 with contextlib.ExitStack() as stack:

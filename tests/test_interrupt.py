@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 HETEROFLOW_CLI = Path(sys.executable).with_name("heteroflow")
-ARGS = ["run", "--param", "epochs=150", "--param", "checkpoint_every_steps=20"]
+ARGS = ["run", "--param", "epochs=40", "--param", "checkpoint_every_steps=20"]  # one checkpoint is enough
 
 
 def _wait_for(predicate, deadline_seconds: float, what: str):  # type: ignore[no-untyped-def]

@@ -1,0 +1,285 @@
+"""Faults found trying heteroflow as a new user would (issue #8), each input kept as a test with a sibling:
+
+1. live progress in a terminal; 5. one model-name rule; 8. one line, not a traceback, for user errors and a
+pointer to the traceback for unexpected ones; 10. what a kill leaves behind is recovered; 11. lineage a user can
+reach (``heteroflow archive list|show``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from typer.testing import CliRunner
+
+from heteroflow.pipelines.cli import app
+
+HETEROFLOW = Path(sys.executable).with_name("heteroflow")
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _script(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(HETEROFLOW), *args],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "COLUMNS": "100", **(env or {})},
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+# --- 1. live progress ------------------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("script") is None, reason="util-linux `script` (a pseudo-terminal) is not installed here")
+def test_the_steps_table_fills_in_live_in_a_terminal_with_trains_progress(digits_dir: Path, tmp_path: Path) -> None:
+    """Issue input: ``script -qc "heteroflow run --param epochs=20" /dev/null`` showed no live table."""
+    transcript = tmp_path / "typescript"
+    command = f"{HETEROFLOW} run --param epochs=20 --dataset {digits_dir} --output {tmp_path / 'run'}"
+    proc = subprocess.run(
+        ["script", "-qec", command, str(transcript)],
+        env={**os.environ, "COLUMNS": "140", "TERM": "xterm"},
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-2000:]
+    frames = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", transcript.read_text(errors="replace"))
+    # the live table showed train running with its epoch, loss and throughput, before the final table
+    live = re.findall(r"train\s*│\s*running.*?epoch (\d+)/20, loss [0-9.]+, [0-9,]+ samples/s", frames)
+    assert live, "no live frame with train running and its progress"
+    final = frames.rindex("run succeeded")
+    assert frames.index("running") < final
+    # sibling: the live table also showed the steps before train (prewarm running or succeeded) while it ran
+    assert re.search(r"prewarm\s*│\s*(running|succeeded)", frames[: frames.index("running")] + frames)
+
+
+# --- 5. one model-name rule -----------------------------------------------------------------------------
+
+IRIS_ROWS = [
+    (5.1, 3.5, 1.4, 0.2, 0), (4.9, 3.0, 1.4, 0.2, 0), (7.0, 3.2, 4.7, 1.4, 1), (6.4, 3.2, 4.5, 1.5, 1),
+    (6.3, 3.3, 6.0, 2.5, 2), (5.8, 2.7, 5.1, 1.9, 2),
+]
+
+
+def _iris_like(folder: Path, copies: int = 12) -> Path:
+    folder.mkdir(parents=True)
+    lines = ["sepal_length,sepal_width,petal_length,petal_width,label"]
+    for i in range(copies):
+        for row in IRIS_ROWS:
+            lines.append(",".join(f"{v + 0.01 * i:.2f}" if j < 4 else str(v) for j, v in enumerate(row)))
+    (folder / "iris.csv").write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def test_model_name_default_is_one_rule_in_params_and_the_compiled_pipeline(tmp_path: Path) -> None:
+    from heteroflow.components.archive import default_model_name
+    from heteroflow.pipelines.default import default_pipeline
+
+    listed = json.loads(CliRunner().invoke(app, ["params", "--json"]).stdout)["model_name"]
+    assert listed["default"] == ""  # empty: derived from the data set folder at run time, everywhere
+    assert "<data set folder name>-mlp" in listed["help"]
+    assert default_pipeline().params["model_name"].default == ""
+    assert default_model_name("/data/iris") == "iris-mlp"
+    # siblings: a trailing slash, a URL, and a folder name that is not a valid model name as written
+    assert default_model_name("/data/iris/") == "iris-mlp"
+    assert default_model_name("s3://bucket/tables/Iris Data/") == "iris-data-mlp"
+    assert default_model_name("http://alice:pw@host/d/wine_quality?x=1") == "wine_quality-mlp"
+
+
+def test_the_python_api_pipeline_archives_under_the_data_sets_name(tmp_path: Path) -> None:
+    """Issue input: the README's "Compose in Python" pipeline run on an iris folder archived as digits-mlp."""
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.inprocess import run_inprocess
+
+    iris = _iris_like(tmp_path / "iris")
+    record = run_inprocess(
+        default_pipeline(train_candidates=["cpu:cpu=1"]), {"dataset_uri": str(iris), "epochs": 2}, run_dir=tmp_path / "run"
+    )
+    assert record.status == "succeeded", [(s.name, s.error) for s in record.steps]
+    assert record.results["archive"]["name"] == "iris-mlp"
+    assert Path(record.results["archive"]["path"]).parent.name == "iris-mlp"
+
+
+# --- 8. user errors are one line; unexpected errors point at their traceback ------------------------------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("args", "path"),
+    [
+        (["compile", "-o", "/proc/heteroflow/x.yaml"], "/proc/heteroflow"),  # the issue's input
+        (["run", "--output", "/proc/heteroflow/run"], "/proc/heteroflow"),  # sibling: the run folder
+        (["archive", "list", "--root", "/proc/self/status"], None),  # sibling: a file where a folder is expected
+    ],
+    ids=["compile-unwritable", "run-folder-unwritable", "archive-root-is-a-file"],
+)
+def test_an_os_error_on_a_user_path_is_one_line(args: list[str], path: str | None, tmp_path: Path) -> None:
+    proc = _script(args)
+    assert "Traceback" not in proc.stdout + proc.stderr
+    if path is None:  # nothing archived there: said in one line, exit 0
+        assert proc.returncode == 0, proc.stderr
+        assert "no archived model under /proc/self/status" in _flat(proc.stdout)
+        return
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert path in lines[0]
+
+
+@pytest.mark.slow
+def test_an_unexpected_error_prints_one_line_and_where_its_traceback_is(tmp_path: Path) -> None:
+    (tmp_path / "brokenpipeline.py").write_text("def build():\n    raise RuntimeError('boom in the user code')\n")
+    env = {"PYTHONPATH": str(tmp_path)}
+    proc = _script(["params", "--pipeline", "brokenpipeline:build"], env=env)
+    assert proc.returncode == 1
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1
+    match = re.search(r"unexpected RuntimeError: boom in the user code \(traceback in (\S+); rerun with --debug", lines[0])
+    assert match, lines[0]
+    assert "raise RuntimeError('boom in the user code')" in Path(match[1]).read_text()
+    debug = _script(["--debug", "params", "--pipeline", "brokenpipeline:build"], env=env)
+    assert "Traceback" in debug.stderr and debug.returncode == 1
+
+
+# --- 10. what a kill leaves behind ---------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_run_takes_its_steps_with_it_and_the_next_run_recovers(
+    digits_dir: Path, heteroflow_home: Path, tmp_path: Path
+) -> None:
+    """Issue input: SIGKILL of `heteroflow run` during train left train running for minutes, holding the lock,
+    its record `running`; the next run failed three times on the lock."""
+    env = {**os.environ, "HETEROFLOW_HOME": str(heteroflow_home)}
+    args = [str(HETEROFLOW), "run", "--param", "epochs=40", "--param", "checkpoint_every_steps=20", "--dataset", str(digits_dir)]
+    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 240
+    while not list((heteroflow_home / "checkpoints").glob("*/checkpoint.json")):
+        assert time.monotonic() < deadline, "no checkpoint within 240 s"
+        assert proc.poll() is None, "the run ended before its first checkpoint"
+        time.sleep(0.2)
+    steps = psutil.Process(proc.pid).children(recursive=True)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    gone, alive = psutil.wait_procs(steps, timeout=15)
+    assert alive == [], f"step processes outlived the killed run: {[p.cmdline()[:3] for p in alive]}"
+
+    rerun = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout[-2000:] + rerun.stderr[-2000:]
+    runs = sorted((tmp_path / "heteroflow-runs").iterdir())
+    killed, second = (json.loads((r / "run.json").read_text()) for r in runs)
+    assert killed["status"] == "killed"
+    assert {s["name"]: s["status"] for s in killed["steps"]}["train"] == "killed"
+    assert not (runs[0] / "tmp").exists()
+    assert second["status"] == "succeeded"
+    assert second["metrics"]["train"]["resumed_from_step"] >= 20
+    assert {s["name"]: s["attempts"] for s in second["steps"]}["train"] == 1  # no attempt lost on a lock
+
+
+def test_a_killed_archive_leaves_no_incoming_folder_for_good(tmp_path: Path) -> None:
+    """Issue input: SIGKILL of the archive step mid-copy left an `.incoming-*` folder for good."""
+    from heteroflow.components.archive import archive
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.pt").write_bytes(b"weights")
+    folder = tmp_path / "archive" / "m"
+    folder.mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    stale = folder / f".incoming-{dead.pid}-abc123"  # what a killed writer leaves (read-only files inside)
+    (stale / "model").mkdir(parents=True)
+    (stale / "model" / "model.pt").write_bytes(b"half")
+    (stale / "model" / "model.pt").chmod(0o444)
+    live = folder / f".incoming-{os.getpid()}-live"  # sibling: a writer that is still at work is left alone
+    live.mkdir()
+    result = archive(model, tmp_path / "archive", name="m", metrics={}, lineage={})
+    assert result.version == 1
+    assert not stale.exists()
+    assert live.exists()
+
+
+def test_a_stop_after_the_last_step_completed_records_the_run_as_succeeded(tmp_path: Path) -> None:
+    """Issue input: SIGTERM while archive was finishing: the version was archived but the run said interrupted."""
+    from heteroflow.components.telemetry import RUN_DIR_ENV, step_attempt
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.local import build_record
+
+    pipeline = default_pipeline()
+    os.environ[RUN_DIR_ENV] = str(tmp_path)
+    try:
+        for call in pipeline.calls:
+            with step_attempt(call.name):
+                pass
+    finally:
+        del os.environ[RUN_DIR_ENV]
+    done = build_record(pipeline, run_id="r", folder=tmp_path, started=0, wall_seconds=1, args={}, interrupted=True)
+    assert done.status == "succeeded"
+    # sibling: a stop before the last step completed is still an interruption
+    (tmp_path / "steps" / "archive" / "attempt-1.json").unlink()
+    assert build_record(pipeline, run_id="r", folder=tmp_path, started=0, wall_seconds=1, args={}, interrupted=True).status == "interrupted"
+
+
+# --- 11. lineage a user can reach ------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def archived(tmp_path: Path) -> Path:
+    from heteroflow.components.archive import archive
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.pt").write_bytes(b"weights")
+    root = tmp_path / "archive"
+    for accuracy, run in ((0.91, "20261129-100000-aaaa"), (0.95, "20261129-110000-bbbb")):
+        archive(
+            model,
+            root,
+            name="iris-mlp",
+            metrics={"accuracy": accuracy, "precision": {"0": 1.0}},
+            lineage={"run_id": run, "dataset": {"source_uri": "/data/iris", "dataset_sha256": "f00dcafe" * 8}, "device": "cpu"},
+        )
+    return root
+
+
+def test_archive_list_shows_every_version_with_its_run(archived: Path) -> None:
+    result = CliRunner().invoke(app, ["archive", "list", "--root", str(archived)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert re.search(r"iris-mlp\s*│\s*v1\s*│.*0\.9100.*20261129-100000-aaaa", result.output)
+    assert re.search(r"iris-mlp\s*│\s*v2\s*│.*0\.9500.*20261129-110000-bbbb", result.output)
+
+
+def test_archive_show_gives_metrics_lineage_and_the_run(archived: Path) -> None:
+    latest = CliRunner().invoke(app, ["archive", "show", "iris-mlp", "--root", str(archived)], env={"COLUMNS": "200"})
+    assert latest.exit_code == 0, latest.output
+    assert "iris-mlp v2" in latest.output and "20261129-110000-bbbb" in latest.output and "0.9500" in latest.output
+    first = CliRunner().invoke(app, ["archive", "show", "iris-mlp:v1", "--root", str(archived)], env={"COLUMNS": "200"})
+    assert "20261129-100000-aaaa" in first.output and "/data/iris" in first.output and "precision[0]" in first.output
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [("nosuch", "no archived model 'nosuch'"), ("iris-mlp:v9", "iris-mlp has no version v9; versions: v1, v2"), ("iris-mlp:2", "the version is written vN")],
+    ids=["unknown-model", "unknown-version", "bad-version-form"],
+)
+def test_archive_show_errors_list_what_exists(archived: Path, target: str, message: str) -> None:
+    result = CliRunner().invoke(app, ["archive", "show", target, "--root", str(archived)])
+    assert result.exit_code == 2
+    assert message in _flat(result.output)
