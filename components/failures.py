@@ -36,7 +36,8 @@ order  exception (type, or message fragment; types match subclasses)            
        "ERR00100 PTA call acl api failed"
 7      ``TimeoutError``, ``ConnectionError`` (refused, reset, aborted), ``socket.timeout``,        transient
        ``OSError`` with errno ETIMEDOUT, ECONNRESET, ECONNREFUSED, EHOSTUNREACH, ENETUNREACH,
-       ENETDOWN, EAGAIN, ESTALE (NFS), ``concurrent.futures.process.BrokenProcessPool`` (a worker
+       ENETDOWN, EAGAIN, ESTALE (NFS), ``BlockingIOError`` (a lock another live process holds, e.g.
+       heteroflow's ``CheckpointLocked``), ``concurrent.futures.process.BrokenProcessPool`` (a worker
        was killed), heteroflow's ``SourceUnavailable`` and any error class named ``*Timeout*`` /
        ``*ConnectionError*`` (aiohttp, botocore, requests)
 8      anything else (``ValueError``, heteroflow's ``DatasetError``/``InvalidParameter``, a bug)   permanent
@@ -158,7 +159,7 @@ def _npu_runtime(exc: BaseException) -> bool:
 
 
 def _transient(exc: BaseException) -> bool:
-    if isinstance(exc, (TimeoutError, ConnectionError)):
+    if isinstance(exc, (TimeoutError, ConnectionError, BlockingIOError)):
         return True
     if isinstance(exc, OSError) and exc.errno in _TRANSIENT_ERRNOS:
         return True
