@@ -36,7 +36,7 @@ from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.step import Param, Step
 
-__all__ = ["Call", "Const", "OutputRef", "ParamRef", "Pipeline", "load_pipeline"]
+__all__ = ["Call", "Const", "OutputRef", "ParamRef", "Pipeline", "SecretEnv", "load_pipeline"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _CALL = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
@@ -70,6 +70,39 @@ class Const:
 
 Binding = ParamRef | OutputRef | Const
 
+_K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SecretEnv:
+    """Environment variables a call's pods take from a Kubernetes Secret (credentials never travel as pipeline
+    parameters). KFP renders it with ``kfp.kubernetes.use_secret_as_env``; Airflow pods with ``V1EnvVar``
+    ``secretKeyRef``; local runs read the same variables from the environment.
+
+    Args:
+        secret: the Secret's name (a DNS subdomain name).
+        env: environment variable -> key in the Secret, e.g. ``{"AWS_ACCESS_KEY_ID": "access_key"}``.
+
+    Raises:
+        InvalidParameter: a bad Secret name or environment variable name, or no variables.
+    """
+
+    secret: str
+    env: Mapping[str, str]
+
+    def __post_init__(self) -> None:
+        if not _K8S_NAME.match(self.secret or ""):
+            raise InvalidParameter(f"secret={self.secret!r} is not a Kubernetes Secret name; valid: [a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+        if not self.env:
+            raise InvalidParameter(f"secret {self.secret!r}: env is empty; valid: {{'ENV_VAR': 'key in the Secret'}}")
+        for var, key in self.env.items():
+            if not _ENV_NAME.match(var):
+                raise InvalidParameter(f"secret {self.secret!r}: {var!r} is not an environment variable name")
+            if not isinstance(key, str) or not key:
+                raise InvalidParameter(f"secret {self.secret!r}: the key for {var} is empty")
+        object.__setattr__(self, "env", dict(self.env))
+
 
 class _Outputs:
     """``call.outputs.model`` / ``call.outputs["model"]``: references to a call's output artifacts."""
@@ -101,6 +134,7 @@ class Call:
         candidates: where this call may run (default: the step's).
         retry: its retry policy (default: the step's).
         cacheable: whether an engine may answer it from a cache (default: the step's).
+        secrets: Kubernetes Secrets whose keys its pods get as environment variables.
     """
 
     name: str
@@ -109,6 +143,7 @@ class Call:
     candidates: Candidates
     retry: RetryPolicy
     cacheable: bool
+    secrets: tuple[SecretEnv, ...] = ()
 
     @property
     def outputs(self) -> _Outputs:
@@ -168,6 +203,7 @@ class Pipeline:
         candidates: Candidates | Iterable[Resources | str] | None = None,
         retry: RetryPolicy | None = None,
         cacheable: bool | None = None,
+        secrets: Iterable[SecretEnv] = (),
         **bindings: Any,
     ) -> Call:
         """Add a call of ``step``; returns it (its ``outputs`` feed later calls).
@@ -178,6 +214,8 @@ class Pipeline:
             candidates: this call's candidates (default: the step's), most preferred first.
             retry: this call's retry policy (default: the step's).
             cacheable: whether this call may be cached (default: the step's).
+            secrets: Kubernetes Secrets whose keys become environment variables of this call's pods (e.g. the
+                storage credentials prewarm needs); see :class:`SecretEnv`.
             bindings: input artifact -> an earlier call's output (``other.outputs.model``); step parameter ->
                 a :meth:`param` reference or a constant. Unbound step parameters become pipeline parameters.
 
@@ -244,6 +282,7 @@ class Pipeline:
             candidates=step.candidates if candidates is None else candidates if isinstance(candidates, Candidates) else Candidates(candidates),
             retry=step.retry if retry is None else retry,
             cacheable=step.cacheable if cacheable is None else cacheable,
+            secrets=tuple(secrets),
         )
         self._params.update(new_params)
         self._calls[call_name] = call
@@ -271,7 +310,7 @@ class Pipeline:
         return other
 
     def replace(self, call: str, **changes: Any) -> None:
-        """Change a call's ``candidates``, ``retry`` or ``cacheable`` in place.
+        """Change a call's ``candidates``, ``retry``, ``cacheable`` or ``secrets`` in place.
 
         Raises:
             InvalidParameter: an unknown call or field.
@@ -282,8 +321,10 @@ class Pipeline:
                 target.candidates = value if isinstance(value, Candidates) else Candidates(value)
             elif key in ("retry", "cacheable"):
                 setattr(target, key, value)
+            elif key == "secrets":
+                target.secrets = tuple(value)
             else:
-                raise InvalidParameter(f"replace({call!r}): {key!r} cannot be changed; valid: candidates, retry, cacheable")
+                raise InvalidParameter(f"replace({call!r}): {key!r} cannot be changed; valid: candidates, retry, cacheable, secrets")
 
     # -- views ----------------------------------------------------------------------------------------------
 

@@ -200,6 +200,13 @@ class _Renderer:
             task.set_display_name(call.name)
         apply_resources(task, resources, profile=self.profile)
         apply_retry(task, call.retry, local=self.local)
+        if call.secrets and not self.local:  # kfp.local never reads kfp-kubernetes settings
+            from kfp import kubernetes
+
+            for secret in call.secrets:
+                kubernetes.use_secret_as_env(
+                    task, secret_name=secret.secret, secret_key_to_env={key: var for var, key in secret.env.items()}
+                )
         task.set_caching_options(enable_caching=bool(call.cacheable))
         return task
 

@@ -563,3 +563,31 @@ def test_two_runs_in_one_fresh_process(digits_dir: Path, tmp_path: Path) -> None
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.split() == ["succeeded", "succeeded"]
+
+
+def test_a_calls_secrets_become_environment_variables_of_its_pods_on_a_cluster(tmp_path: Path) -> None:
+    from heteroflow.pipelines.graph import SecretEnv
+
+    pipeline = default_pipeline()
+    pipeline.replace("prewarm", secrets=[SecretEnv("s3-creds", {"AWS_ACCESS_KEY_ID": "access_key", "AWS_SECRET_ACCESS_KEY": "secret_key"})])
+    docs = _compile(to_kfp(pipeline), tmp_path / "s.yaml")
+    ir, platform = docs[0], docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    prewarm = next(t for _, _, t in _leaf_tasks(ir) if _step_of(ir, t) == "prewarm")
+    label = ir["components"][prewarm["componentRef"]["name"]]["executorLabel"]
+    secret = platform[label]["secretAsEnv"][0]
+    assert secret["secretName"] == "s3-creds"
+    assert {e["envVar"]: e["secretKey"] for e in secret["keyToEnv"]} == {"AWS_ACCESS_KEY_ID": "access_key", "AWS_SECRET_ACCESS_KEY": "secret_key"}
+    assert "s3-creds" not in json.dumps(ir["root"])  # a name in the platform spec, never a run parameter
+
+
+@pytest.mark.parametrize(
+    ("secret", "env", "match"),
+    [("S3 creds", {"A": "k"}, "is not a Kubernetes Secret name"), ("s3", {}, "env is empty"), ("s3", {"1A": "k"}, "is not an environment variable name")],
+    ids=["bad-name", "no-env", "bad-env-var"],
+)
+def test_secret_env_errors(secret: str, env: dict, match: str) -> None:
+    from heteroflow.components.errors import InvalidParameter
+    from heteroflow.pipelines.graph import SecretEnv
+
+    with pytest.raises(InvalidParameter, match=match):
+        SecretEnv(secret, env)
