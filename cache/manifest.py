@@ -137,7 +137,7 @@ class Manifest:
             root=data["root"],
             files=files,
             dataset_sha256=digest,
-            version=data.get("version") or "",
+            version=str(data.get("version") or "") if "format" in data else "",  # format 1: "version" was the format
             backend=data.get("backend", "local"),
             location=data.get("location", ""),
             created=data.get("created", ""),
