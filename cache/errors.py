@@ -14,6 +14,7 @@ How the failure classifier should treat the cache tier's errors:
 | :class:`CacheSpaceError` (not enough free disk for the copy) | ``RuntimeError`` | permanent until space is freed |
 | :class:`CacheLockTimeout` (another prewarm of the data set held its lock too long) | ``TimeoutError`` | transient |
 | :class:`InvalidCacheOption` (verify mode, workers, keep_versions, cache URI out of range) | ``ValueError`` | permanent |
+| :class:`SourceError` (a source failure of no known kind whose message had to be redacted) | ``RuntimeError`` | permanent |
 | :class:`SourceUnavailable` (host unreachable, connection reset) | ``ConnectionError`` | transient: retry with backoff |
 | :class:`SourceTimeout` (the source did not answer in time) | ``TimeoutError`` (and ``ConnectionError``) | transient: retry with backoff |
 """
@@ -27,6 +28,7 @@ __all__ = [
     "DatasetError",
     "HeteroflowError",
     "InvalidCacheOption",
+    "SourceError",
     "SourceTimeout",
     "SourceUnavailable",
 ]
@@ -65,3 +67,8 @@ class CacheLockTimeout(HeteroflowError, TimeoutError):
 class InvalidCacheOption(HeteroflowError, ValueError):
     """A cache-tier option is out of range (verify mode, workers, keep_versions, a cache URI); the message names it
     and lists the valid values."""
+
+
+class SourceError(HeteroflowError, RuntimeError):
+    """The source failed in a way heteroflow does not classify, and the driver's message carried a credential:
+    it is raised with the message redacted instead of the driver's own exception."""

@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from heteroflow.cache.errors import DatasetError, HeteroflowError, SourceTimeout, SourceUnavailable
+from heteroflow.cache.errors import DatasetError, HeteroflowError, SourceError, SourceTimeout, SourceUnavailable
 from heteroflow.cache.redact import redact_url
 
 __all__ = ["driver_package", "filesystem_for", "is_local", "local_path", "protocol_of", "source_errors"]
@@ -140,18 +140,24 @@ def classify(exc: BaseException, uri: str) -> BaseException | None:
         if isinstance(e, ConnectionError) or names & _CONNECTION_NAMES or (isinstance(e, OSError) and e.errno in _TRANSIENT_ERRNOS):
             return SourceUnavailable(f"data set {shown}: cannot reach the source ({detail}); check the host name, port "
                                      "and network, then retry")
-    for e in chain:
-        status = _status(e)
-        names = _names(e)
-        if status == 404 or isinstance(e, FileNotFoundError):
-            return DatasetError(f"data set {shown} does not exist at the source ({detail}); check the URL")
-        if status in (401, 403) or isinstance(e, PermissionError) or names & {"NoCredentialsError", "PartialCredentialsError"} \
-                or ("ClientError" in names and any(c in str(e) for c in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"))):
-            return DatasetError(f"access to data set {shown} was denied ({detail}); {creds}")
-        if status is not None and status >= 500:
-            return SourceUnavailable(f"data set {shown}: the source answered {status} ({detail}); retry later")
-        if status is not None and 400 <= status < 500:
-            return DatasetError(f"data set {shown}: the source refused the request with {status} ({detail})")
+    statuses = [st for st in (_status(e) for e in chain) if st is not None]
+    status = statuses[-1] if statuses else None  # the innermost status: the server's own answer
+    names = set().union(*(_names(e) for e in chain))
+    if status == 404:
+        return DatasetError(f"data set {shown} does not exist at the source ({detail}); check the URL")
+    if status in (401, 403) or names & {"NoCredentialsError", "PartialCredentialsError"} or any(
+        "ClientError" in _names(e) and any(c in str(e) for c in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch"))
+        for e in chain
+    ):
+        return DatasetError(f"access to data set {shown} was denied ({detail}); {creds}")
+    if status is not None and status >= 500:
+        return SourceUnavailable(f"data set {shown}: the source answered {status} ({detail}); retry later")
+    if status is not None and 400 <= status < 500:
+        return DatasetError(f"data set {shown}: the source refused the request with {status} ({detail})")
+    if any(isinstance(e, PermissionError) for e in chain):
+        return DatasetError(f"access to data set {shown} was denied ({detail}); {creds}")
+    if any(isinstance(e, FileNotFoundError) for e in chain):
+        return DatasetError(f"data set {shown} does not exist at the source ({detail}); check the URL")
     return None
 
 
@@ -161,7 +167,12 @@ def source_errors(uri: str) -> Iterator[None]:
     try:
         yield
     except Exception as exc:
+        if isinstance(exc, HeteroflowError):
+            raise
         mapped = classify(exc, uri)
         if mapped is None:
-            raise
+            text = f"{type(exc).__name__}: {exc}"
+            if redact_url(text) == text:
+                raise
+            mapped = SourceError(f"data set {redact_url(uri)}: {redact_url(text)}")
         raise mapped from None
