@@ -115,7 +115,7 @@ _SAFER_WAY = {
 
 
 def warn_if_credentials(uri: str, *, logger: logging.Logger | None = None) -> bool:
-    """Warn (``UserWarning`` and a log line, both redacted) when ``uri`` carries credentials; say the safer way.
+    """Warn (a ``UserWarning``, and an INFO log line; both redacted) when ``uri`` carries credentials; say the safer way.
 
     Returns:
         True when ``uri`` carries credentials (it is still accepted).
@@ -131,5 +131,5 @@ def warn_if_credentials(uri: str, *, logger: logging.Logger | None = None) -> bo
         f"read them. Safer: {safer}; on a cluster, a Kubernetes Secret mounted as environment variables"
     )
     warnings.warn(message, UserWarning, stacklevel=3)
-    (logger or logging.getLogger("heteroflow.cache")).warning(message)
+    (logger or logging.getLogger("heteroflow.cache")).info(message)
     return True
