@@ -102,6 +102,7 @@ class Manifest:
         return sum(f.bytes for f in self.files)
 
     def to_dict(self) -> dict[str, Any]:
+        """The JSON form (see the module docstring)."""
         return {
             "format": MANIFEST_FORMAT,
             "source_uri": redact_url(self.source_uri),
@@ -112,8 +113,18 @@ class Manifest:
             "created": self.created,
             "dataset_sha256": self.dataset_sha256,
             "total_bytes": self.total_bytes,
-            "files": [dataclasses.asdict(f) for f in self.files],
+            "files": [{"path": f.path, "bytes": f.bytes, "sha256": f.sha256, "source_key": f.source_key} for f in self.files],
         }
+
+    def to_json_bytes(self) -> bytes:
+        """The manifest file's content: the fields, then one file per line (readable, and written with the C JSON
+        encoder: a manifest of 20,000 files takes milliseconds, not the ~0.3 s of ``indent=2``)."""
+        data = self.to_dict()
+        files = data.pop("files")
+        enc = json.JSONEncoder(sort_keys=True, separators=(", ", ": "))
+        head = enc.encode(data)[1:-1]
+        body = ",\n  ".join(enc.encode(f) for f in files)
+        return f"{{{head},\n \"files\": [\n  {body}\n ]}}\n".encode()
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], *, where: str = "manifest") -> Manifest:
@@ -162,7 +173,7 @@ class Manifest:
 
     def write(self, path: str | os.PathLike[str]) -> None:
         """Write atomically (temporary file, fsync, rename)."""
-        atomic_write_bytes(Path(path), json.dumps(self.to_dict(), indent=2, sort_keys=True).encode())
+        atomic_write_bytes(Path(path), self.to_json_bytes())
 
     def local_paths(self) -> list[Path]:
         """Absolute paths of the cached files, in manifest order.

@@ -37,6 +37,7 @@ import datetime
 import hashlib
 import json
 import logging
+import mmap
 import os
 import posixpath
 import shutil
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from heteroflow.cache.atomic import (
+    atomic_write_bytes,
     exchange_paths,
     fsync_dir,
     recover_leftovers,
@@ -244,38 +246,127 @@ def _dataset_lock(dataset_dir: Path, timeout_s: float) -> Iterator[None]:
         lock.release()
 
 
-def _open_source(listing: DatasetListing, source_uri: str, storage_options: Mapping[str, Any] | None) -> Callable[[ListedFile], BinaryIO]:
+def _open_source(listing: DatasetListing, source_uri: str, storage_options: Mapping[str, Any] | None) -> Callable[[ListedFile], BinaryIO] | None:
+    """How to open a source file: None for a local data set (plain syscalls), else the fsspec driver's open."""
     if listing.local:
-        return lambda f: open(f.source, "rb", buffering=0)  # noqa: SIM115 - closed by the caller
+        return None
     fs, _ = filesystem_for(source_uri, storage_options)
     return lambda f: fs.open(f.source, "rb")
 
 
-def _copy_file(f: ListedFile, dest: Path, open_src: Callable[[ListedFile], BinaryIO], buf: bytearray) -> tuple[int, str, int]:
-    """Copy one file, hashing it on the way. Returns (bytes, sha256 hex, mtime_ns of the copy)."""
+_SMALL_FILE = 1 << 20  # files up to this size are read in one call
+_BIG_CHUNK = 8 << 20  # read/write unit for larger files (bytes); larger chunks measured 3-4x faster than 1 MiB here
+_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
+_local_buffers = threading.local()
+
+
+def _write_all(fd: int, data: memoryview | bytes) -> None:
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        view = view[n:]
+
+
+_SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of dirty pages, do not wait
+
+
+def _start_writeback(fd: int) -> None:
+    """Ask the kernel to start writing ``fd``'s dirty pages now (``sync_file_range(2)``), without waiting; a
+    no-op where unavailable. Durability still comes from the one ``syncfs`` before publishing."""
+    global _sync_file_range
+    if _sync_file_range is None:
+        try:
+            import ctypes
+
+            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+            fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+            _sync_file_range = fn
+        except (OSError, AttributeError):
+            _sync_file_range = False
+    if _sync_file_range:
+        _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
+
+
+_sync_file_range: Any = None
+
+
+def _kernel_copy(source: str, out: int) -> bool:
+    """Copy ``source`` into the open file ``out`` with ``copy_file_range(2)``; False (nothing written) where the
+    kernel or filesystem cannot, so the caller copies through user space."""
+    src = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        total = 0
+        while True:
+            try:
+                n = os.copy_file_range(src, out, 1 << 30)
+            except OSError:
+                if total:
+                    raise
+                return False
+            if n == 0:
+                return True
+            total += n
+    finally:
+        os.close(src)
+
+
+def _copy_file(f: ListedFile, dest: str, open_src: Callable[[ListedFile], BinaryIO] | None) -> tuple[int, str, int]:
+    """Copy one file, hashing it on the way. ``open_src`` None: a local file, read with plain syscalls.
+    Returns (bytes, sha256 hex, mtime_ns of the copy). The copy gets ``0o666 & ~umask``."""
     digest = hashlib.sha256()
     written = 0
-    view = memoryview(buf)
-    with open_src(f) as src, open(dest, "wb") as out:
-        readinto = getattr(src, "readinto", None)
-        while True:
-            if readinto is not None:
-                n = readinto(buf)
-                if not n:
-                    break
-                chunk = view[:n]
-            else:
-                chunk = src.read(_CHUNK_BYTES)
-                if not chunk:
-                    break
-                n = len(chunk)
-            digest.update(chunk)
-            out.write(chunk)
-            written += n
-        out.flush()
-        mtime_ns = os.fstat(out.fileno()).st_mtime_ns
+    out = os.open(dest, _O_NEW, 0o666)
+    try:
+        if open_src is None and f.bytes is not None and f.bytes <= _SMALL_FILE:
+            src = os.open(f.source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            try:
+                data = os.read(src, f.bytes + 1)
+                while len(data) <= f.bytes:  # a short read (rare): read on to the end
+                    more = os.read(src, f.bytes + 1 - len(data))
+                    if not more:
+                        break
+                    data += more
+            finally:
+                os.close(src)
+            digest.update(data)
+            _write_all(out, data)
+            written = len(data)
+        elif open_src is None and hasattr(os, "copy_file_range") and _kernel_copy(f.source, out):
+            # local to local: the kernel copies (as cp does), then the copy itself is hashed through a mapping,
+            # so the manifest describes exactly the bytes in the cache
+            written = os.fstat(out).st_size
+            _start_writeback(out)  # the disk writes while the copy is hashed; the final syncfs waits for less
+            if written:
+                with open(dest, "rb", buffering=0) as back, mmap.mmap(
+                    back.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ
+                ) as mapped:
+                    digest.update(mapped)
+        else:
+            buf = getattr(_local_buffers, "buf", None)
+            if buf is None:
+                buf = _local_buffers.buf = bytearray(_BIG_CHUNK)
+            view = memoryview(buf)
+            with (open(f.source, "rb", buffering=0) if open_src is None else open_src(f)) as src_fh:
+                readinto = getattr(src_fh, "readinto", None)
+                while True:
+                    if readinto is not None:
+                        n = readinto(buf)
+                        if not n:
+                            break
+                        chunk: memoryview | bytes = view[:n]
+                    else:
+                        chunk = src_fh.read(_BIG_CHUNK)
+                        if not chunk:
+                            break
+                        n = len(chunk)
+                    digest.update(chunk)
+                    _write_all(out, chunk)
+                    written += n
+        mtime_ns = os.fstat(out).st_mtime_ns
+    finally:
+        os.close(out)
     if f.bytes is not None and written != f.bytes:
-        dest.unlink(missing_ok=True)
+        os.unlink(dest)
         raise CacheIntegrityError(
             f"copied {written} bytes of {f.path!r} but the source has {f.bytes}; the source changed or the read was "
             "cut short: rerun prewarm"
@@ -439,7 +530,7 @@ def _prewarm_locked(
     dataset_dir: Path,
     files: list[ListedFile],
     listing: DatasetListing,
-    open_src: Callable[[ListedFile], BinaryIO],
+    open_src: Callable[[ListedFile], BinaryIO] | None,
     mode: str,
     workers: int,
     keep_versions: int,
@@ -545,7 +636,8 @@ def _prewarm_locked(
         backend="local", created=datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="milliseconds"),
     )
     sync_filesystem(staging)  # every copied byte and folder entry durable, in one call
-    manifest.write(staging / MANIFEST_NAME)
+    manifest_bytes = manifest.to_json_bytes()
+    atomic_write_bytes(staging / MANIFEST_NAME, manifest_bytes)
     versions.mkdir(exist_ok=True)
     if target.exists():
         # the same content is already a version (a repair, or the source changed back): swap in the verified copy
@@ -560,7 +652,7 @@ def _prewarm_locked(
     else:
         os.rename(staging, target)
     fsync_dir(versions)
-    manifest.write(dataset_dir / MANIFEST_NAME)
+    atomic_write_bytes(dataset_dir / MANIFEST_NAME, manifest_bytes)
     if legacy is not None:
         _remove_legacy_files(dataset_dir, legacy)
     removed = _gc_versions(dataset_dir, version, keep_versions)
@@ -625,7 +717,7 @@ def _verify_cached(
 def _copy_all(
     files: list[ListedFile],
     staging: Path,
-    open_src: Callable[[ListedFile], BinaryIO],
+    open_src: Callable[[ListedFile], BinaryIO] | None,
     workers: int,
     report: Reporter,
 ) -> Iterator[tuple[ManifestEntry, int]]:
@@ -634,11 +726,12 @@ def _copy_all(
     journal = open(staging / JOURNAL_NAME, "a", encoding="utf-8")  # noqa: SIM115 - closed below
     journal_lock = threading.Lock()
 
+    base = str(staging)
+
     def run(batch: list[ListedFile]) -> list[tuple[ManifestEntry, int]]:
-        buf = bytearray(_CHUNK_BYTES)
         out = []
         for f in batch:
-            n, sha, mtime_ns = _copy_file(f, staging.joinpath(*f.path.split("/")), open_src, buf)
+            n, sha, mtime_ns = _copy_file(f, os.path.join(base, f.path), open_src)
             entry = ManifestEntry(path=f.path, bytes=n, sha256=sha, source_key=f.key)
             line = json.dumps({"path": f.path, "bytes": n, "sha256": sha, "source_key": f.key, "mtime_ns": mtime_ns})
             with journal_lock:  # one line per finished file: a killed prewarm resumes file by file
