@@ -4,14 +4,10 @@ S3 from moto's server mode (a local S3-compatible test server) on 127.0.0.1; cre
 
 from __future__ import annotations
 
-import base64
-import functools
-import http.server
 import json
 import logging
 import shutil
 import socket
-import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,54 +19,20 @@ from heteroflow.cache.errors import DatasetError, SourceUnavailable
 from heteroflow.cache.prewarm import MANIFEST_NAME, check_source, dataset_cache_dir, prewarm_dataset
 from heteroflow.cache.progress import report_progress
 from heteroflow.cache.redact import redact_url
+from heteroflow.cache.testing import files_containing, s3_test_server, serve_folder
 
 SECRET = "s3cretPW"
 
 
-class _Handler(http.server.SimpleHTTPRequestHandler):
-    """http.server's folder listing, plus HTTP Basic auth when the server has ``auth`` set (403 on a wrong
-    password, 401 on none)."""
-
-    auth: tuple[str, str] | None = None
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
-        pass
-
-    def _authorized(self) -> bool:
-        if self.auth is None:
-            return True
-        header = self.headers.get("Authorization", "")
-        expected = "Basic " + base64.b64encode(f"{self.auth[0]}:{self.auth[1]}".encode()).decode()
-        if header == expected:
-            return True
-        self.send_error(403 if header else 401, "wrong credentials" if header else "credentials needed")
-        return False
-
-    def do_GET(self) -> None:
-        if self._authorized():
-            super().do_GET()
-
-    def do_HEAD(self) -> None:
-        if self._authorized():
-            super().do_HEAD()
-
-
 @pytest.fixture
-def http_root(tmp_path: Path, digits_dir: Path) -> Iterator[tuple[Path, str, type[_Handler]]]:
-    """The digits folder (and an empty one) served on 127.0.0.1 by Python's http.server in a thread."""
+def http_root(tmp_path: Path, digits_dir: Path) -> Iterator[tuple[Path, str, None]]:
+    """The digits folder (and one without data) served on 127.0.0.1 by Python's http.server in a thread."""
     root = tmp_path / "www"
     shutil.copytree(digits_dir, root / "digits")
     (root / "notes").mkdir()
     (root / "notes" / "README.md").write_text("no data here")
-    handler = type("Handler", (_Handler,), {"auth": None})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(root)))
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield root, f"http://127.0.0.1:{server.server_address[1]}", handler
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serve_folder(root) as base:
+        yield root, base, None
 
 
 def _cached(result) -> dict[str, bytes]:  # type: ignore[no-untyped-def]
@@ -98,8 +60,12 @@ def test_prewarm_an_http_folder(http_root, tmp_path: Path, slash: str):
 
 
 def test_a_password_in_the_url_works_and_is_written_nowhere(http_root, tmp_path: Path, caplog: pytest.LogCaptureFixture):
-    root, base, handler = http_root
-    handler.auth = ("alice", SECRET)
+    root, _, _ = http_root
+    with serve_folder(root, auth=("alice", SECRET)) as base:
+        _password_run(root, base, tmp_path, caplog)
+
+
+def _password_run(root: Path, base: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     url = base.replace("http://", f"http://alice:{SECRET}@") + "/digits/"
     seen = []
     with warnings.catch_warnings(record=True) as caught, caplog.at_level(logging.DEBUG, logger="heteroflow"):
@@ -112,8 +78,7 @@ def test_a_password_in_the_url_works_and_is_written_nowhere(http_root, tmp_path:
     # nothing heteroflow wrote or said holds the password
     written = [p for p in tmp_path.rglob("*") if p.is_file() and "www" not in p.parts]
     assert any(p.name == MANIFEST_NAME for p in written)
-    for p in written:
-        assert SECRET.encode() not in p.read_bytes(), p
+    assert files_containing([tmp_path / "out", tmp_path / "tier"], SECRET) == []
     assert SECRET not in json.dumps(result.facts())
     assert SECRET not in caplog.text
     assert all(SECRET not in p.dataset for p in seen)
@@ -123,12 +88,12 @@ def test_a_password_in_the_url_works_and_is_written_nowhere(http_root, tmp_path:
 
 @pytest.mark.filterwarnings("ignore:the data set URL")
 def test_wrong_or_missing_credentials_are_permanent_and_leave_nothing(http_root, tmp_path: Path):
-    _, base, handler = http_root
-    handler.auth = ("alice", SECRET)
-    for url, status in ((base.replace("http://", "http://alice:wrongPW1@") + "/digits/", "403"), (f"{base}/digits/", "401")):
-        with pytest.raises(DatasetError, match=rf"access to data set .* was denied .*{status}.*check the credentials") as err:
-            prewarm_dataset(url, str(tmp_path / "out"), cache_root=str(tmp_path / "tier"))
-        assert "wrongPW1" not in str(err.value)
+    root, _, _ = http_root
+    with serve_folder(root, auth=("alice", SECRET)) as base:
+        for url, status in ((base.replace("http://", "http://alice:wrongPW1@") + "/digits/", "403"), (f"{base}/digits/", "401")):
+            with pytest.raises(DatasetError, match=rf"access to data set .* was denied .*{status}.*check the credentials") as err:
+                prewarm_dataset(url, str(tmp_path / "out"), cache_root=str(tmp_path / "tier"))
+            assert "wrongPW1" not in str(err.value)
     assert not (tmp_path / "tier").exists() or list((tmp_path / "tier").iterdir()) == []
     assert not (tmp_path / "out").exists()
 
@@ -167,41 +132,14 @@ def test_an_unreachable_host_is_transient(tmp_path: Path):
 
 
 @pytest.fixture
-def s3_endpoint(monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
-    """moto's server mode (a local S3-compatible test server) on 127.0.0.1; credentials in the environment, as a
-    Kubernetes Secret mounted as environment variables would give them."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "heteroflow-test-key")
-    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "heteroflow-test-secret")
-    monkeypatch.setenv("AWS_DEFAULT_REGION", "us-east-1")
-    monkeypatch.setenv("AWS_ENDPOINT_URL", endpoint)
-    import s3fs
-
-    s3fs.S3FileSystem.clear_instance_cache()
-    try:
+def s3_endpoint(digits_dir: Path) -> Iterator[str]:
+    """moto's server mode (a local S3-compatible test server) on 127.0.0.1 holding s3://datasets/digits/;
+    credentials in the environment, as a Kubernetes Secret mounted as environment variables would give them."""
+    with s3_test_server({"s3://datasets/digits": digits_dir}) as endpoint:
         yield endpoint
-    finally:
-        s3fs.S3FileSystem.clear_instance_cache()
-        server.stop()
-
-
-def _upload(endpoint: str, bucket: str, folder: Path, prefix: str) -> None:
-    import boto3
-
-    s3 = boto3.client("s3", endpoint_url=endpoint)
-    s3.create_bucket(Bucket=bucket)
-    for p in sorted(folder.rglob("*")):
-        if p.is_file():
-            s3.put_object(Bucket=bucket, Key=f"{prefix}/{p.relative_to(folder).as_posix()}", Body=p.read_bytes())
 
 
 def test_prewarm_from_s3(s3_endpoint: str, digits_dir: Path, tmp_path: Path):
-    _upload(s3_endpoint, "datasets", digits_dir, "digits")
     url = "s3://datasets/digits/"
     check_source(url)
     result = prewarm_dataset(url, str(tmp_path / "out"), cache_root=str(tmp_path / "tier"))
@@ -213,14 +151,11 @@ def test_prewarm_from_s3(s3_endpoint: str, digits_dir: Path, tmp_path: Path):
     # the same bytes from S3 and from the local folder are the same data set
     local = prewarm_dataset(str(digits_dir), str(tmp_path / "out3"), cache_root=str(tmp_path / "tier"))
     assert local.manifest.dataset_sha256 == result.manifest.dataset_sha256
-    for p in (tmp_path / "tier").rglob("*"):
-        if p.is_file():
-            assert b"heteroflow-test-secret" not in p.read_bytes()
+    assert files_containing([tmp_path / "tier", tmp_path / "out"], "heteroflow-test-secret") == []
 
 
 def test_s3_missing_prefix_and_missing_credentials(s3_endpoint: str, digits_dir: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch):
-    _upload(s3_endpoint, "datasets", digits_dir, "digits")
     with pytest.raises(DatasetError, match=r"s3://datasets/nothing/ does not exist"):
         prewarm_dataset("s3://datasets/nothing/", str(tmp_path / "out"), cache_root=str(tmp_path / "tier"))
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
