@@ -68,7 +68,6 @@ def prewarm_command(
     from rich.progress import (
         BarColumn,
         DownloadColumn,
-        MofNCompleteColumn,
         Progress,
         TaskID,
         TextColumn,
@@ -83,18 +82,20 @@ def prewarm_command(
     from heteroflow.cache.redact import redact_url
 
     bar = Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("files"), DownloadColumn(),
+        TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[files]} files"), DownloadColumn(),
         TransferSpeedColumn(), TimeRemainingColumn(), console=err_console, transient=True,
     )
     tasks: dict[str, TaskID] = {}
 
     def on_progress(p: PrewarmProgress) -> None:
+        # bytes drive the bar, speed and ETA; files are shown beside them
         if p.phase in ("listing", "done"):
             return
+        total = p.bytes_total or None
+        files = f"{p.files_done}/{p.files_total}"
         if p.phase not in tasks:
-            tasks[p.phase] = bar.add_task(p.phase, total=p.files_total)
-        bar.update(tasks[p.phase], completed=p.files_done, total=p.files_total,
-                   description=f"{p.phase} ({_human(p.bytes_done)} of {_human(p.bytes_total)})")
+            tasks[p.phase] = bar.add_task(p.phase, total=total, files=files)
+        bar.update(tasks[p.phase], completed=p.bytes_done, total=total, files=files)
 
     quiet = logging.NullHandler()  # the command prints what the library logs (entries not taken) itself
     logging.getLogger("heteroflow.cache").addHandler(quiet)
