@@ -100,3 +100,19 @@ def test_locality_affinity_in_a_pod_validates_against_kubernetes():
            "spec": {"affinity": affinity, "containers": [{"name": "train", "image": "heteroflow:0.1.0"}]}}
     kubernetes_validate.validate(pod, "1.30.0", strict=True)
     assert locality_affinity() == {}
+
+
+def test_the_example_renders_valid_manifests():
+    import subprocess
+    import sys
+
+    import yaml
+
+    script = Path(__file__).resolve().parents[1] / "examples" / "fluid_cache.py"
+    out = subprocess.run([sys.executable, str(script), "s3://datasets/digits/", "--name", "digits", "--secret", "s3-creds"],
+                         capture_output=True, text=True, timeout=120, check=True).stdout
+    docs = [d for d in yaml.safe_load_all(out) if d]
+    assert [d["kind"] for d in docs] == ["Dataset", "AlluxioRuntime", "DataLoad"]
+    for d in docs:
+        validate_manifest(d, CRDS[d["kind"]])
+    assert "fluid.io/s-default-digits" in out
