@@ -516,7 +516,9 @@ def prewarm(
         with _dataset_lock(dataset_dir, lock_timeout_s):
             result = _prewarm_locked(source_uri, shown, dataset_dir, files, listing, open_src, mode, workers,
                                      keep_versions, report)
-    except BaseException:
+    except BaseException as exc:
+        if isinstance(exc, DatasetError):  # permanent: a resume would not help, so keep nothing of this attempt
+            shutil.rmtree(dataset_dir / STAGING_NAME, ignore_errors=True)
         if created_dir and not (dataset_dir / VERSIONS_DIR).exists() and not (dataset_dir / STAGING_NAME).exists():
             shutil.rmtree(dataset_dir, ignore_errors=True)  # nothing half-cached: not even an empty folder
         raise

@@ -181,3 +181,26 @@ def test_a_signed_url_is_redacted(tmp_path: Path):
         with pytest.raises(SourceUnavailable) as err:
             check_source(url)
     assert "0123456789abcdef" not in str(err.value) and "AKIAEXAMPLE" not in str(err.value)
+
+
+def test_a_file_refused_mid_copy_leaves_nothing(tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch):
+    """A permanent error after the listing (one file answers 404 when fetched) keeps no staged file: nothing
+    half-cached; a transient one keeps them for the resume (see test_cache.py)."""
+    root = tmp_path / "www"
+    shutil.copytree(digits_dir, root / "digits")
+    with serve_folder(root) as base:
+        from heteroflow.cache import listing
+
+        real = listing.list_dataset
+
+        def listing_then_delete(uri, **kwargs):  # the file vanishes between the listing and its copy
+            result = real(uri, **kwargs)
+            (root / "digits" / "digits-part-3.csv").unlink()
+            return result
+
+        import heteroflow.cache.prewarm as pm
+
+        monkeypatch.setattr(pm, "list_dataset", listing_then_delete)
+        with pytest.raises(DatasetError, match=r"does not exist at the source"):
+            prewarm_dataset(f"{base}/digits/", str(tmp_path / "out"), cache_root=str(tmp_path / "tier"), workers=1)
+    assert not (tmp_path / "tier").exists() or list((tmp_path / "tier").iterdir()) == []
