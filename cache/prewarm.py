@@ -68,7 +68,6 @@ from heteroflow.cache.manifest import (
     Manifest,
     ManifestEntry,
     dataset_digest,
-    is_safe_relpath,
     sha256_file,
 )
 from heteroflow.cache.progress import ProgressCallback, Reporter, current_progress_callback
@@ -99,7 +98,6 @@ LOCK_NAME = ".lock"
 STAT_NAME = ".heteroflow-stat.json"  # per version: (bytes, mtime_ns) of each file when it was verified
 JOURNAL_NAME = ".heteroflow-journal.jsonl"  # in .staging: one line per finished file
 VERIFY_MODES = ("size", "stat", "sha256")
-_CHUNK_BYTES = 1 << 20
 _BATCH_FILES = 64  # small files per thread-pool task (cuts per-task overhead on trees of many small files)
 _BATCH_BYTES = 8 << 20
 _log = logging.getLogger("heteroflow.cache")

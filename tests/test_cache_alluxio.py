@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from heteroflow.cache.backends import Alluxio2Backend, Alluxio3Backend, LocalDirectoryBackend, backend_for
+from heteroflow.cache.backends import Alluxio2Backend, LocalDirectoryBackend, backend_for
 from heteroflow.cache.dataset import open_dataset
 from heteroflow.cache.errors import DatasetError, InvalidCacheOption
 from heteroflow.cache.prewarm import prewarm_dataset

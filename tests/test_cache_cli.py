@@ -3,7 +3,6 @@ app registered the way pipelines/cli.py registers them."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 import pytest
