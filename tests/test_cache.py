@@ -610,3 +610,13 @@ def test_short_read_raises_cache_integrity_error(memory_dir, digits_dir: Path, t
         prewarm(f"memory://{root.lstrip('/')}/d", cache)
     assert not (cache / MANIFEST_NAME).exists()
     assert not (cache / STAGING_NAME / "digits-part-0.csv").exists()  # the short copy is not kept for a resume
+
+
+@pytest.mark.parametrize(("url", "package"), [("gs://bucket/digits/", "gcsfs"), ("az://container/digits/", "adlfs")])
+def test_gcs_and_azure_without_their_driver(url: str, package: str):
+    import importlib.util
+
+    if importlib.util.find_spec(package) is not None:
+        pytest.skip(f"{package} is installed here, so its driver is not missing")
+    with pytest.raises(DatasetError, match=rf"the fsspec driver for \w+:// is not installed; pip install {package}$"):
+        check_source(url)
