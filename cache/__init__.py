@@ -1,5 +1,14 @@
-"""Dataset caching: copy a data set into a cache tier next to the accelerators (prewarm) and describe it
-with a manifest (relative path, size in bytes, sha256 of each file).
+"""Dataset caching: the cache tier next to the accelerators.
 
-The cache tier is a local directory by default; any fsspec URL can be the source.
+- :mod:`~heteroflow.cache.listing`: which files a data set holds (the one listing: local folders and fsspec URLs).
+- :mod:`~heteroflow.cache.prewarm`: copy a data set into the local cache tier as a trusted, immutable version
+  (``prewarm``, the step function ``prewarm_dataset``, the up-front ``check_source``).
+- :mod:`~heteroflow.cache.backends`: the cache tiers: a local directory, Alluxio 2.x (REST proxy) and 3.x (alluxiofs).
+- :mod:`~heteroflow.cache.manifest`: the manifest (path, bytes, sha256 per file; version; data set sha256).
+- :mod:`~heteroflow.cache.dataset`: ``open_dataset``, the reader that checks what it reads against the manifest.
+- :mod:`~heteroflow.cache.status`: what the cache holds (``heteroflow cache status``).
+- :mod:`~heteroflow.cache.fluid`: Fluid Dataset / AlluxioRuntime / DataLoad manifests and data-locality affinity.
+- :mod:`~heteroflow.cache.redact`: credentials in URLs, removed from everything heteroflow writes or prints.
+- :mod:`~heteroflow.cache.sources`, :mod:`~heteroflow.cache.errors`, :mod:`~heteroflow.cache.atomic`,
+  :mod:`~heteroflow.cache.progress`, :mod:`~heteroflow.cache.testing` (HTTP and S3 test servers on 127.0.0.1).
 """

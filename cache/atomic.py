@@ -1,32 +1,198 @@
-"""Writes that are visible complete or not at all: a file or folder is written under a temporary name beside
-its target (same filesystem), flushed, then renamed into place (``rename(2)`` is atomic on POSIX)."""
+"""Writes that are visible complete or not at all.
+
+A file or folder is written under a temporary name beside its target (same filesystem), made durable, then
+renamed into place (``rename(2)`` is atomic on POSIX). Replacing an existing *folder* uses Linux's
+``renameat2(RENAME_EXCHANGE)``, which swaps the new folder and the old one in one step, so the target path
+always names one complete version; the old version, now under the temporary name, is removed afterwards.
+Where the filesystem or platform has no exchange (``EINVAL``/``ENOSYS``: e.g. some network filesystems,
+macOS), the old folder is first renamed aside to ``.<name>.<owner>.old`` and the new one renamed into place; a
+kill between those two renames leaves the old version under that name, and the next writer (or
+:func:`recover_leftovers`) renames it back before doing anything else.
+
+Temporary names carry their owner: ``.<name>.<host>.<pid>.<random>.tmp`` (``.old`` for a displaced old
+version). A writer first cleans the leftovers of earlier writers of the same target whose process is gone
+(same host, pid no longer running) or that are older than :data:`STALE_AFTER_S` (another host), so a temporary
+left by a SIGKILL never stays for good. Files are created with the process umask's permissions (``0o666 &
+~umask``, like ``open()``), not ``mkstemp``'s 0600, so shared cache and archive folders stay readable.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
+import secrets
 import shutil
-import tempfile
+import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import BinaryIO
 
-__all__ = ["atomic_directory", "atomic_file", "atomic_write_bytes"]
+__all__ = [
+    "STALE_AFTER_S",
+    "atomic_directory",
+    "atomic_file",
+    "atomic_write_bytes",
+    "exchange_paths",
+    "fsync_dir",
+    "recover_leftovers",
+    "sync_filesystem",
+]
+
+STALE_AFTER_S = 24 * 3600  # temporaries of another host older than this are taken as abandoned (seconds)
+_RENAME_EXCHANGE = 2  # linux/fs.h
+_AT_FDCWD = -100
+
+
+def _host() -> str:
+    return "".join(c if c.isalnum() or c == "-" else "-" for c in socket.gethostname())[:40] or "host"
+
+
+def _temp_name(target: Path, kind: str) -> Path:
+    return target.with_name(f".{target.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.{kind}")
+
+
+def _owner_gone(path: Path) -> bool:
+    """True when the temporary ``path`` belongs to no running writer (see the module docstring)."""
+    parts = path.name.rsplit(".", 4)  # [".<name>", host, pid, random, kind]
+    if len(parts) != 5 or not parts[2].isdigit():
+        return False
+    host, pid = parts[1], int(parts[2])
+    if host != _host():
+        try:
+            return time.time() - path.lstat().st_mtime > STALE_AFTER_S
+        except FileNotFoundError:
+            return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:
+        return False
+    return False
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+
+
+def recover_leftovers(path: str | os.PathLike[str]) -> list[Path]:
+    """Clean what killed writers of ``path`` left beside it: restore a displaced old version when ``path`` is
+    missing, remove their temporaries. Temporaries of live writers are left alone.
+
+    Returns:
+        The paths removed or restored.
+    """
+    target = Path(path)
+    parent = target.parent
+    if not parent.is_dir():
+        return []
+    done: list[Path] = []
+    prefix = f".{target.name}."
+    for entry in sorted(parent.iterdir()):
+        if not entry.name.startswith(prefix) or not entry.name.endswith((".tmp", ".old")):
+            continue
+        if not _owner_gone(entry):
+            continue
+        if entry.name.endswith(".old") and not os.path.lexists(target):
+            with contextlib.suppress(OSError):
+                os.rename(entry, target)
+                done.append(entry)
+                continue
+        _remove(entry)
+        done.append(entry)
+    return done
+
+
+def fsync_dir(path: str | os.PathLike[str]) -> None:
+    """fsync a folder, so a rename or a new entry in it survives a power cut (no-op where unsupported)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def sync_filesystem(path: str | os.PathLike[str]) -> None:
+    """Flush every dirty page and inode of the filesystem that holds ``path`` to stable storage, once.
+
+    Linux ``syncfs(2)`` (the filesystem of ``path`` only); elsewhere ``os.sync()`` (all filesystems). One call
+    replaces an fsync per file when many files were written (the cost ``cp -r`` + ``sync`` pays).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syncfs = libc.syncfs
+    except (OSError, AttributeError):
+        os.sync()
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        if syncfs(fd) != 0:
+            os.sync()
+    finally:
+        os.close(fd)
+
+
+def exchange_paths(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool:
+    """Swap two existing paths atomically (``renameat2(RENAME_EXCHANGE)``).
+
+    Returns:
+        False where the platform or filesystem cannot (nothing changed); True when swapped.
+
+    Raises:
+        OSError: any other failure (e.g. a path is missing).
+    """
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    if renameat2(_AT_FDCWD, os.fsencode(a), _AT_FDCWD, os.fsencode(b), _RENAME_EXCHANGE) == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    raise OSError(err, os.strerror(err), os.fspath(a), None, os.fspath(b))
+
+
+def _create(path: Path) -> int:
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0), 0o666)
 
 
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike[str], *, suffix: str = ".tmp", durable: bool = True) -> Iterator[BinaryIO]:
-    """Yield a binary file that replaces ``path`` when the ``with`` block ends without error.
-
-    Args:
-        durable: fsync the file before the rename (survives a power cut); False: only atomic visibility.
+    """Yield a binary file that replaces ``path`` when the ``with`` block ends without error (after fsync of the
+    file and, after the rename, of its folder, when ``durable``). Permissions: ``0o666 & ~umask``.
 
     On an error (or an exception raised by the block itself) the temporary file is removed and ``path`` is
-    left as it was.
+    left as it was. A temporary left by a killed writer of ``path`` is removed by the next one.
+
+    Args:
+        path: the file to write.
+        suffix: kept for callers of the earlier API; temporaries now always end in ``.tmp``.
+        durable: fsync the file and its folder (survives a power cut); False: atomic visibility only (records
+            that cost nothing to lose).
     """
+    del suffix
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=suffix, dir=target.parent)
+    recover_leftovers(target)
+    tmp = _temp_name(target, "tmp")
+    fd = _create(tmp)
     try:
         with os.fdopen(fd, "wb") as fh:
             yield fh
@@ -35,8 +201,11 @@ def atomic_file(path: str | os.PathLike[str], *, suffix: str = ".tmp", durable: 
                 os.fsync(fh.fileno())
         os.replace(tmp, target)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
         raise
+    if durable:
+        fsync_dir(target.parent)
 
 
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bool = True) -> None:
@@ -48,19 +217,40 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bo
 
 @contextlib.contextmanager
 def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """Yield an empty temporary folder beside ``path``; when the block ends without error it replaces ``path``
-    (an existing file or folder there, e.g. from an earlier attempt, is removed first). On an error the
-    temporary folder is removed and ``path`` is left as it was."""
+    """Yield an empty temporary folder beside ``path``; when the block ends without error its content is made
+    durable and it replaces ``path`` (an existing folder or file there is swapped out in one atomic step where
+    the filesystem allows, see the module docstring, then removed). On an error the temporary folder is removed
+    and ``path`` is left as it was. Leftovers of killed writers of ``path`` are recovered first.
+    """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
+    recover_leftovers(target)
+    tmp = _temp_name(target, "tmp")
+    tmp.mkdir()
     try:
         yield tmp
-        if target.is_dir() and not target.is_symlink():
-            shutil.rmtree(target)
-        elif target.exists() or target.is_symlink():
-            target.unlink()
-        os.rename(tmp, target)
+        sync_filesystem(tmp)
+        _publish_directory(tmp, target)
     except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
+        _remove(tmp)
         raise
+    fsync_dir(target.parent)
+
+
+def _publish_directory(tmp: Path, target: Path) -> None:
+    """Put the complete folder ``tmp`` at ``target``; never leaves ``target`` missing when it existed before
+    (except in the documented two-rename fallback, which :func:`recover_leftovers` repairs)."""
+    if not os.path.lexists(target):
+        try:
+            os.rename(tmp, target)
+            return
+        except OSError as exc:  # a concurrent writer put something there meanwhile
+            if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
+                raise
+    if exchange_paths(tmp, target):
+        _remove(tmp)  # tmp now holds the old version
+        return
+    old = _temp_name(target, "old")
+    os.rename(target, old)
+    os.rename(tmp, target)
+    _remove(old)

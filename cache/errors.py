@@ -1,12 +1,37 @@
 """Exception root of heteroflow.
 
 Every error heteroflow raises on purpose derives from :class:`HeteroflowError` and from the builtin that
-matches it (``ValueError`` for bad input, ``RuntimeError`` for environment failures), so callers can catch
-either. The root lives in the lowest layer (``heteroflow.cache``) because imports only go
-``dags -> pipelines -> components -> cache``.
+matches it (``ValueError`` for bad input, ``RuntimeError`` for environment failures, ``ConnectionError`` /
+``TimeoutError`` for a source that may answer later), so callers can catch either. The root lives in the
+lowest layer (``heteroflow.cache``) because imports only go ``dags -> pipelines -> components -> cache``.
+
+How the failure classifier should treat the cache tier's errors:
+
+| error | builtin | class |
+|---|---|---|
+| :class:`DatasetError` (missing folder, 404, 403 / wrong credentials, no data files, unknown URL scheme, missing fsspec driver) | ``ValueError`` | permanent: no retry |
+| :class:`CacheIntegrityError` (a cached file differs from its manifest) | ``RuntimeError`` | permanent (the message says how to repair) |
+| :class:`CacheSpaceError` (not enough free disk for the copy) | ``RuntimeError`` | permanent until space is freed |
+| :class:`CacheLockTimeout` (another prewarm of the data set held its lock too long) | ``TimeoutError`` | transient |
+| :class:`InvalidCacheOption` (verify mode, workers, keep_versions, cache URI out of range) | ``ValueError`` | permanent |
+| :class:`SourceError` (a source failure of no known kind whose message had to be redacted) | ``RuntimeError`` | permanent |
+| :class:`SourceUnavailable` (host unreachable, connection reset) | ``ConnectionError`` | transient: retry with backoff |
+| :class:`SourceTimeout` (the source did not answer in time) | ``TimeoutError`` (and ``ConnectionError``) | transient: retry with backoff |
 """
 
 from __future__ import annotations
+
+__all__ = [
+    "CacheIntegrityError",
+    "CacheLockTimeout",
+    "CacheSpaceError",
+    "DatasetError",
+    "HeteroflowError",
+    "InvalidCacheOption",
+    "SourceError",
+    "SourceTimeout",
+    "SourceUnavailable",
+]
 
 
 class HeteroflowError(Exception):
@@ -14,8 +39,36 @@ class HeteroflowError(Exception):
 
 
 class DatasetError(HeteroflowError, ValueError):
-    """A data set folder or URI is missing, empty, or holds no file in a supported format."""
+    """A data set folder or URI is missing, empty, unreadable with the given credentials, or holds no file in a
+    supported format. Permanent: retrying the same input gives the same answer."""
 
 
 class CacheIntegrityError(HeteroflowError, RuntimeError):
-    """A cached file does not match its manifest (size or sha256) after copying."""
+    """A cached file does not match its manifest (size or sha256)."""
+
+
+class CacheSpaceError(HeteroflowError, RuntimeError):
+    """The cache tier has not enough free space for a prewarm; the message gives bytes needed and free."""
+
+
+class SourceUnavailable(HeteroflowError, ConnectionError):
+    """The data set's source did not answer (unreachable host, refused or reset connection). Transient: a
+    retry with backoff may succeed."""
+
+
+class SourceTimeout(SourceUnavailable, TimeoutError):
+    """The data set's source did not answer in time. Transient."""
+
+
+class CacheLockTimeout(HeteroflowError, TimeoutError):
+    """Another prewarm of the same data set held its lock longer than the caller would wait. Transient."""
+
+
+class InvalidCacheOption(HeteroflowError, ValueError):
+    """A cache-tier option is out of range (verify mode, workers, keep_versions, a cache URI); the message names it
+    and lists the valid values."""
+
+
+class SourceError(HeteroflowError, RuntimeError):
+    """The source failed in a way heteroflow does not classify, and the driver's message carried a credential:
+    it is raised with the message redacted instead of the driver's own exception."""

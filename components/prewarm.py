@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from heteroflow.cache.prewarm import prewarm_dataset
+from heteroflow.cache.progress import Progress, report_progress
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
@@ -15,19 +16,20 @@ __all__ = ["PREWARM"]
 _HOUR = 3600.0
 
 
-def _prewarm_facts(result: Any) -> dict[str, Any]:
-    m = result.manifest
-    return {
-        "dataset_sha256": m.dataset_sha256,
-        "files": len(m.files),
-        "total_bytes": m.total_bytes,
-        "files_copied": result.files_copied,
-        "files_skipped": result.files_skipped,
-        "bytes_copied": result.bytes_copied,
-        "cache_dir": m.root,
-        "source_uri": m.source_uri,
-        "seconds": result.seconds,
-    }
+def _progress(report: Any) -> Any:
+    """Forward the cache tier's progress (:mod:`heteroflow.cache.progress`) to the step's live record."""
+
+    def forward(p: Progress) -> None:
+        report(
+            phase=p.phase,
+            files=p.files_done,
+            files_total=p.files_total,
+            bytes=p.bytes_done,
+            bytes_total=p.bytes_total,
+            bytes_per_second=round(p.bytes_per_s),
+        )
+
+    return report_progress(forward)
 
 
 def _bytes(n: int) -> str:
@@ -52,7 +54,8 @@ PREWARM: Step = step(
     candidates=[Resources(kind="cpu", cpu="1", memory="2Gi")],
     retry=RetryPolicy(retries=3, backoff_seconds=5, max_delay_seconds=60, window_seconds=2 * _HOUR),
     cacheable=False,  # its result depends on the cache tier's state
-    facts=_prewarm_facts,
+    facts=lambda result: result.facts(),
+    progress_context=_progress,
     summary=_prewarm_summary,
     ref="heteroflow.components.prewarm:PREWARM",
 )

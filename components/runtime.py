@@ -305,15 +305,20 @@ def run_step(
             simulated=simulated,
         ) as record:
             outcome.attempt = record.attempt
+            reporter = progress_reporter(record) if (step.progress_param or step.progress_context) else None
             if step.progress_param:
-                kwargs[step.progress_param] = progress_reporter(record)
+                kwargs[step.progress_param] = reporter
             try:
                 fault = injected_fault(call, kind, state_dir=folder)
                 if fault is not None:
                     raise fault
                 called = time.perf_counter()
                 try:
-                    result = step.func(**kwargs)
+                    if step.progress_context is not None:
+                        with step.progress_context(reporter):
+                            result = step.func(**kwargs)
+                    else:
+                        result = step.func(**kwargs)
                 finally:
                     record.call_seconds = time.perf_counter() - called
                 facts = step.to_facts(result)

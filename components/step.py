@@ -164,7 +164,17 @@ def _docstring_args(func: Callable[..., Any]) -> tuple[str, dict[str, str]]:
     """The short description and ``{param: help}`` of a Google/numpy/reST docstring (``docstring_parser``)."""
     import docstring_parser
 
-    parsed = docstring_parser.parse(inspect.getdoc(func) or "")
+    text = inspect.getdoc(func) or ""
+    parsed = None
+    for style in (docstring_parser.DocstringStyle.GOOGLE, docstring_parser.DocstringStyle.AUTO):
+        try:
+            parsed = docstring_parser.parse(text, style=style)  # Google first: the project's style
+        except docstring_parser.ParseError:
+            continue
+        if parsed.params:
+            break
+    if parsed is None:
+        return "", {}
     helps = {p.arg_name: " ".join((p.description or "").split()) for p in parsed.params}
     return (parsed.short_description or "").strip(), helps
 
@@ -210,6 +220,8 @@ class Step:
         summary: turns the facts into lines for people (``heteroflow run`` prints them after the run).
         progress_param: the function parameter that receives a progress callback ``report(**facts)`` (the
             engine records the facts it is given in the running attempt's record, at most twice a second).
+        progress_context: for a function that reports progress another way: called with that callback, it
+            returns a context manager inside which the function runs.
         ref: ``module:attribute`` under which this value can be imported in a step process.
     """
 
@@ -231,6 +243,7 @@ class Step:
     facts: Callable[[Any], dict[str, Any]] | None = None
     summary: Callable[[dict[str, Any]], list[str]] | None = None
     progress_param: str | None = None
+    progress_context: Callable[[Callable[..., None]], Any] | None = None
     ref: str = ""
 
     # -- views ----------------------------------------------------------------------------------------------
@@ -351,6 +364,7 @@ def step(
     facts: Callable[[Any], dict[str, Any]] | None = None,
     summary: Callable[[dict[str, Any]], list[str]] | None = None,
     progress_param: str | None = None,
+    progress_context: Callable[[Callable[..., None]], Any] | None = None,
     ref: str | None = None,
 ) -> Step:
     """Define a :class:`Step` from a plain function.
@@ -426,6 +440,7 @@ def step(
         facts=facts,
         summary=summary,
         progress_param=progress_param,
+        progress_context=progress_context,
         ref=ref or "",
     )
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.cache.atomic import atomic_write_bytes
+from heteroflow.cache.redact import redact_url
 
 __all__ = ["RUN_DIR_ENV", "AttemptRecord", "process_alive", "progress_reporter", "read_step_records", "step_attempt"]
 
@@ -88,8 +89,10 @@ def _step_dir(step: str) -> Path | None:
 
 def _write(path: Path | None, record: AttemptRecord) -> None:
     if path is not None:
-        # visible complete or not at all (rename); no fsync: a record lost to a power cut costs nothing
-        atomic_write_bytes(path, json.dumps(dataclasses.asdict(record), indent=2, default=str).encode(), durable=False)
+        # visible complete or not at all (rename); no fsync: a record lost to a power cut costs nothing. Credentials
+        # in a URL (an error message, a fact) never reach the file.
+        text = redact_url(json.dumps(dataclasses.asdict(record), indent=2, default=str))
+        atomic_write_bytes(path, text.encode(), durable=False)
 
 
 @contextlib.contextmanager

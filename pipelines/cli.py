@@ -57,10 +57,19 @@ def _fail(exc: BaseException) -> None:
 
 
 def _one_line(exc: BaseException) -> str:
+    from heteroflow.cache.redact import redact_url
+
     if isinstance(exc, OSError) and exc.filename is not None:
         reason = exc.strerror or type(exc).__name__
-        return f"cannot use {exc.filename}: {reason}"
-    return " ".join(str(exc).split())
+        return redact_url(f"cannot use {exc.filename}: {reason}")
+    return redact_url(" ".join(str(exc).split()))
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
+    """Warnings as one ``warning:`` line on stderr (no file and line of the code that warned), redacted."""
+    from heteroflow.cache.redact import redact_url
+
+    err_console.print(f"[yellow]warning:[/] {escape(redact_url(' '.join(str(message).split())))}", highlight=False)
 
 
 def _parse_pairs(pairs: list[str], *, option: str = "--param") -> dict[str, str]:
@@ -600,7 +609,10 @@ def _add_plugins() -> None:
 def main() -> None:
     """Entry point of the ``heteroflow`` console script: an unexpected error prints one line and where its
     traceback is (``heteroflow --debug ...`` prints it)."""
+    import warnings
+
     _add_plugins()
+    warnings.showwarning = _show_warning
     try:
         app(standalone_mode=True)
     except SystemExit:

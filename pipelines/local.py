@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import io
 import json
 import os
 import secrets
@@ -29,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.cache.atomic import atomic_write_bytes
-from heteroflow.cache.errors import DatasetError
+from heteroflow.cache.redact import redact_url
 from heteroflow.components.archive import RUN_ID_ENV
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV, parse_faults, simulated_devices
@@ -164,8 +165,9 @@ class RunRecord:
         return sum(s.compute_seconds or 0.0 for s in self.steps)
 
     def write(self) -> Path:
+        """Write ``<run_dir>/run.json`` atomically, credentials in URLs redacted."""
         path = Path(self.run_dir) / "run.json"
-        atomic_write_bytes(path, json.dumps(self.to_dict(), indent=2, default=str).encode())
+        atomic_write_bytes(path, redact_url(json.dumps(self.to_dict(), indent=2, default=str)).encode())
         return path
 
 
@@ -242,7 +244,7 @@ def build_record(
         run_dir=str(folder),
         started_at=started,
         wall_seconds=wall_seconds,
-        params=dict(args),
+        params={k: redact_url(v) if isinstance(v, str) else v for k, v in args.items()},
         steps=steps,
         fallbacks=[{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
         metrics=metrics,
@@ -256,45 +258,21 @@ def build_record(
 # --- preparing a run ---------------------------------------------------------------------------------------
 
 
-def check_local_dataset(uri: str) -> None:
-    """Fail early, with a message that says what to do, when a data set folder is missing or empty.
-
-    For URLs only the fsspec driver is checked here (a missing one, e.g. s3fs for ``s3://``, fails at once
-    instead of after the prewarm step's retries); their content is checked by the prewarm step.
+def check_dataset(uri: str) -> None:
+    """Fail early, with a message that says what to do, when a data set source is missing, refused, empty or
+    needs a driver that is not installed (the same listing prewarm uses: :func:`heteroflow.cache.prewarm.check_source`).
+    A host that does not answer is left to the prewarm step, which retries it.
 
     Raises:
-        DatasetError: the folder does not exist, is empty, or holds no supported file.
+        DatasetError: see :func:`~heteroflow.cache.prewarm.check_source`.
     """
-    from heteroflow.components.datasets import SUPPORTED_SUFFIXES
+    from heteroflow.cache.errors import SourceUnavailable
+    from heteroflow.cache.prewarm import check_source
 
-    if "://" in uri and not uri.startswith("file://"):
-        import fsspec
-
-        protocol = uri.split("://", 1)[0]
-        try:
-            fsspec.get_filesystem_class(protocol)
-        except ImportError as exc:
-            raise DatasetError(f"cannot read {uri}: {exc} (pip install the fsspec driver for {protocol}://)") from None
-        except ValueError:
-            raise DatasetError(
-                f"cannot read {uri}: {protocol}:// is not a known fsspec protocol; give a local folder or an "
-                "fsspec URL (file://, s3://, gs://, memory://, alluxiofs://...)"
-            ) from None
-        return
-    path = Path(uri.removeprefix("file://")).expanduser()
-    if not path.exists():
-        raise DatasetError(f"data set folder {path} does not exist; pass --dataset DIR with .csv or .npz files")
-    if path.is_file():
-        files = [path]
-    else:
-        files = [p for p in path.rglob("*") if p.is_file() and not p.name.startswith(".")]
-        if not files:
-            raise DatasetError(f"data set folder {path} is empty; put .csv or .npz files in it")
-    if not any(p.suffix.lower() in SUPPORTED_SUFFIXES for p in files):
-        raise DatasetError(
-            f"data set {path} has no .csv or .npz file; supported formats: .csv (header row, a 'label' column "
-            "or the last column as class) and .npz (arrays x, y)"
-        )
+    try:
+        check_source(uri)
+    except SourceUnavailable:
+        pass
 
 
 def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -316,7 +294,7 @@ def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> d
             uri = str(export_digits())
         elif "://" not in uri:
             uri = str(Path(uri).expanduser().resolve())
-        check_local_dataset(uri)
+        check_dataset(uri)
         given[DATASET_PARAM] = uri
     args = pipeline.arguments(given)
     pipeline.check(args)
@@ -477,14 +455,8 @@ def run_local(
         recover_killed_runs(folder.parent)
         started = time.time()
         t0 = time.perf_counter()
-        atomic_write_bytes(
-            folder / DRIVER_FILE,
-            json.dumps(
-                {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": args, "started_at": started},
-                default=str,
-            ).encode(),
-            durable=False,
-        )
+        driver = {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": args, "started_at": started}
+        atomic_write_bytes(folder / DRIVER_FILE, redact_url(json.dumps(driver, default=str)).encode(), durable=False)
 
         stop = threading.Event()
 
@@ -508,11 +480,14 @@ def run_local(
                 if watcher:
                     watcher.start()
                 with contextlib.ExitStack() as stack:
-                    if not echo_engine_output:
-                        log = stack.enter_context(open(folder / "kfp.log", "w", encoding="utf-8"))
-                        stack.enter_context(contextlib.redirect_stdout(log))
-                        stack.enter_context(contextlib.redirect_stderr(log))
-                        stack.enter_context(_root_logging_to(log))
+                    if echo_engine_output:
+                        log: Any = _Redacting(sys.stdout)
+                    else:
+                        log = _Redacting(stack.enter_context(open(folder / "kfp.log", "w", encoding="utf-8")))
+                    stack.callback(log.flush)
+                    stack.enter_context(contextlib.redirect_stdout(log))
+                    stack.enter_context(contextlib.redirect_stderr(log))
+                    stack.enter_context(_root_logging_to(log))
                     with warnings.catch_warnings():
                         # Our steps run in this environment on purpose; kfp warns about the image name otherwise.
                         warnings.filterwarnings("ignore", message=".*custom or non-Python base image.*")
@@ -553,6 +528,31 @@ def run_local(
     if on_progress:
         on_progress(record.steps)
     return record
+
+
+class _Redacting(io.TextIOBase):
+    """A text stream that writes whole lines to ``target`` with credentials in URLs redacted
+    (:func:`heteroflow.cache.redact.redact_url`): kfp.local prints every task's inputs, a data set URL included."""
+
+    def __init__(self, target: Any) -> None:
+        self._target = target
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            lines, _, self._pending = self._pending.rpartition("\n")
+            self._target.write(redact_url(lines + "\n"))
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._target.write(redact_url(self._pending))
+            self._pending = ""
+        self._target.flush()
 
 
 @contextlib.contextmanager

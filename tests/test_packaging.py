@@ -23,7 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_FOLDERS = ("cache", "components", "pipelines", "dags")
-EXTRAS = {"kfp", "airflow", "torch", "alluxio", "dev", "all"}
+EXTRAS = {"kfp", "airflow", "torch", "alluxio", "s3", "dev", "all"}
 
 
 def _tracked_files() -> list[str]:
@@ -114,7 +114,7 @@ def test_wheel_metadata_lists_extras_and_a_torch_range(wheel: Path, wheel_names:
     for r in requirements:
         assert all(s.operator != "==" for s in r.specifier), f"{r} pins an exact version"
     extras_of_all = {e for r in requirements if r.name == "heteroflow" for e in r.extras}
-    assert extras_of_all == {"torch", "kfp", "airflow", "alluxio"}
+    assert extras_of_all == {"torch", "kfp", "airflow", "alluxio", "s3"}
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:

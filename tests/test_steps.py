@@ -953,7 +953,7 @@ def test_prewarm_step(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.Monk
     assert facts["files_skipped"] == 0
     assert facts["dataset_sha256"] == manifest.dataset_sha256
     assert facts["total_bytes"] == manifest.total_bytes == facts["bytes_copied"]
-    assert Path(facts["cache_dir"]) == cache_dir.resolve()
+    assert Path(facts["cache_dir"]) == cache_dir.resolve() / "versions" / manifest.version  # the version's folder
     assert facts["source_uri"] == str(digits_dir)
 
     again = run_step(
@@ -972,7 +972,7 @@ def test_prewarm_step(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.Monk
 def test_prewarm_step_default_cache_root(digits_dir: Path, tmp_path: Path, heteroflow_home: Path):
     out = run_step(PREWARM, params={"source_uri": str(digits_dir)}, outputs={"dataset": str(tmp_path / "ds")})
     expected = heteroflow_home / "cache" / cache_key(str(digits_dir))
-    assert Path(out.facts["cache_dir"]) == expected.resolve()
+    assert Path(out.facts["cache_dir"]).parent.parent == expected.resolve()  # <data set folder>/versions/<version>
     assert (expected / MANIFEST_NAME).is_file()
 
 

@@ -1,0 +1,357 @@
+"""Which files a data set holds: the one listing that the up-front check, prewarm and readers all use.
+
+:func:`list_dataset` takes a local folder or file, or any fsspec URL (``s3://``, ``gs://``, ``az://``,
+``http(s)://`` folder listings, ``memory://``, ...), and applies these rules:
+
+- **Files.** Every regular file under the folder, at any depth, belongs to the data set (the data files are
+  those in a supported format, :data:`DATA_SUFFIXES`; other files such as a README are carried along by
+  prewarm and ignored by readers). A single file may be given instead of a folder.
+- **Hidden.** A file or folder whose name starts with ``.`` is skipped with everything under it:
+  ``.ipynb_checkpoints/x-checkpoint.csv``, ``.git/``, ``.DS_Store``, macOS ``._x.csv`` resource forks,
+  ``.~lock.x.csv#``. (A hidden file named explicitly as the data set itself is taken.)
+- **Symlinks (local folders).** A symlink to a file is followed: the data set holds the target's content
+  under the link's name, wherever the target lies (a folder of links to files elsewhere works). A symlink to
+  a folder is followed too, unless it leads back into a folder it is already inside (a loop, e.g.
+  ``data/self -> ..``), which is skipped; two links to one folder give two copies of its files, as
+  ``cp -rL`` does. A broken symlink, and anything that is not a regular file or folder (a FIFO, a socket,
+  a device) is skipped.
+- **Reserved.** A top-level ``manifest.json`` is heteroflow's own (a prewarmed copy or an artifact folder
+  has one) and is not a data set file. A name that cannot be a relative path inside the root (``..``, empty
+  parts: possible in object stores) is skipped.
+- **Order.** Files are sorted by their POSIX path relative to the data set root.
+
+Every skipped entry is kept with its reason in :attr:`DatasetListing.skipped`, logged as a warning, and named
+in the error raised when no data file is left.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import json
+import logging
+import os
+import posixpath
+import stat
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from heteroflow.cache.errors import DatasetError
+from heteroflow.cache.redact import redact_url
+from heteroflow.cache.sources import filesystem_for, is_local, local_path, source_errors
+
+__all__ = ["DATA_SUFFIXES", "FORMATS_HELP", "DatasetListing", "ListedFile", "SkippedEntry", "list_dataset"]
+
+DATA_SUFFIXES = (".csv", ".npz")
+FORMATS_HELP = "supported formats: .csv (header row, a 'label' column or the last column as class) and .npz (arrays x, y)"
+_log = logging.getLogger("heteroflow.cache")
+_MAX_DEPTH = 64
+_INFO_KEYS = ("size", "ETag", "etag", "LastModified", "last_modified", "Last-Modified", "mtime", "created",
+              "md5Hash", "crc32c", "generation", "VersionId", "version_id", "content_settings", "Content-MD5")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ListedFile:
+    """One file of a data set.
+
+    Attributes:
+        path: POSIX path relative to the data set root (``sub/x.csv``).
+        bytes: size in bytes, or None where the source does not say before reading (some HTTP servers).
+        source: what to open: a local path (a symlink is opened through) or the file's fsspec path.
+        key: a fingerprint of the source file's metadata (size, mtime / ETag / version); it changes when the
+            source file changes, so a rerun can skip an unchanged file without reading it.
+    """
+
+    path: str
+    bytes: int | None
+    source: str
+    key: str
+
+    @property
+    def is_data(self) -> bool:
+        """True for a file in a supported data format (:data:`DATA_SUFFIXES`)."""
+        return posixpath.splitext(self.path)[1].lower() in DATA_SUFFIXES
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SkippedEntry:
+    """An entry under the data set root that is not part of the data set, and why."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path} ({self.reason})"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class DatasetListing:
+    """What :func:`list_dataset` found.
+
+    Attributes:
+        uri: the data set as given, redacted (no credentials).
+        local: True when the data set is a local folder or file.
+        files: every file of the data set, sorted by path.
+        skipped: entries left out, with the reason (hidden, symlink loop, broken symlink, not a regular file).
+    """
+
+    uri: str
+    local: bool
+    files: tuple[ListedFile, ...]
+    skipped: tuple[SkippedEntry, ...]
+
+    @property
+    def data_files(self) -> tuple[ListedFile, ...]:
+        """The files in a supported format (:data:`DATA_SUFFIXES`)."""
+        return tuple(f for f in self.files if f.is_data)
+
+    @property
+    def total_bytes(self) -> int:
+        """Sum of the known file sizes, in bytes."""
+        return sum(f.bytes or 0 for f in self.files)
+
+    def skipped_note(self, limit: int = 5) -> str:
+        """``"; skipped: a (hidden), b (broken symlink)"`` or ``""``: for messages."""
+        if not self.skipped:
+            return ""
+        shown = ", ".join(str(s) for s in self.skipped[:limit])
+        more = f" and {len(self.skipped) - limit} more" if len(self.skipped) > limit else ""
+        return f"; skipped: {shown}{more}"
+
+
+def _is_hidden(name: str) -> bool:
+    return name.startswith(".")
+
+
+def _reserved(rel: str) -> str | None:
+    """Why ``rel`` cannot be a data set file, or None."""
+    from heteroflow.cache.manifest import MANIFEST_NAME, is_safe_relpath
+
+    if rel == MANIFEST_NAME:
+        return "heteroflow's own manifest, not a data set file"
+    if not is_safe_relpath(rel):
+        return "not a path inside the data set root ('..' or empty parts)"
+    return None
+
+
+def _local_key(st: os.stat_result) -> str:
+    return f"local:{st.st_dev}:{st.st_ino}:{st.st_size}:{st.st_mtime_ns}"
+
+
+def _remote_key(info: Mapping[str, Any]) -> str:
+    picked = {k: str(info[k]) for k in _INFO_KEYS if info.get(k) is not None}
+    return "fsspec:" + hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _walk_local(root: Path) -> tuple[list[ListedFile], list[SkippedEntry]]:
+    files: list[ListedFile] = []
+    skipped: list[SkippedEntry] = []
+
+    def walk(folder: Path, rel: str, chain: tuple[tuple[int, int], ...]) -> None:
+        try:
+            entries = sorted(os.scandir(folder), key=lambda e: e.name)
+        except PermissionError:
+            raise DatasetError(
+                f"cannot read folder {folder} of data set {root}: permission denied; make it readable or move the "
+                "data set"
+            ) from None
+        for entry in entries:
+            child = f"{rel}{entry.name}"
+            if _is_hidden(entry.name):
+                skipped.append(SkippedEntry(child + ("/" if entry.is_dir() else ""), "hidden: the name starts with '.'"))
+                continue
+            try:
+                st = entry.stat(follow_symlinks=True)
+            except FileNotFoundError:
+                skipped.append(SkippedEntry(child, f"broken symlink to {os.readlink(entry.path)}"))
+                continue
+            except OSError as exc:  # ELOOP: a symlink that points at itself
+                skipped.append(SkippedEntry(child, f"unreadable symlink ({exc.strerror})"))
+                continue
+            if stat.S_ISDIR(st.st_mode):
+                ident = (st.st_dev, st.st_ino)
+                if ident in chain:
+                    skipped.append(SkippedEntry(child + "/", f"symlink loop: leads back to a folder it is inside ({os.readlink(entry.path)})"))
+                    continue
+                walk(Path(entry.path), child + "/", chain + (ident,))
+            elif stat.S_ISREG(st.st_mode):
+                files.append(ListedFile(path=child, bytes=st.st_size, source=entry.path, key=_local_key(st)))
+            else:
+                skipped.append(SkippedEntry(child, "not a regular file"))
+
+    top = root.stat()
+    walk(root, "", ((top.st_dev, top.st_ino),))
+    return files, skipped
+
+
+def _walk_fsspec(fs: Any, root: str) -> tuple[list[ListedFile], list[SkippedEntry], list[str]]:
+    """Files under ``root`` on an fsspec filesystem; the third value lists files whose size is unknown."""
+    files: list[ListedFile] = []
+    skipped: list[SkippedEntry] = []
+    prefix = root.rstrip("/") + "/"
+    hidden_dirs: set[str] = set()
+
+    def rel_of(name: str) -> str:
+        name = name.rstrip("/")
+        return name[len(prefix):] if name.startswith(prefix) else posixpath.basename(name)
+
+    def add(info: Mapping[str, Any]) -> None:
+        rel = rel_of(info["name"])
+        parts = rel.split("/")
+        hidden_at = next((i for i, part in enumerate(parts) if _is_hidden(part)), None)
+        if hidden_at is not None:
+            if hidden_at == len(parts) - 1 and info.get("type") != "directory":
+                skipped.append(SkippedEntry(rel, "hidden: the name starts with '.'"))
+            else:
+                top = "/".join(parts[: hidden_at + 1]) + "/"
+                if top not in hidden_dirs:
+                    hidden_dirs.add(top)
+                    skipped.append(SkippedEntry(top, "hidden: the name starts with '.'"))
+            return
+        size = info.get("size")
+        files.append(ListedFile(path=rel, bytes=None if size is None else int(size), source=info["name"], key=_remote_key(info)))
+
+    protocol = fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol
+    if protocol in ("http", "https"):
+        # HTTP folder listings: walk the links, never descending into hidden folders (``find`` would).
+        def walk(url: str, seen: tuple[tuple[str, ...], ...]) -> None:
+            infos = sorted(fs.ls(url, detail=True), key=lambda i: i["name"])
+            # A server that follows a symlink loop lists the same folder again and again, one level deeper
+            # each time; a folder whose listing equals one of its parents' is taken for such a loop.
+            signature = tuple(posixpath.basename(i["name"].rstrip("/")) for i in infos)
+            if signature in seen:
+                skipped.append(SkippedEntry(rel_of(url) + "/", "looks like a symlink loop: lists the same entries as a folder it is inside"))
+                return
+            if len(seen) > _MAX_DEPTH:
+                raise DatasetError(f"data set {redact_url(root)}: folders nested deeper than {_MAX_DEPTH} levels at {redact_url(url)}")
+            for info in infos:
+                name = info["name"].rstrip("/")
+                if info.get("type") == "directory" or info["name"].endswith("/"):
+                    if _is_hidden(posixpath.basename(name)):
+                        add({**info, "type": "directory"})
+                    elif name != url.rstrip("/"):
+                        walk(name + "/", seen + (signature,))
+                else:
+                    add(info)
+
+        walk(prefix, ())
+    else:
+        for name, info in sorted(fs.find(root, detail=True, withdirs=False).items()):
+            if info.get("type", "file") == "file":
+                add({**info, "name": name})
+    unknown = [f.source for f in files if f.bytes is None]
+    return files, skipped, unknown
+
+
+def _fill_sizes(fs: Any, files: list[ListedFile], unknown: list[str]) -> tuple[list[ListedFile], list[SkippedEntry]]:
+    """Ask the source for the size (and ETag / Last-Modified) of each file the listing did not size; a listed
+    link the server then answers 404 for (e.g. a broken symlink behind ``http.server``) is skipped."""
+    if not unknown:
+        return files, []
+
+    def info(name: str) -> Mapping[str, Any] | None:
+        try:
+            return fs.info(name)
+        except FileNotFoundError:
+            return None
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=min(16, len(unknown))) as pool:
+        infos = dict(zip(unknown, pool.map(info, unknown)))
+    out: list[ListedFile] = []
+    skipped: list[SkippedEntry] = []
+    for f in files:
+        if f.source in infos:
+            got = infos[f.source]
+            if got is None:
+                skipped.append(SkippedEntry(f.path, "listed by the server, but not found when asked (404)"))
+                continue
+            size = got.get("size")
+            f = dataclasses.replace(f, bytes=None if size is None else int(size), key=_remote_key(got))
+        out.append(f)
+    return out, skipped
+
+
+def list_dataset(
+    uri: str,
+    *,
+    require_data: bool = True,
+    storage_options: Mapping[str, Any] | None = None,
+    filesystem: tuple[Any, str] | None = None,
+) -> DatasetListing:
+    """List the files a data set holds, by the rules in this module's docstring. Reads no file content.
+
+    Args:
+        uri: a local folder or file (``~`` expanded, ``file://`` accepted), or an fsspec URL of a folder or file.
+        require_data: raise when no file is in a supported format (:data:`DATA_SUFFIXES`).
+        storage_options: fsspec options for the source's driver (credentials, endpoint); default: the
+            driver's own environment variables and config files (and fsspec's ``FSSPEC_<PROTOCOL>_<KEY>``).
+        filesystem: an fsspec-like filesystem and the data set's path in it, to list through instead of the
+            driver ``uri`` names (a cache tier that serves the source, e.g. Alluxio 3.x workers).
+
+    Returns:
+        A :class:`DatasetListing`; files sorted by relative path.
+
+    Raises:
+        DatasetError: unknown URL scheme, missing fsspec driver (names the package to install), the folder or
+            file does not exist (404), access denied (403 / wrong credentials), the folder holds no file, or
+            (``require_data``) no data file; the message lists what was skipped and why.
+        SourceUnavailable: the source's host did not answer (transient; a retry may succeed).
+    """
+    shown = redact_url(uri)
+    if is_local(uri) and filesystem is None:
+        root = local_path(uri)
+        if not root.exists():
+            if root.is_symlink():
+                raise DatasetError(f"data set {shown} is a broken symlink (to {os.readlink(root)}); point it at a folder of data files")
+            raise DatasetError(f"data set {shown} does not exist; give a folder (or fsspec URL) of .csv or .npz files")
+        if root.is_dir():
+            files, skipped = _walk_local(root)
+        else:
+            st = root.stat()
+            files, skipped = [ListedFile(path=root.name, bytes=st.st_size, source=str(root), key=_local_key(st))], []
+        local = True
+    else:
+        fs, root_path = filesystem if filesystem is not None else filesystem_for(uri, storage_options)
+        with source_errors(uri):
+            info = fs.info(root_path)
+            is_dir = info.get("type") == "directory"
+            if not is_dir and _protocol(fs) in ("http", "https"):
+                # an HTTP folder without its trailing slash: the server answers with (or redirects to) a listing
+                is_dir = bool(info.get("mimetype") == "text/html" and fs.ls(root_path, detail=False))
+            if is_dir:
+                files, skipped, unknown = _walk_fsspec(fs, root_path)
+                files, missing = _fill_sizes(fs, files, unknown)
+                skipped += missing
+            else:
+                name = posixpath.basename(root_path.rstrip("/")) or "data"
+                size = info.get("size")
+                files = [ListedFile(path=name, bytes=None if size is None else int(size), source=root_path, key=_remote_key(info))]
+                skipped = []
+        local = False
+    if len(files) > 1 or (files and files[0].path == "manifest.json"):
+        kept = []
+        for f in files:
+            why = _reserved(f.path)
+            if why is None:
+                kept.append(f)
+            else:
+                skipped.append(SkippedEntry(f.path, why))
+        files = kept
+    listing = DatasetListing(uri=shown, local=local, files=tuple(sorted(files, key=lambda f: f.path)), skipped=tuple(skipped))
+    if not listing.files:
+        raise DatasetError(f"data set folder {shown} is empty; put .csv or .npz files in it{listing.skipped_note()}")
+    if require_data and not listing.data_files:
+        names = ", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else "")
+        raise DatasetError(
+            f"data set {shown} has no .csv or .npz file (found: {names}){listing.skipped_note()}; {FORMATS_HELP}"
+        )
+    if listing.skipped:
+        _log.warning("data set %s: %d entr%s not taken%s", shown, len(listing.skipped),
+                     "y" if len(listing.skipped) == 1 else "ies", listing.skipped_note())
+    return listing
+
+
+def _protocol(fs: Any) -> str:
+    return fs.protocol[0] if isinstance(fs.protocol, (tuple, list)) else fs.protocol

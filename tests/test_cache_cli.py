@@ -1,0 +1,69 @@
+"""`heteroflow prewarm` and `heteroflow cache status` (pipelines/cli_cache.py), through typer's CliRunner on an
+app registered the way pipelines/cli.py registers them."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from heteroflow.cache.manifest import MANIFEST_NAME, Manifest
+from heteroflow.pipelines.cli_cache import cache_app, prewarm_command
+
+app = typer.Typer()
+app.command("prewarm")(prewarm_command)
+app.add_typer(cache_app, name="cache")
+runner = CliRunner()
+
+
+def test_prewarm_then_status(digits_dir: Path, tmp_path: Path, heteroflow_home: Path):
+    out = tmp_path / "artifact"
+    first = runner.invoke(app, ["prewarm", str(digits_dir), "--workers", "2", "--output", str(out)])
+    assert first.exit_code == 0, first.output
+    manifest = Manifest.load(out / MANIFEST_NAME)
+    assert f"version {manifest.version}" in first.stdout
+    assert f"copied {len(manifest.files)}" in first.stdout and "reused 0" in first.stdout
+    assert Path(manifest.root).is_relative_to(heteroflow_home / "cache")
+    again = runner.invoke(app, ["prewarm", str(digits_dir)])
+    assert again.exit_code == 0 and "copied 0" in again.stdout and f"reused {len(manifest.files)}" in again.stdout
+
+    status = runner.invoke(app, ["cache", "status"])
+    assert status.exit_code == 0, status.output
+    assert manifest.version in status.stdout and f"{len(manifest.files)}/{len(manifest.files)}" in status.stdout
+    assert "100%" in status.stdout
+    one = runner.invoke(app, ["cache", "status", str(digits_dir)])
+    assert one.exit_code == 0 and manifest.version in one.stdout
+    none = runner.invoke(app, ["cache", "status", "nothing-like-it"])
+    assert none.exit_code == 2 and "no data set matching 'nothing-like-it'" in none.stdout
+
+
+def test_prewarm_into_another_cache(digits_dir: Path, tmp_path: Path):
+    result = runner.invoke(app, ["prewarm", str(digits_dir), "--cache", str(tmp_path / "tier")])
+    assert result.exit_code == 0, result.output
+    status = runner.invoke(app, ["cache", "status", "--cache", str(tmp_path / "tier")])
+    assert "digits" in status.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "message"),
+    [
+        (["prewarm", "{tmp}/missing"], 2, "does not exist; give a folder"),
+        (["prewarm", "nosuch://b/d"], 2, "nosuch:// is not a known fsspec protocol"),
+        (["prewarm", "{digits}", "--verify", "md5"], 2, "verify='md5' is not a verification mode; valid: size, stat, sha256"),
+        (["prewarm", "{digits}", "--cache", "gs://b/c"], 2, "unknown cache scheme gs://"),
+        (["prewarm", "{digits}", "--cache", "/proc/heteroflow-cache"], 2, "/proc/heteroflow-cache"),
+        (["prewarm", "http://alice:s3cretPW@127.0.0.1:9/d/"], 1, "cannot reach the source"),
+    ],
+    ids=["missing-folder", "unknown-scheme", "bad-verify", "bad-cache-uri", "unwritable-cache", "unreachable"],
+)
+def test_errors_are_one_line(args: list[str], code: int, message: str, digits_dir: Path, tmp_path: Path):
+    args = [a.format(tmp=tmp_path, digits=digits_dir) for a in args]
+    result = runner.invoke(app, args)
+    assert result.exit_code == code, result.output
+    lines = [line for line in result.stderr.splitlines() if line.strip() and not line.startswith("warning: ")]
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert message in lines[0]
+    assert all(len(line.split("\n")) == 1 for line in result.stderr.splitlines())
+    assert "s3cretPW" not in result.output and "Traceback" not in result.output
