@@ -181,8 +181,8 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
     Numbers stay numbers (int64 or float64; infinities are kept for the caller to report); ``True``/``False``
     become the text ``"True"``/``"False"`` (kind ``bool``); text is stripped of surrounding spaces, cells
     equal to a :data:`MISSING_MARKERS` entry become missing (NaN), and a text column whose every present
-    value is a number (``" 39"``, or ``"3,5"`` with ``decimal=","``) becomes a float64 column. Dates,
-    durations and other types are kind ``other``. The work is done once per distinct value
+    value is a number (``" 39"``, or ``"3,5"`` with ``decimal=","``) becomes a float64 column; the rest stays
+    text, as a pandas ``Categorical``. Dates, durations and other types are kind ``other``. The work is done once per distinct value
     (:func:`pandas.factorize`), so a column of a million cells with few distinct values costs little.
 
     Args:
@@ -198,8 +198,8 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
     from pandas.api import types
 
     if types.is_bool_dtype(values):
-        out = values.map({True: "True", False: "False"}).astype(object)
-        return out.where(values.notna(), np.nan), "bool"
+        out = pd.Categorical(values.map({True: "True", False: "False"}), categories=["False", "True"])
+        return pd.Series(out, index=values.index, name=values.name), "bool"
     if types.is_numeric_dtype(values) and not types.is_complex_dtype(values):
         if isinstance(values.dtype, pd.api.extensions.ExtensionDtype):  # nullable Int64/Float64: NaN for <NA>
             values = values.astype("float64")
@@ -218,27 +218,18 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
         shown = cleaned[present]
         as_number = pd.to_numeric(shown.str.replace(",", ".", regex=False) if decimal == "," else shown, errors="coerce")
         if numbers and as_number.notna().all():
-            number = pd.Series(np.nan, index=cleaned.index, dtype="float64")
-            number[present] = as_number.to_numpy(dtype="float64")
-            out = pd.Series(_take(number.to_numpy(), codes), index=values.index, name=values.name)
-            return out, "number"
+            number = np.full(len(cleaned) + 1, np.nan)  # the last entry serves code -1 (missing)
+            number[:-1][present] = as_number.to_numpy(dtype="float64")
+            return pd.Series(number[codes], index=values.index, name=values.name), "number"
         lowered = shown.str.lower()
         if lowered.isin(("true", "false")).all():
             cleaned[present] = np.where(lowered == "true", "True", "False")
             kind = "bool"
-    out = pd.Series(_take(cleaned.to_numpy(), codes), index=values.index, name=values.name)
-    return out, kind
-
-
-def _take(uniques: np.ndarray, codes: np.ndarray) -> np.ndarray:
-    """``uniques[codes]`` with code -1 (missing) giving NaN."""
-    if uniques.dtype == object:
-        table = np.empty(len(uniques) + 1, dtype=object)
-    else:
-        table = np.empty(len(uniques) + 1, dtype=uniques.dtype)
-    table[:-1] = uniques
-    table[-1] = np.nan
-    return table[codes]
+    # Text is kept as a pandas Categorical: one code per cell, each distinct text once (cheap to select rows of)
+    merged, categories = pd.factorize(cleaned, use_na_sentinel=True)  # "a" and " a" are one category now
+    merged = np.append(merged, -1)  # code -1 (missing) stays -1
+    out = pd.Categorical.from_codes(merged[codes], categories=pd.Index(categories, dtype=object))
+    return pd.Series(out, index=values.index, name=values.name), kind
 
 
 def _clean_frame(frame: pd.DataFrame, *, decimal: str = ".") -> tuple[pd.DataFrame, dict[str, ColumnKind]]:

@@ -29,6 +29,7 @@ Steps, each decision reported in :attr:`PreprocessResult.report` (and ``meta.jso
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import json
@@ -37,7 +38,8 @@ import math
 import os
 import re
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Iterator
+from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -366,6 +368,9 @@ def _words(name: str) -> set[str]:
 def _whole(values: np.ndarray) -> bool:
     if values.dtype.kind in "iu":
         return True
+    head = values[:1000]  # most measurement columns show a fraction at once
+    if not np.all(head == np.floor(head)):
+        return False
     return bool(np.all(np.isfinite(values)) and np.all(values == np.floor(values)))
 
 
@@ -650,69 +655,56 @@ def _preprocess_tables(
     from heteroflow.components import tabular
 
     impute = missing == "impute" and bool(missing_counts)
-    train_frame = frame.iloc[split["train"]][used]
+    # One selection of rows in split order; each split is then a slice of it (no copy).
+    bounds = np.cumsum([0, *(len(split[s]) for s in SPLITS)])
+    ordered = frame[used].take(np.concatenate([split[s] for s in SPLITS]))
+    train_frame = ordered.iloc[: bounds[1]]
     indicate = [c for c in used if c in missing_counts and train_frame[c].isna().any()] if impute else []
     transform = tabular.build_transform(numeric=numeric, text=text, impute=impute, indicate=indicate)
-    with np.errstate(all="ignore"):
-        transform.fit(train_frame)
-    features = tabular.output_names(transform)
-    xs = {}
-    for name, idx in split.items():
-        if not len(idx):  # validation_fraction=0
-            xs[name] = np.zeros((0, len(features)), dtype=np.float32)
-            continue
-        with np.errstate(all="ignore"):
-            x = np.asarray(transform.transform(frame.iloc[idx][used]), dtype=np.float32)
-        bad = ~np.isfinite(x)
-        if bad.any():
-            column = features[int(np.flatnonzero(bad.any(axis=0))[0])].split("=", 1)[0]
-            values = frame[column].to_numpy(dtype="float64", na_value=np.nan) if column in numeric else None
-            largest = f" (largest magnitude {np.nanmax(np.abs(values)):.3g})" if values is not None else ""
-            raise DatasetError(
-                f"column {column!r} has values too large to standardise{largest}: the {name} features are not finite "
-                f"numbers; rescale the column, or drop_columns={column}"
+    width = 0
+    per_shard = 0
+    features: list[str] = []
+    with atomic_directory(out) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
+        # Shards are written on a second thread while the next split is transformed (writing releases the GIL).
+        written: dict[str, Future[list[str]]] = {}
+        for k, name in enumerate(SPLITS):
+            idx = split[name]
+            part = ordered.iloc[bounds[k]:bounds[k + 1]]
+            with np.errstate(all="ignore"), _threads():  # overflow is reported below, naming the column
+                if name == "train":
+                    x = transform.fit_transform(part)
+                    features = tabular.output_names(transform)
+                    width = len(features)
+                    per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
+                elif len(idx):
+                    x = transform.transform(part)
+                else:  # validation_fraction=0
+                    x = np.zeros((0, width), dtype=np.float32)
+            x = np.asarray(x, dtype=np.float32)
+            _check_finite(x, features, name, frame, numeric)
+            written[name] = writer.submit(
+                _write_shards, tmp, name, per_shard, x=x, y=y[idx], source_file=table.file_of[idx], source_row=table.row_of[idx]
             )
-        xs[name] = x
-
-    report = _report(
-        table=table, tables=tables, rows_read=rows_read, classes=classes, y=y, used=used, numeric=numeric,
-        text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, transform=transform,
-        impute=impute, features=features, parameters=parameters, notices=notices, label_reason=label_reason,
-    )
-    for notice in notices:
-        log.warning("preprocess: %s", notice)
-    schema = {
-        "format_version": 1,
-        "label_column": label,
-        "classes": list(classes),
-        "columns": [{"name": c, "kind": "number" if c in numeric else "text"} for c in used],
-        "features": features,
-        "num_features": len(features),
-        "missing": missing,
-        "imputes": impute,
-        "decimal": next((t.csv.decimal for t in tables if t.csv is not None), "."),
-        "read": {"header": parameters["header"], "delimiter": parameters["delimiter"]},
-        "versions": _versions(),
-    }
-
-    width = len(features)
-    per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
-    with atomic_directory(out) as tmp:
-        shards: dict[str, list[str]] = {}
-        for name, idx in split.items():
-            shards[name] = []
-            x = xs[name]
-            for k, begin in enumerate(range(0, max(len(idx), 1), per_shard)):
-                chunk = slice(begin, begin + per_shard)
-                fname = f"{name}-{k:05d}.npz"
-                np.savez(
-                    tmp / fname,
-                    x=x[chunk],
-                    y=y[idx[chunk]].astype(np.int64),
-                    source_file=table.file_of[idx[chunk]],
-                    source_row=table.row_of[idx[chunk]],
-                )
-                shards[name].append(fname)
+        shards = {name: future.result() for name, future in written.items()}
+        transform.set_params(n_jobs=None)  # threads were for fitting here; a loaded transformation runs as given
+        report = _report(
+            table=table, tables=tables, rows_read=rows_read, classes=classes, y=y, used=used, numeric=numeric,
+            text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, transform=transform,
+            impute=impute, features=features, parameters=parameters, notices=notices, label_reason=label_reason,
+        )
+        schema = {
+            "format_version": 1,
+            "label_column": label,
+            "classes": list(classes),
+            "columns": [{"name": c, "kind": "number" if c in numeric else "text"} for c in used],
+            "features": features,
+            "num_features": width,
+            "missing": missing,
+            "imputes": impute,
+            "decimal": next((t.csv.decimal for t in tables if t.csv is not None), "."),
+            "read": {"header": parameters["header"], "delimiter": parameters["delimiter"]},
+            "versions": _versions(),
+        }
         meta: dict[str, Any] = {
             "source_uri": source_uri,
             "dataset_sha256": dataset_sha256,
@@ -730,6 +722,8 @@ def _preprocess_tables(
         }
         (tmp / META_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         tabular.save_transform(tmp, transform, schema)
+    for notice in notices:
+        log.warning("preprocess: %s", notice)
     return PreprocessResult(
         output_dir=out,
         counts=meta["counts"],
@@ -740,6 +734,42 @@ def _preprocess_tables(
         report=report,
         notices=tuple(notices),
     )
+
+
+@contextlib.contextmanager
+def _threads() -> Iterator[None]:
+    """Let the ColumnTransformer run its parts on threads (numpy and pandas release the GIL), not processes."""
+    from joblib import parallel_config
+
+    with parallel_config(backend="threading", n_jobs=min(available_cpus(), 4)):
+        yield
+
+
+def _check_finite(x: np.ndarray, features: list[str], split: str, frame: pd.DataFrame, numeric: list[str]) -> None:
+    """Every transformed value is finite; else name the input column (a number too large to standardise)."""
+    if np.isfinite(x).all():
+        return
+    bad = ~np.isfinite(x)
+    column = features[int(np.flatnonzero(bad.any(axis=0))[0])].split("=", 1)[0]
+    values = frame[column].to_numpy(dtype="float64", na_value=np.nan) if column in numeric else None
+    largest = f" (largest magnitude {np.nanmax(np.abs(values)):.3g})" if values is not None else ""
+    raise DatasetError(
+        f"column {column!r} has values too large to standardise{largest}: the {split} features are not finite "
+        f"numbers; rescale the column, or drop_columns={column}"
+    )
+
+
+def _write_shards(folder: Path, split: str, per_shard: int, **arrays: np.ndarray) -> list[str]:
+    """Write one split as ``<split>-NNNNN.npz`` files of at most ``per_shard`` samples; their names."""
+    n = len(arrays["x"])
+    names = []
+    for k, begin in enumerate(range(0, max(n, 1), per_shard)):
+        name = f"{split}-{k:05d}.npz"
+        chunk = {key: value[begin:begin + per_shard] for key, value in arrays.items()}
+        chunk["y"] = chunk["y"].astype(np.int64)
+        np.savez(folder / name, **chunk)
+        names.append(name)
+    return names
 
 
 def _versions() -> dict[str, str]:
@@ -772,7 +802,7 @@ def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: 
         uniques, y = np.unique(values.astype(np.int64), return_inverse=True)
         classes = [str(int(u)) for u in uniques]
     else:
-        codes, uniques = pd.factorize(y_raw.astype(str))
+        codes, uniques = pd.factorize(y_raw)
         order = np.argsort(np.asarray(uniques, dtype=str), kind="stable")
         rank = np.empty(len(order), dtype=np.int64)
         rank[order] = np.arange(len(order))
