@@ -214,6 +214,8 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
     present = ~text.isin(MISSING_MARKERS)
     cleaned = pd.Series(np.where(present, text, np.nan), dtype=object)
     kind: ColumnKind = "text"
+    if not present.any():  # nothing but missing values: no text to keep, and no sign of text
+        return pd.Series(np.full(len(values), np.nan), index=values.index, name=values.name), "number"
     if present.any():
         shown = cleaned[present]
         as_number = pd.to_numeric(shown.str.replace(",", ".", regex=False) if decimal == "," else shown, errors="coerce")
@@ -236,10 +238,12 @@ def _clean_frame(frame: pd.DataFrame, *, decimal: str = ".") -> tuple[pd.DataFra
     import pandas as pd
 
     kinds: dict[str, ColumnKind] = {}
-    columns = {}
+    out = frame.copy(deep=False)
     for name in frame.columns:
-        columns[name], kinds[name] = clean_column(frame[name], decimal=decimal)
-    return pd.DataFrame(columns, index=frame.index), kinds
+        cleaned, kinds[name] = clean_column(frame[name], decimal=decimal)
+        if cleaned is not frame[name]:  # replace changed columns only: no copy of the untouched numbers
+            out[name] = cleaned
+    return out, kinds
 
 
 # --- CSV sniffing --------------------------------------------------------------------------------------------
@@ -472,9 +476,13 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
     if mixed:  # pandas typed parts of the file differently (chunked inference): read those columns as text
         frame[mixed] = _read_csv_frame(p, fmt.encoding, {**kwargs, "dtype": str, "usecols": _positions(frame, mixed)}).to_numpy()
     cleaned, kinds = _clean_frame(frame, decimal=fmt.decimal)
-    blank = cleaned.isna().all(axis=1)
+    blank = np.ones(len(cleaned), dtype=bool)
+    for name in cleaned.columns:  # a row is blank when every cell is missing; most tables stop at column 1
+        blank &= cleaned[name].isna().to_numpy()
+        if not blank.any():
+            break
     if blank.any():
-        cleaned = cleaned[~blank.to_numpy()]
+        cleaned = cleaned[~blank]
     if cleaned.empty:
         raise DatasetError(f"{p}: no data rows ({fmt.reasons['header']})")
     return RawTable(frame=cleaned, kinds=kinds, source=str(p), format="csv", csv=fmt, named=fmt.header, blank_rows=int(blank.sum()))

@@ -38,6 +38,7 @@ import math
 import os
 import re
 import time
+import warnings
 from collections.abc import Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from functools import partial
@@ -338,7 +339,11 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
         part = t.frame.rename(columns={**rename, label: canon_label})[[*features, canon_label]]
         for own_name, name in zip(own, features):
             kind = t.kinds[own_name]
-            if kind != kinds[name]:
+            if kind != kinds[name] and t.frame[own_name].isna().all():
+                continue  # a column with no value in this file says nothing about its kind
+            if kinds[name] == "number" and canon_table.frame[name].isna().all():
+                kinds[name] = kind
+            elif kind != kinds[name]:
                 if {kind, kinds[name]} == {"text", "bool"}:
                     kinds[name] = "text"
                 else:
@@ -509,7 +514,10 @@ def preprocess(
             started=started,
         )
     except DatasetError as exc:
-        raise DatasetError(in_source_terms(str(exc))) from None
+        message = in_source_terms(str(exc))
+        if source_uri not in message:  # every message names the data set
+            message = f"data set {source_uri}: {message}"
+        raise DatasetError(message) from None
 
 
 def _preprocess_tables(
@@ -741,7 +749,10 @@ def _threads() -> Iterator[None]:
     """Let the ColumnTransformer run its parts on threads (numpy and pandas release the GIL), not processes."""
     from joblib import parallel_config
 
-    with parallel_config(backend="threading", n_jobs=min(available_cpus(), 4)):
+    # Overflow (a number too large to standardise) is reported by _check_finite, naming the column; numpy's
+    # errstate is per thread, so the workers' RuntimeWarnings are silenced here instead.
+    with parallel_config(backend="threading", n_jobs=min(available_cpus(), 4)), warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
         yield
 
 

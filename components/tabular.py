@@ -226,9 +226,12 @@ def prepare_rows(rows: Any, schema: Mapping[str, Any], *, where: str = "rows") -
         if kind == "number":
             cleaned, got = clean_column(values, decimal=decimal)
             if got != "number":
-                bad = cleaned[cleaned.notna()].map(lambda v: isinstance(v, str))
-                first = int(np.flatnonzero(bad.to_numpy())[0]) if bad.any() else 0
-                raise DatasetError(f"{where}: row {first}: column {name!r} holds {cleaned.iloc[first]!r}, not a number")
+                text = cleaned.astype(object)
+                present = text.notna().to_numpy()
+                shown = text.where(present).str.replace(",", ".", regex=False) if decimal == "," else text.where(present)
+                bad = present & pd.to_numeric(shown, errors="coerce").isna().to_numpy()
+                first = int(np.flatnonzero(bad)[0])
+                raise DatasetError(f"{where}: row {first}: column {name!r} holds {text.iloc[first]!r}, not a number")
             cleaned = cleaned.astype("float64")
             infinite = np.isinf(cleaned.to_numpy())
             if infinite.any():
