@@ -791,3 +791,20 @@ def test_every_new_parameter_has_a_one_line_help_entry() -> None:
         assert p.kind is inspect.Parameter.KEYWORD_ONLY and p.default is not inspect.Parameter.empty, name
         assert type(p.default) in (str, int, float, bool), name
         assert name in entries and entries[name].strip(), name
+
+
+def test_a_column_that_turns_to_text_late_in_a_large_file_is_one_text_column(tmp_path: Path) -> None:
+    # pandas infers types per block of rows; a column numeric for 300,000 rows and then text comes back with
+    # mixed Python types, which read_table re-reads as text, so the check below sees the real cells.
+    n = 300_000
+    lines = [f"{i % 7},{i % 100 if i < n - 10 else 'x' + str(i % 3)},{i % 2}\n" for i in range(n)]
+    src = tmp_path / "late"
+    _write(src, "t.csv", "a,b,label\n" + "".join(lines))
+    from heteroflow.components.datasets import read_table
+
+    t = read_table(src / "t.csv")
+    assert t.kinds["b"] == "text"
+    assert t.frame["b"].iloc[[0, 1, n - 1]].tolist() == ["0", "1", f"x{(n - 1) % 3}"]
+    message = _errors(src, tmp_path)
+    first = ", ".join(f"'x{(n - 10 + k) % 3}'" for k in range(3))  # in the order they first occur
+    assert f"column 'b' is mostly numbers ({n - 10} of {n} values) but holds text ({first}), at t.csv line {n - 10 + 2}," in message
