@@ -246,8 +246,11 @@ def prepare_rows(rows: Any, schema: Mapping[str, Any], *, where: str = "rows") -
         missing = prepared.isna()
         if missing.to_numpy().any():
             r, c = np.argwhere(missing.to_numpy())[0]
-            raise DatasetError(
-                f"{where}: row {int(r)}: column {columns[c]!r} is missing; this model was trained with "
-                f"missing={schema.get('missing', 'error')} and cannot fill a missing value (train with missing=impute)"
+            why = (
+                "its training data had no missing value, so it learned no value to fill in"
+                if schema.get("missing") == "impute"
+                else f"it was trained with missing={schema.get('missing', 'error')} and cannot fill a missing value "
+                "(train with missing=impute)"
             )
+            raise DatasetError(f"{where}: row {int(r)}: column {columns[c]!r} is missing; {why}")
     return prepared
