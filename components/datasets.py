@@ -182,8 +182,9 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
     become the text ``"True"``/``"False"`` (kind ``bool``); text is stripped of surrounding spaces, cells
     equal to a :data:`MISSING_MARKERS` entry become missing (NaN), and a text column whose every present
     value is a number (``" 39"``, or ``"3,5"`` with ``decimal=","``) becomes a float64 column; the rest stays
-    text, as a pandas ``Categorical``. Dates, durations and other types are kind ``other``. The work is done once per distinct value
-    (:func:`pandas.factorize`), so a column of a million cells with few distinct values costs little.
+    text, as a pandas ``Categorical``. Dates, durations and other types are kind ``other``. The work is done
+    once per distinct value (:func:`pandas.factorize`), so a column of a million cells with few distinct
+    values costs little.
 
     Args:
         values: one column, any dtype.
@@ -216,17 +217,16 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
     kind: ColumnKind = "text"
     if not present.any():  # nothing but missing values: no text to keep, and no sign of text
         return pd.Series(np.full(len(values), np.nan), index=values.index, name=values.name), "number"
-    if present.any():
-        shown = cleaned[present]
-        as_number = pd.to_numeric(shown.str.replace(",", ".", regex=False) if decimal == "," else shown, errors="coerce")
-        if numbers and as_number.notna().all():
-            number = np.full(len(cleaned) + 1, np.nan)  # the last entry serves code -1 (missing)
-            number[:-1][present] = as_number.to_numpy(dtype="float64")
-            return pd.Series(number[codes], index=values.index, name=values.name), "number"
-        lowered = shown.str.lower()
-        if lowered.isin(("true", "false")).all():
-            cleaned[present] = np.where(lowered == "true", "True", "False")
-            kind = "bool"
+    shown = cleaned[present]
+    as_number = pd.to_numeric(shown.str.replace(",", ".", regex=False) if decimal == "," else shown, errors="coerce")
+    if numbers and as_number.notna().all():
+        number = np.full(len(cleaned) + 1, np.nan)  # the last entry serves code -1 (missing)
+        number[:-1][present] = as_number.to_numpy(dtype="float64")
+        return pd.Series(number[codes], index=values.index, name=values.name), "number"
+    lowered = shown.str.lower()
+    if lowered.isin(("true", "false")).all():
+        cleaned[present] = np.where(lowered == "true", "True", "False")
+        kind = "bool"
     # Text is kept as a pandas Categorical: one code per cell, each distinct text once (cheap to select rows of)
     merged, categories = pd.factorize(cleaned, use_na_sentinel=True)  # "a" and " a" are one category now
     merged = np.append(merged, -1)  # code -1 (missing) stays -1
@@ -240,8 +240,9 @@ def _clean_frame(frame: pd.DataFrame, *, decimal: str = ".") -> tuple[pd.DataFra
     kinds: dict[str, ColumnKind] = {}
     out = frame.copy(deep=False)
     for name in frame.columns:
-        cleaned, kinds[name] = clean_column(frame[name], decimal=decimal)
-        if cleaned is not frame[name]:  # replace changed columns only: no copy of the untouched numbers
+        column = frame[name]
+        cleaned, kinds[name] = clean_column(column, decimal=decimal)
+        if cleaned is not column:  # replace changed columns only: no copy of the untouched numbers
             out[name] = cleaned
     return out, kinds
 

@@ -311,7 +311,7 @@ def _label_of(table: RawTable, label_column: str) -> tuple[str, str]:
     named = [c for c in columns if c.strip().lower() == "label"]
     if len(named) == 1:
         return named[0], "the column named 'label'"
-    return columns[-1], "the last column: no column is named 'label' (set label_column to use another)"
+    return columns[-1], "the last column, as none is named 'label'; set label_column to choose another"
 
 
 def _combine(tables: list[RawTable], label_column: str) -> _Table:

@@ -89,7 +89,7 @@ def test_without_a_label_column_the_last_column_is_the_class_and_the_result_says
     r = _prep(src, tmp_path / "a")
     assert r.report["class_column"] == "year"
     assert r.classes == ("2007", "2008", "2009")
-    assert r.report["class_column_reason"].startswith("the last column: no column is named 'label'")
+    assert r.report["class_column_reason"] == "the last column, as none is named 'label'; set label_column to choose another"
     assert any(n.startswith("class column: 'year'") and "label_column" in n for n in r.notices)
     assert r.report["notices"] == list(r.notices)
     assert read_meta(r.output_dir)["report"]["class_column"] == "year"  # and in the record
@@ -123,7 +123,7 @@ def test_a_continuous_class_column_is_an_error_that_names_it_and_label_column(tm
     src = tmp_path / "fares"
     _write(src, "t.csv", "Survived,Pclass,Fare\n" + rows)
     message = _errors(src, tmp_path)
-    assert re.search(r"class column 'Fare' \(the last column: no column is named 'label'.*\) looks continuous: \d+ distinct values in 300 rows", message)
+    assert re.search(r"class column 'Fare' \(the last column, as none is named 'label'; .*\) looks continuous: \d+ distinct values in 300 rows", message)
     assert "set label_column" in message
 
 
@@ -496,7 +496,7 @@ def test_a_titanic_like_table_trains_after_following_the_messages(tmp_path: Path
 
     # 1st run: the class was taken from the last column (Embarked), which has 2 missing values
     first = _errors(src, tmp_path / "1")
-    assert "class column 'Embarked' (the last column: no column is named 'label' (set label_column to use another)) has 2 missing values" in first
+    assert "class column 'Embarked' (the last column, as none is named 'label'; set label_column to choose another) has 2 missing values" in first
     assert "label_column" in _named_parameters(first)
 
     # 2nd run: the user names the class column; the features' problems come together, each with its parameter
