@@ -695,7 +695,6 @@ def _preprocess_tables(
                 _write_shards, tmp, name, per_shard, x=x, y=y[idx], source_file=table.file_of[idx], source_row=table.row_of[idx]
             )
         shards = {name: future.result() for name, future in written.items()}
-        transform.set_params(n_jobs=None)  # threads were for fitting here; a loaded transformation runs as given
         report = _report(
             table=table, tables=tables, rows_read=rows_read, classes=classes, y=y, used=used, numeric=numeric,
             text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, transform=transform,

@@ -97,9 +97,7 @@ def as_float32(x: np.ndarray) -> np.ndarray:
     return np.ascontiguousarray(x, dtype=np.float32)
 
 
-def build_transform(
-    *, numeric: Sequence[str], text: Sequence[str], impute: bool, indicate: Sequence[str], n_jobs: int | None = -1
-) -> Any:
+def build_transform(*, numeric: Sequence[str], text: Sequence[str], impute: bool, indicate: Sequence[str]) -> Any:
     """An unfitted ColumnTransformer (see the module docstring).
 
     Args:
@@ -107,8 +105,9 @@ def build_transform(
         text: text input columns, in order.
         impute: fill missing values (median / most frequent).
         indicate: columns that get a 0/1 "was missing" column.
-        n_jobs: the ColumnTransformer's parallel parts (-1: joblib's configured ``n_jobs``; preprocess runs
-            them on threads and saves the fitted transformation with ``n_jobs=None``).
+
+    ``n_jobs`` is left at None: the parts run in parallel where the caller sets joblib's ``parallel_config``
+    (preprocess runs them on threads), one after the other elsewhere.
     """
     from sklearn.compose import ColumnTransformer
     from sklearn.impute import MissingIndicator, SimpleImputer
@@ -132,7 +131,7 @@ def build_transform(
         parts.append(("text", Pipeline(steps), list(text)))
     if indicate:
         parts.append(("missing", MissingIndicator(features="all"), list(indicate)))
-    return ColumnTransformer(parts, remainder="drop", sparse_threshold=0.0, verbose_feature_names_out=False, n_jobs=n_jobs)
+    return ColumnTransformer(parts, remainder="drop", sparse_threshold=0.0, verbose_feature_names_out=False)
 
 
 def output_names(transform: Any) -> list[str]:
