@@ -55,7 +55,7 @@ class DatasetView:
     def require_data_files(self) -> tuple[Path, ...]:
         """:attr:`data_files`, or a DatasetError naming the data set when there is none."""
         if not self.data_files:
-            raise DatasetError(f"data set {self.source_uri} has no .csv or .npz file; {FORMATS_HELP}")
+            raise DatasetError(f"data set {self.source_uri} has no .csv, .tsv, .parquet or .npz file; {FORMATS_HELP}")
         return self.data_files
 
     def in_source_terms(self, message: str) -> str:

@@ -44,8 +44,11 @@ from heteroflow.cache.sources import filesystem_for, is_local, local_path, sourc
 
 __all__ = ["DATA_SUFFIXES", "FORMATS_HELP", "DatasetListing", "ListedFile", "SkippedEntry", "list_dataset"]
 
-DATA_SUFFIXES = (".csv", ".npz")
-FORMATS_HELP = "supported formats: .csv (header row, a 'label' column or the last column as class) and .npz (arrays x, y)"
+DATA_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".npz")
+"""The data formats heteroflow reads (:mod:`heteroflow.components.datasets`): one list for listing, checks and reading."""
+FORMATS_HELP = (
+    "supported formats: .csv/.tsv (delimiter, encoding and header detected), .parquet, and .npz (arrays x, y)"
+)
 _log = logging.getLogger("heteroflow.cache")
 _MAX_DEPTH = 64
 _INFO_KEYS = ("size", "ETag", "etag", "LastModified", "last_modified", "Last-Modified", "mtime", "created",
@@ -345,7 +348,7 @@ def list_dataset(
     if require_data and not listing.data_files:
         names = ", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else "")
         raise DatasetError(
-            f"data set {shown} has no .csv or .npz file (found: {names}){listing.skipped_note()}; {FORMATS_HELP}"
+            f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; {FORMATS_HELP}"
         )
     if listing.skipped:
         _log.warning("data set %s: %d entr%s not taken%s", shown, len(listing.skipped),

@@ -292,11 +292,14 @@ def archive_step(
         "run_id": os.environ.get(RUN_ID_ENV) or None,
         "dataset": {
             "source_uri": manifest.source_uri,
-            "dataset_sha256": manifest.dataset_sha256,
+            # the version preprocess actually read (checked against its manifest), else the one prewarm wrote
+            "version": meta.get("dataset_version") or getattr(manifest, "version", None),
+            "dataset_sha256": meta.get("dataset_sha256") or manifest.dataset_sha256,
             "files": len(manifest.files),
             "total_bytes": manifest.total_bytes,
         },
         "preprocess": {k: meta[k] for k in ("seed", "validation_fraction", "test_fraction", "counts") if k in meta},
+        "data": meta.get("report", {}),
         "train": config["params"],
         "device": report.get("device") or config["params"].get("device_type"),
     }

@@ -15,6 +15,7 @@ __all__ = [
     "InvalidParameter",
     "InvalidResources",
     "NoCandidateAvailable",
+    "NonFiniteError",
 ]
 
 
@@ -45,3 +46,9 @@ class ArchiveError(HeteroflowError, RuntimeError):
 
 class InvalidParameter(HeteroflowError, ValueError):
     """A step or pipeline parameter is out of range or unknown; the message names it and what is valid."""
+
+
+class NonFiniteError(HeteroflowError, FloatingPointError):
+    """A computed number is NaN or infinite (a training loss, a model output, a metric); the message says where
+    (epoch and step, split, metric) and what to change. A *permanent* failure: the same inputs fail the same way
+    on any device, so it is neither retried nor sent to another candidate."""

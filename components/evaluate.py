@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import time
 from typing import Any
 
 import numpy as np
 
+from heteroflow.components.errors import NonFiniteError
 from heteroflow.components.preprocess import load_split
 from heteroflow.components.train import load_model
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
-__all__ = ["EvalResult", "classification_report", "evaluate"]
+__all__ = ["EvalResult", "check_finite_metrics", "classification_report", "evaluate"]
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +63,17 @@ def classification_report(y_true: np.ndarray, y_pred: np.ndarray, num_classes: i
     return accuracy, precision, recall, cm
 
 
+def check_finite_metrics(metrics: dict[str, float]) -> None:
+    """Every metric is a finite number (a NaN cannot be logged to KFP nor written as JSON).
+
+    Raises:
+        NonFiniteError: names the first metric that is NaN or infinite.
+    """
+    for name, value in metrics.items():
+        if not math.isfinite(value):
+            raise NonFiniteError(f"metric {name} is {value}, not a finite number")
+
+
 def evaluate(dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str], *, device: str = "cpu") -> EvalResult:
     """Score a trained model on the ``test`` split.
 
@@ -72,6 +85,7 @@ def evaluate(dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[s
     Raises:
         DatasetError / CheckpointError: inputs are not preprocess / train output.
         DeviceUnavailable: the device is absent.
+        NonFiniteError: the model's outputs on the test split, or a metric, are NaN or infinite.
     """
     import torch  # imported before the clock starts: seconds measure the evaluation, not the import
 
@@ -80,9 +94,19 @@ def evaluate(dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[s
     x, y = load_split(dataset_dir, "test")
     dev = next(model.parameters()).device
     with torch.no_grad():
-        pred = model(torch.from_numpy(x).to(dev)).argmax(dim=1).cpu().numpy()
+        logits = model(torch.from_numpy(x).to(dev))
+        finite = torch.isfinite(logits).all(dim=1).cpu().numpy()
+        pred = logits.argmax(dim=1).cpu().numpy()
+    if not finite.all():
+        raise NonFiniteError(
+            f"the model's outputs are not finite numbers for {int((~finite).sum())} of {len(finite)} test samples "
+            f"(first: sample {int(np.flatnonzero(~finite)[0])}): its weights or the test features hold NaN or infinity; "
+            "train again with a lower learning_rate"
+        )
     classes = tuple(config["classes"])
     accuracy, precision, recall, cm = classification_report(y, pred, len(classes))
+    check_finite_metrics({"accuracy": accuracy, **{f"precision_{c}": p for c, p in zip(classes, precision)},
+                          **{f"recall_{c}": r for c, r in zip(classes, recall)}})
     return EvalResult(
         accuracy=accuracy,
         precision={c: float(p) for c, p in zip(classes, precision)},

@@ -28,8 +28,14 @@ import numpy as np
 
 from heteroflow.cache.locations import home_dir
 from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes
-from heteroflow.components.errors import CheckpointError, CheckpointLocked, DeviceUnavailable, InvalidParameter
-from heteroflow.components.preprocess import available_cpus, load_split, read_meta
+from heteroflow.components.errors import (
+    CheckpointError,
+    CheckpointLocked,
+    DeviceUnavailable,
+    InvalidParameter,
+    NonFiniteError,
+)
+from heteroflow.components.preprocess import TRANSFORM_FILES, available_cpus, load_split, read_meta
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
@@ -58,7 +64,8 @@ class TrainResult:
     """What train did.
 
     Attributes:
-        model_dir: folder with ``model.pt`` (state dict) and ``model.json`` (architecture, classes).
+        model_dir: folder with ``model.pt`` (state dict), ``model.json`` (architecture, classes) and the
+            fitted transformation preprocess saved (``transform.joblib``, ``transform.json``).
         device: the torch device it ran on (``cpu``, ``cuda:0``...).
         steps: optimizer steps in the whole training (including steps done before a resume).
         resumed_from_step: the checkpoint step it resumed from (0 for a fresh start).
@@ -144,7 +151,7 @@ def check_train_params(
     """Check train's parameters (the same checks :func:`train` makes; callers use it to fail before a run).
 
     Raises:
-        InvalidParameter: the first parameter out of range, named, with its valid range.
+        InvalidParameter: the first parameter out of range or not a finite number, named, with its valid range.
     """
     for name, value, low in (
         ("epochs", epochs, 1),
@@ -154,7 +161,9 @@ def check_train_params(
     ):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
-    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not learning_rate > 0:
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate):
+        raise InvalidParameter(f"learning_rate={learning_rate!r} is not a finite number; valid: a number > 0")
+    if not learning_rate > 0:
         raise InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0")
 
 
@@ -200,6 +209,7 @@ def train(
         CheckpointLocked: another live process is running the same training (transient: retried).
         CheckpointError: the checkpoint found cannot be loaded, or another process is running the same
             training (same checkpoint folder) right now.
+        NonFiniteError: a training loss is NaN or infinite (names the epoch and step).
         DatasetError: ``dataset_dir`` is not preprocess output.
     """
     import torch  # imported before the clock starts: seconds measure the training, not the import
@@ -330,6 +340,7 @@ def _train_locked(
         epoch, offset = divmod(step, steps_per_epoch)
         order = torch.from_numpy(np.random.default_rng(seed + epoch).permutation(n)).to(dev)
         losses = []
+        first_step = step  # losses[k] is the loss of step first_step + k + 1
         for b in range(offset, steps_per_epoch):
             idx = order[b * batch_size:(b + 1) * batch_size]
             loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
@@ -340,6 +351,7 @@ def _train_locked(
             samples += len(idx)
             losses.append(loss.detach())
             if step % checkpoint_every_steps == 0 and step < total_steps:
+                _check_losses(losses, first_step=first_step, epoch=epoch, params=params)  # never save NaN weights
                 _atomic_torch_save(
                     {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, ckpt_dir / _CHECKPOINT
                 )
@@ -347,6 +359,7 @@ def _train_locked(
                     ckpt_dir / _CHECKPOINT_INFO, json.dumps({"step": step, "total_steps": total_steps}).encode()
                 )
                 checkpoints += 1
+        _check_losses(losses, first_step=first_step, epoch=epoch, params=params)
         epoch_loss = float(torch.stack(losses).mean().item()) if losses else epoch_loss
         if progress is not None:
             elapsed = time.perf_counter() - loop_started
@@ -370,13 +383,17 @@ def _train_locked(
     out = Path(model_dir)
     with atomic_directory(out) as tmp:
         torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp / MODEL_WEIGHTS)
+        transform_files = [name for name in TRANSFORM_FILES if Path(dataset_dir, name).is_file()]
+        for name in transform_files:  # the fitted transformation travels with the model (and into the archive)
+            shutil.copyfile(Path(dataset_dir, name), tmp / name)
         config = {
             "architecture": "mlp",
             "in_features": meta["num_features"],
             "hidden_units": hidden_units,
             "num_classes": len(meta["classes"]),
             "classes": meta["classes"],
-            "normalization": {"mean": meta["mean"], "std": meta["std"]},
+            "label_column": meta.get("label_column"),
+            "transformation": TRANSFORM_FILES[0] if transform_files else None,
             "params": params,
             "steps": step,
         }
@@ -392,6 +409,31 @@ def _train_locked(
         final_loss=epoch_loss,
         validation_accuracy=val_acc,
         seconds=time.perf_counter() - started,
+    )
+
+
+def _check_losses(losses: list[torch.Tensor], *, first_step: int, epoch: int, params: dict[str, Any]) -> None:
+    """Raise at the first loss among ``losses`` (of steps ``first_step + 1`` on) that is NaN or infinite.
+
+    Checked at each checkpoint and epoch end (one device sync each, not one per step).
+
+    Raises:
+        NonFiniteError: names the epoch and step, and suggests a lower learning rate.
+    """
+    import torch
+
+    if not losses:
+        return
+    stacked = torch.stack(losses)
+    finite = torch.isfinite(stacked)
+    if bool(finite.all()):
+        return
+    k = int((~finite).nonzero()[0].item())
+    lr = params["learning_rate"]
+    raise NonFiniteError(
+        f"training loss is {float(stacked[k].item())} at epoch {epoch + 1} of {params['epochs']}, step {first_step + k + 1}: "
+        f"training diverged; lower learning_rate={lr:g} (e.g. learning_rate={lr / 10:g}), or check the data for "
+        "extreme values"
     )
 
 

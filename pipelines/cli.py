@@ -52,7 +52,18 @@ def _main(
 
 
 def _fail(exc: BaseException) -> None:
-    err_console.print(f"[bold red]error:[/] {escape(_one_line(exc))}", highlight=False)
+    """Print ``error: <message>`` (one line; a message that lists several problems as ``- `` bullets keeps them,
+    one per line) and exit 2."""
+    from heteroflow.cache.redact import redact_url
+
+    text = str(exc)
+    if "\n- " in text and not isinstance(exc, OSError):
+        first, *rest = redact_url(text).split("\n")
+        err_console.print(f"[bold red]error:[/] {escape(' '.join(first.split()))}", highlight=False)
+        for line in rest:
+            err_console.print(escape(line.rstrip()), highlight=False)
+    else:
+        err_console.print(f"[bold red]error:[/] {escape(_one_line(exc))}", highlight=False)
     raise typer.Exit(code=2)
 
 

@@ -64,7 +64,7 @@ def test_only_hidden_data_is_an_error_that_says_what_was_skipped(tmp_path: Path)
     (folder / "README.md").write_text("notes")
     for call in (check_source, lambda u: prewarm_dataset(u, str(tmp_path / "o"), cache_root=str(tmp_path / "t")),
                  lambda u: open_dataset(u)):
-        with pytest.raises(DatasetError, match=r"has no \.csv or \.npz file \(found: README.md\); skipped: "
+        with pytest.raises(DatasetError, match=r"has no \.csv, \.tsv, \.parquet or \.npz file \(found: README.md\); skipped: "
                                                r"\.ipynb_checkpoints/ \(hidden: the name starts with '\.'\)"):
             call(str(folder))
     assert not (tmp_path / "t").exists()

@@ -107,9 +107,9 @@ def test_a_404_folder_is_permanent(http_root, tmp_path: Path):
 
 def test_a_listing_without_data_files_is_permanent(http_root, tmp_path: Path):
     _, base, _ = http_root
-    with pytest.raises(DatasetError, match=r"has no \.csv or \.npz file \(found: README.md\)"):
+    with pytest.raises(DatasetError, match=r"has no \.csv, \.tsv, \.parquet or \.npz file \(found: README.md\)"):
         check_source(f"{base}/notes/")
-    with pytest.raises(DatasetError, match=r"has no \.csv or \.npz file"):
+    with pytest.raises(DatasetError, match=r"has no \.csv, \.tsv, \.parquet or \.npz file"):
         prewarm_dataset(f"{base}/notes/", str(tmp_path / "out"), cache_root=str(tmp_path / "tier"))
     assert not (tmp_path / "tier").exists() or list((tmp_path / "tier").iterdir()) == []
 

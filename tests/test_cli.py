@@ -183,7 +183,7 @@ ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
     "param-not-pair": (["run", "--param", "epochs"], ["'epochs'", "is not NAME=VALUE"]),
     "dataset-missing": (["run", "--dataset", "{missing}"], ["{missing}", "does not exist"]),
     "dataset-empty": (["run", "--dataset", "{empty}"], ["{empty}", "is empty"]),
-    "dataset-only-txt": (["run", "--dataset", "{only-txt}"], ["{only-txt}", "no .csv or .npz file"]),
+    "dataset-only-txt": (["run", "--dataset", "{only-txt}"], ["{only-txt}", "no .csv, .tsv, .parquet or .npz file"]),
     "memory-unit-GB": (["run", "-c", "gpu:memory=16GB"], ["memory='16GB'", "'GB' is not a unit"]),
     "negative-count": (["run", "-c", "gpu:count=-1"], ["count=-1", "negative"]),
     "unknown-kind": (["run", "-c", "tpu"], ["kind='tpu'", "is not a device kind", "cpu, gpu, npu"]),

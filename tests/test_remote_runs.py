@@ -76,7 +76,7 @@ def test_a_run_from_s3_with_credentials_in_the_environment(digits_dir: Path, tmp
 
 @pytest.mark.parametrize(
     ("path", "message"),
-    [("nothing-here/", "404"), ("notes/", "has no .csv or .npz file (found: README.txt)")],
+    [("nothing-here/", "404"), ("notes/", "has no .csv, .tsv, .parquet or .npz file (found: README.txt)")],
     ids=["404-folder", "no-data-files"],
 )
 def test_a_bad_http_source_is_refused_before_anything_runs(served: str, tmp_path: Path, path: str, message: str) -> None:

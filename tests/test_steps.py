@@ -51,118 +51,122 @@ def _tree_bytes(root: Path) -> dict[str, bytes]:
 # components.datasets
 # ==========================================================================================================
 
-from heteroflow.components.datasets import digits_source_dir, export_digits, load_table  # noqa: E402
+from heteroflow.components.datasets import digits_source_dir, export_digits, read_table  # noqa: E402
 
 
-def test_load_csv_string_labels(tmp_path: Path):
+def test_read_csv_string_labels(tmp_path: Path):
     f = tmp_path / "pets.csv"
     f.write_text("weight,height,label\n4.5,30,cat\n30,60,dog\n5,28,cat\n")
-    t = load_table(f)
-    assert t.features.dtype == np.float32
-    assert t.features.shape == (3, 2)
-    np.testing.assert_allclose(t.features, [[4.5, 30], [30, 60], [5, 28]])
-    assert t.labels.tolist() == ["cat", "dog", "cat"]
-    assert t.labels.dtype.kind == "U"
+    t = read_table(f)
+    assert list(t.frame.columns) == ["weight", "height", "label"]
+    assert t.kinds == {"weight": "number", "height": "number", "label": "text"}
+    np.testing.assert_allclose(t.frame[["weight", "height"]].to_numpy(float), [[4.5, 30], [30, 60], [5, 28]])
+    assert t.frame["label"].tolist() == ["cat", "dog", "cat"]
     assert t.source == str(f)
+    assert (t.format, t.named, t.csv.delimiter, t.csv.header) == ("csv", True, ",", True)
 
 
-def test_load_csv_label_column_in_the_middle(tmp_path: Path):
+def test_read_csv_strips_names_and_skips_blank_lines(tmp_path: Path):
     f = tmp_path / "mid.csv"
-    f.write_text("a, label ,b\n1,7,2\n3,8,4\n\n")
-    t = load_table(f)
-    np.testing.assert_array_equal(t.features, np.array([[1, 2], [3, 4]], dtype=np.float32))
-    assert t.labels.tolist() == [7, 8]
-    assert t.labels.dtype == np.int64
+    f.write_text("a, label ,b\n1,7,2\n\n3,8,4\n\n")
+    t = read_table(f)
+    assert list(t.frame.columns) == ["a", "label", "b"]
+    np.testing.assert_array_equal(t.frame.to_numpy(float), [[1, 7, 2], [3, 8, 4]])
+    assert t.blank_rows == 2
+    assert t.frame.index.tolist() == [0, 2]  # positions in the file: messages name the right line
+    assert t.where(2) == "mid.csv line 4"
 
 
-def test_load_csv_without_label_column_uses_last(tmp_path: Path):
-    f = tmp_path / "last.csv"
-    f.write_text("a,b,klass\n1,2,x\n3,4,y\n")
-    t = load_table(f)
-    np.testing.assert_array_equal(t.features, [[1, 2], [3, 4]])
-    assert t.labels.tolist() == ["x", "y"]
-
-
-def test_load_csv_leading_zero_labels_stay_strings(tmp_path: Path):
+def test_read_csv_numeric_looking_codes_are_numbers(tmp_path: Path):
     f = tmp_path / "codes.csv"
     f.write_text("a,label\n1,01\n2,2\n")
-    assert load_table(f).labels.tolist() == ["01", "2"]
+    t = read_table(f)
+    assert t.kinds["label"] == "number"
+    assert t.frame["label"].tolist() == [1, 2]
 
 
-def test_load_csv_non_numeric_cell_names_file_line_and_column(tmp_path: Path):
+def test_read_csv_text_cell_in_a_number_column_keeps_it_text(tmp_path: Path):
     f = tmp_path / "bad.csv"
     f.write_text("a,b,label\n1,2,0\n1,oops,1\n")
-    with pytest.raises(DatasetError, match=re.escape(f"{f}:3: column 'b' holds 'oops', not a number")):
-        load_table(f)
+    t = read_table(f)
+    assert t.kinds["b"] == "text"
+    assert t.frame["b"].tolist() == ["2", "oops"]
 
 
 BAD_CSV = [
-    ("a,b,label\n1,2\n", r":2: 2 columns, the header has 3"),
-    ("", r"empty CSV"),
-    ("a,label\n", r"header but no rows"),
-    ("label\n1\n", r"at least one feature column"),
+    ("", r"empty file"),
+    ("a,label\n", r"no data rows"),
+    ("label\n1\n", r"found 1 column \(no delimiter"),
+    ("a,b\n1,2\n3,4,5,6\n", r"Expected 2 fields in line 3, saw 4 \(columns split by comma"),
 ]
 
 
-@pytest.mark.parametrize(("text", "pattern"), BAD_CSV, ids=["ragged-row", "empty", "header-only", "no-features"])
-def test_load_csv_invalid(tmp_path: Path, text: str, pattern: str):
+@pytest.mark.parametrize(("text", "pattern"), BAD_CSV, ids=["empty", "header-only", "one-column", "ragged-long-row"])
+def test_read_csv_invalid(tmp_path: Path, text: str, pattern: str):
     f = tmp_path / "t.csv"
     f.write_text(text)
     with pytest.raises(DatasetError, match=re.escape(str(f)) + ".*" + pattern):
-        load_table(f)
+        read_table(f)
 
 
-def test_load_npz(tmp_path: Path):
+def test_read_csv_short_row_has_missing_cells(tmp_path: Path):
+    f = tmp_path / "short.csv"
+    f.write_text("a,b,label\n1,2\n3,4,5\n")
+    t = read_table(f)
+    assert t.frame["label"].isna().tolist() == [True, False]
+
+
+def test_read_npz(tmp_path: Path):
     f = tmp_path / "img.npz"
     x = np.arange(5 * 4 * 4, dtype=np.int64).reshape(5, 4, 4)
     y = np.array([0, 1, 0, 1, 2])
     np.savez(f, x=x, y=y)
-    t = load_table(f)
-    assert t.features.shape == (5, 16)
-    assert t.features.dtype == np.float32
-    np.testing.assert_array_equal(t.features, x.reshape(5, 16))
-    assert t.labels.tolist() == [0, 1, 0, 1, 2]
+    t = read_table(f)
+    assert list(t.frame.columns) == [f"x{i}" for i in range(16)] + ["label"]
+    np.testing.assert_array_equal(t.frame.iloc[:, :16].to_numpy(), x.reshape(5, 16))
+    assert t.frame["label"].tolist() == [0, 1, 0, 1, 2]
+    assert (t.format, t.named) == ("npz", False)
 
 
-def test_load_npz_alternative_names(tmp_path: Path):
+def test_read_npz_alternative_names(tmp_path: Path):
     f = tmp_path / "alt.npz"
     np.savez(f, features=np.ones((2, 3)), labels=np.array(["a", "b"]))
-    t = load_table(f)
-    assert t.features.shape == (2, 3)
-    assert t.labels.tolist() == ["a", "b"]
+    t = read_table(f)
+    assert t.frame.shape == (2, 4)
+    assert t.frame["label"].tolist() == ["a", "b"]
 
 
-def test_load_npz_missing_arrays(tmp_path: Path):
+def test_read_npz_missing_arrays(tmp_path: Path):
     f = tmp_path / "nox.npz"
     np.savez(f, x=np.ones((2, 3)))
     with pytest.raises(DatasetError, match=re.escape(str(f)) + r".*needs arrays 'x' and 'y' \(found: x\)"):
-        load_table(f)
+        read_table(f)
 
 
-def test_load_npz_missing_arrays_is_not_called_unreadable(tmp_path: Path):
+def test_read_npz_missing_arrays_is_not_called_unreadable(tmp_path: Path):
     f = tmp_path / "nox.npz"
     np.savez(f, x=np.ones((2, 3)))
     with pytest.raises(DatasetError) as info:
-        load_table(f)
+        read_table(f)
     assert "not a readable" not in str(info.value)
 
 
-def test_load_npz_shape_mismatch_and_garbage(tmp_path: Path):
+def test_read_npz_shape_mismatch_and_garbage(tmp_path: Path):
     f = tmp_path / "mismatch.npz"
     np.savez(f, x=np.ones((3, 2)), y=np.zeros(2))
     with pytest.raises(DatasetError, match=r"'y' has shape \(2,\), expected \(3,\)"):
-        load_table(f)
+        read_table(f)
     g = tmp_path / "garbage.npz"
     g.write_bytes(b"this is not a zip file")
     with pytest.raises(DatasetError, match=r"garbage\.npz: not a readable \.npz file"):
-        load_table(g)
+        read_table(g)
 
 
-def test_load_unsupported_suffix(tmp_path: Path):
+def test_read_unsupported_suffix(tmp_path: Path):
     f = tmp_path / "notes.txt"
     f.write_text("hello")
     with pytest.raises(DatasetError, match=r"unsupported file type '\.txt'"):
-        load_table(f)
+        read_table(f)
 
 
 def test_export_digits_content(digits_dir: Path):
@@ -181,9 +185,9 @@ def test_export_digits_content(digits_dir: Path):
             assert all(len(r) == DIGITS_FEATURES + 1 for r in body)
             rows += len(body)
     assert rows == DIGITS_SAMPLES
-    tables = [load_table(p) for p in parts]
-    x = np.concatenate([t.features for t in tables])
-    y = np.concatenate([t.labels for t in tables])
+    frames = [read_table(p).frame for p in parts]
+    x = np.concatenate([f.iloc[:, :-1].to_numpy(np.float32) for f in frames])
+    y = np.concatenate([f["label"].to_numpy() for f in frames])
     ref = load_digits()
     np.testing.assert_array_equal(x, ref.data.astype(np.float32))
     np.testing.assert_array_equal(y, ref.target)
@@ -209,7 +213,7 @@ def test_export_digits_replaces_an_interrupted_export(tmp_path: Path):
     (dest / "digits-part-0.csv").write_text("half a file")
     export_digits(dest)
     assert (dest / "export.json").is_file()
-    assert len(load_table(dest / "digits-part-0.csv").labels) > 400
+    assert len(read_table(dest / "digits-part-0.csv").frame) > 400
 
 
 # ==========================================================================================================
@@ -217,6 +221,16 @@ def test_export_digits_replaces_an_interrupted_export(tmp_path: Path):
 # ==========================================================================================================
 
 from heteroflow.components.preprocess import SPLITS, load_split, preprocess, read_meta  # noqa: E402
+
+
+def _scaler_of(out: Path) -> tuple[np.ndarray, np.ndarray]:
+    """Mean and scale of the saved transformation's StandardScaler (digits: every column is a number)."""
+    from heteroflow.components.tabular import load_transform
+
+    transform, schema = load_transform(out)
+    assert [c["kind"] for c in schema["columns"]] == ["number"] * DIGITS_FEATURES
+    scaler = transform.named_transformers_["number"].named_steps["scale"]
+    return scaler.mean_, scaler.scale_
 
 
 def _all_splits(out: Path) -> dict[str, tuple[np.ndarray, np.ndarray]]:
@@ -261,8 +275,7 @@ def test_train_split_is_standardised(digits_shards: Path):
 
 def test_standardisation_uses_train_statistics(digits_dir: Path, tmp_path: Path):
     out = preprocess(digits_dir, tmp_path / "shards", seed=3, num_workers=1).output_dir
-    meta = read_meta(out)
-    mean, std = np.array(meta["mean"]), np.array(meta["std"])
+    mean, std = _scaler_of(out)
     x_test, _ = load_split(out, "test")
     raw = x_test * std + mean  # undo the normalisation: original integer pixels 0..16
     np.testing.assert_allclose(raw, np.round(raw), atol=1e-3)
@@ -290,8 +303,8 @@ def test_different_seed_different_split(digits_dir: Path, tmp_path: Path):
     assert not np.array_equal(xa, xb)
     # not merely a reordering: a different set of samples
     def raw_rows(out: Path, x: np.ndarray) -> set[bytes]:
-        meta = read_meta(out)
-        pixels = np.rint(x * np.array(meta["std"]) + np.array(meta["mean"])).astype(np.int64)
+        mean, std = _scaler_of(out)
+        pixels = np.rint(x * std + mean).astype(np.int64)
         return {row.tobytes() for row in pixels}
 
     assert raw_rows(a.output_dir, xa) != raw_rows(b.output_dir, xb)
@@ -344,7 +357,7 @@ INVALID_PREPROCESS = [
     (dict(test_fraction=0.0), r"^test_fraction=0\.0 is out of range"),
     (dict(test_fraction=1.0), r"^test_fraction=1\.0 is out of range"),
     (dict(validation_fraction=0.5, test_fraction=0.5), r"^validation_fraction \+ test_fraction = 1\.0"),
-    (dict(shard_size=0), r"^shard_size=0 is out of range"),
+    (dict(shard_size=-1), r"^shard_size=-1 is out of range"),
     (dict(num_workers=-1), r"^num_workers=-1 is out of range; valid: 0 \(every given core\) or more"),
 ]
 
@@ -352,7 +365,7 @@ INVALID_PREPROCESS = [
 @pytest.mark.parametrize(
     ("kwargs", "pattern"),
     INVALID_PREPROCESS,
-    ids=["val-1", "val-neg", "test-0", "test-1", "sum-1", "shard-0", "workers-neg"],
+    ids=["val-1", "val-neg", "test-0", "test-1", "sum-1", "shard-neg", "workers-neg"],
 )
 def test_preprocess_invalid_parameters(digits_dir: Path, tmp_path: Path, kwargs: dict, pattern: str):
     with pytest.raises(InvalidParameter, match=pattern):
@@ -371,7 +384,7 @@ def test_preprocess_folder_without_data_files(tmp_path: Path):
     src = tmp_path / "docs"
     src.mkdir()
     (src / "README.md").write_text("no data here")
-    with pytest.raises(DatasetError, match=r"docs has no \.csv or \.npz file"):
+    with pytest.raises(DatasetError, match=r"docs has no \.csv, \.tsv, \.parquet or \.npz file"):
         preprocess(src, tmp_path / "out", num_workers=1)
     empty = tmp_path / "empty"
     empty.mkdir()
@@ -401,7 +414,8 @@ def test_preprocess_string_labels_and_npz(tmp_path: Path):
 def test_preprocess_data_errors(tmp_path: Path):
     too_few = tmp_path / "few"
     too_few.mkdir()
-    (too_few / "a.csv").write_text("x,label\n" + "".join(f"{i},0\n" for i in range(20)) + "98,1\n99,1\n")
+    # x is not a row id: values repeat and do not follow the row order
+    (too_few / "a.csv").write_text("x,label\n" + "".join(f"{i % 7},0\n" for i in range(20)) + "98,1\n99,1\n")
     with pytest.raises(DatasetError, match=r"class '1' has 2 samples: too few to put at least one in test and one in train with validation_fraction=0\.3"):
         preprocess(too_few, tmp_path / "out", validation_fraction=0.3, test_fraction=0.3, num_workers=1)
 
@@ -1065,7 +1079,7 @@ def test_preprocess_rejects_a_class_too_small_for_the_test_split(tmp_path: Path)
     src = tmp_path / "tiny-class"
     src.mkdir()
     # class 1 has 3 samples: 15% of 3 rounds to 0, so it would be absent from test (no per-class metrics for it)
-    (src / "a.csv").write_text("x,label\n" + "".join(f"{i},0\n" for i in range(40)) + "97,1\n98,1\n99,1\n")
+    (src / "a.csv").write_text("x,label\n" + "".join(f"{i % 7},0\n" for i in range(40)) + "97,1\n98,1\n99,1\n")
     with pytest.raises(DatasetError, match=r"class '1' has 3 samples: too few to put at least one in test"):
         preprocess(src, tmp_path / "out", num_workers=1)
     assert not (tmp_path / "out").exists()
@@ -1084,15 +1098,17 @@ def test_archive_skips_a_stray_file_named_like_a_version(tmp_path: Path):
     assert (tmp_path / "archive" / "m" / "v1").read_text() == "not an archive version"
 
 
-def test_load_csv_whole_float_labels_become_integers(tmp_path: Path):
-    f = tmp_path / "floats.csv"
-    f.write_text("a,label\n1,0.000000000000000000e+00\n2,3.0\n3,2.5e0\n")
-    # 2.5 is not whole: the labels stay strings, as written
-    assert load_table(f).labels.tolist() == ["0.000000000000000000e+00", "3.0", "2.5e0"]
-    f.write_text("a,label\n1,0.000000000000000000e+00\n2,3.0\n")
-    t = load_table(f)
-    assert t.labels.tolist() == [0, 3]
-    assert t.labels.dtype == np.int64
+def test_whole_float_labels_become_integer_classes(tmp_path: Path):
+    src = tmp_path / "floats"
+    src.mkdir()
+    rows = "".join(f"{i % 7},{'0.000000000000000000e+00' if i % 2 else '3.0'}\n" for i in range(40))
+    (src / "a.csv").write_text("a,label\n" + rows)
+    r = preprocess(src, tmp_path / "out", num_workers=1)
+    assert r.classes == ("0", "3")
+    assert r.report["class_counts"] == {"0": 20, "3": 20}
+    (src / "a.csv").write_text("a,label\n" + rows + "40,2.5e0\n")
+    with pytest.raises(DatasetError, match=r"class column 'label' \(the column named 'label'\) looks continuous: .*2\.5"):
+        preprocess(src, tmp_path / "out", num_workers=1)
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,122 @@
+"""Predict with an archived (or freshly trained) model on raw rows of the original table.
+
+An archive version ``<archive_root>/<name>/v<N>/`` holds ``model/`` (the weights, ``model.json``, and the
+transformation preprocess fitted: ``transform.joblib`` and ``transform.json``), so it alone turns raw rows
+into classes::
+
+    from heteroflow.components.predict import load_archived
+
+    model = load_archived("~/.cache/heteroflow/archive/titanic-mlp/v1")
+    model.predict("passengers.csv")            # a file read the way training read its files
+    model.predict(frame)                        # a pandas DataFrame with the input columns (others ignored)
+    model.predict([{"Pclass": 3, "Sex": "male", "Age": 22}, ...])
+
+The transformation is a pickle (scikit-learn's own persistence, through joblib): load only archives you
+trust, with a scikit-learn close to the one recorded in ``transform.json`` (``versions``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from heteroflow.cache.errors import DatasetError
+from heteroflow.components.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+__all__ = ["ArchivedModel", "load_archived"]
+
+
+class ArchivedModel:
+    """A trained model with its transformation.
+
+    Attributes:
+        model_dir: the model folder.
+        classes: class names, index = the model's output index.
+        label_column: the class column of the training table.
+        columns: the input columns it reads, in order.
+        config: ``model.json``.
+        schema: ``transform.json``.
+    """
+
+    def __init__(self, model_dir: Path, model: torch.nn.Module, config: dict[str, Any], transform: Any, schema: dict[str, Any]) -> None:
+        self.model_dir = model_dir
+        self._model = model
+        self._transform = transform
+        self.config = config
+        self.schema = schema
+        self.classes: tuple[str, ...] = tuple(config["classes"])
+        self.label_column: str = schema["label_column"]
+        self.columns: tuple[str, ...] = tuple(c["name"] for c in schema["columns"])
+
+    def read(self, path: str | os.PathLike[str]) -> pd.DataFrame:
+        """A table file read (and cleaned) the way training read its files: every column, index = row position."""
+        from heteroflow.components.datasets import read_table
+
+        read = self.schema.get("read", {})
+        return read_table(path, header=read.get("header", "auto"), delimiter=read.get("delimiter", "auto")).frame
+
+    def features(self, rows: Any) -> np.ndarray:
+        """The model's input for raw rows: float32 ``(n, num_features)``.
+
+        Args:
+            rows: a file path (read with :meth:`read`), a DataFrame, a sequence of mappings, or a 2-D
+                sequence of the input columns in order (see
+                :func:`heteroflow.components.tabular.prepare_rows`).
+
+        Raises:
+            DatasetError: a column is absent, a cell is not of its column's kind, or a value is missing that the
+                transformation cannot fill.
+        """
+        from heteroflow.components.tabular import prepare_rows
+
+        where = "rows"
+        if isinstance(rows, (str, os.PathLike)):
+            where, rows = str(rows), self.read(rows)
+        frame = prepare_rows(rows, self.schema, where=where)
+        with np.errstate(all="ignore"):
+            x = np.asarray(self._transform.transform(frame), dtype=np.float32)
+        if not np.isfinite(x).all():
+            r = int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
+            raise DatasetError(f"{where}: row {r} gives features that are not finite numbers (a value far out of the training range)")
+        return x
+
+    def predict_proba(self, rows: Any) -> np.ndarray:
+        """Class probabilities (softmax of the model's outputs), float32 ``(n, len(classes))``."""
+        import torch
+
+        x = self.features(rows)
+        with torch.no_grad():
+            logits = self._model(torch.from_numpy(x).to(next(self._model.parameters()).device))
+            return torch.softmax(logits, dim=1).cpu().numpy()
+
+    def predict(self, rows: Any) -> np.ndarray:
+        """The predicted class name of each row: a string array ``(n,)`` (class names as in ``classes``)."""
+        return np.asarray(self.classes, dtype=str)[self.predict_proba(rows).argmax(axis=1)]
+
+
+def load_archived(path: str | os.PathLike[str], *, device: str = "cpu") -> ArchivedModel:
+    """Load a model and its transformation from an archive version folder (``.../<name>/v<N>``) or a model
+    folder (train's output).
+
+    Raises:
+        CheckpointError: the folder holds no heteroflow model.
+        DatasetError: the model was saved without its transformation.
+        DeviceUnavailable: ``device`` is absent.
+    """
+    from heteroflow.components.tabular import load_transform
+    from heteroflow.components.train import MODEL_CONFIG, load_model
+
+    folder = Path(path).expanduser()
+    model_dir = folder / "model" if (folder / "model" / MODEL_CONFIG).is_file() else folder
+    if not (model_dir / MODEL_CONFIG).is_file():
+        raise CheckpointError(f"{folder} holds no heteroflow model (no {MODEL_CONFIG} in it or in its model/ folder)")
+    model, config = load_model(model_dir, device)
+    transform, schema = load_transform(model_dir)
+    return ArchivedModel(model_dir, model, config, transform, schema)
