@@ -466,6 +466,14 @@ def step_(
     raise typer.Exit(code=outcome.exit_code)
 
 
+# --- the cache tier (pipelines/cli_cache.py) ---------------------------------------------------------------
+
+from heteroflow.pipelines.cli_cache import cache_app, prewarm_command  # noqa: E402
+
+app.command("prewarm")(prewarm_command)
+app.add_typer(cache_app, name="cache")
+
+
 # --- archive -----------------------------------------------------------------------------------------------
 
 archive_app = typer.Typer(no_args_is_help=True, help="The archived models: every version, its metrics and lineage.")
