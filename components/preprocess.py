@@ -39,7 +39,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -53,7 +53,7 @@ from heteroflow.cache.dataset import open_dataset
 from heteroflow.components.datasets import DELIMITERS, RawTable, read_table
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import Resources, RetryPolicy
-from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
+from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -181,26 +181,20 @@ def _choice(value: Any, param: str, choices: tuple[str, ...]) -> str:
     return text
 
 
-def check_preprocess_params(
-    *,
-    validation_fraction: float = 0.15,
-    test_fraction: float = 0.15,
-    shard_size: int = 0,
-    num_workers: int = 0,
-    label_column: str = "",
-    drop_columns: str = "",
-    keep_columns: str = "",
-    header: str = "auto",
-    delimiter: str = "auto",
-    categorical: str = "onehot",
-    max_categories: int = 50,
-    missing: str = "error",
-) -> None:
-    """Check every parameter of :func:`preprocess` (the checks it makes; callers use it to fail before a run).
+def check_preprocess_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
+    """Check every parameter of :func:`preprocess` (the checks it makes first; callers use it to fail before a run).
+
+    Args:
+        values / given: parameter values by name (``preprocess``'s defaults for the others).
 
     Raises:
         InvalidParameter: the first parameter out of range, named, with what is valid.
     """
+    v = with_defaults(preprocess, values, **given)
+    validation_fraction, test_fraction, shard_size = v["validation_fraction"], v["test_fraction"], v["shard_size"]
+    num_workers, max_categories, label_column = v["num_workers"], v["max_categories"], v["label_column"]
+    drop_columns, keep_columns, delimiter = v["drop_columns"], v["keep_columns"], v["delimiter"]
+    header, categorical, missing = v["header"], v["categorical"], v["missing"]
     check_split_params(validation_fraction=validation_fraction, test_fraction=test_fraction)
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 0:
         raise InvalidParameter(f"shard_size={shard_size!r} is out of range; valid: 0 (about 16 MiB per shard) or more")
@@ -436,20 +430,7 @@ def preprocess(
             problems of the features (each named with the parameter that changes the decision).
     """
     started = time.perf_counter()
-    check_preprocess_params(
-        validation_fraction=validation_fraction,
-        test_fraction=test_fraction,
-        shard_size=shard_size,
-        num_workers=num_workers,
-        label_column=label_column,
-        drop_columns=drop_columns,
-        keep_columns=keep_columns,
-        header=header,
-        delimiter=delimiter,
-        categorical=categorical,
-        max_categories=max_categories,
-        missing=missing,
-    )
+    check_preprocess_params(locals())
     header = _choice(header, "header", HEADER_CHOICES)
     categorical = _choice(categorical, "categorical", CATEGORICAL_CHOICES)
     missing = _choice(missing, "missing", MISSING_CHOICES)

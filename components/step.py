@@ -42,6 +42,7 @@ __all__ = [
     "import_object",
     "load_step",
     "step_ref",
+    "with_defaults",
     "step",
 ]
 
@@ -158,6 +159,19 @@ class Param:
 
     def describe_default(self) -> str:
         return "(required)" if self.required else repr(self.default)
+
+
+def with_defaults(func: Callable[..., Any], values: Mapping[str, Any] | None = None, **more: Any) -> dict[str, Any]:
+    """``func``'s keyword defaults, updated with ``values`` and ``more`` (keys ``func`` does not take are dropped).
+
+    For parameter checks written once: ``check_x_params(locals())`` inside ``x`` and ``check_x_params(epochs=0)``
+    in a test both see every parameter, with ``x``'s own defaults for the ones not given.
+    """
+    params = inspect.signature(func).parameters
+    out = {n: p.default for n, p in params.items() if p.default is not inspect.Parameter.empty}
+    for source in (values or {}, more):
+        out.update({k: v for k, v in source.items() if k in params})
+    return out
 
 
 def _docstring_args(func: Callable[..., Any]) -> tuple[str, dict[str, str]]:
@@ -312,6 +326,11 @@ class Step:
         if self.check is None:
             return
         wanted = inspect.signature(self.check).parameters
+        if any(p.kind is p.VAR_KEYWORD for p in wanted.values()):  # a check that takes every value
+            full = {p.name: p.default for p in self.params if not p.required}
+            full.update(values)
+            self.check(**full)
+            return
         kwargs = {}
         for name in wanted:
             if name in values:

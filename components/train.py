@@ -20,7 +20,7 @@ import math
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +37,7 @@ from heteroflow.components.errors import (
 )
 from heteroflow.components.preprocess import TRANSFORM_FILES, available_cpus, load_split, read_meta
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
-from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
+from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
 if TYPE_CHECKING:
     import torch
@@ -145,20 +145,19 @@ def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float
         return float((model(x).argmax(dim=1) == y).float().mean().item())
 
 
-def check_train_params(
-    *, epochs: int, batch_size: int, learning_rate: float, hidden_units: int, checkpoint_every_steps: int
-) -> None:
-    """Check train's parameters (the same checks :func:`train` makes; callers use it to fail before a run).
+def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
+    """Check train's parameters (the checks :func:`train` makes first; callers use it to fail before a run).
+
+    Args:
+        values / given: parameter values by name (``train``'s defaults for the others).
 
     Raises:
         InvalidParameter: the first parameter out of range or not a finite number, named, with its valid range.
     """
-    for name, value, low in (
-        ("epochs", epochs, 1),
-        ("batch_size", batch_size, 1),
-        ("hidden_units", hidden_units, 1),
-        ("checkpoint_every_steps", checkpoint_every_steps, 1),
-    ):
+    v = with_defaults(train, values, **given)
+    learning_rate = v["learning_rate"]
+    for name in ("epochs", "batch_size", "hidden_units", "checkpoint_every_steps"):
+        value, low = v[name], 1
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate):
@@ -215,13 +214,7 @@ def train(
     import torch  # imported before the clock starts: seconds measure the training, not the import
 
     started = time.perf_counter()
-    check_train_params(
-        epochs=epochs,
-        batch_size=batch_size,
-        learning_rate=learning_rate,
-        hidden_units=hidden_units,
-        checkpoint_every_steps=checkpoint_every_steps,
-    )
+    check_train_params(locals())
     dev = resolve_device(device)
     # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given.
     torch.set_num_threads(available_cpus())
