@@ -617,6 +617,6 @@ def test_gcs_and_azure_without_their_driver(url: str, package: str):
     import importlib.util
 
     if importlib.util.find_spec(package) is not None:
-        pytest.skip(f"{package} is installed in this environment, so its driver is not missing")
+        pytest.skip(reason=f"{package} is installed in this environment, so its driver is not missing")
     with pytest.raises(DatasetError, match=rf"the fsspec driver for \w+:// is not installed; pip install {package}$"):
         check_source(url)

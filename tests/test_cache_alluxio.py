@@ -299,7 +299,7 @@ def test_backend_for():
 def _env(name: str) -> str:
     value = os.environ.get(name, "")
     if not value:
-        pytest.skip(f"environment variable {name} is not set: no real Alluxio endpoint to test against")
+        pytest.skip(reason=f"environment variable {name} is not set: no real Alluxio endpoint to test against")
     return value
 
 
