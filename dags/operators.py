@@ -122,7 +122,9 @@ class StepRetryPolicy(AirflowRetryPolicy):
     Evaluated in the worker after a try failed (Airflow's ``task_runner``): a
     :class:`~heteroflow.components.runtime.TransientStepFailure` is retried after exactly
     ``policy.delay_seconds(try_number - 1)`` seconds, unless that retry would start after
-    ``policy.window_seconds`` from the first attempt on this candidate (then the task fails); anything else
+    ``policy.window_seconds`` from the first attempt on this candidate (then the task fails; checked where that
+    start is known: local mode reads it from the attempt records, kubernetes mode only when the worker can read
+    the run folder, else the window is not enforced and ``retries`` alone limits the retries); anything else
     falls through to Airflow's default (its ``retries``/``retry_delay``), except that ``AirflowFailException``
     (device and permanent failures) never reaches a policy. Airflow still caps the number of retries at the
     task's ``retries``.

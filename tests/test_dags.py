@@ -694,3 +694,25 @@ def test_the_same_candidates_ask_the_same_in_kfp_and_in_airflow(profile: str, ku
             "annotations": pod["metadata"].get("annotations") or {},
         }
         assert kfp[index] == airflow, f"candidate {index} ({tid})"
+
+
+# --- the command line and imports ------------------------------------------------------------------------------------
+
+
+def test_cli_and_layout_import_no_airflow() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, heteroflow.dags, heteroflow.dags.cli, heteroflow.dags.layout; print(sorted(m for m in ('airflow', 'torch', 'kfp') if m in sys.modules))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]"
+
+
+def test_airflow_command_group_is_registered() -> None:
+    import subprocess
+    import sys
+    from importlib.metadata import entry_points
+
+    assert {e.name: e.value for e in entry_points(group="heteroflow.cli")}.get("airflow") == "heteroflow.dags.cli:app"
+    done = subprocess.run([str(Path(sys.executable).with_name("heteroflow")), "airflow", "pools", "--help"], capture_output=True, text=True)
+    assert done.returncode == 0 and "--inventory" in done.stdout
