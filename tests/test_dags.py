@@ -6,7 +6,7 @@ and with the compiled KFP YAML. Runs of real Airflow are in ``tests/test_dags_ai
 
 from __future__ import annotations
 
-import io
+import ast
 import json
 import os
 import re
@@ -31,7 +31,6 @@ from heteroflow.components.errors import InvalidParameter, InvalidResources  # n
 from heteroflow.components.plan import Inventory  # noqa: E402
 from heteroflow.components.resources import Resources, RetryPolicy  # noqa: E402
 from heteroflow.components.runtime import TransientStepFailure  # noqa: E402
-from heteroflow.components.step import ArtifactSpec, ArtifactType, step  # noqa: E402
 from heteroflow.dags.factory import build_dag  # noqa: E402
 from heteroflow.dags.layout import (  # noqa: E402
     FAILURE_KEY,
@@ -195,8 +194,8 @@ def _string_literals(path: Path) -> Iterator[str]:
         for tok in tokenize.generate_tokens(fh.readline):
             if tok.type == tokenize.STRING and not tok.string.startswith(('"""', "'''", 'f"""')):
                 try:
-                    yield str(eval(tok.string))  # noqa: S307 - a literal from our own source
-                except Exception:  # f-strings
+                    yield str(ast.literal_eval(tok.string))
+                except (ValueError, SyntaxError):  # f-strings
                     yield tok.string
 
 
@@ -510,11 +509,18 @@ def test_the_pod_command_renders_to_a_heteroflow_step_command(kubeconfig: Path) 
     assert json.loads(plan[plan.index("--placements") + 1]) == pipeline.placements()
 
 
-def test_step_command_of_a_constant_keeps_it_literal() -> None:
-    p = default_pipeline().copy("hf-const")
-    p2 = subset(p, ["prewarm"], name="hf-const2")
-    cmds, args = step_command(p2, p2["prewarm"], None)
-    assert "--candidate" not in args and cmds[-1] == "heteroflow.components.prewarm:PREWARM"
+def test_a_constant_bound_at_the_call_is_passed_literally() -> None:
+    from heteroflow.components.steps import PREPROCESS, PREWARM
+    from heteroflow.pipelines.graph import Pipeline
+
+    p = Pipeline("hf-const")
+    data = p.add(PREWARM, source_uri=p.param("dataset_uri"))
+    p.add(PREPROCESS, dataset=data.outputs.dataset, test_fraction=0.2)
+    cmds, args = step_command(p, p["preprocess"], None)
+    assert cmds[-1] == "heteroflow.components.preprocess:PREPROCESS" and "--candidate" not in args
+    op = build_dag(p, "hf-const", mode="kubernetes", image=IMAGE, run_root="/r", pod_kwargs=POD_KWARGS).task_dict["preprocess"]
+    rendered = op.render_template(op.arguments, {"ti": _TI({"run_dir": "/r/1", "run_id": "1", "args": p.arguments({"dataset_uri": "x"})})})
+    assert "test_fraction=0.2" in rendered and "test_fraction" not in p.params
 
 
 # --- kubernetes mode: failures read from the pod ------------------------------------------------------------------
