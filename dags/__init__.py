@@ -1,4 +1,10 @@
-"""Airflow DAG factory and DAG files (imports go dags -> pipelines -> components -> cache).
+"""Airflow 3 rendering of heteroflow pipelines (imports go dags -> pipelines -> components -> cache).
 
-The DAG factory arrives with the Airflow issue; this package exists now so the layout and packaging are fixed.
+- :func:`heteroflow.dags.factory.build_dag`: a Pipeline as a DAG, in ``local`` or ``kubernetes`` mode;
+- :mod:`heteroflow.dags.layout`: the DAG's shape (task ids, fallback gates, pools, params), without Airflow;
+- :mod:`heteroflow.dags.operators` / :mod:`heteroflow.dags.pods`: the tasks;
+- :mod:`heteroflow.dags.pools` and ``heteroflow airflow pools``: pools per device kind and accelerator model;
+- ``example_default.py`` / ``example_asset.py``: example DAG files (this folder can be a DAGS_FOLDER).
+
+Importing this package imports nothing from Airflow.
 """
