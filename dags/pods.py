@@ -227,7 +227,14 @@ def pod_task_factory(
             )
         labels = {**built.pop("labels", {}), **dict(pod_kwargs.get("labels") or {})}
         annotations = {**built.pop("annotations", {}), **dict(pod_kwargs.get("annotations") or {})}
-        env = {"HETEROFLOW_RUN_ID": RUN_ID, **dict(pod_kwargs.get("env_vars") or {})}
+        from kubernetes.client import models as k8s
+
+        plain = {"HETEROFLOW_RUN_ID": RUN_ID, **dict(pod_kwargs.get("env_vars") or {})}
+        env = [k8s.V1EnvVar(name=k, value=v) for k, v in plain.items()]
+        for secret in call.secrets:  # credentials from a Kubernetes Secret, never a parameter
+            for var, key in secret.env.items():
+                selector = k8s.V1SecretKeySelector(name=secret.secret, key=key)
+                env.append(k8s.V1EnvVar(name=var, value_from=k8s.V1EnvVarSource(secret_key_ref=selector)))
         rest = {k: v for k, v in pod_kwargs.items() if k not in ("labels", "annotations", "env_vars")}
         cmds, arguments = step_command(layout.pipeline, call, index)
         task_id = task_kwargs["task_id"]

@@ -722,3 +722,17 @@ def test_airflow_command_group_is_registered() -> None:
     assert {e.name: e.value for e in entry_points(group="heteroflow.cli")}.get("airflow") == "heteroflow.dags.cli:app"
     done = subprocess.run([str(Path(sys.executable).with_name("heteroflow")), "airflow", "pools", "--help"], capture_output=True, text=True)
     assert done.returncode == 0 and "--inventory" in done.stdout
+
+
+def test_a_calls_secrets_reach_its_pod_as_secret_key_refs(kubeconfig: Path) -> None:
+    from heteroflow.pipelines.graph import SecretEnv
+
+    p = _pipeline()
+    p.replace("prewarm", secrets=[SecretEnv("s3-creds", {"AWS_ACCESS_KEY_ID": "access_key", "AWS_SECRET_ACCESS_KEY": "secret_key"})])
+    pods = _pods(_k8s_dag("nvidia-gfd", kubeconfig, p))
+    env = {e["name"]: e for e in pods["prewarm"]["spec"]["containers"][0]["env"]}
+    assert env["AWS_ACCESS_KEY_ID"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "access_key"}
+    assert env["AWS_SECRET_ACCESS_KEY"]["valueFrom"]["secretKeyRef"] == {"name": "s3-creds", "key": "secret_key"}
+    assert "HETEROFLOW_RUN_ID" in env
+    other = {e["name"] for e in pods["preprocess"]["spec"]["containers"][0]["env"]}
+    assert "AWS_ACCESS_KEY_ID" not in other  # only the call that asked for it
