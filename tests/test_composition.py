@@ -107,3 +107,16 @@ def test_the_new_step_runs_on_kfp_local_with_the_parameter(toy_module: str, digi
     assert record.results["calibrate"] == {"temperature_scale": 2.5, "classes": 10}
     assert record.metrics["calibrate"] == {"temperature_scale": 2.5, "classes": 10}
     assert record.params["temperature_scale"] == 2.5
+
+
+@pytest.mark.parametrize("script", ["custom_composition.py", "kfp_dsl.py"])
+def test_the_composition_examples_compile(script: str, tmp_path: Path) -> None:
+    """The examples/ scripts a user copies from: each compiles its pipeline (running them is the README's job)."""
+    import subprocess
+
+    example = Path(__file__).resolve().parents[1] / "examples" / script
+    out = tmp_path / "p.yaml"
+    proc = subprocess.run([sys.executable, str(example), "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    ir = next(yaml.safe_load_all(out.read_text()))
+    assert ir["pipelineInfo"]["name"] in ("digits-gpu-or-cpu", "train-and-announce")
