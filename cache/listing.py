@@ -308,7 +308,9 @@ def list_dataset(
         if not root.exists():
             if root.is_symlink():
                 raise DatasetError(f"data set {shown} is a broken symlink (to {os.readlink(root)}); point it at a folder of data files")
-            raise DatasetError(f"data set {shown} does not exist; give a folder (or fsspec URL) of .csv or .npz files")
+            raise DatasetError(
+                f"data set {shown} does not exist; give a folder (or fsspec URL) of data files (.csv, .tsv, .parquet, .npz)"
+            )
         if root.is_dir():
             files, skipped = _walk_local(root)
         else:
@@ -344,7 +346,9 @@ def list_dataset(
         files = kept
     listing = DatasetListing(uri=shown, local=local, files=tuple(sorted(files, key=lambda f: f.path)), skipped=tuple(skipped))
     if not listing.files:
-        raise DatasetError(f"data set folder {shown} is empty; put .csv or .npz files in it{listing.skipped_note()}")
+        raise DatasetError(
+            f"data set folder {shown} is empty; put data files (.csv, .tsv, .parquet, .npz) in it{listing.skipped_note()}"
+        )
     if require_data and not listing.data_files:
         names = ", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else "")
         raise DatasetError(

@@ -261,7 +261,7 @@ def parse_faults(text: str, *, source: str = FAULT_ENV) -> tuple[FaultSpec, ...]
                 "train@npu=transient:2 (CLASS: device, transient, permanent)"
             )
         try:
-            DeviceKind.parse(m["kind"], field=f"{source} kind in {item!r}")
+            DeviceKind.parse(m["kind"], field=f"{source} {item!r}: kind")
         except HeteroflowError as exc:
             raise InvalidParameter(str(exc)) from None
         times = int(m["times"]) if m["times"] is not None else None
@@ -269,7 +269,7 @@ def parse_faults(text: str, *, source: str = FAULT_ENV) -> tuple[FaultSpec, ...]
     return tuple(out)
 
 
-def simulated_devices(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+def simulated_devices(environ: Mapping[str, str] | None = None, *, source: str = SIMULATE_ENV) -> dict[str, str]:
     """The simulated device kinds from ``HETEROFLOW_SIMULATE_DEVICES``: ``{kind: accelerator model or ""}``.
 
     Raises:
@@ -282,11 +282,11 @@ def simulated_devices(environ: Mapping[str, str] | None = None) -> dict[str, str
     for item in filter(None, (p.strip() for p in env.get(SIMULATE_ENV, "").split(","))):
         kind_text, _, model = item.partition(":")
         try:
-            kind = DeviceKind.parse(kind_text, field=f"{SIMULATE_ENV} item {item!r}").value
+            kind = DeviceKind.parse(kind_text, field=f"{source} item").value
         except HeteroflowError as exc:
             raise InvalidParameter(str(exc)) from None
         if kind == "cpu":
-            raise InvalidParameter(f"{SIMULATE_ENV}: the CPU is always present; simulate gpu or npu")
+            raise InvalidParameter(f"{source}: the CPU is always present; simulate gpu or npu")
         out[kind] = model.strip()
     return out
 

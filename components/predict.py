@@ -97,8 +97,12 @@ class ArchivedModel:
             return torch.softmax(logits, dim=1).cpu().numpy()
 
     def predict(self, rows: Any) -> np.ndarray:
-        """The predicted class name of each row: a string array ``(n,)`` (class names as in ``classes``)."""
-        return np.asarray(self.classes, dtype=str)[self.predict_proba(rows).argmax(axis=1)]
+        """The predicted class of each row, shape ``(n,)``: integers (int64) when every class name is an integer
+        (the class column held numbers, such as ``Survived`` 0/1), else the class names as strings."""
+        labels: np.ndarray = np.asarray(self.classes, dtype=str)
+        if all(c.lstrip("-").isdigit() and str(int(c)) == c for c in self.classes):
+            labels = labels.astype(np.int64)
+        return labels[self.predict_proba(rows).argmax(axis=1)]
 
 
 def load_archived(path: str | os.PathLike[str], *, device: str = "cpu") -> ArchivedModel:

@@ -952,9 +952,11 @@ def _preprocess_summary(f: dict[str, Any]) -> list[str]:
         f"preprocess: {sum(counts.values())} rows used (train {counts['train']}, validation {counts['validation']}, "
         f"test {counts['test']}), {f['num_features']} features, {f['num_classes']} classes"
     )
+    reason = report.get("class_column_reason", "")
     if report.get("class_column"):
-        head += f"; class column {report['class_column']!r} ({report.get('class_column_reason', '')})"
-    return [head, *(f"  notice: {n}" for n in f.get("notices", []))]
+        head += f"; class column {report['class_column']!r} ({reason})"
+    notices = [n for n in f.get("notices", []) if not (reason and reason in n)]  # said once, in the head line
+    return [head, *(f"  notice: {n}" for n in notices)]
 
 
 PREPROCESS: Step = step(

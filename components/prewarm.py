@@ -40,10 +40,14 @@ def _bytes(n: int) -> str:
     return f"{n} B"  # pragma: no cover
 
 
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
+
+
 def _prewarm_summary(f: dict[str, Any]) -> list[str]:
     return [
-        f"data set: {f['files']} files, {_bytes(f['total_bytes'])} (sha256 {f['dataset_sha256'][:12]}); "
-        f"copied {f['files_copied']} files ({_bytes(f['bytes_copied'])}), {f['files_skipped']} already cached"
+        f"data set: {_count(f['files'], 'file')}, {_bytes(f['total_bytes'])} (sha256 {f['dataset_sha256'][:12]}); "
+        f"copied {_count(f['files_copied'], 'file')} ({_bytes(f['bytes_copied'])}), {f['files_skipped']} already cached"
     ]
 
 

@@ -33,7 +33,7 @@ class AttemptRecord:
     Attributes:
         step: step name (``train``).
         attempt: 1-based attempt number within the run.
-        status: ``running``, ``succeeded`` or ``failed``.
+        status: ``running``, ``succeeded``, ``failed`` or ``interrupted`` (Ctrl-C).
         device: device the attempt ran on (``cpu``, ``cuda``, ``npu``), or ``cpu`` for CPU-only steps.
         started_at / ended_at: Unix time, seconds.
         seconds: wall time of the attempt inside the step process, seconds.
@@ -116,7 +116,8 @@ def step_attempt(step: str, *, device: str = "cpu", **fields: Any) -> Iterator[A
     try:
         yield record
     except BaseException as exc:
-        record.status = "failed"
+        # Ctrl-C reaches the step processes too (the terminal signals the whole process group)
+        record.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         record.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
         raise
     else:

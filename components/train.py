@@ -484,8 +484,9 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
     va = f.get("validation_accuracy")
     resumed = f" (resumed from step {f['resumed_from_step']})" if f.get("resumed_from_step") else ""
     return [
-        f"train: {f['steps']} steps on {f['device']}{resumed}, {f['samples_per_second']:.0f} samples/s, "
-        f"final loss {f['final_loss']:.4f}" + (f", validation accuracy {va:.4f}" if va is not None else "")
+        f"train: {f['steps']} steps on {f['device']}{resumed} in {f['seconds']:.1f} s "
+        f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {f['final_loss']:.4f}"
+        + (f", validation accuracy {va:.4f}" if va is not None else "")
     ]
 
 

@@ -43,7 +43,7 @@ from airflow.sdk.definitions.retry_policy import RetryDecision
 from airflow.sdk.definitions.retry_policy import RetryPolicy as AirflowRetryPolicy
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from heteroflow.components.errors import HeteroflowError
+from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.resources import DeviceKind, RetryPolicy
 from heteroflow.components.runtime import TransientStepFailure
 from heteroflow.dags.layout import DECISION_KEY, FAILURE_KEY, PREPARE_TASK, Layout, safe_run_id
@@ -398,9 +398,17 @@ class PrepareRunOperator(BaseOperator):
         params = context.get("params") or {}
         given = {k: v for k, v in dict(params).items() if k in self.pipeline.params and v is not None}
         started = time.time()
+        dag_run = context.get("dag_run")
+        conf = dict(getattr(dag_run, "conf", None) or {})
+        unknown = sorted(set(conf) - set(self.pipeline.params))
+        if self.local:
+            folder.mkdir(parents=True, exist_ok=True)  # so a run refused here still gets its run.json
         try:
+            if unknown:  # a typo in -c '{"epoch": 10}' would otherwise run with the default, silently
+                raise InvalidParameter(
+                    f"unknown parameter(s) {', '.join(unknown)} in the run's conf; valid: {', '.join(sorted(self.pipeline.params))}"
+                )
             if self.local:
-                folder.mkdir(parents=True, exist_ok=True)
                 args = prepare_arguments(self.pipeline, given)
             else:
                 args = self.pipeline.arguments(given)

@@ -67,10 +67,18 @@ def sync_pools(plan: dict[str, tuple[int, str]], *, dry_run: bool = False) -> li
         One entry per pool: ``name``, ``slots``, ``previous`` (slots before, None if new), ``description``.
     """
     from airflow.models.pool import Pool
+    from sqlalchemy.exc import OperationalError
 
     out = []
     for name, (slots, description) in sorted(plan.items()):
-        existing = Pool.get_pool(name)
+        try:
+            existing = Pool.get_pool(name)
+        except OperationalError as exc:
+            home = os.environ.get("AIRFLOW_HOME", "~/airflow")
+            raise InvalidParameter(
+                f"the Airflow database of AIRFLOW_HOME={home} cannot be read ({str(exc.orig).strip()}); create or "
+                "upgrade it first with `airflow db migrate`"
+            ) from None
         previous = None if existing is None else int(existing.slots)
         if not dry_run:
             Pool.create_or_update_pool(name, slots, description, False)

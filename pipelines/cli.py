@@ -131,7 +131,7 @@ def _steps_table(steps: list[Any]) -> Table:
         ("progress", "left"),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "killed": "red"}
+    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "killed": "red", "interrupted": "yellow"}
     for s in steps:
         colour = colours.get(s.status, "dim")
         device = s.device or "-"
@@ -185,7 +185,7 @@ def run(
     ] = None,
     dataset: Annotated[
         Optional[str],
-        typer.Option(help="Data set folder or fsspec URL with .csv or .npz files. Default: the digits sample."),
+        typer.Option(help="Data set folder or fsspec URL with .csv, .tsv, .parquet or .npz files. Default: the digits sample."),
     ] = None,
     candidate: Annotated[
         Optional[list[str]],
@@ -264,7 +264,11 @@ def run(
     except (HeteroflowError, OSError) as exc:
         _fail(exc)
         return
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as stop:
+        stopped = getattr(stop, "record", None)
+        if stopped is not None:
+            console.print(_steps_table(stopped.steps))
+            console.print(f"record: {stopped.run_dir}/run.json", highlight=False)
         err_console.print(
             "interrupted: rerun the same command to resume (train continues from its last checkpoint, "
             "prewarm skips what is cached)",
@@ -379,12 +383,14 @@ def _print_params(pipeline: Any, *, as_json: bool) -> None:
             )
         )
         return
-    table = Table(title=f"parameters of {pipeline.name} (set with --param NAME=VALUE)", title_justify="left")
-    for col in ("name", "type", "default", "unit", "meaning"):
-        table.add_column(col, no_wrap=col == "name", overflow="fold")
+    table = Table(title=f"parameters of {pipeline.name} (set with --param NAME=VALUE)", title_justify="left", expand=True)
+    table.add_column("name", no_wrap=True)
+    table.add_column("type = default", overflow="fold", ratio=1)
+    table.add_column("meaning", overflow="fold", ratio=3)
     for p in spec.values():
-        default = "(required; heteroflow run uses the digits sample)" if p.required else repr(p.default)
-        table.add_row(p.name, p.type.__name__, escape(default), escape(p.unit), escape(p.help))
+        default = "required (heteroflow run: the digits sample)" if p.required else repr(p.default)
+        unit = f" [{p.unit}]" if p.unit else ""
+        table.add_row(p.name, escape(f"{p.type.__name__} = {default}{unit}"), escape(p.help))
     console.print(table)
 
 

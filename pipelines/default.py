@@ -36,7 +36,8 @@ def default_pipeline(
     """
     p = Pipeline(name, description="heteroflow default: prewarm -> preprocess (CPU) -> plan -> train -> evaluate -> archive")
     data = p.add(
-        PREWARM, source_uri=p.param("dataset_uri", help="folder (local path or fsspec URL) of data files (.csv, .npz)")
+        PREWARM,
+        source_uri=p.param("dataset_uri", help="folder (local path or fsspec URL) of data files (.csv, .tsv, .parquet, .npz)"),
     )
     shards = p.add(PREPROCESS, dataset=data.outputs.dataset)
     p.add(PLAN)

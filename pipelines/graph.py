@@ -413,10 +413,27 @@ def load_pipeline(ref: str) -> Pipeline:
     Raises:
         InvalidParameter: the module cannot be imported, the attribute is missing, or it is not a pipeline.
     """
-    from heteroflow.components.step import import_object
+    import os
+    import sys
 
+    from heteroflow.components.step import Step, import_object
+
+    if os.getcwd() not in sys.path and "" not in sys.path:  # a module beside the user, as `python -m` finds it
+        sys.path.insert(0, os.getcwd())
     value: Any = import_object(ref, what="--pipeline", example="mypipelines:build")
+    if isinstance(value, Step):
+        raise InvalidParameter(f"--pipeline {ref!r} is a Step; give a Pipeline (or a function returning one) that uses it")
     if callable(value) and not isinstance(value, Pipeline):
+        required = [
+            p.name
+            for p in inspect.signature(value).parameters.values()
+            if p.default is inspect.Parameter.empty and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+        ]
+        if required:
+            raise InvalidParameter(
+                f"--pipeline {ref!r} is a function that needs arguments ({', '.join(required)}); give a Pipeline, or a "
+                "function with no arguments that returns one"
+            )
         value = value()
     if not isinstance(value, Pipeline):
         raise InvalidParameter(f"--pipeline {ref!r} is a {type(value).__name__}, not a heteroflow Pipeline (or a function returning one)")

@@ -102,7 +102,7 @@ def run_inprocess(
     Raises:
         InvalidParameter / DatasetError: bad arguments, checked before anything runs.
     """
-    with testing_environment(simulate_devices, inject_faults) as testing:
+    with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
         run_id = new_run_id()
         folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)

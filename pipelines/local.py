@@ -34,7 +34,7 @@ from heteroflow.cache.redact import redact_url
 from heteroflow.components.archive import RUN_ID_ENV
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV, parse_faults, simulated_devices
-from heteroflow.components.resources import Candidates
+from heteroflow.components.resources import Candidates, DeviceKind
 from heteroflow.components.step import ArtifactType
 from heteroflow.components.runtime import DRIVER_PID_ENV
 from heteroflow.components.telemetry import RUN_DIR_ENV, AttemptRecord, process_alive, read_step_records
@@ -301,33 +301,67 @@ def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> d
     return args
 
 
-def prepare_run_dir(folder: Path) -> Path:
-    """Create the run folder; refuse a file, or a folder that already holds a run (its records would mix).
-
-    Raises:
-        InvalidParameter: ``folder`` is a file or holds an earlier run.
-    """
-    if folder.exists() and not folder.is_dir():
-        raise InvalidParameter(f"run folder {folder} is a file; give --output a new or empty folder")
-    if folder.is_dir() and any((folder / name).exists() for name in ("run.json", "steps", "kfp", DRIVER_FILE)):
-        raise InvalidParameter(f"run folder {folder} already holds a run; give --output a new or empty folder")
-    folder.mkdir(parents=True, exist_ok=True)
-    return folder.resolve()
-
-
 DRIVER_FILE = "driver.json"
 """Written into a run folder when the run starts (pid, run id, pipeline, parameters); a folder with it and no
 ``run.json`` whose pid is gone is a run that was killed (:func:`recover_killed_runs`)."""
 
 
-def recover_killed_runs(root: Path) -> list[Path]:
+_RUN_FILES = ("run.json", "steps", "kfp", DRIVER_FILE)
+
+
+def prepare_run_dir(folder: Path) -> Path:
+    """Create the run folder, so that rerunning the same command resumes an unfinished run.
+
+    A folder that holds an earlier run which did not succeed (failed, interrupted, or killed: its driver process is
+    gone) is moved aside to ``<folder>.previous-<n>`` (a killed one first gets its ``run.json``), and the new run
+    starts in an empty ``<folder>``; train resumes from its checkpoint and prewarm reuses what is cached.
+
+    Raises:
+        InvalidParameter: ``folder`` is a file, cannot be created, holds a run that succeeded (a run's records are
+            never overwritten), or holds a run that is still going.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise InvalidParameter(f"run folder {folder} is a file; give --output a new or empty folder")
+    if folder.is_dir() and any((folder / name).exists() for name in _RUN_FILES):
+        _set_aside_unfinished(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidParameter(
+            f"cannot create the run folder {folder}: {exc.strerror or exc}; give --output a folder you can write"
+        ) from None
+    return folder.resolve()
+
+
+def _set_aside_unfinished(folder: Path) -> None:
+    try:
+        driver = json.loads((folder / DRIVER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        driver = {}
+    if not (folder / "run.json").exists():
+        if process_alive(driver.get("pid")):
+            raise InvalidParameter(f"run folder {folder} holds a run that is still going (pid {driver['pid']}); give --output another folder")
+        recover_killed_runs(folder.parent, only=folder)
+    try:
+        status = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status == "succeeded":
+        raise InvalidParameter(f"run folder {folder} already holds a run that succeeded; give --output a new or empty folder")
+    n = 1
+    while folder.with_name(f"{folder.name}.previous-{n}").exists():
+        n += 1
+    folder.rename(folder.with_name(f"{folder.name}.previous-{n}"))
+
+
+def recover_killed_runs(root: Path, *, only: Path | None = None) -> list[Path]:
     """Give every killed run under ``root`` (a run folder with ``driver.json`` but no ``run.json``, whose driver
     process is gone) its ``run.json``: status ``killed``, each step as its attempt records left it (a ``running``
     attempt of a dead process reads ``killed``). Returns the folders recovered."""
     recovered = []
     if not root.is_dir():
         return recovered
-    for folder in sorted(p for p in root.iterdir() if p.is_dir()):
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and (only is None or p == only)):
         driver, record = folder / DRIVER_FILE, folder / "run.json"
         if not driver.is_file() or record.exists():
             continue
@@ -367,13 +401,22 @@ def new_run_id() -> str:
 
 @contextlib.contextmanager
 def testing_environment(
-    simulate_devices: Sequence[str] | str | None = None, inject_faults: Sequence[str] | str | None = None
+    simulate_devices: Sequence[str] | str | None = None,
+    inject_faults: Sequence[str] | str | None = None,
+    *,
+    pipeline: Pipeline | None = None,
 ) -> Iterator[dict[str, str]]:
     """Set ``HETEROFLOW_SIMULATE_DEVICES`` / ``HETEROFLOW_INJECT_FAULT`` for the duration (they reach the step
     processes), after checking them; yields the settings in force (those already in the environment included).
 
+    Args:
+        simulate_devices / inject_faults: as ``--simulate-devices`` / ``--inject-fault`` take them.
+        pipeline: when given, every fault must name one of its calls and a device kind among that call's
+            candidates (a typo would otherwise rehearse nothing).
+
     Raises:
-        InvalidParameter: a setting that does not parse.
+        InvalidParameter: a setting that does not parse, or a fault that cannot fire in ``pipeline``; the message
+            names the option (or the environment variable) it came from.
     """
     changes: dict[str, str] = {}
     if simulate_devices:
@@ -381,8 +424,31 @@ def testing_environment(
     if inject_faults:
         changes[FAULT_ENV] = inject_faults if isinstance(inject_faults, str) else ",".join(inject_faults)
     merged = {**{k: os.environ[k] for k in (SIMULATE_ENV, FAULT_ENV) if os.environ.get(k)}, **changes}
-    simulated_devices(merged)
-    parse_faults(merged.get(FAULT_ENV, ""))
+    simulated = simulated_devices(merged, source="--simulate-devices" if simulate_devices else SIMULATE_ENV)
+    fault_source = "--inject-fault" if inject_faults else FAULT_ENV
+    for spec in parse_faults(merged.get(FAULT_ENV, ""), source=fault_source):
+        if spec.kind != "cpu" and spec.kind not in simulated:
+            from heteroflow.components.plan import local_inventory
+
+            if local_inventory().devices.get(DeviceKind(spec.kind), 0) == 0:
+                warnings.warn(
+                    f"{fault_source} {spec}: no {spec.kind} is here or simulated, so the plan passes over {spec.kind} "
+                    f"candidates and the fault does not fire; add --simulate-devices {spec.kind}",
+                    UserWarning,
+                    stacklevel=3,
+                )
+        if pipeline is None:
+            continue
+        if spec.step not in pipeline:
+            raise InvalidParameter(
+                f"{fault_source} {spec}: the pipeline has no step {spec.step!r}; steps: {', '.join(c.name for c in pipeline.calls)}"
+            )
+        kinds = sorted({DeviceKind(r.kind).value for r in pipeline[spec.step].candidates})
+        if spec.kind not in kinds:
+            raise InvalidParameter(
+                f"{fault_source} {spec}: step {spec.step!r} has no {spec.kind} candidate, so the fault would never "
+                f"fire; its candidates' kinds: {', '.join(kinds)}"
+            )
     with _environ(changes):
         yield merged
 
@@ -446,7 +512,7 @@ def run_local(
         from heteroflow.pipelines.default import default_pipeline
 
         pipeline = default_pipeline(train_candidates=candidates)
-    with testing_environment(simulate_devices, inject_faults) as testing:
+    with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
         rendered = to_kfp(pipeline, local=True)
         run_id = new_run_id()
@@ -524,7 +590,9 @@ def run_local(
         )
         record.write()
     if interrupted:
-        raise KeyboardInterrupt
+        stop = KeyboardInterrupt()
+        stop.record = record  # type: ignore[attr-defined]  # what the CLI shows
+        raise stop
     if on_progress:
         on_progress(record.steps)
     return record

@@ -200,7 +200,7 @@ ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
     "negative-workers": (["run", "--param", "num_workers=-1"], ["num_workers=-1 is out of range"]),
     "bad-inventory": (["run", "--param", 'device_inventory={"tpu": 1}'], ["device_inventory key='tpu'", "cpu, gpu, npu"]),
     "output-is-a-file": (["run", "--output", "{a-file}"], ["{a-file}", "is a file"]),
-    "output-holds-a-run": (["run", "--output", "{old-run}"], ["{old-run}", "already holds a run"]),
+    "output-holds-a-run": (["run", "--output", "{old-run}"], ["{old-run}", "already holds a run that succeeded"]),
     "compile-to-a-folder": (["compile", "-o", "{empty}"], ["{empty}", "must be a file name ending in .yaml"]),
 }
 
@@ -213,6 +213,7 @@ def _expand(items: list[str], tmp_path: Path) -> list[str]:
     (tmp_path / "only-txt" / "notes.txt").write_text("not a data set\n")
     (tmp_path / "a-file").write_text("not a folder\n")
     (tmp_path / "old-run" / "steps").mkdir(parents=True, exist_ok=True)
+    (tmp_path / "old-run" / "run.json").write_text('{"status": "succeeded"}')  # a finished run is never overwritten
     subs = {
         "{a-file}": str(tmp_path / "a-file"),
         "{old-run}": str(tmp_path / "old-run"),

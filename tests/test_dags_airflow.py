@@ -177,6 +177,16 @@ def test_b_device_failure_on_npu_falls_back_to_gpu(airflow_home: tuple[Path, Pat
     assert run.xcom("record-run")["fallbacks"][0]["kind"] == "npu"
 
 
+def test_a_typo_in_the_runs_conf_fails_before_any_step(airflow_home: tuple[Path, Path], digits_dir: Path) -> None:
+    """Trial input: `airflow dags test heteroflow-default -c '{"epoch": 10}'` trained with epochs=30."""
+    run = dags_test(*airflow_home, "heteroflow-default", {"dataset_uri": str(digits_dir), "epoch": 10})
+    assert run.state == "failed", run.explain()
+    assert run.tasks["prepare-run"][0] == "failed"
+    assert run.tasks["prewarm"][0] in ("upstream_failed", "skipped") and run.attempts("prewarm") == []
+    assert "unknown parameter(s) epoch in the run's conf; valid:" in run.output
+    assert "unknown parameter(s) epoch" in (run.record.get("error") or "")
+
+
 def test_c_permanent_failure_in_preprocess_runs_no_train(airflow_home: tuple[Path, Path], digits_dir: Path) -> None:
     run = dags_test(*airflow_home, "heteroflow-default", {"dataset_uri": str(digits_dir), "epochs": 2}, simulate="npu,gpu", fault="preprocess@cpu=permanent")
     assert run.state == "failed", run.explain()

@@ -560,12 +560,12 @@ def test_the_archive_alone_predicts_raw_rows_and_reproduces_the_test_accuracy(tm
     assert {f for f, _ in where} == {str(original)}
     test_rows = raw.loc[[row for _, row in where]]
     predicted = model.predict(test_rows)
-    truth = test_rows["Survived"].astype(int).astype(str).to_numpy()
+    truth = test_rows["Survived"].astype(int).to_numpy()  # a numeric class column: predicted as numbers
     assert float((predicted == truth).mean()) == pytest.approx(recorded, abs=1e-12)
     # the same from a path, and from plain dicts of raw cells (strings as a form would send them)
     assert (model.predict(original) == model.predict(raw)).all()
     first = {"Pclass": "3", "Sex": " male", "Age": "?", "SibSp": "1", "Parch": "0", "Fare": "7.25", "Embarked": "S"}
-    assert model.predict([first]).tolist()[0] in ("0", "1")
+    assert model.predict([first]).tolist()[0] in (0, 1)
     probabilities = model.predict_proba([first, {**first, "Sex": "female", "Pclass": 1}])
     assert probabilities.shape == (2, 2) and np.allclose(probabilities.sum(axis=1), 1.0, atol=1e-5)
     with pytest.raises(DatasetError, match=r"column\(s\) 'Fare' are missing; the model reads Pclass, Sex"):
@@ -585,6 +585,7 @@ def test_a_model_trained_without_imputation_refuses_a_missing_value(tmp_path: Pa
     model = load_archived(train(r.output_dir, tmp_path / "model", epochs=3, checkpoint_root=tmp_path / "c").model_dir)
     cells = dict(zip(["sepal_length", "sepal_width", "petal_length", "petal_width"], rows[0][:4]))
     assert model.predict([cells]).shape == (1,)
+    assert str(model.predict([cells])[0]) in model.classes  # integer class names come back as numbers
     with pytest.raises(DatasetError, match=r"row 0: column 'sepal_width' is missing; it was trained with missing=error"):
         model.predict([{**cells, "sepal_width": "NA"}])
 

@@ -50,7 +50,9 @@ def _script(args: list[str], *, env: dict[str, str] | None = None, timeout: floa
 def test_the_steps_table_fills_in_live_in_a_terminal_with_trains_progress(digits_dir: Path, tmp_path: Path) -> None:
     """Issue input: ``script -qc "heteroflow run --param epochs=20" /dev/null`` showed no live table."""
     transcript = tmp_path / "typescript"
-    command = f"{HETEROFLOW} run --param epochs=20 --dataset {digits_dir} --output {tmp_path / 'run'}"
+    # long enough (about 10 s of training) that the live table, refreshed 4 times a second from records written
+    # at most twice a second, shows train's progress more than once on any machine
+    command = f"{HETEROFLOW} run --param epochs=100 --param batch_size=16 --dataset {digits_dir} --output {tmp_path / 'run'}"
     proc = subprocess.run(
         ["script", "-qec", command, str(transcript)],
         env={**os.environ, "COLUMNS": "140", "TERM": "xterm"},
@@ -61,8 +63,9 @@ def test_the_steps_table_fills_in_live_in_a_terminal_with_trains_progress(digits
     assert proc.returncode == 0, proc.stdout[-2000:]
     frames = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", transcript.read_text(errors="replace"))
     # the live table showed train running with its epoch, loss and throughput, before the final table
-    live = re.findall(r"train\s*│\s*running.*?epoch (\d+)/20, loss [0-9.]+, [0-9,]+ samples/s", frames)
+    live = re.findall(r"train\s*│\s*running.*?epoch (\d+)/100, loss [0-9.]+, [0-9,]+ samples/s", frames)
     assert live, "no live frame with train running and its progress"
+    assert len(set(live)) > 1, f"the progress did not move: {live}"
     final = frames.rindex("run succeeded")
     assert frames.index("running") < final
     # sibling: the live table also showed the steps before train (prewarm running or succeeded) while it ran
@@ -283,3 +286,50 @@ def test_archive_show_errors_list_what_exists(archived: Path, target: str, messa
     result = CliRunner().invoke(app, ["archive", "show", target, "--root", str(archived)])
     assert result.exit_code == 2
     assert message in _flat(result.output)
+
+
+# --- rerunning the same command (an --output folder) resumes --------------------------------------------
+
+
+def test_rerunning_into_an_unfinished_runs_folder_sets_it_aside(tmp_path: Path) -> None:
+    """Trial input: after Ctrl-C, `heteroflow run -o DIR` said "rerun the same command", and the same command
+    then failed with "already holds a run"."""
+    from heteroflow.pipelines.local import prepare_run_dir
+
+    interrupted = tmp_path / "int"
+    (interrupted / "steps").mkdir(parents=True)
+    (interrupted / "run.json").write_text('{"status": "interrupted"}')
+    assert prepare_run_dir(interrupted) == interrupted.resolve()
+    assert list(interrupted.iterdir()) == []
+    assert json.loads((tmp_path / "int.previous-1" / "run.json").read_text())["status"] == "interrupted"
+
+    # sibling: a killed run (driver gone, no run.json) first gets its record, then is set aside too
+    killed = tmp_path / "k9"
+    (killed / "steps" / "train").mkdir(parents=True)
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    (killed / "driver.json").write_text(json.dumps({"pid": dead.pid, "run_id": "k9", "pipeline": "p", "params": {}, "started_at": 0}))
+    (killed / "steps" / "train" / "attempt-1.json").write_text(
+        json.dumps({"step": "train", "attempt": 1, "status": "running", "pid": dead.pid, "started_at": 1.0})
+    )
+    prepare_run_dir(killed)
+    record = json.loads((tmp_path / "k9.previous-1" / "run.json").read_text())
+    assert record["status"] == "killed" and record["steps"][0]["status"] == "killed"
+
+
+def test_a_finished_or_live_run_is_never_set_aside(tmp_path: Path) -> None:
+    from heteroflow.components.errors import InvalidParameter
+    from heteroflow.pipelines.local import prepare_run_dir
+
+    done = tmp_path / "done"
+    done.mkdir()
+    (done / "run.json").write_text('{"status": "succeeded"}')
+    with pytest.raises(InvalidParameter, match="already holds a run that succeeded"):
+        prepare_run_dir(done)
+    live = tmp_path / "live"
+    live.mkdir()
+    (live / "driver.json").write_text(json.dumps({"pid": os.getpid()}))
+    with pytest.raises(InvalidParameter, match=r"holds a run that is still going \(pid"):
+        prepare_run_dir(live)
+    with pytest.raises(InvalidParameter, match=r"cannot create the run folder /proc/hf-out: .*give --output a folder you can write"):
+        prepare_run_dir(Path("/proc/hf-out"))
