@@ -28,12 +28,11 @@ transient       pushes the outcome and raises ``TransientStepFailure``: retried 
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -48,6 +47,7 @@ from heteroflow.components.resources import DeviceKind, RetryPolicy
 from heteroflow.components.runtime import TransientStepFailure
 from heteroflow.dags.layout import DECISION_KEY, FAILURE_KEY, PREPARE_TASK, Layout, safe_run_id
 from heteroflow.pipelines.graph import Pipeline
+from heteroflow.pipelines.local import environ
 
 __all__ = [
     "FallbackGateOperator",
@@ -90,20 +90,6 @@ def outcome_record(outcome: Mapping[str, Any], outputs: Mapping[str, str]) -> di
     out["outputs"] = dict(outputs) if out["route"] == "succeeded" else {}
     out["facts"] = small_facts(outcome.get("facts") or {})
     return out
-
-
-@contextlib.contextmanager
-def _environ(changes: Mapping[str, str]) -> Iterator[None]:
-    old = {name: os.environ.get(name) for name in changes}
-    os.environ.update(changes)
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
 
 
 def _prepared(context: Mapping[str, Any]) -> dict[str, Any]:
@@ -264,7 +250,7 @@ class StepOperator(BaseOperator, StepEnding):
         resources = call.candidates[k]
         inputs = {name: str(artifact_path(folder, ref.call, ref.output)) for name, ref in call.input_refs().items()}
         outputs = {s.name: str(artifact_path(folder, call.name, s.name)) for s in call.step.outputs}
-        with _environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: str(prep["run_id"])}):
+        with environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: str(prep["run_id"])}):
             try:
                 outcome = run_step(
                     call.step,

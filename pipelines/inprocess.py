@@ -26,7 +26,7 @@ from heteroflow.components.telemetry import RUN_DIR_ENV
 from heteroflow.pipelines.graph import Call, Pipeline
 from heteroflow.pipelines.local import (
     RunRecord,
-    _environ,
+    environ,
     build_record,
     new_run_id,
     prepare_arguments,
@@ -110,7 +110,7 @@ def run_inprocess(
         started, t0 = time.time(), time.perf_counter()
         produced: dict[tuple[str, str], str] = {}
         starts: dict[str, int] = {}
-        with _environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: run_id}):
+        with environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: run_id}):
             for call in pipeline.calls:
                 outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
                 inputs = {name: produced[(ref.call, ref.output)] for name, ref in call.input_refs().items()}

@@ -48,6 +48,7 @@ __all__ = [
     "prepare_arguments",
     "recover_killed_runs",
     "run_local",
+    "environ",
     "testing_environment",
 ]
 
@@ -449,12 +450,13 @@ def testing_environment(
                 f"{fault_source} {spec}: step {spec.step!r} has no {spec.kind} candidate, so the fault would never "
                 f"fire; its candidates' kinds: {', '.join(kinds)}"
             )
-    with _environ(changes):
+    with environ(changes):
         yield merged
 
 
 @contextlib.contextmanager
-def _environ(changes: Mapping[str, str | None]) -> Iterator[None]:
+def environ(changes: Mapping[str, str | None]) -> Iterator[None]:
+    """Set (a value) or unset (None) environment variables for the duration, then restore them."""
     old = {name: os.environ.get(name) for name in changes}
     for name, value in changes.items():
         if value is None:
@@ -540,7 +542,7 @@ def run_local(
         interrupted = False
         error: str | None = None
         try:
-            with _environ(
+            with environ(
                 {RUN_DIR_ENV: str(folder), "TMPDIR": str(scratch), RUN_ID_ENV: run_id, DRIVER_PID_ENV: str(os.getpid())}
             ):
                 if watcher:
