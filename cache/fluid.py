@@ -24,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from heteroflow.cache.crds import validate_manifest
 from heteroflow.cache.errors import DatasetError, InvalidCacheOption
 from heteroflow.cache.redact import credential_kinds, redact_url
 
@@ -236,46 +237,3 @@ def locality_affinity(*, nodes: Sequence[str] = (), dataset: str = "", namespace
     if not terms:
         return {}
     return {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": terms}}
-
-
-def _closed(schema: Any) -> Any:
-    """A copy of an OpenAPI schema where every object that lists ``properties`` (and does not preserve unknown
-    fields) rejects other fields."""
-    if isinstance(schema, list):
-        return [_closed(s) for s in schema]
-    if not isinstance(schema, dict):
-        return schema
-    out = {k: _closed(v) for k, v in schema.items()}
-    if "properties" in schema and not schema.get("x-kubernetes-preserve-unknown-fields") and "additionalProperties" not in schema:
-        out["additionalProperties"] = False
-    return out
-
-
-def validate_manifest(manifest: Mapping[str, Any], crd_file: str | Path) -> None:
-    """Validate ``manifest`` against the served version's schema in a CRD file, unknown fields rejected.
-
-    Args:
-        manifest: a custom resource (``apiVersion``, ``kind``, ``metadata``, ``spec``).
-        crd_file: the CustomResourceDefinition YAML (e.g. ``shared/schemas/data.fluid.io_datasets.yaml``).
-
-    Raises:
-        InvalidCacheOption: the kind or version does not match the CRD, or the manifest breaks its schema (the
-            message names the field path).
-    """
-    import jsonschema
-    import yaml
-
-    crd = yaml.safe_load(Path(crd_file).read_text(encoding="utf-8"))
-    group, _, version = str(manifest.get("apiVersion", "")).partition("/")
-    if manifest.get("kind") != crd["spec"]["names"]["kind"] or group != crd["spec"]["group"]:
-        raise InvalidCacheOption(f"{manifest.get('kind')} {manifest.get('apiVersion')} is not the kind of {crd_file}")
-    served = {v["name"]: v for v in crd["spec"]["versions"]}
-    if version not in served:
-        raise InvalidCacheOption(f"{manifest.get('kind')}: version {version!r} is not served; valid: {', '.join(served)}")
-    schema = _closed(served[version]["schema"]["openAPIV3Schema"])
-    schema["properties"]["metadata"] = {"type": "object"}  # checked by the API server, not by the CRD
-    errors = sorted(jsonschema.Draft7Validator(schema).iter_errors(dict(manifest)), key=lambda e: list(e.path))
-    if errors:
-        first = errors[0]
-        where = ".".join(str(p) for p in first.absolute_path) or "(top)"
-        raise InvalidCacheOption(f"{manifest['kind']} {manifest.get('metadata', {}).get('name', '')}: {where}: {first.message}")

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from heteroflow.cache.crds import crd_path
 from heteroflow.cache.errors import DatasetError, InvalidCacheOption
 from heteroflow.cache.fluid import (
     alluxio_runtime,
@@ -18,18 +19,13 @@ from heteroflow.cache.fluid import (
     validate_manifest,
 )
 
-SCHEMAS = Path(__file__).resolve().parents[1].parent / "shared" / "schemas"
-CRDS = {
-    "Dataset": SCHEMAS / "data.fluid.io_datasets.yaml",
-    "AlluxioRuntime": SCHEMAS / "data.fluid.io_alluxioruntimes.yaml",
-    "DataLoad": SCHEMAS / "data.fluid.io_dataloads.yaml",
-}
+CRDS = {kind: crd_path(kind) for kind in ("Dataset", "AlluxioRuntime", "DataLoad")}
 
 
 @pytest.fixture(autouse=True)
 def _schemas_present() -> None:
     missing = [str(p) for p in CRDS.values() if not p.is_file()]
-    assert not missing, f"the CRD schemas are missing (shared/ beside the repository): {missing}"
+    assert not missing, f"the CRD schemas shipped in heteroflow.cache are missing: {missing}"
 
 
 def test_manifests_validate_against_the_crds():

@@ -91,6 +91,14 @@ def test_every_tracked_module_is_in_the_wheel_under_heteroflow(tracked: list[str
 
 
 @pytest.mark.slow
+def test_the_crd_schemas_and_their_licence_are_in_the_wheel(wheel_names: set[str]) -> None:
+    from heteroflow.cache.crds import CRD_FILES
+
+    for name in [*CRD_FILES.values(), "README.md", "LICENSE-Apache-2.0.txt"]:
+        assert f"heteroflow/cache/schemas/{name}" in wheel_names, name
+
+
+@pytest.mark.slow
 def test_wheel_entry_point_is_the_cli(wheel: Path, wheel_names: set[str]) -> None:
     parser = configparser.ConfigParser()
     parser.read_string(_dist_info_file(wheel, wheel_names, "entry_points.txt"))
