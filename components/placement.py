@@ -1045,7 +1045,9 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
             extras.append(f"done in {_fmt_s(finish[choice] - state.now)}")
         if job.dataset and any(job.dataset in inv.nodes[n].datasets for n, _ in taken):
             extras.append(f"{job.dataset} cached")
-        extras.append(f"queue {q.name} {used + need}/{q.guarantee} guaranteed" + (" (borrowed)" if borrowed else ""))
+        if inv.queues:
+            cap_text = "" if q.capability is None else f", capability {q.capability}"
+            extras.append(f"queue {q.name} uses {used + need} (guarantee {q.guarantee}{cap_text})" + (", borrowed" if borrowed else ""))
         node0 = taken[0][0]
         extras.append(f"{state.cost[node0]:.2f}/device-h")
         out.append(Decision(job=job.name, placed=True, model=model, nodes=tuple(taken), node_names=names, borrowed=borrowed,
