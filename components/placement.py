@@ -768,9 +768,13 @@ class Policy:
             q = inv.queue(j.queue)
             used = state.queue_used.get(q.name, 0)
             water = used / max(q.guarantee, 1)
-            return (used >= q.guarantee, -q.priority, -j.priority, water, j.arrival, j.name)
+            return (used >= q.guarantee, -q.priority, -j.priority, water, *self.job_key(j))
 
         return sorted(jobs, key=key)
+
+    def job_key(self, job: Job) -> tuple:
+        """Order among jobs of equal queue standing and priority; default FIFO (arrival, then name)."""
+        return (job.arrival, job.name)
 
     def model_scores(self, job: Job, state: PlacementState, allowed: np.ndarray) -> np.ndarray:
         """Per model: higher is better. Default: the job's throughput relative to its best model (1.0 = best)."""
@@ -796,10 +800,25 @@ def _relative_throughput(job: Job, state: PlacementState) -> np.ndarray:
 class ThroughputPolicy(Policy):
     """heteroflow's default: the model where the job finishes first (throughput from its profile or the table;
     with device free times, waiting for a busy faster model counts), then least-loaded node; data locality,
-    cost and power break ties."""
+    cost and power break ties. Pending jobs are ordered long-first then shortest-first (:meth:`job_key`)."""
 
     name = "throughput"
     wait_for_faster = True
+    long_work_device_hours = 400.0
+    """A job whose work at its best throughput (devices x hours) reaches this is *long*."""
+
+    def job_key(self, job: Job) -> tuple:
+        """Long jobs first, longest first (LPT: they bound the makespan; Graham, 1969), then the rest shortest
+        work first (SJF lowers the mean JCT); FIFO among equals and for jobs of unknown work. The 400
+        device-hour threshold was chosen on Gavel's setup with seeds 0-2 and checked on seeds 3-7 at 4 and 6
+        jobs/h, where it beat FIFO order on both average JCT and makespan (benchmarks/placement.py)."""
+        if job.steps is None or not job.throughput:
+            return (1, 0.0, job.arrival, job.name)
+        best = max(job.throughput.values())
+        work = job.steps / best * max(job.count, 1) / 3600.0 if best > 0 else math.inf
+        if work >= self.long_work_device_hours:
+            return (0, -work, job.arrival, job.name)
+        return (1, work, job.arrival, job.name)
 
 
 class PowerAwarePolicy(ThroughputPolicy):
