@@ -26,14 +26,19 @@ Inventory file (YAML; JSON is YAML too; every key other than those below is an e
     throughputs:                     # optional: job type -> device model -> steps/s (the plan step's profile)
       train: {v100: 10.0, k80: 2.5}
 
-Queues follow Volcano's ``Queue`` (scheduling.volcano.sh/v1beta1; https://volcano.sh/en/docs/queue/ and the
-capacity plugin, https://volcano.sh/en/docs/capacity_plugin/ ): ``guarantee`` is capacity reserved for the queue
-(no other queue keeps it when the owner needs it), ``capability`` is the hard maximum the queue may use (its
-elastic ceiling), ``priority`` orders queues when capacity is contended, and ``reclaimable`` says whether
-capacity the queue borrowed beyond its guarantee may be taken back (its jobs preempted) when another queue needs
-it. A queue that is not reclaimable may only use capacity nobody else is guaranteed. Quotas count accelerator
-devices of any model, as a cluster whose device plugin advertises one resource (``nvidia.com/gpu``) for every
-model does. A job's ``priority`` orders jobs within and, on reclaim, across queues (Volcano's PriorityClass).
+Queues follow Volcano's ``Queue`` (scheduling.volcano.sh/v1beta1). Sources: the Queue documentation
+(https://volcano.sh/en/docs/queue/: ``capability`` is a hard upper bound on what the queue's jobs use together;
+``reclaimable`` says whether other queues may reclaim what it uses beyond its share, default true), the design
+"Volcano Resource Reservation For Queue" (volcano-sh/volcano docs/design/queue-resource-reservation-design.md:
+``guarantee`` reserves resources for the queue, non-preemptively; it may not exceed the cluster, nor the
+``capability`` when one is set) and the v1.10 release notes (queue ``priority``: higher-priority queues get
+resources first; lower-priority queues' jobs are reclaimed first). Here the queue's share for reclaim (Volcano's
+*deserved*, from ``weight`` or the capacity plugin) is its guarantee: a reclaimable queue may borrow beyond its
+guarantee, even idle capacity guaranteed to others, and gives it back (its newest, lowest-priority jobs are
+preempted) when the owner, or a job of a higher-priority queue or job, needs it; a queue that is not reclaimable
+may only use capacity no other queue is guaranteed. Quotas count accelerator devices of any model, as a cluster
+whose device plugin advertises one resource (``nvidia.com/gpu``) for every model does. A job's ``priority``
+orders jobs within a queue and, on reclaim, across queues (Volcano's PriorityClass).
 """
 
 from __future__ import annotations
@@ -1070,7 +1075,7 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
         node0 = taken[0][0]
         extras.append(f"{state.cost[node0]:.2f}/device-h")
         out.append(Decision(job=job.name, placed=True, model=model, nodes=tuple(taken), node_names=names, borrowed=borrowed,
-                            explanation=f"{job.name} -> {model} x{need} on {where}: {reason}, {tp_text}; " + ", ".join(extras)))
+                            explanation=f"{job.name} -> {model if not need else f'{model} x{need}'} on {where}: {reason}, {tp_text}; " + ", ".join(extras)))
     return out
 
 

@@ -247,3 +247,17 @@ def test_plan_step_rejects_a_bad_node_inventory(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameter, match=r"inv\.yaml:11: nodes\[1\]\.name='v100-0' duplicates"):
         check_plan_params(device_inventory=str(inv))
     check_plan_params(device_inventory='{"gpu": 2}')  # the count form is unchanged
+
+
+def test_a_higher_priority_queue_reclaims_without_a_guarantee() -> None:
+    text = "nodes:\n  - {name: g, replicas: 2, devices: {model: v100, count: 4}}\nqueues:\n  - {name: hi, priority: 5}\n  - {name: lo}\n"
+    state = PlacementState(load_inventory("q.yaml", text=text))
+    decisions = place_round([Job(name=f"lo{i}", count=4, queue="lo", arrival=i) for i in range(2)], state, "throughput")
+    running = [Running(job=Job(name=d.job, count=4, queue="lo"), nodes=d.nodes, started=float(i), borrowed=d.borrowed)
+               for i, d in enumerate(decisions)]
+    victims, why = reclaim(Job(name="hi0", count=4, queue="hi"), running, state)
+    assert [v.job.name for v in victims] == ["lo1"] and "it has the higher priority" in why  # the newest goes first
+    # a lower-priority arrival reclaims nothing from hi
+    state.queue_used["hi"] = 4
+    hi_running = [Running(job=Job(name="hi0", count=4, queue="hi"), nodes=victims[0].nodes, started=5.0, borrowed=True)]
+    assert reclaim(Job(name="lo9", count=4, queue="lo"), hi_running, state)[0] == []
