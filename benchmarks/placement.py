@@ -76,6 +76,24 @@ def gavel_runs(n_jobs: int, rate: float, seeds: list[int], plot: str | None) -> 
     return agg
 
 
+def philly_run(path: str, cluster: str, n_jobs: int) -> None:
+    """The first ``n_jobs`` jobs of one Philly virtual cluster (real arrivals, durations, GPU counts) on the same
+    cluster, every policy."""
+    from heteroflow.pipelines.simulate import philly_trace
+
+    table = gavel_throughputs()
+    inv = uniform_inventory({"k80": 36, "p100": 36, "v100": 36}, source="gavel")
+    jobs = philly_trace(path, table=table, cluster=cluster, limit=n_jobs)
+    bound = lower_bound_makespan(jobs, inv, table)
+    print(f"\nPhilly cluster {cluster}: {len(jobs)} jobs over {jobs[-1].arrival / 3600:.0f} h; bound {bound / 3600:.1f} h")
+    base = None
+    for name in POLICIES:
+        r = simulate(jobs, inv, table, name)
+        base = base or r.avg_jct
+        print(f"  {name:13s} avg JCT {r.avg_jct / 3600:7.2f} h ({base / r.avg_jct:4.2f}x static)  makespan/bound "
+              f"{r.makespan / bound:5.2f}  energy {r.energy_kwh:7.0f} kWh")
+
+
 def round_benchmark(n_jobs: int = 1000, replicate: int = 6) -> tuple[float, float, int]:
     """One placement round, 1,000 jobs on the PAI machine list replicated to > 10,000 nodes: numpy policy vs a
     pure-Python per-node loop making the same filter and least-loaded pick (the baseline, same run)."""
@@ -124,6 +142,8 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=6.0, help="jobs per hour (default 6)")
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--plot", default=None, help="write the utilization-over-time plot of the first seed (PNG)")
+    ap.add_argument("--philly", default=None, help="also replay Philly jobs from this philly.csv (Pollux's copy; not shipped)")
+    ap.add_argument("--philly-cluster", default="6c71a0", help="the Philly virtual cluster to replay (default 6c71a0)")
     args = ap.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
     agg = gavel_runs(args.jobs, args.rate, seeds, args.plot)
@@ -144,6 +164,9 @@ def main() -> None:
     print(f"  makespan / lower bound: {hf['makespan']:.2f} (target <= 1.3)")
     print(f"  power-aware energy / least-loaded: {pa['energy'] / ll['energy']:.2f} at avg JCT {pa['jct'] / ll['jct']:.2f}x of least-loaded's")
     print(f"  power-aware energy / throughput (same models, nodes spread): {pa['energy'] / hf['energy']:.3f} at avg JCT {pa['jct'] / hf['jct']:.2f}x")
+
+    if args.philly:
+        philly_run(args.philly, args.philly_cluster, args.jobs)
 
     fast, slow, placed, n_nodes = round_benchmark()
     print(f"\none placement round: 1,000 jobs on {n_nodes:,} nodes (PAI machine list x6): {fast:.3f} s "

@@ -17,8 +17,9 @@ Model (stated so results can be judged):
   possible; cost: busy device-hours at each node's price per device.
 
 Trace files: CSV with a header (``name,arrival_s,job_type,scale_factor,total_steps`` and optionally ``queue``,
-``priority``, ``model``, ``dataset``), or Gavel's 7-column TSV (``job_type, command, num_steps_arg,
-needs_data_dir, total_steps, arrival_time, scale_factor``).
+``priority``, ``model``, ``dataset``), Gavel's 7-column TSV (``job_type, command, num_steps_arg,
+needs_data_dir, total_steps, arrival_time, scale_factor``), or the Philly trace as Pollux ships it
+(``timestamp,duration,num_gpus,gpu_time,cluster``; see :func:`philly_trace`).
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ from heteroflow.components.placement import (
     reclaim,
 )
 
-__all__ = ["SimJob", "SimResult", "generate_gavel_trace", "lower_bound_makespan", "plot_utilization", "read_trace",
+__all__ = ["SimJob", "SimResult", "generate_gavel_trace", "philly_trace", "lower_bound_makespan", "plot_utilization", "read_trace",
            "simulate", "write_trace"]
 
 
@@ -121,6 +122,70 @@ def generate_gavel_trace(n_jobs: int, *, jobs_per_hour: float, seed: int, table:
     return out
 
 
+def philly_trace(path: str | Path, *, table: ThroughputTable, seed: int = 0, cluster: str | None = None,
+                 limit: int | None = None, reference_model: str = "nvidia-p100") -> list[SimJob]:
+    """Jobs from the Microsoft Philly trace as Pollux ships it (``simulator/traces/philly.csv`` of
+    petuum/adaptdl, Apache-2.0; the trace itself CC BY 4.0, Jeon et al., ATC'19): real submission times,
+    durations and GPU counts. The trace names no job type nor GPU model, so, as Gavel does for its Philly-derived
+    traces, each job's type is drawn (seeded) uniformly among the table's types measured at its scale factor, and
+    its steps are its duration times that type's throughput on ``reference_model`` (the model the durations are
+    taken to be measured on: an assumption, stated). GPU counts round up to the next measured scale factor
+    (1, 2, 4, 8); larger jobs are capped at 8.
+
+    Args:
+        path: the CSV (``timestamp,duration,num_gpus,gpu_time,cluster``).
+        table: the throughput table.
+        seed: for the job types.
+        cluster: keep only this virtual cluster (e.g. ``6214e9``); None: all.
+        limit: keep the first ``limit`` jobs by submission time.
+        reference_model: see above.
+
+    Raises:
+        InvalidTrace: a row that does not parse, a non-positive duration or GPU count (``FILE:LINE:``).
+    """
+    from datetime import datetime
+
+    path = Path(path)
+    rows: list[tuple[float, int, float, int]] = []
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as exc:
+        raise InvalidTrace(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        for lineno, row in enumerate(reader, start=2):
+            if cluster is not None and row.get("cluster") != cluster:
+                continue
+            try:
+                t = datetime.fromisoformat(row["timestamp"]).timestamp()
+                duration = float(row["duration"])
+                gpus = int(float(row["num_gpus"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InvalidTrace(f"{path}:{lineno}: {exc}; a Philly row is timestamp,duration,num_gpus,gpu_time,cluster") from None
+            if duration <= 0 or gpus <= 0:
+                raise InvalidTrace(f"{path}:{lineno}: duration={duration}, num_gpus={gpus}; both must be positive")
+            rows.append((t, gpus, duration, lineno))
+    rows.sort()
+    if limit is not None:
+        rows = rows[:limit]
+    if not rows:
+        raise InvalidTrace(f"{path}: no jobs" + (f" in cluster {cluster!r}" if cluster else ""))
+    rng = np.random.default_rng(seed)
+    by_scale: dict[int, list[str]] = {}
+    for job_type, sf in sorted(table.rows):
+        if table.of(job_type, sf).get(reference_model, 0.0) > 0:
+            by_scale.setdefault(sf, []).append(job_type)
+    t0 = rows[0][0]
+    out = []
+    for i, (t, gpus, duration, _line) in enumerate(rows):
+        sf = next((s for s in sorted(by_scale) if s >= gpus), max(by_scale))
+        types = by_scale[sf]
+        job_type = types[int(rng.integers(len(types)))]
+        out.append(SimJob(name=f"philly{i}", arrival=t - t0, job_type=job_type, scale_factor=sf,
+                          steps=duration * table.of(job_type, sf)[reference_model]))
+    return out
+
+
 _CSV_REQUIRED = ("name", "arrival_s", "job_type", "scale_factor", "total_steps")
 _CSV_OPTIONAL = ("queue", "priority", "model", "dataset")
 
@@ -152,6 +217,8 @@ def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterIn
     lines = text.splitlines()
     if not lines:
         raise InvalidTrace(f"{path}: empty trace")
+    if lines[0].startswith("timestamp,duration,num_gpus"):
+        return philly_trace(path, table=table)
     gavel = "\t" in lines[0] and not lines[0].startswith("name")
     rows: list[tuple[int, dict[str, str]]] = []
     if gavel:

@@ -113,3 +113,21 @@ def test_cli_simulate_writes_plot_and_json_and_rejects_bad_input(tmp_path: Path)
     out = subprocess.run([str(exe), "simulate", "--trace", "gavel:5:6:0", "--inventory", str(bad)], capture_output=True, text=True)
     assert out.returncode == 2
     assert "bad.yaml:3: nodes[1].name='a' duplicates the node on line 2" in " ".join(out.stderr.split())
+
+
+def test_philly_rows_become_jobs_with_real_times_and_sizes(tmp_path: Path) -> None:
+    path = tmp_path / "philly.csv"
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n"
+                    "2017-10-09 07:01:55,66.0,1,66.0,a\n2017-10-09 06:13:03,2951.0,3,8853.0,a\n"
+                    "2017-10-09 08:00:00,100.0,16,1600.0,b\n")
+    jobs = read_trace(path, table=TABLE)  # detected by its header
+    assert [(j.arrival, j.scale_factor) for j in jobs] == [(0.0, 4), (2932.0, 1), (6417.0, 8)]
+    tp = TABLE.of(jobs[0].job_type, 4)["nvidia-p100"]
+    assert jobs[0].steps == pytest.approx(2951.0 * tp)  # duration x throughput on the reference model
+    from heteroflow.pipelines.simulate import philly_trace
+
+    assert len(philly_trace(path, table=TABLE, cluster="b")) == 1
+    assert philly_trace(path, table=TABLE, seed=1) == philly_trace(path, table=TABLE, seed=1)
+    path.write_text("timestamp,duration,num_gpus,gpu_time,cluster\n2017-10-09 07:01:55,-5,1,66.0,a\n")
+    with pytest.raises(InvalidTrace, match=r"philly\.csv:2: duration=-5\.0, num_gpus=1; both must be positive"):
+        read_trace(path, table=TABLE)
