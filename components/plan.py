@@ -1,10 +1,13 @@
-"""Plan (placement): pick the first candidate whose device exists here, and record why others were passed over.
+"""Plan (placement): pick the first candidate whose device exists here, and record why others were passed over;
+with a node inventory, the policy module (:mod:`heteroflow.components.placement`) chooses and explains.
 
 Inventory: stated by the user (``device_inventory``, JSON; on a cluster the plan pod has no accelerator of its
 own to probe), else the local one, as PyTorch sees it: ``cuda`` devices (``torch.cuda.device_count()``), Ascend
 ``npu`` devices when ``torch_npu`` imports (``torch.npu.device_count()``), and the CPU (always). A candidate is
-usable when its device kind is present with at least ``count`` devices. Scoring by profile, load and locality
-(the "any" policy) is a later extension; today both policies take the listed order.
+usable when its device kind is present with at least ``count`` devices. A node inventory (``device_inventory`` names
+a YAML file or holds one with ``nodes``) is placed by :func:`plan_on_nodes` with the inventory's policy
+(``listed`` by default; ``throughput`` scores by the inventory's throughput table), and each placement carries a
+one-line explanation in the step's facts (and so in run.json).
 """
 
 from __future__ import annotations
