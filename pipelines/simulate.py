@@ -116,7 +116,7 @@ def generate_gavel_trace(n_jobs: int, *, jobs_per_hour: float, seed: int, table:
         duration_s = 60.0 * 10**x
         tp = table.of(job_type, sf)
         runnable = [m for m in models if tp.get(m, 0.0) > 0]
-        named = runnable[int(rng.integers(len(runnable)))]
+        named = runnable[int(rng.integers(len(runnable)))] if runnable else None
         out.append(SimJob(name=f"job{i}", arrival=round(t, 3), job_type=job_type, scale_factor=sf,
                           steps=round(duration_s * tp[ref]), model=named))
     return out
