@@ -227,6 +227,20 @@ NVIDIA_T4 = _model(
     aliases=("T4", "tesla-t4", "nvidia-tesla-t4", "NVIDIA_TESLA_T4"),
     **_NV,
 )
+NVIDIA_K80 = _model(
+    # CC 3.7; 12 GB per GPU (a K80 board carries two GPUs, each its own CUDA device) [CC, GT]; Gavel's oldest type
+    name="nvidia-k80", display_name="NVIDIA K80", bf16=False, device_memory_bytes=12 * _GiB,
+    node_labels=MappingProxyType({"gfd": ("Tesla-K80",), "gke": ("nvidia-tesla-k80",)}),  # unconfirmed
+    aliases=("K80", "tesla-k80", "nvidia-tesla-k80", "NVIDIA_TESLA_K80"),
+    **_NV,
+)
+NVIDIA_P100 = _model(
+    # CC 6.0; 16 GB (a 12 GB PCIe part exists: not modelled) [CC, GT]
+    name="nvidia-p100", display_name="NVIDIA P100 16 GB", bf16=False, device_memory_bytes=16 * _GiB,
+    node_labels=MappingProxyType({"gfd": ("Tesla-P100-PCIE-16GB", "Tesla-P100-SXM2-16GB"), "gke": ("nvidia-tesla-p100",)}),  # unconfirmed
+    aliases=("P100", "tesla-p100", "nvidia-tesla-p100", "NVIDIA_TESLA_P100"),
+    **_NV,
+)
 NVIDIA_V100 = _model(
     # CC 7.0; 16 GB (a 32 GB part exists, pytorch/pytorch#124996: not modelled) [CC, PC, GT]
     name="nvidia-v100", display_name="NVIDIA V100 16 GB", bf16=False, device_memory_bytes=16 * _GiB,
@@ -279,7 +293,7 @@ NVIDIA_H200 = _model(
     aliases=("H200", "h200-141gb", "NVIDIA_H200_141GB"),
     **_NV,
 )
-_NVIDIA_MODELS = (NVIDIA_T4, NVIDIA_V100, NVIDIA_A10, NVIDIA_A100_40GB, NVIDIA_A100_80GB, NVIDIA_L4, NVIDIA_H100, NVIDIA_H200)
+_NVIDIA_MODELS = (NVIDIA_K80, NVIDIA_P100, NVIDIA_T4, NVIDIA_V100, NVIDIA_A10, NVIDIA_A100_40GB, NVIDIA_A100_80GB, NVIDIA_L4, NVIDIA_H100, NVIDIA_H200)
 
 _ASCEND = dict(
     vendor="ascend",

@@ -1,10 +1,13 @@
-"""Plan (placement): pick the first candidate whose device exists here, and record why others were passed over.
+"""Plan (placement): pick the first candidate whose device exists here, and record why others were passed over;
+with a node inventory, the policy module (:mod:`heteroflow.components.placement`) chooses and explains.
 
 Inventory: stated by the user (``device_inventory``, JSON; on a cluster the plan pod has no accelerator of its
 own to probe), else the local one, as PyTorch sees it: ``cuda`` devices (``torch.cuda.device_count()``), Ascend
 ``npu`` devices when ``torch_npu`` imports (``torch.npu.device_count()``), and the CPU (always). A candidate is
-usable when its device kind is present with at least ``count`` devices. Scoring by profile, load and locality
-(the "any" policy) is a later extension; today both policies take the listed order.
+usable when its device kind is present with at least ``count`` devices. A node inventory (``device_inventory`` names
+a YAML file or holds one with ``nodes``) is placed by :func:`plan_on_nodes` with the inventory's policy
+(``listed`` by default; ``throughput`` scores by the inventory's throughput table), and each placement carries a
+one-line explanation in the step's facts (and so in run.json).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from heteroflow.components.errors import InvalidParameter, InvalidResources, NoC
 from heteroflow.components.resources import Candidates, DeviceKind, Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
-__all__ = ["Inventory", "PlanResult", "check_plan_params", "Placement", "current_inventory", "local_inventory", "plan", "plan_step"]
+__all__ = ["Inventory", "PlanResult", "check_plan_params", "cluster_inventory", "plan_on_nodes", "Placement", "current_inventory", "local_inventory", "plan", "plan_step"]
 
 SIMULATED_DEVICE_COUNT = 8
 """Devices of a simulated kind (``HETEROFLOW_SIMULATE_DEVICES``) in the inventory: one typical node's worth."""
@@ -208,15 +211,21 @@ class Placement:
     device_kind: str
     torch_device: str
     passed_over: tuple[str, ...]
+    explanation: str = ""
+    nodes: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "index": self.index,
             "resources": self.resources.to_dict(),
             "device_kind": self.device_kind,
             "torch_device": self.torch_device,
             "passed_over": list(self.passed_over),
+            "explanation": self.explanation,
         }
+        if self.nodes:
+            out["nodes"] = list(self.nodes)
+        return out
 
 
 def _fits(res: Resources, inv: Inventory) -> tuple[bool, str]:
@@ -261,12 +270,14 @@ def plan(candidates: Candidates, *, inventory: Inventory | Callable[[], Inventor
         ok, why = _fits(res, inv)
         if ok:
             kind = DeviceKind(res.kind)
+            skipped = f" ({len(reasons)} earlier passed over)" if reasons else ""
             return Placement(
                 index=i,
                 resources=res,
                 device_kind=kind.value,
                 torch_device=res.torch_device_type,
                 passed_over=tuple(reasons),
+                explanation=f"candidate {i} ({res.describe()}): the first listed that fits here{skipped}; {inv.describe(kind)}",
             )
         reasons.append(f"candidate {i} ({res.describe()}): {why}")
     raise NoCandidateAvailable("no candidate can run here:\n  " + "\n  ".join(reasons))
@@ -279,7 +290,39 @@ def check_plan_params(*, device_inventory: str = "") -> None:
         InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count.
     """
     if device_inventory.strip():
-        Inventory.from_json(device_inventory)
+        if cluster_inventory(device_inventory) is None:
+            Inventory.from_json(device_inventory)
+
+
+def cluster_inventory(device_inventory: str) -> Any:
+    """The node inventory ``device_inventory`` states, or None when it is the per-kind count form.
+
+    A node inventory (:mod:`heteroflow.components.placement`: nodes with devices, CPU, memory, cost, power, cached
+    data sets; queues; throughputs; a policy) is given as a path to its YAML file, or inline as YAML/JSON with a
+    ``nodes`` key. The count form (``{"gpu": 4}``) stays as it was.
+
+    Raises:
+        InvalidParameter: the node inventory is invalid (the message names the file and line).
+    """
+    from heteroflow.components.placement import InvalidInventory, inventory_from_mapping, load_inventory
+
+    text = device_inventory.strip()
+    try:
+        if text.endswith((".yaml", ".yml", ".json")) and "\n" not in text and not text.startswith("{"):
+            return load_inventory(text)
+        if "nodes" not in text:
+            return None
+        from heteroflow.components.placement import _load_yaml
+
+        try:
+            data = _load_yaml(text)
+        except Exception:  # not YAML: the count form reports it
+            return None
+        if not isinstance(data, dict) or "nodes" not in data:
+            return None
+        return inventory_from_mapping(data, source="device_inventory")
+    except InvalidInventory as exc:
+        raise InvalidParameter(str(exc)) from None
 
 
 def current_inventory(device_inventory: str = "") -> Inventory:
@@ -324,12 +367,16 @@ class PlanResult:
         placements: per placed call, the :class:`Placement` as a dict (chosen resources, passed-over reasons).
         inventory: the device counts it placed against, by kind.
         seconds: wall time, seconds.
+        explanations: per placed call, one line: what was chosen and why.
+        policy: the placement policy used (``listed``: the first candidate that fits).
     """
 
     indices: dict[str, int]
     placements: dict[str, dict[str, Any]]
     inventory: dict[str, int]
     seconds: float
+    explanations: dict[str, str] = dataclasses.field(default_factory=dict)
+    policy: str = "listed"
 
 
 def plan_step(placement_path: str, *, placements: str, device_inventory: str = "") -> PlanResult:
@@ -355,22 +402,98 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
             raise TypeError("not an object")
     except (ValueError, TypeError) as exc:
         raise InvalidParameter(f"placements={placements!r} is not a JSON object of call -> candidates ({exc})") from None
-    inventory = current_inventory(device_inventory)
+    nodes = cluster_inventory(device_inventory) if device_inventory.strip() else None
     chosen: dict[str, Placement] = {}
-    for call, candidates_json in wanted.items():
-        try:
-            chosen[call] = plan(Candidates.from_json(candidates_json), inventory=inventory)
-        except NoCandidateAvailable as exc:
-            raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
+    if nodes is not None:
+        from heteroflow.components.placement import PlacementState
+
+        state = PlacementState(nodes)
+        policy = nodes.policy or "listed"
+        for call, candidates_json in wanted.items():
+            try:
+                chosen[call] = plan_on_nodes(call, Candidates.from_json(candidates_json), state, policy=policy)
+            except NoCandidateAvailable as exc:
+                raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
+        counts: dict[str, int] = {"cpu": 1}
+        for n in nodes.nodes:
+            counts[n.kind] = counts.get(n.kind, 0) + n.devices if n.kind != "cpu" else 1
+        inventory_counts = counts
+    else:
+        policy = "listed"
+        inventory = current_inventory(device_inventory)
+        for call, candidates_json in wanted.items():
+            try:
+                chosen[call] = plan(Candidates.from_json(candidates_json), inventory=inventory)
+            except NoCandidateAvailable as exc:
+                raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
+        inventory_counts = {k.value: n for k, n in inventory.devices.items()}
     decision = {call: p.to_dict() for call, p in chosen.items()}
     Path(placement_path).parent.mkdir(parents=True, exist_ok=True)
     Path(placement_path).write_text(json.dumps(decision, indent=2, sort_keys=True), encoding="utf-8")
     return PlanResult(
         indices={call: p.index for call, p in chosen.items()},
         placements=decision,
-        inventory={k.value: n for k, n in inventory.devices.items()},
+        inventory=inventory_counts,
         seconds=time.perf_counter() - started,
+        explanations={call: p.explanation for call, p in chosen.items()},
+        policy=policy,
     )
+
+
+def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str = "listed") -> Placement:
+    """Choose a candidate and node(s) on a node inventory with a placement policy (the simulator's policies).
+
+    Each candidate becomes a job (device kind, the models it accepts, count, device memory; the throughput of
+    ``call`` per model from the inventory's ``throughputs`` table); the ``listed`` policy takes the first candidate
+    that fits, any other takes the one whose chosen model has the highest throughput (ties: the listed order).
+    The chosen devices are taken from ``state`` (so the next call sees them used).
+
+    Raises:
+        NoCandidateAvailable: no candidate fits; each candidate's one-line reason is listed.
+    """
+    from heteroflow.components.placement import Job, get_policy, place_round
+
+    pol = get_policy(policy)
+    table = state.inventory.throughputs.get(call)
+    reasons: list[str] = []
+    options: list[tuple[float, int, Any, Any]] = []
+    for i, res in enumerate(candidates):
+        kind = DeviceKind(res.kind).value
+        models = frozenset(m.name for m in res.accelerator_models) if res.accelerator_spec is not None else None
+        job = Job(name=call, count=max(res.count or 0, 1) if kind != "cpu" else 0, kind=kind, models=models,
+                  device_memory_bytes=res.device_memory_bytes or 0, throughput=dict(table) if table else None)
+        trial = _copy_state(state)
+        decision = place_round([job], trial, pol)[0]
+        if not decision.placed:
+            reasons.append(f"candidate {i} ({res.describe()}): {decision.explanation.split(': ', 1)[-1]}")
+            continue
+        speed = (table or {}).get(decision.model or "", 0.0)
+        options.append((speed, i, decision, trial))
+        if pol.name == "listed":
+            break
+    if not options:
+        raise NoCandidateAvailable("no candidate can run on the node inventory:\n  " + "\n  ".join(reasons))
+    speed, i, decision, trial = max(options, key=lambda o: (o[0], -o[1]))
+    state.free[:] = trial.free
+    state.queue_used.clear()
+    state.queue_used.update(trial.queue_used)
+    res = candidates[i]
+    passed = tuple(r for r in reasons if int(r.split()[1]) < i)
+    others = [f"candidate {j} ({candidates[j].describe()}) {s:.3g} steps/s" for s, j, _, _ in options if j != i and s]
+    why = f"; preferred over {', '.join(others)}" if others else ""
+    return Placement(index=i, resources=res, device_kind=DeviceKind(res.kind).value, torch_device=res.torch_device_type,
+                     passed_over=passed, explanation=f"[{pol.name}] candidate {i}: {decision.explanation}{why}",
+                     nodes=decision.node_names)
+
+
+def _copy_state(state: Any) -> Any:
+    import copy
+
+    trial = copy.copy(state)
+    trial.free = state.free.copy()
+    trial.queue_used = dict(state.queue_used)
+    trial.device_free_at = {}
+    return trial
 
 
 # --- the step definition ----------------------------------------------------------------------------------

@@ -479,6 +479,10 @@ from heteroflow.pipelines.cli_cache import cache_app, prewarm_command  # noqa: E
 app.command("prewarm")(prewarm_command)
 app.add_typer(cache_app, name="cache")
 
+from heteroflow.pipelines.cli_simulate import simulate_command  # noqa: E402  (pipelines/cli_simulate.py)
+
+app.command("simulate")(simulate_command)
+
 
 # --- archive -----------------------------------------------------------------------------------------------
 

@@ -25,6 +25,8 @@ GiB = 2**30
 # registry key -> (kind, official resource, HAMi resource, torch device, backend, bf16, memory GiB), as in
 # shared/accelerators.md sections 1-5.
 FACTS = {
+    "nvidia-k80": ("gpu", "nvidia.com/gpu", "nvidia.com/gpu", "cuda", "nccl", False, 12),
+    "nvidia-p100": ("gpu", "nvidia.com/gpu", "nvidia.com/gpu", "cuda", "nccl", False, 16),
     "nvidia-t4": ("gpu", "nvidia.com/gpu", "nvidia.com/gpu", "cuda", "nccl", False, 16),
     "nvidia-v100": ("gpu", "nvidia.com/gpu", "nvidia.com/gpu", "cuda", "nccl", False, 16),
     "nvidia-a10": ("gpu", "nvidia.com/gpu", "nvidia.com/gpu", "cuda", "nccl", True, 24),

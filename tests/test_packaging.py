@@ -23,7 +23,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_FOLDERS = ("cache", "components", "pipelines", "dags")
-EXTRAS = {"kfp", "airflow", "torch", "alluxio", "s3", "dev", "all"}
+EXTRAS = {"kfp", "airflow", "torch", "alluxio", "s3", "dev", "sim", "all"}
 
 
 def _tracked_files() -> list[str]:
@@ -122,7 +122,7 @@ def test_wheel_metadata_lists_extras_and_a_torch_range(wheel: Path, wheel_names:
     for r in requirements:
         assert all(s.operator != "==" for s in r.specifier), f"{r} pins an exact version"
     extras_of_all = {e for r in requirements if r.name == "heteroflow" for e in r.extras}
-    assert extras_of_all == {"torch", "kfp", "airflow", "alluxio", "s3"}
+    assert extras_of_all == {"torch", "kfp", "airflow", "alluxio", "s3", "sim"}
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -156,3 +156,9 @@ def test_namespace_import_works_without_torch_kfp_or_airflow(tmp_path: Path) -> 
     assert facts["heavy"] == [], f"importing heteroflow.components.resources imported {facts['heavy']}"
     assert Path(facts["file"]).name == "resources.py"
     assert facts["ns_file"] is None, "heteroflow must be a namespace package (no __init__.py)"
+
+
+def test_the_placement_data_and_their_licences_are_in_the_wheel(wheel_names: set[str]) -> None:
+    for name in ("data/README.md", "data/gavel/LICENSE", "data/gavel/derived_isolated_throughputs.csv",
+                 "data/alibaba_pai/LICENSE.CC-BY-4.0", "data/alibaba_pai/pai_machine_spec.csv"):
+        assert f"heteroflow/components/{name}" in wheel_names

@@ -1,0 +1,638 @@
+"""Discrete-event replay of a job trace on an inventory under a placement policy (the plan step's policies).
+
+Events are arrivals and completions (and, for a preemptive policy, re-allocations at each of them); between two
+events nothing changes, so the replay costs O(events x placement round), not O(simulated time). Every policy in
+:mod:`heteroflow.components.placement` runs here through the same :func:`~heteroflow.components.placement.place_round`
+the plan step calls; the Gavel-style policy runs its fluid allocation (:func:`max_min_allocation`).
+
+Model (stated so results can be judged):
+- a job of scale factor k holds k devices of one model from its start to its end at the throughput Gavel
+  measured for k workers of its type on that model (steps/s); non-preemptive policies never move a running job,
+  except a queue *reclaim* (Volcano semantics), which preempts it and later resumes it from where it stopped
+  (checkpoint-resume; restart overhead not modelled);
+- the Gavel-style policy shares time between jobs (its allocation X, re-solved at every event), like Gavel's
+  6-minute rounds in the limit of short rounds; no preemption overhead;
+- power: a node is on while any device on it is busy (idle nodes are powered down), drawing ``idle_watts`` plus
+  ``busy_watts`` per busy device; for the time-sharing policy, busy devices are assumed packed on as few nodes as
+  possible; cost: busy device-hours at each node's price per device.
+
+Trace files: CSV with a header (``name,arrival_s,job_type,scale_factor,total_steps`` and optionally ``queue``,
+``priority``, ``model``, ``dataset``), Gavel's 7-column TSV (``job_type, command, num_steps_arg,
+needs_data_dir, total_steps, arrival_time, scale_factor``), or the Philly trace as Pollux ships it
+(``timestamp,duration,num_gpus,gpu_time,cluster``; see :func:`philly_trace`).
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import heapq
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from heteroflow.components.placement import (
+    ClusterInventory,
+    InvalidTrace,
+    Job,
+    PlacementState,
+    Running,
+    ThroughputTable,
+    get_policy,
+    max_min_allocation,
+    place_round,
+    reclaim,
+)
+
+__all__ = ["SimJob", "SimResult", "generate_gavel_trace", "philly_trace", "lower_bound_makespan", "plot_utilization", "read_trace",
+           "simulate", "write_trace"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class SimJob:
+    """One job of a trace.
+
+    Attributes:
+        name: unique in the trace.
+        arrival: submission time, s.
+        job_type: a row of the throughput table (e.g. ``ResNet-50 (batch size 64)``).
+        scale_factor: devices it takes (1, 2, 4, 8).
+        steps: total training steps.
+        queue, priority: where it is submitted and its priority.
+        model: the device model the job names (static binding); None: any.
+        dataset: the data set it reads.
+    """
+
+    name: str
+    arrival: float
+    job_type: str
+    scale_factor: int
+    steps: float
+    queue: str = "default"
+    priority: int = 0
+    model: str | None = None
+    dataset: str | None = None
+
+
+# --- traces ---------------------------------------------------------------------------------------------------
+
+SCALE_FACTORS = (1, 2, 4, 8)
+SCALE_PROBABILITIES = (0.70, 0.10, 0.15, 0.05)
+"""Gavel's multi-GPU job mix (OSDI'20, section 7.1): 1/2/4/8 workers with probability 0.70/0.10/0.15/0.05."""
+
+
+def generate_gavel_trace(n_jobs: int, *, jobs_per_hour: float, seed: int, table: ThroughputTable,
+                         models: Sequence[str] | None = None) -> list[SimJob]:
+    """Jobs following Gavel's arrival process (OSDI'20, section 7.1): Poisson arrivals at ``jobs_per_hour``;
+    job type uniform over the table's types; scale factor 1/2/4/8 with probability 0.70/0.10/0.15/0.05 (types
+    measured only on one worker stay at 1); duration ``10**x`` minutes on a V100 (Gavel's reference type), x
+    uniform in [1.5, 3] with probability 0.8 and in [3, 4] otherwise; steps = duration x V100 steps/s. The model
+    each job names (static binding) is drawn uniformly among the models that can run it: Gavel's traces name
+    none.
+
+    Args:
+        n_jobs: how many jobs.
+        jobs_per_hour: the Poisson rate.
+        seed: numpy seed; the same seed gives the same trace.
+        table: the throughput table.
+        models: the models the named one is drawn from (default: the table's).
+    """
+    rng = np.random.default_rng(seed)
+    types = table.job_types
+    models = list(models or table.models)
+    ref = "nvidia-v100" if "nvidia-v100" in table.models else table.models[-1]
+    t = 0.0
+    out: list[SimJob] = []
+    for i in range(n_jobs):
+        t += rng.exponential(3600.0 / jobs_per_hour)
+        job_type = types[int(rng.integers(len(types)))]
+        sf = int(rng.choice(SCALE_FACTORS, p=SCALE_PROBABILITIES))
+        if (job_type, sf) not in table.rows:
+            sf = 1
+        x = rng.uniform(1.5, 3.0) if rng.uniform() < 0.8 else rng.uniform(3.0, 4.0)
+        duration_s = 60.0 * 10**x
+        tp = table.of(job_type, sf)
+        runnable = [m for m in models if tp.get(m, 0.0) > 0]
+        named = runnable[int(rng.integers(len(runnable)))] if runnable else None
+        out.append(SimJob(name=f"job{i}", arrival=round(t, 3), job_type=job_type, scale_factor=sf,
+                          steps=round(duration_s * tp[ref]), model=named))
+    return out
+
+
+def philly_trace(path: str | Path, *, table: ThroughputTable, seed: int = 0, cluster: str | None = None,
+                 limit: int | None = None, reference_model: str = "nvidia-p100") -> list[SimJob]:
+    """Jobs from the Microsoft Philly trace as Pollux ships it (``simulator/traces/philly.csv`` of
+    petuum/adaptdl, Apache-2.0; the trace itself CC BY 4.0, Jeon et al., ATC'19): real submission times,
+    durations and GPU counts. The trace names no job type nor GPU model, so, as Gavel does for its Philly-derived
+    traces, each job's type is drawn (seeded) uniformly among the table's types measured at its scale factor, and
+    its steps are its duration times that type's throughput on ``reference_model`` (the model the durations are
+    taken to be measured on: an assumption, stated). GPU counts round up to the next measured scale factor
+    (1, 2, 4, 8); larger jobs are capped at 8.
+
+    Args:
+        path: the CSV (``timestamp,duration,num_gpus,gpu_time,cluster``).
+        table: the throughput table.
+        seed: for the job types.
+        cluster: keep only this virtual cluster (e.g. ``6214e9``); None: all.
+        limit: keep the first ``limit`` jobs by submission time.
+        reference_model: see above.
+
+    Raises:
+        InvalidTrace: a row that does not parse, a non-positive duration or GPU count (``FILE:LINE:``).
+    """
+    from datetime import datetime
+
+    path = Path(path)
+    rows: list[tuple[float, int, float, int]] = []
+    try:
+        fh = open(path, newline="", encoding="utf-8")
+    except OSError as exc:
+        raise InvalidTrace(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    with fh:
+        reader = csv.DictReader(fh)
+        for lineno, row in enumerate(reader, start=2):
+            if cluster is not None and row.get("cluster") != cluster:
+                continue
+            try:
+                t = datetime.fromisoformat(row["timestamp"]).timestamp()
+                duration = float(row["duration"])
+                gpus = int(float(row["num_gpus"]))
+            except (KeyError, TypeError, ValueError) as exc:
+                raise InvalidTrace(f"{path}:{lineno}: {exc}; a Philly row is timestamp,duration,num_gpus,gpu_time,cluster") from None
+            if duration <= 0 or gpus <= 0:
+                raise InvalidTrace(f"{path}:{lineno}: duration={duration}, num_gpus={gpus}; both must be positive")
+            rows.append((t, gpus, duration, lineno))
+    rows.sort()
+    if limit is not None:
+        rows = rows[:limit]
+    if not rows:
+        raise InvalidTrace(f"{path}: no jobs" + (f" in cluster {cluster!r}" if cluster else ""))
+    rng = np.random.default_rng(seed)
+    by_scale: dict[int, list[str]] = {}
+    for job_type, sf in sorted(table.rows):
+        if table.of(job_type, sf).get(reference_model, 0.0) > 0:
+            by_scale.setdefault(sf, []).append(job_type)
+    t0 = rows[0][0]
+    out = []
+    for i, (t, gpus, duration, _line) in enumerate(rows):
+        sf = next((s for s in sorted(by_scale) if s >= gpus), max(by_scale))
+        types = by_scale[sf]
+        job_type = types[int(rng.integers(len(types)))]
+        out.append(SimJob(name=f"philly{i}", arrival=t - t0, job_type=job_type, scale_factor=sf,
+                          steps=duration * table.of(job_type, sf)[reference_model]))
+    return out
+
+
+_CSV_REQUIRED = ("name", "arrival_s", "job_type", "scale_factor", "total_steps")
+_CSV_OPTIONAL = ("queue", "priority", "model", "dataset")
+
+
+def write_trace(jobs: Sequence[SimJob], path: str | Path) -> None:
+    """Write ``jobs`` as the CSV trace format :func:`read_trace` reads."""
+    with open(path, "w", newline="", encoding="utf-8") as fh:
+        w = csv.writer(fh)
+        w.writerow(_CSV_REQUIRED + _CSV_OPTIONAL)
+        for j in jobs:
+            w.writerow([j.name, j.arrival, j.job_type, j.scale_factor, j.steps, j.queue, j.priority, j.model or "", j.dataset or ""])
+
+
+def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterInventory | None = None) -> list[SimJob]:
+    """Read a trace (CSV with a header, or Gavel's 7-column TSV) and check it against the table and inventory.
+
+    Raises:
+        InvalidTrace: ``FILE:LINE:`` and what is wrong: a missing column, a number that does not parse, a negative
+            or zero count, a job type or scale factor not in the throughput table, a model not in the registry or
+            the inventory, a queue not in the inventory, a duplicate job name.
+    """
+    from heteroflow.components.placement import InvalidInventory, _model_key
+
+    path = Path(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise InvalidTrace(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    lines = text.splitlines()
+    if not lines:
+        raise InvalidTrace(f"{path}: empty trace")
+    if lines[0].startswith("timestamp,duration,num_gpus"):
+        return philly_trace(path, table=table)
+    gavel = "\t" in lines[0] and not lines[0].startswith("name")
+    rows: list[tuple[int, dict[str, str]]] = []
+    if gavel:
+        for lineno, line in enumerate(lines, start=1):
+            if not line.strip():
+                continue
+            cols = line.split("\t")
+            if len(cols) != 7:
+                raise InvalidTrace(f"{path}:{lineno}: {len(cols)} columns; Gavel's trace has 7 (job_type, command, "
+                                   "num_steps_arg, needs_data_dir, total_steps, arrival_time, scale_factor)")
+            rows.append((lineno, {"name": f"job{len(rows)}", "job_type": cols[0], "total_steps": cols[4],
+                                  "arrival_s": cols[5], "scale_factor": cols[6]}))
+    else:
+        reader = csv.DictReader(lines)
+        missing = [c for c in _CSV_REQUIRED if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InvalidTrace(f"{path}:1: missing column(s) {', '.join(missing)}; valid header: "
+                               f"{','.join(_CSV_REQUIRED)}[,{','.join(_CSV_OPTIONAL)}]")
+        for i, row in enumerate(reader, start=2):
+            rows.append((i, row))
+    models = set(inventory.models) if inventory is not None else set(table.models)
+    out: list[SimJob] = []
+    names: dict[str, int] = {}
+    for lineno, row in rows:
+        where = f"{path}:{lineno}: "
+        try:
+            arrival = float(row["arrival_s"])
+            sf = int(row["scale_factor"])
+            steps = float(row["total_steps"])
+            priority = int(row.get("priority") or 0)
+        except (TypeError, ValueError) as exc:
+            raise InvalidTrace(f"{where}{exc}; arrival_s, total_steps are numbers, scale_factor and priority integers") from None
+        if not math.isfinite(arrival) or arrival < 0:
+            raise InvalidTrace(f"{where}arrival_s={arrival} is negative; valid: seconds >= 0")
+        if sf <= 0:
+            raise InvalidTrace(f"{where}scale_factor={sf} is not a device count; valid: an integer >= 1")
+        if not math.isfinite(steps) or steps <= 0:
+            raise InvalidTrace(f"{where}total_steps={steps} is not positive")
+        job_type = row["job_type"]
+        if (job_type, sf) not in table.rows:
+            known = sorted({s for t, s in table.rows if t == job_type})
+            hint = f"; it has scale factors {known}" if known else f"; valid types: {', '.join(table.job_types)}"
+            raise InvalidTrace(f"{where}job_type={job_type!r} with scale_factor={sf} is not in the throughput table{hint}")
+        model = (row.get("model") or "").strip() or None
+        if model is not None:
+            try:
+                model = _model_key(model, field="model")
+            except InvalidInventory as exc:
+                raise InvalidTrace(f"{where}{exc}") from None
+            if model not in models:
+                raise InvalidTrace(f"{where}model={model!r} is not in the inventory; valid: {', '.join(sorted(models))}")
+        queue = (row.get("queue") or "").strip() or "default"
+        if inventory is not None:
+            inventory.queue(queue) if queue == "default" else None
+            if queue != "default" and queue not in inventory.queues:
+                raise InvalidTrace(f"{where}queue={queue!r} is not in the inventory; valid: default, {', '.join(sorted(inventory.queues))}")
+        name = row.get("name") or f"job{len(out)}"
+        if name in names:
+            raise InvalidTrace(f"{where}name={name!r} duplicates line {names[name]}")
+        names[name] = lineno
+        out.append(SimJob(name=name, arrival=arrival, job_type=job_type, scale_factor=sf, steps=steps, queue=queue,
+                          priority=priority, model=model, dataset=(row.get("dataset") or "").strip() or None))
+    return out
+
+
+# --- results --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(kw_only=True)
+class SimResult:
+    """What a replay measured.
+
+    Attributes:
+        policy: the policy's name.
+        jct: per job, completion time minus arrival, s.
+        queueing: per job, first start minus arrival, s.
+        finish: per job, completion time, s.
+        model: per job, the model it (last) ran on (``mixed`` when time-shared across models).
+        makespan: last completion minus first arrival, s.
+        utilization: per model, busy device-seconds over (devices x makespan).
+        cost: busy device-hours times each node's price per device-hour.
+        energy_kwh: energy of powered-on nodes, kWh.
+        timeline: (times s, busy devices per model (shape (len(times), len(models)))), a step function.
+        models: the models, the timeline's columns.
+        preemptions: jobs preempted by reclaim.
+        explanations: the first decisions' one-line explanations (at most 50), for reading.
+        events: events processed.
+    """
+
+    policy: str
+    jct: dict[str, float]
+    queueing: dict[str, float]
+    finish: dict[str, float]
+    model: dict[str, str]
+    makespan: float
+    utilization: dict[str, float]
+    cost: float
+    energy_kwh: float
+    timeline: tuple[np.ndarray, np.ndarray]
+    models: tuple[str, ...]
+    preemptions: int = 0
+    explanations: list[str] = dataclasses.field(default_factory=list)
+    events: int = 0
+
+    @property
+    def avg_jct(self) -> float:
+        return float(np.mean(list(self.jct.values()))) if self.jct else 0.0
+
+    @property
+    def p99_jct(self) -> float:
+        return float(np.percentile(list(self.jct.values()), 99)) if self.jct else 0.0
+
+    @property
+    def avg_queueing(self) -> float:
+        return float(np.mean(list(self.queueing.values()))) if self.queueing else 0.0
+
+    def summary(self) -> dict[str, Any]:
+        """The headline figures (JSON-ready): hours for times, utilization as fractions."""
+        return {
+            "policy": self.policy, "jobs": len(self.jct), "avg_jct_h": self.avg_jct / 3600, "p99_jct_h": self.p99_jct / 3600,
+            "makespan_h": self.makespan / 3600, "avg_queueing_h": self.avg_queueing / 3600,
+            "utilization": {m: round(u, 4) for m, u in self.utilization.items()}, "cost": self.cost,
+            "energy_kwh": self.energy_kwh, "preemptions": self.preemptions, "events": self.events,
+        }
+
+
+def lower_bound_makespan(jobs: Sequence[SimJob], inventory: ClusterInventory, table: ThroughputTable) -> float:
+    """A lower bound on the makespan, s: the larger of (a) the latest ``arrival + duration at the job's best
+    throughput`` and (b) the total work at each job's best throughput (device-seconds) over the cluster's devices,
+    both measured from the first arrival."""
+    if not jobs:
+        return 0.0
+    models = set(inventory.models)
+    t0 = min(j.arrival for j in jobs)
+    latest, work = 0.0, 0.0
+    for j in jobs:
+        tp = table.of(j.job_type, j.scale_factor)
+        best = max((v for m, v in tp.items() if m in models), default=0.0)
+        d = j.steps / best
+        latest = max(latest, j.arrival - t0 + d)
+        work += d * j.scale_factor
+    return max(latest, work / max(inventory.total_devices(), 1))
+
+
+# --- the replay -----------------------------------------------------------------------------------------------
+
+
+def _throughputs(jobs: Sequence[SimJob], models: Sequence[str], table: ThroughputTable) -> dict[str, dict[str, float]]:
+    cache: dict[tuple[str, int], dict[str, float]] = {}
+    out = {}
+    for j in jobs:
+        key = (j.job_type, j.scale_factor)
+        if key not in cache:
+            tp = table.of(*key)
+            cache[key] = {m: tp.get(m, 0.0) for m in models}
+        out[j.name] = cache[key]
+    return out
+
+
+def simulate(jobs: Sequence[SimJob], inventory: ClusterInventory, table: ThroughputTable, policy: str = "throughput") -> SimResult:
+    """Replay ``jobs`` on ``inventory`` under ``policy`` (a name in
+    :data:`~heteroflow.components.placement.POLICIES` or ``module:attribute``).
+
+    Deterministic: the same inputs give the same result (ties broken by name and index).
+
+    Raises:
+        InvalidTrace: a job that no model of the inventory can run, or that needs more devices than any model has.
+    """
+    pol = get_policy(policy)
+    models = inventory.models
+    tps = _throughputs(jobs, models, table)
+    cap = inventory.capacity()
+    for j in jobs:
+        if not any(v > 0 and cap.get(m, 0) >= j.scale_factor for m, v in tps[j.name].items()):
+            raise InvalidTrace(f"job {j.name} ({j.job_type} x{j.scale_factor}): no model of the inventory can run it "
+                               f"with {j.scale_factor} devices; the inventory has {cap}")
+    if pol.preemptive:
+        return _simulate_fluid(jobs, inventory, tps, pol.name)
+    return _simulate_events(jobs, inventory, tps, pol)
+
+
+class _Meter:
+    """Integrates busy devices, powered-on nodes' power and cost between events."""
+
+    def __init__(self, inventory: ClusterInventory, models: Sequence[str]) -> None:
+        self.models = list(models)
+        self.index = {m: i for i, m in enumerate(models)}
+        self.times: list[float] = []
+        self.busy: list[np.ndarray] = []
+        self.busy_seconds = np.zeros(len(models))
+        self.energy_j = 0.0
+        self.cost = 0.0
+        self.last_t: float | None = None
+        self.last_busy = np.zeros(len(models))
+        self.last_power = 0.0
+        self.last_cost_rate = 0.0
+
+    def record(self, t: float, busy: np.ndarray, power_w: float, cost_per_s: float) -> None:
+        if self.last_t is not None:
+            dt = t - self.last_t
+            self.busy_seconds += self.last_busy * dt
+            self.energy_j += self.last_power * dt
+            self.cost += self.last_cost_rate * dt
+        self.last_t, self.last_busy, self.last_power, self.last_cost_rate = t, busy.copy(), power_w, cost_per_s
+        if self.times and self.times[-1] == t:
+            self.busy[-1] = busy.copy()
+        else:
+            self.times.append(t)
+            self.busy.append(busy.copy())
+
+
+def _finish(policy: str, meter: _Meter, inventory: ClusterInventory, jobs: Sequence[SimJob], start: dict[str, float],
+            finish: dict[str, float], where: dict[str, str], preemptions: int, explanations: list[str], events: int) -> SimResult:
+    t0 = min(j.arrival for j in jobs) if jobs else 0.0
+    makespan = (max(finish.values()) - t0) if finish else 0.0
+    cap = inventory.capacity()
+    util = {m: float(meter.busy_seconds[i] / (cap[m] * makespan)) if cap.get(m) and makespan > 0 else 0.0
+            for i, m in enumerate(meter.models) if m != "cpu"}
+    return SimResult(
+        policy=policy,
+        jct={j.name: finish[j.name] - j.arrival for j in jobs},
+        queueing={j.name: start[j.name] - j.arrival for j in jobs},
+        finish=dict(finish), model=dict(where), makespan=makespan, utilization=util, cost=meter.cost,
+        energy_kwh=meter.energy_j / 3.6e6, timeline=(np.array(meter.times), np.array(meter.busy)),
+        models=tuple(meter.models), preemptions=preemptions, explanations=explanations[:50], events=events,
+    )
+
+
+def _simulate_events(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Mapping[str, Mapping[str, float]], pol: Any) -> SimResult:
+    state = PlacementState(inventory)
+    models = state.models
+    meter = _Meter(inventory, models)
+    by_name = {j.name: j for j in jobs}
+    heap: list[tuple[float, int, int, str, int]] = []  # (time, kind 0=finish 1=arrival, seq, name, version)
+    for seq, j in enumerate(sorted(jobs, key=lambda j: (j.arrival, j.name))):
+        heapq.heappush(heap, (j.arrival, 1, seq, j.name, 0))
+    seq = len(jobs)
+    remaining = {j.name: float(j.steps) for j in jobs}
+    pending: dict[str, None] = {}
+    running: dict[str, tuple[Running, str, float, float, int]] = {}  # name -> (Running, model, start, finish, version)
+    version: dict[str, int] = {}
+    start: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    where: dict[str, str] = {}
+    explanations: list[str] = []
+    preemptions = 0
+    events = 0
+    node_idle = np.array([n.idle_watts for n in inventory.nodes])
+    node_busy_w = np.array([n.busy_watts for n in inventory.nodes])
+    node_price = state.cost / 3600.0  # per device-second
+    has_queues = bool(inventory.queues)
+
+    def job_of(name: str) -> Job:
+        sj = by_name[name]
+        return Job(name=name, count=sj.scale_factor, queue=sj.queue, priority=sj.priority, throughput=tps[name],
+                   steps=remaining[name], requested_model=sj.model, dataset=sj.dataset, arrival=sj.arrival)
+
+    def release(name: str, now: float) -> None:
+        r, model, st, _f, _v = running.pop(name)
+        for n, k in r.nodes:
+            state.free[n] += k
+        state.queue_used[r.job.queue] -= r.job.count
+        remaining[name] = max(remaining[name] - (now - st) * tps[name][model], 0.0)
+
+    while heap:
+        now = heap[0][0]
+        while heap and heap[0][0] == now:
+            t, kind, _s, name, ver = heapq.heappop(heap)
+            events += 1
+            if kind == 1:
+                pending[name] = None
+            elif name in running and running[name][4] == ver:
+                release(name, now)
+                finish[name] = now
+        state.now = now
+        if pending:
+            if pol.wait_for_faster:
+                free_at: dict[str, list[float]] = {m: [] for m in models}
+                free_per_model = state.free_per_model()
+                for i, m in enumerate(models):
+                    free_at[m].extend([now] * int(free_per_model[i]))
+                for r, m, _st, f, _v in running.values():
+                    free_at[m].extend([f] * r.job.count)
+                state.device_free_at = {m: np.array(v) for m, v in free_at.items() if v}
+            decisions = place_round([job_of(n) for n in pending], state, pol)
+            if has_queues:
+                waiting = [d for d in decisions if not d.placed]
+                for d in waiting:
+                    job = job_of(d.job)
+                    victims, why = reclaim(job, [v[0] for v in running.values()], state)
+                    if not victims:
+                        continue
+                    for v in victims:
+                        release(v.job.name, now)
+                        pending[v.job.name] = None
+                        preemptions += 1
+                    if len(explanations) < 200:
+                        explanations.append(why)
+                    decisions += place_round([job_of(d.job)], state, pol)
+            for d in decisions:
+                if len(explanations) < 200:
+                    explanations.append(f"t={now / 3600:.2f} h {d.explanation}")
+                if not d.placed:
+                    continue
+                assert d.model is not None
+                pending.pop(d.job, None)
+                job = job_of(d.job)
+                start.setdefault(d.job, now)
+                where[d.job] = d.model
+                end = now + remaining[d.job] / tps[d.job][d.model]
+                version[d.job] = version.get(d.job, 0) + 1
+                running[d.job] = (Running(job=job, nodes=d.nodes, started=now, borrowed=d.borrowed), d.model, now, end, version[d.job])
+                seq += 1
+                heapq.heappush(heap, (end, 0, seq, d.job, version[d.job]))
+        busy_nodes = state.capacity - state.free
+        busy = np.bincount(state.model_of, weights=busy_nodes, minlength=len(models))
+        on = busy_nodes > 0
+        power = float(node_idle[on].sum() + (node_busy_w * busy_nodes).sum())
+        meter.record(now, busy, power, float((node_price * busy_nodes).sum()))
+    if pending:
+        raise InvalidTrace(f"{len(pending)} job(s) never started under {pol.name}: {next(iter(pending))} (check quotas)")
+    return _finish(pol.name, meter, inventory, jobs, start, finish, where, preemptions, explanations, events)
+
+
+def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Mapping[str, Mapping[str, float]], name: str) -> SimResult:
+    models = inventory.models
+    meter = _Meter(inventory, models)
+    cap = inventory.capacity()
+    capacity = np.array([cap[m] for m in models], dtype=float)
+    per_node = {m: next(n for n in inventory.nodes if n.model == m) for m in models}
+    node_devices = np.array([max(per_node[m].devices, 1) for m in models], dtype=float)
+    node_idle = np.array([per_node[m].idle_watts for m in models])
+    busy_w = np.array([per_node[m].busy_watts for m in models])
+    price = np.array([per_node[m].cost_per_hour / max(per_node[m].devices, 1) / 3600.0 for m in models])
+    order = sorted(jobs, key=lambda j: (j.arrival, j.name))
+    remaining = {j.name: float(j.steps) for j in jobs}
+    active: list[SimJob] = []
+    start: dict[str, float] = {}
+    finish: dict[str, float] = {}
+    where: dict[str, str] = {}
+    i = 0
+    now = order[0].arrival if order else 0.0
+    events = 0
+    eps = 1e-9
+    while i < len(order) or active:
+        while i < len(order) and order[i].arrival <= now + eps:
+            active.append(order[i])
+            i += 1
+            events += 1
+        if not active:
+            now = order[i].arrival
+            continue
+        tp = np.array([[tps[j.name][m] for m in models] for j in active])
+        scale = np.array([j.scale_factor for j in active], dtype=float)
+        x = max_min_allocation(tp, scale, capacity)
+        rate = (x * tp).sum(axis=1)
+        busy = (x * scale[:, None]).sum(axis=0)
+        nodes_on = np.ceil(busy / node_devices - 1e-9)
+        power = float((nodes_on * node_idle).sum() + (busy * busy_w).sum())
+        meter.record(now, busy, power, float((busy * price).sum()))
+        for k, j in enumerate(active):
+            if rate[k] > 0 and j.name not in start:
+                start[j.name] = now
+        rem = np.array([remaining[j.name] for j in active])
+        with np.errstate(divide="ignore"):
+            to_done = np.where(rate > 0, rem / np.maximum(rate, 1e-300), np.inf)
+        next_arrival = order[i].arrival if i < len(order) else np.inf
+        dt = min(float(to_done.min()), next_arrival - now)
+        if not math.isfinite(dt):
+            raise InvalidTrace(f"{len(active)} job(s) can make no progress under {name}")
+        now += dt
+        keep: list[SimJob] = []
+        for k, j in enumerate(active):
+            remaining[j.name] -= rate[k] * dt
+            if x[k].sum() > 0:
+                where[j.name] = models[int(np.argmax(x[k]))]  # the model it spent most of this interval on
+            if remaining[j.name] <= max(1e-6 * j.steps, 1e-9) or to_done[k] <= dt + 1e-9:
+                finish[j.name] = now
+                events += 1
+            else:
+                keep.append(j)
+        active = keep
+    meter.record(now, np.zeros(len(models)), 0.0, 0.0)
+    return _finish(name, meter, inventory, jobs, start, finish, where, 0, [], events)
+
+
+def plot_utilization(results: Sequence[SimResult], path: str | Path, *, title: str = "") -> Path:
+    """A step plot of busy devices over time (hours) per model, one panel per policy; written to ``path`` (PNG).
+
+    Raises:
+        ImportError: matplotlib is not installed (the ``sim`` extra).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(9, 2.2 * len(results) + 0.6), sharex=True, squeeze=False)
+    for ax, r in zip(axes[:, 0], results, strict=True):
+        times, busy = r.timeline
+        for k, m in enumerate(r.models):
+            if m != "cpu" and busy.size:
+                ax.step(times / 3600, busy[:, k], where="post", label=m.removeprefix("nvidia-"))
+        ax.set_ylabel("busy devices")
+        ax.set_title(f"{r.policy}: avg JCT {r.avg_jct / 3600:.1f} h, makespan {r.makespan / 3600:.1f} h", fontsize=9)
+        ax.legend(loc="upper right", fontsize=7)
+    axes[-1, 0].set_xlabel("time (h)")
+    if title:
+        fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".partial")
+    fig.savefig(tmp, dpi=110, format="png")
+    plt.close(fig)
+    tmp.replace(path)
+    return path
