@@ -155,7 +155,7 @@ def _auth_header(value: Any, where: str) -> str:
     "password": P}`` (aiohttp's ``BasicAuth`` field names; ``username``/``user`` accepted too) or ``[U, P]``."""
     import aiohttp
 
-    if isinstance(value, aiohttp.BasicAuth):
+    if isinstance(value, tuple) and type(value).__name__ == "BasicAuth":  # aiohttp.BasicAuth, given in Python
         return value.encode()
     login = password = None
     if isinstance(value, Mapping):
@@ -172,7 +172,8 @@ def _auth_header(value: Any, where: str) -> str:
             "or a ~/.netrc entry for the host"
         )
     encoding = value.get("encoding", "latin1") if isinstance(value, Mapping) else "latin1"
-    return aiohttp.BasicAuth(login, password, encoding).encode()
+    encode = getattr(aiohttp, "encode_basic_auth", None)  # aiohttp >= 3.14; BasicAuth is deprecated there
+    return encode(login, password, encoding) if encode is not None else aiohttp.BasicAuth(login, password, encoding).encode()
 
 
 def _client_timeout(value: Any, where: str) -> Any:
@@ -195,7 +196,7 @@ def _client_timeout(value: Any, where: str) -> Any:
 def http_options(protocol: str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """fsspec's HTTP options with fsspec's configuration (``FSSPEC_HTTP_*`` / ``FSSPEC_HTTPS_*`` environment
     variables, ``~/.config/fsspec/*.json``) merged in, and the forms JSON can hold made into what aiohttp takes:
-    ``client_kwargs.auth`` (``{"login": U, "password": P}`` or ``[U, P]``) becomes an ``Authorization`` header
+    ``client_kwargs.auth`` or ``auth`` (``{"login": U, "password": P}`` or ``[U, P]``) becomes an ``Authorization`` header
     (aiohttp wants a ``BasicAuth`` object there, and deprecates ``auth``); ``client_kwargs.timeout`` in seconds (or
     ``{"total": s, "connect": s, ...}``) becomes an ``aiohttp.ClientTimeout``.
 
@@ -206,6 +207,12 @@ def http_options(protocol: str, storage_options: Mapping[str, Any] | None = None
     from fsspec.config import apply_config
 
     options = apply_config(fsspec.get_filesystem_class(protocol), dict(storage_options or {}))
+    if "auth" in options:  # a request option (FSSPEC_HTTP_AUTH='{"login": ..}'): the same header, sent with every request
+        header = _auth_header(options.pop("auth"), f"FSSPEC_{protocol.upper()}_AUTH (fsspec storage option auth)")
+        options["auth"] = None  # fsspec merges its config again when it builds the filesystem: override it
+        client = dict(options.get("client_kwargs") or {})
+        client["headers"] = {**dict(client.get("headers") or {}), "Authorization": header}
+        options["client_kwargs"] = client
     client = options.get("client_kwargs")
     where = f"FSSPEC_{protocol.upper()}_CLIENT_KWARGS (fsspec storage option client_kwargs)"
     if client is None:
@@ -257,10 +264,10 @@ def filesystem_for(uri: str, storage_options: Mapping[str, Any] | None = None) -
         uri, query = split_query(uri)
         options = http_options(protocol, options)
         if query:
-            params = options.get("params")
-            if isinstance(params, Mapping):
-                query = "&".join(filter(None, (urllib.parse.urlencode(list(params.items())), query)))
-            options["params"] = query  # a string: sent as it is, percent-encoding kept (a signature is exact)
+            # (name, value) pairs: aiohttp encodes them once (a string would be encoded again: %2B -> %252B)
+            pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+            given = options.get("params")
+            options["params"] = (list(given.items()) if isinstance(given, Mapping) else list(given or [])) + pairs
     try:
         return fsspec.core.url_to_fs(uri, **options)
     except ImportError as exc:
