@@ -18,6 +18,7 @@ from heteroflow.cache.errors import CacheIntegrityError, DatasetError, InvalidCa
 from heteroflow.cache.listing import DATA_SUFFIXES, FORMATS_HELP, list_dataset
 from heteroflow.cache.manifest import MANIFEST_NAME, Manifest, dataset_digest, sha256_file
 from heteroflow.cache.redact import redact_url
+from heteroflow.cache.sources import normalize_source
 
 __all__ = ["READ_VERIFY_MODES", "DatasetView", "open_dataset"]
 
@@ -32,7 +33,8 @@ class DatasetView:
         files: local paths of every file, sorted by relative path.
         relative: the files' POSIX paths relative to ``root``, same order.
         root: the folder the files are in.
-        source_uri: where the data set came from (redacted).
+        source_uri: where the data set came from (redacted; a plain local folder as its resolved absolute path,
+            :func:`heteroflow.cache.sources.normalize_source`, the form prewarm records).
         manifest: the manifest checked against, or None for a plain folder.
         version: the cache version id ("" for a plain folder).
         dataset_sha256: the manifest's data set identity (None for a plain folder, unless hashed: see
@@ -115,7 +117,7 @@ def open_dataset(path: str | os.PathLike[str], *, verify: str = "size") -> Datas
             from heteroflow.cache.manifest import ManifestEntry
 
             digest = dataset_digest([ManifestEntry(path=r, bytes=p.stat().st_size, sha256=sha256_file(p)) for r, p in zip(rel, files)])
-        return DatasetView(files=files, relative=rel, root=root.absolute(), source_uri=str(src), manifest=None,
+        return DatasetView(files=files, relative=rel, root=root.absolute(), source_uri=normalize_source(str(src)), manifest=None,
                            version="", dataset_sha256=digest)
 
     manifest = Manifest.load(manifest_path)

@@ -391,6 +391,8 @@ def test_a_relative_prewarm_is_the_entry_a_run_reuses(tmp_path: Path, digits_dir
     run_prewarm = prewarm_dataset(args["dataset_uri"], str(tmp_path / "step-out"))
     assert run_prewarm.files_copied == 0 and run_prewarm.dataset_dir == entry
     assert json.loads((entry / MANIFEST_NAME).read_text())["source_uri"] == str((work / "data" / "x").resolve())
+    # sibling: a plain folder read without prewarm records the same identity in its lineage
+    assert open_dataset("data/x").source_uri == str((work / "data" / "x").resolve())
     status = CliRunner().invoke(app, ["cache", "status", "data/x"])  # sibling: `cache status` takes the same spelling
     assert status.exit_code == 0 and entry.name in status.output
 
