@@ -9,7 +9,8 @@ Layout of one data set in the cache tier (``<cache root>/<cache_key(source)>/``)
 
 How a prewarm runs (:func:`prewarm`):
 
-1. List the source with :func:`heteroflow.cache.listing.list_dataset` (the one listing of a data set).
+1. List the source with :func:`heteroflow.cache.listing.list_dataset` (the one listing of a data set), fresh:
+   never from a driver's listing cache. A local path is recorded resolved (:func:`heteroflow.cache.sources.normalize_source`).
 2. Take the data set's file lock; clean what killed writers left (temporaries, a stale staging folder).
 3. Plan each file: *reuse* it from the current version when its source fingerprint and size are unchanged and
    the cached copy passes ``verify``; *resume* it from ``.staging`` when a killed prewarm already copied it
@@ -17,10 +18,15 @@ How a prewarm runs (:func:`prewarm`):
 4. Check the free disk space for the bytes to copy.
 5. Copy in parallel threads (hashing while copying), hard-link reused files (no byte copied), record each
    finished file in ``.staging``'s journal.
-6. Durability in bulk: one ``syncfs`` of the cache filesystem (not an fsync per file), then the version's
+6. List the source again and compare every file (size, and mtime / ETag / Last-Modified where the source has
+   them) with what was copied: files that changed meanwhile (or whose copy came out another size than listed, or
+   whose read an object store refused with 412) are copied again, up to three rounds, and named in the result
+   (``changed_during_copy``) and a warning; a file still changing after that fails with ``SourceChanged``
+   (transient; the current version stays). A short read of an unchanged file stays a ``CacheIntegrityError``.
+7. Durability in bulk: one ``syncfs`` of the cache filesystem (not an fsync per file), then the version's
    manifest (fsync), then rename ``.staging`` to ``versions/<version>`` (an existing folder of that version is
    swapped out atomically), then replace ``manifest.json`` (fsync, folder fsync).
-7. Remove versions beyond ``keep_versions``, oldest first (never the current one).
+8. Remove versions beyond ``keep_versions``, oldest first (never the current one).
 
 A killed prewarm therefore never changes the current version: readers keep reading the old, intact copy,
 and a rerun resumes. A changed source makes a new version (new folder); an unchanged one is reused as is.

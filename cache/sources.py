@@ -348,7 +348,7 @@ def classify(exc: BaseException, uri: str) -> BaseException | None:
     if config is not None:  # e.g. aiohttp's "BasicAuth() tuple is required" under fsspec's FileNotFoundError
         protocol = protocol_of(uri)
         return SourceConfigError(
-            f"data set {shown}: the {protocol}:// driver rejected its options ({detail}); check the storage options "
+            f"data set {shown}: the {protocol}:// driver rejected its options or the URL ({detail}); check the storage options "
             f"(FSSPEC_{protocol.upper()}_* environment variables, ~/.config/fsspec/*.json, storage_options)"
             + (f", e.g. FSSPEC_{protocol.upper()}_CLIENT_KWARGS='{_AUTH_FORM}'" if protocol in ("http", "https") else "")
         )
