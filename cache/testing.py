@@ -27,13 +27,12 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
     auth: tuple[str, str] | None = None
     required_query: Mapping[str, str] | None = None
     log: list[str] | None = None
+    refuse_head = False
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
         pass
 
     def _authorized(self) -> bool:
-        if self.log is not None:
-            self.log.append(f"{self.command} {self.path}")
         if self.required_query is not None:
             import urllib.parse
 
@@ -50,18 +49,27 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.send_error(403 if header else 401, "wrong credentials" if header else "credentials needed")
         return False
 
+    def _log(self) -> None:
+        if self.log is not None:
+            self.log.append(f"{self.command} {self.path}")
+
     def do_GET(self) -> None:
+        self._log()
         if self._authorized():
             super().do_GET()
 
     def do_HEAD(self) -> None:
-        if self._authorized():
+        self._log()
+        if self.refuse_head:  # as S3 answers HEAD on a URL presigned for GET: the method is part of the signature
+            self.send_error(403, "SignatureDoesNotMatch")
+        elif self._authorized():
             super().do_HEAD()
 
 
 @contextlib.contextmanager
 def serve_folder(folder: str | os.PathLike[str], *, auth: tuple[str, str] | None = None,
-                 required_query: Mapping[str, str] | None = None, log: list[str] | None = None) -> Iterator[str]:
+                 required_query: Mapping[str, str] | None = None, log: list[str] | None = None,
+                 refuse_head: bool = False) -> Iterator[str]:
     """Serve ``folder`` on ``http://127.0.0.1:<free port>`` (directory listings as ``python3 -m http.server``).
 
     Args:
@@ -70,11 +78,13 @@ def serve_folder(folder: str | os.PathLike[str], *, auth: tuple[str, str] | None
         required_query: query parameters every request must carry with exactly these values, else 403 (a
             signed URL's check, e.g. an Azure SAS ``{"sv": "1", "sig": "..."}``).
         log: a list that receives ``"METHOD /path?query"`` of every request.
+        refuse_head: answer every HEAD request 403, as S3 does for a URL presigned for GET.
 
     Yields:
         The base URL, without a trailing slash.
     """
-    handler = type("FolderHandler", (_Handler,), {"auth": auth, "required_query": required_query, "log": log})
+    handler = type("FolderHandler", (_Handler,), {"auth": auth, "required_query": required_query, "log": log,
+                                             "refuse_head": refuse_head})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, name="heteroflow-test-http", daemon=True)
     thread.start()

@@ -97,6 +97,17 @@ def test_a_signed_single_file_url_is_that_file(www: Path, tmp_path: Path):
     assert files_containing([tmp_path / "tier", tmp_path / "out"], "abcdef0123456789") == []
 
 
+@pytest.mark.filterwarnings("ignore:the data set URL")
+def test_a_url_presigned_for_get_works_where_head_is_refused(www: Path, tmp_path: Path):
+    """Sibling: S3 answers HEAD on a URL presigned for GET with 403 (the method is signed); sizes come from GET."""
+    query = {"X-Amz-Signature": "feedface00112233"}
+    log: list[str] = []
+    with serve_folder(www, required_query=query, refuse_head=True, log=log) as base:
+        result = prewarm(f"{base}/data/iris.csv?X-Amz-Signature=feedface00112233", tmp_path / "cache")
+    assert _cached(result) == {"iris.csv": IRIS}
+    assert any(line.startswith("HEAD ") for line in log) and any(line.startswith("GET ") for line in log)
+
+
 def test_a_listing_link_that_only_requeries_is_not_a_file(tmp_path: Path):
     """Sibling: Apache-style listings link `?C=N;O=D` (sort orders); joined to the folder URL they became "files"
     named `?C=N;O=D` holding the listing again."""
