@@ -133,7 +133,11 @@ def dataset_identity(uri: str) -> str:
     if protocol_of(uri) in ("http", "https"):
         parts = urllib.parse.urlsplit(uri)
         host = parts.hostname or ""
-        netloc = host + (f":{parts.port}" if parts.port else "")
+        try:
+            port = parts.port
+        except ValueError:  # not a port number: the URL will fail when read; key it as written
+            return redact_url(uri).rstrip("/") or uri
+        netloc = host + (f":{port}" if port else "")
         kept = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
                 if k.lower() not in SIGNING_QUERY_PARAMS]
         query = urllib.parse.urlencode(kept)

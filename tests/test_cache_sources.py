@@ -130,6 +130,7 @@ def test_split_query_and_identity():
     assert dataset_identity("HTTP://alice:pw@Host:8080/d/?sv=1&sig=S&format=csv") == "http://host:8080/d?format=csv"
     assert cache_key("https://h/d/?sv=2020&se=2026-01-01&sig=A") == cache_key("https://h/d?sv=2021&se=2027-01-01&sig=B")
     assert cache_key("https://h/d/?part=1") != cache_key("https://h/d/?part=2")  # a query that names data stays
+    assert cache_key("http://h:notaport/d/").startswith("d-")
 
 
 # --- 10. credentials in the JSON form; malformed options are configuration errors ------------------------------
