@@ -664,6 +664,8 @@ def _prewarm_locked(
         if not moved:
             break
         moved_total += [p for p in moved if p not in moved_total]
+        if round_no == _COPY_ROUNDS - 1:
+            continue  # no tries left: the else clause below fails with SourceChanged
         _log.warning("data set %s: %d file%s changed at the source while the data set was copied (%s); copying %s again",
                      shown, len(moved), "" if len(moved) == 1 else "s", redact_url(", ".join(moved[:10])),
                      "it" if len(moved) == 1 else "them")
