@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 from pathlib import Path
 
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError, InvalidCacheOption
 from heteroflow.cache.listing import DATA_SUFFIXES, FORMATS_HELP, list_dataset
 from heteroflow.cache.manifest import MANIFEST_NAME, Manifest, dataset_digest, sha256_file
 from heteroflow.cache.redact import redact_url
-from heteroflow.cache.sources import normalize_source
+from heteroflow.cache.sources import normalize_source, split_query
 
 __all__ = ["READ_VERIFY_MODES", "DatasetView", "open_dataset"]
 
@@ -61,10 +62,16 @@ class DatasetView:
         return self.data_files
 
     def in_source_terms(self, message: str) -> str:
-        """``message`` with the cached copy's folder replaced by the source URI, so errors name the user's file."""
+        """``message`` with the cached copy's folder replaced by the source URI, so errors name the user's file
+        (``<folder URL>/<file>`` without the URL's query; a single-file data set's file is the source itself)."""
         if self.manifest is None:
             return message
-        return message.replace(str(self.root).rstrip("/") + "/", self.source_uri.rstrip("/") + "/")
+        base = split_query(self.source_uri)[0].rstrip("/")  # a signed URL's query is not part of a file's path
+        root = str(self.root).rstrip("/") + "/"
+        files = self.manifest.files
+        if len(files) == 1 and posixpath.basename(base) == files[0].path:  # a single-file data set: the file is the source
+            return message.replace(root + files[0].path, base)
+        return message.replace(root, base + "/")
 
     def lineage(self) -> dict[str, object]:
         """The facts a lineage record needs about what was read."""

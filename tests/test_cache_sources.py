@@ -77,7 +77,10 @@ def test_a_folder_url_with_a_sas_query_reads_each_file_with_it(www: Path, tmp_pa
     assert files_containing([tmp_path / "tier", tmp_path / "out"], "SECRETsig") == []
     assert "SECRETsig" not in json.dumps(result.facts()) and "SECRETsig" not in str(result.dataset_dir)
     assert result.manifest.source_uri == f"{base}/data/?sv=1&sig=***"
-    assert open_dataset(tmp_path / "out", verify="sha256").version == result.version
+    view = open_dataset(tmp_path / "out", verify="sha256")
+    assert view.version == result.version
+    # sibling: messages about a cached file name the source's file, not `<folder>/?sv=1&sig=***/iris.csv`
+    assert view.in_source_terms(f"{view.root}/iris.csv: line 3: bad") == f"{base}/data/iris.csv: line 3: bad"
 
 
 @pytest.mark.filterwarnings("ignore:the data set URL")
@@ -93,6 +96,8 @@ def test_a_signed_single_file_url_is_that_file(www: Path, tmp_path: Path):
         again_url = f"{base}/data/iris.csv?" + "&".join(f"{k}={v}" for k, v in checked.items())
         again = prewarm_dataset(again_url, str(tmp_path / "out2"), cache_root=str(tmp_path / "tier"))
     assert again.dataset_dir == result.dataset_dir and again.version == result.version
+    view = open_dataset(tmp_path / "out")
+    assert view.in_source_terms(f"{view.root}/iris.csv: bad") == f"{base}/data/iris.csv: bad"  # not .../iris.csv/iris.csv
     assert _cached(result) == {"iris.csv": IRIS}
     assert files_containing([tmp_path / "tier", tmp_path / "out"], "abcdef0123456789") == []
 
