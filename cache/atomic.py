@@ -13,7 +13,8 @@ Temporary names carry their owner: ``.<name>.<host>.<pid>.<random>.tmp`` (``.old
 version). A writer first cleans the leftovers of earlier writers of the same target whose process is gone
 (same host, pid no longer running) or that are older than :data:`STALE_AFTER_S` (another host), so a temporary
 left by a SIGKILL never stays for good. Files are created with the process umask's permissions (``0o666 &
-~umask``, like ``open()``), not ``mkstemp``'s 0600, so shared cache and archive folders stay readable.
+~umask``, like ``open()``), not ``mkstemp``'s 0600, and folders with ``0o777 & ~umask``, not ``mkdtemp``'s 0700
+(:func:`make_temp_dir` is ``mkdtemp`` with that mode), so shared cache and archive folders stay readable.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ import os
 import secrets
 import shutil
 import socket
+import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -36,7 +39,9 @@ __all__ = [
     "atomic_file",
     "atomic_write_bytes",
     "exchange_paths",
+    "current_umask",
     "fsync_dir",
+    "make_temp_dir",
     "recover_leftovers",
     "sync_filesystem",
 ]
@@ -44,6 +49,34 @@ __all__ = [
 STALE_AFTER_S = 24 * 3600  # temporaries of another host older than this are taken as abandoned (seconds)
 _RENAME_EXCHANGE = 2  # linux/fs.h
 _AT_FDCWD = -100
+
+
+_umask_lock = threading.Lock()
+
+
+def current_umask() -> int:
+    """The process umask, read without changing it where Linux says it (``/proc/self/status``, Linux >= 4.7);
+    elsewhere set and restored at once under a lock."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    with _umask_lock:
+        mask = os.umask(0o022)
+        os.umask(mask)
+    return mask
+
+
+def make_temp_dir(parent: str | os.PathLike[str], prefix: str = ".tmp-") -> Path:
+    """``tempfile.mkdtemp(prefix=prefix, dir=parent)`` with the mode a plain ``mkdir`` gives (``0o777 & ~umask``),
+    not 0700: a folder later renamed into a shared place (an archive version, a cache version) stays readable to
+    those the umask lets read it. Same-filesystem as ``parent``, so it can be renamed into place atomically."""
+    path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
+    path.chmod(0o777 & ~current_umask())
+    return path
 
 
 def _host() -> str:

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import posixpath
 from pathlib import Path
 
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError, InvalidCacheOption
 from heteroflow.cache.listing import DATA_SUFFIXES, FORMATS_HELP, list_dataset
 from heteroflow.cache.manifest import MANIFEST_NAME, Manifest, dataset_digest, sha256_file
 from heteroflow.cache.redact import redact_url
+from heteroflow.cache.sources import normalize_source, split_query
 
 __all__ = ["READ_VERIFY_MODES", "DatasetView", "open_dataset"]
 
@@ -32,7 +34,8 @@ class DatasetView:
         files: local paths of every file, sorted by relative path.
         relative: the files' POSIX paths relative to ``root``, same order.
         root: the folder the files are in.
-        source_uri: where the data set came from (redacted).
+        source_uri: where the data set came from (redacted; a plain local folder as its resolved absolute path,
+            :func:`heteroflow.cache.sources.normalize_source`, the form prewarm records).
         manifest: the manifest checked against, or None for a plain folder.
         version: the cache version id ("" for a plain folder).
         dataset_sha256: the manifest's data set identity (None for a plain folder, unless hashed: see
@@ -59,10 +62,16 @@ class DatasetView:
         return self.data_files
 
     def in_source_terms(self, message: str) -> str:
-        """``message`` with the cached copy's folder replaced by the source URI, so errors name the user's file."""
+        """``message`` with the cached copy's folder replaced by the source URI, so errors name the user's file
+        (``<folder URL>/<file>`` without the URL's query; a single-file data set's file is the source itself)."""
         if self.manifest is None:
             return message
-        return message.replace(str(self.root).rstrip("/") + "/", self.source_uri.rstrip("/") + "/")
+        base = split_query(self.source_uri)[0].rstrip("/")  # a signed URL's query is not part of a file's path
+        root = str(self.root).rstrip("/") + "/"
+        files = self.manifest.files
+        if len(files) == 1 and posixpath.basename(base) == files[0].path:  # a single-file data set: the file is the source
+            return message.replace(root + files[0].path, base)
+        return message.replace(root, base + "/")
 
     def lineage(self) -> dict[str, object]:
         """The facts a lineage record needs about what was read."""
@@ -115,7 +124,7 @@ def open_dataset(path: str | os.PathLike[str], *, verify: str = "size") -> Datas
             from heteroflow.cache.manifest import ManifestEntry
 
             digest = dataset_digest([ManifestEntry(path=r, bytes=p.stat().st_size, sha256=sha256_file(p)) for r, p in zip(rel, files)])
-        return DatasetView(files=files, relative=rel, root=root.absolute(), source_uri=str(src), manifest=None,
+        return DatasetView(files=files, relative=rel, root=root.absolute(), source_uri=normalize_source(str(src)), manifest=None,
                            version="", dataset_sha256=digest)
 
     manifest = Manifest.load(manifest_path)

@@ -17,6 +17,8 @@ How the failure classifier should treat the cache tier's errors:
 | :class:`SourceError` (a source failure of no known kind whose message had to be redacted) | ``RuntimeError`` | permanent |
 | :class:`SourceUnavailable` (host unreachable, connection reset) | ``ConnectionError`` | transient: retry with backoff |
 | :class:`SourceTimeout` (the source did not answer in time) | ``TimeoutError`` (and ``ConnectionError``) | transient: retry with backoff |
+| :class:`SourceChanged` (a source file kept changing while it was copied; HTTP 412 on a read) | ``ConnectionError`` | transient: retry when the writer is done |
+| :class:`SourceConfigError` (the source driver's options are malformed: a wrong type or value) | ``ValueError`` | permanent |
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ __all__ = [
     "DatasetError",
     "HeteroflowError",
     "InvalidCacheOption",
+    "SourceChanged",
+    "SourceConfigError",
     "SourceError",
     "SourceTimeout",
     "SourceUnavailable",
@@ -72,3 +76,15 @@ class InvalidCacheOption(HeteroflowError, ValueError):
 class SourceError(HeteroflowError, RuntimeError):
     """The source failed in a way heteroflow does not classify, and the driver's message carried a credential:
     it is raised with the message redacted instead of the driver's own exception."""
+
+
+class SourceChanged(SourceUnavailable):
+    """A source file changed while prewarm copied it (its size, mtime or ETag moved; an object store answered 412
+    Precondition Failed to a read pinned to the listed ETag) and kept changing through the re-copies. Transient:
+    a retry once the writer has finished copies the new content."""
+
+
+class SourceConfigError(DatasetError):
+    """The source driver's options (fsspec storage options, ``FSSPEC_<PROTOCOL>_<KEY>`` environment variables,
+    ``~/.config/fsspec/*.json``) are malformed, e.g. a value of the wrong type. Permanent; the message names the
+    option and a form that works."""

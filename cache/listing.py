@@ -231,6 +231,10 @@ def _walk_fsspec(fs: Any, root: str) -> tuple[list[ListedFile], list[SkippedEntr
                 raise DatasetError(f"data set {redact_url(root)}: folders nested deeper than {_MAX_DEPTH} levels at {redact_url(url)}")
             for info in infos:
                 name = info["name"].rstrip("/")
+                if any(c in name[len(prefix):] for c in "?#"):
+                    # a link that only re-queries the listing (Apache's sort links ``?C=N;O=D``), not a file
+                    skipped.append(SkippedEntry(redact_url(rel_of(name)), "a link with a query string, not a file"))
+                    continue
                 if info.get("type") == "directory" or info["name"].endswith("/"):
                     if _is_hidden(posixpath.basename(name)):
                         add({**info, "type": "directory"})
@@ -320,6 +324,10 @@ def list_dataset(
     else:
         fs, root_path = filesystem if filesystem is not None else filesystem_for(uri, storage_options)
         with source_errors(uri):
+            if filesystem is None:
+                # list fresh: a driver instance lives as long as the process (an Airflow worker, the in-process
+                # engine) and s3fs/gcsfs/HTTP keep folder listings; a stale one misses added or replaced files
+                fs.invalidate_cache()
             info = fs.info(root_path)
             is_dir = info.get("type") == "directory"
             if not is_dir and _protocol(fs) in ("http", "https"):
@@ -350,7 +358,7 @@ def list_dataset(
             f"data set folder {shown} is empty; put data files (.csv, .tsv, .parquet, .npz) in it{listing.skipped_note()}"
         )
     if require_data and not listing.data_files:
-        names = ", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else "")
+        names = redact_url(", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else ""))
         raise DatasetError(
             f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; {FORMATS_HELP}"
         )

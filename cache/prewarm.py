@@ -9,7 +9,8 @@ Layout of one data set in the cache tier (``<cache root>/<cache_key(source)>/``)
 
 How a prewarm runs (:func:`prewarm`):
 
-1. List the source with :func:`heteroflow.cache.listing.list_dataset` (the one listing of a data set).
+1. List the source with :func:`heteroflow.cache.listing.list_dataset` (the one listing of a data set), fresh:
+   never from a driver's listing cache. A local path is recorded resolved (:func:`heteroflow.cache.sources.normalize_source`).
 2. Take the data set's file lock; clean what killed writers left (temporaries, a stale staging folder).
 3. Plan each file: *reuse* it from the current version when its source fingerprint and size are unchanged and
    the cached copy passes ``verify``; *resume* it from ``.staging`` when a killed prewarm already copied it
@@ -17,10 +18,15 @@ How a prewarm runs (:func:`prewarm`):
 4. Check the free disk space for the bytes to copy.
 5. Copy in parallel threads (hashing while copying), hard-link reused files (no byte copied), record each
    finished file in ``.staging``'s journal.
-6. Durability in bulk: one ``syncfs`` of the cache filesystem (not an fsync per file), then the version's
+6. List the source again and compare every file (size, and mtime / ETag / Last-Modified where the source has
+   them) with what was copied: files that changed meanwhile (or whose copy came out another size than listed, or
+   whose read an object store refused with 412) are copied again, up to three rounds, and named in the result
+   (``changed_during_copy``) and a warning; a file still changing after that fails with ``SourceChanged``
+   (transient; the current version stays). A short read of an unchanged file stays a ``CacheIntegrityError``.
+7. Durability in bulk: one ``syncfs`` of the cache filesystem (not an fsync per file), then the version's
    manifest (fsync), then rename ``.staging`` to ``versions/<version>`` (an existing folder of that version is
    swapped out atomically), then replace ``manifest.json`` (fsync, folder fsync).
-7. Remove versions beyond ``keep_versions``, oldest first (never the current one).
+8. Remove versions beyond ``keep_versions``, oldest first (never the current one).
 
 A killed prewarm therefore never changes the current version: readers keep reading the old, intact copy,
 and a rerun resumes. A changed source makes a new version (new folder); an unchanged one is reused as is.
@@ -60,6 +66,7 @@ from heteroflow.cache.errors import (
     CacheSpaceError,
     DatasetError,
     InvalidCacheOption,
+    SourceChanged,
 )
 from heteroflow.cache.listing import DatasetListing, ListedFile, list_dataset
 from heteroflow.cache.locations import local_cache_dir
@@ -72,7 +79,7 @@ from heteroflow.cache.manifest import (
 )
 from heteroflow.cache.progress import ProgressCallback, Reporter, current_progress_callback
 from heteroflow.cache.redact import redact_url, warn_if_credentials
-from heteroflow.cache.sources import filesystem_for, source_errors
+from heteroflow.cache.sources import classify, dataset_identity, filesystem_for, normalize_source, source_errors
 
 __all__ = [
     "LOCK_NAME",
@@ -100,6 +107,7 @@ JOURNAL_NAME = ".heteroflow-journal.jsonl"  # in .staging: one line per finished
 VERIFY_MODES = ("size", "stat", "sha256")
 _BATCH_FILES = 64  # small files per thread-pool task (cuts per-task overhead on trees of many small files)
 _BATCH_BYTES = 8 << 20
+_COPY_ROUNDS = 3  # copies of a data set whose files keep changing at the source before prewarm gives up
 _log = logging.getLogger("heteroflow.cache")
 
 
@@ -116,6 +124,8 @@ class PrewarmResult:
         seconds: wall time of the call, in seconds.
         dataset_dir: the data set's folder in the cache tier (holds ``versions/`` and the current manifest).
         skipped_entries: entries of the source not taken, each ``"path (reason)"`` (hidden, symlink loop...).
+        changed_during_copy: files that changed at the source while the data set was copied and were copied
+            again (the published version holds their new content).
     """
 
     manifest: Manifest
@@ -126,6 +136,7 @@ class PrewarmResult:
     seconds: float
     dataset_dir: Path | None = None
     skipped_entries: tuple[str, ...] = ()
+    changed_during_copy: tuple[str, ...] = ()
 
     @property
     def version(self) -> str:
@@ -143,6 +154,7 @@ class PrewarmResult:
             "files_skipped": self.files_skipped,
             "bytes_copied": self.bytes_copied,
             "entries_not_taken": len(self.skipped_entries),
+            "changed_during_copy": len(self.changed_during_copy),
             "cache_dir": self.manifest.root,
             "backend": self.manifest.backend,
             "source_uri": redact_url(self.manifest.source_uri),
@@ -151,12 +163,14 @@ class PrewarmResult:
 
 
 def cache_key(source_uri: str) -> str:
-    """Folder name of a source in the cache tier: ``<basename>-<12 hex of sha256(source)>``.
+    """Folder name of a source in the cache tier: ``<basename>-<12 hex of sha256(identity)>``.
 
-    The source is taken redacted (credentials do not change the data set) and without a trailing ``/``; the
-    basename is that of the URL's path (query and fragment dropped), made filesystem-safe.
+    The identity is :func:`heteroflow.cache.sources.dataset_identity`: a local path absolute with symlinks
+    resolved (``data/x`` from any spelling, as ``heteroflow run --dataset`` resolves it), a URL without
+    credentials, signing parameters or trailing ``/``. The basename is that of the path (query and fragment
+    dropped), made filesystem-safe. Every cache key (prewarm, ``cache status``, Alluxio records) is this one.
     """
-    canonical = redact_url(source_uri).rstrip("/") or source_uri
+    canonical = dataset_identity(source_uri)
     path = canonical.split("://", 1)[-1]
     path = path.split("?", 1)[0].split("#", 1)[0] if "://" in canonical else path
     base = posixpath.basename(path.rstrip("/")) or "dataset"
@@ -500,6 +514,7 @@ def prewarm(
     if keep_versions < 1:
         raise InvalidCacheOption(f"keep_versions={keep_versions} is out of range; valid: 1 or more")
     warn_if_credentials(source_uri)
+    source_uri = normalize_source(source_uri)  # a relative local path is recorded as the folder it names
     shown = redact_url(source_uri)
     report = Reporter(progress or current_progress_callback(), shown)
     report.phase("listing", files_total=0, bytes_total=0)
@@ -513,7 +528,8 @@ def prewarm(
     try:
         with _dataset_lock(dataset_dir, lock_timeout_s):
             result = _prewarm_locked(source_uri, shown, dataset_dir, files, listing, open_src, mode, workers,
-                                     keep_versions, report)
+                                     keep_versions, report,
+                                     relist=lambda: list_dataset(source_uri, require_data=False, storage_options=storage_options))
     except BaseException as exc:
         if isinstance(exc, DatasetError):  # permanent: a resume would not help, so keep nothing of this attempt
             shutil.rmtree(dataset_dir / STAGING_NAME, ignore_errors=True)
@@ -535,6 +551,7 @@ def _prewarm_locked(
     workers: int,
     keep_versions: int,
     report: Reporter,
+    relist: Callable[[], DatasetListing] | None = None,
 ) -> PrewarmResult:
     staging = dataset_dir / STAGING_NAME
     versions = dataset_dir / VERSIONS_DIR
@@ -545,82 +562,122 @@ def _prewarm_locked(
     current_root = Path(current.root) if current is not None and current.root else None
     current_files = {f.path: f for f in current.files} if current is not None else {}
     stat_index = (_read_json(current_root / STAT_NAME) or {}) if current_root is not None else {}
-    journal = _read_journal(staging) if staging.is_dir() else {}
 
-    # --- plan: reuse from the current version, resume from staging, or copy --------------------------------
-    reuse: dict[str, ManifestEntry] = {}
-    to_check: list[tuple[ListedFile, ManifestEntry, Path]] = []
-    resumed: dict[str, ManifestEntry] = {}
-    copy: list[ListedFile] = []
-    for f in files:
-        old = current_files.get(f.path)
-        rec = journal.get(f.path)
-        if old is not None and current_root is not None and old.source_key == f.key and (f.bytes is None or old.bytes == f.bytes):
-            to_check.append((f, old, current_root.joinpath(*f.path.split("/"))))
-        elif rec is not None and rec.get("source_key") == f.key and _journal_ok(staging, f.path, rec):
-            resumed[f.path] = ManifestEntry(path=f.path, bytes=rec["bytes"], sha256=rec["sha256"], source_key=f.key)
-        else:
-            copy.append(f)
+    copied_paths: set[str] = set()
+    bytes_copied = 0
+    moved_total: list[str] = []
+    for round_no in range(_COPY_ROUNDS):
+        journal = _read_journal(staging) if staging.is_dir() else {}
 
-    if to_check:
-        report.phase("verifying", files_total=len(to_check), bytes_total=sum(o.bytes for _, o, _ in to_check))
-        ok = _verify_cached(to_check, stat_index, mode, workers, report)
-        for f, old, _ in to_check:
-            if ok[f.path]:
-                reuse[f.path] = old
-            elif (rec := journal.get(f.path)) is not None and rec.get("source_key") == f.key and _journal_ok(staging, f.path, rec):
+        # --- plan: reuse from the current version, resume from staging, or copy ----------------------------
+        reuse: dict[str, ManifestEntry] = {}
+        to_check: list[tuple[ListedFile, ManifestEntry, Path]] = []
+        resumed: dict[str, ManifestEntry] = {}
+        copy: list[ListedFile] = []
+        for f in files:
+            old = current_files.get(f.path)
+            rec = journal.get(f.path)
+            if old is not None and current_root is not None and old.source_key == f.key and (f.bytes is None or old.bytes == f.bytes):
+                to_check.append((f, old, current_root.joinpath(*f.path.split("/"))))
+            elif rec is not None and rec.get("source_key") == f.key and _journal_ok(staging, f.path, rec):
                 resumed[f.path] = ManifestEntry(path=f.path, bytes=rec["bytes"], sha256=rec["sha256"], source_key=f.key)
             else:
                 copy.append(f)
 
-    unchanged = (
-        current is not None
-        and not legacy
-        and not copy
-        and not resumed
-        and set(reuse) == set(current_files)
-    )
-    if unchanged:
-        assert current is not None and current_root is not None  # for type checkers; guaranteed by `unchanged`
-        if staging.exists():
-            shutil.rmtree(staging, ignore_errors=True)
-        report.phase("done", files_total=len(files), bytes_total=current.total_bytes)
-        return PrewarmResult(
-            manifest=current, manifest_path=current_root / MANIFEST_NAME, files_copied=0,
-            files_skipped=len(reuse), bytes_copied=0, seconds=0.0, dataset_dir=dataset_dir,
+        if to_check:
+            report.phase("verifying", files_total=len(to_check), bytes_total=sum(o.bytes for _, o, _ in to_check))
+            ok = _verify_cached(to_check, stat_index, mode, workers, report)
+            for f, old, _ in to_check:
+                if ok[f.path]:
+                    reuse[f.path] = old
+                elif (rec := journal.get(f.path)) is not None and rec.get("source_key") == f.key and _journal_ok(staging, f.path, rec):
+                    resumed[f.path] = ManifestEntry(path=f.path, bytes=rec["bytes"], sha256=rec["sha256"], source_key=f.key)
+                else:
+                    copy.append(f)
+
+        unchanged = (
+            round_no == 0
+            and current is not None
+            and not legacy
+            and not copy
+            and not resumed
+            and set(reuse) == set(current_files)
         )
+        if unchanged:
+            assert current is not None and current_root is not None  # for type checkers; guaranteed by `unchanged`
+            if staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+            report.phase("done", files_total=len(files), bytes_total=current.total_bytes)
+            return PrewarmResult(
+                manifest=current, manifest_path=current_root / MANIFEST_NAME, files_copied=0,
+                files_skipped=len(reuse), bytes_copied=0, seconds=0.0, dataset_dir=dataset_dir,
+            )
 
-    # --- stage --------------------------------------------------------------------------------------------
-    _check_space(dataset_dir, sum(f.bytes or 0 for f in copy))
-    staging.mkdir(exist_ok=True)
-    wanted = {f.path for f in files}
-    _prune_staging(staging, keep=set(resumed))
-    parents = {posixpath.dirname(p) for p in wanted if "/" in p}
-    for parent in sorted(parents):
-        staging.joinpath(*parent.split("/")).mkdir(parents=True, exist_ok=True)
+        # --- stage ----------------------------------------------------------------------------------------
+        _check_space(dataset_dir, sum(f.bytes or 0 for f in copy))
+        staging.mkdir(exist_ok=True)
+        wanted = {f.path for f in files}
+        _prune_staging(staging, keep=set(resumed))
+        parents = {posixpath.dirname(p) for p in wanted if "/" in p}
+        for parent in sorted(parents):
+            staging.joinpath(*parent.split("/")).mkdir(parents=True, exist_ok=True)
 
-    stats: dict[str, list[int]] = {}
-    for path, rec in journal.items():
-        if path in resumed:
-            stats[path] = [rec["bytes"], rec["mtime_ns"]]
-    for path, old in reuse.items():
-        dest = staging.joinpath(*path.split("/"))
-        dest.unlink(missing_ok=True)
-        assert current_root is not None
-        _link_or_copy(current_root.joinpath(*path.split("/")), dest)
-        st = dest.stat()
-        stats[path] = [st.st_size, st.st_mtime_ns]
+        stats: dict[str, list[int]] = {}
+        for path, rec in journal.items():
+            if path in resumed:
+                stats[path] = [rec["bytes"], rec["mtime_ns"]]
+        for path, old in reuse.items():
+            dest = staging.joinpath(*path.split("/"))
+            dest.unlink(missing_ok=True)
+            assert current_root is not None
+            _link_or_copy(current_root.joinpath(*path.split("/")), dest)
+            st = dest.stat()
+            stats[path] = [st.st_size, st.st_mtime_ns]
 
-    copied: dict[str, ManifestEntry] = {}
-    bytes_copied = 0
-    if copy:
-        report.phase("copying", files_total=len(copy), bytes_total=sum(f.bytes or 0 for f in copy))
-        n_workers = workers or default_workers(remote=not listing.local, files=len(copy))
-        with source_errors(source_uri):
-            for entry, mtime_ns in _copy_all(copy, staging, open_src, n_workers, report):
-                copied[entry.path] = entry
-                bytes_copied += entry.bytes
-                stats[entry.path] = [entry.bytes, mtime_ns]
+        copied: dict[str, ManifestEntry] = {}
+        failed: dict[str, BaseException] = {}  # copies that found the source moving under them (size, 412)
+        if copy:
+            report.phase("copying", files_total=len(copy), bytes_total=sum(f.bytes or 0 for f in copy))
+            n_workers = workers or default_workers(remote=not listing.local, files=len(copy))
+            with source_errors(source_uri):
+                for entry, mtime_ns in _copy_all(copy, staging, open_src, n_workers, report, failed, source_uri):
+                    copied[entry.path] = entry
+                    copied_paths.add(entry.path)
+                    bytes_copied += entry.bytes
+                    stats[entry.path] = [entry.bytes, mtime_ns]
+
+        # --- publish-time check: every file still as listed (size, and mtime / ETag where the source has them) -
+        if relist is None:
+            if failed:
+                raise next(iter(failed.values()))
+            break
+        fresh = {f.path: f for f in relist().files}
+        listed = {f.path: f for f in files}
+        moved = sorted(
+            p for p in set(fresh) | set(listed)
+            if p not in fresh or p not in listed or (fresh[p].key, fresh[p].bytes) != (listed[p].key, listed[p].bytes)
+        )
+        for path, exc in failed.items():
+            if path not in moved and not isinstance(exc, SourceChanged):
+                raise exc  # the source is as listed, yet the read came out short: not a change, a bad read
+        moved = sorted(set(moved) | set(failed))
+        if not moved:
+            break
+        moved_total += [p for p in moved if p not in moved_total]
+        if round_no == _COPY_ROUNDS - 1:
+            continue  # no tries left: the else clause below fails with SourceChanged
+        _log.warning("data set %s: %d file%s changed at the source while the data set was copied (%s); copying %s again",
+                     shown, len(moved), "" if len(moved) == 1 else "s", redact_url(", ".join(moved[:10])),
+                     "it" if len(moved) == 1 else "them")
+        files = sorted(fresh.values(), key=lambda f: f.path)
+        if not files:
+            raise DatasetError(f"data set {shown}: every file was removed at the source while it was copied")
+    else:
+        raise SourceChanged(
+            f"data set {shown}: {redact_url(', '.join(moved[:10]))} kept changing at the source while {'it was' if len(moved) == 1 else 'they were'} "
+            f"copied ({_COPY_ROUNDS} tries; size, mtime or ETag moved each time); rerun prewarm once the writer has "
+            "finished (what was copied is kept and reused)"
+        )
 
     entries = [reuse.get(f.path) or resumed.get(f.path) or copied[f.path] for f in files]
     digest = dataset_digest(entries)
@@ -660,8 +717,9 @@ def _prewarm_locked(
         _log.info("data set %s: removed old cache versions %s", shown, ", ".join(removed))
     report.phase("done", files_total=len(files), bytes_total=manifest.total_bytes)
     return PrewarmResult(
-        manifest=manifest, manifest_path=target / MANIFEST_NAME, files_copied=len(copied),
-        files_skipped=len(reuse) + len(resumed), bytes_copied=bytes_copied, seconds=0.0, dataset_dir=dataset_dir,
+        manifest=manifest, manifest_path=target / MANIFEST_NAME, files_copied=len(copied_paths & {f.path for f in files}),
+        files_skipped=len(files) - len(copied_paths & {f.path for f in files}), bytes_copied=bytes_copied, seconds=0.0,
+        dataset_dir=dataset_dir, changed_during_copy=tuple(moved_total),
     )
 
 
@@ -720,8 +778,15 @@ def _copy_all(
     open_src: Callable[[ListedFile], BinaryIO] | None,
     workers: int,
     report: Reporter,
+    failed: dict[str, BaseException] | None = None,
+    source_uri: str = "",
 ) -> Iterator[tuple[ManifestEntry, int]]:
-    """Copy ``files`` into ``staging`` on ``workers`` threads; yield each finished file (on this thread)."""
+    """Copy ``files`` into ``staging`` on ``workers`` threads; yield each finished file (on this thread).
+
+    With ``failed``, a file whose copy found the source moving under it (a size other than listed, an object
+    store's 412 to a read pinned to the listed ETag) is recorded there with its error instead of stopping the
+    copy: the caller compares a fresh listing and copies it again (or raises the error when nothing changed).
+    """
 
     journal = open(staging / JOURNAL_NAME, "a", encoding="utf-8")  # noqa: SIM115 - closed below
     journal_lock = threading.Lock()
@@ -731,7 +796,17 @@ def _copy_all(
     def run(batch: list[ListedFile]) -> list[tuple[ManifestEntry, int]]:
         out = []
         for f in batch:
-            n, sha, mtime_ns = _copy_file(f, os.path.join(base, f.path), open_src)
+            try:
+                n, sha, mtime_ns = _copy_file(f, os.path.join(base, f.path), open_src)
+            except Exception as exc:
+                if failed is None:
+                    raise
+                mapped = exc if isinstance(exc, CacheIntegrityError) else classify(exc, source_uri)
+                if not isinstance(mapped, (CacheIntegrityError, SourceChanged)):
+                    raise
+                with journal_lock:
+                    failed[f.path] = mapped
+                continue
             entry = ManifestEntry(path=f.path, bytes=n, sha256=sha, source_key=f.key)
             line = json.dumps({"path": f.path, "bytes": n, "sha256": sha, "source_key": f.key, "mtime_ns": mtime_ns})
             with journal_lock:  # one line per finished file: a killed prewarm resumes file by file

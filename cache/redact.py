@@ -109,8 +109,10 @@ _SAFER_WAY = {
     "or fsspec storage options",
     "abfs": "AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN in the environment, "
     "or fsspec storage options",
-    "http": "a ~/.netrc entry for the host, or fsspec storage options (FSSPEC_HTTP_CLIENT_KWARGS with an auth)",
-    "https": "a ~/.netrc entry for the host, or fsspec storage options (FSSPEC_HTTPS_CLIENT_KWARGS with an auth)",
+    "http": "a ~/.netrc entry for the host, or FSSPEC_HTTP_CLIENT_KWARGS='{\"auth\": {\"login\": \"USER\", "
+    "\"password\": \"PASSWORD\"}}' in the environment",
+    "https": "a ~/.netrc entry for the host, or FSSPEC_HTTPS_CLIENT_KWARGS='{\"auth\": {\"login\": \"USER\", "
+    "\"password\": \"PASSWORD\"}}' in the environment",
 }
 
 

@@ -9,21 +9,70 @@ fsspec adds its storage-option config (``FSSPEC_<PROTOCOL>_<KEY>`` environment v
 not found (404), access denied (401/403, wrong credentials) and bad requests are permanent
 (:class:`DatasetError`); unreachable hosts, resets and 5xx answers are transient (:class:`SourceUnavailable`,
 :class:`SourceTimeout`). Every message is redacted (:func:`heteroflow.cache.redact.redact_url`) and the
-driver's own exception is not chained (it may quote the URL with its credentials).
+driver's own exception is not chained (it may quote the URL with its credentials). A malformed driver option (a
+value of the wrong type, e.g. ``FSSPEC_HTTP_CLIENT_KWARGS='{"auth": ...}'`` before it is converted) is a
+:class:`SourceConfigError`, never "does not exist".
+
+**Query strings (signed URLs).** An ``http(s)://`` URL's query (an Azure SAS ``?sv=...&sig=...``, an S3 or GCS
+presigned ``?X-Amz-Signature=...``) belongs to the request, not to the path: :func:`filesystem_for` strips it
+from the path and sends it with every request of that data set (the folder listing, each file's size and its
+bytes), so it never becomes part of a file name, a cache path or a name on disk; messages redact it.
+
+**Identity.** :func:`dataset_identity` is the one normal form of a source that every cache key is computed from:
+a local path made absolute with symlinks resolved (``data/x``, ``./data/x/``, ``file://data/x`` and the resolved
+absolute path are one data set, as ``heteroflow run --dataset`` resolves it); a URL without credentials, without
+the signing parameters of its query (a re-signed URL is the same data set), without a trailing ``/``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import os
+import urllib.parse
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from heteroflow.cache.errors import DatasetError, HeteroflowError, SourceError, SourceTimeout, SourceUnavailable
+from heteroflow.cache.errors import (
+    DatasetError,
+    HeteroflowError,
+    SourceChanged,
+    SourceConfigError,
+    SourceError,
+    SourceTimeout,
+    SourceUnavailable,
+)
 from heteroflow.cache.redact import redact_url
 
-__all__ = ["driver_package", "filesystem_for", "is_local", "local_path", "protocol_of", "source_errors"]
+__all__ = [
+    "SIGNING_QUERY_PARAMS",
+    "classify",
+    "dataset_identity",
+    "driver_package",
+    "filesystem_for",
+    "http_options",
+    "is_local",
+    "local_path",
+    "normalize_source",
+    "protocol_of",
+    "source_errors",
+    "split_query",
+]
+
+# Query parameters that sign a URL rather than name data (they change each time the URL is signed; matched
+# case-insensitively). Sources: AWS "Authenticating Requests: Using Query Parameters (AWS Signature Version 4)"
+# and the SigV2 query form; Google Cloud "Signed URLs" (V4, V2); Azure "Create a service SAS" / "Create an
+# account SAS" (every SAS field); RFC 6750 section 2.3 (access_token).
+SIGNING_QUERY_PARAMS = frozenset({
+    "x-amz-algorithm", "x-amz-credential", "x-amz-date", "x-amz-expires", "x-amz-signedheaders", "x-amz-signature",
+    "x-amz-security-token", "awsaccesskeyid", "expires", "signature",
+    "x-goog-algorithm", "x-goog-credential", "x-goog-date", "x-goog-expires", "x-goog-signedheaders",
+    "x-goog-signature", "googleaccessid",
+    "sv", "ss", "srt", "sp", "se", "st", "spr", "sig", "sr", "si", "sdd", "ses", "skoid", "sktid", "skt", "ske",
+    "sks", "skv", "saoid", "suoid", "scid", "rscc", "rscd", "rsce", "rscl", "rsct",
+    "access_token", "token", "key",
+})
 
 # Packages that provide fsspec drivers fsspec itself only names in prose.
 _PACKAGES = {
@@ -53,21 +102,155 @@ def local_path(uri: str) -> Path:
     return Path(uri).expanduser().absolute()
 
 
+def split_query(uri: str) -> tuple[str, str]:
+    """``(uri without its query and fragment, the raw query)`` for an ``http(s)://`` URL; other URIs (whose ``?``
+    may be part of a path or key) come back whole, with an empty query.
+
+    ``http://h/data/?sv=1&sig=S`` -> ``("http://h/data/", "sv=1&sig=S")``.
+    """
+    if protocol_of(uri) not in ("http", "https"):
+        return uri, ""
+    base, _, fragment_free = uri.partition("#")[0].partition("?")
+    return base, fragment_free
+
+
+def normalize_source(uri: str) -> str:
+    """A source as heteroflow records it: a local path (or ``file://`` URL) as its absolute path with symlinks
+    resolved (what ``heteroflow run --dataset`` passes on); any other URI unchanged."""
+    if is_local(uri):
+        return os.path.realpath(local_path(uri))
+    return uri
+
+
+def dataset_identity(uri: str) -> str:
+    """The normal form every cache key is computed from (see the module docstring); never holds a credential.
+
+    ``data/x`` -> ``/abs/path/data/x``; ``HTTP://alice:pw@Host/d/?sv=1&sig=S&format=csv`` -> ``http://host/d?format=csv``;
+    ``s3://b/d/`` -> ``s3://b/d``.
+    """
+    if is_local(uri):
+        return normalize_source(uri)
+    if protocol_of(uri) in ("http", "https"):
+        parts = urllib.parse.urlsplit(uri)
+        host = parts.hostname or ""
+        try:
+            port = parts.port
+        except ValueError:  # not a port number: the URL will fail when read; key it as written
+            return redact_url(uri).rstrip("/") or uri
+        netloc = host + (f":{port}" if port else "")
+        kept = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+                if k.lower() not in SIGNING_QUERY_PARAMS]
+        query = urllib.parse.urlencode(kept)
+        path = parts.path.rstrip("/")
+        return urllib.parse.urlunsplit((parts.scheme.lower(), netloc.lower(), path, query, "")) or uri
+    return redact_url(uri).rstrip("/") or uri
+
+
 def driver_package(protocol: str) -> str:
     """The pip package that provides the fsspec driver for ``protocol`` (best effort)."""
     return _PACKAGES.get(protocol, f"the fsspec driver for {protocol}://")
 
 
+_AUTH_FORM = '{"auth": {"login": "USER", "password": "PASSWORD"}}'
+
+
+def _auth_header(value: Any, where: str) -> str:
+    """The ``Authorization`` header for an ``auth`` client option given as JSON can give it: ``{"login": U,
+    "password": P}`` (aiohttp's ``BasicAuth`` field names; ``username``/``user`` accepted too) or ``[U, P]``."""
+    import aiohttp
+
+    if isinstance(value, tuple) and type(value).__name__ == "BasicAuth":  # aiohttp.BasicAuth, given in Python
+        return value.encode()
+    login = password = None
+    if isinstance(value, Mapping):
+        unknown = set(value) - {"login", "username", "user", "password", "encoding"}
+        login = value.get("login", value.get("username", value.get("user")))
+        password = value.get("password", "")
+        if unknown:
+            login = None
+    elif isinstance(value, (list, tuple)) and 1 <= len(value) <= 2:
+        login, password = value[0], (value[1] if len(value) == 2 else "")
+    if not isinstance(login, str) or not isinstance(password, str) or ":" in login:
+        raise SourceConfigError(
+            f"{where}: auth must be a login and a password; valid: {_AUTH_FORM} (or [\"USER\", \"PASSWORD\"]), "
+            "or a ~/.netrc entry for the host"
+        )
+    encoding = value.get("encoding", "latin1") if isinstance(value, Mapping) else "latin1"
+    encode = getattr(aiohttp, "encode_basic_auth", None)  # aiohttp >= 3.14; BasicAuth is deprecated there
+    return encode(login, password, encoding) if encode is not None else aiohttp.BasicAuth(login, password, encoding).encode()
+
+
+def _client_timeout(value: Any, where: str) -> Any:
+    import aiohttp
+
+    if isinstance(value, aiohttp.ClientTimeout):
+        return value
+    fields = {"total", "connect", "sock_read", "sock_connect", "ceil_threshold"}
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0:
+        return aiohttp.ClientTimeout(total=float(value))
+    if isinstance(value, Mapping) and set(value) <= fields and all(
+        v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0) for v in value.values()
+    ):
+        return aiohttp.ClientTimeout(**value)
+    raise SourceConfigError(
+        f"{where}: timeout must be seconds > 0 or an object of {', '.join(sorted(fields))} (seconds); got {value!r}"
+    )
+
+
+def http_options(protocol: str, storage_options: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """fsspec's HTTP options with fsspec's configuration (``FSSPEC_HTTP_*`` / ``FSSPEC_HTTPS_*`` environment
+    variables, ``~/.config/fsspec/*.json``) merged in, and the forms JSON can hold made into what aiohttp takes:
+    ``client_kwargs.auth`` or ``auth`` (``{"login": U, "password": P}`` or ``[U, P]``) becomes an ``Authorization`` header
+    (aiohttp wants a ``BasicAuth`` object there, and deprecates ``auth``); ``client_kwargs.timeout`` in seconds (or
+    ``{"total": s, "connect": s, ...}``) becomes an ``aiohttp.ClientTimeout``.
+
+    Raises:
+        SourceConfigError: an ``auth`` or ``timeout`` of no valid form (names the option and a form that works).
+    """
+    import fsspec
+    from fsspec.config import apply_config
+
+    options = apply_config(fsspec.get_filesystem_class(protocol), dict(storage_options or {}))
+    if "auth" in options:  # a request option (FSSPEC_HTTP_AUTH='{"login": ..}'): the same header, sent with every request
+        header = _auth_header(options.pop("auth"), f"FSSPEC_{protocol.upper()}_AUTH (fsspec storage option auth)")
+        options["auth"] = None  # fsspec merges its config again when it builds the filesystem: override it
+        client = dict(options.get("client_kwargs") or {})
+        client["headers"] = {**dict(client.get("headers") or {}), "Authorization": header}
+        options["client_kwargs"] = client
+    client = options.get("client_kwargs")
+    where = f"FSSPEC_{protocol.upper()}_CLIENT_KWARGS (fsspec storage option client_kwargs)"
+    if client is None:
+        return options
+    if not isinstance(client, Mapping):
+        raise SourceConfigError(f"{where} must be a JSON object, e.g. {_AUTH_FORM}; got {type(client).__name__}")
+    client = dict(client)
+    if "auth" in client:
+        header = _auth_header(client.pop("auth"), where)
+        headers = dict(client.get("headers") or {})
+        if not any(k.lower() == "authorization" for k in headers):
+            headers["Authorization"] = header
+        client["headers"] = headers
+    if "timeout" in client:
+        client["timeout"] = _client_timeout(client["timeout"], where)
+    options["client_kwargs"] = client
+    return options
+
+
 def filesystem_for(uri: str, storage_options: Mapping[str, Any] | None = None) -> tuple[Any, str]:
     """The fsspec filesystem and the path inside it for ``uri``.
 
+    An ``http(s)://`` URL's query is taken off the path and sent with every request instead (see the module
+    docstring); its options go through :func:`http_options`.
+
     Raises:
         DatasetError: the scheme is not an fsspec protocol, or its driver is not installed (names the package).
+        SourceConfigError: a malformed driver option (see :func:`http_options`).
     """
     import fsspec
 
     protocol = protocol_of(uri)
     shown = redact_url(uri)
+    options = dict(storage_options or {})
     try:
         fsspec.get_filesystem_class(protocol)
     except ImportError:
@@ -81,8 +264,16 @@ def filesystem_for(uri: str, storage_options: Mapping[str, Any] | None = None) -
             f"cannot read {shown}: {protocol}:// is not a known fsspec protocol; give a local folder or an fsspec "
             "URL (file://, s3://, gs://, az://, http(s)://, memory://, ...)"
         ) from None
+    if protocol in ("http", "https"):
+        uri, query = split_query(uri)
+        options = http_options(protocol, options)
+        if query:
+            # (name, value) pairs: aiohttp encodes them once (a string would be encoded again: %2B -> %252B)
+            pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
+            given = options.get("params")
+            options["params"] = (list(given.items()) if isinstance(given, Mapping) else list(given or [])) + pairs
     try:
-        return fsspec.core.url_to_fs(uri, **dict(storage_options or {}))
+        return fsspec.core.url_to_fs(uri, **options)
     except ImportError as exc:
         raise DatasetError(f"cannot read {shown}: {redact_url(str(exc))}; pip install {driver_package(protocol)}") from None
     except (ValueError, TypeError) as exc:
@@ -152,8 +343,19 @@ def classify(exc: BaseException, uri: str) -> BaseException | None:
         return DatasetError(f"access to data set {shown} was denied ({detail}); {creds}")
     if status is not None and status >= 500:
         return SourceUnavailable(f"data set {shown}: the source answered {status} ({detail}); retry later")
+    if status == 412 or names & {"FileExpired"}:
+        return SourceChanged(f"data set {shown}: a file changed at the source while it was read ({detail}); retry "
+                             "once the writer has finished")
     if status is not None and 400 <= status < 500:
         return DatasetError(f"data set {shown}: the source refused the request with {status} ({detail})")
+    config = next((e for e in chain if isinstance(e, (TypeError, ValueError)) and not isinstance(e, HeteroflowError)), None)
+    if config is not None:  # e.g. aiohttp's "BasicAuth() tuple is required" under fsspec's FileNotFoundError
+        protocol = protocol_of(uri)
+        return SourceConfigError(
+            f"data set {shown}: the {protocol}:// driver rejected its options or the URL ({detail}); check the storage options "
+            f"(FSSPEC_{protocol.upper()}_* environment variables, ~/.config/fsspec/*.json, storage_options)"
+            + (f", e.g. FSSPEC_{protocol.upper()}_CLIENT_KWARGS='{_AUTH_FORM}'" if protocol in ("http", "https") else "")
+        )
     if any(isinstance(e, PermissionError) for e in chain):
         return DatasetError(f"access to data set {shown} was denied ({detail}); {creds}")
     if any(isinstance(e, FileNotFoundError) for e in chain):

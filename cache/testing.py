@@ -1,7 +1,7 @@
 """Test helpers for remote data sets, shipped so pipeline-level tests (and users' own) can use them.
 
 - :func:`serve_folder`: a folder served over HTTP on 127.0.0.1 by Python's ``http.server`` in a thread,
-  optionally behind HTTP Basic auth (403 on a wrong password, 401 on none).
+  optionally behind HTTP Basic auth (403 on a wrong password, 401 on none) or a signed-URL query check.
 - :func:`s3_test_server`: moto's server mode, a local S3-compatible *test server* on 127.0.0.1, with
   credentials passed the way a cluster would pass them (environment variables), and a folder uploaded.
 - :func:`files_containing`: every file under some folders whose bytes contain a string (a secret scan).
@@ -25,11 +25,21 @@ __all__ = ["files_containing", "s3_test_server", "serve_folder"]
 
 class _Handler(http.server.SimpleHTTPRequestHandler):
     auth: tuple[str, str] | None = None
+    required_query: Mapping[str, str] | None = None
+    log: list[str] | None = None
+    refuse_head = False
 
     def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the stdlib's name
         pass
 
     def _authorized(self) -> bool:
+        if self.required_query is not None:
+            import urllib.parse
+
+            given = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(self.path).query, keep_blank_values=True))
+            if any(given.get(k) != v for k, v in self.required_query.items()):
+                self.send_error(403, "signature does not match")
+                return False
         if self.auth is None:
             return True
         header = self.headers.get("Authorization", "")
@@ -39,27 +49,42 @@ class _Handler(http.server.SimpleHTTPRequestHandler):
         self.send_error(403 if header else 401, "wrong credentials" if header else "credentials needed")
         return False
 
+    def _log(self) -> None:
+        if self.log is not None:
+            self.log.append(f"{self.command} {self.path}")
+
     def do_GET(self) -> None:
+        self._log()
         if self._authorized():
             super().do_GET()
 
     def do_HEAD(self) -> None:
-        if self._authorized():
+        self._log()
+        if self.refuse_head:  # as S3 answers HEAD on a URL presigned for GET: the method is part of the signature
+            self.send_error(403, "SignatureDoesNotMatch")
+        elif self._authorized():
             super().do_HEAD()
 
 
 @contextlib.contextmanager
-def serve_folder(folder: str | os.PathLike[str], *, auth: tuple[str, str] | None = None) -> Iterator[str]:
+def serve_folder(folder: str | os.PathLike[str], *, auth: tuple[str, str] | None = None,
+                 required_query: Mapping[str, str] | None = None, log: list[str] | None = None,
+                 refuse_head: bool = False) -> Iterator[str]:
     """Serve ``folder`` on ``http://127.0.0.1:<free port>`` (directory listings as ``python3 -m http.server``).
 
     Args:
         folder: the folder to serve (its subfolders are data sets: ``<base>/digits/``).
         auth: (user, password) to require with HTTP Basic auth.
+        required_query: query parameters every request must carry with exactly these values, else 403 (a
+            signed URL's check, e.g. an Azure SAS ``{"sv": "1", "sig": "..."}``).
+        log: a list that receives ``"METHOD /path?query"`` of every request.
+        refuse_head: answer every HEAD request 403, as S3 does for a URL presigned for GET.
 
     Yields:
         The base URL, without a trailing slash.
     """
-    handler = type("FolderHandler", (_Handler,), {"auth": auth})
+    handler = type("FolderHandler", (_Handler,), {"auth": auth, "required_query": required_query, "log": log,
+                                             "refuse_head": refuse_head})
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, name="heteroflow-test-http", daemon=True)
     thread.start()

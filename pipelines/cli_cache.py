@@ -126,6 +126,10 @@ def prewarm_command(
         f"in {escape(f['cache_dir'] or result.manifest.location)}",
         highlight=False,
     )
+    if result.changed_during_copy:
+        changed = result.changed_during_copy
+        console.print(f"  changed at the source during the copy, copied again: {escape(redact_url(', '.join(changed[:10])))}"
+                      + (f" and {len(changed) - 10} more" if len(changed) > 10 else ""), highlight=False)
     for entry in result.skipped_entries[:10]:
         console.print(f"  not taken: {escape(entry)}", highlight=False)
     if len(result.skipped_entries) > 10:
