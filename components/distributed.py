@@ -90,6 +90,7 @@ from heteroflow.components.errors import HeteroflowError, InvalidParameter
 __all__ = [
     "COMPRESSIONS",
     "DistributedContext",
+    "RankBatches",
     "TERMINATE_GRACE_SECONDS",
     "WorkerError",
     "WorkerKilled",
@@ -456,6 +457,47 @@ def rank_slice(batch_sizes: Sequence[int], rank: int) -> slice:
     return slice(start, start + batch_sizes[rank])
 
 
+class RankBatches:
+    """A batch sampler for one rank of an unequal-batch run: epoch ``e`` visits a permutation of ``n`` samples
+    seeded by ``seed + e`` (numpy ``default_rng``, as heteroflow's single-process loader does), cut into global
+    batches of ``B = sum(batch_sizes)``; this rank yields its :func:`rank_slice` of each. The union over ranks of
+    batch ``i`` is batch ``i`` of one process with batch size ``B``. A last, partial global batch is dropped
+    (every rank must take the same number of steps, or the collectives hang).
+
+    Args:
+        n: samples in the data set.
+        batch_sizes: per-rank batch sizes.
+        rank: this rank.
+        seed: the shuffling seed.
+        shuffle: False: in order.
+
+    Raises:
+        InvalidParameter: bad batch sizes or rank, or ``n`` smaller than one global batch.
+    """
+
+    def __init__(self, n: int, batch_sizes: Sequence[int], rank: int, seed: int = 0, *, shuffle: bool = True) -> None:
+        self.part = rank_slice(batch_sizes, rank)
+        self.global_batch = sum(batch_sizes)
+        if n < self.global_batch:
+            raise InvalidParameter(f"the data set has {n} samples, fewer than one global batch of {self.global_batch} ({list(batch_sizes)})")
+        self.n, self.seed, self.shuffle = n, seed, shuffle
+        self.epoch, self.start = 0, 0
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        """Visit epoch ``epoch`` from global batch ``start`` on (a resume mid-epoch)."""
+        self.epoch, self.start = epoch, start
+
+    def __len__(self) -> int:
+        return max(0, self.n // self.global_batch - self.start)
+
+    def __iter__(self) -> Any:
+        import numpy as np
+
+        order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
+        for b in range(self.start, self.n // self.global_batch):
+            yield order[b * self.global_batch : (b + 1) * self.global_batch][self.part].tolist()
+
+
 # --- function references -----------------------------------------------------------------------------------
 
 
@@ -596,6 +638,16 @@ def _run_worker(payload: Mapping[str, Any], rank: int) -> Any:
 # --- the launcher side -------------------------------------------------------------------------------------
 
 
+def _threads_per_worker(count: int) -> int:
+    """Intra-op threads per worker: the CPUs this process may use, shared out (torchrun sets 1; on a CPU-only
+    node that leaves most cores idle)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        cpus = os.cpu_count() or 1
+    return max(1, cpus // count)
+
+
 @dataclasses.dataclass(slots=True)
 class _Ended:
     rank: int
@@ -733,6 +785,8 @@ def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: flo
         base.update(env or {})
         base[_PAYLOAD_ENV] = str(payload_file)
         base[_RESULT_DIR_ENV] = str(tmp_path)
+        if count > 1 and "OMP_NUM_THREADS" not in base:
+            base["OMP_NUM_THREADS"] = str(_threads_per_worker(count))
         procs: list[subprocess.Popen[bytes]] = []
         code = "from heteroflow.components.distributed import _worker_main; _worker_main()"
         try:

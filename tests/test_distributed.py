@@ -325,3 +325,21 @@ def test_a_worker_exception_is_reraised_and_classified_as_in_one_process() -> No
 @pytest.mark.slow
 def test_run_distributed_builds_the_callers_context_in_each_worker() -> None:
     assert run_distributed(user_train, make_ctx, 2, ctx_kwargs={"tag": "t"}) == ["t:0/2", "t:1/2"]
+
+
+def test_rank_batches_partition_the_single_process_batches() -> None:
+    from heteroflow.components.distributed import RankBatches
+
+    sizes = [5, 2, 3]
+    ranks = [RankBatches(47, sizes, r, seed=3) for r in range(3)]
+    one = RankBatches(47, [10], 0, seed=3)
+    for epoch in (0, 1):
+        for s in [*ranks, one]:
+            s.set_epoch(epoch, start=1)
+        per_rank = [list(s) for s in ranks]
+        assert [len(b) for b in per_rank] == [3, 3, 3] == [len(s) for s in ranks]  # 4 full global batches, from the 2nd
+        for i, whole in enumerate(one):
+            assert [x for r in range(3) for x in per_rank[r][i]] == whole
+            assert [len(per_rank[r][i]) for r in range(3)] == sizes
+    with pytest.raises(InvalidParameter, match="fewer than one global batch"):
+        RankBatches(4, sizes, 0)
