@@ -80,5 +80,13 @@ def manifests_command(
     for path in written:
         kinds = sorted({d["kind"] for d in files[path.name]})
         console.print(f"wrote {escape(str(path))} ({len(files[path.name])}: {', '.join(kinds)})", highlight=False)
+    queues = {q.name for q in inv.queues}
+    for setting, name in (("queue.kueue", cluster.kueue_queue), ("queue.volcano", cluster.volcano_queue)):
+        if name is not None and queues and name not in queues:
+            err_console.print(
+                f"note: the profile's {setting}={name!r} names no queue of the inventory ({', '.join(sorted(queues))}); "
+                "pods annotated with it wait for a queue someone else creates",
+                highlight=False,
+            )
     if "kueue.yaml" not in files:
         err_console.print("note: no kueue.yaml: the inventory states no CPU and memory capacity (list nodes, or cpu_cores and memory)", highlight=False)

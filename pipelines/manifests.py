@@ -88,12 +88,14 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.components.accelerators import ACCELERATORS, Accelerator, DeviceKind, find_accelerator
-from heteroflow.components.cluster import DEFAULT_PROFILE, KUEUE_QUEUE_LABEL, VOLCANO_QUEUE_ANNOTATION, ClusterProfile
+from heteroflow.components.cluster import DEFAULT_PROFILE, KUEUE_QUEUE_LABEL, ClusterProfile
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.resources import Candidates, Resources, format_cpu, format_memory, parse_cpu, parse_memory
 
 __all__ = [
     "CPU_FLAVOR",
+    "GROUP_ANNOTATION",
+    "K8S_VERSION",
     "ClusterInventory",
     "InvalidInventory",
     "Node",
@@ -103,6 +105,7 @@ __all__ = [
     "kueue_manifests",
     "load_inventory",
     "render_all",
+    "resource_flavors",
     "training_job_manifests",
     "validate",
     "volcano_queues",
