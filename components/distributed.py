@@ -32,7 +32,8 @@ Failures (classified by :func:`heteroflow.components.failures.classify`, like an
     :data:`TERMINATE_GRACE_SECONDS`); their own errors (``Connection closed by peer`` from gloo) are consequences
     and are not reported as the cause. The cause is the worker killed by an outside signal if there is one, else
     the earliest exception by wall-clock time (taken when the function raised, before the process group is
-    destroyed) that is not a lost-peer error.
+    destroyed) that is not a lost-peer error. When the launcher itself is killed, the kernel sends its workers
+    SIGKILL (``PR_SET_PDEATHSIG`` on Linux), so no orphan keeps training beside a rerun.
 
 Checkpoints
     :meth:`DistributedContext.save_checkpoint` writes on rank 0 only, atomically (``heteroflow.cache.atomic``),
@@ -113,6 +114,7 @@ TERMINATE_GRACE_SECONDS = 5.0
 _POLL_SECONDS = 0.05
 _PAYLOAD_ENV = "HETEROFLOW_DIST_PAYLOAD"
 _RESULT_DIR_ENV = "HETEROFLOW_DIST_RESULTS"
+_PARENT_ENV = "HETEROFLOW_DIST_PARENT"
 
 COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
 """Gradient compression options of :func:`comm_hook`: torch's own DDP hooks [DH]."""
@@ -570,8 +572,22 @@ def _is_peer_loss(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _PEER_LOSS)
 
 
+def _die_with_parent() -> None:
+    """End this worker when the launcher dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so a killed step
+    leaves no worker behind that keeps writing checkpoints beside its rerun."""
+    parent = int(os.environ.get(_PARENT_ENV, "0") or 0)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1 (linux/prctl.h)
+    if parent and os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)
+
+
 def _worker_main() -> None:
     """Entry point of one worker process (run by :func:`launch`; reads its payload from the environment)."""
+    _die_with_parent()
     payload = pickle.loads(Path(os.environ[_PAYLOAD_ENV]).read_bytes())
     results = Path(os.environ[_RESULT_DIR_ENV])
     rank = int(os.environ["RANK"])
@@ -785,6 +801,7 @@ def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: flo
         base.update(env or {})
         base[_PAYLOAD_ENV] = str(payload_file)
         base[_RESULT_DIR_ENV] = str(tmp_path)
+        base[_PARENT_ENV] = str(os.getpid())
         if count > 1 and "OMP_NUM_THREADS" not in base:
             base["OMP_NUM_THREADS"] = str(_threads_per_worker(count))
         procs: list[subprocess.Popen[bytes]] = []

@@ -379,3 +379,49 @@ def test_nccl_weighted_gradient_on_cuda(compression: str) -> None:
     tol = {"none": (1e-4, 1e-5), "bf16": (2e-2, 2e-3)}[compression]  # TF32/cuDNN vs CPU; bf16 transport: ~3 digits
     for name, p in model.named_parameters():
         torch.testing.assert_close(out[0][name], p.grad, rtol=tol[0], atol=tol[1])
+
+
+@pytest.mark.slow
+def test_workers_die_with_a_killed_launcher(tmp_path: Path) -> None:
+    """SIGKILL the process that called launch(): its workers end too (no orphan keeps training)."""
+    import subprocess
+    import sys
+    import time
+
+    pids = tmp_path / "pids"
+    script = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import test_distributed as t\n"
+        "from heteroflow.components.distributed import launch\n"
+        "launch(t.record_pid_and_sleep, 2, kwargs={'folder': %r})\n"
+    ) % (str(Path(__file__).parent), str(pids))
+    launcher = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(pids.glob("*"))) < 2:
+        time.sleep(0.1)
+    workers = [int(p.read_text()) for p in pids.glob("*")]
+    assert len(workers) == 2
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [pid for pid in workers if _running(pid)]
+    assert alive == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def record_pid_and_sleep(ctx: DistributedContext, *, folder: str) -> None:
+    import time
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / str(ctx.rank)).write_text(str(os.getpid()))
+    time.sleep(120)
