@@ -99,6 +99,7 @@ __all__ = [
     "backend_for",
     "batch_weights",
     "comm_hook",
+    "cpu_relay_hook",
     "free_port",
     "launch",
     "rank_slice",
@@ -236,12 +237,14 @@ class DistributedContext:
 
     Attributes:
         rank: this worker's global rank (0 .. world_size-1).
-        local_rank: its rank on this node (the device index it is bound to).
+        local_rank: its rank on this node.
         world_size: number of workers.
         backend: the process group's backend (``gloo``, ``nccl``, ``hccl``).
         device_type: this rank's PyTorch device type (``cpu``, ``cuda``, ``npu``).
         batch_sizes: the per-rank batch sizes (samples per optimizer step), or () when not given.
         deterministic: whether deterministic algorithms were switched on.
+        device_index: the index of its device among this node's devices of its type (the local rank when every
+            rank uses one device type; with ranks on ``cuda, npu``, both use device 0 of their type).
     """
 
     rank: int
@@ -251,6 +254,7 @@ class DistributedContext:
     device_type: str = "cpu"
     batch_sizes: tuple[int, ...] = ()
     deterministic: bool = False
+    device_index: int = 0
 
     @property
     def is_main(self) -> bool:
@@ -259,12 +263,12 @@ class DistributedContext:
 
     @property
     def device(self) -> Any:
-        """This rank's ``torch.device`` (``cuda:<local rank>``, ``npu:<local rank>``, or ``cpu``)."""
+        """This rank's ``torch.device`` (``cuda:<device index>``, ``npu:<device index>``, or ``cpu``)."""
         import torch
 
         if self.device_type == "cpu":
             return torch.device("cpu")
-        return torch.device(self.device_type, self.local_rank)
+        return torch.device(self.device_type, self.device_index)
 
     @property
     def batch_size(self) -> int:
@@ -330,10 +334,12 @@ class DistributedContext:
         """
         from torch.nn.parallel import DistributedDataParallel
 
-        device_ids = None if self.device_type == "cpu" else [self.local_rank]
+        device_ids = None if self.device_type == "cpu" else [self.device_index]
         model = DistributedDataParallel(module, device_ids=device_ids, **ddp_kwargs)
         sizes = self.batch_sizes if (weighted or weighted is None) and self.batch_sizes else ()
-        state, hook = comm_hook(compression, batch_sizes=sizes, rank=self.rank)
+        # an accelerator rank in a gloo group (mixed device types) reduces CPU copies: gloo cannot reduce NPU tensors
+        relay = self.backend == "gloo" and self.device_type != "cpu"
+        state, hook = comm_hook(compression, batch_sizes=sizes, rank=self.rank, relay_through_cpu=relay)
         model.register_comm_hook(state, hook)
         return model
 
@@ -386,7 +392,33 @@ def weighted_hook(hook: Callable[[Any, Any], Any], batch_sizes: Sequence[int], r
     return weighted
 
 
-def comm_hook(compression: str = "none", *, batch_sizes: Sequence[int] = (), rank: int = 0, process_group: Any = None) -> tuple[Any, Callable[[Any, Any], Any]]:
+def cpu_relay_hook(process_group, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations
+    """A DDP communication hook that averages through CPU copies: the bucket is copied to the CPU, all-reduced
+    (SUM, divided by the world size) and copied back. For a gloo group whose ranks hold tensors gloo cannot
+    reduce on their device (an Ascend NPU rank beside a CUDA rank); wrap it in :func:`weighted_hook` for
+    unequal batches."""
+    import torch.distributed as dist
+
+    group = process_group if process_group is not None else dist.group.WORLD
+    buffer = bucket.buffer()
+    cpu = buffer.detach().to("cpu").div_(dist.get_world_size(group))
+    fut = dist.all_reduce(cpu, group=group, async_op=True).get_future()
+
+    def back(f):  # type: ignore[no-untyped-def]
+        buffer.copy_(f.value()[0])
+        return buffer
+
+    return fut.then(back)
+
+
+def comm_hook(
+    compression: str = "none",
+    *,
+    batch_sizes: Sequence[int] = (),
+    rank: int = 0,
+    process_group: Any = None,
+    relay_through_cpu: bool = False,
+) -> tuple[Any, Callable[[Any, Any], Any]]:
     """The ``(state, hook)`` pair to pass to ``DistributedDataParallel.register_comm_hook``.
 
     Args:
@@ -397,16 +429,22 @@ def comm_hook(compression: str = "none", *, batch_sizes: Sequence[int] = (), ran
         batch_sizes: per-rank batch sizes; when given, the hook weights by them (:func:`weighted_hook`).
         rank: this worker's rank (used with ``batch_sizes``).
         process_group: the group (default: the world; passed as the hook's state).
+        relay_through_cpu: reduce CPU copies of the gradients (:func:`cpu_relay_hook`; no compression).
 
     Raises:
-        InvalidParameter: an unknown compression (lists the valid ones), or bad batch sizes.
+        InvalidParameter: an unknown compression (lists the valid ones), compression with the CPU relay, or bad
+            batch sizes.
     """
     from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
 
     if compression not in COMPRESSIONS:
         raise InvalidParameter(f"compression={compression!r} is unknown; valid: {', '.join(COMPRESSIONS)}")
+    if relay_through_cpu and compression != "none":
+        raise InvalidParameter(f"compression={compression!r} with the CPU relay (ranks of mixed device types); valid: none")
     state: Any = process_group
-    if compression == "none":
+    if relay_through_cpu:
+        hook: Callable[[Any, Any], Any] = cpu_relay_hook
+    elif compression == "none":
         hook = default_hooks.allreduce_hook
     elif compression == "fp16":
         hook = default_hooks.fp16_compress_hook
@@ -625,8 +663,9 @@ def _run_worker(payload: Mapping[str, Any], rank: int) -> Any:
         torch.set_num_threads(1)
     if device_type == "npu":
         importlib.import_module("torch_npu")
+    device_index = device_types[:rank].count(device_type)
     if device_type != "cpu":
-        getattr(torch, device_type).set_device(local_rank)
+        getattr(torch, device_type).set_device(device_index)
     sys.path[:] = list(payload["sys_path"]) + [p for p in sys.path if p not in payload["sys_path"]]
     fn = _resolve(payload["function"])
     kwargs = pickle.loads(payload["kwargs"])
@@ -638,6 +677,7 @@ def _run_worker(payload: Mapping[str, Any], rank: int) -> Any:
         device_type=device_type,
         batch_sizes=tuple(payload["batch_sizes"]),
         deterministic=payload["deterministic"],
+        device_index=device_index,
     )
     dist.init_process_group(payload["backend"], init_method="env://", rank=rank, world_size=world)
     try:

@@ -78,6 +78,20 @@ def one_step_gradient(ctx: DistributedContext, *, compression: str = "none", wei
     return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
+def one_step_gradient_relayed(ctx: DistributedContext) -> dict[str, torch.Tensor]:
+    """As one_step_gradient, through the CPU relay hook (what a NPU rank in a gloo group uses)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = SmallCNN()
+    ddp = DistributedDataParallel(model)
+    ddp.register_comm_hook(*comm_hook(batch_sizes=ctx.batch_sizes, rank=ctx.rank, relay_through_cpu=True))
+    x, y = digits(sum(ctx.batch_sizes))
+    part = rank_slice(ctx.batch_sizes, ctx.rank)
+    F.cross_entropy(ddp(x[part]), y[part]).backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
 def train_cnn(
     ctx: DistributedContext,
     *,
@@ -200,6 +214,8 @@ def test_weights_slices_and_linear_scaling_rule() -> None:
             batch_weights(bad)
     with pytest.raises(InvalidParameter, match="compression='zstd' is unknown; valid: none, fp16, bf16, powersgd"):
         comm_hook("zstd")
+    with pytest.raises(InvalidParameter, match="compression='bf16' with the CPU relay"):
+        comm_hook("bf16", relay_through_cpu=True)
 
 
 def test_weighted_combination_is_union_gradient_math() -> None:
@@ -268,6 +284,10 @@ def test_unequal_batches_give_exactly_the_union_batch_gradient() -> None:
 
     plain = launch(one_step_gradient, 2, kwargs={"weighted": False}, batch_sizes=sizes, deterministic=True)
     assert not all(torch.allclose(plain[0][n], g, rtol=1e-3, atol=1e-5) for n, g in union.items())
+
+    relayed = launch(one_step_gradient_relayed, 2, batch_sizes=sizes, deterministic=True)
+    for name, g in union.items():
+        torch.testing.assert_close(relayed[1][name], g, rtol=1e-5, atol=1e-7)
 
     fp16 = launch(one_step_gradient, 2, kwargs={"compression": "fp16"}, batch_sizes=sizes, deterministic=True)
     for name, g in union.items():  # fp16 transport: about 3 significant digits
