@@ -40,6 +40,9 @@ def manifests_command(
     workers: Annotated[int, typer.Option("--workers", help="Pods (nodes) of the multi-worker train job; 0: no job.")] = 2,
     image: Annotated[Optional[str], typer.Option(help="Container image for the train job (default: the profile's image per device kind).")] = None,
     namespace: Annotated[str, typer.Option(help="Namespace of the train job.")] = "default",
+    command: Annotated[
+        str, typer.Option(help="The train job's container command (split like a shell would).")
+    ] = "heteroflow step train",
 ) -> None:
     """Render Volcano Queues, Kueue ResourceFlavors/ClusterQueues/LocalQueues and a gang-scheduled multi-worker
     train job (TrainJob or PyTorchJob, per the profile), each validated against its real schema."""
@@ -69,7 +72,12 @@ def manifests_command(
             if not placed:
                 raise HeteroflowError(f"pipeline {pipeline.name!r} has no device-bound call to take candidates from; pass --candidate")
             cands = placed[0].candidates
-        files = render_all(inv, cands, cluster, workers=workers, namespace=namespace, image=image)
+        import shlex
+
+        argv = shlex.split(command)
+        if not argv:
+            raise HeteroflowError("--command is empty; valid: a command line such as 'heteroflow step train'")
+        files = render_all(inv, cands, cluster, workers=workers, namespace=namespace, image=image, command=argv)
         if not files:
             raise HeteroflowError(f"{inventory}: nothing to render (no queues, no CPU/memory capacity, no accelerator candidate with an image)")
         written = write_manifests(files, output)

@@ -906,6 +906,7 @@ def render_all(
     job_name: str = "heteroflow-train",
     namespace: str = "default",
     image: str | None = None,
+    command: Sequence[str] = ("heteroflow", "step", "train"),
 ) -> dict[str, list[dict[str, Any]]]:
     """Every manifest, by file name: ``volcano-queues.yaml``, ``kueue.yaml`` (when the inventory states CPU and
     memory), ``train-<i>-<kind>.yaml`` per accelerator candidate (when ``workers`` >= 1 and an image is known).
@@ -929,7 +930,7 @@ def render_all(
                 continue
             kind = str(getattr(res.kind, "value", res.kind))
             files[f"train-{i}-{kind}.yaml"] = training_job_manifests(
-                res, workers=workers, name=f"{job_name}-{i}", image=image, namespace=namespace, profile=profile
+                res, workers=workers, name=f"{job_name}-{i}", image=image, namespace=namespace, profile=profile, command=command
             )
     for docs in files.values():
         for doc in docs:

@@ -301,8 +301,10 @@ def test_cli_writes_valid_manifests(tmp_path: Path) -> None:
 
     out = tmp_path / "out"
     args = ["manifests", "--inventory", str(INVENTORY), "--profile", str(PROFILES / "nvidia-gfd.yaml"), "-o", str(out)]
-    result = CliRunner().invoke(app, [*args, *sum((["-c", c] for c in CANDIDATES), [])])
+    result = CliRunner().invoke(app, [*args, *sum((["-c", c] for c in CANDIDATES), []), "--command", "heteroflow step train --param epochs=3"])
     assert result.exit_code == 0, result.output
+    job = list(yaml.safe_load_all((out / "train-1-gpu.yaml").read_text()))[-1]
+    assert job["spec"]["trainer"]["command"] == ["heteroflow", "step", "train", "--param", "epochs=3"]
     names = sorted(p.name for p in out.iterdir())
     assert names == ["kueue.yaml", "train-1-gpu.yaml", "train-2-gpu.yaml", "volcano-queues.yaml"]
     for p in out.iterdir():
