@@ -45,11 +45,13 @@ Inventory file (YAML or JSON). Today's ``device_inventory`` form is accepted as 
     cpu_cores: 256                             # optional: the CPU and memory the queues share
     memory: 2Ti
 
-or nodes (the form the placement work extends)::
+or nodes, with devices per model or in the placement inventory's one-model form (``replicas``, ``cost_per_hour``,
+``idle_watts``, ``busy_watts``, ``datasets`` and the top-level ``policy`` and ``throughputs`` are read by the
+placement step and accepted here)::
 
     nodes:
       - {name: gpu-a100-0, devices: {nvidia-a100-80gb: 8}, cpu: 96, memory: 1Ti}
-      - {name: npu-0, devices: {ascend-910b3: 8}, cpu: 192, memory: 1536Gi}
+      - {name: npu, replicas: 2, devices: {kind: npu, model: ascend-910b3, count: 8}, cpu: 192, memory: 1536Gi}
 
 and in both forms::
 
@@ -57,10 +59,12 @@ and in both forms::
     queues:
       - name: npu-training                     # a DNS label; the Volcano Queue, ClusterQueue and LocalQueue name
         kind: npu                              # optional: the device kind it serves (or team: vision)
-        guarantee: {ascend-910b3: 8, cpu: 64, memory: 512Gi}   # model, device kind, cpu (cores), memory
+        guarantee: {ascend-910b3: 8, cpu: 64, memory: 512Gi}   # model, device kind, cpu (cores), memory;
+                                               # a bare number: devices of any model (the placement form)
         capability: {ascend-910b3: 16}         # optional: the elastic maximum (default: no limit)
         reclaimable: true                      # default true
         weight: 1                              # Volcano's share weight, >= 1
+        priority: 0                            # optional: Volcano's queue priority (Kueue has none)
         namespaces: [team-vision]              # LocalQueues (default: [default])
 
 Bad input raises :class:`InvalidInventory` naming the file, the field and what is valid: an unknown model, a
@@ -120,9 +124,12 @@ GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 """The pod annotation that puts a pod in a Volcano PodGroup (DESIGN.md "Cluster annotations")."""
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 _KINDS = tuple(k.value for k in DeviceKind)
-_TOP_KEYS = ("version", "nodes", "queues", "cohort", "cpu_cores", "memory", *_KINDS)
-_NODE_KEYS = ("name", "devices", "cpu", "memory", "labels")
-_QUEUE_KEYS = ("name", "kind", "team", "guarantee", "capability", "reclaimable", "weight", "namespaces")
+_ANY = "accelerators"
+"""The amount key of a guarantee or capability given as a bare number: accelerator devices of any model."""
+_TOP_KEYS = ("version", "nodes", "queues", "cohort", "cpu_cores", "memory", *_KINDS, "policy", "throughputs")
+_NODE_KEYS = ("name", "devices", "cpu", "memory", "replicas", "cost_per_hour", "idle_watts", "busy_watts", "datasets")
+_NODE_DEVICE_KEYS = ("kind", "model", "count", "memory")
+_QUEUE_KEYS = ("name", "kind", "team", "guarantee", "capability", "reclaimable", "weight", "priority", "namespaces")
 
 
 class InvalidInventory(InvalidResources):
@@ -155,6 +162,7 @@ class QueueSpec:
             ``capability`` has no limit).
         reclaimable: whether what it uses above its guarantee may be taken back.
         weight: Volcano's share weight (>= 1).
+        priority: Volcano's queue priority (higher is served first and reclaimed last), or None.
         namespaces: namespaces that get a LocalQueue pointing at its ClusterQueue.
     """
 
@@ -165,6 +173,7 @@ class QueueSpec:
     capability: Mapping[str, int] = dataclasses.field(default_factory=dict)
     reclaimable: bool = True
     weight: int = 1
+    priority: int | None = None
     namespaces: tuple[str, ...] = ("default",)
 
 
@@ -196,6 +205,8 @@ class ClusterInventory:
             return self.cpu_millicores
         if key == "memory":
             return self.memory_bytes
+        if key == _ANY:
+            return sum(self.devices.values())
         if key in _KINDS:
             return sum(n for k, n in self.devices.items() if _kind_of(k) == key)
         return self.devices.get(key, 0)
@@ -217,7 +228,7 @@ class ClusterInventory:
 
 
 def _kind_of(key: str) -> str:
-    return key if key in _KINDS else ACCELERATORS[key].kind.value
+    return key if key in _KINDS or key == _ANY else ACCELERATORS[key].kind.value
 
 
 def _count(value: Any, where: str) -> int:
@@ -257,8 +268,11 @@ def _name(value: Any, where: str) -> str:
 
 
 def _amounts(value: Any, where: str, devices: Mapping[str, int]) -> dict[str, int]:
-    """A guarantee/capability mapping -> {model | kind | cpu | memory: amount}."""
+    """A guarantee/capability mapping -> {model | kind | cpu | memory: amount}; a bare number counts
+    accelerator devices of any model (the placement inventory's form) under :data:`_ANY`."""
     out: dict[str, int] = {}
+    if isinstance(value, int) and not isinstance(value, bool) or (isinstance(value, (int, float)) and value < 0):
+        return {_ANY: _count(value, where)}
     for key, amount in _mapping(value, where, None).items():
         field = f"{where}.{key}"
         if key == "cpu":
@@ -270,6 +284,27 @@ def _amounts(value: Any, where: str, devices: Mapping[str, int]) -> dict[str, in
         else:
             out[_model(key, f"{where} key").name] = _count(amount, field)
     return out
+
+
+def _node_devices(value: Any, i: int) -> dict[str, int]:
+    """A node's devices: ``{model: count, ...}``, or the placement inventory's one-model form ``{kind, model,
+    count, memory}``."""
+    where = f"nodes[{i}].devices"
+    raw = _mapping(value, where, None)
+    if "model" in raw or "count" in raw:
+        raw = _mapping(value, where, _NODE_DEVICE_KEYS)
+        count = _count(raw.get("count", 0), f"{where}.count")
+        if count == 0 or raw.get("model", "cpu") == "cpu":
+            return {}
+        accel = _model(raw.get("model"), f"{where}.model")
+        if "kind" in raw and str(raw["kind"]).lower() != accel.kind.value:
+            raise InvalidResources(f"{where}.kind={raw['kind']!r} but {accel.name} is a {accel.kind.value} model")
+        return {accel.name: count}
+    per_model: dict[str, int] = {}
+    for model, c in raw.items():
+        accel = _model(model, f"{where} key")
+        per_model[accel.name] = per_model.get(accel.name, 0) + _count(c, f"{where}.{model}")
+    return per_model
 
 
 def _parse(data: Any, source: str) -> ClusterInventory:
@@ -292,23 +327,26 @@ def _parse(data: Any, source: str) -> ClusterInventory:
         cpu_total, mem_total, cpu_known, mem_known = 0, 0, True, True
         for i, raw in enumerate(raw_nodes):
             n = _mapping(raw, f"nodes[{i}]", _NODE_KEYS)
-            name = _name(n.get("name"), f"nodes[{i}].name")
-            if name in seen:
-                raise InvalidResources(f"nodes[{i}].name={name!r} duplicates nodes[{seen[name]}]; node names must be unique")
-            seen[name] = i
-            per_model: dict[str, int] = {}
-            for model, c in _mapping(n.get("devices"), f"nodes[{i}].devices", None).items():
-                accel = _model(model, f"nodes[{i}].devices key")
-                per_model[accel.name] = per_model.get(accel.name, 0) + _count(c, f"nodes[{i}].devices.{model}")
+            base = n.get("name")
+            if not isinstance(base, str) or not base.strip():
+                raise InvalidResources(f"nodes[{i}].name={base!r}; valid: a non-empty string")
+            replicas = n.get("replicas", 1)
+            if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+                raise InvalidResources(f"nodes[{i}].replicas={replicas!r}; valid: an integer >= 1")
+            per_model = _node_devices(n.get("devices"), i)
             node_cpu = parse_cpu(n["cpu"], field=f"nodes[{i}].cpu") if n.get("cpu") is not None else None
             node_mem = parse_memory(n["memory"], field=f"nodes[{i}].memory") if n.get("memory") is not None else None
             cpu_known &= node_cpu is not None
             mem_known &= node_mem is not None
-            cpu_total += node_cpu or 0
-            mem_total += node_mem or 0
-            nodes.append(Node(name=name, devices=per_model, cpu_millicores=node_cpu, memory_bytes=node_mem))
-            for model, c in per_model.items():
-                devices[model] = devices.get(model, 0) + c
+            for name in [base] if replicas == 1 else [f"{base}-{r}" for r in range(replicas)]:
+                if name in seen:
+                    raise InvalidResources(f"nodes[{i}].name={name!r} duplicates nodes[{seen[name]}]; node names must be unique")
+                seen[name] = i
+                cpu_total += node_cpu or 0
+                mem_total += node_mem or 0
+                nodes.append(Node(name=name, devices=per_model, cpu_millicores=node_cpu, memory_bytes=node_mem))
+                for model, c in per_model.items():
+                    devices[model] = devices.get(model, 0) + c
         if cpu_m is None and cpu_known and nodes:
             cpu_m = cpu_total
         if mem_b is None and mem_known and nodes:
@@ -360,6 +398,9 @@ def _parse_queues(raw: Any, inv: ClusterInventory) -> tuple[QueueSpec, ...]:
         reclaimable = q.get("reclaimable", True)
         if not isinstance(reclaimable, bool):
             raise InvalidResources(f"queues[{i}].reclaimable={reclaimable!r} is not a boolean; valid: true, false")
+        priority = q.get("priority")
+        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
+            raise InvalidResources(f"queues[{i}].priority={priority!r} is not an integer")
         weight = q.get("weight", 1)
         if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
             raise InvalidResources(f"queues[{i}].weight={weight!r}; valid: an integer >= 1")
@@ -369,7 +410,8 @@ def _parse_queues(raw: Any, inv: ClusterInventory) -> tuple[QueueSpec, ...]:
         ns = tuple(_name(n, f"queues[{i}].namespaces[{j}]") for j, n in enumerate(namespaces))
         out.append(
             QueueSpec(
-                name=name, kind=kind, team=team, guarantee=guarantee, capability=capability, reclaimable=reclaimable, weight=weight, namespaces=ns
+                name=name, kind=kind, team=team, guarantee=guarantee, capability=capability, reclaimable=reclaimable, weight=weight,
+                priority=priority, namespaces=ns,
             )
         )
     _check_guarantees(out, inv)
@@ -384,38 +426,50 @@ def _show(key: str, amount: int) -> str:
     return str(amount)
 
 
+def _is_device_key(key: str) -> bool:
+    return key not in ("cpu", "memory")
+
+
+def _applies(key: str, flavor: str) -> bool:
+    """Whether a device amount under ``key`` (a model, a kind, or :data:`_ANY`) counts devices of ``flavor``."""
+    if key == _ANY:
+        return True
+    if key in _KINDS:
+        return _kind_of(flavor) == key
+    return key == flavor
+
+
 def _check_guarantees(queues: Sequence[QueueSpec], inv: ClusterInventory) -> None:
     """The guarantees, summed over queues, fit the capacity: per model, per device kind (models and kind-level
-    guarantees together), CPU and memory (where the inventory states them)."""
-    totals: dict[str, int] = {}
-    for q in queues:
-        for key, g in q.guarantee.items():
-            totals[key] = totals.get(key, 0) + g
-            if key not in ("cpu", "memory", *_KINDS):
-                kind = _kind_of(key)
-                totals[f"kind:{kind}"] = totals.get(f"kind:{kind}", 0) + g
-            elif key in _KINDS:
-                totals[f"kind:{key}"] = totals.get(f"kind:{key}", 0) + g
-    for key, total in totals.items():
-        if key in _KINDS:
-            continue  # checked with the models of its kind below
-        what = key.removeprefix("kind:")
-        cap = inv.capacity(what)
+    guarantees together), over all accelerators (with any-model guarantees), CPU and memory (where the inventory
+    states them)."""
+    scopes = ["cpu", "memory", *inv.devices, *_KINDS, _ANY]  # the narrowest first: its error names the model
+    for scope in dict.fromkeys(scopes):
+        if scope in inv.devices and scope in _KINDS:
+            continue  # a kind-level inventory entry is checked as its kind
+        cap = inv.capacity(scope)
         if cap is None:
             continue
+
+        def within(key: str) -> bool:
+            if scope in ("cpu", "memory"):
+                return key == scope
+            if not _is_device_key(key):
+                return False
+            if scope == _ANY:
+                return True
+            if scope in _KINDS:
+                return key != _ANY and _kind_of(key) == scope
+            return key == scope
+
+        per_queue = {q.name: sum(g for k, g in q.guarantee.items() if within(k)) for q in queues}
+        total = sum(per_queue.values())
         if total > cap:
-            who = ", ".join(f"{q.name}: {_show(what, _guaranteed(q, key))}" for q in queues if _guaranteed(q, key))
+            who = ", ".join(f"{name}: {_show(scope, g)}" for name, g in per_queue.items() if g)
             raise InvalidInventory(
-                f"{inv.source}: queues guarantee {_show(what, total)} of {what} ({who}), above the capacity "
-                f"{_show(what, cap)}; valid: guarantees that add up to at most the capacity"
+                f"{inv.source}: queues guarantee {_show(scope, total)} of {scope} ({who}), above the capacity "
+                f"{_show(scope, cap)}; valid: guarantees that add up to at most the capacity"
             )
-
-
-def _guaranteed(q: QueueSpec, key: str) -> int:
-    if not key.startswith("kind:"):
-        return q.guarantee.get(key, 0)
-    kind = key.removeprefix("kind:")
-    return sum(g for k, g in q.guarantee.items() if k not in ("cpu", "memory") and _kind_of(k) == kind)
 
 
 def load_inventory(path: str | os.PathLike[str]) -> ClusterInventory:
@@ -518,43 +572,41 @@ def _flavor(name: str, labels: Mapping[str, str], tolerations: list[dict[str, An
 
 def _guarantee_split(queues: Sequence[QueueSpec], flavors: Sequence[str], inventory: ClusterInventory) -> dict[str, dict[str, int]]:
     """Per queue, the guaranteed devices per accelerator flavor: per-model guarantees as given; then kind-level
-    ones (``gpu: 10``), queue by queue, spread over that kind's flavors in flavor order, each up to what is not
-    yet guaranteed on it. :func:`_check_guarantees` made sure it all fits."""
+    ones (``gpu: 10``), then any-model ones (a bare number), queue by queue, spread over the flavors they cover in
+    flavor order, each up to what is not yet guaranteed on it. :func:`_check_guarantees` made sure it all fits."""
     free = {f: inventory.capacity(f) or 0 for f in flavors if f != CPU_FLAVOR}
     out: dict[str, dict[str, int]] = {q.name: {} for q in queues}
     for q in queues:
         for key, amount in q.guarantee.items():
-            if key not in ("cpu", "memory", *_KINDS):
+            if _is_device_key(key) and key not in _KINDS and key != _ANY:
                 out[q.name][key] = out[q.name].get(key, 0) + amount
                 free[key] = free.get(key, 0) - amount
-    for q in queues:
-        for key, amount in q.guarantee.items():
-            if key not in _KINDS:
-                continue
-            left = amount
-            for f in flavors:
-                if f == CPU_FLAVOR or _kind_of(f) != key or left <= 0:
+    for broad in (_KINDS, (_ANY,)):
+        for q in queues:
+            for key, amount in q.guarantee.items():
+                if key not in broad:
                     continue
-                take = min(left, max(free.get(f, 0), 0))
-                if take:
-                    out[q.name][f] = out[q.name].get(f, 0) + take
-                    free[f] -= take
-                    left -= take
+                left = amount
+                for f in flavors:
+                    if f == CPU_FLAVOR or not _applies(key, f) or left <= 0:
+                        continue
+                    take = min(left, max(free.get(f, 0), 0))
+                    if take:
+                        out[q.name][f] = out[q.name].get(f, 0) + take
+                        free[f] -= take
+                        left -= take
     return out
 
 
 def _capability_split(q: QueueSpec, flavors: Sequence[str]) -> dict[str, int]:
-    """Per accelerator flavor, the queue's capability: per-model as given; a kind-level one caps each flavor of
-    that kind (Kueue limits borrowing per flavor, not across flavors). A flavor absent has no limit."""
+    """Per accelerator flavor, the queue's capability: per-model as given; a kind-level or any-model one caps
+    each flavor it covers (Kueue limits borrowing per flavor, not across flavors). A flavor absent has no limit."""
     out: dict[str, int] = {}
     for key, amount in q.capability.items():
-        if key in ("cpu", "memory"):
-            continue
-        if key not in _KINDS:
-            out[key] = amount
+        if not _is_device_key(key):
             continue
         for f in flavors:
-            if f != CPU_FLAVOR and _kind_of(f) == key:
+            if f != CPU_FLAVOR and _applies(key, f):
                 out[f] = min(out.get(f, amount), amount)
     return out
 
@@ -572,6 +624,8 @@ def volcano_queues(inventory: ClusterInventory, profile: ClusterProfile | None =
     out = []
     for q in inventory.queues:
         spec: dict[str, Any] = {"weight": q.weight, "reclaimable": q.reclaimable}
+        if q.priority is not None:
+            spec["priority"] = q.priority
         guarantee = _resource_list(q.guarantee, inventory, profile, q)
         capability = _resource_list(q.capability, inventory, profile, q)
         if capability:
@@ -596,12 +650,15 @@ def _resource_list(amounts: Mapping[str, int], inventory: ClusterInventory, prof
         if key == "memory":
             text["memory"] = format_memory(amount)
             continue
-        if key in _KINDS:
-            names = {_resource_name(m, profile) for m in inventory.devices if _kind_of(m) == key} or {_resource_name(key, profile)}
-            if len(names) > 1:
+        if key in _KINDS or key == _ANY:
+            names = {_resource_name(m, profile) for m in inventory.devices if _applies(key, m)}
+            if not names:
+                names = {_resource_name(key, profile)} if key in _KINDS else set()
+            if len(names) != 1:
                 raise InvalidInventory(
-                    f"{inventory.source}: queue {q.name}: {key}={amount} cannot be one Volcano quota: the {key} models "
-                    f"here have several resource names ({', '.join(sorted(names))}); valid: amounts per model"
+                    f"{inventory.source}: queue {q.name}: {key}={amount} cannot be one Volcano quota: the devices it "
+                    f"counts have {len(names)} resource names here ({', '.join(sorted(names)) or 'none'}); valid: "
+                    "amounts per device kind or model"
                 )
             name = names.pop()
         else:

@@ -315,3 +315,48 @@ def test_cli_writes_valid_manifests(tmp_path: Path) -> None:
     result = CliRunner().invoke(app, ["manifests", "--inventory", str(bad), "-o", str(tmp_path / "x")])
     assert result.exit_code == 2
     assert "nodes[0].devices.t4=-2 is not a device count" in result.output
+
+
+def test_the_placement_inventory_form_is_accepted() -> None:
+    """The node form of the placement work (issue 19): one model per node with replicas, costs and power, and
+    queues whose guarantee/capability count devices of any model, with a priority."""
+    data = yaml.safe_load(
+        """
+        version: 1
+        policy: throughput
+        nodes:
+          - {name: v100-node, replicas: 3, devices: {kind: gpu, model: v100, count: 4, memory: 16Gi}, cpu: 32,
+             memory: 244Gi, cost_per_hour: 9.92, idle_watts: 300, busy_watts: 250, datasets: [imagenet]}
+          - {name: t4-node, devices: {kind: gpu, model: t4, count: 4}, cpu: 16, memory: 64Gi}
+          - {name: cpu-node, cpu: 64, memory: 256Gi}
+        queues:
+          - {name: research, guarantee: 8, capability: 12, priority: 2, reclaimable: true}
+          - {name: prod, guarantee: 6, priority: 5, reclaimable: false}
+        throughputs: {train: {v100: 10.0}}
+        """
+    )
+    inv = ClusterInventory.from_dict(data, source="placement.yaml")
+    assert dict(inv.devices) == {"nvidia-v100": 12, "nvidia-t4": 4}
+    assert [n.name for n in inv.nodes][:3] == ["v100-node-0", "v100-node-1", "v100-node-2"]
+    assert (inv.cpu_millicores, inv.capacity("accelerators")) == (3 * 32_000 + 16_000 + 64_000, 16)
+    queues = {q["metadata"]["name"]: q["spec"] for q in volcano_queues(inv)}
+    assert queues["research"] == {
+        "weight": 1, "reclaimable": True, "priority": 2, "capability": {"nvidia.com/gpu": "12"},
+        "guarantee": {"resource": {"nvidia.com/gpu": "8"}},
+    }
+    docs = kueue_manifests(inv, Candidates(["gpu:accelerator=t4", "gpu:accelerator=v100"]), DEFAULT_PROFILE)
+    for d in docs:
+        validate(d)
+
+    def nominal(cq: str) -> dict[str, int]:
+        group = _cq(docs, cq)["spec"]["resourceGroups"][1]
+        return {f["name"]: f["resources"][0]["nominalQuota"] for f in group["flavors"]}
+
+    # 8 + 6 devices of any model spread in flavor order (t4 first); what is left goes to the shared queue
+    assert nominal("research") == {"nvidia-t4": 4, "nvidia-v100": 4}
+    assert nominal("prod") == {"nvidia-t4": 0, "nvidia-v100": 6}
+    assert nominal("heteroflow-shared") == {"nvidia-t4": 0, "nvidia-v100": 2}
+    with pytest.raises(InvalidInventory, match=r"queues guarantee 17 of accelerators \(research: 8, prod: 9\), above the capacity 16"):
+        ClusterInventory.from_dict({**data, "queues": [data["queues"][0], {"name": "prod", "guarantee": 9}]})
+    with pytest.raises(InvalidInventory, match=r"nodes\[0\]\.devices\.kind='npu' but nvidia-v100 is a gpu model"):
+        ClusterInventory.from_dict({"nodes": [{"name": "a", "devices": {"kind": "npu", "model": "v100", "count": 1}}]})
