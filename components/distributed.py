@@ -778,7 +778,9 @@ def launch(
 
     Args:
         fn: a top-level function, or its reference (``package.module:function`` or ``/path/file.py:function``);
-            each worker imports it. It gets a :class:`DistributedContext` and ``kwargs``.
+            each worker imports it (with the caller's ``sys.path``). It gets a :class:`DistributedContext` and
+            ``kwargs``. A function of a script run as ``__main__`` is loaded from its file, so guard the script's
+            entry with ``if __name__ == "__main__":``, as multiprocessing's spawn requires.
         count: number of workers (one per device), >= 1.
         kwargs: keyword arguments for ``fn`` (picklable).
         device_type: the PyTorch device type of every rank (``cpu``, ``cuda``, ``npu``), or one per rank.
