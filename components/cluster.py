@@ -36,6 +36,7 @@ ones)::
       npu: registry.example.com/heteroflow:cann
     labels: {team: vision}          # added to every pod
     annotations: {}                 # added to every pod
+    training_job: trainjob          # a multi-worker train: trainjob (Kubeflow Trainer v2 TrainJob) | pytorchjob (v1)
 
 Defaults: ``plugin: official`` everywhere; ``labels``: ``gfd`` (nvidia), ``npu-chip-name`` (ascend),
 ``amd-labeller`` (amd), ``none`` (gaudi); ``accelerator_tolerations: true``; nothing else.
@@ -90,7 +91,10 @@ _TOP_KEYS = (
     "images",
     "labels",
     "annotations",
+    "training_job",
 )
+TRAINING_JOBS = ("trainjob", "pytorchjob")
+"""How a multi-worker train is rendered: Kubeflow Trainer v2 ``TrainJob`` or training-operator v1 ``PyTorchJob``."""
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
 
@@ -137,6 +141,7 @@ class ClusterProfile:
         scheduler_name: the pod's ``schedulerName`` (e.g. ``volcano``), or None for the default scheduler.
         images: container image per device kind value (``cpu``, ``gpu``, ``npu``).
         labels, annotations: added to every pod.
+        training_job: a multi-worker train's rendering, one of :data:`TRAINING_JOBS`.
         source: the file it was read from (for messages), or None.
     """
 
@@ -150,6 +155,7 @@ class ClusterProfile:
     images: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
     labels: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
     annotations: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
+    training_job: str = "trainjob"
     source: str | None = dataclasses.field(default=None, compare=False)
 
     def vendor(self, vendor: str) -> VendorConvention:
@@ -244,6 +250,9 @@ class ClusterProfile:
             if not isinstance(value, str):
                 raise fail(f"annotations[{key!r}]={value!r} is not a string")
             annotations[check_qualified_name(key, field="annotations")] = value
+        training_job = top.get("training_job", "trainjob")
+        if training_job not in TRAINING_JOBS:
+            raise fail(f"training_job={training_job!r} is unknown; valid: {', '.join(TRAINING_JOBS)}")
         return cls(
             name=name,
             vendors=FrozenMap(vendors),
@@ -255,6 +264,7 @@ class ClusterProfile:
             images=FrozenMap(images),
             labels=FrozenMap(labels),
             annotations=FrozenMap(annotations),
+            training_job=training_job,
             source=None if source == "profile" else source,
         )
 
@@ -276,6 +286,8 @@ class ClusterProfile:
         for key in ("images", "labels", "annotations"):
             if getattr(self, key):
                 out[key] = dict(getattr(self, key))
+        if self.training_job != "trainjob":
+            out["training_job"] = self.training_job
         return out
 
 

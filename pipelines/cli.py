@@ -482,6 +482,9 @@ app.add_typer(cache_app, name="cache")
 from heteroflow.pipelines.cli_simulate import simulate_command  # noqa: E402  (pipelines/cli_simulate.py)
 
 app.command("simulate")(simulate_command)
+from heteroflow.pipelines.cli_manifests import manifests_command  # noqa: E402  (pipelines/cli_manifests.py)
+
+app.command("manifests")(manifests_command)
 
 
 # --- archive -----------------------------------------------------------------------------------------------

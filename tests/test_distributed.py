@@ -1,0 +1,447 @@
+"""Several workers on one node (heteroflow.components.distributed): torchrun's environment, backends from the
+registry, failures classified like any step failure, rank-0 checkpoints that resume, and gradients weighted by
+per-rank batch size. Process-spawning tests run real gloo process groups on the CPU and are marked slow."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from heteroflow.components.distributed import (
+    DistributedContext,
+    WorkerError,
+    WorkerKilled,
+    WorkerTimeout,
+    backend_for,
+    batch_weights,
+    comm_hook,
+    launch,
+    rank_slice,
+    run_distributed,
+    scaled_learning_rate,
+    worker_environment,
+)
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.failures import FailureClass, classify
+
+# --- a small CNN on the real digits images (8x8, 10 classes) -------------------------------------------------
+
+
+class SmallCNN(nn.Module):
+    """Conv(1->4, 3x3) -> ReLU -> MaxPool(2) -> Linear(64 -> 10). No BatchNorm: its statistics are per rank."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(4 * 4 * 4, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(F.max_pool2d(F.relu(self.conv(x)), 2).flatten(1))
+
+
+def digits(n: int = 480) -> tuple[torch.Tensor, torch.Tensor]:
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    x = torch.tensor(d.images[:n], dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(d.target[:n], dtype=torch.long)
+    return x, y
+
+
+# --- functions the workers run (top level: each worker imports this file by path) ---------------------------
+
+
+def allreduce_ranks(ctx: DistributedContext, *, add: float = 0.0) -> dict[str, Any]:
+    import torch.distributed as dist
+
+    t = torch.tensor([float(ctx.rank) + add])
+    dist.all_reduce(t)
+    keys = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
+    return {"sum": t.item(), "env": {k: os.environ[k] for k in keys}, "backend": dist.get_backend(), "rank": ctx.rank}
+
+
+def one_step_gradient(ctx: DistributedContext, *, compression: str = "none", weighted: bool = True) -> dict[str, torch.Tensor]:
+    """One forward/backward of DDP on this rank's slice of the first global batch; returns the gradients."""
+    torch.manual_seed(0)
+    model = SmallCNN()
+    ddp = ctx.ddp(model, compression=compression, weighted=weighted)
+    x, y = digits(sum(ctx.batch_sizes))
+    part = rank_slice(ctx.batch_sizes, ctx.rank)
+    F.cross_entropy(ddp(x[part]), y[part]).backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def one_step_gradient_relayed(ctx: DistributedContext) -> dict[str, torch.Tensor]:
+    """As one_step_gradient, through the CPU relay hook (what a NPU rank in a gloo group uses)."""
+    from torch.nn.parallel import DistributedDataParallel
+
+    torch.manual_seed(0)
+    model = SmallCNN()
+    ddp = DistributedDataParallel(model)
+    ddp.register_comm_hook(*comm_hook(batch_sizes=ctx.batch_sizes, rank=ctx.rank, relay_through_cpu=True))
+    x, y = digits(sum(ctx.batch_sizes))
+    part = rank_slice(ctx.batch_sizes, ctx.rank)
+    F.cross_entropy(ddp(x[part]), y[part]).backward()
+    return {name: p.grad.clone() for name, p in model.named_parameters()}
+
+
+def train_cnn(
+    ctx: DistributedContext,
+    *,
+    checkpoint: str,
+    epochs: int = 2,
+    every: int = 5,
+    kill_rank: int | None = None,
+    kill_at_step: int | None = None,
+    lr: float = 0.01,
+) -> dict[str, Any]:
+    """Adam on the CNN; a global batch of sum(batch_sizes) samples per step, rank r on its rank_slice; rank 0
+    checkpoints every ``every`` steps; ``kill_rank`` SIGKILLs itself before step ``kill_at_step``."""
+    torch.manual_seed(0)
+    model = SmallCNN()
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    start = 0
+    state = ctx.load_checkpoint(checkpoint)
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        start = state["step"]
+    ddp = ctx.ddp(model)
+    x, y = digits()
+    total = sum(ctx.batch_sizes)
+    part = rank_slice(ctx.batch_sizes, ctx.rank)
+    steps_per_epoch = len(x) // total
+    for step in range(start, epochs * steps_per_epoch):
+        epoch, i = divmod(step, steps_per_epoch)
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(1000 + epoch))
+        idx = order[i * total : (i + 1) * total][part]
+        if kill_rank == ctx.rank and kill_at_step == step:
+            os.kill(os.getpid(), signal.SIGKILL)
+        opt.zero_grad()
+        F.cross_entropy(ddp(x[idx]), y[idx]).backward()
+        opt.step()
+        if (step + 1) % every == 0:
+            ctx.save_checkpoint({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step + 1}, checkpoint)
+    return {"state": {k: v.clone() for k, v in model.state_dict().items()}, "resumed_from": start}
+
+
+def raise_oom_on_rank_1(ctx: DistributedContext) -> None:
+    import torch.distributed as dist
+
+    if ctx.rank == 1:
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 MiB (GPU 1; 15.78 GiB total capacity)")
+    dist.barrier()
+
+
+def raise_value_error(ctx: DistributedContext) -> None:
+    raise ValueError(f"bad label on rank {ctx.rank}")
+
+
+def exit_3(ctx: DistributedContext) -> None:
+    if ctx.rank == 0:
+        raise SystemExit(3)
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+def sleep_long(ctx: DistributedContext) -> None:
+    import time
+
+    time.sleep(120)
+
+
+class Ctx:
+    """A stand-in for the train step's own context, built from the worker's DistributedContext."""
+
+    def __init__(self, dctx: DistributedContext, *, tag: str) -> None:
+        self.dist = dctx
+        self.tag = tag
+
+
+def make_ctx(dctx: DistributedContext, *, tag: str) -> Ctx:
+    return Ctx(dctx, tag=tag)
+
+
+def user_train(ctx: Ctx) -> str:
+    import torch.distributed as dist
+
+    t = torch.ones(1)
+    dist.all_reduce(t)
+    return f"{ctx.tag}:{ctx.dist.rank}/{int(t.item())}"
+
+
+# --- fast tests: no processes --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("types", "backend"),
+    [("cpu", "gloo"), ("cuda", "nccl"), ("npu", "hccl"), (["cuda", "cuda"], "nccl"), (["cuda", "npu"], "gloo")],
+    ids=["cpu", "cuda", "npu", "cuda-x2", "mixed"],
+)
+def test_backend_from_registry(types: Any, backend: str) -> None:
+    assert backend_for(types) == backend
+
+
+def test_backend_unknown_device_type_names_valid_ones() -> None:
+    with pytest.raises(InvalidParameter, match=r"device type 'tpu' is unknown; valid: .*cuda.*npu"):
+        backend_for("tpu")
+
+
+def test_torchrun_environment() -> None:
+    env = worker_environment(1, 3, master_port=29500)
+    assert env["RANK"] == env["LOCAL_RANK"] == "1"
+    assert env["WORLD_SIZE"] == env["LOCAL_WORLD_SIZE"] == "3"
+    assert (env["MASTER_ADDR"], env["MASTER_PORT"], env["GROUP_RANK"]) == ("127.0.0.1", "29500", "0")
+    with pytest.raises(InvalidParameter, match="rank=3, world_size=3"):
+        worker_environment(3, 3, master_port=1)
+
+
+def test_weights_slices_and_linear_scaling_rule() -> None:
+    assert batch_weights([64, 32]) == (2 / 3, 1 / 3)
+    assert [rank_slice([64, 32], r) for r in (0, 1)] == [slice(0, 64), slice(64, 96)]
+    # Goyal et al. 2017: lr scales with the union batch, 0.1 at 256 -> 0.0375 at 64 + 32.
+    assert scaled_learning_rate(0.1, 256, [64, 32]) == pytest.approx(0.0375)
+    for bad in ([], [0, 4], [2.5], [True]):
+        with pytest.raises(InvalidParameter, match="batch_sizes"):
+            batch_weights(bad)
+    with pytest.raises(InvalidParameter, match="compression='zstd' is unknown; valid: none, fp16, bf16, powersgd"):
+        comm_hook("zstd")
+    with pytest.raises(InvalidParameter, match="compression='bf16' with the CPU relay"):
+        comm_hook("bf16", relay_through_cpu=True)
+
+
+def test_weighted_combination_is_union_gradient_math() -> None:
+    """The formula the hook implements: sum_r (b_r / B) g_r == the mean-loss gradient over the union batch."""
+    torch.manual_seed(0)
+    model = SmallCNN()
+    x, y = digits(12)
+    sizes = [8, 3, 1]
+
+    def grads(xs: torch.Tensor, ys: torch.Tensor) -> list[torch.Tensor]:
+        model.zero_grad()
+        F.cross_entropy(model(xs), ys).backward()
+        return [p.grad.clone() for p in model.parameters()]
+
+    union = grads(x, y)
+    per_rank = [grads(x[rank_slice(sizes, r)], y[rank_slice(sizes, r)]) for r in range(3)]
+    weighted = [sum(w * g[i] for w, g in zip(batch_weights(sizes), per_rank)) for i in range(len(union))]
+    averaged = [sum(g[i] for g in per_rank) / 3 for i in range(len(union))]
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-7) for a, b in zip(weighted, union))
+    assert not all(torch.allclose(a, b, rtol=1e-3, atol=1e-5) for a, b in zip(averaged, union))
+
+
+def test_failure_classes_of_worker_errors() -> None:
+    assert classify(WorkerKilled("worker rank 1 was killed by SIGKILL", rank=1, signal_number=9)).cls is FailureClass.TRANSIENT
+    assert classify(WorkerTimeout("still running")).cls is FailureClass.TRANSIENT
+    assert classify(WorkerError("worker rank 0 exited with code 3")).cls is FailureClass.PERMANENT
+
+
+def test_launch_rejects_bad_arguments() -> None:
+    with pytest.raises(InvalidParameter, match="count=0"):
+        launch(allreduce_ranks, 0)
+    with pytest.raises(InvalidParameter, match="batch_sizes has 1 entries for count=2"):
+        launch(allreduce_ranks, 2, batch_sizes=[4])
+    with pytest.raises(InvalidParameter, match="top level of a module"):
+        launch(lambda ctx: None, 2)
+
+
+# --- slow tests: real worker processes and gloo process groups ----------------------------------------------
+
+
+@pytest.mark.slow
+def test_workers_get_torchrun_env_and_gloo() -> None:
+    out = launch(allreduce_ranks, 2, kwargs={"add": 1.0})
+    assert [o["rank"] for o in out] == [0, 1]
+    assert {o["sum"] for o in out} == {3.0}  # (0 + 1) + (1 + 1)
+    assert {o["backend"] for o in out} == {"gloo"}
+    assert out[1]["env"]["RANK"] == "1" and out[1]["env"]["WORLD_SIZE"] == out[1]["env"]["LOCAL_WORLD_SIZE"] == "2"
+    assert out[0]["env"]["MASTER_PORT"] == out[1]["env"]["MASTER_PORT"] and out[0]["env"]["MASTER_ADDR"] == "127.0.0.1"
+
+
+@pytest.mark.slow
+def test_unequal_batches_give_exactly_the_union_batch_gradient() -> None:
+    """One DDP step with 11 + 5 samples on two ranks: the weighted hook's gradient equals the single-process
+    gradient over the 16 samples (allclose, fp32 rounding only); DDP's plain average does not."""
+    sizes = [11, 5]
+    torch.manual_seed(0)
+    model = SmallCNN()
+    x, y = digits(sum(sizes))
+    F.cross_entropy(model(x), y).backward()
+    union = {name: p.grad for name, p in model.named_parameters()}
+
+    weighted = launch(one_step_gradient, 2, batch_sizes=sizes, deterministic=True)
+    for rank_grads in weighted:  # every rank holds the same combined gradient
+        for name, g in union.items():
+            torch.testing.assert_close(rank_grads[name], g, rtol=1e-5, atol=1e-7)
+
+    plain = launch(one_step_gradient, 2, kwargs={"weighted": False}, batch_sizes=sizes, deterministic=True)
+    assert not all(torch.allclose(plain[0][n], g, rtol=1e-3, atol=1e-5) for n, g in union.items())
+
+    relayed = launch(one_step_gradient_relayed, 2, batch_sizes=sizes, deterministic=True)
+    for name, g in union.items():
+        torch.testing.assert_close(relayed[1][name], g, rtol=1e-5, atol=1e-7)
+
+    fp16 = launch(one_step_gradient, 2, kwargs={"compression": "fp16"}, batch_sizes=sizes, deterministic=True)
+    for name, g in union.items():  # fp16 transport: about 3 significant digits
+        torch.testing.assert_close(fp16[0][name], g, rtol=2e-3, atol=2e-4)
+
+
+@pytest.mark.slow
+def test_two_processes_match_one_process(tmp_path: Path) -> None:
+    """Two epochs of the CNN, global batch 48: two workers with 32 + 16 samples end with the weights of one
+    process with 48 (tolerance 1e-5 absolute: only the order of float additions differs)."""
+    one = launch(train_cnn, 1, kwargs={"checkpoint": str(tmp_path / "one.pt")}, batch_sizes=[48], deterministic=True)[0]
+    two = launch(train_cnn, 2, kwargs={"checkpoint": str(tmp_path / "two.pt")}, batch_sizes=[32, 16], deterministic=True)
+    for name, w in one["state"].items():
+        torch.testing.assert_close(two[0]["state"][name], w, rtol=1e-4, atol=1e-5)
+        assert torch.equal(two[0]["state"][name], two[1]["state"][name])  # the replicas agree exactly
+    # and the run trained: weights moved from the seed's initialisation
+    torch.manual_seed(0)
+    assert not torch.allclose(SmallCNN().fc.weight, one["state"]["fc.weight"], atol=1e-3)
+
+
+@pytest.mark.slow
+def test_sigkill_of_a_worker_is_transient_and_the_rerun_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    sizes = [24, 24]  # 10 steps per epoch on 480 samples, 20 in all; checkpoints every 5 steps
+    reference = launch(train_cnn, 2, kwargs={"checkpoint": str(tmp_path / "ref.pt")}, batch_sizes=sizes, deterministic=True)
+    ckpt = tmp_path / "run.pt"
+    with pytest.raises(WorkerKilled) as info:
+        launch(
+            train_cnn, 2, kwargs={"checkpoint": str(ckpt), "kill_rank": 1, "kill_at_step": 17}, batch_sizes=sizes, deterministic=True
+        )
+    assert (info.value.rank, info.value.signal_number) == (1, signal.SIGKILL)
+    assert classify(info.value).cls is FailureClass.TRANSIENT
+    assert torch.load(ckpt, weights_only=False)["step"] == 15  # rank 0's last complete checkpoint; killed mid-epoch 2
+    assert not list(tmp_path.glob(".run.pt.*"))  # no temporary left beside it
+
+    resumed = launch(train_cnn, 2, kwargs={"checkpoint": str(ckpt)}, batch_sizes=sizes, deterministic=True)
+    assert [r["resumed_from"] for r in resumed] == [15, 15]
+    for name, w in reference[0]["state"].items():
+        assert torch.equal(resumed[0]["state"][name], w), name
+
+
+@pytest.mark.slow
+def test_a_worker_exception_is_reraised_and_classified_as_in_one_process() -> None:
+    with pytest.raises(torch.OutOfMemoryError) as oom:
+        launch(raise_oom_on_rank_1, 2)
+    assert classify(oom.value).cls is FailureClass.DEVICE
+    with pytest.raises(ValueError, match="bad label on rank") as bad:
+        launch(raise_value_error, 2)
+    assert classify(bad.value).cls is FailureClass.PERMANENT
+    with pytest.raises(WorkerError, match=r"rank 0 called sys.exit\(3\)"):
+        launch(exit_3, 2)
+    with pytest.raises(WorkerTimeout):
+        launch(sleep_long, 2, timeout_seconds=3)
+
+
+@pytest.mark.slow
+def test_run_distributed_builds_the_callers_context_in_each_worker() -> None:
+    assert run_distributed(user_train, make_ctx, 2, ctx_kwargs={"tag": "t"}) == ["t:0/2", "t:1/2"]
+
+
+def test_rank_batches_partition_the_single_process_batches() -> None:
+    from heteroflow.components.distributed import RankBatches
+
+    sizes = [5, 2, 3]
+    ranks = [RankBatches(47, sizes, r, seed=3) for r in range(3)]
+    one = RankBatches(47, [10], 0, seed=3)
+    for epoch in (0, 1):
+        for s in [*ranks, one]:
+            s.set_epoch(epoch, start=1)
+        per_rank = [list(s) for s in ranks]
+        assert [len(b) for b in per_rank] == [3, 3, 3] == [len(s) for s in ranks]  # 4 full global batches, from the 2nd
+        for i, whole in enumerate(one):
+            assert [x for r in range(3) for x in per_rank[r][i]] == whole
+            assert [len(per_rank[r][i]) for r in range(3)] == sizes
+    with pytest.raises(InvalidParameter, match="fewer than one global batch"):
+        RankBatches(4, sizes, 0)
+
+
+# --- on accelerators, when the machine has them ---------------------------------------------------------------
+
+
+def _cuda_devices() -> int:
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def gradient_on_device(ctx: DistributedContext, *, compression: str = "none") -> dict[str, torch.Tensor]:
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    model = SmallCNN().to(ctx.device)
+    ddp = ctx.ddp(model, compression=compression)
+    x, y = digits(sum(ctx.batch_sizes))
+    part = rank_slice(ctx.batch_sizes, ctx.rank)
+    F.cross_entropy(ddp(x[part].to(ctx.device)), y[part].to(ctx.device)).backward()
+    assert dist.get_backend() == ctx.backend
+    return {name: p.grad.detach().cpu() for name, p in model.named_parameters()}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(_cuda_devices() < 1, reason="no CUDA device here (NCCL needs one per rank)")
+@pytest.mark.parametrize("compression", ["none", "bf16"])
+def test_nccl_weighted_gradient_on_cuda(compression: str) -> None:
+    count = min(_cuda_devices(), 2)
+    sizes = [11, 5][:count]
+    torch.manual_seed(0)
+    model = SmallCNN()
+    x, y = digits(sum(sizes))
+    F.cross_entropy(model(x), y).backward()
+    out = launch(gradient_on_device, count, kwargs={"compression": compression}, device_type="cuda", batch_sizes=sizes)
+    tol = {"none": (1e-4, 1e-5), "bf16": (2e-2, 2e-3)}[compression]  # TF32/cuDNN vs CPU; bf16 transport: ~3 digits
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(out[0][name], p.grad, rtol=tol[0], atol=tol[1])
+
+
+@pytest.mark.slow
+def test_workers_die_with_a_killed_launcher(tmp_path: Path) -> None:
+    """SIGKILL the process that called launch(): its workers end too (no orphan keeps training)."""
+    import subprocess
+    import sys
+    import time
+
+    pids = tmp_path / "pids"
+    script = (
+        "import sys; sys.path.insert(0, %r)\n"
+        "import test_distributed as t\n"
+        "from heteroflow.components.distributed import launch\n"
+        "launch(t.record_pid_and_sleep, 2, kwargs={'folder': %r})\n"
+    ) % (str(Path(__file__).parent), str(pids))
+    launcher = subprocess.Popen([sys.executable, "-c", script])
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(list(pids.glob("*"))) < 2:
+        time.sleep(0.1)
+    workers = [int(p.read_text()) for p in pids.glob("*")]
+    assert len(workers) == 2
+    launcher.kill()
+    launcher.wait()
+    deadline = time.monotonic() + 10
+    alive = workers
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.1)
+        alive = [pid for pid in workers if _running(pid)]
+    assert alive == []
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().split(")")[-1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def record_pid_and_sleep(ctx: DistributedContext, *, folder: str) -> None:
+    import time
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    (Path(folder) / str(ctx.rank)).write_text(str(os.getpid()))
+    time.sleep(120)
