@@ -479,6 +479,10 @@ from heteroflow.pipelines.cli_cache import cache_app, prewarm_command  # noqa: E
 app.command("prewarm")(prewarm_command)
 app.add_typer(cache_app, name="cache")
 
+from heteroflow.pipelines.cli_runs import register as _register_runs  # noqa: E402  report, runs, metrics (#17)
+
+_register_runs(app)
+
 
 # --- archive -----------------------------------------------------------------------------------------------
 

@@ -1,0 +1,294 @@
+"""Runs on the command line: ``heteroflow report``, ``heteroflow runs [show ID | compare ID ID]`` and
+``heteroflow metrics [write RUN_DIR | serve]``.
+
+Registered in :mod:`heteroflow.pipelines.cli` with ``register(app)``. Run folders of every engine are read as
+plain JSON (:mod:`heteroflow.pipelines.runs`). A user error (a run that does not exist, an ambiguous id, an
+unwritable output) prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+__all__ = ["register"]
+
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+runs_app = typer.Typer(
+    add_completion=False,
+    invoke_without_command=True,
+    help="Runs of every engine (kfp.local, in-process, Airflow): list them, show one, compare two.",
+)
+metrics_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run metrics in Prometheus' text format.")
+
+_ROOTS = typer.Option(
+    "--root",
+    help="A folder holding run folders (searched 3 levels deep; repeatable). Default: ./heteroflow-runs and "
+    "$HETEROFLOW_HOME/airflow-runs.",
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report``, ``runs`` and ``metrics`` to the ``heteroflow`` app."""
+    app.command("report")(report_command)
+    app.add_typer(runs_app, name="runs")
+    if metrics_app.registered_commands:
+        app.add_typer(metrics_app, name="metrics")
+
+
+def _fail(exc: BaseException) -> None:
+    from heteroflow.cache.redact import redact_url
+
+    if isinstance(exc, OSError) and exc.filename is not None:
+        text = f"cannot use {exc.filename}: {exc.strerror or exc}"
+    else:
+        text = " ".join(str(exc).split())
+    err_console.print(f"[bold red]error:[/] {escape(redact_url(text))}", highlight=False)
+    raise typer.Exit(code=2)
+
+
+# --- report ---------------------------------------------------------------------------------------------------
+
+
+def report_command(
+    run_dir: Annotated[str, typer.Argument(help="A run folder (holding run.json), or a run id under the default roots.")],
+    output: Annotated[Optional[str], typer.Option("-o", "--output", help="The HTML file to write. Default: <run folder>/report.html.")] = None,
+) -> None:
+    """Write a run's report: one self-contained HTML file (steps, attempts, retries, fallbacks, plots, lineage)."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.report import REPORT_FILE, render_report
+    from heteroflow.pipelines.runs import resolve_run
+    from heteroflow.cache.atomic import atomic_write_bytes
+
+    try:
+        run = resolve_run(run_dir)
+        target = Path(output).expanduser() if output else Path(run["run_dir"]) / REPORT_FILE
+        atomic_write_bytes(target, render_report(run).encode("utf-8"), durable=False)
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+    console.print(f"report: {escape(str(target))}", highlight=False)
+
+
+# --- runs -------------------------------------------------------------------------------------------------
+
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, (int, float)) or ts <= 0:
+        return "-"
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%m-%d %H:%M")
+
+
+def _secs(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
+def _devices(run: dict[str, Any]) -> str:
+    """``call: kind (accelerator)`` per device-bound call (those with a candidate index)."""
+    from heteroflow.pipelines.runs import device_of
+
+    parts = []
+    for s in run.get("steps") or []:
+        if s.get("candidate") is None:
+            continue
+        kind = "-" if s.get("status") == "not run" else str(s.get("kind") or s.get("device") or "-")
+        parts.append(f"{s.get('name')} {kind}{' (sim)' if s.get('simulated') else ''}")
+    return ", ".join(parts)
+
+
+def _summary(run: dict[str, Any]) -> dict[str, Any]:
+    from heteroflow.pipelines.runs import headline_metric
+
+    metric = headline_metric(run)
+    return {
+        "run_id": run.get("run_id"),
+        "started": _when(run.get("started_at")),
+        "status": run.get("status"),
+        "pipeline": run.get("pipeline"),
+        "devices": _devices(run),
+        "accuracy": metric[1] if metric else None,
+        "seconds": run.get("wall_seconds"),
+        "fallbacks": [f"{f.get('step')} left {f.get('kind')} ({f.get('failure')})" for f in run.get("fallbacks") or []],
+        "run_dir": run.get("run_dir"),
+    }
+
+
+@runs_app.callback()
+def runs_list(
+    ctx: typer.Context,
+    root: Annotated[Optional[list[str]], _ROOTS] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Show at most this many runs, newest first.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False,
+) -> None:
+    """List runs, newest first: status, pipeline, device per device-bound step, accuracy, duration, fallbacks."""
+    ctx.obj = {"roots": root}
+    if ctx.invoked_subcommand is not None:
+        return
+    from heteroflow.pipelines.runs import default_roots, find_runs
+
+    runs = find_runs(root)
+    rows = [_summary(r) for r in runs[:limit]]
+    if as_json:
+        console.print_json(json.dumps(rows, default=str))
+        return
+    if not rows:
+        where = ", ".join(str(r) for r in (root or default_roots()))
+        console.print(f"no runs in {escape(where)} (give --root FOLDER)", highlight=False)
+        return
+    table = Table(title=f"runs ({len(rows)} of {len(runs)})")
+    for col in ("run", "started UTC", "status", "pipeline", "device", "accuracy", "seconds", "fallbacks"):
+        table.add_column(col, justify="right" if col in ("accuracy", "seconds") else "left")
+    for row in rows:
+        table.add_row(
+            escape(str(row["run_id"])),
+            row["started"],
+            escape(str(row["status"])),
+            escape(str(row["pipeline"])),
+            escape(row["devices"] or "-"),
+            f"{row['accuracy']:.4f}" if row["accuracy"] is not None else "-",
+            _secs(row["seconds"]),
+            escape("; ".join(row["fallbacks"]) or "-"),
+        )
+    console.print(table)
+
+
+def _roots(ctx: typer.Context) -> Any:
+    return (ctx.obj or {}).get("roots") if ctx.obj else None
+
+
+def _resolve(ctx: typer.Context, ref: str) -> dict[str, Any]:
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs import resolve_run
+
+    try:
+        return resolve_run(ref, _roots(ctx))
+    except HeteroflowError as exc:
+        _fail(exc)
+        raise  # unreachable: _fail exits
+
+
+def _scalars(run: dict[str, Any]) -> dict[str, Any]:
+    """``call.metric`` -> value for every scalar metric of the run."""
+    out: dict[str, Any] = {}
+    for call, values in (run.get("metrics") or {}).items():
+        if isinstance(values, dict):
+            for k, v in values.items():
+                if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+                    out[f"{call}.{k}"] = v
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+@runs_app.command("show")
+def runs_show(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="A run id (a unique prefix is enough) or a run folder.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The run record (with its attempts) as JSON.")] = False,
+) -> None:
+    """One run: its steps (status, device, candidate, attempts, seconds), retries, fallbacks, metrics, parameters."""
+    from heteroflow.pipelines.runs import device_of, retries
+
+    run = _resolve(ctx, run_id)
+    if as_json:
+        console.print_json(json.dumps(run, default=str))
+        return
+    s = _summary(run)
+    console.print(
+        f"run {escape(str(s['run_id']))}: {escape(str(s['status']))}, pipeline {escape(str(s['pipeline']))}, "
+        f"started {_when(run.get('started_at'))} UTC, {_secs(s['seconds'])} s; folder {escape(str(s['run_dir']))}",
+        highlight=False,
+    )
+    if run.get("error"):
+        console.print(f"stopped by: {escape(str(run['error']))}", highlight=False)
+    table = Table(title="steps")
+    for col in ("step", "status", "device", "candidate", "attempts", "seconds", "error"):
+        table.add_column(col, justify="right" if col in ("attempts", "seconds", "candidate") else "left")
+    for step in run.get("steps") or []:
+        table.add_row(
+            escape(str(step.get("name"))),
+            escape(str(step.get("status"))),
+            escape(device_of(step)),
+            _fmt(step.get("candidate")),
+            _fmt(step.get("attempts")),
+            _secs(step.get("seconds")),
+            escape(str(step.get("error") or "")),
+        )
+    console.print(table)
+    items = retries(run)
+    if items:
+        total = sum(r["wait_seconds"] or 0.0 for r in items)
+        console.print(f"retries: {len(items)}, {total:.1f} s spent waiting", highlight=False)
+        for r in items:
+            console.print(f"  {escape(str(r['step']))} attempt {r['attempt']} after a {escape(str(r['after']))} failure, waited {_secs(r['wait_seconds'])} s", highlight=False)
+    for f in run.get("fallbacks") or []:
+        console.print(
+            f"fallback: {escape(str(f.get('step')))} left candidate {f.get('candidate')} ({escape(str(f.get('kind')))}) after a "
+            f"{escape(str(f.get('failure')))} failure: {escape(str(f.get('reason')))}",
+            highlight=False,
+        )
+    metrics = _scalars(run)
+    if metrics:
+        console.print("metrics: " + ", ".join(f"{escape(k)} {_fmt(v)}" for k, v in metrics.items()), highlight=False)
+    report = Path(str(run.get("run_dir")), "report.html")
+    if report.is_file():
+        console.print(f"report: {escape(str(report))}", highlight=False)
+
+
+@runs_app.command("compare")
+def runs_compare(
+    ctx: typer.Context,
+    first: Annotated[str, typer.Argument(help="A run id or run folder.")],
+    second: Annotated[str, typer.Argument(help="Another run id or run folder.")],
+    all_params: Annotated[bool, typer.Option("--all", help="List every parameter (not only those that differ) and per-class metrics.")] = False,
+) -> None:
+    """Two runs side by side: status, duration, parameters (those that differ), steps' devices and seconds, metrics."""
+    from heteroflow.pipelines.runs import device_of
+
+    a, b = _resolve(ctx, first), _resolve(ctx, second)
+    table = Table(title=f"{a.get('run_id')} vs {b.get('run_id')}")
+    table.add_column("")
+    table.add_column(escape(str(a.get("run_id"))))
+    table.add_column(escape(str(b.get("run_id"))))
+    table.add_column("differs")
+
+    def row(name: str, x: Any, y: Any) -> None:
+        table.add_row(escape(name), escape(_fmt(x)), escape(_fmt(y)), "*" if x != y else "")
+
+    row("status", a.get("status"), b.get("status"))
+    row("pipeline", a.get("pipeline"), b.get("pipeline"))
+    row("seconds", round(a.get("wall_seconds") or 0.0, 1), round(b.get("wall_seconds") or 0.0, 1))
+    row("fallbacks", len(a.get("fallbacks") or []), len(b.get("fallbacks") or []))
+    pa, pb = a.get("params") or {}, b.get("params") or {}
+    for key in list(pa) + [k for k in pb if k not in pa]:
+        if all_params or pa.get(key) != pb.get(key):
+            row(f"param {key}", pa.get(key), pb.get(key))
+    sa = {s.get("name"): s for s in a.get("steps") or []}
+    sb = {s.get("name"): s for s in b.get("steps") or []}
+    for name in list(sa) + [n for n in sb if n not in sa]:
+        x, y = sa.get(name, {}), sb.get(name, {})
+        row(f"{name} status", x.get("status"), y.get("status"))
+        if x.get("candidate") is not None or y.get("candidate") is not None:
+            row(f"{name} device", device_of(x) if x else None, device_of(y) if y else None)
+        row(f"{name} seconds", round(x["seconds"], 2) if isinstance(x.get("seconds"), (int, float)) else None,
+            round(y["seconds"], 2) if isinstance(y.get("seconds"), (int, float)) else None)
+    ma, mb = _scalars(a), _scalars(b)
+    for key in list(ma) + [k for k in mb if k not in ma]:
+        if not all_params and key.split(".")[-1].startswith(("precision_", "recall_")):
+            continue  # per-class figures: with --all
+        row(key, ma.get(key), mb.get(key))
+    console.print(table)
