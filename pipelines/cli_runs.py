@@ -95,9 +95,12 @@ def _devices(run: dict[str, Any]) -> str:
     """``call: kind (accelerator)`` per device-bound call (those with a candidate index)."""
     from heteroflow.pipelines.runs import device_of
 
+    # device-bound: the calls the planner placed (or that fell back); a record without placement: those with a
+    # candidate index (kfp.local records one for every call, the in-process engine only for device-bound ones)
+    bound = set(run.get("placement") or {}) | {f.get("step") for f in run.get("fallbacks") or []}
     parts = []
     for s in run.get("steps") or []:
-        if s.get("candidate") is None:
+        if (s.get("name") not in bound) if bound else s.get("candidate") is None:
             continue
         kind = "-" if s.get("status") == "not run" else str(s.get("kind") or s.get("device") or "-")
         parts.append(f"{s.get('name')} {kind}{' (sim)' if s.get('simulated') else ''}")
