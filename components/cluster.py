@@ -36,6 +36,10 @@ ones)::
       npu: registry.example.com/heteroflow:cann
     labels: {team: vision}          # added to every pod
     annotations: {}                 # added to every pod
+    prices:                         # cost per device-hour, for the run metrics (heteroflow.pipelines.metrics)
+      currency: USD
+      gpu: 2.50                     # per device kind (cpu: the CPU share one step gets) ...
+      nvidia-a100-80gb: 3.20        # ... or per accelerator model (wins over its kind)
 
 Defaults: ``plugin: official`` everywhere; ``labels``: ``gfd`` (nvidia), ``npu-chip-name`` (ascend),
 ``amd-labeller`` (amd), ``none`` (gaudi); ``accelerator_tolerations: true``; nothing else.
@@ -90,6 +94,7 @@ _TOP_KEYS = (
     "images",
     "labels",
     "annotations",
+    "prices",
 )
 _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
 
@@ -137,6 +142,8 @@ class ClusterProfile:
         scheduler_name: the pod's ``schedulerName`` (e.g. ``volcano``), or None for the default scheduler.
         images: container image per device kind value (``cpu``, ``gpu``, ``npu``).
         labels, annotations: added to every pod.
+        prices: cost per device-hour by device kind value or accelerator model name (the run metrics' cost).
+        currency: the unit of :attr:`prices` (``USD`` unless the profile says otherwise).
         source: the file it was read from (for messages), or None.
     """
 
@@ -150,6 +157,8 @@ class ClusterProfile:
     images: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
     labels: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
     annotations: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
+    prices: Mapping[str, float] = dataclasses.field(default_factory=FrozenMap)
+    currency: str = "USD"
     source: str | None = dataclasses.field(default=None, compare=False)
 
     def vendor(self, vendor: str) -> VendorConvention:
@@ -244,6 +253,13 @@ class ClusterProfile:
             if not isinstance(value, str):
                 raise fail(f"annotations[{key!r}]={value!r} is not a string")
             annotations[check_qualified_name(key, field="annotations")] = value
+        prices: dict[str, float] = {}
+        raw_prices = dict(mapping(top.get("prices"), "prices", None))
+        currency = text(raw_prices.pop("currency", "USD"), "prices.currency")
+        for key, price in raw_prices.items():
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+                raise fail(f"prices.{key}={price!r} is not a price; valid: a number >= 0 (cost per device-hour in {currency})")
+            prices[str(key)] = float(price)
         return cls(
             name=name,
             vendors=FrozenMap(vendors),
@@ -255,6 +271,8 @@ class ClusterProfile:
             images=FrozenMap(images),
             labels=FrozenMap(labels),
             annotations=FrozenMap(annotations),
+            prices=FrozenMap(prices),
+            currency=currency,
             source=None if source == "profile" else source,
         )
 
@@ -276,6 +294,8 @@ class ClusterProfile:
         for key in ("images", "labels", "annotations"):
             if getattr(self, key):
                 out[key] = dict(getattr(self, key))
+        if self.prices:
+            out["prices"] = {"currency": self.currency, **self.prices}
         return out
 
 

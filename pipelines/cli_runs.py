@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import sys
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -295,3 +296,52 @@ def runs_compare(
             continue  # per-class figures: with --all
         row(key, ma.get(key), mb.get(key))
     console.print(table)
+
+
+# --- metrics ------------------------------------------------------------------------------------------------
+
+_PROFILE = typer.Option("--profile", help="Cluster profile YAML whose `prices` (per device-hour) cost the device time. Default: $HETEROFLOW_CLUSTER_PROFILE.")
+
+
+@metrics_app.command("write")
+def metrics_write(
+    run_dir: Annotated[str, typer.Argument(help="A run folder, or a run id under the default roots.")],
+    output: Annotated[Optional[str], typer.Option("-o", "--output", help="The file to write. Default: <run folder>/metrics.prom.")] = None,
+    profile: Annotated[Optional[str], _PROFILE] = None,
+) -> None:
+    """Write a run's metrics as a Prometheus textfile-collector file (what every run writes when it ends)."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.metrics import write_textfile
+    from heteroflow.pipelines.runs import resolve_run
+
+    try:
+        written = write_textfile(resolve_run(run_dir)["run_dir"], output, profile=profile)
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+    for path in written:
+        console.print(f"metrics: {escape(str(path))}", highlight=False)
+
+
+@metrics_app.command("serve")
+def metrics_serve(
+    root: Annotated[Optional[list[str]], _ROOTS] = None,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port; 0 picks a free one (printed).")] = 9464,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    profile: Annotated[Optional[str], _PROFILE] = None,
+) -> None:
+    """Serve /metrics (Prometheus text format) for every run under the run roots, read at each scrape; Ctrl-C stops."""
+    import threading
+
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.metrics import serve
+
+    try:
+        server, _thread = serve(root, port=port, host=host, profile=profile)
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+    console.print(f"serving http://{host}:{server.server_port}/metrics (Ctrl-C stops)", highlight=False)
+    sys.stdout.flush()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.shutdown()

@@ -169,9 +169,9 @@ class RunRecord:
         """Write ``<run_dir>/run.json`` atomically, credentials in URLs redacted."""
         path = Path(self.run_dir) / "run.json"
         atomic_write_bytes(path, redact_url(json.dumps(self.to_dict(), indent=2, default=str)).encode())
-        from heteroflow.pipelines.report import write_report_quietly  # report.html beside every run.json (#17)
+        from heteroflow.pipelines.report import write_run_outputs  # report.html, metrics.prom beside run.json (#17)
 
-        write_report_quietly(path.parent)
+        write_run_outputs(path.parent)
         return path
 
 

@@ -32,7 +32,7 @@ from typing import Any
 from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.pipelines.runs import attempts, device_of, headline_metric, history_of, load_run, retries
 
-__all__ = ["REPORT_FILE", "render_report", "write_report", "write_report_quietly"]
+__all__ = ["REPORT_FILE", "render_report", "write_report", "write_report_quietly", "write_run_outputs"]
 
 REPORT_FILE = "report.html"
 
@@ -86,6 +86,15 @@ def write_report_quietly(run_dir: str | os.PathLike[str]) -> Path | None:
     except Exception as exc:  # the run's record is written; a report problem must not change the run's outcome
         warnings.warn(f"could not write {REPORT_FILE} for {run_dir}: {type(exc).__name__}: {exc}", RuntimeWarning, stacklevel=2)
         return None
+
+
+def write_run_outputs(run_dir: str | os.PathLike[str]) -> None:
+    """What every engine writes beside ``run.json`` when a run ends: ``report.html`` and the run's metrics
+    (``metrics.prom``, :func:`heteroflow.pipelines.metrics.write_textfile`). Problems are warnings."""
+    from heteroflow.pipelines.metrics import write_textfile_quietly
+
+    write_report_quietly(run_dir)
+    write_textfile_quietly(run_dir)
 
 
 # --- rendering ----------------------------------------------------------------------------------------------
