@@ -479,10 +479,6 @@ from heteroflow.pipelines.cli_cache import cache_app, prewarm_command  # noqa: E
 app.command("prewarm")(prewarm_command)
 app.add_typer(cache_app, name="cache")
 
-from heteroflow.pipelines.cli_runs import register as _register_runs  # noqa: E402  report, runs, metrics (#17)
-
-_register_runs(app)
-
 
 # --- archive -----------------------------------------------------------------------------------------------
 
@@ -554,7 +550,7 @@ def archive_show(
         _fail(exc)
         return
     lineage, metrics = info["lineage"], info["metrics"]
-    console.print(f"[bold]{info['name']} v{info['version']}[/]: {info['path']}", highlight=False)
+    console.print(f"[bold]{escape(info['name'])} v{info['version']}[/]: {escape(info['path'])}", highlight=False)
     facts = Table(title="lineage", title_justify="left", show_header=False)
     facts.add_column("what")
     facts.add_column("value", overflow="fold")
@@ -578,11 +574,16 @@ def archive_show(
     scores.add_column("value", justify="right")
     for key, value in metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            scores.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+            scores.add_row(escape(key), f"{value:.4f}" if isinstance(value, float) else str(value))
         elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
             for k, v in value.items():
-                scores.add_row(f"{key}[{k}]", f"{v:.4f}")
+                scores.add_row(escape(f"{key}[{k}]"), f"{v:.4f}")  # class names print literally ([setosa] is no markup)
     console.print(scores)
+
+
+from heteroflow.pipelines.cli_runs import register as _register_runs  # noqa: E402  report, runs, metrics, prune (#17)
+
+_register_runs(app)
 
 
 # --- submit -----------------------------------------------------------------------------------------------

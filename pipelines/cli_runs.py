@@ -39,8 +39,14 @@ _ROOTS = typer.Option(
 
 
 def register(app: typer.Typer) -> None:
-    """Add ``report``, ``runs`` and ``metrics`` to the ``heteroflow`` app."""
+    """Add ``report``, ``runs`` and ``metrics`` to the ``heteroflow`` app, and ``prune`` to its ``archive`` and
+    ``cache`` groups (call it after those are added)."""
     app.command("report")(report_command)
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    if "archive" in groups:
+        groups["archive"].command("prune")(archive_prune)
+    if "cache" in groups:
+        groups["cache"].command("prune")(cache_prune)
     app.add_typer(runs_app, name="runs")
     if metrics_app.registered_commands:
         app.add_typer(metrics_app, name="metrics")
@@ -345,3 +351,58 @@ def metrics_serve(
         threading.Event().wait()
     except KeyboardInterrupt:
         server.shutdown()
+
+
+# --- prune (registered into `heteroflow archive` and `heteroflow cache`) ----------------------------------------
+
+
+def _print_pruned(entries: list[dict[str, Any]], what: str, key: str, dry_run: bool) -> None:
+    if not entries:
+        console.print(f"nothing to prune: no {what} beyond the newest kept", highlight=False)
+        return
+    for e in entries:
+        label = f"{e[key]}:v{e['version']}" if key == "model" else f"{e[key]} version {e['version']}"
+        reason = f" ({e['reason']})" if e.get("reason") else ""
+        console.print(f"{e['action']}: {escape(label)} {escape(e['path'])}{escape(reason)}", highlight=False)
+    removed = sum(e["action"] in ("removed", "would remove") for e in entries)
+    kept = sum(e["action"] == "kept" for e in entries)
+    console.print(f"{'would remove' if dry_run else 'removed'} {removed}, kept {kept} that runs name", highlight=False)
+
+
+def archive_prune(
+    model: Annotated[Optional[str], typer.Argument(help="Only this model (default: every model).")] = None,
+    keep: Annotated[int, typer.Option("--keep", "-k", help="Versions to keep per model, newest first (>= 1).")] = 3,
+    force: Annotated[bool, typer.Option("--force", help="Also remove versions a kept run's lineage names.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")] = False,
+    root: Annotated[Optional[Path], typer.Option("--root", help="Archive folder. Default: $HETEROFLOW_HOME/archive.")] = None,
+    runs_root: Annotated[Optional[list[str]], typer.Option("--runs-root", help="Run folders whose lineage protects versions (repeatable). Default: ./heteroflow-runs and $HETEROFLOW_HOME/airflow-runs.")] = None,
+) -> None:
+    """Remove archived versions beyond the newest N of each model; never one a kept run archived (without --force)."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs import prune_archive
+
+    try:
+        entries = prune_archive(keep, model=model, archive_root=root, roots=runs_root, force=force, dry_run=dry_run)
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+    _print_pruned(entries, "archived version", "model", dry_run)
+
+
+def cache_prune(
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this data set: its source URI or cache key (prefix).")] = None,
+    keep: Annotated[int, typer.Option("--keep", "-k", help="Versions to keep per data set, newest first, the current one always (>= 1).")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Also remove versions a kept run or archived model names.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")] = False,
+    cache: Annotated[str, typer.Option("--cache", help="The cache tier's folder. Default: the local cache under HETEROFLOW_HOME.")] = "",
+    runs_root: Annotated[Optional[list[str]], typer.Option("--runs-root", help="Run folders whose lineage protects versions (repeatable).")] = None,
+) -> None:
+    """Remove cached data set versions beyond the newest N; never the current one, nor one a kept run or archived model names (without --force)."""
+    from heteroflow.cache.errors import HeteroflowError as CacheError
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs import prune_cache
+
+    try:
+        entries = prune_cache(keep, dataset=dataset or "", cache_root=cache, roots=runs_root, force=force, dry_run=dry_run)
+    except (HeteroflowError, CacheError, OSError) as exc:
+        _fail(exc)
+    _print_pruned(entries, "cached version", "dataset", dry_run)

@@ -29,6 +29,8 @@ __all__ = [
     "headline_metric",
     "history_of",
     "load_run",
+    "prune_archive",
+    "prune_cache",
     "resolve_run",
     "retries",
 ]
@@ -214,4 +216,167 @@ def history_of(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             if isinstance(value, list) and value and all(isinstance(e, dict) for e in value):
                 out[call] = value
                 break
+    return out
+
+
+# --- pruning: keep the newest N, never what a kept run names --------------------------------------------------
+
+
+def _named_by_runs(roots: Sequence[str | os.PathLike[str]] | None) -> tuple[dict[tuple[str, int], str], dict[str, str]]:
+    """What the runs under ``roots`` name in their lineage: ``{(model, version): run id}`` (the versions they
+    archived) and ``{data set version: run id}`` (the cache versions they read)."""
+    models: dict[tuple[str, int], str] = {}
+    datasets: dict[str, str] = {}
+    for run in find_runs(roots):
+        rid = str(run.get("run_id"))
+        for facts in (run.get("results") or {}).values():
+            if not isinstance(facts, dict):
+                continue
+            if isinstance(facts.get("name"), str) and isinstance(facts.get("version"), int) and "path" in facts:
+                models.setdefault((facts["name"], facts["version"]), rid)
+            if isinstance(facts.get("version"), str) and "dataset_sha256" in facts:
+                datasets.setdefault(facts["version"], rid)
+    return models, datasets
+
+
+def _remove_tree(folder: Path) -> None:
+    """Hide ``folder`` by a rename first (so it is never seen half removed), then delete it (archived files are
+    read-only)."""
+    import shutil
+    import stat
+
+    hidden = folder.with_name(f".pruning-{folder.name}-{os.getpid()}")
+    folder.rename(hidden)
+    for p in hidden.rglob("*"):
+        try:
+            p.chmod(stat.S_IRWXU if p.is_dir() else stat.S_IRUSR | stat.S_IWUSR)
+        except OSError:
+            pass
+    hidden.chmod(stat.S_IRWXU)
+    shutil.rmtree(hidden)
+
+
+def _check_keep(keep: int) -> None:
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise InvalidParameter(f"keep={keep!r} is not valid; valid: a whole number >= 1 (the newest versions kept)")
+
+
+def prune_archive(
+    keep: int,
+    *,
+    model: str | None = None,
+    archive_root: str | os.PathLike[str] | None = None,
+    roots: Sequence[str | os.PathLike[str]] | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+) -> list[dict[str, Any]]:
+    """Remove archived model versions beyond the newest ``keep`` of each model (or of ``model``).
+
+    A version that a run under ``roots`` (default :func:`default_roots`) archived is kept unless ``force``: its
+    lineage names it. The newest version always stays, so version numbers are never reused.
+
+    Returns:
+        One entry per version looked at beyond the newest ``keep``: ``model``, ``version``, ``path``, ``action``
+        (``removed``, ``would remove`` with ``dry_run``, or ``kept``) and, when kept, ``reason``.
+
+    Raises:
+        InvalidParameter: ``keep`` < 1, or an unknown ``model`` (the archived ones are listed).
+    """
+    from heteroflow.components.archive import archive_root_dir, list_models, list_versions, read_version
+
+    _check_keep(keep)
+    root = archive_root_dir(archive_root)
+    if model:
+        read_version(root, model)  # an unknown model: the error lists the archived ones
+    named, _ = _named_by_runs(roots)
+    out = []
+    for name in [model] if model else list_models(root):
+        for version in list_versions(root, name)[:-keep]:
+            entry: dict[str, Any] = {"model": name, "version": version, "path": str(root / name / f"v{version}")}
+            run_id = named.get((name, version))
+            if run_id is not None and not force:
+                entry.update(action="kept", reason=f"run {run_id} archived it (its lineage names {name}:v{version}); --force removes it")
+            elif dry_run:
+                entry["action"] = "would remove"
+            else:
+                _remove_tree(root / name / f"v{version}")
+                entry["action"] = "removed"
+            out.append(entry)
+    return out
+
+
+def prune_cache(
+    keep: int,
+    *,
+    dataset: str = "",
+    cache_root: str = "",
+    roots: Sequence[str | os.PathLike[str]] | None = None,
+    archive_root: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    lock_timeout_s: float = 60.0,
+) -> list[dict[str, Any]]:
+    """Remove cached data set versions beyond the newest ``keep`` of each data set (or of ``dataset``: its
+    source URI or cache key prefix), never the current version.
+
+    A version that a run under ``roots`` read, or that an archived model's lineage names, is kept unless
+    ``force``. Each data set's prewarm lock is held while its versions are removed, so a prewarm never sees
+    one half gone.
+
+    Returns:
+        One entry per version looked at beyond the newest ``keep``: ``dataset`` (cache key), ``version``,
+        ``path``, ``action`` (``removed``, ``would remove``, ``kept``) and, when kept, ``reason``.
+
+    Raises:
+        InvalidParameter: ``keep`` < 1. CacheLockTimeout: a prewarm held a data set's lock over ``lock_timeout_s``.
+    """
+    import json as _json
+
+    import filelock
+
+    from heteroflow.cache.errors import CacheLockTimeout
+    from heteroflow.cache.prewarm import LOCK_NAME, VERSIONS_DIR
+    from heteroflow.cache.status import cache_status
+    from heteroflow.components.archive import archive_root_dir, list_models, list_versions
+
+    _check_keep(keep)
+    _, named = _named_by_runs(roots)
+    archived: dict[str, str] = {}
+    aroot = archive_root_dir(archive_root)
+    for name in list_models(aroot):
+        for version in list_versions(aroot, name):
+            try:
+                lineage = _json.loads((aroot / name / f"v{version}" / "lineage.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            dv = (lineage.get("dataset") or {}).get("version")
+            if isinstance(dv, str):
+                archived.setdefault(dv, f"{name}:v{version}")
+    out = []
+    for status in cache_status(cache_root, dataset):
+        old = [v for v in status.versions if not v.current]  # newest first
+        beyond = old[max(keep - (len(status.versions) - len(old)), 0):]
+        if not beyond:
+            continue
+        lock = filelock.FileLock(str(status.folder / LOCK_NAME), timeout=lock_timeout_s, preserve_lock_file=True)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise CacheLockTimeout(f"a prewarm of {status.key} holds {status.folder / LOCK_NAME} for more than {lock_timeout_s:.0f} s; try again when it ends") from None
+        try:
+            for v in beyond:
+                path = status.folder / VERSIONS_DIR / v.version
+                entry: dict[str, Any] = {"dataset": status.key, "version": v.version, "path": str(path)}
+                if v.version in named and not force:
+                    entry.update(action="kept", reason=f"run {named[v.version]} read it (its lineage names version {v.version}); --force removes it")
+                elif v.version in archived and not force:
+                    entry.update(action="kept", reason=f"archived model {archived[v.version]} was trained on it; --force removes it")
+                elif dry_run:
+                    entry["action"] = "would remove"
+                else:
+                    _remove_tree(path)
+                    entry["action"] = "removed"
+                out.append(entry)
+        finally:
+            lock.release()
     return out
