@@ -406,3 +406,83 @@ def cache_prune(
     except (HeteroflowError, CacheError, OSError) as exc:
         _fail(exc)
     _print_pruned(entries, "cached version", "dataset", dry_run)
+
+
+# --- the live table of `heteroflow run` and the summary's retries ----------------------------------------------
+
+
+def live_state(step: Any, records: list[dict[str, Any]], retry: Any, now: float) -> tuple[str, float | None, str]:
+    """What the live table shows for one call while a run goes on: ``(status, seconds, note)``.
+
+    - a call whose last attempt failed with a *transient* failure and has retries left on its candidate (per
+      ``retry``, a :class:`~heteroflow.components.retry.RetryPolicy`, within its window) is ``retrying``, with
+      the note ``retrying in N s (attempt k of n)``: N counts down from the policy's delay for that retry, k and
+      n count attempts on the candidate;
+    - a running call's seconds tick (now - the attempt's start);
+    - else the summary's status and seconds.
+
+    Args:
+        step: the call's summary (``name``, ``status``, ``failure``, ``seconds``).
+        records: its attempt records (dicts, in order), from ``steps/<call>/``.
+        retry: its retry policy, or None when unknown.
+        now: the time, Unix seconds.
+    """
+    last = records[-1] if records else None
+    if last is not None and last.get("status") == "running" and isinstance(last.get("started_at"), (int, float)):
+        return step.status, max(now - last["started_at"], 0.0), ""
+    if (
+        retry is not None
+        and last is not None
+        and last.get("status") == "failed"
+        and last.get("failure") == "transient"
+        and isinstance(last.get("ended_at"), (int, float))
+    ):
+        on_candidate = [r for r in records if r.get("candidate") == last.get("candidate")]
+        done = len(on_candidate)  # attempts made on this candidate
+        first = on_candidate[0].get("started_at")
+        delay = retry.delay_seconds(done - 1)
+        inside = not isinstance(first, (int, float)) or last["ended_at"] + delay - first <= retry.window_seconds
+        if done <= retry.retries and inside:
+            left = max(last["ended_at"] + delay - now, 0.0)
+            return "retrying", step.seconds, f"retrying in {left:.0f} s (attempt {done + 1} of {retry.retries + 1})"
+    return step.status, step.seconds, ""
+
+
+def read_attempts(run_dir: str | None) -> dict[str, list[dict[str, Any]]]:
+    """The attempt records of a run folder so far (empty without one)."""
+    if not run_dir:
+        return {}
+    from heteroflow.pipelines.runs import _read_attempts
+
+    return _read_attempts(Path(run_dir))
+
+
+def _short(error: Any) -> str:
+    """``heteroflow.x.SomeError: message`` -> ``message`` (our errors' messages say it all)."""
+    kind, sep, message = str(error or "").partition(": ")
+    return message if sep and kind.startswith("heteroflow.") else str(error or "")
+
+
+def retry_lines(run_dir: str | Path) -> list[str]:
+    """The summary's retry lines: each retry (step, attempt, the failure before it, the wait) and the time spent
+    waiting against the run's wall time; empty when the run retried nothing."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs import load_run, retries
+
+    try:
+        run = load_run(run_dir)
+    except HeteroflowError:
+        return []
+    items = retries(run)
+    if not items:
+        return []
+    total = sum(r["wait_seconds"] or 0.0 for r in items)
+    wall = run.get("wall_seconds")
+    share = f" of the run's {wall:.1f} s" if isinstance(wall, (int, float)) else ""
+    lines = [f"retries: {len(items)}, {total:.1f} s spent waiting{share}"]
+    for r in items:
+        lines.append(
+            f"  {r['step']} attempt {r['attempt']} on {r['kind']} (candidate {r['candidate']}) after a {r['after']} failure, "
+            f"waited {_secs(r['wait_seconds'])} s: {_short(r['error'])}"
+        )
+    return lines
