@@ -486,3 +486,60 @@ def retry_lines(run_dir: str | Path) -> list[str]:
             f"waited {_secs(r['wait_seconds'])} s: {_short(r['error'])}"
         )
     return lines
+
+
+# --- the one-screen summary of a run, from its record (Airflow's record-run logs it) ----------------------------
+
+
+def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120) -> str:
+    """The one-screen summary ``heteroflow run`` prints, from a run record of any engine (a dict as
+    :func:`heteroflow.pipelines.runs.load_run` returns it): the steps table, placement, fallbacks, retries, what
+    each step reported (with ``pipeline``: its steps' own summary lines) or why the run failed, the outcome, and
+    where the record and report are. Plain text, no colour."""
+    import io
+
+    from heteroflow.pipelines.runs import device_of
+
+    out = Console(file=io.StringIO(), width=width, no_color=True, highlight=False, soft_wrap=True, force_terminal=False)
+    table = Table(title="steps", title_justify="left")
+    for col in ("step", "status", "device", "attempts", "seconds"):
+        table.add_column(col, justify="right" if col in ("attempts", "seconds") else "left")
+    for s in run.get("steps") or []:
+        device = device_of(s)
+        if s.get("candidate"):
+            device += f" [candidate {s['candidate']}]"
+        table.add_row(escape(str(s.get("name"))), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None), _secs(s.get("seconds")))
+    out.print(table)
+    for call, decision in (run.get("placement") or {}).items():
+        if isinstance(decision, dict):
+            out.print(f"placement of {escape(call)}: candidate {decision.get('index')} (0 = preferred) -> {escape(str(decision.get('device_kind')))}")
+            for why in decision.get("passed_over") or []:
+                out.print(f"  passed over: {escape(str(why))}")
+    for f in run.get("fallbacks") or []:
+        accel = f" ({f['accelerator']})" if f.get("accelerator") else ""
+        out.print(escape(f"fallback: {f.get('step')} left candidate {f.get('candidate')} ({f.get('kind')}{accel}) after a {f.get('failure')} failure: {_short(f.get('reason'))}"))
+    if run.get("run_dir"):
+        for line in retry_lines(run["run_dir"]):
+            out.print(escape(line))
+    if run.get("status") == "succeeded":
+        if pipeline is not None:
+            for call in pipeline.calls:
+                try:
+                    lines = call.step.summarize((run.get("results") or {}).get(call.name, {}))
+                except Exception:  # a summary must never fail the task that prints it
+                    lines = []
+                for line in lines:
+                    out.print(escape(line))
+    else:
+        for s in run.get("steps") or []:
+            if s.get("status") in ("failed", "killed"):
+                kind = f" ({s['failure']} failure)" if s.get("failure") else ""
+                out.print(escape(f"step {s.get('name')} {s.get('status')}{kind}: {_short(s.get('error'))}"))
+        if run.get("error"):
+            out.print(escape(f"stopped by: {run['error']}"))
+    wall = run.get("wall_seconds")
+    folder = run.get("run_dir", "")
+    out.print(escape(f"run {run.get('status')} in {wall:.1f} s; record: {folder}/run.json" if isinstance(wall, (int, float)) else f"run {run.get('status')}; record: {folder}/run.json"))
+    if folder and Path(folder, "report.html").is_file():
+        out.print(escape(f"report: {folder}/report.html"))
+    return out.file.getvalue()  # type: ignore[attr-defined]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -121,7 +122,7 @@ def test_runs_list_show_compare(tmp_path: Path) -> None:
 # --- every engine ---------------------------------------------------------------------------------------------
 
 
-def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env: dict[str, str]) -> None:
+def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env: dict[str, str]) -> str:
     from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV
 
     full = {k: v for k, v in os.environ.items() if k not in (SIMULATE_ENV, FAULT_ENV)}
@@ -130,6 +131,7 @@ def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env:
     for args in (("db", "migrate"), ("dags", "reserialize"), ("dags", "test", dag_id, "-c", json.dumps(conf))):
         done = subprocess.run([airflow, *args], env=full, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
 
 
 @pytest.mark.slow
@@ -149,7 +151,7 @@ def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeyp
     dags.mkdir()
     # (Airflow's safe mode parses only files that mention "airflow" and "dag")
     (dags / "heteroflow_dags.py").write_text("# Airflow DAG file\nfrom heteroflow.dags.example_default import dag\n")
-    _airflow_run(tmp_path / "airflow-home", dags, "heteroflow-default", params, {})
+    output = _airflow_run(tmp_path / "airflow-home", dags, "heteroflow-default", params, {})
 
     listed = _cli("runs", "--json")
     assert listed.exit_code == 0, listed.output
@@ -165,3 +167,7 @@ def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeyp
         assert (Path(r["run_dir"]) / "report.html").is_file()
     compared = _cli("runs", "compare", "kfp-run", airflow[0]["run_id"])
     assert compared.exit_code == 0 and "train device" in compared.output
+    # `airflow dags test` prints the same one-screen summary as `heteroflow run` (from the record-run task)
+    record = airflow[0]["run_dir"]
+    assert f"run succeeded in " in output and f"record: {record}/run.json" in output and f"report: {record}/report.html" in output
+    assert "test accuracy: " in output and re.search(r"│ train +│ succeeded │", output)
