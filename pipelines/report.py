@@ -360,14 +360,15 @@ def _timeline_plot(run: dict[str, Any]) -> str:
             start = r["started_at"] - t0
             end = (r.get("ended_at") or r["started_at"] + (r.get("seconds") or 0.0)) - t0
             ax.barh(y, max(end - start, 0.01), left=start, color=colours.get(r.get("status"), "#8c959f"), edgecolor="black", linewidth=0.4)
-    for r in retries(run):
+    waited = [r for r in retries(run) if r["wait_seconds"]]
+    for r in waited:
         if r["wait_seconds"]:
             nxt = next((x for n, x in recs if n == r["step"] and x.get("attempt") == r["attempt"]), None)
             if nxt is not None:
                 ax.barh(names.index(r["step"]), r["wait_seconds"], left=nxt["started_at"] - t0 - r["wait_seconds"], color="none", hatch="//", edgecolor="#9a6700", linewidth=0.4)
     ax.set_yticks(range(len(names)), labels=names)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first attempt started (hatched: waiting to retry)")
+    ax.set_xlabel("seconds since the first attempt started" + (" (hatched: waiting to retry)" if waited else ""))
     ax.set_title("attempts over time (green succeeded, red failed)")
     return _svg(fig, "timeline")
 

@@ -202,7 +202,8 @@ def headline_metric(run: dict[str, Any]) -> tuple[str, float] | None:
 def history_of(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Per call, the per-epoch history its record holds: a list of dicts (one per epoch, numeric values such as
     ``loss``, ``validation_accuracy``), found under the call's ``results``, ``metrics`` or step ``details`` as
-    ``history`` (or ``epochs`` when that is a list of dicts). Calls without one are left out."""
+    ``history`` (or ``epochs``): a list of dicts, or a dict of equal-length lists (columns). Calls without one
+    are left out."""
     out: dict[str, list[dict[str, Any]]] = {}
     sources: list[tuple[str, Any]] = []
     for key in ("results", "metrics"):
@@ -213,6 +214,10 @@ def history_of(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
             continue
         for name in ("history", "epochs"):
             value = facts.get(name)
+            if isinstance(value, dict) and value and all(isinstance(v, list) for v in value.values()):
+                # columns ({"loss": [...], "accuracy": [...]}) -> one dict per epoch
+                n = max(len(v) for v in value.values())
+                value = [{k: v[i] for k, v in value.items() if i < len(v)} for i in range(n)]
             if isinstance(value, list) and value and all(isinstance(e, dict) for e in value):
                 out[call] = value
                 break

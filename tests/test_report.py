@@ -73,6 +73,12 @@ def test_history_under_the_step_details_or_metrics_is_found(tmp_path: Path) -> N
     assert 'data-plot="train loss"' in render_report(folder)
 
 
+def test_history_as_columns_is_plotted(tmp_path: Path) -> None:
+    folder = _record(tmp_path, results={"train": {"history": {"loss": [0.9, 0.5, 0.2], "validation_accuracy": [0.5, 0.7, 0.9]}}})
+    html = render_report(folder)
+    assert 'data-plot="train loss"' in html and 'data-plot="train metrics"' in html
+
+
 def test_a_record_without_history_says_so_and_still_renders(tmp_path: Path) -> None:
     html = render_report(_record(tmp_path))
     assert "The record holds no per-epoch history." in html

@@ -246,6 +246,10 @@ def test_report_of_a_run_that_succeeded(browser: Browser, runs: dict[str, Path],
     plots = _plots(page)
     assert {"timeline", "evaluate confusion", "evaluate per class"} <= set(plots)
     assert all(w > 200 and h > 100 for w, h in plots.values()), plots
+    from heteroflow.pipelines.runs import history_of, load_run
+
+    for call in history_of(load_run(runs["ok"])):  # the per-epoch curves of whatever history the record holds
+        assert f"{call} loss" in plots
     # the confusion matrix and per-class figures are the run's own numbers
     record = json.loads((runs["ok"] / "run.json").read_text())
     cm = record["results"]["evaluate"]["confusion_matrix"]
