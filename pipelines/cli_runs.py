@@ -170,16 +170,16 @@ def runs_list(
     console.print(table)
 
 
-def _roots(ctx: typer.Context) -> Any:
-    return (ctx.obj or {}).get("roots") if ctx.obj else None
+def _roots(ctx: typer.Context, own: list[str] | None = None) -> Any:
+    return own or ((ctx.obj or {}).get("roots") if ctx.obj else None)
 
 
-def _resolve(ctx: typer.Context, ref: str) -> dict[str, Any]:
+def _resolve(ctx: typer.Context, ref: str, own: list[str] | None = None) -> dict[str, Any]:
     from heteroflow.components.errors import HeteroflowError
     from heteroflow.pipelines.runs import resolve_run
 
     try:
-        return resolve_run(ref, _roots(ctx))
+        return resolve_run(ref, _roots(ctx, own))
     except HeteroflowError as exc:
         _fail(exc)
         raise  # unreachable: _fail exits
@@ -209,11 +209,12 @@ def runs_show(
     ctx: typer.Context,
     run_id: Annotated[str, typer.Argument(help="A run id (a unique prefix is enough) or a run folder.")],
     as_json: Annotated[bool, typer.Option("--json", help="The run record (with its attempts) as JSON.")] = False,
+    root: Annotated[Optional[list[str]], _ROOTS] = None,
 ) -> None:
     """One run: its steps (status, device, candidate, attempts, seconds), retries, fallbacks, metrics, parameters."""
     from heteroflow.pipelines.runs import device_of, retries
 
-    run = _resolve(ctx, run_id)
+    run = _resolve(ctx, run_id, root)
     if as_json:
         console.print_json(json.dumps(run, default=str))
         return
@@ -265,11 +266,12 @@ def runs_compare(
     first: Annotated[str, typer.Argument(help="A run id or run folder.")],
     second: Annotated[str, typer.Argument(help="Another run id or run folder.")],
     all_params: Annotated[bool, typer.Option("--all", help="List every parameter (not only those that differ) and per-class metrics.")] = False,
+    root: Annotated[Optional[list[str]], _ROOTS] = None,
 ) -> None:
     """Two runs side by side: status, duration, parameters (those that differ), steps' devices and seconds, metrics."""
     from heteroflow.pipelines.runs import device_of
 
-    a, b = _resolve(ctx, first), _resolve(ctx, second)
+    a, b = _resolve(ctx, first, root), _resolve(ctx, second, root)
     table = Table(title=f"{a.get('run_id')} vs {b.get('run_id')}")
     table.add_column("")
     table.add_column(escape(str(a.get("run_id"))))

@@ -115,6 +115,7 @@ def test_runs_list_show_compare(tmp_path: Path) -> None:
     assert rows["evaluate.accuracy"] == ["0.91", "0.95", "*"]
     assert rows["status"] == ["succeeded", "failed", "*"]
 
+    assert "run r1: succeeded" in _cli("runs", "show", "r1", "--root", str(tmp_path)).output  # --root after the command too
     missing = _cli("runs", "--root", str(tmp_path), "show", "nope")
     assert missing.exit_code == 2 and "no run 'nope'" in missing.output
 
