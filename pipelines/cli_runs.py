@@ -75,11 +75,12 @@ def report_command(
     from heteroflow.pipelines.report import REPORT_FILE, render_report
     from heteroflow.pipelines.runs import resolve_run
     from heteroflow.cache.atomic import atomic_write_bytes
+    from heteroflow.cache.redact import redact_url
 
     try:
         run = resolve_run(run_dir)
         target = Path(output).expanduser() if output else Path(run["run_dir"]) / REPORT_FILE
-        atomic_write_bytes(target, render_report(run).encode("utf-8"), durable=False)
+        atomic_write_bytes(target, redact_url(render_report(run)).encode("utf-8"), durable=False)
     except (HeteroflowError, OSError) as exc:
         _fail(exc)
     console.print(f"report: {escape(str(target))}", highlight=False)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.cache.atomic import atomic_write_bytes
+from heteroflow.cache.redact import redact_url
 from heteroflow.pipelines.runs import attempts, device_of, headline_metric, history_of, load_run, retries
 
 __all__ = ["REPORT_FILE", "render_report", "write_report", "write_report_quietly", "write_run_outputs"]
@@ -75,7 +76,8 @@ def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
     """
     run = load_run(run_dir)
     target = Path(output).expanduser() if output is not None else Path(run["run_dir"]) / REPORT_FILE
-    atomic_write_bytes(target, render_report(run).encode("utf-8"), durable=False)
+    # run.json is redacted when written; redact again so a record from elsewhere never puts credentials in a report
+    atomic_write_bytes(target, redact_url(render_report(run)).encode("utf-8"), durable=False)
     return target
 
 

@@ -148,3 +148,10 @@ def test_every_run_writes_its_report(tmp_path: Path) -> None:
     assert "1 retry" in html and "transient" in html
     for step in record.steps:
         assert f'data-step="{step.name}"' in html
+
+
+def test_credentials_in_a_record_never_reach_the_report(tmp_path: Path) -> None:
+    folder = _record(tmp_path / "run", error="OSError: cannot read https://alice:s3cret@data.example.com/x.csv",
+                     params={"dataset_uri": "https://alice:s3cret@data.example.com/"})
+    text = write_report(folder).read_text()
+    assert "s3cret" not in text and "data.example.com" in text
