@@ -501,21 +501,25 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
     where the record and report are. Plain text, no colour."""
     import io
 
-    from heteroflow.pipelines.runs import device_of
-
     out = Console(file=io.StringIO(), width=width, no_color=True, highlight=False, soft_wrap=True, force_terminal=False)
     table = Table(title="steps", title_justify="left")
     for col in ("step", "status", "device", "attempts", "seconds"):
         table.add_column(col, justify="right" if col in ("attempts", "seconds") else "left")
     for s in run.get("steps") or []:
-        device = device_of(s)
+        device = str(s.get("device") or "-")  # as `heteroflow run` shows it
+        if s.get("kind") and s.get("kind") != "cpu":
+            device = f"{s['kind']}{' (simulated, on cpu)' if s.get('simulated') else ' ' + device}"
         if s.get("candidate"):
             device += f" [candidate {s['candidate']}]"
-        table.add_row(escape(str(s.get("name"))), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None), _secs(s.get("seconds")))
+        table.add_row(escape(str(s.get("name"))), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None),
+                      f"{s['seconds']:.2f}" if isinstance(s.get("seconds"), (int, float)) else "-")
     out.print(table)
     for call, decision in (run.get("placement") or {}).items():
         if isinstance(decision, dict):
-            out.print(f"placement of {escape(call)}: candidate {decision.get('index')} (0 = preferred) -> {escape(str(decision.get('device_kind')))}")
+            out.print(
+                f"placement of {escape(call)}: candidate {decision.get('index')} (0 = preferred) -> "
+                f"{escape(str(decision.get('device_kind')))} ({escape(str(decision.get('torch_device')))})"
+            )
             for why in decision.get("passed_over") or []:
                 out.print(f"  passed over: {escape(str(why))}")
     for f in run.get("fallbacks") or []:
