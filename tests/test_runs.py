@@ -172,3 +172,23 @@ def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeyp
     record = airflow[0]["run_dir"]
     assert f"run succeeded in " in output and f"record: {record}/run.json" in output and f"report: {record}/report.html" in output
     assert "test accuracy: " in output and re.search(r"│ train +│ succeeded │", output)
+
+
+def test_summary_text_of_a_failed_run(tmp_path: Path) -> None:
+    from heteroflow.pipelines.cli_runs import summary_text
+
+    folder = _run(tmp_path / "f", "f", 1.0, status="failed", steps=[
+        {"name": "train", "status": "failed", "kind": "npu", "device": "cpu", "simulated": True, "candidate": 0, "attempts": 3,
+         "seconds": 0.25, "failure": "transient", "error": "heteroflow.components.failures.InjectedTransientFault: storage timed out"},
+    ])
+    (folder / "steps" / "train").mkdir(parents=True)
+    for n, (start, end) in enumerate([(10.0, 11.0), (16.0, 17.0), (27.0, 28.0)], 1):
+        (folder / "steps" / "train" / f"attempt-{n}.json").write_text(json.dumps(
+            {"attempt": n, "status": "failed", "failure": "transient", "candidate": 0, "kind": "npu", "started_at": start, "ended_at": end,
+             "error": "heteroflow.components.failures.InjectedTransientFault: storage timed out"}))
+    text = summary_text(load_run(folder))
+    assert re.search(r"│ train +│ failed +│ npu \(simulated, on cpu\) +│ +3 │ +0\.25 │", text)
+    assert "retries: 2, 15.0 s spent waiting of the run's 5.0 s" in text
+    assert "  train attempt 3 on npu (candidate 0) after a transient failure, waited 10.0 s: storage timed out" in text
+    assert "step train failed (transient failure): storage timed out" in text
+    assert text.rstrip().endswith(f"run failed in 5.0 s; record: {folder}/run.json")
