@@ -141,3 +141,14 @@ def test_bracketed_class_names_archive_show_and_load_by_name(tmp_path: Path, mon
 
     shutil.rmtree(tmp_path / "heteroflow-runs" / "run-1")
     assert "removed: iris-mlp:v1" in _cli("archive", "prune", "iris-mlp", "--keep", "1").output
+
+
+def test_archive_show_prints_class_names_literally(tmp_path: Path) -> None:
+    root = tmp_path / "archive"
+    _archive(root, "iris-mlp", range(1, 2))
+    metrics = root / "iris-mlp" / "v1" / "metrics.json"
+    metrics.chmod(stat.S_IRUSR | stat.S_IWUSR)
+    metrics.write_text(json.dumps({"accuracy": 0.9, "precision": {"[setosa]": 1.0, "[bold]x": 0.5}, "recall": {"[setosa]": 0.75, "[bold]x": 0.25}}))
+    result = _cli("archive", "show", "iris-mlp:v1", "--root", str(root))
+    assert result.exit_code == 0, result.output
+    assert "precision[[setosa]]" in result.output and "recall[[bold]x]" in result.output
