@@ -37,6 +37,10 @@ ones)::
     labels: {team: vision}          # added to every pod
     annotations: {}                 # added to every pod
     training_job: trainjob          # a multi-worker train: trainjob (Kubeflow Trainer v2 TrainJob) | pytorchjob (v1)
+    prices:                         # cost per device-hour, for the run metrics (heteroflow.pipelines.metrics)
+      currency: USD
+      gpu: 2.50                     # per device kind (cpu: the CPU share one step gets) ...
+      nvidia-a100-80gb: 3.20        # ... or per accelerator model (wins over its kind)
 
 Defaults: ``plugin: official`` everywhere; ``labels``: ``gfd`` (nvidia), ``npu-chip-name`` (ascend),
 ``amd-labeller`` (amd), ``none`` (gaudi); ``accelerator_tolerations: true``; nothing else.
@@ -92,6 +96,7 @@ _TOP_KEYS = (
     "labels",
     "annotations",
     "training_job",
+    "prices",
 )
 TRAINING_JOBS = ("trainjob", "pytorchjob")
 """How a multi-worker train is rendered: Kubeflow Trainer v2 ``TrainJob`` or training-operator v1 ``PyTorchJob``."""
@@ -142,6 +147,8 @@ class ClusterProfile:
         images: container image per device kind value (``cpu``, ``gpu``, ``npu``).
         labels, annotations: added to every pod.
         training_job: a multi-worker train's rendering, one of :data:`TRAINING_JOBS`.
+        prices: cost per device-hour by device kind value or accelerator model name (the run metrics' cost).
+        currency: the unit of :attr:`prices` (``USD`` unless the profile says otherwise).
         source: the file it was read from (for messages), or None.
     """
 
@@ -156,6 +163,8 @@ class ClusterProfile:
     labels: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
     annotations: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
     training_job: str = "trainjob"
+    prices: Mapping[str, float] = dataclasses.field(default_factory=FrozenMap)
+    currency: str = "USD"
     source: str | None = dataclasses.field(default=None, compare=False)
 
     def vendor(self, vendor: str) -> VendorConvention:
@@ -253,6 +262,13 @@ class ClusterProfile:
         training_job = top.get("training_job", "trainjob")
         if training_job not in TRAINING_JOBS:
             raise fail(f"training_job={training_job!r} is unknown; valid: {', '.join(TRAINING_JOBS)}")
+        prices: dict[str, float] = {}
+        raw_prices = dict(mapping(top.get("prices"), "prices", None))
+        currency = text(raw_prices.pop("currency", "USD"), "prices.currency")
+        for key, price in raw_prices.items():
+            if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
+                raise fail(f"prices.{key}={price!r} is not a price; valid: a number >= 0 (cost per device-hour in {currency})")
+            prices[str(key)] = float(price)
         return cls(
             name=name,
             vendors=FrozenMap(vendors),
@@ -265,6 +281,8 @@ class ClusterProfile:
             labels=FrozenMap(labels),
             annotations=FrozenMap(annotations),
             training_job=training_job,
+            prices=FrozenMap(prices),
+            currency=currency,
             source=None if source == "profile" else source,
         )
 
@@ -288,6 +306,8 @@ class ClusterProfile:
                 out[key] = dict(getattr(self, key))
         if self.training_job != "trainjob":
             out["training_job"] = self.training_job
+        if self.prices:
+            out["prices"] = {"currency": self.currency, **self.prices}
         return out
 
 

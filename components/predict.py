@@ -18,6 +18,7 @@ trust, with a scikit-learn close to the one recorded in ``transform.json`` (``ve
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     import torch
 
 __all__ = ["ArchivedModel", "load_archived"]
+
+_MODEL_REF = re.compile(r"(?P<name>[a-z0-9][a-z0-9._-]{0,62})(?::v?(?P<version>\d+))?")
+"""``name``, ``name:vN`` or ``name:N``: an archived model as the CLI names it (``heteroflow archive show``)."""
 
 
 class ArchivedModel:
@@ -105,11 +109,13 @@ class ArchivedModel:
         return labels[self.predict_proba(rows).argmax(axis=1)]
 
 
-def load_archived(path: str | os.PathLike[str], *, device: str = "cpu") -> ArchivedModel:
-    """Load a model and its transformation from an archive version folder (``.../<name>/v<N>``) or a model
-    folder (train's output).
+def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_root: str | os.PathLike[str] | None = None) -> ArchivedModel:
+    """Load a model and its transformation from an archive version folder (``.../<name>/v<N>``), a model
+    folder (train's output), or an archived model named like the CLI does: ``name:vN`` (``name:N`` too) or
+    ``name`` (its latest version), looked up under ``archive_root`` (default ``$HETEROFLOW_HOME/archive``).
 
     Raises:
+        InvalidParameter: ``name:version`` names no archived model or version (the message lists those there).
         CheckpointError: the folder holds no heteroflow model.
         DatasetError: the model was saved without its transformation.
         DeviceUnavailable: ``device`` is absent.
@@ -118,6 +124,11 @@ def load_archived(path: str | os.PathLike[str], *, device: str = "cpu") -> Archi
     from heteroflow.components.train import MODEL_CONFIG, load_model
 
     folder = Path(path).expanduser()
+    if isinstance(path, str) and not folder.exists() and (ref := _MODEL_REF.fullmatch(path)):
+        from heteroflow.components.archive import archive_root_dir, read_version
+
+        version = int(ref["version"]) if ref["version"] else None
+        folder = Path(read_version(archive_root_dir(archive_root), ref["name"], version)["path"])
     model_dir = folder / "model" if (folder / "model" / MODEL_CONFIG).is_file() else folder
     if not (model_dir / MODEL_CONFIG).is_file():
         raise CheckpointError(f"{folder} holds no heteroflow model (no {MODEL_CONFIG} in it or in its model/ folder)")

@@ -110,7 +110,7 @@ def _progress_text(details: dict[str, Any]) -> str:
     if "epoch" in p:
         parts.append(f"epoch {p['epoch']}/{p.get('epochs', '?')}")
     if "loss" in p:
-        parts.append(f"loss {p['loss']:.4f}")
+        parts.append(f"loss {p['loss']:.4g}")  # significant digits: a loss of 3e-05 is not 0.0000
     if "samples_per_second" in p:
         parts.append(f"{p['samples_per_second']:,.0f} samples/s")
     if "files" in p:
@@ -120,7 +120,17 @@ def _progress_text(details: dict[str, Any]) -> str:
     return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in p.items())
 
 
-def _steps_table(steps: list[Any]) -> Table:
+def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
+    """The steps table; with ``pipeline`` (while a run goes on) seconds tick and a transient failure waiting for
+    its retry shows ``retrying in N s (attempt k of n)`` (:func:`heteroflow.pipelines.cli_runs.live_state`)."""
+    import os
+    import time
+
+    from heteroflow.components.telemetry import RUN_DIR_ENV
+    from heteroflow.pipelines.cli_runs import live_state, read_attempts
+
+    records = read_attempts(os.environ.get(RUN_DIR_ENV)) if pipeline is not None else {}
+    now = time.time()
     table = Table(title="steps", title_justify="left")
     for col, justify in (
         ("step", "left"),
@@ -131,9 +141,13 @@ def _steps_table(steps: list[Any]) -> Table:
         ("progress", "left"),
     ):
         table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "killed": "red", "interrupted": "yellow"}
+    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "retrying": "yellow", "killed": "red", "interrupted": "yellow"}
     for s in steps:
-        colour = colours.get(s.status, "dim")
+        status, seconds, note = s.status, s.seconds, ""
+        if pipeline is not None:
+            retry = pipeline[s.name].retry if s.name in pipeline else None
+            status, seconds, note = live_state(s, records.get(s.name, []), retry, now)
+        colour = colours.get(status, "dim")
         device = s.device or "-"
         if s.kind and s.kind != "cpu":
             device = f"{s.kind}{' (simulated, on cpu)' if s.simulated else ' ' + device}"
@@ -141,11 +155,11 @@ def _steps_table(steps: list[Any]) -> Table:
             device += f" [candidate {s.candidate}]"
         table.add_row(
             s.name,
-            f"[{colour}]{s.status}[/]",
+            f"[{colour}]{status}[/]",
             escape(device),
             str(s.attempts) if s.attempts else "-",
-            f"{s.seconds:.2f}" if s.seconds is not None else "-",
-            escape(_progress_text(s.details)) if s.status == "running" else "",
+            f"{seconds:.2f}" if seconds is not None else "-",
+            escape(note or (_progress_text(s.details) if s.status == "running" else "")),
         )
     return table
 
@@ -259,7 +273,7 @@ def run(
             live_console = _live_console()
             with Live(_steps_table([]), console=live_console, refresh_per_second=4, transient=True) as live:
                 record = run_local(
-                    params, on_progress=lambda steps: live.update(_steps_table(steps)), **kwargs  # type: ignore[arg-type]
+                    params, on_progress=lambda steps: live.update(_steps_table(steps, pipeline)), **kwargs  # type: ignore[arg-type]
                 )
     except (HeteroflowError, OSError) as exc:
         _fail(exc)
@@ -298,6 +312,10 @@ def _print_record(record: Any, pipeline: Any) -> None:
             f"failure: {escape(_short_error(f['reason']))}",
             highlight=False,
         )
+    from heteroflow.pipelines.cli_runs import retry_lines  # retries and the time spent waiting (#17)
+
+    for line in retry_lines(record.run_dir):
+        console.print(escape(line), highlight=False)
     if record.status == "succeeded":
         for call in pipeline.calls:
             for line in call.step.summarize(record.results.get(call.name, {})):
@@ -557,7 +575,7 @@ def archive_show(
         _fail(exc)
         return
     lineage, metrics = info["lineage"], info["metrics"]
-    console.print(f"[bold]{info['name']} v{info['version']}[/]: {info['path']}", highlight=False)
+    console.print(f"[bold]{escape(info['name'])} v{info['version']}[/]: {escape(info['path'])}", highlight=False)
     facts = Table(title="lineage", title_justify="left", show_header=False)
     facts.add_column("what")
     facts.add_column("value", overflow="fold")
@@ -581,11 +599,16 @@ def archive_show(
     scores.add_column("value", justify="right")
     for key, value in metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            scores.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+            scores.add_row(escape(key), f"{value:.4f}" if isinstance(value, float) else str(value))
         elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
             for k, v in value.items():
-                scores.add_row(f"{key}[{k}]", f"{v:.4f}")
+                scores.add_row(escape(f"{key}[{k}]"), f"{v:.4f}")  # class names print literally ([setosa] is no markup)
     console.print(scores)
+
+
+from heteroflow.pipelines.cli_runs import register as _register_runs  # noqa: E402  report, runs, metrics, prune (#17)
+
+_register_runs(app)
 
 
 # --- submit -----------------------------------------------------------------------------------------------

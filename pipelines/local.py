@@ -169,6 +169,9 @@ class RunRecord:
         """Write ``<run_dir>/run.json`` atomically, credentials in URLs redacted."""
         path = Path(self.run_dir) / "run.json"
         atomic_write_bytes(path, redact_url(json.dumps(self.to_dict(), indent=2, default=str)).encode())
+        from heteroflow.pipelines.report import write_run_outputs  # report.html, metrics.prom beside run.json (#17)
+
+        write_run_outputs(path.parent)
         return path
 
 

@@ -1,0 +1,387 @@
+"""Read run folders of any engine, for ``heteroflow runs``, ``heteroflow report`` and the run metrics.
+
+kfp.local (``heteroflow run``), the in-process engine (``--engine inprocess``) and the Airflow DAGs all leave a
+run folder with ``run.json`` (the run record) and ``steps/<call>/attempt-<n>.json`` (one file per attempt). This
+module reads them as plain JSON (dicts), so it depends on the record's documented fields, not on the classes that
+write it, and it tolerates fields a record of another version lacks.
+
+Where run folders are found (:func:`default_roots`): ``./heteroflow-runs`` (``heteroflow run``'s default) and
+``$HETEROFLOW_HOME/airflow-runs`` (the Airflow DAGs' default ``run_root``, whose folders are
+``<run_root>/<dag id>/<run id>``); a root is searched three levels deep.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from heteroflow.components.errors import InvalidParameter
+
+__all__ = [
+    "RUN_FILE",
+    "attempts",
+    "default_roots",
+    "device_of",
+    "find_runs",
+    "headline_metric",
+    "history_of",
+    "load_run",
+    "prune_archive",
+    "prune_cache",
+    "resolve_run",
+    "retries",
+]
+
+RUN_FILE = "run.json"
+_DEPTH = 3
+
+
+def default_roots() -> list[Path]:
+    """``./heteroflow-runs`` and ``<heteroflow home>/airflow-runs`` (whichever exist are searched)."""
+    from heteroflow.cache.locations import home_dir
+
+    return [Path.cwd() / "heteroflow-runs", home_dir() / "airflow-runs"]
+
+
+def load_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The run record of ``run_dir`` (``run.json``) as a dict, plus ``attempts``: per call, its attempt records
+    (dicts, in attempt order) read from ``steps/``.
+
+    ``run_dir`` may also be the path of a ``run.json``.
+
+    Raises:
+        InvalidParameter: no ``run.json`` there, or one that is not a JSON object.
+    """
+    path = Path(run_dir).expanduser()
+    if path.name == RUN_FILE and path.is_file():
+        path = path.parent
+    file = path / RUN_FILE
+    try:
+        data = json.loads(file.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        hint = " (the run is still going, or was killed: the next run in the same root writes its record)" if (path / "driver.json").exists() else ""
+        raise InvalidParameter(f"run folder {path} has no {RUN_FILE}{hint}; give a folder a run wrote, e.g. heteroflow-runs/<run id>") from None
+    except ValueError as exc:
+        raise InvalidParameter(f"{file} is not valid JSON ({exc}); it is not a run record") from None
+    if not isinstance(data, dict):
+        raise InvalidParameter(f"{file} holds a {type(data).__name__}, not a run record (a JSON object)")
+    data.setdefault("run_dir", str(path))
+    data["attempts"] = _read_attempts(path)
+    return data
+
+
+def _read_attempts(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    out: dict[str, list[dict[str, Any]]] = {}
+    root = folder / "steps"
+    if not root.is_dir():
+        return out
+    for step_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        records = []
+        for f in step_dir.glob("attempt-*.json"):
+            try:
+                rec = json.loads(f.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if isinstance(rec, dict):
+                records.append(rec)
+        out[step_dir.name] = sorted(records, key=lambda r: (r.get("attempt") or 0))
+    return out
+
+
+def find_runs(roots: Sequence[str | os.PathLike[str]] | None = None) -> list[dict[str, Any]]:
+    """Every run record under ``roots`` (default :func:`default_roots`), newest first (by ``started_at``).
+
+    A root may itself be a run folder. Records that cannot be read are skipped.
+    """
+    seen: set[Path] = set()
+    runs = []
+    for root in [Path(r).expanduser() for r in (roots if roots is not None else default_roots())]:
+        for file in _run_files(root):
+            folder = file.parent.resolve()
+            if folder in seen:
+                continue
+            seen.add(folder)
+            try:
+                runs.append(load_run(folder))
+            except InvalidParameter:
+                continue
+    return sorted(runs, key=lambda r: r.get("started_at") or 0.0, reverse=True)
+
+
+def _run_files(root: Path) -> Iterable[Path]:
+    if not root.is_dir():
+        return []
+    found = []
+    for depth in range(_DEPTH + 1):
+        found.extend(p for p in root.glob("/".join(["*"] * depth + [RUN_FILE])) if p.is_file())
+    return found
+
+
+def resolve_run(ref: str, roots: Sequence[str | os.PathLike[str]] | None = None) -> dict[str, Any]:
+    """The run named ``ref``: a run folder (or its ``run.json``), or a run id (a unique prefix is enough) found
+    under ``roots``.
+
+    Raises:
+        InvalidParameter: no run matches, or a prefix matches several (their ids are listed).
+    """
+    path = Path(ref).expanduser()
+    if path.is_dir() or path.is_file():
+        return load_run(path)
+    if "/" in ref or ref.startswith(("~", ".")):
+        raise InvalidParameter(f"run folder {path} does not exist; give a run folder (holding run.json) or a run id")
+    runs = find_runs(roots)
+    exact = [r for r in runs if r.get("run_id") == ref]
+    matches = exact or [r for r in runs if str(r.get("run_id", "")).startswith(ref)]
+    if len(matches) == 1:
+        return matches[0]
+    where = ", ".join(str(r) for r in (roots if roots is not None else default_roots()))
+    if not matches:
+        known = ", ".join(str(r.get("run_id")) for r in runs[:5])
+        raise InvalidParameter(f"no run {ref!r} in {where}" + (f"; newest runs: {known}" if known else "; there are no runs there") + " (or give the run's folder)")
+    raise InvalidParameter(f"run id {ref!r} matches {len(matches)} runs ({', '.join(str(r.get('run_id')) for r in matches[:8])}); give more of the id")
+
+
+# --- facts derived from a record ---------------------------------------------------------------------------
+
+
+def attempts(run: dict[str, Any], step: str) -> list[dict[str, Any]]:
+    """The attempt records of ``step`` (dicts, in order); empty when the run folder has none."""
+    return list((run.get("attempts") or {}).get(step, []))
+
+
+def retries(run: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every retry of the run: ``step``, ``attempt`` (the retry's number), ``after`` (the failure class of the
+    attempt before it), ``candidate``, ``kind`` and ``wait_seconds`` (from the end of the attempt before to the
+    start of this one, in seconds; None when either time is unknown). A move to another candidate after a
+    device failure is a fallback, not a retry, and is not listed."""
+    out = []
+    for step, recs in (run.get("attempts") or {}).items():
+        for prev, cur in zip(recs, recs[1:]):
+            if prev.get("status") != "failed" or prev.get("candidate") != cur.get("candidate"):
+                continue
+            end, start = prev.get("ended_at"), cur.get("started_at")
+            wait = max(start - end, 0.0) if isinstance(end, (int, float)) and isinstance(start, (int, float)) else None
+            out.append(
+                {
+                    "step": step,
+                    "attempt": cur.get("attempt"),
+                    "after": prev.get("failure"),
+                    "error": prev.get("error"),
+                    "candidate": cur.get("candidate"),
+                    "kind": cur.get("kind"),
+                    "wait_seconds": wait,
+                }
+            )
+    return out
+
+
+def device_of(step: dict[str, Any]) -> str:
+    """``kind (accelerator)``, with ``, simulated`` for a simulated device; ``-`` for a step that did not run."""
+    kind = step.get("kind") or step.get("device")
+    if not kind or step.get("status") == "not run":
+        return "-"
+    text = str(kind)
+    if step.get("accelerator"):
+        text += f" ({step['accelerator']})"
+    if step.get("simulated"):
+        text += " simulated"
+    return text
+
+
+def headline_metric(run: dict[str, Any]) -> tuple[str, float] | None:
+    """The run's test accuracy (``accuracy`` of the first call whose metrics have it), else None."""
+    for call, values in (run.get("metrics") or {}).items():
+        if isinstance(values, dict) and isinstance(values.get("accuracy"), (int, float)):
+            return ("accuracy", float(values["accuracy"]))
+    return None
+
+
+def history_of(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """Per call, the per-epoch history its record holds: a list of dicts (one per epoch, numeric values such as
+    ``loss``, ``validation_accuracy``), found under the call's ``results``, ``metrics`` or step ``details`` as
+    ``history`` (or ``epochs``): a list of dicts, or a dict of equal-length lists (columns). Calls without one
+    are left out."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    sources: list[tuple[str, Any]] = []
+    for key in ("results", "metrics"):
+        sources += list((run.get(key) or {}).items())
+    sources += [(s.get("name"), s.get("details")) for s in run.get("steps") or [] if isinstance(s, dict)]
+    for call, facts in sources:
+        if call in out or not isinstance(facts, dict):
+            continue
+        for name in ("history", "epochs"):
+            value = facts.get(name)
+            if isinstance(value, dict) and value and all(isinstance(v, list) for v in value.values()):
+                # columns ({"loss": [...], "accuracy": [...]}) -> one dict per epoch
+                n = max(len(v) for v in value.values())
+                value = [{k: v[i] for k, v in value.items() if i < len(v)} for i in range(n)]
+            if isinstance(value, list) and value and all(isinstance(e, dict) for e in value):
+                out[call] = value
+                break
+    return out
+
+
+# --- pruning: keep the newest N, never what a kept run names --------------------------------------------------
+
+
+def _named_by_runs(roots: Sequence[str | os.PathLike[str]] | None) -> tuple[dict[tuple[str, int], str], dict[str, str]]:
+    """What the runs under ``roots`` name in their lineage: ``{(model, version): run id}`` (the versions they
+    archived) and ``{data set version: run id}`` (the cache versions they read)."""
+    models: dict[tuple[str, int], str] = {}
+    datasets: dict[str, str] = {}
+    for run in find_runs(roots):
+        rid = str(run.get("run_id"))
+        for facts in (run.get("results") or {}).values():
+            if not isinstance(facts, dict):
+                continue
+            if isinstance(facts.get("name"), str) and isinstance(facts.get("version"), int) and "path" in facts:
+                models.setdefault((facts["name"], facts["version"]), rid)
+            if isinstance(facts.get("version"), str) and "dataset_sha256" in facts:
+                datasets.setdefault(facts["version"], rid)
+    return models, datasets
+
+
+def _remove_tree(folder: Path) -> None:
+    """Hide ``folder`` by a rename first (so it is never seen half removed), then delete it (archived files are
+    read-only)."""
+    import shutil
+    import stat
+
+    hidden = folder.with_name(f".pruning-{folder.name}-{os.getpid()}")
+    folder.rename(hidden)
+    for p in hidden.rglob("*"):
+        try:
+            p.chmod(stat.S_IRWXU if p.is_dir() else stat.S_IRUSR | stat.S_IWUSR)
+        except OSError:
+            pass
+    hidden.chmod(stat.S_IRWXU)
+    shutil.rmtree(hidden)
+
+
+def _check_keep(keep: int) -> None:
+    if isinstance(keep, bool) or not isinstance(keep, int) or keep < 1:
+        raise InvalidParameter(f"keep={keep!r} is not valid; valid: a whole number >= 1 (the newest versions kept)")
+
+
+def prune_archive(
+    keep: int,
+    *,
+    model: str | None = None,
+    archive_root: str | os.PathLike[str] | None = None,
+    roots: Sequence[str | os.PathLike[str]] | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+) -> list[dict[str, Any]]:
+    """Remove archived model versions beyond the newest ``keep`` of each model (or of ``model``).
+
+    A version that a run under ``roots`` (default :func:`default_roots`) archived is kept unless ``force``: its
+    lineage names it. The newest version always stays, so version numbers are never reused.
+
+    Returns:
+        One entry per version looked at beyond the newest ``keep``: ``model``, ``version``, ``path``, ``action``
+        (``removed``, ``would remove`` with ``dry_run``, or ``kept``) and, when kept, ``reason``.
+
+    Raises:
+        InvalidParameter: ``keep`` < 1, or an unknown ``model`` (the archived ones are listed).
+    """
+    from heteroflow.components.archive import archive_root_dir, list_models, list_versions, read_version
+
+    _check_keep(keep)
+    root = archive_root_dir(archive_root)
+    if model:
+        read_version(root, model)  # an unknown model: the error lists the archived ones
+    named, _ = _named_by_runs(roots)
+    out = []
+    for name in [model] if model else list_models(root):
+        for version in list_versions(root, name)[:-keep]:
+            entry: dict[str, Any] = {"model": name, "version": version, "path": str(root / name / f"v{version}")}
+            run_id = named.get((name, version))
+            if run_id is not None and not force:
+                entry.update(action="kept", reason=f"run {run_id} archived it (its lineage names {name}:v{version}); --force removes it")
+            elif dry_run:
+                entry["action"] = "would remove"
+            else:
+                _remove_tree(root / name / f"v{version}")
+                entry["action"] = "removed"
+            out.append(entry)
+    return out
+
+
+def prune_cache(
+    keep: int,
+    *,
+    dataset: str = "",
+    cache_root: str = "",
+    roots: Sequence[str | os.PathLike[str]] | None = None,
+    archive_root: str | os.PathLike[str] | None = None,
+    force: bool = False,
+    dry_run: bool = False,
+    lock_timeout_s: float = 60.0,
+) -> list[dict[str, Any]]:
+    """Remove cached data set versions beyond the newest ``keep`` of each data set (or of ``dataset``: its
+    source URI or cache key prefix), never the current version.
+
+    A version that a run under ``roots`` read, or that an archived model's lineage names, is kept unless
+    ``force``. Each data set's prewarm lock is held while its versions are removed, so a prewarm never sees
+    one half gone.
+
+    Returns:
+        One entry per version looked at beyond the newest ``keep``: ``dataset`` (cache key), ``version``,
+        ``path``, ``action`` (``removed``, ``would remove``, ``kept``) and, when kept, ``reason``.
+
+    Raises:
+        InvalidParameter: ``keep`` < 1. CacheLockTimeout: a prewarm held a data set's lock over ``lock_timeout_s``.
+    """
+    import json as _json
+
+    import filelock
+
+    from heteroflow.cache.errors import CacheLockTimeout
+    from heteroflow.cache.prewarm import LOCK_NAME, VERSIONS_DIR
+    from heteroflow.cache.status import cache_status
+    from heteroflow.components.archive import archive_root_dir, list_models, list_versions
+
+    _check_keep(keep)
+    _, named = _named_by_runs(roots)
+    archived: dict[str, str] = {}
+    aroot = archive_root_dir(archive_root)
+    for name in list_models(aroot):
+        for version in list_versions(aroot, name):
+            try:
+                lineage = _json.loads((aroot / name / f"v{version}" / "lineage.json").read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            dv = (lineage.get("dataset") or {}).get("version")
+            if isinstance(dv, str):
+                archived.setdefault(dv, f"{name}:v{version}")
+    out = []
+    for status in cache_status(cache_root, dataset):
+        old = [v for v in status.versions if not v.current]  # newest first
+        beyond = old[max(keep - (len(status.versions) - len(old)), 0):]
+        if not beyond:
+            continue
+        lock = filelock.FileLock(str(status.folder / LOCK_NAME), timeout=lock_timeout_s, preserve_lock_file=True)
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise CacheLockTimeout(f"a prewarm of {status.key} holds {status.folder / LOCK_NAME} for more than {lock_timeout_s:.0f} s; try again when it ends") from None
+        try:
+            for v in beyond:
+                path = status.folder / VERSIONS_DIR / v.version
+                entry: dict[str, Any] = {"dataset": status.key, "version": v.version, "path": str(path)}
+                if v.version in named and not force:
+                    entry.update(action="kept", reason=f"run {named[v.version]} read it (its lineage names version {v.version}); --force removes it")
+                elif v.version in archived and not force:
+                    entry.update(action="kept", reason=f"archived model {archived[v.version]} was trained on it; --force removes it")
+                elif dry_run:
+                    entry["action"] = "would remove"
+                else:
+                    _remove_tree(path)
+                    entry["action"] = "removed"
+                out.append(entry)
+        finally:
+            lock.release()
+    return out

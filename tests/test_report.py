@@ -1,0 +1,157 @@
+"""The HTML run report: what it says for records of any shape, per-epoch history plots, escaping, no network,
+``heteroflow report``, and report.html written at the end of a run. (In a browser: test_report_browser.py.)"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from heteroflow.pipelines.report import REPORT_FILE, render_report, write_report, write_report_quietly
+
+
+def _record(tmp_path: Path, **changes: Any) -> Path:
+    """A run folder holding a run.json and attempt records written the way the engines write them."""
+    run = {
+        "run_id": "r1",
+        "pipeline": "toy",
+        "status": "succeeded",
+        "run_dir": str(tmp_path),
+        "started_at": 1_700_000_000.0,
+        "wall_seconds": 12.5,
+        "params": {"epochs": 3, "dataset_uri": "/data/<iris>"},
+        "steps": [
+            {"name": "prep", "status": "succeeded", "device": "cpu", "kind": "cpu", "candidate": None, "attempts": 1, "seconds": 0.5},
+            {"name": "train", "status": "succeeded", "device": "cpu", "kind": "gpu", "accelerator": "nvidia-gpu", "simulated": True,
+             "candidate": 0, "attempts": 2, "seconds": 3.0},
+        ],
+        "fallbacks": [],
+        "metrics": {},
+        "results": {
+            "evaluate": {
+                "accuracy": 0.5,
+                "classes": ["[setosa]", "<b>virginica</b>"],
+                "confusion_matrix": [[3, 1], [2, 4]],
+                "precision": {"[setosa]": 0.6, "<b>virginica</b>": 0.8},
+                "recall": {"[setosa]": 0.75, "<b>virginica</b>": 0.6667},
+                "samples": 10,
+            }
+        },
+        "placement": {},
+    }
+    run.update(changes)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    (tmp_path / "run.json").write_text(json.dumps(run))
+    steps = tmp_path / "steps" / "train"
+    steps.mkdir(parents=True, exist_ok=True)
+    (steps / "attempt-1.json").write_text(json.dumps({"step": "train", "attempt": 1, "status": "failed", "failure": "transient",
+                                                      "error": "TimeoutError: storage", "candidate": 0, "kind": "gpu",
+                                                      "started_at": 1_700_000_001.0, "ended_at": 1_700_000_002.0, "seconds": 1.0}))
+    (steps / "attempt-2.json").write_text(json.dumps({"step": "train", "attempt": 2, "status": "succeeded", "candidate": 0, "kind": "gpu",
+                                                      "started_at": 1_700_000_009.5, "ended_at": 1_700_000_012.5, "seconds": 3.0}))
+    return tmp_path
+
+
+def test_history_is_plotted_per_epoch(tmp_path: Path) -> None:
+    history = [{"epoch": e, "loss": 1.0 / e, "validation_accuracy": 0.5 + e / 10} for e in (1, 2, 3)]
+    folder = _record(tmp_path, results={"train": {"final_loss": 0.333, "history": history}})
+    html = render_report(folder)
+    plots = re.findall(r'data-plot="([^"]+)"', html)
+    assert plots == ["timeline", "train loss", "train metrics"]
+    loss_svg = html.split('data-plot="train loss"')[1].split("</svg>")[0]
+    assert "loss" in loss_svg and "validation_accuracy" not in loss_svg  # one curve per group, labelled
+    assert "validation_accuracy" in html.split('data-plot="train metrics"')[1].split("</svg>")[0]
+    assert "no per-epoch history" not in html
+
+
+def test_history_under_the_step_details_or_metrics_is_found(tmp_path: Path) -> None:
+    folder = _record(tmp_path, metrics={"train": {"history": [{"epoch": 1, "loss": 0.9}, {"epoch": 2, "loss": 0.4}]}})
+    assert 'data-plot="train loss"' in render_report(folder)
+
+
+def test_history_as_columns_is_plotted(tmp_path: Path) -> None:
+    folder = _record(tmp_path, results={"train": {"history": {"loss": [0.9, 0.5, 0.2], "validation_accuracy": [0.5, 0.7, 0.9]}}})
+    html = render_report(folder)
+    assert 'data-plot="train loss"' in html and 'data-plot="train metrics"' in html
+
+
+def test_a_record_without_history_says_so_and_still_renders(tmp_path: Path) -> None:
+    html = render_report(_record(tmp_path))
+    assert "The record holds no per-epoch history." in html
+    assert 'data-plot="evaluate confusion"' in html and 'data-plot="evaluate per class"' in html
+
+
+def test_retries_show_their_waits(tmp_path: Path) -> None:
+    html = render_report(_record(tmp_path))
+    assert "1 retry, 7.5 s spent waiting (backoff)." in html
+    assert "7.5 s over 1 retry" in html
+
+
+def test_class_names_and_values_are_escaped_and_nothing_is_fetched(tmp_path: Path) -> None:
+    html = render_report(_record(tmp_path))
+    assert "<b>virginica</b>" not in html and "&lt;b&gt;virginica&lt;/b&gt;" in html
+    assert "[setosa]" in html  # literal, never taken for markup
+    assert "/data/&lt;iris&gt;" in html
+    # self-contained: no script, and no src/href that leaves the document
+    assert "<script" not in html
+    assert not re.findall(r'(?:src|href)="(?!#|data:)', html)  # in-document links and data: URIs only
+    assert not re.findall(r"https?://(?!www\.w3\.org/)", html)  # only SVG/XLink namespace names
+
+
+def test_svg_ids_are_unique_in_the_document(tmp_path: Path) -> None:
+    folder = _record(tmp_path, results={**json.loads((_record(tmp_path) / "run.json").read_text())["results"],
+                                        "train": {"history": [{"epoch": 1, "loss": 1.0}, {"epoch": 2, "loss": 0.5}]}})
+    ids = re.findall(r'\sid="([^"]+)"', render_report(folder))
+    assert ids and len(ids) == len(set(ids))
+
+
+def test_a_killed_run_with_few_fields_renders(tmp_path: Path) -> None:
+    (tmp_path / "run.json").write_text(json.dumps({"run_id": "k", "status": "killed", "error": "the run's process ended"}))
+    html = render_report(tmp_path)
+    assert "killed" in html and "the run&#x27;s process ended" in html
+
+
+def test_write_report_is_atomic_and_quiet_failures_warn(tmp_path: Path) -> None:
+    folder = _record(tmp_path / "run")
+    path = write_report(folder)
+    assert path == folder / REPORT_FILE and path.read_text().startswith("<!DOCTYPE html>")
+    assert not list(folder.glob("*.tmp*"))
+    with pytest.warns(RuntimeWarning, match="could not write report.html"):
+        assert write_report_quietly(tmp_path / "nothing-here") is None
+
+
+def test_report_command(tmp_path: Path) -> None:
+    from heteroflow.pipelines.cli import app
+
+    folder = _record(tmp_path / "run")
+    result = CliRunner().invoke(app, ["report", str(folder), "-o", str(tmp_path / "out.html")])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out.html").read_text().count('class="node"') == 2
+    result = CliRunner().invoke(app, ["report", str(tmp_path / "missing")])
+    assert result.exit_code == 2 and f"run folder {tmp_path / 'missing'} does not exist" in " ".join(result.output.split())
+
+
+@pytest.mark.slow
+def test_every_run_writes_its_report(tmp_path: Path) -> None:
+    """The in-process engine (and kfp.local and Airflow, through the same record writer) leaves report.html."""
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.inprocess import run_inprocess
+
+    record = run_inprocess(default_pipeline(), {"epochs": 1}, run_dir=tmp_path / "run", simulate_devices="npu,gpu",
+                           inject_faults="train@npu=transient:1", sleep=lambda s: None)
+    assert record.status == "succeeded"
+    html = (tmp_path / "run" / REPORT_FILE).read_text()
+    assert "1 retry" in html and "transient" in html
+    for step in record.steps:
+        assert f'data-step="{step.name}"' in html
+
+
+def test_credentials_in_a_record_never_reach_the_report(tmp_path: Path) -> None:
+    folder = _record(tmp_path / "run", error="OSError: cannot read https://alice:s3cret@data.example.com/x.csv",
+                     params={"dataset_uri": "https://alice:s3cret@data.example.com/"})
+    text = write_report(folder).read_text()
+    assert "s3cret" not in text and "data.example.com" in text

@@ -1,0 +1,194 @@
+"""``heteroflow runs`` (list, show, compare) over run folders of every engine, read as plain JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.pipelines.runs import find_runs, load_run, resolve_run, retries
+
+
+def _run(folder: Path, run_id: str, started: float, **changes: Any) -> Path:
+    record = {
+        "run_id": run_id,
+        "pipeline": "p",
+        "status": "succeeded",
+        "started_at": started,
+        "wall_seconds": 5.0,
+        "params": {"epochs": 3, "seed": 0},
+        "steps": [
+            {"name": "train", "status": "succeeded", "kind": "gpu", "accelerator": "nvidia-gpu", "simulated": True, "candidate": 1, "attempts": 2, "seconds": 2.0},
+            {"name": "evaluate", "status": "succeeded", "kind": "cpu", "candidate": 0, "attempts": 1, "seconds": 0.1},
+        ],
+        "fallbacks": [{"step": "train", "candidate": 0, "kind": "npu", "accelerator": "ascend-910", "failure": "device", "reason": "npu gone"}],
+        "metrics": {"evaluate": {"accuracy": 0.91}},
+        "results": {},
+        "placement": {},
+    }
+    record.update(changes)
+    folder.mkdir(parents=True)
+    (folder / "run.json").write_text(json.dumps(record))
+    return folder
+
+
+def test_find_runs_reads_every_layout_newest_first(tmp_path: Path) -> None:
+    _run(tmp_path / "runs" / "a", "a", 100.0)
+    _run(tmp_path / "airflow-runs" / "my-dag" / "manual__2026", "manual__2026", 300.0)
+    _run(tmp_path / "runs" / "b", "b", 200.0)
+    (tmp_path / "runs" / "broken").mkdir()
+    (tmp_path / "runs" / "broken" / "run.json").write_text("{not json")
+    (tmp_path / "runs" / "going").mkdir()
+    (tmp_path / "runs" / "going" / "driver.json").write_text("{}")
+    runs = find_runs([tmp_path / "runs", tmp_path / "airflow-runs", tmp_path / "runs" / "a"])
+    assert [r["run_id"] for r in runs] == ["manual__2026", "b", "a"]
+
+
+def test_resolve_run_by_id_prefix_or_folder(tmp_path: Path) -> None:
+    _run(tmp_path / "20260101-000000-aaaa", "20260101-000000-aaaa", 1.0)
+    _run(tmp_path / "20260101-000000-aabb", "20260101-000000-aabb", 2.0)
+    assert resolve_run("20260101-000000-aab", [tmp_path])["run_id"] == "20260101-000000-aabb"
+    assert resolve_run(str(tmp_path / "20260101-000000-aaaa"), [])["run_id"] == "20260101-000000-aaaa"
+    with pytest.raises(InvalidParameter, match=r"matches 2 runs .*give more of the id"):
+        resolve_run("20260101", [tmp_path])
+    with pytest.raises(InvalidParameter, match=r"no run 'zzz' in .*newest runs: 20260101-000000-aabb"):
+        resolve_run("zzz", [tmp_path])
+    (tmp_path / "half").mkdir()
+    (tmp_path / "half" / "driver.json").write_text("{}")
+    with pytest.raises(InvalidParameter, match=r"has no run.json \(the run is still going, or was killed"):
+        load_run(tmp_path / "half")
+
+
+def test_retries_and_their_waits_come_from_the_attempt_records(tmp_path: Path) -> None:
+    folder = _run(tmp_path / "r", "r", 1.0)
+    steps = folder / "steps" / "train"
+    steps.mkdir(parents=True)
+    attempts = [
+        {"attempt": 1, "status": "failed", "failure": "transient", "candidate": 0, "kind": "npu", "started_at": 10.0, "ended_at": 11.0},
+        {"attempt": 2, "status": "failed", "failure": "device", "candidate": 0, "kind": "npu", "started_at": 21.0, "ended_at": 22.0},
+        {"attempt": 3, "status": "succeeded", "candidate": 1, "kind": "gpu", "started_at": 22.5, "ended_at": 30.0},
+    ]
+    for a in attempts:
+        (steps / f"attempt-{a['attempt']}.json").write_text(json.dumps(a))
+    found = retries(load_run(folder))
+    # the move to candidate 1 after the device failure is a fallback, not a retry
+    assert [(r["attempt"], r["after"], r["wait_seconds"]) for r in found] == [(2, "transient", 10.0)]
+
+
+def _cli(*args: str) -> Any:
+    from heteroflow.pipelines.cli import app
+
+    return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
+
+
+def test_runs_list_show_compare(tmp_path: Path) -> None:
+    _run(tmp_path / "r1", "r1", 100.0)
+    _run(tmp_path / "r2", "r2", 200.0, params={"epochs": 5, "seed": 0}, metrics={"evaluate": {"accuracy": 0.95}}, fallbacks=[],
+         status="failed")
+    listed = _cli("runs", "--root", str(tmp_path))
+    assert listed.exit_code == 0, listed.output
+    lines = [l for l in listed.output.splitlines() if l.startswith("│")]
+    assert lines[0].split("│")[1].strip() == "r2" and lines[1].split("│")[1].strip() == "r1"
+    assert "train gpu (sim)" in lines[1] and "0.9100" in lines[1] and "train left npu (device)" in lines[1]
+    as_json = json.loads(_cli("runs", "--root", str(tmp_path), "--json").output)
+    assert [(r["run_id"], r["status"], r["accuracy"]) for r in as_json] == [("r2", "failed", 0.95), ("r1", "succeeded", 0.91)]
+
+    shown = _cli("runs", "--root", str(tmp_path), "show", "r1")
+    assert shown.exit_code == 0, shown.output
+    assert "run r1: succeeded" in shown.output
+    assert "fallback: train left candidate 0 (npu) after a device failure: npu gone" in shown.output
+    assert "evaluate.accuracy 0.91" in shown.output
+
+    compared = _cli("runs", "--root", str(tmp_path), "compare", "r1", "r2")
+    assert compared.exit_code == 0, compared.output
+    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:5]] for l in compared.output.splitlines() if l.startswith("│")}
+    assert rows["param epochs"] == ["3", "5", "*"]
+    assert "param seed" not in rows  # equal: only with --all
+    assert rows["evaluate.accuracy"] == ["0.91", "0.95", "*"]
+    assert rows["status"] == ["succeeded", "failed", "*"]
+
+    assert "run r1: succeeded" in _cli("runs", "show", "r1", "--root", str(tmp_path)).output  # --root after the command too
+    missing = _cli("runs", "--root", str(tmp_path), "show", "nope")
+    assert missing.exit_code == 2 and "no run 'nope'" in missing.output
+
+
+# --- every engine ---------------------------------------------------------------------------------------------
+
+
+def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env: dict[str, str]) -> str:
+    from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV
+
+    full = {k: v for k, v in os.environ.items() if k not in (SIMULATE_ENV, FAULT_ENV)}
+    full.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **env})
+    airflow = str(Path(sys.executable).parent / "airflow")
+    for args in (("db", "migrate"), ("dags", "reserialize"), ("dags", "test", dag_id, "-c", json.dumps(conf))):
+        done = subprocess.run([airflow, *args], env=full, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    return done.stdout + done.stderr
+
+
+@pytest.mark.slow
+def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digits_dir: Path) -> None:
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    pytest.importorskip("kfp", reason="the kfp extra is not installed")
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.local import run_local
+
+    monkeypatch.chdir(tmp_path)  # ./heteroflow-runs is a default root
+    params = {"dataset_uri": str(digits_dir), "epochs": 1}
+    kfp = run_local(params, run_dir=tmp_path / "heteroflow-runs" / "kfp-run", simulate_devices="npu,gpu", inject_faults="train@npu=device")
+    inproc = run_inprocess(default_pipeline(), params, run_dir=tmp_path / "heteroflow-runs" / "inprocess-run")
+    assert kfp.status == inproc.status == "succeeded"
+    dags = tmp_path / "dags"
+    dags.mkdir()
+    # (Airflow's safe mode parses only files that mention "airflow" and "dag")
+    (dags / "heteroflow_dags.py").write_text("# Airflow DAG file\nfrom heteroflow.dags.example_default import dag\n")
+    output = _airflow_run(tmp_path / "airflow-home", dags, "heteroflow-default", params, {})
+
+    listed = _cli("runs", "--json")
+    assert listed.exit_code == 0, listed.output
+    runs = {Path(r["run_dir"]).relative_to(tmp_path).parts[0]: r for r in json.loads(listed.output)}
+    assert set(runs) == {"heteroflow-runs", "hf-home"} and len(json.loads(listed.output)) == 3
+    by_id = {r["run_id"]: r for r in json.loads(listed.output)}
+    assert by_id["kfp-run"]["status"] == "succeeded" and by_id["kfp-run"]["devices"].startswith("train gpu (sim)")
+    assert by_id["kfp-run"]["fallbacks"] == ["train left npu (device)"]
+    assert by_id["inprocess-run"]["status"] == "succeeded"
+    airflow = [r for r in by_id.values() if "airflow-runs" in r["run_dir"]]
+    assert len(airflow) == 1 and airflow[0]["status"] == "succeeded" and airflow[0]["accuracy"] > 0.5
+    for r in by_id.values():  # every engine leaves its report too
+        assert (Path(r["run_dir"]) / "report.html").is_file()
+    compared = _cli("runs", "compare", "kfp-run", airflow[0]["run_id"])
+    assert compared.exit_code == 0 and "train device" in compared.output
+    # `airflow dags test` prints the same one-screen summary as `heteroflow run` (from the record-run task)
+    record = airflow[0]["run_dir"]
+    assert f"run succeeded in " in output and f"record: {record}/run.json" in output and f"report: {record}/report.html" in output
+    assert "test accuracy: " in output and re.search(r"│ train +│ succeeded │", output)
+
+
+def test_summary_text_of_a_failed_run(tmp_path: Path) -> None:
+    from heteroflow.pipelines.cli_runs import summary_text
+
+    folder = _run(tmp_path / "f", "f", 1.0, status="failed", steps=[
+        {"name": "train", "status": "failed", "kind": "npu", "device": "cpu", "simulated": True, "candidate": 0, "attempts": 3,
+         "seconds": 0.25, "failure": "transient", "error": "heteroflow.components.failures.InjectedTransientFault: storage timed out"},
+    ])
+    (folder / "steps" / "train").mkdir(parents=True)
+    for n, (start, end) in enumerate([(10.0, 11.0), (16.0, 17.0), (27.0, 28.0)], 1):
+        (folder / "steps" / "train" / f"attempt-{n}.json").write_text(json.dumps(
+            {"attempt": n, "status": "failed", "failure": "transient", "candidate": 0, "kind": "npu", "started_at": start, "ended_at": end,
+             "error": "heteroflow.components.failures.InjectedTransientFault: storage timed out"}))
+    text = summary_text(load_run(folder))
+    assert re.search(r"│ train +│ failed +│ npu \(simulated, on cpu\) +│ +3 │ +0\.25 │", text)
+    assert "retries: 2, 15.0 s spent waiting of the run's 5.0 s" in text
+    assert "  train attempt 3 on npu (candidate 0) after a transient failure, waited 10.0 s: storage timed out" in text
+    assert "step train failed (transient failure): storage timed out" in text
+    assert text.rstrip().endswith(f"run failed in 5.0 s; record: {folder}/run.json")
