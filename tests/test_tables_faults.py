@@ -1,0 +1,224 @@
+"""Issue #16, "Tables": each fault's input as a test with the right outcome, plus a sibling of the same kind.
+
+3: the class column guessed (never silently, a column named as a class preferred); 4: a `;` export with commas
+in its cells and optional trailing `;`; 5: every line one quoted field; 6: a class column missing from one of two
+files; 7: a row's features never depend on the rest of its batch; 8: integer parameters checked up front.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from heteroflow.cache.errors import DatasetError
+from heteroflow.components.datasets import read_table, sniff_csv
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.preprocess import CLASS_COLUMN_NAMES, PreprocessResult, preprocess
+
+
+def _write(folder: Path, name: str, text: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _prep(src: Path, out: Path, **params: Any) -> PreprocessResult:
+    return preprocess(src, out, num_workers=1, **params)
+
+
+def _error(src: Path, out: Path, **params: Any) -> str:
+    with pytest.raises(DatasetError) as info:
+        _prep(src, out, **params)
+    return " ".join(str(info.value).split())
+
+
+# ==========================================================================================================
+# 3: the class column
+# ==========================================================================================================
+
+
+def _mushroom_like(n: int = 400, seed: int = 3) -> str:
+    """UCI mushroom's shape: `class` first (e/p), every column text, `habitat` last. odor decides the class
+    (as in the real table, where odor alone is 98.5% accurate)."""
+    rng = np.random.default_rng(seed)
+    cls = rng.choice(["e", "p"], n)
+    odor = np.where(cls == "e", rng.choice(["a", "l", "n"], n), rng.choice(["f", "s", "y"], n))
+    cap = rng.choice(["x", "b", "s", "f"], n)
+    habitat = rng.choice(["g", "l", "m", "p", "u", "w", "d"], n)
+    lines = [f"{c},{s},{o},{h}\n" for c, s, o, h in zip(cls, cap, odor, habitat)]
+    return "class,cap-shape,odor,habitat\n" + "".join(lines)
+
+
+def test_a_first_column_named_class_is_the_class_and_the_guess_is_said_before_training(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    src = tmp_path / "mushroom"
+    _write(src, "agaricus-lepiota.csv", _mushroom_like())
+    with caplog.at_level(logging.WARNING, logger="heteroflow.components.preprocess"):
+        r = _prep(src, tmp_path / "out")
+    assert r.report["class_column"] == "class"
+    assert r.classes == ("e", "p")
+    assert r.report["columns_used"] == ["cap-shape", "odor", "habitat"]  # habitat is a feature, class is not
+    assert r.report["class_column_reason"] == "the column named 'class'"
+    said = [rec.getMessage() for rec in caplog.records if "class column" in rec.getMessage()]
+    assert said == ["preprocess: class column: 'class', the column named 'class'; set label_column to choose another"]
+    assert r.notices[0] == said[0].removeprefix("preprocess: ")
+    # the user's choice still wins, and is not a guess (no notice)
+    r = _prep(src, tmp_path / "chosen", label_column="habitat")
+    assert r.report["class_column"] == "habitat" and "class" in r.report["columns_used"]
+    assert not any(n.startswith("class column") for n in r.notices)
+
+
+@pytest.mark.parametrize(
+    ("header", "expected", "reason"),
+    [
+        # a class name in any case, anywhere, wins over the last column
+        ("sepal,Species,petal", "Species", "the column named 'Species'"),
+        ("f1,target,f2", "target", "the column named 'target'"),
+        # two class names: the one listed first in CLASS_COLUMN_NAMES, and the reason names the other
+        ("target,f1,label", "label", "the column named 'label', preferred to 'target'"),
+    ],
+    ids=["species-any-case", "target-in-the-middle", "label-before-target"],
+)
+def test_a_column_named_as_a_class_wins_over_the_last_column(tmp_path: Path, header: str, expected: str, reason: str) -> None:
+    rng = np.random.default_rng(5)
+    names = header.split(",")
+    rows = []
+    for _ in range(120):
+        y = int(rng.integers(0, 2))
+        rows.append(",".join(str(y) if c == expected else f"{rng.normal() + 2 * y:.3f}" for c in names))
+    src = tmp_path / "t"
+    _write(src, "t.csv", header + "\n" + "\n".join(rows) + "\n")
+    r = _prep(src, tmp_path / "out")
+    assert r.report["class_column"] == expected
+    assert r.report["class_column_reason"] == reason
+    assert r.classes == ("0", "1")
+    assert r.notices[0].startswith(f"class column: {expected!r}, {reason}")
+
+
+def test_the_last_column_taken_as_the_class_names_a_column_named_like_one(tmp_path: Path) -> None:
+    # no column is named as a class; `income_class` holds the word: the guess (the last column) says so
+    rng = np.random.default_rng(6)
+    lines = [f"{rng.integers(20, 60)},{'hi' if k % 2 else 'lo'},{k % 3}\n" for k in range(150)]
+    src = tmp_path / "t"
+    _write(src, "t.csv", "age,income_class,region\n" + "".join(lines))
+    r = _prep(src, tmp_path / "out")
+    assert r.report["class_column"] == "region"
+    reason = r.report["class_column_reason"]
+    assert reason.startswith("the last column, as none is named as a class (label, class, target, y, species, ...)")
+    assert reason.endswith("'income_class' is named like one: label_column=income_class?")
+    assert r.notices[0] == f"class column: 'region', {reason}"
+
+
+def test_the_class_names_are_documented_in_the_parameter_help() -> None:
+    import inspect
+
+    doc = inspect.getdoc(preprocess) or ""
+    line = next(x for x in doc.splitlines() if x.strip().startswith("label_column:"))
+    for name in CLASS_COLUMN_NAMES[:7]:
+        assert name in line
+
+
+# ==========================================================================================================
+# 6: files that disagree on their columns
+# ==========================================================================================================
+
+
+def _rows(n: int, seed: int, label: bool, columns: int = 4) -> str:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        y = int(rng.integers(0, 2))
+        cells = [f"{rng.normal() + y:.3f}" for _ in range(columns)]
+        out.append(",".join(cells + ([str(y)] if label else [])))
+    return "\n".join(out) + "\n"
+
+
+@pytest.mark.parametrize("without", ["b.csv", "a.csv"], ids=["second-file-lacks-it", "first-file-lacks-it"])
+def test_a_class_column_missing_from_one_file_is_named(tmp_path: Path, without: str) -> None:
+    src = tmp_path / "two"
+    for name in ("a.csv", "b.csv"):
+        has = name != without
+        _write(src, name, ("x1,x2,x3,x4,label\n" if has else "x1,x2,x3,x4\n") + _rows(60, len(name), has))
+    other = "a.csv" if without == "b.csv" else "b.csv"
+    message = _error(src, tmp_path / "out")
+    assert f"{without} has no column 'label', the class column of " in message
+    assert f"{other} (the column named 'label')" in message
+    assert "features but" not in message
+
+
+def test_a_feature_column_missing_from_one_file_is_named(tmp_path: Path) -> None:
+    src = tmp_path / "two"
+    _write(src, "a.csv", "x1,x2,x3,label\n" + _rows(60, 1, True, columns=3))
+    _write(src, "b.csv", "x1,x2,x9,label\n" + _rows(60, 2, True, columns=3))
+    message = _error(src, tmp_path / "out")
+    assert "b.csv lacks column(s) 'x3', which a.csv has; it has column(s) 'x9', which a.csv lacks" in message
+    assert "(class column 'label': the column named 'label')" in message
+
+
+def test_files_with_the_same_columns_in_another_order_keep_each_column_its_kind(tmp_path: Path) -> None:
+    # the check of each column's kind pairs columns by name (it paired them by position)
+    src = tmp_path / "two"
+    _write(src, "a.csv", "n,t,label\n" + "".join(f"{k},{'ab'[k % 2]},{k % 2}\n" for k in range(40)))
+    _write(src, "b.csv", "t,n,label\n" + "".join(f"{'ab'[k % 2]},{k},{k % 2}\n" for k in range(40)))
+    r = _prep(src, tmp_path / "out", keep_columns="n")
+    assert r.report["columns_numeric"] == ["n"] and r.report["columns_text"] == ["t"]
+    assert r.report["rows_used"] == 80
+
+
+# ==========================================================================================================
+# 8: integer parameters checked up front
+# ==========================================================================================================
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "pattern"),
+    [
+        (dict(seed=-5), r"^seed=-5 is out of range; valid: an integer from 0 to 4294967295$"),
+        (dict(seed=2**40), r"^seed=1099511627776 is out of range"),
+        (dict(seed=1.5), r"^seed=1\.5 is not an integer"),
+        (dict(shard_size=2.5), r"^shard_size=2\.5 is not an integer; valid: 0 \(about 16 MiB per shard\) or more$"),
+        (dict(max_categories=True), r"^max_categories=True is not an integer; valid: an integer >= 2$"),
+    ],
+    ids=["seed-negative", "seed-too-big", "seed-fraction", "shard-size-fraction", "max-categories-bool"],
+)
+def test_integer_parameters_of_preprocess_are_checked_before_reading(tmp_path: Path, kwargs: dict, pattern: str) -> None:
+    from heteroflow.components.preprocess import PREPROCESS, check_preprocess_params
+
+    with pytest.raises(InvalidParameter, match=pattern):
+        check_preprocess_params(**kwargs)
+    with pytest.raises(InvalidParameter, match=pattern):
+        PREPROCESS.check_params(kwargs)  # what the engines call before running any step
+    with pytest.raises(InvalidParameter, match=pattern):
+        preprocess(tmp_path / "nowhere", tmp_path / "out", **kwargs)
+
+
+def test_train_checks_its_seed_too() -> None:
+    # the sibling: train seeds numpy's default_rng with seed + epoch, which refuses a negative seed mid-run
+    from heteroflow.components.train import TRAIN, check_train_params
+
+    with pytest.raises(InvalidParameter, match=r"^seed=-5 is out of range; valid: an integer from 0 to 4294967295$"):
+        check_train_params(seed=-5)
+    with pytest.raises(InvalidParameter, match=r"^seed=-5 is out of range"):
+        TRAIN.check_params({"seed": -5})
+    check_train_params(seed=0)
+    check_train_params(seed=2**32 - 1)
+
+
+def test_the_cli_refuses_a_negative_seed_before_any_step_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "--param", "seed=-5", "--output", str(tmp_path / "run")])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "seed=-5 is out of range; valid: an integer from 0 to 4294967295" in message
+    assert "expected non-negative integer" not in message
+    assert not (tmp_path / "run" / "steps").exists()  # nothing ran: no prewarm
