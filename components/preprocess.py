@@ -364,6 +364,8 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
                     f"({canon_reason}); every file needs the same columns (columns of {Path(t.source).name}: "
                     f"{_listed(columns)})"
                 )
+        elif canon_label in columns:  # an .npz file: its class column is named, its features are not
+            label = canon_label
         elif len(columns) == len(canon_columns):  # a header-less file: the class column at the same place
             label = columns[canon_columns.index(canon_label)]
         else:
@@ -385,12 +387,13 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
             name, canon_name = Path(t.source).name, Path(canon_table.source).name
             said = []
             if lacks:
-                said.append(f"{t.source} lacks column(s) {_quoted(lacks)}, which {canon_name} has")
+                said.append(f"{name} lacks column(s) {_quoted(lacks)}, which {canon_name} has")
             if extra:
-                said.append(f"{'it' if lacks else t.source} has column(s) {_quoted(extra)}, which {canon_name} lacks")
+                said.append(f"{'it' if lacks else name} has column(s) {_quoted(extra)}, which {canon_name} lacks")
+            count = f"has {len(own)} features but {canon_table.source} has {len(features)}: " if len(own) != len(features) else ""
             raise DatasetError(
-                "; ".join(said) + f" (class column {canon_label!r}: {canon_reason}); every file needs the same "
-                f"columns: add them to {name}, or drop_columns"
+                f"{t.source} {count}" + "; ".join(said) + f" (class column {canon_label!r}: {canon_reason}); every file "
+                "needs the same columns"
             )
         else:
             raise DatasetError(

@@ -158,6 +158,9 @@ def test_a_feature_column_missing_from_one_file_is_named(tmp_path: Path) -> None
     _write(src, "b.csv", "x1,x2,x9,label\n" + _rows(60, 2, True, columns=3))
     message = _error(src, tmp_path / "out")
     assert "b.csv lacks column(s) 'x3', which a.csv has; it has column(s) 'x9', which a.csv lacks" in message
+    _write(src, "b.csv", "x1,x2,x3,x4,label\n" + _rows(60, 2, True, columns=4))
+    message = _error(src, tmp_path / "out")
+    assert "b.csv has 4 features but " in message and "a.csv has 3: b.csv has column(s) 'x4', which a.csv lacks" in message
     assert "(class column 'label': the column named 'label')" in message
 
 
