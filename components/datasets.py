@@ -101,6 +101,10 @@ class CsvFormat:
         header: whether the first row names the columns.
         decimal: the decimal mark of numbers, ``.`` or ``,``.
         reasons: why each of ``delimiter``, ``encoding``, ``header`` and ``decimal`` was chosen.
+        columns: the number of columns most sampled rows have (0: not known).
+        trailing_delimiter: rows may end with the delimiter (``a;b;c;``, as some exports write): the empty
+            field after the last column is not a column.
+        header_names: the header row's cells (stripped; empty without a header).
     """
 
     delimiter: str
@@ -108,15 +112,21 @@ class CsvFormat:
     header: bool
     decimal: str
     reasons: dict[str, str]
+    columns: int = 0
+    trailing_delimiter: bool = False
+    header_names: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        facts = {
             "delimiter": DELIMITERS.get(self.delimiter, self.delimiter),
             "encoding": self.encoding,
             "header": self.header,
             "decimal": self.decimal,
             "reasons": dict(self.reasons),
         }
+        if self.trailing_delimiter:
+            facts["trailing_delimiter"] = True
+        return facts
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -293,14 +303,29 @@ def _is_number(cell: str, decimal: str) -> bool:
     return decimal == "," or "," not in cell
 
 
+def _widths(rows: list[list[str]]) -> tuple[int, int, bool]:
+    """The number of columns most rows have, how many rows have it, and whether rows end with the delimiter.
+
+    A row that ends in an empty field counts for both its width and one less (``a;b;c;`` is 3 columns and an
+    optional trailing delimiter, or 4 with an empty last cell); ties go to the narrower width, as a last column
+    empty in every row (and unnamed) is a trailing delimiter."""
+    counts: Counter[int] = Counter()
+    for r in rows:
+        counts[len(r)] += 1
+        if len(r) > 1 and not r[-1].strip():
+            counts[len(r) - 1] += 1
+    width, hits = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))
+    trailing = width > 1 and any(len(r) == width + 1 and not r[-1].strip() for r in rows)
+    return width, hits, trailing
+
+
 def _choose_delimiter(text: str) -> tuple[str, list[list[str]], str]:
     scored = []
     for d in DELIMITERS:
         rows = _rows(text, d)
         if not rows:
             continue
-        counts = Counter(len(r) for r in rows)
-        modal, hits = counts.most_common(1)[0]
+        modal, hits, _ = _widths(rows)
         if modal < 2:
             continue
         cells = [c for r in rows for c in r]
@@ -386,6 +411,11 @@ def sniff_csv(
     else:
         delim = _delimiter_char(delimiter)
         rows, delimiter_reason = _rows(text, delim), f"delimiter={delimiter!r}"
+    width, _, trailing = _widths(rows) if rows else (0, 0, False)
+    if rows and width < 2:
+        raise DatasetError(_one_column(p, text, rows, delim, delimiter_reason, given=delimiter != "auto"))
+    if trailing:
+        delimiter_reason += f"; rows may end with a {DELIMITERS[delim]} (an empty field after the last column, ignored)"
     decimal, decimal_reason = _choose_decimal(rows, delim)
     if header == "auto":
         has_header, header_reason = _choose_header(rows, decimal) if rows else (False, "no rows")
@@ -397,6 +427,48 @@ def sniff_csv(
         header=has_header,
         decimal=decimal,
         reasons={"delimiter": delimiter_reason, "encoding": encoding_reason, "header": header_reason, "decimal": decimal_reason},
+        columns=width,
+        trailing_delimiter=trailing,
+        header_names=tuple(c.strip() for c in rows[0]) if has_header and rows else (),
+    )
+
+
+_UNQUOTE = (
+    "python -c \"import csv, sys; [print(r[0]) for r in csv.reader(open(sys.argv[1], newline=''))]\" {name} > unquoted.csv"
+)
+
+
+def _one_column(p: Path, text: str, rows: list[list[str]], delim: str, reason: str, *, given: bool) -> str:
+    """Why the sampled lines split into one column, and what would read them."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    shown = first if len(first) <= 60 else first[:57] + "..."
+    quoted = bool(lines) and all(len(r) == 1 for r in rows) and all(
+        line.strip().startswith('"') and line.strip().endswith('"') for line in lines[:_SAMPLE_ROWS]
+    )
+    if quoted:
+        inner = "\n".join(r[0] for r in rows)
+        d, inner_rows, _ = _choose_delimiter(inner)
+        width = _widths(inner_rows)[0] if inner_rows else 1
+        if width >= 2:
+            return (
+                f"{p}: found 1 column: every line is one quoted field (line 1: {shown!r}), so no delimiter can split "
+                f"it; inside the quotes, {DELIMITERS[d]} splits the lines into {width} columns: the table was quoted a "
+                f"second time (as a spreadsheet saves a table pasted into one column). Remove the outer quotes to read "
+                f"it: {_UNQUOTE.format(name=p.name)}"
+            )
+        return f"{p}: found 1 column: every line is one quoted field (line 1: {shown!r}), and no delimiter splits the text inside"
+    if given:
+        d, other_rows, _ = _choose_delimiter(text)
+        width = _widths(other_rows)[0] if other_rows else 1
+        if width >= 2:
+            return (
+                f"{p}: found 1 column ({reason} splits no sampled line, line 1: {shown!r}); {DELIMITERS[d]} splits "
+                f"the lines into {width} columns: set delimiter={'tab' if d == chr(9) else d}"
+            )
+    return (
+        f"{p}: found 1 column ({reason}); a table needs feature columns and a class column. If the file uses "
+        "another delimiter, set delimiter (one of , ; tab |)"
     )
 
 
@@ -452,7 +524,12 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
         keep_default_na=False,
         skip_blank_lines=False,
         engine="c",
+        index_col=False,  # never the first column as the index when a row has one field more than the header
     )
+    if fmt.trailing_delimiter:  # the field after the last column is read as a column of its own, checked empty
+        names = list(fmt.header_names[: fmt.columns]) if fmt.header else [f"column_{j + 1}" for j in range(fmt.columns)]
+        _check_header_names(p, names)
+        kwargs["names"] = [*names, _TRAILING]
     try:
         frame = _read_csv_frame(p, fmt.encoding, kwargs)
     except UnicodeDecodeError as exc:
@@ -461,6 +538,16 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
         reason = f"Latin-1: not valid UTF-8 beyond the first 64 KiB ({exc.reason})"
         fmt = dataclasses.replace(fmt, encoding="latin-1", reasons={**fmt.reasons, "encoding": reason})
         frame = _read_csv_frame(p, fmt.encoding, kwargs)
+    if _TRAILING in frame.columns:
+        extra = frame.pop(_TRAILING)
+        filled = extra.notna().to_numpy() & (extra.astype(str).str.strip() != "").to_numpy()
+        if filled.any():
+            k = int(np.flatnonzero(filled)[0])
+            raise DatasetError(
+                f"{p}: line {k + 1 + int(fmt.header)} has a field after the last of the {fmt.columns} columns "
+                f"({extra.iloc[k]!r}); rows may end with a {DELIMITERS[fmt.delimiter]} but hold no more fields: "
+                "fix that line, or give every column a name in the header"
+            )
     if fmt.header:
         frame.columns = [str(c).strip() for c in frame.columns]
         if frame.columns.duplicated().any():
@@ -468,10 +555,12 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
             raise DatasetError(f"{p}: the header names column {dup!r} twice; give each column its own name")
     else:
         frame.columns = [f"column_{j + 1}" for j in range(frame.shape[1])]
-    if frame.shape[1] < 2:
+    if frame.shape[1] < 2:  # the sampled rows split into columns, but the header row does not
+        name = DELIMITERS[fmt.delimiter]
         raise DatasetError(
-            f"{p}: found 1 column ({fmt.reasons['delimiter']}); a table needs feature columns and a class column. "
-            f"If the file uses another delimiter, set delimiter (one of , ; tab |)"
+            f"{p}: found 1 column: the header row {str(frame.columns[0])[:60]!r} holds no {name}, while {name} splits "
+            f"the rows below into {fmt.columns} columns ({fmt.reasons['delimiter']}); set delimiter to the one the header "
+            "uses (one of , ; tab |), or header=false if the file has no header"
         )
     mixed = [c for c in frame.columns if frame[c].dtype == object and _mixed_types(frame[c])]
     if mixed:  # pandas typed parts of the file differently (chunked inference): read those columns as text
@@ -489,6 +578,17 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
     return RawTable(frame=cleaned, kinds=kinds, source=str(p), format="csv", csv=fmt, named=fmt.header, blank_rows=int(blank.sum()))
 
 
+_TRAILING = "\x00trailing"  # the name given to the empty field after a trailing delimiter (no real header has it)
+
+
+def _check_header_names(p: Path, names: list[str]) -> None:
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise DatasetError(f"{p}: the header names column {name!r} twice; give each column its own name")
+        seen.add(name)
+
+
 def _positions(frame: pd.DataFrame, columns: list[str]) -> list[int]:
     return [list(frame.columns).index(c) for c in columns]
 
@@ -504,9 +604,21 @@ def _read_csv_frame(p: Path, encoding: str, kwargs: dict[str, Any]) -> pd.DataFr
     import pandas as pd
 
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("ignore", pd.errors.DtypeWarning)
-            return pd.read_csv(p, encoding=encoding, **kwargs)
+            warnings.simplefilter("always", pd.errors.ParserWarning)
+            frame = pd.read_csv(p, encoding=encoding, **kwargs)
+        for w in caught:
+            if issubclass(w.category, pd.errors.ParserWarning) and "does not match length of data" in str(w.message):
+                # index_col=False: pandas dropped the last field of rows one field longer than the header
+                name = DELIMITERS.get(kwargs["sep"], kwargs["sep"])
+                raise DatasetError(
+                    f"{p}: the header row names {len(frame.columns)} column(s) but the rows below have more fields "
+                    f"(columns split by {name}); give every column a name in the header, set delimiter to the one the "
+                    "header uses, or header=false if the file has no header"
+                )
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return frame
     except pd.errors.EmptyDataError:
         raise DatasetError(f"{p}: empty file; expected a table (a header row, then one sample per row)") from None
     except pd.errors.ParserError as exc:

@@ -225,3 +225,136 @@ def test_the_cli_refuses_a_negative_seed_before_any_step_runs(tmp_path: Path, mo
     assert "seed=-5 is out of range; valid: an integer from 0 to 4294967295" in message
     assert "expected non-negative integer" not in message
     assert not (tmp_path / "run" / "steps").exists()  # nothing ran: no prewarm
+
+
+# ==========================================================================================================
+# 4: a `;` export with commas in its date cells and an optional trailing `;`
+# ==========================================================================================================
+
+_MONTHS = ("January", "February", "March", "April", "May", "June")
+
+
+def _export(n: int = 100, seed: int = 4, trailing_header: bool = False) -> tuple[str, str]:
+    """(header line, body): `April 15, 2023;7.41;51;up` rows, every third ending with `;`."""
+    rng = np.random.default_rng(seed)
+    lines = []
+    for k in range(n):
+        y = k % 2
+        row = f"{_MONTHS[k % 6]} {k % 28 + 1}, 2023;{rng.normal() + 2 * y:.2f};{rng.integers(1, 100)};{'up' if y else 'down'}"
+        lines.append(row + (";" if k % 3 == 0 else ""))
+    return "date;open;volume;label" + (";" if trailing_header else "") + "\n", "\n".join(lines) + "\n"
+
+
+def test_a_semicolon_export_with_commas_in_dates_and_trailing_semicolons_without_a_header(tmp_path: Path) -> None:
+    _, body = _export()
+    path = _write(tmp_path, "export.csv", body)
+    t = read_table(path)
+    assert t.csv.delimiter == ";" and t.csv.trailing_delimiter
+    assert not t.csv.header  # the first data row is data, not a header
+    assert list(t.frame.columns) == ["column_1", "column_2", "column_3", "column_4"]
+    assert len(t.frame) == 100
+    assert t.frame["column_1"].iloc[0] == "January 1, 2023"
+    assert t.kinds == {"column_1": "text", "column_2": "number", "column_3": "number", "column_4": "text"}
+    reason = t.csv.reasons["delimiter"]
+    assert reason.startswith("semicolon: 4 columns on 100% of the first 100 rows")
+    assert reason.endswith("rows may end with a semicolon (an empty field after the last column, ignored)")
+    assert t.describe()["trailing_delimiter"] is True
+
+
+@pytest.mark.parametrize("trailing_header", [False, True], ids=["header", "header-ending-with-semicolon"])
+@pytest.mark.parametrize("delimiter", ["auto", ";"], ids=["sniffed", "given"])
+def test_a_semicolon_export_with_a_header_is_read_and_trains(tmp_path: Path, trailing_header: bool, delimiter: str) -> None:
+    # the sibling: with delimiter=; (and any header one field shorter than a row) pandas took the first column
+    # for the index, shifting every column left: `label` came out empty
+    head, body = _export(trailing_header=trailing_header)
+    src = tmp_path / "src"
+    path = _write(src, "export.csv", head + body)
+    t = read_table(path, delimiter=delimiter)
+    assert list(t.frame.columns) == ["date", "open", "volume", "label"]
+    assert t.frame.index.tolist() == list(range(100))
+    assert t.frame["label"].notna().all() and t.frame["date"].iloc[3] == "April 4, 2023"
+    r = _prep(src, tmp_path / "out", delimiter=delimiter, drop_columns="date")
+    assert r.report["class_column"] == "label" and r.classes == ("down", "up")
+    assert r.report["rows_used"] == 100 and r.report["columns_used"] == ["open", "volume"]
+
+
+def test_a_field_after_the_last_column_is_an_error_not_dropped(tmp_path: Path) -> None:
+    head, body = _export()
+    lines = body.splitlines()
+    lines[50] = lines[50] + ";surprise"  # one row, beyond the sample's view of the format: a real extra field
+    path = _write(tmp_path, "export.csv", head + "\n".join(lines) + "\n")
+    with pytest.raises(DatasetError, match=r"line 52 has a field after the last of the 4 columns \('surprise'\)"):
+        read_table(path)
+
+
+def test_a_header_one_name_short_is_an_error_not_a_shifted_table(tmp_path: Path) -> None:
+    # every row has a value under a column the header does not name: pandas made the first column the index
+    body = "".join(f"{k % 5},{k % 3},{k % 2},{k}\n" for k in range(40))
+    path = _write(tmp_path, "short-header.csv", "a,b,label\n" + body)
+    with pytest.raises(DatasetError, match=r"the header row names 3 column\(s\) but the rows below have more fields"):
+        read_table(path)
+
+
+# ==========================================================================================================
+# 5: every line one quoted field
+# ==========================================================================================================
+
+
+def _quoted_wine(n: int = 60) -> str:
+    """winequality-red.csv saved once more as a one-column table: each line quoted, its quotes doubled."""
+    lines = ['"fixed acidity";"volatile acidity";"citric acid";"quality"']
+    lines += [f"{7 + k % 5 / 10:.1f};{0.7 - k % 3 / 10:.1f};{k % 4 / 10:.1f};{5 + k % 2}" for k in range(n)]
+    return "".join('"' + line.replace('"', '""') + '"\n' for line in lines)
+
+
+@pytest.mark.parametrize("delimiter", ["auto", ";"], ids=["sniffed", "given"])
+def test_every_line_one_quoted_field_says_so_and_what_reads_it(tmp_path: Path, delimiter: str) -> None:
+    path = _write(tmp_path, "winequality-red.csv", _quoted_wine())
+    assert path.read_text().startswith('"""fixed acidity"";""volatile acidity"";')
+    with pytest.raises(DatasetError) as info:
+        read_table(path, delimiter=delimiter)
+    message = str(info.value)
+    assert "found 1 column: every line is one quoted field (line 1: '\"\"\"fixed acidity\"\";" in message
+    assert "inside the quotes, semicolon splits the lines into 4 columns" in message
+    assert "Remove the outer quotes to read it: python -c " in message
+    assert message.endswith(" winequality-red.csv > unquoted.csv")
+    with pytest.raises(DatasetError, match="every line is one quoted field"):
+        sniff_csv(path, delimiter=delimiter)  # said from the first 64 KiB, before the whole file is parsed
+
+
+@pytest.mark.slow
+def test_the_command_the_message_gives_reads_the_quoted_file(tmp_path: Path) -> None:
+    import shlex
+    import subprocess
+    import sys
+
+    path = _write(tmp_path, "winequality-red.csv", _quoted_wine())
+    with pytest.raises(DatasetError) as info:
+        read_table(path)
+    command = str(info.value).split("Remove the outer quotes to read it: ", 1)[1]
+    argv = shlex.split(command.split(" > ", 1)[0])
+    assert argv[0] == "python"
+    out = subprocess.run([sys.executable, *argv[1:]], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    fixed = _write(tmp_path, "unquoted.csv", out)
+    t = read_table(fixed)
+    assert list(t.frame.columns) == ["fixed acidity", "volatile acidity", "citric acid", "quality"]
+    assert len(t.frame) == 60 and t.kinds["quality"] == "number"
+
+
+def test_a_wrong_delimiter_given_names_the_one_that_reads_the_file(tmp_path: Path) -> None:
+    # the sibling: delimiter=, on a `;` file said only "found 1 column (delimiter=',')"
+    path = _write(tmp_path, "semi.csv", "a;b;label\n" + "".join(f"{k};{k % 3};{k % 2}\n" for k in range(30)))
+    with pytest.raises(DatasetError) as info:
+        read_table(path, delimiter=",")
+    message = str(info.value)
+    assert "found 1 column (delimiter=',' splits no sampled line, line 1: 'a;b;label')" in message
+    assert message.endswith("semicolon splits the lines into 3 columns: set delimiter=;")
+
+
+def test_a_header_without_the_rows_delimiter_says_what_the_header_lacks(tmp_path: Path) -> None:
+    # the old message contradicted itself: "found 1 column (comma: 2 columns on 100% ...)"
+    path = _write(tmp_path, "h.csv", "a b\n" + "".join(f"{k},{k % 2}\n" for k in range(30)))
+    with pytest.raises(DatasetError) as info:
+        read_table(path, header="true")
+    message = str(info.value)
+    assert "the header row names 1 column(s) but the rows below have more fields (columns split by comma)" in message
