@@ -753,11 +753,15 @@ def _preprocess_tables(
             text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, transform=transform,
             impute=impute, features=features, parameters=parameters, notices=notices, label_reason=label_reason,
         )
+        categories = tabular.text_categories(transform)
         schema = {
             "format_version": 1,
             "label_column": label,
             "classes": list(classes),
-            "columns": [{"name": c, "kind": "number" if c in numeric else "text"} for c in used],
+            "columns": [
+                {"name": c, "kind": "number"} if c in numeric else {"name": c, "kind": "text", "categories": categories[c]}
+                for c in used
+            ],
             "features": features,
             "num_features": width,
             "missing": missing,

@@ -358,3 +358,104 @@ def test_a_header_without_the_rows_delimiter_says_what_the_header_lacks(tmp_path
         read_table(path, header="true")
     message = str(info.value)
     assert "the header row names 1 column(s) but the rows below have more fields (columns split by comma)" in message
+
+
+# ==========================================================================================================
+# 7: a row's features never depend on the rest of its batch
+# ==========================================================================================================
+
+
+def _rooms_table(folder: Path, n: int = 300, seed: int = 0) -> Path:
+    """A text column `room` holding A1, 101, 102 (and a few empty cells); the class is room == 101."""
+    import pandas as pd
+
+    rng = np.random.default_rng(seed)
+    rooms = rng.choice(["A1", "101", "102", ""], n, p=[0.55, 0.2, 0.2, 0.05])
+    flag = rng.choice(["true", "false"], n)
+    frame = pd.DataFrame({"x": rng.normal(size=n).round(3), "room": rooms, "flag": flag, "label": (rooms == "101").astype(int)})
+    folder.mkdir(parents=True, exist_ok=True)
+    frame.to_csv(folder / "rooms.csv", index=False)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def rooms_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from heteroflow.components.train import train
+
+    root = tmp_path_factory.mktemp("rooms")
+    r = preprocess(_rooms_table(root / "src"), root / "shards", num_workers=1, missing="impute")
+    return train(r.output_dir, root / "model", epochs=20, checkpoint_root=root / "ckpt").model_dir
+
+
+def test_room_101_is_predicted_the_same_whatever_else_is_in_the_batch(rooms_model: Path) -> None:
+    import pandas as pd
+
+    from heteroflow.components.predict import load_archived
+
+    model = load_archived(rooms_model)
+    assert model.schema["columns"][1] == {"name": "room", "kind": "text", "categories": ["101", "102", "A1"]}
+    alone = model.predict_proba(pd.DataFrame({"x": [0.1], "room": [101], "flag": ["true"]}))[0]
+    assert alone[1] > 0.9  # room 101 is class 1
+    # another row with an empty room: pandas makes the column float (101.0)
+    # (features are compared exactly; probabilities to float32 rounding, as a batch of 2 multiplies differently)
+    features = model.features(pd.DataFrame({"x": [0.1], "room": [101], "flag": ["true"]}))[0]
+    with_gap = pd.DataFrame({"x": [0.1, 0.2], "room": [101, None], "flag": ["true", "false"]})
+    np.testing.assert_array_equal(model.features(with_gap)[0], features)
+    np.testing.assert_allclose(model.predict_proba(with_gap)[0], alone, rtol=0, atol=1e-6)
+    as_dicts = [{"x": 0.1, "room": 101, "flag": "true"}, {"x": 0.2, "flag": "false"}]
+    np.testing.assert_array_equal(model.features(as_dicts)[0], features)
+    for cell in ("101", " 101 ", 101.0, np.int64(101), np.float32(101)):
+        got = model.features(pd.DataFrame({"x": [0.1], "room": [cell], "flag": ["true"]}))[0]
+        np.testing.assert_array_equal(got, features, err_msg=repr(cell))
+
+
+def _features(model_dir: Path, rows: Any) -> np.ndarray:
+    from heteroflow.components.tabular import load_transform, prepare_rows
+
+    transform, schema = load_transform(model_dir)
+    return np.asarray(transform.transform(prepare_rows(rows, schema)), dtype=np.float32)
+
+
+def test_a_true_false_cell_keeps_its_features_beside_a_value_never_seen(rooms_model: Path) -> None:
+    # the sibling: "true" became "True" (the trained value) only when every cell of the batch was true/false
+    import pandas as pd
+
+    alone = _features(rooms_model, pd.DataFrame({"x": [0.1], "room": ["A1"], "flag": ["true"]}))[0]
+    beside = _features(rooms_model, pd.DataFrame({"x": [0.1, 0.2], "room": ["A1", "A1"], "flag": ["true", "maybe"]}))
+    np.testing.assert_array_equal(beside[0], alone)
+    names = __import__("json").loads((rooms_model / "transform.json").read_text())["features"]
+    assert alone[names.index("flag=True")] == 1.0
+    assert beside[1][names.index("flag=True")] == 0 and beside[1][names.index("flag=False")] == 0  # never seen
+    for cell in ("TRUE", True, np.bool_(True)):
+        got = _features(rooms_model, pd.DataFrame({"x": [0.1], "room": ["A1"], "flag": [cell]}))[0]
+        np.testing.assert_array_equal(got, alone, err_msg=repr(cell))
+
+
+def test_a_file_whose_room_cells_are_all_numbers_reads_them_as_the_trained_text(rooms_model: Path, tmp_path: Path) -> None:
+    # the sibling in files: read_table turns a column of numbers into floats; one file with an A1 kept it text
+    from heteroflow.components.predict import load_archived
+
+    model = load_archived(rooms_model)
+    only_numbers = _write(tmp_path, "a.csv", "x,room,flag\n0.1,101,true\n0.2,,false\n")  # floats: 101.0, NaN
+    mixed = _write(tmp_path, "b.csv", "x,room,flag\n0.1,101,true\n0.2,A1,false\n")
+    np.testing.assert_array_equal(model.features(only_numbers)[0], model.features(mixed)[0])
+    assert model.predict(only_numbers)[0] == 1
+
+
+def test_a_number_column_given_as_text_or_beside_a_gap_keeps_each_row(rooms_model: Path) -> None:
+    import pandas as pd
+
+    alone = _features(rooms_model, pd.DataFrame({"x": [0.25], "room": ["A1"], "flag": ["true"]}))[0]
+    for x in (["0.25", None], ["0.25", "?"], [" 0.25", 1], [np.float32(0.25), np.nan]):
+        got = _features(rooms_model, pd.DataFrame({"x": x, "room": ["A1", "101"], "flag": ["true", "false"]}))[0]
+        np.testing.assert_allclose(got, alone, rtol=0, atol=1e-6, err_msg=repr(x))
+
+
+def test_text_cells_match_a_trained_value_by_meaning_only_when_one_fits() -> None:
+    from heteroflow.components.tabular import text_cells
+
+    got = text_cells([101.0, "1.50", "7", None, "NA", "x"], ["101", "1.5", "07", "7.0", "x"]).tolist()
+    # "7" stays "7": two trained values ("07" and "7.0") have its value, so neither is chosen
+    assert got[:3] == ["101", "1.5", "7"] and got[5] == "x"
+    assert got[3] != got[3] and got[4] != got[4]  # missing (NaN)
+    assert text_cells(["3,5"], ["3,50", "x"], decimal=",").tolist() == ["3,50"]
