@@ -459,3 +459,26 @@ def test_text_cells_match_a_trained_value_by_meaning_only_when_one_fits() -> Non
     assert got[:3] == ["101", "1.5", "7"] and got[5] == "x"
     assert got[3] != got[3] and got[4] != got[4]  # missing (NaN)
     assert text_cells(["3,5"], ["3,50", "x"], decimal=",").tolist() == ["3,50"]
+
+
+# ==========================================================================================================
+# 22: the vectorised one-hot transform gives scikit-learn's output, value for value
+# ==========================================================================================================
+
+
+def test_one_hot_codes_transforms_exactly_as_scikit_learns_encoder() -> None:
+    from sklearn.preprocessing import OneHotEncoder
+
+    from heteroflow.components.tabular import OneHotCodes
+
+    rng = np.random.default_rng(7)
+    train = np.stack([rng.integers(0, 5, 500), rng.choice([0, 2, 9], 500), rng.integers(0, 1, 500)], axis=1)
+    codes = np.stack([rng.integers(-2, 7, 300), rng.integers(-2, 11, 300), rng.integers(-2, 2, 300)], axis=1)  # unseen too
+    ours = OneHotCodes(handle_unknown="ignore", sparse_output=False, dtype=np.float32).fit(train)
+    theirs = OneHotEncoder(handle_unknown="ignore", sparse_output=False, dtype=np.float32).fit(train)
+    got, want = ours.transform(codes), theirs.transform(codes)
+    assert got.dtype == want.dtype == np.float32 and got.shape == want.shape == (300, 5 + 3 + 1)
+    np.testing.assert_array_equal(got, want)
+    assert got.sum() < 300 * 3  # some codes were never seen: rows with zeros in that column's block
+    # float codes (after the imputer) go to scikit-learn's own transform
+    np.testing.assert_array_equal(ours.transform(codes.astype(np.float64)), want)
