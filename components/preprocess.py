@@ -868,7 +868,10 @@ def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: 
                 f"class column {label!r} ({label_reason}) looks continuous: {distinct} distinct values in {n} rows, with "
                 f"fractions such as {examples}; a classifier needs a column of classes: set label_column to it"
             )
-        uniques, y = np.unique(values.astype(np.int64), return_inverse=True)
+        # hash once (pandas.factorize), then sort the few distinct values: O(n), where np.unique sorts every row
+        codes, found = pd.factorize(values.astype(np.int64))
+        uniques = np.sort(found)
+        y = np.searchsorted(uniques, found)[codes]
         classes = [str(int(u)) for u in uniques]
     else:
         codes, uniques = pd.factorize(y_raw)
