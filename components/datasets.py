@@ -11,7 +11,10 @@ ignored):
     character) and the decision says so.
   - *delimiter*: ``,`` ``;`` tab or ``|``: the one that splits the sampled lines into the same number (>= 2)
     of columns most consistently; ties go to the split whose cells look most like numbers, then to the most
-    columns.
+    columns. Rows may end with the delimiter (``a;b;c;``, as some exports write, on some rows or all): the
+    empty field after the last column is not a column, and a field there that is not empty is an error naming
+    its line. Lines that split into one column are an error that says what was seen (every line one quoted
+    field: the table was quoted twice) and what would read the file.
   - *decimal mark*: ``,`` when the delimiter is not a comma and sampled numbers are written ``3,14`` (none
     ``3.14``), as European spreadsheets write them.
   - *header*: the first row is a header when it holds text above columns that are numbers below it; in a
@@ -23,7 +26,8 @@ ignored):
 - ``.npz``: arrays ``x`` (or ``X``/``features``), shape ``(n, ...)`` (flattened to ``(n, d)``, features
   named ``x0`` .. ``x{d-1}``), and ``y`` (or ``labels``), shape ``(n,)``, the column ``label``.
 
-Cells are cleaned the same way for training and for rows given to an archived model (:func:`clean_column`):
+Cells are cleaned the same way for training and for rows given to an archived model (:func:`clean_column`;
+for an archived model's text columns cell by cell, :func:`heteroflow.components.tabular.text_cells`):
 spaces around text are removed, :data:`MISSING_MARKERS` become missing (so ``" ?"`` is missing), a text
 column whose every value is a number becomes numeric, and true/false columns become the text ``True`` /
 ``False``. Numeric-looking class values are read as numbers (``01`` and ``1`` are the same class).
