@@ -51,7 +51,7 @@ import numpy as np
 from heteroflow.cache.atomic import atomic_directory
 from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.dataset import open_dataset
-from heteroflow.components.datasets import DELIMITERS, RawTable, read_table
+from heteroflow.components.datasets import DELIMITERS, RawTable, read_table, text_cells
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
@@ -374,6 +374,7 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
     frames, kinds = [], {c: canon_table.kinds[c] for c in features}
     kinds[canon_label] = canon_table.kinds[canon_label]
     label_kinds = set()
+    as_text: set[str] = set()
     for t, label in picked:
         own = [c for c in t.frame.columns if c != label]
         if own == features:
@@ -412,6 +413,11 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
             elif kind != kinds[name]:
                 if {kind, kinds[name]} == {"text", "bool"}:
                     kinds[name] = "text"
+                elif {kind, kinds[name]} <= {"number", "text", "bool"}:
+                    # text in one file, numbers in another (`room`: A1, 101 here; 101, 102 there): text in all,
+                    # each number written as the text it was (101, not 101.0), so a cell never depends on its file
+                    kinds[name] = "text"
+                    as_text.add(name)
                 else:
                     raise DatasetError(
                         f"column {name!r} holds {kinds[name]} values in {canon_table.source} but {kind} values in "
@@ -421,6 +427,11 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
         frames.append(part)
     if len(label_kinds) > 1:
         kinds[canon_label] = "text"
+    if as_text:
+        for part in frames:
+            for name in as_text:
+                if pd.api.types.is_numeric_dtype(part[name]):
+                    part[name] = text_cells(part[name]).to_numpy()
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     frame = frame.reset_index(drop=True)
     file_of = np.concatenate([np.full(len(t.frame), i, dtype=np.int32) for i, t in enumerate(tables)])

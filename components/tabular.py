@@ -33,7 +33,7 @@ from sklearn.preprocessing import OneHotEncoder
 
 from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.cache.errors import DatasetError
-from heteroflow.components.datasets import MISSING_MARKERS, clean_column
+from heteroflow.components.datasets import clean_column, text_cells
 from heteroflow.components.preprocess import SCHEMA_NAME, TRANSFORM_FILES, TRANSFORM_NAME
 
 __all__ = [
@@ -243,80 +243,6 @@ def known_categories(schema: Mapping[str, Any], column: str) -> list[str] | None
     prefix = f"{column}="
     found = [f[len(prefix):] for f in schema.get("features", []) if isinstance(f, str) and f.startswith(prefix)]
     return found or None
-
-
-def _cell_text(value: Any) -> str | None:
-    """One cell as training's text: None when missing; ``True``/``False`` for a bool; a whole number without
-    a fraction (``101``, whatever its type: pandas turns an integer column with a gap into floats); other
-    numbers as Python writes them; text stripped of surrounding spaces; :data:`MISSING_MARKERS` missing."""
-    import pandas as pd
-
-    if value is None or value is pd.NA or value is pd.NaT:
-        return None
-    if isinstance(value, (bool, np.bool_)):
-        return "True" if value else "False"
-    if isinstance(value, (int, np.integer)):
-        return str(int(value))
-    if isinstance(value, (float, np.floating)):
-        number = float(value)
-        if np.isnan(number):
-            return None
-        return str(int(number)) if number.is_integer() else repr(number)
-    text = str(value).strip()
-    return None if text in MISSING_MARKERS else text
-
-
-def text_cells(values: Any, categories: Sequence[str] | None = None, *, decimal: str = ".") -> Any:
-    """A text column of raw rows, cell by cell, as training saw it: every cell's text depends on that cell
-    alone, never on the other rows of the batch (issue #16: an integer column with an empty cell becomes
-    float in pandas, and ``101.0`` no longer matched ``101``).
-
-    Each cell goes through :func:`_cell_text`; a text not among ``categories`` (the values seen in training)
-    is then matched to one by meaning when exactly one fits: ``true``/``TRUE`` to ``True`` (a true/false
-    column), and a number to the category of the same value (``101.0`` or ``1.50`` to ``101`` or ``1.5``, with
-    ``decimal`` as the decimal mark). A text that matches nothing stays as it is (the encoder then gives it
-    all zeros, as for any value never seen).
-
-    Args:
-        values: one column (a pandas Series or a sequence), any dtype.
-        categories: the values seen in training, or None.
-        decimal: the decimal mark of numbers written as text.
-
-    Returns:
-        A pandas Series of ``str`` or missing (NaN), object dtype, same length (a fresh 0-based index).
-    """
-    import pandas as pd
-
-    series = pd.Series(values).reset_index(drop=True)
-    codes, uniques = pd.factorize(series, use_na_sentinel=True)
-    known = set(categories or ())
-    by_value: dict[float, str | None] = {}
-    titles = {c.lower(): c for c in known if c in ("True", "False")}
-    for c in known:
-        number = _as_number(c, decimal)
-        if number is not None:
-            by_value[number] = None if number in by_value else c  # two categories of one value: no match
-    texts: list[Any] = []
-    for u in uniques:
-        text = _cell_text(u)
-        if text is not None and known and text not in known:
-            if text.lower() in titles:
-                text = titles[text.lower()]
-            else:
-                number = _as_number(text, decimal)
-                if number is not None and by_value.get(number):
-                    text = by_value[number]
-        texts.append(np.nan if text is None else text)
-    table = np.array([*texts, np.nan], dtype=object)  # code -1 (missing) takes the last entry
-    return pd.Series(table[codes], dtype=object, name=series.name)
-
-
-def _as_number(text: str, decimal: str) -> float | None:
-    try:
-        number = float(text.replace(",", ".") if decimal == "," else text)
-    except ValueError:
-        return None
-    return number if np.isfinite(number) else None
 
 
 def prepare_rows(rows: Any, schema: Mapping[str, Any], *, where: str = "rows") -> Any:

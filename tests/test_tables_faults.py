@@ -482,3 +482,22 @@ def test_one_hot_codes_transforms_exactly_as_scikit_learns_encoder() -> None:
     assert got.sum() < 300 * 3  # some codes were never seen: rows with zeros in that column's block
     # float codes (after the imputer) go to scikit-learn's own transform
     np.testing.assert_array_equal(ours.transform(codes.astype(np.float64)), want)
+
+
+def test_a_column_text_in_one_file_and_numbers_in_another_is_text_in_both(tmp_path: Path) -> None:
+    # the sibling at training: a file whose rooms are all numbers (one with a gap: floats) was an error
+    # ("holds text values in a.csv but number values in b.csv"); its cells are now the text they were
+    src = tmp_path / "two"
+    rng = np.random.default_rng(9)
+    a = "".join(f"{rng.normal():.2f},{r},{int(r == '101')}\n" for r in rng.choice(["A1", "101", "102"], 120, p=[0.8, 0.1, 0.1]))
+    b = "".join(f"{rng.normal():.2f},{r},{int(r == '101')}\n" for r in rng.choice(["101", "102", ""], 40, p=[0.45, 0.45, 0.1]))
+    _write(src, "a.csv", "x,room,label\n" + a)
+    _write(src, "b.csv", "x,room,label\n" + b)
+    assert read_table(src / "b.csv").kinds["room"] == "number"
+    r = _prep(src, tmp_path / "out", missing="impute")
+    assert r.report["columns_text"] == ["room"]
+    assert r.report["columns_encoded"] == {"room": 3}  # A1, 101, 102: never "101.0"
+    import json
+
+    schema = json.loads((r.output_dir / "transform.json").read_text())
+    assert schema["columns"][1]["categories"] == ["101", "102", "A1"]
