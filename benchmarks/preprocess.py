@@ -8,10 +8,28 @@ split, and write the shards, the transformation and ``meta.json``.
 
 Target (issue #9): preprocess rows/s >= 0.5 x read_csv rows/s, i.e. everything after the parse costs no more
 than the parse. Each figure is the best of ``--repeat`` runs, the two kinds interleaved (after one read that
-warms the page cache).
+warms the page cache, and one preprocess that pays the imports of scikit-learn and scipy, about 3 s).
 
     .venv/bin/python benchmarks/preprocess.py                 # 1,000,000 rows
     .venv/bin/python benchmarks/preprocess.py --rows 200000   # quicker
+    .venv/bin/python benchmarks/preprocess.py --profile       # and where preprocess spends its time (cProfile)
+
+Measured (issue #16 item 22; 2 shared cores, load average 6-10 from other work, so each figure is noisy):
+0.17x with one repeat (the imports counted), 0.29-0.31x best of 3 before and after the vectorised one-hot
+transform (:class:`heteroflow.components.tabular.OneHotCodes`, 0.32 s -> 0.19 s on 700,000 rows). What bounds
+it, from ``--profile`` (shares of one warm run): the read (sniff, parse, clean; 39%) costs what the baseline
+costs (read_table 1.98 s vs read_csv 2.01 s, best of 4 interleaved: the sniffer reads 64 KiB, the cleaning
+works once per distinct value); scikit-learn's ColumnTransformer, fitted on the train split and applied to
+every split, takes 30% (it copies the numeric block 4 times: validation, scaling, the float32 cast, the final
+hstack); selecting each split's rows (pandas ``take``) 14%; the class column, split and checks 6%; writing
+the shards runs on a second thread. Wall clock without the profiler (best of 3, 5.06 s against read_csv's
+1.27 s): read_table 1.49 s, selecting rows 0.70 s, fit_transform on train 1.34 s, transform of validation and
+test 0.44 s, class column and split 0.22 s, the rest (finite check, shards, meta.json) 0.80 s. Each copy is a
+fresh allocation of up to 140 MB whose first touch costs 0.03-0.45 s on this VM (page faults; transparent huge
+pages with defrag=madvise), which is why the copies dominate. pandas 3.1's ``read_csv`` here parses on threads (both cores), while most
+of what follows the parse is memory-bound copying on one core. Reaching 0.5x needs the features computed in
+one fused pass per split instead of the ColumnTransformer's copies, which changes what is archived with the
+model (predict applies that object): left for a design decision.
 """
 
 from __future__ import annotations
@@ -48,11 +66,41 @@ def best_seconds(fn, repeat: int) -> float:
     return min(times)
 
 
+_PHASES = {
+    "read_table": "read (sniff, parse, clean)",
+    "_combine": "files as one table",
+    "_classes": "class column",
+    "_split_indices": "split",
+    "take": "select each split's rows (pandas take)",
+    "fit_transform": "fit and apply the transformation, train split",
+    "transform": "apply the transformation (all calls)",
+    "_check_finite": "check the features are finite",
+    "_write_shards": "write shards (on a second thread)",
+}
+
+
+def profile(run) -> None:
+    """Run ``run`` under cProfile and print the cumulative seconds of the phases above."""
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    started = time.perf_counter()
+    profiler.runcall(run)
+    total = time.perf_counter() - started
+    stats = pstats.Stats(profiler).stats  # (file, line, function) -> (calls, ..., tottime, cumtime, callers)
+    print(f"profile of one warm preprocess ({total:.2f} s under cProfile):")
+    for function, what in _PHASES.items():
+        seconds = max((v[3] for k, v in stats.items() if k[2] == function), default=0.0)
+        print(f"  {what:48s} {seconds:6.2f} s  {seconds / total:5.0%}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep (and reuse) the generated CSV in")
+    parser.add_argument("--profile", action="store_true", help="print where one warm preprocess run spends its time")
     args = parser.parse_args()
 
     import pandas as pd
@@ -77,6 +125,8 @@ def main() -> None:
             started = time.perf_counter()
             result = preprocess(csv_path, work / "shards", num_workers=1)
             fulls.append(time.perf_counter() - started)
+        if args.profile:
+            profile(lambda: preprocess(csv_path, work / "shards", num_workers=1))
         parse, full = min(parses), min(fulls)
         rows = result.report["rows_used"]
         print(f"rows: {rows:,}  columns: 20  features after the transformation: {result.num_features}")

@@ -11,7 +11,10 @@ ignored):
     character) and the decision says so.
   - *delimiter*: ``,`` ``;`` tab or ``|``: the one that splits the sampled lines into the same number (>= 2)
     of columns most consistently; ties go to the split whose cells look most like numbers, then to the most
-    columns.
+    columns. Rows may end with the delimiter (``a;b;c;``, as some exports write, on some rows or all): the
+    empty field after the last column is not a column, and a field there that is not empty is an error naming
+    its line. Lines that split into one column are an error that says what was seen (every line one quoted
+    field: the table was quoted twice) and what would read the file.
   - *decimal mark*: ``,`` when the delimiter is not a comma and sampled numbers are written ``3,14`` (none
     ``3.14``), as European spreadsheets write them.
   - *header*: the first row is a header when it holds text above columns that are numbers below it; in a
@@ -23,7 +26,8 @@ ignored):
 - ``.npz``: arrays ``x`` (or ``X``/``features``), shape ``(n, ...)`` (flattened to ``(n, d)``, features
   named ``x0`` .. ``x{d-1}``), and ``y`` (or ``labels``), shape ``(n,)``, the column ``label``.
 
-Cells are cleaned the same way for training and for rows given to an archived model (:func:`clean_column`):
+Cells are cleaned the same way for training and for rows given to an archived model (:func:`clean_column`;
+for an archived model's text columns cell by cell, :func:`text_cells`):
 spaces around text are removed, :data:`MISSING_MARKERS` become missing (so ``" ?"`` is missing), a text
 column whose every value is a number becomes numeric, and true/false columns become the text ``True`` /
 ``False``. Numeric-looking class values are read as numbers (``01`` and ``1`` are the same class).
@@ -67,6 +71,7 @@ __all__ = [
     "export_digits",
     "read_table",
     "sniff_csv",
+    "text_cells",
 ]
 
 # One list of formats, shared with the cache tier's listing and the up-front check.
@@ -101,6 +106,10 @@ class CsvFormat:
         header: whether the first row names the columns.
         decimal: the decimal mark of numbers, ``.`` or ``,``.
         reasons: why each of ``delimiter``, ``encoding``, ``header`` and ``decimal`` was chosen.
+        columns: the number of columns most sampled rows have (0: not known).
+        trailing_delimiter: rows may end with the delimiter (``a;b;c;``, as some exports write): the empty
+            field after the last column is not a column.
+        header_names: the header row's cells (stripped; empty without a header).
     """
 
     delimiter: str
@@ -108,15 +117,21 @@ class CsvFormat:
     header: bool
     decimal: str
     reasons: dict[str, str]
+    columns: int = 0
+    trailing_delimiter: bool = False
+    header_names: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        facts = {
             "delimiter": DELIMITERS.get(self.delimiter, self.delimiter),
             "encoding": self.encoding,
             "header": self.header,
             "decimal": self.decimal,
             "reasons": dict(self.reasons),
         }
+        if self.trailing_delimiter:
+            facts["trailing_delimiter"] = True
+        return facts
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -234,6 +249,80 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
     return pd.Series(out, index=values.index, name=values.name), kind
 
 
+def _cell_text(value: Any) -> str | None:
+    """One cell as training's text: None when missing; ``True``/``False`` for a bool; a whole number without
+    a fraction (``101``, whatever its type: pandas turns an integer column with a gap into floats); other
+    numbers as Python writes them; text stripped of surrounding spaces; :data:`MISSING_MARKERS` missing."""
+    import pandas as pd
+
+    if value is None or value is pd.NA or value is pd.NaT:
+        return None
+    if isinstance(value, (bool, np.bool_)):
+        return "True" if value else "False"
+    if isinstance(value, (int, np.integer)):
+        return str(int(value))
+    if isinstance(value, (float, np.floating)):
+        number = float(value)
+        if np.isnan(number):
+            return None
+        return str(int(number)) if number.is_integer() else repr(number)
+    text = str(value).strip()
+    return None if text in MISSING_MARKERS else text
+
+
+def text_cells(values: Any, categories: Sequence[str] | None = None, *, decimal: str = ".") -> Any:
+    """A text column of raw rows, cell by cell, as training saw it: every cell's text depends on that cell
+    alone, never on the other rows of the batch (issue #16: an integer column with an empty cell becomes
+    float in pandas, and ``101.0`` no longer matched ``101``).
+
+    Each cell goes through :func:`_cell_text`; a text not among ``categories`` (the values seen in training)
+    is then matched to one by meaning when exactly one fits: ``true``/``TRUE`` to ``True`` (a true/false
+    column), and a number to the category of the same value (``101.0`` or ``1.50`` to ``101`` or ``1.5``, with
+    ``decimal`` as the decimal mark). A text that matches nothing stays as it is (the encoder then gives it
+    all zeros, as for any value never seen).
+
+    Args:
+        values: one column (a pandas Series or a sequence), any dtype.
+        categories: the values seen in training, or None.
+        decimal: the decimal mark of numbers written as text.
+
+    Returns:
+        A pandas Series of ``str`` or missing (NaN), object dtype, same length (a fresh 0-based index).
+    """
+    import pandas as pd
+
+    series = pd.Series(values).reset_index(drop=True)
+    codes, uniques = pd.factorize(series, use_na_sentinel=True)
+    known = set(categories or ())
+    by_value: dict[float, str | None] = {}
+    titles = {c.lower(): c for c in known if c in ("True", "False")}
+    for c in known:
+        number = _as_number(c, decimal)
+        if number is not None:
+            by_value[number] = None if number in by_value else c  # two categories of one value: no match
+    texts: list[Any] = []
+    for u in uniques:
+        text = _cell_text(u)
+        if text is not None and known and text not in known:
+            if text.lower() in titles:
+                text = titles[text.lower()]
+            else:
+                number = _as_number(text, decimal)
+                if number is not None and by_value.get(number):
+                    text = by_value[number]
+        texts.append(np.nan if text is None else text)
+    table = np.array([*texts, np.nan], dtype=object)  # code -1 (missing) takes the last entry
+    return pd.Series(table[codes], dtype=object, name=series.name)
+
+
+def _as_number(text: str, decimal: str) -> float | None:
+    try:
+        number = float(text.replace(",", ".") if decimal == "," else text)
+    except ValueError:
+        return None
+    return number if np.isfinite(number) else None
+
+
 def _clean_frame(frame: pd.DataFrame, *, decimal: str = ".") -> tuple[pd.DataFrame, dict[str, ColumnKind]]:
     import pandas as pd
 
@@ -293,14 +382,29 @@ def _is_number(cell: str, decimal: str) -> bool:
     return decimal == "," or "," not in cell
 
 
+def _widths(rows: list[list[str]]) -> tuple[int, int, bool]:
+    """The number of columns most rows have, how many rows have it, and whether rows end with the delimiter.
+
+    A row that ends in an empty field counts for both its width and one less (``a;b;c;`` is 3 columns and an
+    optional trailing delimiter, or 4 with an empty last cell); ties go to the narrower width, as a last column
+    empty in every row (and unnamed) is a trailing delimiter."""
+    counts: Counter[int] = Counter()
+    for r in rows:
+        counts[len(r)] += 1
+        if len(r) > 1 and not r[-1].strip():
+            counts[len(r) - 1] += 1
+    width, hits = max(counts.items(), key=lambda kv: (kv[1], -kv[0]))
+    trailing = width > 1 and any(len(r) == width + 1 and not r[-1].strip() for r in rows)
+    return width, hits, trailing
+
+
 def _choose_delimiter(text: str) -> tuple[str, list[list[str]], str]:
     scored = []
     for d in DELIMITERS:
         rows = _rows(text, d)
         if not rows:
             continue
-        counts = Counter(len(r) for r in rows)
-        modal, hits = counts.most_common(1)[0]
+        modal, hits, _ = _widths(rows)
         if modal < 2:
             continue
         cells = [c for r in rows for c in r]
@@ -386,6 +490,11 @@ def sniff_csv(
     else:
         delim = _delimiter_char(delimiter)
         rows, delimiter_reason = _rows(text, delim), f"delimiter={delimiter!r}"
+    width, _, trailing = _widths(rows) if rows else (0, 0, False)
+    if rows and width < 2:
+        raise DatasetError(_one_column(p, text, rows, delim, delimiter_reason, given=delimiter != "auto"))
+    if trailing:
+        delimiter_reason += f"; rows may end with a {DELIMITERS[delim]} (an empty field after the last column, ignored)"
     decimal, decimal_reason = _choose_decimal(rows, delim)
     if header == "auto":
         has_header, header_reason = _choose_header(rows, decimal) if rows else (False, "no rows")
@@ -397,6 +506,48 @@ def sniff_csv(
         header=has_header,
         decimal=decimal,
         reasons={"delimiter": delimiter_reason, "encoding": encoding_reason, "header": header_reason, "decimal": decimal_reason},
+        columns=width,
+        trailing_delimiter=trailing,
+        header_names=tuple(c.strip() for c in rows[0]) if has_header and rows else (),
+    )
+
+
+_UNQUOTE = (
+    "python -c \"import csv, sys; [print(r[0]) for r in csv.reader(open(sys.argv[1], newline=''))]\" {name} > unquoted.csv"
+)
+
+
+def _one_column(p: Path, text: str, rows: list[list[str]], delim: str, reason: str, *, given: bool) -> str:
+    """Why the sampled lines split into one column, and what would read them."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    first = lines[0] if lines else ""
+    shown = first if len(first) <= 60 else first[:57] + "..."
+    quoted = bool(lines) and all(len(r) == 1 for r in rows) and all(
+        line.strip().startswith('"') and line.strip().endswith('"') for line in lines[:_SAMPLE_ROWS]
+    )
+    if quoted:
+        inner = "\n".join(r[0] for r in rows)
+        d, inner_rows, _ = _choose_delimiter(inner)
+        width = _widths(inner_rows)[0] if inner_rows else 1
+        if width >= 2:
+            return (
+                f"{p}: found 1 column: every line is one quoted field (line 1: {shown!r}), so no delimiter can split "
+                f"it; inside the quotes, {DELIMITERS[d]} splits the lines into {width} columns: the table was quoted a "
+                f"second time (as a spreadsheet saves a table pasted into one column). Remove the outer quotes to read "
+                f"it: {_UNQUOTE.format(name=p.name)}"
+            )
+        return f"{p}: found 1 column: every line is one quoted field (line 1: {shown!r}), and no delimiter splits the text inside"
+    if given:
+        d, other_rows, _ = _choose_delimiter(text)
+        width = _widths(other_rows)[0] if other_rows else 1
+        if width >= 2:
+            return (
+                f"{p}: found 1 column ({reason} splits no sampled line, line 1: {shown!r}); {DELIMITERS[d]} splits "
+                f"the lines into {width} columns: set delimiter={'tab' if d == chr(9) else d}"
+            )
+    return (
+        f"{p}: found 1 column ({reason}); a table needs feature columns and a class column. If the file uses "
+        "another delimiter, set delimiter (one of , ; tab |)"
     )
 
 
@@ -452,7 +603,12 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
         keep_default_na=False,
         skip_blank_lines=False,
         engine="c",
+        index_col=False,  # never the first column as the index when a row has one field more than the header
     )
+    if fmt.trailing_delimiter:  # the field after the last column is read as a column of its own, checked empty
+        names = list(fmt.header_names[: fmt.columns]) if fmt.header else [f"column_{j + 1}" for j in range(fmt.columns)]
+        _check_header_names(p, names)
+        kwargs["names"] = [*names, _TRAILING]
     try:
         frame = _read_csv_frame(p, fmt.encoding, kwargs)
     except UnicodeDecodeError as exc:
@@ -461,6 +617,16 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
         reason = f"Latin-1: not valid UTF-8 beyond the first 64 KiB ({exc.reason})"
         fmt = dataclasses.replace(fmt, encoding="latin-1", reasons={**fmt.reasons, "encoding": reason})
         frame = _read_csv_frame(p, fmt.encoding, kwargs)
+    if _TRAILING in frame.columns:
+        extra = frame.pop(_TRAILING)
+        filled = extra.notna().to_numpy() & (extra.astype(str).str.strip() != "").to_numpy()
+        if filled.any():
+            k = int(np.flatnonzero(filled)[0])
+            raise DatasetError(
+                f"{p}: line {k + 1 + int(fmt.header)} has a field after the last of the {fmt.columns} columns "
+                f"({extra.iloc[k]!r}); rows may end with a {DELIMITERS[fmt.delimiter]} but hold no more fields: "
+                "fix that line, or give every column a name in the header"
+            )
     if fmt.header:
         frame.columns = [str(c).strip() for c in frame.columns]
         if frame.columns.duplicated().any():
@@ -468,10 +634,12 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
             raise DatasetError(f"{p}: the header names column {dup!r} twice; give each column its own name")
     else:
         frame.columns = [f"column_{j + 1}" for j in range(frame.shape[1])]
-    if frame.shape[1] < 2:
+    if frame.shape[1] < 2:  # the sampled rows split into columns, but the header row does not
+        name = DELIMITERS[fmt.delimiter]
         raise DatasetError(
-            f"{p}: found 1 column ({fmt.reasons['delimiter']}); a table needs feature columns and a class column. "
-            f"If the file uses another delimiter, set delimiter (one of , ; tab |)"
+            f"{p}: found 1 column: the header row {str(frame.columns[0])[:60]!r} holds no {name}, while {name} splits "
+            f"the rows below into {fmt.columns} columns ({fmt.reasons['delimiter']}); set delimiter to the one the header "
+            "uses (one of , ; tab |), or header=false if the file has no header"
         )
     mixed = [c for c in frame.columns if frame[c].dtype == object and _mixed_types(frame[c])]
     if mixed:  # pandas typed parts of the file differently (chunked inference): read those columns as text
@@ -489,6 +657,17 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
     return RawTable(frame=cleaned, kinds=kinds, source=str(p), format="csv", csv=fmt, named=fmt.header, blank_rows=int(blank.sum()))
 
 
+_TRAILING = "\x00trailing"  # the name given to the empty field after a trailing delimiter (no real header has it)
+
+
+def _check_header_names(p: Path, names: list[str]) -> None:
+    seen = set()
+    for name in names:
+        if name in seen:
+            raise DatasetError(f"{p}: the header names column {name!r} twice; give each column its own name")
+        seen.add(name)
+
+
 def _positions(frame: pd.DataFrame, columns: list[str]) -> list[int]:
     return [list(frame.columns).index(c) for c in columns]
 
@@ -504,9 +683,21 @@ def _read_csv_frame(p: Path, encoding: str, kwargs: dict[str, Any]) -> pd.DataFr
     import pandas as pd
 
     try:
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("ignore", pd.errors.DtypeWarning)
-            return pd.read_csv(p, encoding=encoding, **kwargs)
+            warnings.simplefilter("always", pd.errors.ParserWarning)
+            frame = pd.read_csv(p, encoding=encoding, **kwargs)
+        for w in caught:
+            if issubclass(w.category, pd.errors.ParserWarning) and "does not match length of data" in str(w.message):
+                # index_col=False: pandas dropped the last field of rows one field longer than the header
+                name = DELIMITERS.get(kwargs["sep"], kwargs["sep"])
+                raise DatasetError(
+                    f"{p}: the header row names {len(frame.columns)} column(s) but the rows below have more fields "
+                    f"(columns split by {name}); give every column a name in the header, set delimiter to the one the "
+                    "header uses, or header=false if the file has no header"
+                )
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+        return frame
     except pd.errors.EmptyDataError:
         raise DatasetError(f"{p}: empty file; expected a table (a header row, then one sample per row)") from None
     except pd.errors.ParserError as exc:

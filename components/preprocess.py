@@ -5,8 +5,9 @@ Steps, each decision reported in :attr:`PreprocessResult.report` (and ``meta.jso
 
 1. Read every file (:func:`heteroflow.components.datasets.read_table`: delimiter, encoding, header, missing
    markers), in parallel on ``num_workers`` processes.
-2. The class column: ``label_column``, else a column named ``label``, else the last column (a notice says
-   so). A class column with missing values is an error listing the first rows (``missing=drop`` drops those
+2. The class column: ``label_column``, else a column named as a class (:data:`CLASS_COLUMN_NAMES`, first
+   listed first), else the last column; a guessed class column is said in a notice (logged at once, before
+   anything is fitted). A class column with missing values is an error listing the first rows (``missing=drop`` drops those
    rows); one that looks continuous (numbers with a fractional part, or more than half as many distinct
    values as rows, and more than 20) is an error.
 3. The features: every other column but ``drop_columns``. A column that looks like a row id (named like one,
@@ -50,7 +51,7 @@ import numpy as np
 from heteroflow.cache.atomic import atomic_directory
 from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.dataset import open_dataset
-from heteroflow.components.datasets import DELIMITERS, RawTable, read_table
+from heteroflow.components.datasets import DELIMITERS, RawTable, read_table, text_cells
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
@@ -60,6 +61,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CATEGORICAL_CHOICES",
+    "CLASS_COLUMN_NAMES",
     "HEADER_CHOICES",
     "ID_NAME_TOKENS",
     "META_NAME",
@@ -70,6 +72,8 @@ __all__ = [
     "TRANSFORM_NAME",
     "PreprocessResult",
     "available_cpus",
+    "SEED_MAX",
+    "check_integer",
     "check_preprocess_params",
     "check_split_params",
     "load_split",
@@ -90,6 +94,11 @@ TRANSFORM_FILES = (TRANSFORM_NAME, SCHEMA_NAME)
 HEADER_CHOICES = ("auto", "true", "false")
 CATEGORICAL_CHOICES = ("onehot", "error")
 MISSING_CHOICES = ("error", "impute", "drop")
+CLASS_COLUMN_NAMES = ("label", "class", "target", "y", "species", "outcome", "diagnosis", "labels", "classes")
+"""Names taken for the class column when ``label_column`` is empty, first listed first (case and surrounding
+spaces ignored): the names public tables (UCI, OpenML, Kaggle, scikit-learn's ``target``) give it. Without
+such a column the last column is taken, with a notice naming any column whose name holds one of these words
+(``income_class``)."""
 ID_NAME_TOKENS = frozenset({"id", "ids", "uuid", "guid", "idx", "index"})
 """A column whose name holds one of these words (``id``, ``PassengerId``, ``user_id``, ``ID``) is taken for a
 row id. Words are split at ``_``, spaces, digits and lower-to-upper case changes, so ``valid`` or ``paid``
@@ -168,6 +177,26 @@ def check_split_params(*, validation_fraction: float, test_fraction: float) -> N
         )
 
 
+SEED_MAX = 2**32 - 1
+"""The largest seed every engine takes: numpy's ``default_rng`` takes any integer >= 0, ``torch.manual_seed``
+integers up to 2**64 - 1, and JSON readers and KFP integer parameters are safe up to 2**53; 2**32 - 1 is also
+the range of the legacy ``numpy.random.seed``."""
+
+
+def check_integer(name: str, value: Any, low: int, valid: str = "", *, high: int | None = None) -> None:
+    """Check one integer parameter: an ``int`` (not a bool) in ``low..high``.
+
+    Raises:
+        InvalidParameter: naming the parameter, the value and the valid range (``valid``, else derived).
+    """
+    if not valid:
+        valid = f"an integer >= {low}" if high is None else f"an integer from {low} to {high}"
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidParameter(f"{name}={value!r} is not an integer; valid: {valid}")
+    if value < low or (high is not None and value > high):
+        raise InvalidParameter(f"{name}={value!r} is out of range; valid: {valid}")
+
+
 def _names(value: str, param: str) -> list[str]:
     if not isinstance(value, str):
         raise InvalidParameter(f"{param}={value!r} is not a string; valid: column names separated by commas")
@@ -196,12 +225,10 @@ def check_preprocess_params(values: Mapping[str, Any] | None = None, /, **given:
     drop_columns, keep_columns, delimiter = v["drop_columns"], v["keep_columns"], v["delimiter"]
     header, categorical, missing = v["header"], v["categorical"], v["missing"]
     check_split_params(validation_fraction=validation_fraction, test_fraction=test_fraction)
-    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 0:
-        raise InvalidParameter(f"shard_size={shard_size!r} is out of range; valid: 0 (about 16 MiB per shard) or more")
-    if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-        raise InvalidParameter(f"num_workers={num_workers!r} is out of range; valid: 0 (every given core) or more")
-    if isinstance(max_categories, bool) or not isinstance(max_categories, int) or max_categories < 2:
-        raise InvalidParameter(f"max_categories={max_categories!r} is out of range; valid: an integer >= 2")
+    check_integer("shard_size", shard_size, 0, "0 (about 16 MiB per shard) or more")
+    check_integer("num_workers", num_workers, 0, "0 (every given core) or more")
+    check_integer("max_categories", max_categories, 2)
+    check_integer("seed", v["seed"], 0, high=SEED_MAX)
     if not isinstance(label_column, str):
         raise InvalidParameter(f"label_column={label_column!r} is not a string; valid: a column name, or empty")
     _names(drop_columns, "drop_columns")
@@ -274,6 +301,8 @@ class _Table:
 
 
 def _label_of(table: RawTable, label_column: str) -> tuple[str, str]:
+    """The class column of one file and why: ``label_column``, else the best-placed name of
+    :data:`CLASS_COLUMN_NAMES`, else the last column."""
     columns = [str(c) for c in table.frame.columns]
     if label_column:
         if label_column in columns:
@@ -286,22 +315,67 @@ def _label_of(table: RawTable, label_column: str) -> tuple[str, str]:
         raise DatasetError(
             f"{table.source}: label_column={label_column!r} is not a column{hint} (columns: {', '.join(columns)})"
         )
-    named = [c for c in columns if c.strip().lower() == "label"]
-    if len(named) == 1:
-        return named[0], "the column named 'label'"
-    return columns[-1], "the last column, as none is named 'label'; set label_column to choose another"
+    if table.named:
+        named = sorted(
+            (CLASS_COLUMN_NAMES.index(c.strip().lower()), k, c)
+            for k, c in enumerate(columns)
+            if c.strip().lower() in CLASS_COLUMN_NAMES
+        )
+        if named:
+            chosen = named[0][2]
+            others = [c for _, _, c in named[1:]]
+            also = f", preferred to {_quoted(others)}" if others else ""
+            return chosen, f"the column named {chosen!r}{also}"
+    listed = ", ".join(CLASS_COLUMN_NAMES[:5]) + ", ..."
+    reason = f"the last column, as none is named as a class ({listed}); set label_column to choose another"
+    if table.named:
+        alike = [c for c in columns[:-1] if _words(c) & set(CLASS_COLUMN_NAMES)]
+        if alike:
+            reason += f"; {_quoted(alike)} {'is' if len(alike) == 1 else 'are'} named like one: label_column={alike[0]}?"
+    return columns[-1], reason
+
+
+def _quoted(names: list[str]) -> str:
+    return ", ".join(repr(n) for n in names)
 
 
 def _combine(tables: list[RawTable], label_column: str) -> _Table:
     import pandas as pd
 
-    picked = [(t, *_label_of(t, label_column)) for t in tables]
-    canon_table, canon_label, canon_reason = next(((t, lab, why) for t, lab, why in picked if t.named), picked[0])
-    features = [c for c in canon_table.frame.columns if c != canon_label]
+    named = [t for t in tables if t.named] or tables[:1]
+    guesses = [(t, *_label_of(t, label_column)) for t in named]
+    # the file whose class column is named as one speaks for all (a file without it is then named in an error)
+    canon_table, canon_label, canon_reason = next(
+        (g for g in guesses if not g[2].startswith("the last column")), guesses[0]
+    )
+    canon_columns = [str(c) for c in canon_table.frame.columns]
+    features = [c for c in canon_columns if c != canon_label]
+    picked = []
+    for t in tables:
+        columns = [str(c) for c in t.frame.columns]
+        if t is canon_table:
+            label = canon_label
+        elif t.named and canon_table.named:
+            # every named file has the class column the first one has: the same name, not its own guess
+            label = _label_of(t, label_column)[0] if label_column else canon_label
+            if label not in columns:
+                raise DatasetError(
+                    f"{t.source} has no column {canon_label!r}, the class column of {canon_table.source} "
+                    f"({canon_reason}); every file needs the same columns (columns of {Path(t.source).name}: "
+                    f"{_listed(columns)})"
+                )
+        elif canon_label in columns:  # an .npz file: its class column is named, its features are not
+            label = canon_label
+        elif len(columns) == len(canon_columns):  # a header-less file: the class column at the same place
+            label = columns[canon_columns.index(canon_label)]
+        else:
+            label = _label_of(t, label_column)[0] if label_column and not canon_table.named else columns[-1]
+        picked.append((t, label))
     frames, kinds = [], {c: canon_table.kinds[c] for c in features}
     kinds[canon_label] = canon_table.kinds[canon_label]
     label_kinds = set()
-    for t, label, _ in picked:
+    as_text: set[str] = set()
+    for t, label in picked:
         own = [c for c in t.frame.columns if c != label]
         if own == features:
             rename = {}
@@ -309,6 +383,19 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
             rename = {}
         elif len(own) == len(features) and not (t.named and canon_table.named):
             rename = dict(zip(own, features))
+        elif t.named and canon_table.named:
+            lacks, extra = [c for c in features if c not in own], [c for c in own if c not in features]
+            name, canon_name = Path(t.source).name, Path(canon_table.source).name
+            said = []
+            if lacks:
+                said.append(f"{name} lacks column(s) {_quoted(lacks)}, which {canon_name} has")
+            if extra:
+                said.append(f"{'it' if lacks else name} has column(s) {_quoted(extra)}, which {canon_name} lacks")
+            count = f"has {len(own)} features but {canon_table.source} has {len(features)}: " if len(own) != len(features) else ""
+            raise DatasetError(
+                f"{t.source} {count}" + "; ".join(said) + f" (class column {canon_label!r}: {canon_reason}); every file "
+                "needs the same columns"
+            )
         else:
             raise DatasetError(
                 f"{t.source} has {len(own)} features but {canon_table.source} has {len(features)} (features of "
@@ -317,6 +404,7 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
             )
         part = t.frame.rename(columns={**rename, label: canon_label})[[*features, canon_label]]
         for own_name, name in zip(own, features):
+            name = rename.get(own_name, own_name)
             kind = t.kinds[own_name]
             if kind != kinds[name] and t.frame[own_name].isna().all():
                 continue  # a column with no value in this file says nothing about its kind
@@ -325,6 +413,11 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
             elif kind != kinds[name]:
                 if {kind, kinds[name]} == {"text", "bool"}:
                     kinds[name] = "text"
+                elif {kind, kinds[name]} <= {"number", "text", "bool"}:
+                    # text in one file, numbers in another (`room`: A1, 101 here; 101, 102 there): text in all,
+                    # each number written as the text it was (101, not 101.0), so a cell never depends on its file
+                    kinds[name] = "text"
+                    as_text.add(name)
                 else:
                     raise DatasetError(
                         f"column {name!r} holds {kinds[name]} values in {canon_table.source} but {kind} values in "
@@ -334,6 +427,11 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
         frames.append(part)
     if len(label_kinds) > 1:
         kinds[canon_label] = "text"
+    if as_text:
+        for part in frames:
+            for name in as_text:
+                if pd.api.types.is_numeric_dtype(part[name]):
+                    part[name] = text_cells(part[name]).to_numpy()
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     frame = frame.reset_index(drop=True)
     file_of = np.concatenate([np.full(len(t.frame), i, dtype=np.int32) for i, t in enumerate(tables)])
@@ -411,7 +509,7 @@ def preprocess(
         seed: seed of the split (same seed and data, same shards).
         num_workers: processes reading files; 0: every CPU core this step is given (unit: processes).
         shard_size: samples per shard file; 0: as many as fit in about 16 MiB (unit: samples).
-        label_column: the class column; empty: the column named 'label', else the last column.
+        label_column: the class column; empty: a column named label, class, target, y, species, outcome, diagnosis, else the last column.
         drop_columns: columns to leave out of the features, separated by commas.
         keep_columns: columns to use as features even when they look like row ids, separated by commas.
         header: whether CSV files start with a header row: auto (detect), true or false.
@@ -504,8 +602,10 @@ def _preprocess_tables(
     rows_read = len(table.frame)
     label, label_reason = table.label, table.label_reason
     label_note = f"class column {label!r}: {label_reason}"
-    if not parameters["label_column"] and label_reason.startswith("the last column"):
-        notices.append(f"class column: {label!r}, {label_reason}")
+    if not parameters["label_column"]:  # a guess is never silent: said in one line, before training
+        guess = f"class column: {label!r}, {label_reason}"
+        notices.append(guess if "label_column" in label_reason else guess + "; set label_column to choose another")
+        log.warning("preprocess: %s", notices[0])
     for t in tables:
         if t.csv is not None and t.csv.encoding == "latin-1":
             notices.append(f"{t.source}: read as {t.csv.reasons['encoding']}")
@@ -664,11 +764,15 @@ def _preprocess_tables(
             text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, transform=transform,
             impute=impute, features=features, parameters=parameters, notices=notices, label_reason=label_reason,
         )
+        categories = tabular.text_categories(transform)
         schema = {
             "format_version": 1,
             "label_column": label,
             "classes": list(classes),
-            "columns": [{"name": c, "kind": "number" if c in numeric else "text"} for c in used],
+            "columns": [
+                {"name": c, "kind": "number"} if c in numeric else {"name": c, "kind": "text", "categories": categories[c]}
+                for c in used
+            ],
             "features": features,
             "num_features": width,
             "missing": missing,
@@ -695,7 +799,7 @@ def _preprocess_tables(
         }
         (tmp / META_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         tabular.save_transform(tmp, transform, schema)
-    for notice in notices:
+    for notice in notices[0 if parameters["label_column"] else 1:]:  # the class column's was said at once
         log.warning("preprocess: %s", notice)
     return PreprocessResult(
         output_dir=out,
@@ -775,7 +879,10 @@ def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: 
                 f"class column {label!r} ({label_reason}) looks continuous: {distinct} distinct values in {n} rows, with "
                 f"fractions such as {examples}; a classifier needs a column of classes: set label_column to it"
             )
-        uniques, y = np.unique(values.astype(np.int64), return_inverse=True)
+        # hash once (pandas.factorize), then sort the few distinct values: O(n), where np.unique sorts every row
+        codes, found = pd.factorize(values.astype(np.int64))
+        uniques = np.sort(found)
+        y = np.searchsorted(uniques, found)[codes]
         classes = [str(int(u)) for u in uniques]
     else:
         codes, uniques = pd.factorize(y_raw)

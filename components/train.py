@@ -35,7 +35,7 @@ from heteroflow.components.errors import (
     InvalidParameter,
     NonFiniteError,
 )
-from heteroflow.components.preprocess import TRANSFORM_FILES, available_cpus, load_split, read_meta
+from heteroflow.components.preprocess import SEED_MAX, TRANSFORM_FILES, available_cpus, check_integer, load_split, read_meta
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
@@ -160,6 +160,7 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
         value, low = v[name], 1
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
+    check_integer("seed", v["seed"], 0, high=SEED_MAX)  # numpy's default_rng refuses a negative seed mid-run
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate):
         raise InvalidParameter(f"learning_rate={learning_rate!r} is not a finite number; valid: a number > 0")
     if not learning_rate > 0:

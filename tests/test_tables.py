@@ -77,32 +77,41 @@ def _two_class_rows(n: int, seed: int, separation: float = 1.2) -> tuple[np.ndar
 
 
 def test_without_a_label_column_the_last_column_is_the_class_and_the_result_says_so(tmp_path: Path) -> None:
-    # the issue's file: species, bill_mm, year; the last column (year) is taken for the class
+    # issue #8's file: species, bill_mm, year; the last column (year) was taken for the class. Since issue #16
+    # (item 3) a column named as a class (species) is preferred; a table without one still takes its last column.
     rng = np.random.default_rng(1)
     species = rng.integers(0, 2, 240)
     bill = (40 + 8 * species + rng.normal(0, 2.5, 240)).round(1)
     year = rng.integers(2007, 2010, 240)
     body = "".join(f"{s},{b},{y}\n" for s, b, y in zip(species, bill, year))
+    _write(tmp_path / "unnamed", "penguins.csv", "kind,bill_mm,year\n" + body)
     src = tmp_path / "penguins"
     _write(src, "penguins.csv", "species,bill_mm,year\n" + body)
 
-    r = _prep(src, tmp_path / "a")
+    r = _prep(tmp_path / "unnamed", tmp_path / "a")
     assert r.report["class_column"] == "year"
     assert r.classes == ("2007", "2008", "2009")
-    assert r.report["class_column_reason"] == "the last column, as none is named 'label'; set label_column to choose another"
+    assert r.report["class_column_reason"] == (
+        "the last column, as none is named as a class (label, class, target, y, species, ...); set label_column to choose another"
+    )
     assert any(n.startswith("class column: 'year'") and "label_column" in n for n in r.notices)
     assert r.report["notices"] == list(r.notices)
     assert read_meta(r.output_dir)["report"]["class_column"] == "year"  # and in the record
 
-    r = _prep(src, tmp_path / "b", label_column="species")
+    r = _prep(src, tmp_path / "b")
     assert r.report["class_column"] == "species"
-    assert r.report["class_column_reason"] == "label_column=species"
+    assert r.report["class_column_reason"] == "the column named 'species'"
+    assert r.notices[0] == "class column: 'species', the column named 'species'; set label_column to choose another"
     assert r.classes == ("0", "1")
     assert r.report["rows_used"] == 240
     assert r.report["columns_used"] == ["bill_mm", "year"]
-    assert not any(n.startswith("class column") for n in r.notices)
     # bill_mm separates the species by 8 / 2.5 sd: Bayes accuracy Phi(1.6) = 0.945
     assert 0.8 <= _accuracy(r, tmp_path / "b") <= 1.0
+
+    r = _prep(src, tmp_path / "c", label_column="year")
+    assert r.report["class_column"] == "year"
+    assert r.report["class_column_reason"] == "label_column=year"
+    assert not any(n.startswith("class column") for n in r.notices)
 
 
 def test_a_column_named_label_is_the_class_wherever_it_stands(tmp_path: Path) -> None:
@@ -111,9 +120,10 @@ def test_a_column_named_label_is_the_class_wherever_it_stands(tmp_path: Path) ->
     _write(src, "t.csv", "a,Label,b\n" + "".join(f"{v},{c},{(i * 7) % 5}\n" for i, (v, c) in enumerate(zip(x, y))))
     r = _prep(src, tmp_path)
     assert r.report["class_column"] == "Label"
-    assert r.report["class_column_reason"] == "the column named 'label'"
+    assert r.report["class_column_reason"] == "the column named 'Label'"
     assert r.report["columns_used"] == ["a", "b"]
-    assert r.notices == ()
+    # a guess by name is still a guess: said in one notice (issue #16 item 3)
+    assert r.notices == ("class column: 'Label', the column named 'Label'; set label_column to choose another",)
 
 
 def test_a_continuous_class_column_is_an_error_that_names_it_and_label_column(tmp_path: Path) -> None:
@@ -123,7 +133,7 @@ def test_a_continuous_class_column_is_an_error_that_names_it_and_label_column(tm
     src = tmp_path / "fares"
     _write(src, "t.csv", "Survived,Pclass,Fare\n" + rows)
     message = _errors(src, tmp_path)
-    assert re.search(r"class column 'Fare' \(the last column, as none is named 'label'; .*\) looks continuous: \d+ distinct values in 300 rows", message)
+    assert re.search(r"class column 'Fare' \(the last column, as none is named as a class \(label, .*\) looks continuous: \d+ distinct values in 300 rows", message)
     assert "set label_column" in message
 
 
@@ -496,7 +506,7 @@ def test_a_titanic_like_table_trains_after_following_the_messages(tmp_path: Path
 
     # 1st run: the class was taken from the last column (Embarked), which has 2 missing values
     first = _errors(src, tmp_path / "1")
-    assert "class column 'Embarked' (the last column, as none is named 'label'; set label_column to choose another) has 2 missing values" in first
+    assert "class column 'Embarked' (the last column, as none is named as a class (label, class, target, y, species, ...); set label_column to choose another) has 2 missing values" in first
     assert "label_column" in _named_parameters(first)
 
     # 2nd run: the user names the class column; the features' problems come together, each with its parameter
@@ -611,7 +621,8 @@ def test_parquet_files_are_read_like_csv(tmp_path: Path) -> None:
     assert [f["format"] for f in r.report["files"]] == ["parquet", "csv"]
     assert r.report["rows_read"] == 150
     assert r.report["rows_dropped"] == {"missing values": 1}
-    assert r.report["class_column_reason"].startswith("the last column")
+    assert r.report["class_column"] == "species"  # named as a class (issue #16 item 3), and last
+    assert r.report["class_column_reason"] == "the column named 'species'"
 
 
 # ==========================================================================================================
