@@ -33,8 +33,8 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
     """The inventory in ``path`` (YAML or JSON), or this machine's when None.
 
     Raises:
-        InvalidParameter: the file is missing, is not YAML/JSON, or does not follow the inventory format (the
-            message names the file and the field).
+        InvalidParameter: the file is missing, is not YAML/JSON, gives a key twice in one mapping, or does not
+            follow the inventory format (the message names the file and the field).
     """
     from heteroflow.components.plan import Inventory, current_inventory
 
@@ -42,9 +42,11 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
         return current_inventory("")
     import yaml
 
+    from heteroflow.components.keys import load_yaml
+
     file = Path(path)
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = load_yaml(file.read_text(encoding="utf-8"), where=f"inventory {file}")  # a key given twice: an error
     except OSError as exc:
         raise InvalidParameter(f"inventory {file}: cannot read it ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
