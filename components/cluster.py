@@ -326,17 +326,21 @@ def load_profile(path: str | os.PathLike[str]) -> ClusterProfile:
         The :class:`ClusterProfile`.
 
     Raises:
-        InvalidProfile: the file cannot be read (the message names the path and the OS reason), is not YAML, or
-            holds an unknown field or an invalid value.
+        InvalidProfile: the file cannot be read (the message names the path and the OS reason), is not YAML,
+            gives a key twice in one mapping, or holds an unknown field or an invalid value.
     """
     import yaml
+
+    from heteroflow.components.keys import DuplicateKey, load_yaml
 
     where = os.fspath(path)
     try:
         with open(where, encoding="utf-8") as handle:
-            data = yaml.safe_load(handle)
+            data = load_yaml(handle.read(), where=f"cluster profile {where}")
     except OSError as exc:
         raise InvalidProfile(f"cluster profile {where}: cannot be read ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
         raise InvalidProfile(f"cluster profile {where}: not valid YAML ({exc})") from None
+    except DuplicateKey as exc:
+        raise InvalidProfile(str(exc)) from None
     return ClusterProfile.from_dict(data, source=where)

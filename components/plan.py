@@ -65,8 +65,12 @@ class Inventory:
         """
         from heteroflow.components.accelerators import find_accelerator
 
+        from heteroflow.components.keys import DuplicateKey, unique_object
+
         try:
-            data = json.loads(text)
+            data = json.loads(text, object_pairs_hook=unique_object(source))
+        except DuplicateKey:
+            raise
         except ValueError as exc:
             raise InvalidParameter(f"{source}={text!r} is not JSON ({exc}); valid: {_INVENTORY_FORMS}") from None
         if not isinstance(data, dict):

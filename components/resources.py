@@ -958,15 +958,27 @@ class Resources:
         ``gpu:accelerator=T4,memory=8G`` or ``cpu:cpu=8``.
 
         Raises:
-            InvalidResources: malformed spec, unknown key or invalid value.
+            InvalidResources: malformed spec, unknown key, a key given twice (``cpu:cpu=2,cpu=4``, or ``kind=``
+                beside the ``KIND:`` prefix) or invalid value.
         """
         kind, _, rest = spec.partition(":")
         fields: dict[str, Any] = {"kind": kind}
+        written: dict[str, str] = {}
         for item in filter(None, (p.strip() for p in rest.split(","))):
             key, eq, value = item.partition("=")
             if not eq:
                 raise InvalidResources(f"candidate {spec!r}: {item!r} is not key=value (e.g. gpu:count=1,memory=16Gi)")
             key = key.strip()
+            if key == "kind":
+                raise InvalidResources(
+                    f"candidate {spec!r}: the kind is given twice ({kind!r} before the colon and kind={value.strip()}); "
+                    "write it once, before the colon (e.g. gpu:count=1)"
+                )
+            if key in written:
+                raise InvalidResources(
+                    f"candidate {spec!r}: {key} is given twice ({written[key]} and {item}); give each key once"
+                )
+            written[key] = item
             if key == "count":
                 try:
                     fields[key] = int(value)

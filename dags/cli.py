@@ -4,7 +4,9 @@ Registered in the ``heteroflow.cli`` entry-point group (pyproject.toml), so ``he
 without the CLI importing this package; nothing from Airflow is imported until a command runs.
 
 - ``heteroflow airflow pools [--inventory FILE]``: create or update the pools per device kind and accelerator
-  model (:mod:`heteroflow.dags.pools`) in this environment's Airflow database.
+  model (:mod:`heteroflow.dags.pools`) in this environment's Airflow database, and record them in the Airflow
+  Variable ``heteroflow_pools`` (what a DAG's ``prepare-run`` checks on workers that cannot read the database:
+  a missing pool fails the run at once instead of leaving its tasks ``scheduled`` for ever).
 """
 
 from __future__ import annotations

@@ -378,8 +378,10 @@ class PrepareRunOperator(BaseOperator):
         return folder.absolute() if self.local else folder
 
     def execute(self, context: Any) -> Any:
+        from heteroflow.dags.pools import check_pools
         from heteroflow.pipelines.local import prepare_arguments
 
+        check_pools(self.dag.tasks, dag_id=self.dag_id)  # a missing pool would leave its tasks scheduled for ever
         folder = self.run_folder(str(context["run_id"]))
         params = context.get("params") or {}
         given = {k: v for k, v in dict(params).items() if k in self.pipeline.params and v is not None}

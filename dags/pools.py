@@ -14,27 +14,42 @@ JSON file: per device kind a count, or a count per model::
 Without a file, the devices PyTorch sees here (plus ``HETEROFLOW_SIMULATE_DEVICES``). A kind with no devices
 gets a pool of 0 slots: a task asking for it waits; the plan step never starts a call there, and a fallback
 gate passes over candidates the plan's inventory cannot serve.
+
+A missing pool fails the run at once (issue #16.14). Airflow leaves a task whose pool does not exist in
+``scheduled`` for ever (the scheduler only logs "Tasks using non-existent pool ... will not be scheduled",
+``airflow/ti_deps/deps/pool_slots_available_dep.py``), and ``airflow dags test`` ignores pools, so trying a DAG
+never shows it. So the DAG's first task (``prepare-run``) calls :func:`check_pools`: every pool a task of the DAG
+uses must exist, with at least the ``pool_slots`` its task takes (a task that needs more slots than its pool has
+waits for ever too; a pool of 0 slots is the inventory saying "none here", which the planner passes over). It
+fails with ``AirflowFailException`` naming the pools and ``heteroflow airflow pools``. Where the task cannot read
+Airflow's database (Airflow 3 workers block it), it reads what :func:`sync_pools` recorded in the Airflow
+Variable :data:`POOLS_VARIABLE`, and where neither is readable it warns and lets the run go on.
 """
 
 from __future__ import annotations
 
 import json
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.dags.layout import POOL_PREFIX, pools_for_inventory
 
-__all__ = ["load_inventory", "pool_plan", "sync_pools"]
+__all__ = ["POOLS_VARIABLE", "check_pools", "load_inventory", "pool_plan", "pools_in_use", "sync_pools"]
+
+POOLS_VARIABLE = "heteroflow_pools"
+"""Airflow Variable in which ``heteroflow airflow pools`` records the pools it made (JSON ``{pool: slots}``): what
+:func:`check_pools` reads where a task cannot read Airflow's database."""
 
 
 def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
     """The inventory in ``path`` (YAML or JSON), or this machine's when None.
 
     Raises:
-        InvalidParameter: the file is missing, is not YAML/JSON, or does not follow the inventory format (the
-            message names the file and the field).
+        InvalidParameter: the file is missing, is not YAML/JSON, gives a key twice in one mapping, or does not
+            follow the inventory format (the message names the file and the field).
     """
     from heteroflow.components.plan import Inventory, current_inventory
 
@@ -42,9 +57,11 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
         return current_inventory("")
     import yaml
 
+    from heteroflow.components.keys import load_yaml
+
     file = Path(path)
     try:
-        data = yaml.safe_load(file.read_text(encoding="utf-8"))
+        data = load_yaml(file.read_text(encoding="utf-8"), where=f"inventory {file}")  # a key given twice: an error
     except OSError as exc:
         raise InvalidParameter(f"inventory {file}: cannot read it ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
@@ -83,4 +100,102 @@ def sync_pools(plan: dict[str, tuple[int, str]], *, dry_run: bool = False) -> li
         if not dry_run:
             Pool.create_or_update_pool(name, slots, description, False)
         out.append({"name": name, "slots": slots, "previous": previous, "description": description})
+    if not dry_run:
+        _record(plan)
     return out
+
+
+def _record(plan: dict[str, tuple[int, str]]) -> None:
+    """Add ``plan``'s pools to the :data:`POOLS_VARIABLE` record (for workers that cannot read the database)."""
+    from airflow.models.variable import Variable
+
+    try:
+        recorded = json.loads(Variable.get(POOLS_VARIABLE, default_var="{}"))
+    except ValueError:
+        recorded = {}
+    recorded = recorded if isinstance(recorded, dict) else {}
+    recorded.update({name: slots for name, (slots, _) in plan.items()})
+    Variable.set(POOLS_VARIABLE, json.dumps(recorded, sort_keys=True),
+                 description="pools made by `heteroflow airflow pools` ({pool: slots}); read by heteroflow DAGs' prepare-run")
+
+
+def pools_in_use(tasks: Iterable[Any]) -> dict[str, int]:
+    """``{pool: the most pool_slots one task takes}`` over ``tasks`` (Airflow operators), without ``default_pool``
+    (it always exists)."""
+    out: dict[str, int] = {}
+    for task in tasks:
+        pool = getattr(task, "pool", None)
+        if pool and pool != "default_pool":
+            out[pool] = max(out.get(pool, 0), int(getattr(task, "pool_slots", 1) or 1))
+    return out
+
+
+def _existing_pools() -> tuple[dict[str, int] | None, str]:
+    """``({pool: slots}, where it was read)``, or ``(None, why)`` when neither source can be read here."""
+    try:
+        from airflow.models.pool import Pool
+
+        return {p.pool: int(p.slots) for p in Pool.get_pools()}, "Airflow's database"
+    except Exception as exc:  # Airflow 3 workers: "Direct database access via the ORM is not allowed"
+        blocked = f"{type(exc).__name__}: {exc}"
+    try:
+        from airflow.sdk import Variable
+
+        text = Variable.get(POOLS_VARIABLE, default=None)
+    except Exception as exc:
+        return None, f"database: {blocked}; Variable {POOLS_VARIABLE}: {type(exc).__name__}: {exc}"
+    if text is None:
+        return {}, f"the Airflow Variable {POOLS_VARIABLE} (absent: `heteroflow airflow pools` has not run here)"
+    try:
+        recorded = json.loads(text)
+    except ValueError:
+        recorded = None
+    if not isinstance(recorded, dict):
+        return None, f"the Airflow Variable {POOLS_VARIABLE} is not a JSON object"
+    return {str(k): int(v) for k, v in recorded.items()}, f"the Airflow Variable {POOLS_VARIABLE}"
+
+
+def check_pools(tasks: Iterable[Any], *, dag_id: str = "this DAG") -> None:
+    """Fail unless every pool ``tasks`` use exists with at least the slots one of them takes.
+
+    Args:
+        tasks: the DAG's tasks (``dag.tasks``).
+        dag_id: named in the message.
+
+    Raises:
+        AirflowFailException: pools missing (named, with their slots wanted) or too small, and the command that
+            makes them (``heteroflow airflow pools``).
+
+    Warns:
+        UserWarning: the pools cannot be read here (no database, no Variable); the run goes on unchecked.
+    """
+    from airflow.sdk.exceptions import AirflowFailException
+
+    needed = pools_in_use(tasks)
+    if not needed:
+        return
+    existing, source = _existing_pools()
+    if existing is None:
+        import warnings
+
+        warnings.warn(f"cannot check the Airflow pools {', '.join(sorted(needed))} of {dag_id} here ({source}); "
+                      "a task whose pool does not exist waits in `scheduled` for ever", UserWarning, stacklevel=2)
+        return
+    missing = sorted(name for name in needed if name not in existing)
+    short = sorted(name for name in needed if name in existing and 0 < existing[name] < needed[name])
+    problems = []
+    if missing:
+        problems.append(
+            f"its tasks use the Airflow pool(s) {', '.join(missing)}, which do not exist (read from {source}); a task "
+            "in a missing pool stays `scheduled` for ever (Airflow only logs \"non-existent pool\")"
+        )
+    if short:
+        problems.append(
+            "; ".join(f"a task takes {needed[n]} slots of pool {n}, which has {existing[n]}, so it can never start" for n in short)
+        )
+    if problems:
+        raise AirflowFailException(
+            f"{dag_id}: {'; and '.join(problems)}. Create or resize them with `heteroflow airflow pools --inventory "
+            "FILE` (FILE: per device kind a count, or a count per model, e.g. 'gpu: {nvidia-t4: 2}' and 'npu: 8'; 0 "
+            "where you have none), then rerun"
+        )

@@ -84,13 +84,9 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 
 def _parse_pairs(pairs: list[str], *, option: str = "--param") -> dict[str, str]:
-    out: dict[str, str] = {}
-    for pair in pairs:
-        name, sep, value = pair.partition("=")
-        if not sep or not name.strip():
-            raise InvalidParameter(f"{option} {pair!r} is not NAME=VALUE (e.g. {option} epochs=3)")
-        out[name.strip()] = value.strip()
-    return out
+    from heteroflow.components.keys import parse_pairs  # a name given twice is an error (#16.17)
+
+    return parse_pairs(pairs, option=option)
 
 
 def _short_error(error: str | None) -> str:

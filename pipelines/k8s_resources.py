@@ -23,16 +23,24 @@ What it decides:
 Raises :class:`~heteroflow.components.errors.InvalidResources` where a candidate cannot be asked for on the
 cluster the profile describes (a family HAMi cannot name as one resource, a model the profile's labels cannot
 tell apart, a node selector that contradicts the model, an unknown affinity field).
+
+Without a profile (issue #16.20) the default conventions (:data:`~heteroflow.components.cluster.DEFAULT_PROFILE`)
+pick a model: ``gpu:accelerator=t4`` asks for ``nvidia.com/gpu`` on nodes labelled ``nvidia.com/gpu.product`` in
+``Tesla-T4``/``TESLA-T4`` (NVIDIA GPU feature discovery). Whenever that choice rests on an assumed convention (a
+node label, or a resource name that differs between device plugins), :func:`plan_pod` warns with a
+:class:`DefaultProfileWarning` naming the label or resource it wrote and the ``--profile`` settings (and example
+profiles) that pin the cluster's own; a node labelled another way would never run the step, so it is never silent.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import re
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
-from heteroflow.components.accelerators import ACCELERATORS, Accelerator, label_conventions_for
+from heteroflow.components.accelerators import ACCELERATORS, PLUGIN_CONVENTIONS, Accelerator, label_conventions_for
 from heteroflow.components.cluster import (
     DEFAULT_PROFILE,
     KUEUE_QUEUE_LABEL,
@@ -42,7 +50,40 @@ from heteroflow.components.cluster import (
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.resources import Resources, Toleration, thaw
 
-__all__ = ["PodPlan", "PodResources", "build_pod_resources", "plan_pod"]
+__all__ = ["DefaultProfileWarning", "PodPlan", "PodResources", "build_pod_resources", "plan_pod"]
+
+
+class DefaultProfileWarning(UserWarning):
+    """A candidate's model was rendered with the default cluster conventions because no profile was given."""
+
+
+_EXAMPLE_PROFILES = {  # the repository's examples/profiles/ per vendor
+    "nvidia": ("nvidia-gfd.yaml", "kueue-gke.yaml"),
+    "ascend": ("ascend-official.yaml", "ascend-hami.yaml"),
+}
+
+
+def _warn_default_profile(resources: Resources, accel: Accelerator, resource_name: str, label: str | None) -> None:
+    """Say which default convention picked ``resources``' model, and how ``--profile`` pins the cluster's own."""
+    conv = DEFAULT_PROFILE.vendor(accel.vendor)
+    by_plugin = any(len(set(m.resource_names.values())) > 1 for m in resources.accelerator_models)
+    if label is None and not by_plugin:
+        return
+    written = [f"resource {resource_name} (vendors.{accel.vendor}.plugin: {conv.plugin})"] if by_plugin else []
+    if label is not None:
+        written.append(f"node label {label} (vendors.{accel.vendor}.labels: {conv.labels})")
+    examples = _EXAMPLE_PROFILES.get(accel.vendor, ())
+    choices = f"vendors.{accel.vendor}.plugin: {' | '.join(sorted(PLUGIN_CONVENTIONS))}; " if by_plugin else ""
+    choices += f"vendors.{accel.vendor}.labels: {' | '.join(label_conventions_for(accel.vendor))}"
+    warnings.warn(
+        f"candidate {resources.describe()}: no cluster profile was given, so the default conventions pick "
+        f"{accel.display_name}: {' and '.join(written)}; a cluster named or labelled otherwise never runs it. Pin "
+        f"your cluster's conventions with --profile FILE ({choices}"
+        + (f"; e.g. examples/profiles/{', examples/profiles/'.join(examples)}" if examples else "")
+        + ")",
+        DefaultProfileWarning,
+        stacklevel=3,
+    )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -161,7 +202,13 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> Pod
     Raises:
         InvalidResources: the candidate cannot be asked for on that cluster; the message names the field, the
             profile and what would work.
+
+    Warns:
+        DefaultProfileWarning: ``profile`` is None and the default conventions picked an accelerator model (a node
+            label, or a resource name that depends on the device plugin); the message says which ``--profile``
+            settings pin the cluster's own.
     """
+    given = profile
     profile = profile or DEFAULT_PROFILE
     requests: dict[str, str] = {}
     limits: dict[str, str] = {}
@@ -180,7 +227,15 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> Pod
     resource_name = None
     count = 0
     if accel is not None:
+        before = dict(node_selector)
         resource_name, requirement = _accelerator_plan(resources, accel, profile, node_selector)
+        if given is None:
+            added = {k: v for k, v in node_selector.items() if before.get(k) != v}
+            label = (
+                f"{requirement['key']} in {', '.join(requirement['values'])}" if requirement is not None
+                else ", ".join(f"{k}={v}" for k, v in added.items()) or None
+            )
+            _warn_default_profile(resources, accel, resource_name, label)
         count = resources.count or 0
         requests[resource_name] = limits[resource_name] = str(count)
         if requirement is not None:

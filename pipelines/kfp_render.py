@@ -48,7 +48,7 @@ from kfp import dsl
 from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output, OutputPath, PipelineTask
 
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.cluster import ClusterProfile
+from heteroflow.components.cluster import DEFAULT_PROFILE, ClusterProfile
 from heteroflow.components.resources import DeviceKind
 from heteroflow.components.runtime import (
     KFP_CANDIDATE,
@@ -198,7 +198,8 @@ class _Renderer:
             task.set_display_name(f"{call.name} on {kind} (candidate {index})")
         else:
             task.set_display_name(call.name)
-        apply_resources(task, resources, profile=self.profile)
+        # kfp.local ignores resources: the default profile there, without the default-profile warning (#16.20)
+        apply_resources(task, resources, profile=self.profile or (DEFAULT_PROFILE if self.local else None))
         apply_retry(task, call.retry, local=self.local)
         if call.secrets and not self.local:  # kfp.local never reads kfp-kubernetes settings
             from kfp import kubernetes

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -34,3 +35,58 @@ def digits_shards(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) ->
     out = root / "shards"
     preprocess(result.manifest_path, out, seed=0, num_workers=1)
     return out
+
+
+# Pauses training at an observable point, in whatever process trains (a step subprocess of `heteroflow run`):
+# right after the checkpoint.json of step >= $HETEROFLOW_TEST_PAUSE_AT_STEP is written, train sleeps up to
+# $HETEROFLOW_TEST_PAUSE_SECONDS, so a test can signal the run while training is certainly unfinished (no race
+# with a fast machine finishing training first). Loaded through PYTHONPATH as `sitecustomize`; it patches
+# heteroflow.components.train once that module is imported, and does nothing in other processes.
+_PAUSE_HOOK = '''
+import importlib.abc, importlib.util, os, sys, time
+
+_AT = int(os.environ.get("HETEROFLOW_TEST_PAUSE_AT_STEP", "0") or 0)
+
+
+class _PauseTrain(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "heteroflow.components.train":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            real = module.atomic_write_bytes
+
+            def write(target_path, data, *args, **kwargs):
+                real(target_path, data, *args, **kwargs)
+                if os.path.basename(target_path) == "checkpoint.json" and b'"step": ' in data:
+                    import json
+                    if json.loads(data)["step"] >= _AT:
+                        time.sleep(float(os.environ.get("HETEROFLOW_TEST_PAUSE_SECONDS", "120")))
+
+            module.atomic_write_bytes = write
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+if _AT:
+    sys.meta_path.insert(0, _PauseTrain())
+'''
+
+
+@pytest.fixture()
+def pause_train_at_checkpoint(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    """``env(step)``: environment variables under which train, in any process started with them, pauses (120 s)
+    right after writing its checkpoint of step >= ``step``; the checkpoint file is the point a test waits for."""
+    folder = tmp_path_factory.mktemp("pause-hook")
+    (folder / "sitecustomize.py").write_text(_PAUSE_HOOK)
+
+    def env(step: int, seconds: float = 120.0) -> dict[str, str]:
+        path = os.pathsep.join(p for p in (str(folder), os.environ.get("PYTHONPATH", "")) if p)
+        return {"PYTHONPATH": path, "HETEROFLOW_TEST_PAUSE_AT_STEP": str(step), "HETEROFLOW_TEST_PAUSE_SECONDS": str(seconds)}
+
+    return env

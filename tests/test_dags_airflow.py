@@ -63,6 +63,12 @@ def _setup_home(home: Path, dags: Path) -> None:
     for args in (("db", "migrate"), ("dags", "reserialize")):
         done = _airflow(home, dags, *args)
         assert done.returncode == 0, f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    # the device pools the DAGs' tasks use (this machine's devices: 0 slots where there are none); without them
+    # prepare-run fails the run at once (#16.14, tests/test_airflow_pools.py)
+    env = {k: v for k, v in os.environ.items() if k not in (SIMULATE_ENV, FAULT_ENV)}
+    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags)})
+    pools = subprocess.run([str(BIN / "heteroflow"), "airflow", "pools"], env=env, capture_output=True, text=True, timeout=300)
+    assert pools.returncode == 0, pools.stderr[-3000:]
 
 
 @pytest.fixture(scope="session")

@@ -29,12 +29,16 @@ def _wait_for(predicate, deadline_seconds: float, what: str):  # type: ignore[no
 
 
 @pytest.mark.slow
-def test_sigterm_stops_the_steps_and_the_rerun_resumes(digits_dir: Path, heteroflow_home: Path, tmp_path: Path) -> None:
+def test_sigterm_stops_the_steps_and_the_rerun_resumes(
+    digits_dir: Path, heteroflow_home: Path, tmp_path: Path, pause_train_at_checkpoint
+) -> None:
     env = {**os.environ, "HETEROFLOW_HOME": str(heteroflow_home), "COLUMNS": "120"}
     first = tmp_path / "first"
+    # train pauses after its step-20 checkpoint (the point waited for below), so the SIGTERM always lands while
+    # training is unfinished: no race with a fast machine finishing train first (issue #16.2's kind)
     proc = subprocess.Popen(
         [str(HETEROFLOW_CLI), *ARGS, "--dataset", str(digits_dir), "--output", str(first)],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**env, **pause_train_at_checkpoint(20)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
 
     def checkpoint_step() -> int:
@@ -72,5 +76,5 @@ def test_sigterm_stops_the_steps_and_the_rerun_resumes(digits_dir: Path, heterof
     assert rerun.returncode == 0, rerun.stdout + rerun.stderr
     record = json.loads((second / "run.json").read_text())
     assert record["status"] == "succeeded"
-    assert record["metrics"]["train"]["resumed_from_step"] >= saved
+    assert record["metrics"]["train"]["resumed_from_step"] == saved == 20
     assert record["results"]["archive"]["version"] == 1

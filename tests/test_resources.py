@@ -345,6 +345,10 @@ BAD_SPECS = [
     ("gpu:memory=16GB", r"^memory='16GB'"),
     ("cpu:count=1", r"^count=1 with kind='cpu'"),
     ("", r"^kind='' is not a device kind"),
+    # issue #16.17: a key given twice is an error, never "the last one wins"
+    ("cpu:cpu=2,cpu=4", r"candidate 'cpu:cpu=2,cpu=4': cpu is given twice \(cpu=2 and cpu=4\); give each key once"),
+    ("gpu:count=1,memory=8Gi,count=1", r"count is given twice \(count=1 and count=1\)"),  # even with equal values
+    ("cpu:kind=gpu", r"the kind is given twice \('cpu' before the colon and kind=gpu\)"),  # sibling: kind= and KIND:
 ]
 
 
@@ -469,7 +473,8 @@ def test_delay_seconds(policy, expected):
 
 @pytest.mark.parametrize("retries", [0, 100], ids=["0", "100"])
 def test_retries_bounds_valid(retries):
-    assert RetryPolicy(retries=retries).retries == retries
+    # 100 retries need a window that holds their waits (5 s doubling, capped at 300 s: 28,815 s), see #16.15
+    assert RetryPolicy(retries=retries, window_seconds=86400).retries == retries
 
 
 RETRY_INVALID = [

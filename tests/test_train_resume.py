@@ -1,8 +1,8 @@
 """Train resumes from its checkpoint after being killed, and a damaged checkpoint fails with a clear message.
 
-The kill test runs ``heteroflow.components.train.train`` in a child process, waits (no timing assertion, only
-a generous deadline) until ``<checkpoint_root>/<fingerprint>/checkpoint.json`` reports step >= 40, kills the
-child with SIGKILL, and reruns train in this process with the same arguments. The resumed run must start
+The kill test runs ``heteroflow.components.train.train`` in a child process that SIGKILLs itself right after
+writing its first checkpoint at step >= 20 (an observable point, not a time: a fast machine cannot finish
+training first), and reruns train in this process with the same arguments. The resumed run must start
 from the checkpointed step, finish the full number of steps, remove its checkpoint folder, and end with the
 same weights as an uninterrupted run (batches come from seeded per-epoch permutations, and this runs on CPU).
 """
@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -31,11 +29,18 @@ torch = pytest.importorskip("torch", reason="train needs PyTorch (the 'torch' ex
 _DEADLINE_S = 120.0
 _KILL_AT_STEP = 20  # the first checkpoint: one is all the test needs
 
-# Runs in the child: train with the keyword arguments given as JSON in argv[3].
+# Runs in the child: train with the keyword arguments given as JSON in argv[3]; the child SIGKILLs itself right
+# after checkpoint.json of a step >= argv[4] is written (like a crash at that point).
 _CHILD = """
-import json, sys
-from heteroflow.components.train import train
-train(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
+import json, os, signal, sys
+import heteroflow.components.train as t
+real = t.atomic_write_bytes
+def write(path, data, **kwargs):
+    real(path, data, **kwargs)
+    if os.path.basename(path) == "checkpoint.json" and json.loads(data)["step"] >= int(sys.argv[4]):
+        os.kill(os.getpid(), signal.SIGKILL)
+t.atomic_write_bytes = write
+t.train(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
 """
 
 
@@ -65,40 +70,20 @@ def _checkpoint_infos(root: Path) -> list[Path]:
 
 
 def _kill_after_checkpoint(shards: Path, model_dir: Path, kwargs: dict[str, Any], log: Path) -> tuple[int, Path]:
-    """Start train in a child, SIGKILL it once a checkpoint with step >= 40 exists; return (returncode, folder)."""
+    """Run train in a child that SIGKILLs itself once its checkpoint at step >= 20 exists; return (returncode,
+    checkpoint folder)."""
     root = Path(kwargs["checkpoint_root"])
     with open(log, "wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", _CHILD, str(shards), str(model_dir), json.dumps(kwargs)],
+        proc = subprocess.run(
+            [sys.executable, "-c", _CHILD, str(shards), str(model_dir), json.dumps(kwargs), str(_KILL_AT_STEP)],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             stderr=err,
+            timeout=_DEADLINE_S,
         )
-        try:
-            deadline = time.monotonic() + _DEADLINE_S
-            folder = None
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    pytest.fail(
-                        f"train exited with {proc.returncode} before a checkpoint at step >= {_KILL_AT_STEP} was seen; "
-                        f"stderr:\n{log.read_text(errors='replace')}"
-                    )
-                infos = _checkpoint_infos(root)
-                info = _read_info(infos[0]) if infos else None
-                if info is not None and info.get("step", 0) >= _KILL_AT_STEP:
-                    folder = infos[0].parent
-                    os.kill(proc.pid, signal.SIGKILL)
-                    break
-                time.sleep(0.005)
-            else:
-                pytest.fail(f"no checkpoint with step >= {_KILL_AT_STEP} within {_DEADLINE_S:.0f} s")
-            returncode = proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-    assert folder is not None
-    return returncode, folder
+    infos = _checkpoint_infos(root)
+    assert len(infos) == 1, f"train exited with {proc.returncode}, checkpoints {infos}; stderr:\n{log.read_text(errors='replace')}"
+    return proc.returncode, infos[0].parent
 
 
 def _load_weights(model_dir: Path) -> dict[str, torch.Tensor]:

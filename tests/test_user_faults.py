@@ -166,22 +166,29 @@ def test_an_unexpected_error_prints_one_line_and_where_its_traceback_is(tmp_path
 
 @pytest.mark.slow
 def test_sigkill_of_the_run_takes_its_steps_with_it_and_the_next_run_recovers(
-    digits_dir: Path, heteroflow_home: Path, tmp_path: Path
+    digits_dir: Path, heteroflow_home: Path, tmp_path: Path, pause_train_at_checkpoint
 ) -> None:
     """Issue input: SIGKILL of `heteroflow run` during train left train running for minutes, holding the lock,
-    its record `running`; the next run failed three times on the lock."""
+    its record `running`; the next run failed three times on the lock.
+
+    Issue #16.2: this test was flaky (train could finish before the kill landed). Train now pauses right after
+    its checkpoint of step 20 is written, the point the test waits for, so the kill always lands mid-training."""
     env = {**os.environ, "HETEROFLOW_HOME": str(heteroflow_home)}
     args = [str(HETEROFLOW), "run", "--param", "epochs=40", "--param", "checkpoint_every_steps=20", "--dataset", str(digits_dir)]
-    proc = subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 240
-    while not list((heteroflow_home / "checkpoints").glob("*/checkpoint.json")):
+    proc = subprocess.Popen(
+        args, cwd=tmp_path, env={**env, **pause_train_at_checkpoint(20)}, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.monotonic() + 240  # a deadline to give up, not a timing the test depends on
+    while not (info := _checkpoint_info(heteroflow_home)) or info["step"] < 20:
         assert time.monotonic() < deadline, "no checkpoint within 240 s"
         assert proc.poll() is None, "the run ended before its first checkpoint"
         time.sleep(0.2)
+    trainer = _lock_holder(heteroflow_home)
     steps = psutil.Process(proc.pid).children(recursive=True)
+    assert trainer in [p.pid for p in steps], "train runs in a step process under the run"
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    gone, alive = psutil.wait_procs(steps, timeout=15)
+    gone, alive = psutil.wait_procs(steps, timeout=60)  # paused for 120 s: only the run's death can end it sooner
     assert alive == [], f"step processes outlived the killed run: {[p.cmdline()[:3] for p in alive]}"
 
     rerun = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
@@ -192,8 +199,24 @@ def test_sigkill_of_the_run_takes_its_steps_with_it_and_the_next_run_recovers(
     assert {s["name"]: s["status"] for s in killed["steps"]}["train"] == "killed"
     assert not (runs[0] / "tmp").exists()
     assert second["status"] == "succeeded"
-    assert second["metrics"]["train"]["resumed_from_step"] >= 20
+    assert second["metrics"]["train"]["resumed_from_step"] == 20
     assert {s["name"]: s["attempts"] for s in second["steps"]}["train"] == 1  # no attempt lost on a lock
+
+
+def _checkpoint_info(home: Path) -> dict[str, int] | None:
+    """The first train checkpoint's ``checkpoint.json`` under ``home``, or None while there is none."""
+    for info in (home / "checkpoints").glob("*/checkpoint.json"):
+        try:
+            return json.loads(info.read_text())
+        except (ValueError, OSError):  # being replaced right now
+            return None
+    return None
+
+
+def _lock_holder(home: Path) -> int:
+    """The pid train wrote into its checkpoint folder's lock file (``pid N``)."""
+    text = next((home / "checkpoints").glob("*/.lock")).read_text()
+    return int(text.split()[-1])
 
 
 def test_a_killed_archive_leaves_no_incoming_folder_for_good(tmp_path: Path) -> None:
