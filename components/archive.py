@@ -301,7 +301,8 @@ def archive_step(
         "preprocess": {k: meta[k] for k in ("seed", "validation_fraction", "test_fraction", "counts") if k in meta},
         "data": meta.get("report", {}),
         "train": config["params"],
-        "device": report.get("device") or config["params"].get("device_type"),
+        "device": report.get("device") or config.get("device") or config["params"].get("device_type"),
+        "model": config.get("model"),  # the factory reference and its arguments (load_archived rebuilds it)
     }
     root = archive_root_dir(archive_root)
     result = archive(model_dir, root, name=name, metrics=report, lineage=lineage)
