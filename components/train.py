@@ -176,9 +176,9 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
         value, low = v[name], 1
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
-    workers = v["num_workers"]
+    workers = v["loader_workers"]
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < -1:
-        raise InvalidParameter(f"num_workers={workers!r} is out of range; valid: -1 (auto), 0 (load in the training process) or more")
+        raise InvalidParameter(f"loader_workers={workers!r} is out of range; valid: -1 (auto), 0 (load in the training process) or more")
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate):
         raise InvalidParameter(f"learning_rate={learning_rate!r} is not a finite number; valid: a number > 0")
     if not learning_rate > 0:
@@ -186,7 +186,7 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
     if v["precision"] not in PRECISIONS:
         raise InvalidParameter(f"precision={v['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}")
     _parse_model_args(v["model_args"])
-    for name in ("model", "loss", "optimizer", "train_function", "dataset_factory"):
+    for name in ("model_factory", "loss", "optimizer", "train_function", "dataset_factory"):
         if v[name]:
             _import_callable(v[name], what=name)
 
@@ -266,7 +266,7 @@ def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tup
         "input_shape": list(splits.input_shape),
         "hidden_units": v["hidden_units"],
     }
-    spec = ModelSpec.resolve(v["model"] or BUILTIN_MODEL, offered=offered, given=_parse_model_args(v["model_args"]))
+    spec = ModelSpec.resolve(v["model_factory"] or BUILTIN_MODEL, offered=offered, given=_parse_model_args(v["model_args"]))
     keys = ("epochs", "batch_size", "learning_rate", "hidden_units", "seed", "loss", "optimizer", "train_function",
             "dataset_factory", "precision", "deterministic")
     params = {k: v[k] for k in keys} | {"model": spec.to_dict()}
@@ -297,14 +297,14 @@ def train(
     seed: int = 0,
     checkpoint_every_steps: int = 50,
     checkpoint_root: str = "",
-    model: str = "",
+    model_factory: str = "",
     model_args: str = "",
     loss: str = "",
     optimizer: str = "",
     train_function: str = "",
     dataset_factory: str = "",
     precision: str = "auto",
-    num_workers: int = -1,
+    loader_workers: int = -1,
     deterministic: bool = False,
     progress: Callable[..., None] | None = None,
 ) -> TrainResult:
@@ -322,14 +322,14 @@ def train(
         seed: seed of the initial weights and the batch order.
         checkpoint_every_steps: optimizer steps between checkpoints, >= 1 (unit: optimizer steps).
         checkpoint_root: checkpoint folder (shared storage on a cluster); empty: <heteroflow home>/checkpoints; the folder used is <root>/<fingerprint of data, parameters and model> (not the device: a fallback resumes there).
-        model: model factory package.module:function returning a torch.nn.Module; empty: the built-in MLP.
+        model_factory: model factory package.module:function returning a torch.nn.Module; empty: the built-in MLP (the default pipeline's parameter 'model').
         model_args: JSON object of keyword arguments for the model factory (besides in_features, num_classes, input_shape, hidden_units, passed when it takes them).
         loss: loss factory package.module:function() returning loss(output, target); empty: cross-entropy.
         optimizer: optimizer factory package.module:function(params, lr) returning a torch optimizer; empty: Adam.
         train_function: your training function package.module:function(ctx) (heteroflow.components.training.TrainContext); empty: the built-in classifier loop.
         dataset_factory: package.module:function(split) returning a torch Dataset of (x, y); empty: the preprocessed data.
         precision: autocast: auto (bf16 where the device supports it, else fp16 with a GradScaler; fp32 on the CPU), fp32, bf16 or fp16.
-        num_workers: DataLoader worker processes; -1: auto (none for in-memory tables, up to 4 for files to decode) (unit: processes).
+        loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables, up to 4 for files to decode) (unit: processes).
         deterministic: torch.use_deterministic_algorithms for bit-identical reruns (slower on GPUs).
         progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss``,
             ``validation_accuracy`` and ``samples_per_second`` (the engine shows them live).
@@ -375,7 +375,7 @@ def train(
     dtype = resolve_precision(precision, dev, bf16=getattr(accel, "bf16", None))
     # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given.
     torch.set_num_threads(available_cpus())
-    workers = auto_workers(splits.in_memory, num_workers)
+    workers = auto_workers(splits.in_memory, loader_workers)
     train_loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=workers, device=dev)
     val_loader = None
     if splits.validation is not None:

@@ -109,7 +109,7 @@ class ModelSpec:
         Raises:
             InvalidParameter: the factory cannot be imported, is not callable, or does not take a given argument.
         """
-        fn = _import_callable(ref, what="model")
+        fn = _import_callable(ref, what="model_factory")
         try:
             sig = inspect.signature(fn)
         except (TypeError, ValueError):
@@ -132,14 +132,14 @@ class ModelSpec:
         """
         from torch import nn
 
-        fn = _import_callable(self.ref, what="model")
+        fn = _import_callable(self.ref, what="model_factory")
         args = {k: tuple(v) if k == "input_shape" else v for k, v in self.args.items()}
         try:
             model = fn(**args)
         except TypeError as exc:
-            raise InvalidParameter(f"model={self.ref!r} cannot be called with {sorted(args)}: {exc}") from None
+            raise InvalidParameter(f"model_factory={self.ref!r} cannot be called with {sorted(args)}: {exc}") from None
         if not isinstance(model, nn.Module):
-            raise InvalidParameter(f"model={self.ref!r} returned a {type(model).__name__}, not a torch.nn.Module")
+            raise InvalidParameter(f"model_factory={self.ref!r} returned a {type(model).__name__}, not a torch.nn.Module")
         return model
 
     def to_dict(self) -> dict[str, Any]:
