@@ -35,7 +35,6 @@ import dataclasses
 import inspect
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -608,6 +607,11 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
     ctx.history[:] = list(extra.get("history", []))
     loss_sum = torch.as_tensor(float(extra.get("epoch_loss_sum", 0.0)), dtype=torch.float64)
     loss_count = int(extra.get("epoch_loss_count", 0))
+    if loss_count and step % ctx.steps_per_epoch == 0:
+        # The checkpoint fell on the last step of an epoch, before that epoch was reported: report it now (the
+        # weights are those it ended with, so validation accuracy is what it would have said).
+        _report_epoch(ctx, model, epoch=step // ctx.steps_per_epoch - 1, step=step, loss=float(loss_sum / loss_count))
+        loss_sum, loss_count = torch.zeros((), dtype=torch.float64), 0
     model.train()
     started = time.perf_counter()
     for epoch in range(ctx.epoch_of(step), ctx.epochs):
@@ -641,13 +645,17 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
         count = loss_count + len(losses)
         epoch_loss = float(total / count) if count else float("nan")
         loss_sum, loss_count = torch.zeros((), dtype=torch.float64), 0
-        val = ctx.evaluate_accuracy(model)
-        ctx.report(epoch=epoch + 1, step=step, total_steps=ctx.total_steps, loss=round(epoch_loss, 6),
-                   **({"validation_accuracy": round(val, 6)} if val is not None else {}))
+        _report_epoch(ctx, model, epoch=epoch, step=step, loss=epoch_loss)
     if ctx.device.type == "cuda":
         torch.cuda.synchronize(ctx.device)
     ctx.loop_seconds = time.perf_counter() - started
     return model
+
+
+def _report_epoch(ctx: TrainContext, model: nn.Module, *, epoch: int, step: int, loss: float) -> None:
+    val = ctx.evaluate_accuracy(model)
+    ctx.report(epoch=epoch + 1, step=step, total_steps=ctx.total_steps, loss=round(loss, 6),
+               **({"validation_accuracy": round(val, 6)} if val is not None else {}))
 
 
 def _check_losses(losses: list[torch.Tensor], *, first_step: int, epoch: int, ctx: TrainContext) -> None:
@@ -685,13 +693,4 @@ def auto_workers(in_memory: bool, requested: int) -> int:
     return max(0, min(4, available_cpus() - 1))
 
 
-def seconds_since(t: float) -> float:
-    return time.perf_counter() - t
-
-
-def env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() in ("1", "true", "yes")
-
-
 __all__ += ["BUILTIN_MODEL", "auto_workers", "make_loader", "make_scaler"]
-_ = Path  # re-exported type used in annotations

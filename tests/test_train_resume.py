@@ -159,6 +159,9 @@ def test_train_killed_by_sigkill_resumes_from_checkpoint_and_matches_uninterrupt
         (reference.model_dir / MODEL_CONFIG).read_text()
     )
     assert result.validation_accuracy == reference.validation_accuracy
+    # Issue 14: a resume reports the true last-epoch loss (the whole epoch's mean), and the whole history.
+    assert result.final_loss == reference.final_loss
+    assert result.history == reference.history and len(result.history) == kwargs["epochs"]
 
 
 def _leave_checkpoint(shards: Path, tmp_path: Path, kwargs: dict[str, Any]) -> Path:
