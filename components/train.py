@@ -133,6 +133,17 @@ def resolve_device(device: str) -> torch.device:
     if dev.type == "npu":
         if not torch.npu.is_available():  # type: ignore[attr-defined]
             raise DeviceUnavailable(f"device={device!r}: no Ascend NPU is available to this process")
+    if dev.type not in ("cpu", "cuda", "npu", "meta"):
+        # other accelerators (xpu, hpu, mps, ...): torch's device-agnostic API (torch >= 2.6) says what is here
+        acc = getattr(torch, "accelerator", None)
+        current = acc.current_accelerator() if acc is not None and acc.is_available() else None
+        if current is None or current.type != dev.type:
+            raise DeviceUnavailable(f"device={device!r}: no {dev.type} device is available to this process")
+    if dev.type != "cpu" and dev.index is None:
+        # the process's current device of that type (the one CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave)
+        acc = getattr(torch, "accelerator", None)
+        if acc is not None and acc.is_available() and acc.current_accelerator().type == dev.type:
+            dev = torch.device(dev.type, acc.current_device_index())
     return dev
 
 

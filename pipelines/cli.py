@@ -479,6 +479,10 @@ from heteroflow.pipelines.cli_cache import cache_app, prewarm_command  # noqa: E
 app.command("prewarm")(prewarm_command)
 app.add_typer(cache_app, name="cache")
 
+from heteroflow.pipelines.cli_train import profile_command  # noqa: E402
+
+app.command("profile")(profile_command)
+
 
 # --- archive -----------------------------------------------------------------------------------------------
 
