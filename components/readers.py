@@ -108,7 +108,7 @@ class TensorData:
     def __getitems__(self, indices: Sequence[int]) -> _Batch:
         import torch
 
-        idx = torch.as_tensor(indices, dtype=torch.int64)
+        idx = torch.from_numpy(np.asarray(indices, dtype=np.int64))
         return _Batch((self.x[idx], self.y[idx]))
 
 

@@ -389,11 +389,11 @@ class EpochBatches:
     def __len__(self) -> int:
         return max(0, math.ceil(self.n / self.batch_size) - self.start)
 
-    def __iter__(self) -> Iterator[list[int]]:
+    def __iter__(self) -> Iterator[np.ndarray]:
         order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
         for b in range(self.start, math.ceil(self.n / self.batch_size)):
             if (b - self.start) % self.world_size == self.rank:
-                yield order[b * self.batch_size:(b + 1) * self.batch_size].tolist()
+                yield order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch
 
 
 def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_workers: int, device: torch.device) -> Any:
