@@ -400,6 +400,8 @@ def train(
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
+        if progress is not None:  # shown live in the steps table while it waits
+            progress(waiting=line.removeprefix("train: "))
 
     previous_determinism = torch.are_deterministic_algorithms_enabled()
     if deterministic:

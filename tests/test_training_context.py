@@ -276,3 +276,14 @@ def test_the_after_steps_fault_parses_and_fires_only_after_n_steps() -> None:
     assert isinstance(fault, DeviceUnavailable) and "after 40 steps" in str(fault)
     with pytest.raises(InvalidParameter, match=r"after_steps=N"):
         parse_faults("train@npu=device:after=40")
+
+
+def test_heteroflow_run_refuses_a_factory_it_cannot_import_before_anything_runs(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--param", "model=no_such_module_xyz:cnn", "--output", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "model_factory 'no_such_module_xyz:cnn': cannot import" in " ".join(result.output.split())
+    assert not (tmp_path / "run").exists()
