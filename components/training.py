@@ -229,6 +229,7 @@ def _rng_state() -> dict[str, Any]:
         "numpy": [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)],
         "python": list(random.getstate()[1]),
         "python_version": random.getstate()[0],
+        "python_gauss": random.getstate()[2],
     }
 
 
@@ -238,7 +239,7 @@ def _set_rng_state(state: Mapping[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     name, keys, pos, has_gauss, cached = state["numpy"]
     np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    random.setstate((state["python_version"], tuple(state["python"]), None))
+    random.setstate((state["python_version"], tuple(state["python"]), state.get("python_gauss")))
 
 
 class Checkpoint:

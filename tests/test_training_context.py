@@ -287,3 +287,16 @@ def test_heteroflow_run_refuses_a_factory_it_cannot_import_before_anything_runs(
     assert result.exit_code == 2, result.output
     assert "model_factory 'no_such_module_xyz:cnn': cannot import" in " ".join(result.output.split())
     assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_restores_every_rng_state(tmp_path: Path) -> None:
+    import random
+
+    import numpy as np
+
+    model = torch.nn.Linear(2, 2)
+    random.gauss(0, 1)  # leaves a cached gauss value in Python's RNG state
+    _checkpoint(tmp_path, {"factory": "a:m"}).save(1, model=model)
+    after_save = (random.gauss(0, 1), float(np.random.rand()), float(torch.rand(1)))
+    _checkpoint(tmp_path, {"factory": "a:m"}).load(model=model)
+    assert (random.gauss(0, 1), float(np.random.rand()), float(torch.rand(1))) == after_save
