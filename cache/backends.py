@@ -364,7 +364,7 @@ class Alluxio2Backend:
         report = Reporter(progress or current_progress_callback(), redact_url(source_uri))
         report.phase("listing", files_total=0, bytes_total=0)
         options = {"timeout_s": self.timeout_s, **dict(storage_options or {})}
-        listing = list_dataset(location, storage_options=options)
+        listing = list_dataset(location, storage_options=options, require_data=False)
         fs = _fsspec_instance(location, options)
         previous = _previous(location)
         before = {f.path: f for f in previous.files} if previous is not None else {}
@@ -507,7 +507,7 @@ class Alluxio3Backend:
         report.phase("listing", files_total=0, bytes_total=0)
         root = source_uri.rstrip("/")
         with source_errors(source_uri):
-            listing = list_dataset(source_uri, filesystem=(lister, root))
+            listing = list_dataset(source_uri, filesystem=(lister, root), require_data=False)
             previous = _previous(location)
             before = {f.path: f for f in previous.files} if previous is not None else {}
             pending = [f for f in listing.files if not (

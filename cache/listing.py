@@ -47,8 +47,13 @@ __all__ = ["DATA_SUFFIXES", "FORMATS_HELP", "DatasetListing", "ListedFile", "Ski
 DATA_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".npz")
 """The data formats heteroflow reads (:mod:`heteroflow.components.datasets`): one list for listing, checks and reading."""
 FORMATS_HELP = (
-    "supported formats: .csv/.tsv (delimiter, encoding and header detected), .parquet, and .npz (arrays x, y)"
+    "supported formats: .csv/.tsv (delimiter, encoding and header detected), .parquet, and .npz (arrays x, y); "
+    "image folders (one folder per class of .png/.jpg/... images); .pt tensors (x, y); or your own Dataset "
+    "(--param dataset_factory=package.module:function)"
 )
+READABLE_SUFFIXES = DATA_SUFFIXES + (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pt", ".pth")
+"""Files some reader of :mod:`heteroflow.components.readers` reads (tables, images, tensors): what a run's up-front
+check asks for. Prewarm itself caches any file."""
 _log = logging.getLogger("heteroflow.cache")
 _MAX_DEPTH = 64
 _INFO_KEYS = ("size", "ETag", "etag", "LastModified", "last_modified", "Last-Modified", "mtime", "created",
@@ -291,7 +296,8 @@ def list_dataset(
 
     Args:
         uri: a local folder or file (``~`` expanded, ``file://`` accepted), or an fsspec URL of a folder or file.
-        require_data: raise when no file is in a supported format (:data:`DATA_SUFFIXES`).
+        require_data: raise when no file is one a reader reads (:data:`READABLE_SUFFIXES`); prewarm passes
+            False (the cache tier caches any files; formats belong to the readers).
         storage_options: fsspec options for the source's driver (credentials, endpoint); default: the
             driver's own environment variables and config files (and fsspec's ``FSSPEC_<PROTOCOL>_<KEY>``).
         filesystem: an fsspec-like filesystem and the data set's path in it, to list through instead of the
@@ -357,7 +363,7 @@ def list_dataset(
         raise DatasetError(
             f"data set folder {shown} is empty; put data files (.csv, .tsv, .parquet, .npz) in it{listing.skipped_note()}"
         )
-    if require_data and not listing.data_files:
+    if require_data and not any(posixpath.splitext(f.path)[1].lower() in READABLE_SUFFIXES for f in listing.files):
         names = redact_url(", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else ""))
         raise DatasetError(
             f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; {FORMATS_HELP}"

@@ -518,7 +518,7 @@ def prewarm(
     shown = redact_url(source_uri)
     report = Reporter(progress or current_progress_callback(), shown)
     report.phase("listing", files_total=0, bytes_total=0)
-    listing = list_dataset(source_uri, storage_options=storage_options)
+    listing = list_dataset(source_uri, storage_options=storage_options, require_data=False)  # any files: readers judge formats
     files = [f for f in listing.files]
     open_src = _open_source(listing, source_uri, storage_options)
 

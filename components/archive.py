@@ -18,12 +18,12 @@ import re
 import shutil
 import stat
 import subprocess
-import tempfile
 import time
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from heteroflow.cache.atomic import make_temp_dir
 from heteroflow.components.errors import ArchiveError, InvalidParameter
 from heteroflow.components.telemetry import process_alive
 from heteroflow.components.resources import Resources, RetryPolicy
@@ -144,12 +144,16 @@ def _make_read_only(root: Path) -> None:
             p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
 
 
-def default_model_name(source_uri: str) -> str:
-    """The model name when none is given: ``<data set folder name>-mlp``, made a valid model name
-    (``digits-mlp`` for the built-in sample). The one rule for the CLI, the Python API and compiled pipelines."""
+def default_model_name(source_uri: str, model_factory: str = "") -> str:
+    """The model name when none is given: ``<data set folder name>-<model>``, made a valid model name, where
+    ``<model>`` is the model factory's function name (``mlp`` for the built-in model: ``digits-mlp`` for the
+    built-in sample; ``digits-images-cnn`` for ``digits_models:cnn`` on a folder ``digits-images``). The one rule
+    for the CLI, the Python API and compiled pipelines."""
     base = Path(source_uri.rstrip("/").split("://")[-1].split("?")[0]).stem.lower()
-    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")[:58]
-    return f"{safe or 'model'}-mlp"
+    func = model_factory.rpartition(":")[2].rpartition(".")[2].lower() if model_factory else "mlp"
+    func = "".join(c if c.isalnum() or c in "._-" else "-" for c in func).strip("-._")[:20] or "model"
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")[: 62 - len(func)]
+    return f"{safe or 'model'}-{func}"
 
 
 def _remove_dead_incoming(folder: Path) -> None:
@@ -217,7 +221,7 @@ def archive(
     folder.mkdir(parents=True, exist_ok=True)
     record = {**lineage, "code": code_version(), "archived_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     _remove_dead_incoming(folder)
-    tmp = Path(tempfile.mkdtemp(prefix=f".incoming-{os.getpid()}-", dir=folder))
+    tmp = make_temp_dir(folder, prefix=f".incoming-{os.getpid()}-")  # umask-respecting mode, not mkdtemp's 0700
     try:
         shutil.copytree(src, tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str), encoding="utf-8")
@@ -266,7 +270,7 @@ def archive_step(
         eval_metrics_path: evaluate's metrics (JSON).
         archived_path: file to write ``{"path", "version", "name"}`` to.
         archive_root: archive folder; empty: <heteroflow home>/archive.
-        model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp.
+        model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp for the built-in model, <data set folder name>-<factory function name> for yours.
 
     Returns:
         An :class:`ArchiveResult`.
@@ -287,7 +291,8 @@ def archive_step(
         raise ArchiveError(
             f"{exc.filename} does not exist; archive needs preprocess's shards, train's model and evaluate's metrics"
         ) from None
-    name = model_name or default_model_name(manifest.source_uri)
+    factory = (config.get("model") or {}).get("factory", "")
+    name = model_name or default_model_name(manifest.source_uri, "" if factory == "heteroflow.components.training:mlp" else factory)
     lineage = {
         "run_id": os.environ.get(RUN_ID_ENV) or None,
         "dataset": {
@@ -301,7 +306,8 @@ def archive_step(
         "preprocess": {k: meta[k] for k in ("seed", "validation_fraction", "test_fraction", "counts") if k in meta},
         "data": meta.get("report", {}),
         "train": config["params"],
-        "device": report.get("device") or config["params"].get("device_type"),
+        "device": report.get("device") or config.get("device") or config["params"].get("device_type"),
+        "model": config.get("model"),  # the factory reference and its arguments (load_archived rebuilds it)
     }
     root = archive_root_dir(archive_root)
     result = archive(model_dir, root, name=name, metrics=report, lineage=lineage)

@@ -51,6 +51,9 @@ Testing settings (they reach step processes, kfp.local tasks and Airflow tasks t
 - ``HETEROFLOW_INJECT_FAULT=train@npu=device,preprocess@cpu=permanent,train@gpu=transient:2``
   (``heteroflow run --inject-fault ...``, repeatable): before the step's function runs on a candidate of that
   kind, raise a failure of that class. ``transient:N`` fails the first N attempts, then lets the step run.
+  ``train@npu=device:after_steps=N`` lets the step start and fails it once it has done N optimizer steps (after
+  the checkpoint due at that step is written), to rehearse a device that drops out mid-training: the next
+  candidate resumes from that checkpoint (:func:`fault_after_steps`; the train step calls it after each step).
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ __all__ = [
     "InjectedTransientFault",
     "RULES",
     "classify",
+    "fault_after_steps",
     "injected_fault",
     "parse_faults",
     "simulated_devices",
@@ -227,25 +231,33 @@ _INJECTED = {
     FailureClass.PERMANENT: InjectedPermanentFault,
 }
 
-_FAULT = re.compile(r"^(?P<step>[A-Za-z_][\w.-]*)@(?P<kind>[a-z]+)=(?P<cls>device|transient|permanent)(?::(?P<times>\d+))?$")
+_FAULT = re.compile(
+    r"^(?P<step>[A-Za-z_][\w.-]*)@(?P<kind>[a-z]+)=(?P<cls>device|transient|permanent)"
+    r"(?::(?:after_steps=(?P<after>\d+)|(?P<times>\d+)))?$"
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class FaultSpec:
     """One injected fault: fail ``step`` on candidates of device ``kind`` with ``cls``; ``times`` attempts
-    (None: every attempt)."""
+    (None: every attempt); with ``after_steps``, not before the step starts but once it has done that many
+    optimizer steps (training steps only)."""
 
     step: str
     kind: str
     cls: FailureClass
     times: int | None = None
+    after_steps: int | None = None
 
     def __str__(self) -> str:
-        return f"{self.step}@{self.kind}={self.cls.value}" + (f":{self.times}" if self.times is not None else "")
+        tail = f":{self.times}" if self.times is not None else ""
+        if self.after_steps is not None:
+            tail = f":after_steps={self.after_steps}"
+        return f"{self.step}@{self.kind}={self.cls.value}{tail}"
 
 
 def parse_faults(text: str, *, source: str = FAULT_ENV) -> tuple[FaultSpec, ...]:
-    """Parse ``STEP@KIND=CLASS[:N]`` items separated by commas (or given one per ``--inject-fault``).
+    """Parse ``STEP@KIND=CLASS[:N | :after_steps=N]`` items separated by commas (or given one per ``--inject-fault``).
 
     Raises:
         InvalidParameter: an item that does not parse; the message shows the valid form.
@@ -257,15 +269,17 @@ def parse_faults(text: str, *, source: str = FAULT_ENV) -> tuple[FaultSpec, ...]
         m = _FAULT.match(item)
         if not m:
             raise InvalidParameter(
-                f"{source}: {item!r} is not STEP@KIND=CLASS[:N]; e.g. train@npu=device, preprocess@cpu=permanent, "
-                "train@npu=transient:2 (CLASS: device, transient, permanent)"
+                f"{source}: {item!r} is not STEP@KIND=CLASS[:N | :after_steps=N]; e.g. train@npu=device, "
+                "preprocess@cpu=permanent, train@npu=transient:2, train@npu=device:after_steps=40 "
+                "(CLASS: device, transient, permanent)"
             )
         try:
             DeviceKind.parse(m["kind"], field=f"{source} {item!r}: kind")
         except HeteroflowError as exc:
             raise InvalidParameter(str(exc)) from None
         times = int(m["times"]) if m["times"] is not None else None
-        out.append(FaultSpec(m["step"], m["kind"], FailureClass(m["cls"]), times))
+        after = int(m["after"]) if m["after"] is not None else None
+        out.append(FaultSpec(m["step"], m["kind"], FailureClass(m["cls"]), times, after))
     return tuple(out)
 
 
@@ -305,8 +319,8 @@ def injected_fault(step: str, kind: str, *, state_dir: Path | None, environ: Map
     if not text.strip():
         return None
     for spec in parse_faults(text):
-        if spec.step != step or spec.kind != kind:
-            continue
+        if spec.step != step or spec.kind != kind or spec.after_steps is not None:
+            continue  # an after_steps fault fires inside the step (fault_after_steps), not before it
         if spec.times is not None:
             if state_dir is None:
                 raise InvalidParameter(f"{FAULT_ENV} item {spec}: a counted fault needs a run folder (HETEROFLOW_RUN_DIR)")
@@ -317,4 +331,23 @@ def injected_fault(step: str, kind: str, *, state_dir: Path | None, environ: Map
                 continue
             counter.write_text(str(done + 1))
         return _INJECTED[spec.cls](f"injected by {FAULT_ENV} ({spec}) on a {kind} candidate of step {step!r}")
+    return None
+
+
+def fault_after_steps(step: str, kind: str, steps_done: int, *, environ: Mapping[str, str] | None = None) -> BaseException | None:
+    """The fault to raise now for ``step`` on a ``kind`` candidate that has done ``steps_done`` optimizer steps,
+    from an ``after_steps=N`` item of ``HETEROFLOW_INJECT_FAULT`` (``steps_done >= N``), or None.
+
+    Raises:
+        InvalidParameter: the setting does not parse.
+    """
+    env = os.environ if environ is None else environ
+    text = env.get(FAULT_ENV, "")
+    if not text.strip():
+        return None
+    for spec in parse_faults(text):
+        if spec.step == step and spec.kind == kind and spec.after_steps is not None and steps_done >= spec.after_steps:
+            return _INJECTED[spec.cls](
+                f"injected by {FAULT_ENV} ({spec}) on a {kind} candidate of step {step!r} after {steps_done} steps"
+            )
     return None

@@ -287,15 +287,20 @@ def plan(candidates: Candidates, *, inventory: Inventory | Callable[[], Inventor
     raise NoCandidateAvailable("no candidate can run here:\n  " + "\n  ".join(reasons))
 
 
-def check_plan_params(*, device_inventory: str = "") -> None:
+def check_plan_params(*, device_inventory: str = "", training_profile: str = "") -> None:
     """Check plan's parameters before a run (the checks :func:`plan_step` makes).
 
     Raises:
-        InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count.
+        InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count; ``training_profile``
+            is not a readable profile.
     """
     if device_inventory.strip():
         if cluster_inventory(device_inventory) is None:
             Inventory.from_json(device_inventory)
+    if training_profile:
+        from heteroflow.components.profiling import read_profile
+
+        read_profile(training_profile, field="training_profile")
 
 
 def cluster_inventory(device_inventory: str) -> Any:
@@ -381,9 +386,10 @@ class PlanResult:
     seconds: float
     explanations: dict[str, str] = dataclasses.field(default_factory=dict)
     policy: str = "listed"
+    training_profile: dict[str, Any] | None = None
 
 
-def plan_step(placement_path: str, *, placements: str, device_inventory: str = "") -> PlanResult:
+def plan_step(placement_path: str, *, placements: str, device_inventory: str = "", training_profile: str = "") -> PlanResult:
     """Choose a candidate for each device-bound step: the first whose device is here.
 
     Args:
@@ -391,6 +397,7 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
             earlier one was passed over).
         placements: ``{call: candidates JSON}`` of the calls to place (the engine passes it).
         device_inventory: JSON {"gpu": N, "npu": M} of the devices the job may get, for plan; empty: probe with PyTorch where plan runs (set it on a cluster, where the plan pod has no accelerator).
+        training_profile: path of a training profile (JSON from heteroflow profile): checked and recorded with the placement; placement does not use it yet.
 
     Returns:
         A :class:`PlanResult`.
@@ -400,6 +407,13 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
         NoCandidateAvailable: a call has no candidate that can run; the message says why each was passed over.
     """
     started = time.perf_counter()
+    recorded = None
+    if training_profile:
+        from heteroflow.components.profiling import read_profile
+
+        prof = read_profile(training_profile, field="training_profile")
+        recorded = {"path": training_profile, **{k: prof.get(k) for k in ("device", "samples_per_second", "key_operators",
+                                                                            "peak_memory_bytes", "peak_memory_of")}}
     try:
         wanted = json.loads(placements or "{}")
         if not isinstance(wanted, dict):
@@ -441,6 +455,7 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
         seconds=time.perf_counter() - started,
         explanations={call: p.explanation for call, p in chosen.items()},
         policy=policy,
+        training_profile=recorded,
     )
 
 

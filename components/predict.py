@@ -11,6 +11,13 @@ into classes::
     model.predict(frame)                        # a pandas DataFrame with the input columns (others ignored)
     model.predict([{"Pclass": 3, "Sex": "male", "Age": 22}, ...])
 
+A model trained on an image folder takes images instead (file paths, a folder of images, PIL images, or
+uint8 arrays ``(n, H, W)`` / ``(n, H, W, C)``), decoded the way training decoded them; one trained on tensors or
+a dataset factory takes an array or tensor of samples ``(n, *input_shape)``::
+
+    model = load_archived("~/.cache/heteroflow/archive/digits-images-cnn/v1")
+    model.predict(["3.png", "7.png"])
+
 The transformation is a pickle (scikit-learn's own persistence, through joblib): load only archives you
 trust, with a scikit-learn close to the one recorded in ``transform.json`` (``versions``).
 """
@@ -55,9 +62,40 @@ class ArchivedModel:
         self._transform = transform
         self.config = config
         self.schema = schema
+        self.kind: str = (config.get("data") or {}).get("kind", "table")
         self.classes: tuple[str, ...] = tuple(config["classes"])
-        self.label_column: str = schema["label_column"]
-        self.columns: tuple[str, ...] = tuple(c["name"] for c in schema["columns"])
+        self.label_column: str = schema.get("label_column", "")
+        self.columns: tuple[str, ...] = tuple(c["name"] for c in schema.get("columns", ()))
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The ``torch.nn.Module`` (eval mode), as its factory built it."""
+        return self._model
+
+    def _image_features(self, images: Any) -> np.ndarray:
+        from heteroflow.components.readers import IMAGE_SUFFIXES, decode_image
+
+        data = self.config["data"]
+        mode, size = data["image_mode"], tuple(data["image_size"])
+        if isinstance(images, (str, os.PathLike)) and Path(images).is_dir():
+            images = sorted(p for p in Path(images).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif isinstance(images, (str, os.PathLike)):
+            images = [images]
+        if isinstance(images, np.ndarray) and images.dtype != object:
+            arr = images.astype(np.float32) / (255.0 if images.dtype == np.uint8 else 1.0)
+            if arr.ndim == 3:
+                arr = arr[:, None]
+            elif arr.ndim == 4 and arr.shape[-1] in (1, 3) and arr.shape[1] not in (1, 3):
+                arr = arr.transpose(0, 3, 1, 2)
+            return np.ascontiguousarray(arr, dtype=np.float32)
+        out = []
+        for img in images:
+            if isinstance(img, (str, os.PathLike)):
+                out.append(decode_image(img, mode=mode, size=size))  # type: ignore[arg-type]
+            else:  # a PIL image
+                x = np.asarray(img.convert(mode).resize(size), dtype=np.float32) / 255.0
+                out.append(x[None] if x.ndim == 2 else x.transpose(2, 0, 1))
+        return np.stack(out).astype(np.float32)
 
     def read(self, path: str | os.PathLike[str]) -> pd.DataFrame:
         """A table file read (and cleaned) the way training read its files: every column, index = row position."""
@@ -78,6 +116,12 @@ class ArchivedModel:
             DatasetError: a column is absent, a cell is not of its column's kind, or a value is missing that the
                 transformation cannot fill.
         """
+        if self.kind == "image_folder":
+            return self._image_features(rows)
+        if self.kind != "table":
+            import torch
+
+            return np.asarray(rows.numpy() if isinstance(rows, torch.Tensor) else rows, dtype=np.float32)
         from heteroflow.components.tabular import prepare_rows
 
         where = "rows"
@@ -110,9 +154,11 @@ class ArchivedModel:
 
 
 def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_root: str | os.PathLike[str] | None = None) -> ArchivedModel:
-    """Load a model and its transformation from an archive version folder (``.../<name>/v<N>``), a model
-    folder (train's output), or an archived model named like the CLI does: ``name:vN`` (``name:N`` too) or
-    ``name`` (its latest version), looked up under ``archive_root`` (default ``$HETEROFLOW_HOME/archive``).
+    """Load a model (any factory-built model: ``model.json`` names the factory and its arguments) and its
+    transformation (tables) from an archive version folder (``.../<name>/v<N>``), a model folder (train's output),
+    or an archived model named like the CLI does: ``name:vN`` (``name:N`` too) or ``name`` (its latest version),
+    looked up under ``archive_root`` (default ``$HETEROFLOW_HOME/archive``). The factory's module must be importable
+    here.
 
     Raises:
         InvalidParameter: ``name:version`` names no archived model or version (the message lists those there).
@@ -133,5 +179,7 @@ def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_
     if not (model_dir / MODEL_CONFIG).is_file():
         raise CheckpointError(f"{folder} holds no heteroflow model (no {MODEL_CONFIG} in it or in its model/ folder)")
     model, config = load_model(model_dir, device)
+    if (config.get("data") or {}).get("kind", "table") != "table":
+        return ArchivedModel(model_dir, model, config, None, {})
     transform, schema = load_transform(model_dir)
     return ArchivedModel(model_dir, model, config, transform, schema)

@@ -550,6 +550,11 @@ def preprocess(
 
     # The exact version prewarm wrote, checked against its manifest (sizes); a plain folder through the same listing.
     view = open_dataset(source)
+    if not view.data_files:  # no table: image folders and tensors (or a clear "no reader reads ..." error)
+        from heteroflow.components.readers import prepare_files
+
+        return prepare_files(view, output_dir, validation_fraction=validation_fraction, test_fraction=test_fraction,
+                             seed=seed, started=started)
     files = list(view.require_data_files())
     source_uri, dataset_sha256 = view.source_uri, view.dataset_sha256
     in_source_terms = view.in_source_terms  # messages and the report name the user's file, not its cached copy

@@ -1,11 +1,14 @@
-"""Train: a PyTorch classifier on the chosen device, with atomic checkpoints and resume.
+"""Train: your model (or the built-in MLP) on the chosen device, with atomic, device-portable checkpoints.
 
-The model is a multilayer perceptron (``in -> hidden -> ReLU -> hidden -> ReLU -> classes``) trained with
-Adam on cross-entropy. Every ``checkpoint_every_steps`` optimizer steps the model, optimizer and step
-counter are saved atomically (temporary file, fsync, rename). A restarted ``train`` with the same data,
-parameters and device finds the checkpoint (its folder is keyed by a fingerprint of those) and resumes from
-it; batches are drawn from a per-epoch permutation seeded by ``seed + epoch``, so a resumed run sees the same
-batches, and on CPU ends with the same weights, as an uninterrupted one. The checkpoint folder is removed
+:func:`train` is the train step. It opens the data with :mod:`heteroflow.components.readers` (tables, image
+folders, tensors or your dataset factory), builds the model with a factory (``model=package.module:function``,
+default :func:`heteroflow.components.training.mlp`), and runs a training function
+(``train_function=package.module:function(ctx)``, default :func:`heteroflow.components.training.classifier_loop`)
+with a :class:`~heteroflow.components.training.TrainContext`. Every ``checkpoint_every_steps`` optimizer steps the
+model, optimizer, scaler, RNG states and data position are saved from CPU copies, atomically, in a folder keyed by
+data, parameters and model, never by device: a restarted train, or the next candidate after a device failure,
+resumes there. Batches come from per-epoch permutations seeded by ``seed + epoch``, so a resumed run sees the
+same batches and, on CPU, ends with the same weights as an uninterrupted one. The checkpoint folder is removed
 once the final model is written.
 """
 
@@ -19,6 +22,7 @@ import json
 import math
 import os
 import shutil
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
@@ -27,15 +31,9 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from heteroflow.cache.locations import home_dir
-from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes
-from heteroflow.components.errors import (
-    CheckpointError,
-    CheckpointLocked,
-    DeviceUnavailable,
-    InvalidParameter,
-    NonFiniteError,
-)
-from heteroflow.components.preprocess import SEED_MAX, TRANSFORM_FILES, available_cpus, check_integer, load_split, read_meta
+from heteroflow.cache.atomic import atomic_directory
+from heteroflow.components.errors import CheckpointError, CheckpointLocked, DeviceUnavailable, InvalidParameter
+from heteroflow.components.preprocess import SEED_MAX, TRANSFORM_FILES, available_cpus, check_integer, read_meta
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
@@ -48,6 +46,7 @@ __all__ = [
     "TrainResult",
     "build_model",
     "check_train_params",
+    "checkpoint_folder",
     "load_model",
     "resolve_device",
     "train",
@@ -74,6 +73,12 @@ class TrainResult:
         final_loss: mean train loss of the last epoch.
         validation_accuracy: accuracy on the validation split after the last epoch (None without one).
         seconds: wall time of this call, seconds.
+        history: per-epoch metrics (``epoch``, ``step``, ``loss``, ``validation_accuracy``...), the epochs before
+            a resume included.
+        precision: the autocast dtype used (``float32``, ``bfloat16``, ``float16``).
+        model: the model factory and its arguments.
+        device_kind: the candidate's device kind (``npu`` even when simulated on the CPU).
+        num_workers: DataLoader worker processes used.
     """
 
     model_dir: Path
@@ -85,6 +90,11 @@ class TrainResult:
     final_loss: float
     validation_accuracy: float | None
     seconds: float
+    history: tuple[dict[str, Any], ...] = ()
+    precision: str = "float32"
+    model: dict[str, Any] = dataclasses.field(default_factory=dict)
+    device_kind: str = "cpu"
+    num_workers: int = 0
 
 
 def build_model(in_features: int, num_classes: int, hidden_units: int) -> torch.nn.Module:
@@ -123,37 +133,54 @@ def resolve_device(device: str) -> torch.device:
     if dev.type == "npu":
         if not torch.npu.is_available():  # type: ignore[attr-defined]
             raise DeviceUnavailable(f"device={device!r}: no Ascend NPU is available to this process")
+    if dev.type not in ("cpu", "cuda", "npu", "meta"):
+        # other accelerators (xpu, hpu, mps, ...): torch's device-agnostic API (torch >= 2.6) says what is here
+        acc = getattr(torch, "accelerator", None)
+        current = acc.current_accelerator() if acc is not None and acc.is_available() else None
+        if current is None or current.type != dev.type:
+            raise DeviceUnavailable(f"device={device!r}: no {dev.type} device is available to this process")
+    if dev.type != "cpu" and dev.index is None:
+        # the process's current device of that type (the one CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave)
+        acc = getattr(torch, "accelerator", None)
+        if acc is not None and acc.is_available() and acc.current_accelerator().type == dev.type:
+            dev = torch.device(dev.type, acc.current_device_index())
     return dev
 
 
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
+    """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
+    and its arguments among them), never the device: another device kind resumes from the same folder."""
     blob = json.dumps({"data": meta, "params": params}, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 
 
-def _atomic_torch_save(obj: Any, path: Path) -> None:
-    import torch
-
-    with atomic_file(path) as fh:
-        torch.save(obj, fh)
-
-
-def _accuracy(model: torch.nn.Module, x: torch.Tensor, y: torch.Tensor) -> float:
-    import torch
-
-    with torch.no_grad():
-        return float((model(x).argmax(dim=1) == y).float().mean().item())
+def _parse_model_args(text: str) -> dict[str, Any]:
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidParameter(f"model_args={text!r} is not JSON ({exc}); valid: a JSON object, e.g. '{{\"channels\": 16}}'") from None
+    if not isinstance(value, dict):
+        raise InvalidParameter(f"model_args={text!r} is not a JSON object; valid: e.g. '{{\"channels\": 16}}'")
+    return value
 
 
 def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
     """Check train's parameters (the checks :func:`train` makes first; callers use it to fail before a run).
 
+    Checks ranges, and that the model, loss, optimizer, training function and dataset factories can be imported
+    (a model factory's module is imported, not called).
+
     Args:
         values / given: parameter values by name (``train``'s defaults for the others).
 
     Raises:
-        InvalidParameter: the first parameter out of range or not a finite number, named, with its valid range.
+        InvalidParameter: the first parameter out of range, not a finite number, or a factory that cannot be
+            imported, named, with what is valid.
     """
+    from heteroflow.components.training import PRECISIONS, _import_callable
+
     v = with_defaults(train, values, **given)
     learning_rate = v["learning_rate"]
     for name in ("epochs", "batch_size", "hidden_units", "checkpoint_every_steps"):
@@ -161,10 +188,112 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
     check_integer("seed", v["seed"], 0, high=SEED_MAX)  # numpy's default_rng refuses a negative seed mid-run
+    workers = v["loader_workers"]
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < -1:
+        raise InvalidParameter(f"loader_workers={workers!r} is out of range; valid: -1 (auto), 0 (load in the training process) or more")
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate):
         raise InvalidParameter(f"learning_rate={learning_rate!r} is not a finite number; valid: a number > 0")
     if not learning_rate > 0:
         raise InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0")
+    if v["precision"] not in PRECISIONS:
+        raise InvalidParameter(f"precision={v['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}")
+    _parse_model_args(v["model_args"])
+    for name in ("model_factory", "loss", "optimizer", "train_function", "dataset_factory"):
+        if v[name]:
+            _import_callable(v[name], what=name)
+
+
+LOCK_WAIT_SECONDS: float | None = None
+"""How long train waits for a checkpoint folder's lock; None: as long as its holder lives (the kernel releases a
+``flock`` when its holder ends, so a held lock always has a live holder)."""
+
+
+@contextlib.contextmanager
+def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<ckpt_dir>/.lock``: two trainings never share one checkpoint folder.
+
+    A second identical training waits while the first lives (it then resumes from, or finds gone, the first's
+    checkpoints), saying once whom it waits for; it never fails for a lock and spends no retry on one. A lock
+    file removed by its holder while we waited (the holder finished and removed the folder) is taken afresh.
+
+    Raises:
+        CheckpointLocked: only with ``wait_seconds`` (or :data:`LOCK_WAIT_SECONDS`) set and exceeded.
+    """
+    limit = LOCK_WAIT_SECONDS if wait_seconds is None else wait_seconds
+    deadline = None if limit is None else time.monotonic() + limit
+    told = False
+    while True:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(ckpt_dir / ".lock", "a+")
+        try:
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "another process"
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise CheckpointLocked(
+                            f"checkpoint folder {ckpt_dir} is in use by {holder}: the same training (same data, "
+                            "parameters and model) is running already; wait for it or stop it, then rerun to resume"
+                        ) from None
+                    if not told and say is not None:
+                        say(f"train: waiting for {holder}, which runs the same training (checkpoint folder {ckpt_dir})")
+                        told = True
+                    time.sleep(0.2)
+            try:
+                same = os.fstat(fh.fileno()).st_ino == os.stat(ckpt_dir / ".lock").st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # the holder finished and removed the folder while we waited: lock the new one
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                continue
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()}")
+            fh.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+            return
+        finally:
+            fh.close()
+
+
+_KIND_OF_TYPE = {"cuda": "gpu", "npu": "npu", "cpu": "cpu"}
+
+
+def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Path]:
+    """Open the data, resolve the model factory's arguments, and key the checkpoint folder (no device touched)."""
+    from heteroflow.components.readers import open_splits
+    from heteroflow.components.training import BUILTIN_MODEL, ModelSpec
+
+    v = with_defaults(train, values)
+    splits = open_splits(dataset_dir, dataset_factory=v["dataset_factory"])
+    offered = {
+        "in_features": int(np.prod(splits.input_shape)),
+        "num_classes": len(splits.classes),
+        "input_shape": list(splits.input_shape),
+        "hidden_units": v["hidden_units"],
+    }
+    spec = ModelSpec.resolve(v["model_factory"] or BUILTIN_MODEL, offered=offered, given=_parse_model_args(v["model_args"]))
+    keys = ("epochs", "batch_size", "learning_rate", "hidden_units", "seed", "loss", "optimizer", "train_function",
+            "dataset_factory", "precision", "deterministic")
+    params = {k: v[k] for k in keys} | {"model": spec.to_dict()}
+    root = Path(v["checkpoint_root"]).expanduser() if v["checkpoint_root"] else home_dir() / "checkpoints"
+    return splits, spec, params, root / _fingerprint({"data": splits.fingerprint}, params)
+
+
+def checkpoint_folder(dataset_dir: str | os.PathLike[str], **values: Any) -> Path:
+    """The checkpoint folder :func:`train` uses for these arguments (``train``'s defaults for the others): keyed by
+    the data, the parameters and the model, never by the device.
+
+    Raises:
+        DatasetError / InvalidParameter: as :func:`train` before it trains.
+    """
+    return _plan(dataset_dir, values)[3]
 
 
 def train(
@@ -172,6 +301,7 @@ def train(
     model_dir: str | os.PathLike[str],
     *,
     device: str = "cpu",
+    resources: Resources | None = None,
     epochs: int = 30,
     batch_size: int = 64,
     learning_rate: float = 1e-3,
@@ -179,23 +309,42 @@ def train(
     seed: int = 0,
     checkpoint_every_steps: int = 50,
     checkpoint_root: str = "",
+    model_factory: str = "",
+    model_args: str = "",
+    loss: str = "",
+    optimizer: str = "",
+    train_function: str = "",
+    dataset_factory: str = "",
+    precision: str = "auto",
+    loader_workers: int = -1,
+    deterministic: bool = False,
     progress: Callable[..., None] | None = None,
 ) -> TrainResult:
-    """Train the MLP classifier on the preprocessed train split.
+    """Train a model (yours, or the built-in MLP) on the preprocessed data, resumable on any device.
 
     Args:
-        dataset_dir: preprocess output (shards and ``meta.json``).
+        dataset_dir: preprocess output (``meta.json``: table shards, an image folder's split, or tensors).
         model_dir: folder to write; it appears complete or not at all (written beside it, then renamed).
         device: torch device string: ``cpu``, ``cuda``, ``cuda:N``, ``npu``.
+        resources: the candidate it runs on (the engine passes it; its kind names the device in records and faults).
         epochs: passes over the train split, >= 1 (unit: passes).
         batch_size: samples per optimizer step, >= 1 (unit: samples).
-        learning_rate: Adam's step size, > 0.
-        hidden_units: width of the MLP's two hidden layers, >= 1 (unit: neurons).
+        learning_rate: the optimizer's step size, > 0.
+        hidden_units: width of the built-in MLP's two hidden layers, >= 1; passed to a model factory that takes it (unit: neurons).
         seed: seed of the initial weights and the batch order.
         checkpoint_every_steps: optimizer steps between checkpoints, >= 1 (unit: optimizer steps).
-        checkpoint_root: checkpoint folder (shared storage on a cluster); empty: <heteroflow home>/checkpoints; the folder used is <root>/<fingerprint of data, parameters and device type>.
-        progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss`` and
-            ``samples_per_second`` (the engine shows them live).
+        checkpoint_root: checkpoint folder (shared storage on a cluster); empty: <heteroflow home>/checkpoints; the folder used is <root>/<fingerprint of data, parameters and model> (not the device: a fallback resumes there).
+        model_factory: model factory package.module:function returning a torch.nn.Module; empty: the built-in MLP (the default pipeline's parameter 'model').
+        model_args: JSON object of keyword arguments for the model factory (besides in_features, num_classes, input_shape, hidden_units, passed when it takes them).
+        loss: loss factory package.module:function() returning loss(output, target); empty: cross-entropy.
+        optimizer: optimizer factory package.module:function(params, lr) returning a torch optimizer; empty: Adam.
+        train_function: your training function package.module:function(ctx) (heteroflow.components.training.TrainContext); empty: the built-in classifier loop.
+        dataset_factory: package.module:function(split) returning a torch Dataset of (x, y); empty: the preprocessed data.
+        precision: autocast: auto (bf16 where the device supports it, else fp16 with a GradScaler; fp32 on the CPU), fp32, bf16 or fp16.
+        loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables, up to 4 for files to decode) (unit: processes).
+        deterministic: torch.use_deterministic_algorithms for bit-identical reruns (slower on GPUs).
+        progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss``,
+            ``validation_accuracy`` and ``samples_per_second`` (the engine shows them live).
 
     Sets torch's intra-op thread count (process-wide) to the CPU cores this process may use
     (:func:`~heteroflow.components.preprocess.available_cpus`: affinity and cgroup quota).
@@ -204,249 +353,191 @@ def train(
         A :class:`TrainResult`.
 
     Raises:
-        InvalidParameter: a parameter out of range.
+        InvalidParameter: a parameter out of range, a factory that cannot be imported or returns the wrong type.
         DeviceUnavailable: the device is absent (fall back to another candidate).
-        CheckpointLocked: another live process is running the same training (transient: retried).
-        CheckpointError: the checkpoint found cannot be loaded, or another process is running the same
-            training (same checkpoint folder) right now.
+        CheckpointError: the checkpoint found cannot be loaded or belongs to another model.
         NonFiniteError: a training loss is NaN or infinite (names the epoch and step).
         DatasetError: ``dataset_dir`` is not preprocess output.
     """
     import torch  # imported before the clock starts: seconds measure the training, not the import
 
+    from heteroflow.components.failures import fault_after_steps
+    from heteroflow.components.training import (
+        Checkpoint,
+        TrainContext,
+        _import_callable,
+        auto_workers,
+        classifier_loop,
+        make_loader,
+        make_scaler,
+        resolve_precision,
+    )
+
     started = time.perf_counter()
     check_train_params(locals())
+    # Everything that can be wrong with the input is checked before the device is touched.
+    splits, spec, params, ckpt_dir = _plan(dataset_dir, locals())
+    spec.build()  # a factory that does not return a Module fails here, before any device time
+    loop = _import_callable(train_function, what="train_function") if train_function else classifier_loop
+
     dev = resolve_device(device)
+    kind = resources.kind if resources is not None else _KIND_OF_TYPE.get(dev.type, dev.type)
+    kind = getattr(kind, "value", kind)
+    accel = resources.accelerator_spec if resources is not None else None
+    dtype = resolve_precision(precision, dev, bf16=getattr(accel, "bf16", None))
     # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given.
     torch.set_num_threads(available_cpus())
-    meta = read_meta(dataset_dir)
-    x_np, y_np = load_split(dataset_dir, "train")
-    n = len(x_np)
-    if n == 0:
-        raise InvalidParameter(f"{dataset_dir} has an empty train split")
-    params = {
-        "epochs": epochs,
-        "batch_size": batch_size,
-        "learning_rate": learning_rate,
-        "hidden_units": hidden_units,
-        "seed": seed,
-        "device_type": dev.type,
-    }
-    ckpt_dir = Path(checkpoint_root).expanduser() if checkpoint_root else home_dir() / "checkpoints"
-    ckpt_dir = ckpt_dir / _fingerprint(meta, params)
-    ckpt_dir.mkdir(parents=True, exist_ok=True)
-    with _exclusive(ckpt_dir):
-        return _train_locked(
-            dataset_dir, model_dir, ckpt_dir, dev=dev, meta=meta, params=params, x_np=x_np, y_np=y_np, started=started,
-            checkpoint_every_steps=checkpoint_every_steps,
-            progress=progress,
-        )
+    workers = auto_workers(splits.in_memory, loader_workers)
+    train_loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=workers, device=dev)
+    val_loader = None
+    if splits.validation is not None:
+        val_loader = make_loader(splits.validation, batch_size=max(batch_size, 256), seed=seed, shuffle=False,
+                                 num_workers=workers, device=dev)
 
+    def fault_check(step: int) -> None:
+        fault = fault_after_steps("train", str(kind), step)
+        if fault is not None:
+            raise fault
 
-LOCK_WAIT_SECONDS = 15.0
-"""How long train waits for a checkpoint folder's lock before giving up (a killed run's step process needs a
-moment to notice and end; see :mod:`heteroflow.components.runtime`)."""
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        if progress is not None:  # shown live in the steps table while it waits
+            progress(waiting=line.removeprefix("train: "))
 
-
-@contextlib.contextmanager
-def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``<ckpt_dir>/.lock``: two trainings never share one checkpoint folder.
-
-    The lock dies with its holder (the kernel releases a ``flock`` when the process ends), so a lock is never
-    stale; a live holder is waited for up to ``wait_seconds``.
-
-    Raises:
-        CheckpointLocked: another live process still holds it (a transient failure: retried).
-    """
-    with open(ckpt_dir / ".lock", "a+") as fh:
-        deadline = time.monotonic() + (LOCK_WAIT_SECONDS if wait_seconds is None else wait_seconds)
-        while True:
-            try:
-                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    fh.seek(0)
-                    holder = fh.read().strip() or "another process"
-                    raise CheckpointLocked(
-                        f"checkpoint folder {ckpt_dir} is in use by {holder}: the same training (same data, parameters "
-                        "and device) is running already; wait for it or stop it, then rerun to resume"
-                    ) from None
-                time.sleep(0.2)
-        fh.seek(0)
-        fh.truncate()
-        fh.write(f"pid {os.getpid()}")
-        fh.flush()
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
-
-
-def _train_locked(
-    dataset_dir: str | os.PathLike[str],
-    model_dir: str | os.PathLike[str],
-    ckpt_dir: Path,
-    *,
-    dev: torch.device,
-    meta: dict[str, Any],
-    params: dict[str, Any],
-    x_np: np.ndarray,
-    y_np: np.ndarray,
-    started: float,
-    checkpoint_every_steps: int,
-    progress: Callable[..., None] | None = None,
-) -> TrainResult:
-    import torch
-    import torch.nn.functional as F
-
-    epochs, batch_size, seed = params["epochs"], params["batch_size"], params["seed"]
-    hidden_units, learning_rate = params["hidden_units"], params["learning_rate"]
-    n = len(x_np)
-
-    torch.manual_seed(seed)
-    model = build_model(meta["num_features"], len(meta["classes"]), hidden_units).to(dev)
-    optimizer = torch.optim.Adam(model.parameters(), lr=learning_rate)
-    steps_per_epoch = math.ceil(n / batch_size)
-    total_steps = epochs * steps_per_epoch
-    step = 0
-    if (ckpt_dir / _CHECKPOINT).is_file():
-        try:
-            state = torch.load(ckpt_dir / _CHECKPOINT, map_location=dev, weights_only=True)
-            model.load_state_dict(state["model"])
-            optimizer.load_state_dict(state["optimizer"])
-            step = int(state["step"])
-        except Exception as exc:
-            raise CheckpointError(
-                f"checkpoint {ckpt_dir / _CHECKPOINT} cannot be loaded ({exc}); delete that folder to start over"
-            ) from exc
-    resumed_from = step
-
-    x_all = torch.from_numpy(x_np).to(dev)
-    y_all = torch.from_numpy(y_np).to(dev)
-    x_val_np, y_val_np = load_split(dataset_dir, "validation")
-    checkpoints = 0
-    samples = 0
-    epoch_loss = float("nan")
-    loop_started = time.perf_counter()
-    model.train()
-    while step < total_steps:
-        epoch, offset = divmod(step, steps_per_epoch)
-        order = torch.from_numpy(np.random.default_rng(seed + epoch).permutation(n)).to(dev)
-        losses = []
-        first_step = step  # losses[k] is the loss of step first_step + k + 1
-        for b in range(offset, steps_per_epoch):
-            idx = order[b * batch_size:(b + 1) * batch_size]
-            loss = F.cross_entropy(model(x_all[idx]), y_all[idx])
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
-            optimizer.step()
-            step += 1
-            samples += len(idx)
-            losses.append(loss.detach())
-            if step % checkpoint_every_steps == 0 and step < total_steps:
-                _check_losses(losses, first_step=first_step, epoch=epoch, params=params)  # never save NaN weights
-                _atomic_torch_save(
-                    {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": step}, ckpt_dir / _CHECKPOINT
-                )
-                atomic_write_bytes(
-                    ckpt_dir / _CHECKPOINT_INFO, json.dumps({"step": step, "total_steps": total_steps}).encode()
-                )
-                checkpoints += 1
-        _check_losses(losses, first_step=first_step, epoch=epoch, params=params)
-        epoch_loss = float(torch.stack(losses).mean().item()) if losses else epoch_loss
-        if progress is not None:
-            elapsed = time.perf_counter() - loop_started
-            progress(
-                epoch=epoch + 1,
+    previous_determinism = torch.are_deterministic_algorithms_enabled()
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    try:
+        with _exclusive(ckpt_dir, say=say):
+            amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
+            n_train = len(splits.train)
+            total_steps = epochs * math.ceil(n_train / batch_size)
+            ctx = TrainContext(
+                device=dev,
+                device_kind=str(kind),
+                autocast_dtype=dtype,
+                scaler=make_scaler(dtype, dev),
+                train_loader=train_loader,
+                val_loader=val_loader,
+                classes=splits.classes,
+                input_shape=splits.input_shape,
                 epochs=epochs,
-                step=step,
-                total_steps=total_steps,
-                loss=round(epoch_loss, 4),
-                samples_per_second=round(samples / elapsed, 1) if elapsed > 0 else 0.0,
+                batch_size=batch_size,
+                learning_rate=learning_rate,
+                seed=seed,
+                params=params,
+                checkpoint=Checkpoint(ckpt_dir, every_steps=checkpoint_every_steps, model=spec.to_dict(),
+                                      amp_dtype=amp_name, total_steps=total_steps),
+                model_spec=spec,
+                loss_ref=loss,
+                optimizer_ref=optimizer,
+                progress=progress,
+                fault_check=fault_check,
             )
-    if dev.type == "cuda":
-        torch.cuda.synchronize(dev)
-    loop_seconds = time.perf_counter() - loop_started
+            loop_started = time.perf_counter()
+            trained = loop(ctx)
+            loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
+            trained = trained if trained is not None else ctx.model
+            if not isinstance(trained, torch.nn.Module):
+                raise InvalidParameter(
+                    f"train_function={train_function!r} returned {type(trained).__name__}; return the trained model "
+                    "(or build it with ctx.build_model())"
+                )
+            raw = trained.module if hasattr(trained, "module") else trained
+            val_acc = ctx.evaluate_accuracy(raw)
+            last = ctx.history[-1] if ctx.history else {}
+            steps_done = int(last.get("step", total_steps))
+            out = _write_model(model_dir, raw, dataset_dir=dataset_dir, splits=splits, spec=spec, params=params,
+                               steps=steps_done, precision=amp_name, device=str(dev), device_kind=str(kind))
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    finally:
+        if deterministic:
+            torch.use_deterministic_algorithms(previous_determinism)
+    final_loss = last.get("loss")
+    return TrainResult(
+        model_dir=out,
+        device=str(dev),
+        steps=steps_done,
+        resumed_from_step=ctx.checkpoint.resumed_from_step,
+        checkpoints_written=ctx.checkpoint.written,
+        samples_per_second=ctx.samples_seen / loop_seconds if loop_seconds > 0 and ctx.samples_seen else 0.0,
+        final_loss=float(final_loss) if final_loss is not None else float("nan"),
+        validation_accuracy=val_acc,
+        seconds=time.perf_counter() - started,
+        history=tuple(ctx.history),
+        precision=amp_name,
+        model=spec.to_dict(),
+        device_kind=str(kind),
+        num_workers=workers,
+    )
 
-    model.eval()
-    val_acc = None
-    if len(x_val_np):
-        val_acc = _accuracy(model, torch.from_numpy(x_val_np).to(dev), torch.from_numpy(y_val_np).to(dev))
 
+def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, dataset_dir: str | os.PathLike[str],
+                 splits: Any, spec: Any, params: dict[str, Any], steps: int, precision: str,
+                 device: str = "cpu", device_kind: str = "cpu") -> Path:
+    """Write ``model.pt`` (CPU state dict), ``model.json`` and the table transformation, atomically."""
+    import torch
+
+    from heteroflow.components.training import BUILTIN_MODEL
+
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        meta = read_meta(dataset_dir)
     out = Path(model_dir)
     with atomic_directory(out) as tmp:
-        torch.save({k: v.cpu() for k, v in model.state_dict().items()}, tmp / MODEL_WEIGHTS)
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / MODEL_WEIGHTS)
         transform_files = [name for name in TRANSFORM_FILES if Path(dataset_dir, name).is_file()]
         for name in transform_files:  # the fitted transformation travels with the model (and into the archive)
             shutil.copyfile(Path(dataset_dir, name), tmp / name)
         config = {
-            "architecture": "mlp",
-            "in_features": meta["num_features"],
-            "hidden_units": hidden_units,
-            "num_classes": len(meta["classes"]),
-            "classes": meta["classes"],
+            "format": 2,
+            "model": spec.to_dict(),
+            "architecture": "mlp" if spec.ref == BUILTIN_MODEL else spec.ref,
+            "in_features": int(np.prod(splits.input_shape)),
+            "input_shape": list(splits.input_shape),
+            "hidden_units": params["hidden_units"],
+            "num_classes": len(splits.classes),
+            "classes": list(splits.classes),
+            "data": splits.info,
             "label_column": meta.get("label_column"),
             "transformation": TRANSFORM_FILES[0] if transform_files else None,
             "params": params,
-            "steps": step,
+            "precision": precision,
+            "device": device,  # where it trained (lineage); not part of params: the checkpoint key ignores devices
+            "device_kind": device_kind,
+            "steps": steps,
         }
-        (tmp / MODEL_CONFIG).write_text(json.dumps(config, indent=2), encoding="utf-8")
-    shutil.rmtree(ckpt_dir, ignore_errors=True)
-    return TrainResult(
-        model_dir=out,
-        device=str(dev),
-        steps=step,
-        resumed_from_step=resumed_from,
-        checkpoints_written=checkpoints,
-        samples_per_second=samples / loop_seconds if loop_seconds > 0 and samples else 0.0,
-        final_loss=epoch_loss,
-        validation_accuracy=val_acc,
-        seconds=time.perf_counter() - started,
-    )
-
-
-def _check_losses(losses: list[torch.Tensor], *, first_step: int, epoch: int, params: dict[str, Any]) -> None:
-    """Raise at the first loss among ``losses`` (of steps ``first_step + 1`` on) that is NaN or infinite.
-
-    Checked at each checkpoint and epoch end (one device sync each, not one per step).
-
-    Raises:
-        NonFiniteError: names the epoch and step, and suggests a lower learning rate.
-    """
-    import torch
-
-    if not losses:
-        return
-    stacked = torch.stack(losses)
-    finite = torch.isfinite(stacked)
-    if bool(finite.all()):
-        return
-    k = int((~finite).nonzero()[0].item())
-    lr = params["learning_rate"]
-    raise NonFiniteError(
-        f"training loss is {float(stacked[k].item())} at epoch {epoch + 1} of {params['epochs']}, step {first_step + k + 1}: "
-        f"training diverged; lower learning_rate={lr:g} (e.g. learning_rate={lr / 10:g}), or check the data for "
-        "extreme values"
-    )
+        (tmp / MODEL_CONFIG).write_text(json.dumps(config, indent=2, default=str), encoding="utf-8")
+    return out
 
 
 def load_model(model_dir: str | os.PathLike[str], device: str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Load what :func:`train` wrote: the model in eval mode on ``device``, and its ``model.json`` config.
+    """Load what :func:`train` wrote, for any factory-built model: the model in eval mode on ``device``, and its
+    ``model.json`` config (the factory and its arguments rebuild the model; the state dict fills it).
 
     Raises:
-        CheckpointError: the folder is not a heteroflow model.
+        CheckpointError: the folder is not a heteroflow model, or its weights do not fit the factory's model.
+        InvalidParameter: the model factory cannot be imported where the model is loaded.
     """
     import torch
+
+    from heteroflow.components.training import ModelSpec
 
     try:
         config = json.loads(Path(model_dir, MODEL_CONFIG).read_text(encoding="utf-8"))
         state = torch.load(Path(model_dir, MODEL_WEIGHTS), map_location="cpu", weights_only=True)
     except (FileNotFoundError, ValueError) as exc:
         raise CheckpointError(f"{model_dir} is not a heteroflow model ({exc}); run train first") from None
-    model = build_model(config["in_features"], config["num_classes"], config["hidden_units"])
-    model.load_state_dict(state)
-    return model.to(resolve_device(device)).eval(), config
+    if "model" in config:
+        net = ModelSpec(ref=config["model"]["factory"], args=config["model"]["args"]).build()
+    else:  # written before model factories (heteroflow <= format 1): the MLP
+        net = build_model(config["in_features"], config["num_classes"], config["hidden_units"])
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{model_dir}: the weights do not fit the model its factory builds ({' '.join(str(exc).split())[:300]})") from None
+    return net.to(resolve_device(device)).eval(), config
 
 
 # --- the step definition ----------------------------------------------------------------------------------
@@ -466,6 +557,12 @@ DEFAULT_TRAIN_CANDIDATES = Candidates(
 def _train_facts(result: Any) -> dict[str, Any]:
     return {
         "device": result.device,
+        "device_kind": result.device_kind,
+        "precision": result.precision,
+        "model": result.model.get("factory"),
+        "model_args": result.model.get("args"),
+        "num_workers": result.num_workers,
+        "history": list(result.history),
         "steps": result.steps,
         "resumed_from_step": result.resumed_from_step,
         "checkpoints_written": result.checkpoints_written,
@@ -484,8 +581,9 @@ def _train_metrics(facts: dict[str, Any]) -> dict[str, Any]:
 def _train_summary(f: dict[str, Any]) -> list[str]:
     va = f.get("validation_accuracy")
     resumed = f" (resumed from step {f['resumed_from_step']})" if f.get("resumed_from_step") else ""
+    precision = f", {f['precision']}" if f.get("precision") not in (None, "float32") else ""
     return [
-        f"train: {f['steps']} steps on {f['device']}{resumed} in {f['seconds']:.1f} s "
+        f"train: {f['steps']} steps on {f['device']}{precision}{resumed} in {f['seconds']:.1f} s "
         f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {f['final_loss']:.4f}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")
     ]
@@ -510,6 +608,7 @@ TRAIN: Step = step(
     retry=RetryPolicy(retries=2, backoff_seconds=10, max_delay_seconds=120, window_seconds=24 * _HOUR),
     device_bound=True,
     device_param="device",
+    resources_param="resources",
     progress_param="progress",
     check=check_train_params,
     facts=_train_facts,

@@ -499,6 +499,9 @@ app.command("simulate")(simulate_command)
 from heteroflow.pipelines.cli_manifests import manifests_command  # noqa: E402  (pipelines/cli_manifests.py)
 
 app.command("manifests")(manifests_command)
+from heteroflow.pipelines.cli_train import profile_command  # noqa: E402  (pipelines/cli_train.py)
+
+app.command("profile")(profile_command)
 
 
 # --- archive -----------------------------------------------------------------------------------------------

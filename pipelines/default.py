@@ -2,7 +2,7 @@
 :class:`~heteroflow.pipelines.graph.Pipeline` value that every engine renders.
 
 Its parameters are the steps' own (``heteroflow params`` lists them), plus ``dataset_uri``, which feeds
-prewarm's ``source_uri``. ``plan`` places ``train`` (Ascend 910, else NVIDIA GPU, else 8 CPUs by default) and
+prewarm's ``source_uri``, and ``model``, which feeds train's ``model_factory`` (your ``package.module:function``). ``plan`` places ``train`` (Ascend 910, else NVIDIA GPU, else 8 CPUs by default) and
 ``evaluate`` (the CPU by default); each falls back to its next candidate on a device failure.
 """
 
@@ -37,11 +37,20 @@ def default_pipeline(
     p = Pipeline(name, description="heteroflow default: prewarm -> preprocess (CPU) -> plan -> train -> evaluate -> archive")
     data = p.add(
         PREWARM,
-        source_uri=p.param("dataset_uri", help="folder (local path or fsspec URL) of data files (.csv, .tsv, .parquet, .npz)"),
+        source_uri=p.param(
+            "dataset_uri",
+            help="folder (local path or fsspec URL) of data: tables (.csv, .tsv, .parquet, .npz), an image folder "
+            "(one folder per class), or .pt tensors",
+        ),
     )
     shards = p.add(PREPROCESS, dataset=data.outputs.dataset)
     p.add(PLAN)
-    model = p.add(TRAIN, shards=shards.outputs.shards, candidates=train_candidates)
+    model = p.add(
+        TRAIN,
+        shards=shards.outputs.shards,
+        candidates=train_candidates,
+        model_factory=p.param("model"),
+    )
     scores = p.add(EVALUATE, shards=shards.outputs.shards, model=model.outputs.model, candidates=evaluate_candidates)
     p.add(
         ARCHIVE,

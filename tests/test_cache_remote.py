@@ -105,13 +105,13 @@ def test_a_404_folder_is_permanent(http_root, tmp_path: Path):
     assert not (tmp_path / "tier").exists() or list((tmp_path / "tier").iterdir()) == []
 
 
-def test_a_listing_without_data_files_is_permanent(http_root, tmp_path: Path):
+def test_a_listing_without_data_files_is_refused_by_the_check_and_cached_by_prewarm(http_root, tmp_path: Path):
     _, base, _ = http_root
     with pytest.raises(DatasetError, match=r"has no \.csv, \.tsv, \.parquet or \.npz file \(found: README.md\)"):
         check_source(f"{base}/notes/")
-    with pytest.raises(DatasetError, match=r"has no \.csv, \.tsv, \.parquet or \.npz file"):
-        prewarm_dataset(f"{base}/notes/", str(tmp_path / "out"), cache_root=str(tmp_path / "tier"))
-    assert not (tmp_path / "tier").exists() or list((tmp_path / "tier").iterdir()) == []
+    # Issue 14: the cache tier caches any files; readers judge formats
+    result = prewarm_dataset(f"{base}/notes/", str(tmp_path / "out"), cache_root=str(tmp_path / "tier"))
+    assert result.facts()["files"] == 1
 
 
 def test_an_unreachable_host_is_transient(tmp_path: Path):

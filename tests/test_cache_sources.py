@@ -458,3 +458,19 @@ def test_a_signed_folder_without_data_names_no_signature(www: Path, tmp_path: Pa
             with pytest.raises(DatasetError, match=r"\(found: README.md\)") as err:
                 prewarm(f"{base}/notes/?sig=zz12345", tmp_path / "cache")
     assert "zz12345" not in str(err.value)
+
+
+def test_an_archived_version_is_readable_to_the_team(tmp_path: Path):
+    """The input of #16.13 itself: an archive version folder gets the umask's mode (0775 under umask 002), not 0700."""
+    from heteroflow.components.archive import archive
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "model.pt").write_bytes(b"weights")
+    old = os.umask(0o002)
+    try:
+        result = archive(model, tmp_path / "archive", name="team-mlp", metrics={"accuracy": 1.0}, lineage={})
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(result.path.stat().st_mode) == 0o775
+    assert stat.S_IMODE((result.path / "metrics.json").stat().st_mode) & 0o044 == 0o044

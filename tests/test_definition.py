@@ -148,10 +148,12 @@ def test_unbound_step_parameters_become_pipeline_parameters() -> None:
 
 def test_the_default_pipeline_lifts_each_step_parameter_once() -> None:
     p = default_pipeline()
-    # seed is shared by preprocess and train; dataset_uri feeds prewarm's source_uri
+    # seed is shared by preprocess and train; dataset_uri feeds prewarm's source_uri; model feeds train's
+    # model_factory (a KFP component cannot have a parameter named like its output artifact 'model')
     assert "seed" in p.params and "source_uri" not in p.params and p.params["dataset_uri"].required
-    names = [n for c in p.calls for n in c.step.param_names if n != "source_uri"]
-    assert sorted(set(names)) == sorted(set(p.params) - {"dataset_uri"})
+    assert "model_factory" not in p.params and p.params["model"].default == ""
+    names = [n for c in p.calls for n in c.step.param_names if n not in ("source_uri", "model_factory")]
+    assert sorted(set(names)) == sorted(set(p.params) - {"dataset_uri", "model"})
 
 
 @pytest.mark.parametrize(

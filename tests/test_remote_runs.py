@@ -94,8 +94,8 @@ def test_a_bad_http_source_is_refused_before_anything_runs(served: str, tmp_path
 
 @pytest.mark.parametrize(
     ("auth", "path", "failure"),
-    [(True, "nothing-here/", "permanent"), (False, "digits/", "permanent"), (True, "notes/", "permanent")],
-    ids=["404", "wrong-credentials-403", "no-data-files"],
+    [(True, "nothing-here/", "permanent"), (False, "digits/", "permanent")],
+    ids=["404", "wrong-credentials-403"],
 )
 def test_bad_sources_are_permanent_failures_of_the_prewarm_step(
     served: str, tmp_path: Path, auth: bool, path: str, failure: str
@@ -115,6 +115,22 @@ def test_bad_sources_are_permanent_failures_of_the_prewarm_step(
     assert (out.status, out.failure) == ("failed", failure)
     assert PASSWORD not in (out.reason or "")
     assert not list((tmp_path / "tier").rglob("*.csv")), "something was left half-cached"
+
+
+def test_a_folder_without_readable_data_is_cached_and_the_reader_fails_permanently(served: str, tmp_path: Path) -> None:
+    """Issue 14: the cache tier caches any files (bytes and versions); the reader names the format it cannot read."""
+    from heteroflow.components.preprocess import PREPROCESS
+    from heteroflow.components.prewarm import PREWARM
+    from heteroflow.components.runtime import run_step
+
+    url = served.replace("http://", f"http://alice:{PASSWORD}@") + "/notes/"
+    out = run_step(PREWARM, params={"source_uri": url, "cache_root": str(tmp_path / "tier")},
+                   outputs={"dataset": str(tmp_path / "ds")}, run_dir=tmp_path / "run")
+    assert out.status == "succeeded", out.reason
+    pre = run_step(PREPROCESS, params={"num_workers": 1}, inputs={"dataset": str(tmp_path / "ds")},
+                   outputs={"shards": str(tmp_path / "shards")}, run_dir=tmp_path / "run")
+    assert (pre.status, pre.failure) == ("failed", "permanent")
+    assert "no reader reads .txt files" in (pre.reason or "") and PASSWORD not in (pre.reason or "")
 
 
 def test_an_unreachable_host_is_retried_as_transient_then_fails_clearly(tmp_path: Path) -> None:

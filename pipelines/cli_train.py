@@ -1,0 +1,92 @@
+"""Training on the command line: ``heteroflow profile`` (N training steps under ``torch.profiler`` -> a JSON profile).
+
+Registered in :mod:`heteroflow.pipelines.cli` with::
+
+    from heteroflow.pipelines.cli_train import profile_command
+    app.command("profile")(profile_command)
+
+Errors print one line; a user error (a bad parameter, a factory that cannot be imported, bad data) exits 2.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from heteroflow.pipelines.cli_cache import _fail
+
+__all__ = ["profile_command"]
+
+console = Console(soft_wrap=True)
+
+_INT_KEYS = ("batch_size", "hidden_units", "seed", "loader_workers")
+_STR_KEYS = ("model", "model_factory", "model_args", "dataset_factory", "precision")
+
+
+def profile_command(
+    dataset: Annotated[
+        Optional[str],
+        typer.Option(help="Data set folder or fsspec URL (prewarmed and preprocessed first), or preprocess output. Default: the digits sample."),
+    ] = None,
+    param: Annotated[
+        Optional[list[str]],
+        typer.Option("--param", "-p", help="Training parameter NAME=VALUE (repeatable): model, model_args, batch_size, precision, ..."),
+    ] = None,
+    steps: Annotated[int, typer.Option(help="Training steps timed, then profiled.")] = 20,
+    device: Annotated[str, typer.Option(help="Torch device: cpu, cuda, cuda:N, npu.")] = "cpu",
+    output: Annotated[Path, typer.Option("--output", "-o", help="JSON profile to write.")] = Path("profile.json"),
+) -> None:
+    """Profile a few training steps with torch.profiler: time share per operator, key operators (>= 10%), peak
+    memory and samples/s, written as JSON (the plan step's `profile` parameter takes it)."""
+    from heteroflow.cache.errors import HeteroflowError
+    from heteroflow.components.profiling import profile_training
+
+    try:
+        kwargs: dict[str, object] = {}
+        for item in param or []:
+            key, sep, value = item.partition("=")
+            key = key.strip()
+            if not sep:
+                raise ValueError(f"--param {item!r} is not NAME=VALUE")
+            if key in _INT_KEYS:
+                kwargs[key] = int(value)
+            elif key == "learning_rate":
+                kwargs[key] = float(value)
+            elif key in _STR_KEYS:
+                kwargs["model_factory" if key == "model" else key] = value
+            else:
+                raise ValueError(
+                    f"--param {key}: not a profile parameter; valid: {', '.join(sorted({*_INT_KEYS, *_STR_KEYS, 'learning_rate'}))}"
+                )
+        with tempfile.TemporaryDirectory(prefix="heteroflow-profile-") as scratch:
+            shards = _preprocessed(dataset, Path(scratch))
+            result = profile_training(shards, output, steps=steps, device=device, **kwargs)  # type: ignore[arg-type]
+    except (HeteroflowError, ValueError, OSError) as exc:
+        _fail(exc)
+        return
+    key = ", ".join(f"{o['name']} {o['share']:.0%}" for o in result["operators"] if o["share"] >= 0.10)
+    console.print(
+        f"profile: {result['samples_per_second']:.0f} samples/s on {result['device']} ({result['precision']}), "
+        f"{result['step_seconds'] * 1000:.2f} ms/step; key operators: {key or 'none >= 10%'}; "
+        f"peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB ({result['peak_memory_of']}); wrote {output}",
+        highlight=False,
+    )
+
+
+def _preprocessed(dataset: str | None, scratch: Path) -> Path:
+    """Preprocess output for ``dataset``: itself when it is one, else prewarmed (into the cache tier) and
+    preprocessed into ``scratch``."""
+    from heteroflow.cache.prewarm import prewarm_dataset
+    from heteroflow.components.datasets import export_digits
+    from heteroflow.components.preprocess import preprocess
+
+    if dataset and (Path(dataset).expanduser() / "meta.json").is_file():
+        return Path(dataset).expanduser()
+    source = dataset or str(export_digits())
+    prewarm_dataset(source, str(scratch / "dataset"))
+    preprocess(str(scratch / "dataset"), scratch / "shards", num_workers=1)
+    return scratch / "shards"

@@ -1,0 +1,302 @@
+"""Issue 14: the training context, model factories, training functions, precision, checkpoints and bad input.
+
+The examples' module (``examples/digits_models.py``: the digits MLP, a small CNN, a training function) is a
+module outside the package, imported from ``examples/`` on ``sys.path`` as a user's own module would be.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from heteroflow.components.errors import CheckpointError, DeviceUnavailable, InvalidParameter
+from heteroflow.components.train import MODEL_WEIGHTS, check_train_params, checkpoint_folder, train
+
+torch = pytest.importorskip("torch", reason="train needs PyTorch (the 'torch' extra)")
+
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+
+
+@pytest.fixture()
+def user_modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """``examples/`` and a folder of test-only user modules on sys.path (and PYTHONPATH, for child processes)."""
+    mods = tmp_path / "usermods"
+    mods.mkdir()
+    (mods / "badfactories.py").write_text(
+        "def not_a_module(num_classes):\n    return 'a string'\n\n"
+        "def needs_other(num_classes, depth):\n    import torch\n    return torch.nn.Linear(64, num_classes)\n\n"
+        "NOT_CALLABLE = 3\n"
+    )
+    for p in (str(EXAMPLES), str(mods)):
+        monkeypatch.syspath_prepend(p)
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(EXAMPLES), str(mods), os.environ.get("PYTHONPATH", "")]))
+    return mods
+
+
+def _weights(model_dir: Path) -> dict[str, Any]:
+    return torch.load(model_dir / MODEL_WEIGHTS, map_location="cpu", weights_only=True)
+
+
+def test_a_user_model_factory_trains_and_the_model_json_records_the_factory_and_its_arguments(
+    digits_shards: Path, tmp_path: Path, user_modules: Path
+) -> None:
+    result = train(digits_shards, tmp_path / "m", epochs=4, model_factory="digits_models:mlp",
+                   model_args='{"hidden_units": 32}', checkpoint_root=str(tmp_path / "ck"))
+    config = json.loads((tmp_path / "m" / "model.json").read_text())
+    assert config["model"] == {"factory": "digits_models:mlp", "args": {"in_features": 64, "num_classes": 10, "hidden_units": 32}}
+    assert result.model == config["model"]
+    assert [h["epoch"] for h in result.history] == [1, 2, 3, 4]
+    assert result.history[-1]["loss"] == result.final_loss < result.history[0]["loss"]
+    assert result.validation_accuracy is not None and result.validation_accuracy > 0.8
+    from heteroflow.components.train import load_model
+
+    model, _ = load_model(tmp_path / "m")
+    assert model[1].out_features == 32  # the factory rebuilt it with its recorded arguments
+
+
+def test_a_training_function_gets_the_context_and_its_reports_become_the_history(
+    digits_shards: Path, tmp_path: Path, user_modules: Path
+) -> None:
+    seen: dict[str, Any] = {}
+    (user_modules / "loops.py").write_text(
+        "import torch\n"
+        "SEEN = {}\n"
+        "def loop(ctx):\n"
+        "    SEEN.update(device=str(ctx.device), kind=ctx.device_kind, dtype=ctx.autocast_dtype, rank=ctx.rank,\n"
+        "                world=ctx.world_size, classes=ctx.classes, shape=ctx.input_shape, scaler=ctx.scaler)\n"
+        "    model = ctx.build_model()\n"
+        "    opt = ctx.build_optimizer(model)\n"
+        "    step = 0\n"
+        "    for epoch in range(ctx.epochs):\n"
+        "        for x, y in ctx.batches(epoch):\n"
+        "            loss = ctx.loss_fn(model(x), y)\n"
+        "            opt.zero_grad(); loss.backward(); opt.step(); step += 1\n"
+        "            ctx.step_done(step, model=model, optimizer=opt)\n"
+        "        ctx.report(epoch=epoch + 1, step=step, loss=loss.item(), custom=epoch * 10)\n"
+        "    return model\n"
+    )
+    import loops  # type: ignore[import-not-found]
+
+    result = train(digits_shards, tmp_path / "m", epochs=2, train_function="loops:loop", checkpoint_root=str(tmp_path / "ck"))
+    seen = loops.SEEN
+    assert seen["device"] == "cpu" and seen["kind"] == "cpu" and seen["dtype"] is None and seen["scaler"] is None
+    assert (seen["rank"], seen["world"]) == (0, 1)
+    assert seen["classes"] == tuple(str(i) for i in range(10)) and seen["shape"] == (64,)
+    assert [h["custom"] for h in result.history] == [0, 10]
+    assert result.steps == result.history[-1]["step"] > 0
+    assert (tmp_path / "m" / MODEL_WEIGHTS).is_file()
+
+
+_CHILD = """
+import json, sys
+from heteroflow.components.train import train
+train(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
+"""
+
+
+@pytest.mark.slow
+def test_a_training_function_resumes_after_sigkill_and_ends_with_the_uninterrupted_weights(
+    digits_shards: Path, tmp_path: Path, user_modules: Path
+) -> None:
+    kwargs = dict(epochs=12, batch_size=32, seed=1, checkpoint_every_steps=20, train_function="digits_models:train_loop",
+                  checkpoint_root=str(tmp_path / "ck"))
+    folder = checkpoint_folder(digits_shards, **kwargs)
+    proc = subprocess.Popen([sys.executable, "-c", _CHILD, str(digits_shards), str(tmp_path / "resumed"), json.dumps(kwargs)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    deadline = time.monotonic() + 180
+    while not (folder / "checkpoint.json").is_file():
+        assert proc.poll() is None, proc.stderr.read().decode()[-2000:] if proc.stderr else ""
+        assert time.monotonic() < deadline, "no checkpoint within 180 s"
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL and not (tmp_path / "resumed").exists()
+    resumed = train(digits_shards, tmp_path / "resumed", **kwargs)
+    assert resumed.resumed_from_step >= 20
+    reference = train(digits_shards, tmp_path / "reference", **{**kwargs, "checkpoint_root": str(tmp_path / "ck-ref")})
+    assert reference.resumed_from_step == 0 and resumed.steps == reference.steps
+    a, b = _weights(tmp_path / "resumed"), _weights(tmp_path / "reference")
+    assert [k for k in b if not torch.equal(a[k], b[k])] == []
+
+
+def test_bf16_autocast_on_the_cpu_when_asked(digits_shards: Path, tmp_path: Path) -> None:
+    result = train(digits_shards, tmp_path / "m", epochs=3, precision="bf16", checkpoint_root=str(tmp_path / "ck"))
+    assert result.precision == "bfloat16"
+    assert result.validation_accuracy is not None and result.validation_accuracy > 0.8
+    assert all(t.dtype == torch.float32 for t in _weights(tmp_path / "m").values())  # weights stay fp32
+
+
+@pytest.mark.parametrize(
+    ("precision", "device", "bf16", "expected"),
+    [
+        ("auto", "cpu", None, None),
+        ("fp32", "cuda", True, None),
+        ("auto", "cuda", True, "bfloat16"),
+        ("auto", "cuda", False, "float16"),  # e.g. a T4 or V100 (registry: bf16=False)
+        ("auto", "xpu", False, "float16"),  # any accelerator the registry marks bf16=False (Ascend 910A, 310P)
+        ("bf16", "cpu", None, "bfloat16"),
+        ("fp16", "cuda", True, "float16"),
+    ],
+)
+def test_precision_follows_the_registry(precision: str, device: str, bf16: bool | None, expected: str | None) -> None:
+    from heteroflow.components.training import make_scaler, resolve_precision
+
+    dtype = resolve_precision(precision, torch.device(device), bf16=bf16)
+    assert (None if dtype is None else str(dtype).replace("torch.", "")) == expected
+    scaler = make_scaler(dtype, torch.device(device))
+    assert (scaler is not None) == (expected == "float16")  # a GradScaler exactly for fp16
+
+
+def test_the_registry_says_which_chips_compute_in_bf16() -> None:
+    from heteroflow.components.accelerators import find_accelerator
+    from heteroflow.components.training import resolve_precision
+
+    gpu = torch.device("cuda")
+    assert resolve_precision("auto", gpu, bf16=find_accelerator("nvidia-t4").bf16) == torch.float16
+    assert resolve_precision("auto", gpu, bf16=find_accelerator("nvidia-h100").bf16) == torch.bfloat16
+
+
+def _checkpoint(folder: Path, model_spec: dict[str, Any], amp: str = "float32") -> Any:
+    from heteroflow.components.training import Checkpoint
+
+    return Checkpoint(folder, every_steps=10, model=model_spec, amp_dtype=amp, total_steps=100)
+
+
+def test_a_checkpoint_of_another_model_is_a_clear_error(tmp_path: Path) -> None:
+    small = torch.nn.Linear(4, 2)
+    _checkpoint(tmp_path, {"factory": "a:small"}).save(10, model=small)
+    with pytest.raises(CheckpointError, match=r"holds another model .*a:small.* delete that folder"):
+        _checkpoint(tmp_path, {"factory": "b:big"}).load(model=torch.nn.Linear(8, 2))
+    # same factory name, changed code (other shapes): also named, not a raw size-mismatch traceback
+    with pytest.raises(CheckpointError, match=r"holds weights of another model .*code changed.* delete that folder"):
+        _checkpoint(tmp_path, {"factory": "a:small"}).load(model=torch.nn.Linear(8, 2))
+
+
+def test_an_fp16_checkpoint_without_scaler_state_is_a_clear_error(tmp_path: Path) -> None:
+    model = torch.nn.Linear(4, 2)
+    _checkpoint(tmp_path, {"factory": "a:m"}, amp="float16").save(10, model=model)  # saved without scaler=
+    scaler = torch.amp.GradScaler("cpu")
+    with pytest.raises(CheckpointError, match=r"fp16 run but holds no GradScaler state"):
+        _checkpoint(tmp_path, {"factory": "a:m"}, amp="float16").load(model=model, scaler=scaler)
+    # a bf16 run's checkpoint resumed in fp16 (an NPU's bf16 checkpoint on a T4): a fresh scaler, no error
+    _checkpoint(tmp_path / "b", {"factory": "a:m"}, amp="bfloat16").save(10, model=model)
+    state = _checkpoint(tmp_path / "b", {"factory": "a:m"}, amp="float16").load(model=model, scaler=scaler)
+    assert state is not None and state["step"] == 10
+
+
+def test_the_scaler_state_travels_in_the_checkpoint(tmp_path: Path) -> None:
+    model = torch.nn.Linear(4, 2)
+    scaler = torch.amp.GradScaler("cpu", init_scale=1024.0)
+    _checkpoint(tmp_path, {"factory": "a:m"}, amp="float16").save(10, model=model, scaler=scaler)
+    fresh = torch.amp.GradScaler("cpu", init_scale=2.0)
+    _checkpoint(tmp_path, {"factory": "a:m"}, amp="float16").load(model=model, scaler=fresh)
+    assert fresh.state_dict()["scale"] == 1024.0
+
+
+def test_checkpoints_are_device_portable_cpu_tensors(tmp_path: Path) -> None:
+    model = torch.nn.Linear(4, 2)
+    opt = torch.optim.Adam(model.parameters())
+    model(torch.ones(1, 4)).sum().backward()
+    opt.step()
+    _checkpoint(tmp_path, {"factory": "a:m"}).save(10, model=model, optimizer=opt)
+    state = torch.load(tmp_path / "checkpoint.pt", weights_only=True)
+    tensors = [t for t in state["model"].values()] + [v for s in state["optimizer"]["state"].values() for v in s.values()
+                                                        if isinstance(v, torch.Tensor)]
+    assert tensors and all(t.device.type == "cpu" for t in tensors)
+    assert {"torch", "numpy", "python"} <= set(state["rng"])
+
+
+def test_the_checkpoint_folder_is_keyed_by_data_params_and_model_not_device(digits_shards: Path, tmp_path: Path, user_modules: Path) -> None:
+    base = dict(epochs=2, checkpoint_root=str(tmp_path))
+    a = checkpoint_folder(digits_shards, **base)
+    assert checkpoint_folder(digits_shards, **base, device="cuda") == a  # device is not in the key
+    assert checkpoint_folder(digits_shards, **base, loader_workers=2) == a  # nor how data is loaded
+    assert checkpoint_folder(digits_shards, **{**base, "epochs": 3}) != a
+    assert checkpoint_folder(digits_shards, **base, model_factory="digits_models:mlp") != a
+    assert checkpoint_folder(digits_shards, **base, model_factory="digits_models:mlp", model_args='{"hidden_units": 8}') != \
+        checkpoint_folder(digits_shards, **base, model_factory="digits_models:mlp")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"model_factory": "no_such_module_xyz:make"}, r"model_factory 'no_such_module_xyz:make': cannot import"),
+        ({"model_factory": "badfactories:missing"}, r"has no attribute 'missing'"),
+        ({"model_factory": "badfactories:NOT_CALLABLE"}, r"model_factory='badfactories:NOT_CALLABLE' is a int, not a function"),
+        ({"model_factory": "nocolon"}, r"is not 'module:attribute'"),
+        ({"train_function": "no_such_module_xyz:loop"}, r"train_function 'no_such_module_xyz:loop': cannot import"),
+        ({"batch_size": 0}, r"batch_size=0 is out of range; valid: an integer >= 1"),
+        ({"batch_size": -3}, r"batch_size=-3 is out of range"),
+        ({"precision": "fp8"}, r"precision='fp8' is unknown; valid: auto, fp32, bf16, fp16"),
+        ({"model_args": "[1]"}, r"model_args='\[1\]' is not a JSON object"),
+        ({"loader_workers": -2}, r"loader_workers=-2 is out of range"),
+    ],
+)
+def test_bad_training_input_is_one_clear_line_before_a_run(kwargs: dict[str, Any], match: str, user_modules: Path) -> None:
+    with pytest.raises(InvalidParameter, match=match):
+        check_train_params(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"model_factory": "badfactories:not_a_module"}, r"returned a str, not a torch.nn.Module"),
+        ({"model_factory": "badfactories:needs_other"}, r"cannot be called with"),
+        ({"model_factory": "digits_models:mlp", "model_args": '{"depth": 3}'}, r"takes no argument 'depth'"),
+    ],
+)
+def test_a_factory_that_builds_no_module_fails_before_the_device_is_touched(
+    digits_shards: Path, tmp_path: Path, user_modules: Path, kwargs: dict[str, Any], match: str
+) -> None:
+    # device="cuda" is absent here: a DeviceUnavailable would mean the device was reached first
+    with pytest.raises(InvalidParameter, match=match):
+        train(digits_shards, tmp_path / "m", device="cuda", checkpoint_root=str(tmp_path / "ck"), **kwargs)
+    with pytest.raises(DeviceUnavailable):  # and the same call with a good factory does reach it
+        train(digits_shards, tmp_path / "m", device="cuda", checkpoint_root=str(tmp_path / "ck"))
+
+
+def test_the_after_steps_fault_parses_and_fires_only_after_n_steps() -> None:
+    from heteroflow.components.failures import FAULT_ENV, fault_after_steps, injected_fault, parse_faults
+
+    (spec,) = parse_faults("train@npu=device:after_steps=40")
+    assert spec.after_steps == 40 and str(spec) == "train@npu=device:after_steps=40"
+    env = {FAULT_ENV: "train@npu=device:after_steps=40"}
+    assert injected_fault("train", "npu", state_dir=None, environ=env) is None  # not before the step starts
+    assert fault_after_steps("train", "npu", 39, environ=env) is None
+    assert fault_after_steps("train", "gpu", 40, environ=env) is None  # another kind
+    fault = fault_after_steps("train", "npu", 40, environ=env)
+    assert isinstance(fault, DeviceUnavailable) and "after 40 steps" in str(fault)
+    with pytest.raises(InvalidParameter, match=r"after_steps=N"):
+        parse_faults("train@npu=device:after=40")
+
+
+def test_heteroflow_run_refuses_a_factory_it_cannot_import_before_anything_runs(tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli import app
+
+    result = CliRunner().invoke(app, ["run", "--param", "model=no_such_module_xyz:cnn", "--output", str(tmp_path / "run")])
+    assert result.exit_code == 2, result.output
+    assert "model_factory 'no_such_module_xyz:cnn': cannot import" in " ".join(result.output.split())
+    assert not (tmp_path / "run").exists()
+
+
+def test_a_checkpoint_restores_every_rng_state(tmp_path: Path) -> None:
+    import random
+
+    import numpy as np
+
+    model = torch.nn.Linear(2, 2)
+    random.gauss(0, 1)  # leaves a cached gauss value in Python's RNG state
+    _checkpoint(tmp_path, {"factory": "a:m"}).save(1, model=model)
+    after_save = (random.gauss(0, 1), float(np.random.rand()), float(torch.rand(1)))
+    _checkpoint(tmp_path, {"factory": "a:m"}).load(model=model)
+    assert (random.gauss(0, 1), float(np.random.rand()), float(torch.rand(1))) == after_save

@@ -1,0 +1,62 @@
+"""Issue 14, "A fallback resumes": an NPU candidate that fails mid-training hands over to the GPU candidate, which
+resumes from the NPU's last checkpoint (the folder is keyed by data, parameters and model, not device); the run
+record says from which step; the final weights equal an uninterrupted run's (deterministic mode, on the CPU that
+simulates both device kinds)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="train needs PyTorch (the 'torch' extra)")
+
+HETEROFLOW = Path(sys.executable).with_name("heteroflow")
+
+
+def _run(args: list[str], home: Path, cwd: Path, env: dict[str, str] | None = None) -> dict:
+    proc = subprocess.run(
+        [str(HETEROFLOW), "run", "--simulate-devices", "npu,gpu", "--param", "epochs=5", "--param", "checkpoint_every_steps=20",
+         "--param", "deterministic=true", *args],
+        cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
+        env={**os.environ, "HETEROFLOW_HOME": str(home), "COLUMNS": "120", **(env or {})},
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    runs = sorted((cwd / "heteroflow-runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    return json.loads((runs[-1] / "run.json").read_text())
+
+
+def _weights(record: dict) -> dict:
+    return torch.load(Path(record["results"]["archive"]["path"]) / "model" / "model.pt", weights_only=True)
+
+
+@pytest.mark.slow
+def test_a_device_failure_after_40_steps_resumes_on_the_gpu_with_the_uninterrupted_weights(
+    digits_dir: Path, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    data = ["--dataset", str(digits_dir)]
+    faulted = _run([*data, "--inject-fault", "train@npu=device:after_steps=40"], home, tmp_path)
+    assert faulted["status"] == "succeeded"
+    train = faulted["results"]["train"]
+    assert train["device_kind"] == "gpu" and train["resumed_from_step"] >= 40
+    assert faulted["metrics"]["train"]["resumed_from_step"] == train["resumed_from_step"]
+    assert [h["epoch"] for h in train["history"]] == [1, 2, 3, 4, 5]  # the NPU's epochs are in the history
+    (fallback,) = faulted["fallbacks"]
+    assert "after_steps=40" in json.dumps(fallback)
+
+    # the env form of the same fault
+    env_run = _run(data, home, tmp_path, env={"HETEROFLOW_INJECT_FAULT": "train@npu=device:after_steps=40"})
+    assert env_run["results"]["train"]["device_kind"] == "gpu" and env_run["results"]["train"]["resumed_from_step"] >= 40
+
+    reference = _run(data, home, tmp_path)
+    ref_train = reference["results"]["train"]
+    assert ref_train["device_kind"] == "npu" and ref_train["resumed_from_step"] == 0
+    assert train["final_loss"] == ref_train["final_loss"] and train["history"] == ref_train["history"]
+    a, b, c = _weights(faulted), _weights(env_run), _weights(reference)
+    assert [k for k in c if not torch.equal(a[k], c[k])] == []
+    assert [k for k in c if not torch.equal(b[k], c[k])] == []

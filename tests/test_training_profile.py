@@ -1,0 +1,57 @@
+"""Issue 14, "Profile": ``heteroflow profile`` writes a JSON profile (time share per operator, key operators,
+peak memory, samples/s) and the plan step accepts and records one."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from heteroflow.components.errors import InvalidParameter
+
+pytest.importorskip("torch", reason="profiling needs PyTorch (the 'torch' extra)")
+
+
+def test_the_profile_command_writes_operator_shares_key_operators_memory_and_throughput(digits_shards: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli import app
+
+    out = tmp_path / "profile.json"
+    result = CliRunner().invoke(app, ["profile", "--dataset", str(digits_shards), "--steps", "5", "-o", str(out)])
+    assert result.exit_code == 0, result.output
+    prof = json.loads(out.read_text())
+    ops = prof["operators"]
+    assert ops and all(o["share"] > 0 and o["calls"] >= 1 for o in ops)
+    assert [o["share"] for o in ops] == sorted((o["share"] for o in ops), reverse=True)
+    assert 0.5 < sum(o["share"] for o in ops) <= 1.0001  # the top operators hold most of the time
+    assert any(name.startswith("aten::") for name in prof["key_operators"])  # a linear layer's matmul, at least
+    assert set(prof["key_operators"]) == {o["name"] for o in ops if o["share"] >= 0.10}
+    assert prof["samples_per_second"] > 0 and prof["peak_memory_bytes"] > 0 and prof["peak_memory_of"] == "host_rss"
+    assert "samples/s on cpu" in result.output
+
+
+def test_the_profile_command_refuses_bad_parameters_in_one_line(digits_shards: Path, tmp_path: Path) -> None:
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli import app
+
+    result = CliRunner().invoke(app, ["profile", "--dataset", str(digits_shards), "-p", "batch_size=0", "-o", str(tmp_path / "p.json")])
+    assert result.exit_code == 2 and "batch_size=0 is out of range" in result.output
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_the_plan_step_accepts_and_records_a_profile(digits_shards: Path, tmp_path: Path) -> None:
+    from heteroflow.components.plan import check_plan_params, plan_step
+    from heteroflow.components.profiling import profile_training
+
+    profile_training(digits_shards, tmp_path / "p.json", steps=3, warmup_steps=1)
+    result = plan_step(str(tmp_path / "placement.json"), placements="{}", training_profile=str(tmp_path / "p.json"))
+    assert result.training_profile is not None and result.training_profile["path"] == str(tmp_path / "p.json")
+    assert result.training_profile["samples_per_second"] > 0
+    (tmp_path / "bad.json").write_text('{"x": 1}')
+    with pytest.raises(InvalidParameter, match=r"training_profile=.*bad.json.* is not a heteroflow profile"):
+        check_plan_params(training_profile=str(tmp_path / "bad.json"))
+    with pytest.raises(InvalidParameter, match=r"training_profile=.*missing.json.* does not exist"):
+        check_plan_params(training_profile=str(tmp_path / "missing.json"))
