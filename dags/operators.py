@@ -122,11 +122,17 @@ class StepRetryPolicy(AirflowRetryPolicy):
     def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None) -> RetryDecision:
         if not isinstance(exception, TransientStepFailure):
             return RetryDecision.default()
-        delay = self.policy.delay_seconds(max(try_number - 1, 0))
+        from heteroflow.components.fallback import retry_decision
+
         first = getattr(exception, "first_started_at", None)
-        if isinstance(first, (int, float)) and time.time() + delay - first > self.policy.window_seconds:
+        elapsed = time.time() - first if isinstance(first, (int, float)) else 0.0
+        delay = retry_decision(self.policy, "transient", max(try_number - 1, 0), elapsed)  # the rule every engine uses
+        if delay is None:
+            spent = try_number - 1 >= self.policy.retries
             return RetryDecision.fail(
-                reason=f"transient failure, but the next retry would start after the retry window of "
+                reason=f"transient failure, and its {self.policy.retries} retries are spent"
+                if spent
+                else f"transient failure, but the next retry would start after the retry window of "
                 f"{self.policy.window_seconds:g} s from the first attempt"
             )
         return RetryDecision.retry(
@@ -300,31 +306,18 @@ class FallbackGateOperator(BaseOperator, SkipMixin):
         """The decision for the previous candidate's ``failure`` (its XCom outcome, or None) and the planner's
         ``inventory`` (or None): ``{"decision": "fallback" | "stop", "target": k | None, "why": ...,
         "passed_over": [...]}``. Pure; no Airflow calls."""
-        call = self.pipeline[self.call_name]
-        k = self.candidate_index
-        prev = call.candidates[k - 1]
-        label = f"candidate {k - 1} ({DeviceKind(prev.kind).value}{', ' + prev.accelerator_spec.name if prev.accelerator_spec else ''})"
-        route = (failure or {}).get("failure")
-        if route != "device":
-            if failure is None:
-                why = f"{label} did not run (a task before it failed, or it could not start): no fallback"
-            elif route == "permanent":
-                why = f"{label} failed permanently ({failure.get('reason')}): not retried, no fallback"
-            else:
-                why = f"{label} failed with a {route} failure after its retries ({failure.get('reason')}): no fallback"
-            return {"decision": "stop", "target": None, "why": why, "passed_over": [], "left": failure}
-        passed: list[str] = []
-        for j in range(k, len(call.candidates)):
-            res = call.candidates[j]
-            kind = DeviceKind(res.kind).value
-            need = max(int(res.count or 1), 1)
-            if inventory is not None and kind != DeviceKind.CPU.value and int(inventory.get(kind, 0)) < need:
-                passed.append(f"candidate {j} ({res.describe()}): the plan's inventory has {inventory.get(kind, 0)} {kind} device(s), needs {need}")
-                continue
-            why = f"{label} failed on its device ({failure.get('reason')}): falling back to candidate {j} ({kind})"
-            return {"decision": "fallback", "target": j, "why": why, "passed_over": passed, "left": failure}
-        why = f"{label} failed on its device ({failure.get('reason')}) and no later candidate can run"
-        return {"decision": "stop", "target": None, "why": why, "passed_over": passed, "left": failure}
+        from heteroflow.components.fallback import next_candidate
+
+        route = (failure or {}).get("failure") if failure is not None else None
+        decided = next_candidate(
+            self.pipeline[self.call_name],
+            self.candidate_index - 1,
+            route if route in ("device", "transient", "permanent") else (None if failure is None else "permanent"),
+            inventory,
+            reason=(failure or {}).get("reason"),
+        )
+        decision = "fallback" if decided.action == "fallback" else "stop"
+        return {"decision": decision, "target": decided.target, "why": decided.why, "passed_over": list(decided.passed_over), "left": failure}
 
     def execute(self, context: Any) -> Any:
         ti = context["ti"]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.components.archive import RUN_ID_ENV
+from heteroflow.components.fallback import next_candidate, retry_decision
 from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
 from heteroflow.components.telemetry import RUN_DIR_ENV
 from heteroflow.pipelines.graph import Call, Pipeline
@@ -45,16 +46,20 @@ def run_call(
     outputs: Mapping[str, str],
     start: int = 0,
     placements: Mapping[str, str] | None = None,
+    placement: Mapping[str, int] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """Run one call with its retry policy and, if device-bound, its fallback chain from candidate ``start``.
 
+    Args:
+        placement: the plan's device counts by kind (its ``inventory`` fact): later candidates it cannot serve are
+            passed over (:func:`heteroflow.components.fallback.next_candidate`); None: no planner.
+
     Returns:
         The last attempt's outcome (``succeeded``, or the failure that stopped the call).
     """
-    candidates = range(start, len(call.candidates)) if call.device_bound else range(0, 1)
-    outcome: Outcome | None = None
-    for index in candidates:
+    index = start if call.device_bound else 0
+    while True:
         first_started = time.monotonic()
         retry = 0
         while True:
@@ -68,17 +73,16 @@ def run_call(
                 candidate_index=index if call.device_bound else None,
                 placements=placements,
             )
-            if outcome.status == "succeeded" or outcome.failure != "transient" or retry >= call.retry.retries:
+            delay = retry_decision(call.retry, outcome.route, retry, time.monotonic() - first_started)
+            if delay is None:
                 break
-            delay = call.retry.delay_seconds(retry)
-            if time.monotonic() + delay - first_started > call.retry.window_seconds:
-                break  # the next retry would start after the policy's total window
             sleep(delay)
             retry += 1
-        if outcome.status == "succeeded" or outcome.failure != "device" or not call.device_bound:
+        decision = next_candidate(call, index, outcome.route, placement)
+        if decision.action != "fallback":
             return outcome
-    assert outcome is not None  # candidates is never empty: Candidates rejects an empty list
-    return outcome
+        assert decision.target is not None
+        index = decision.target
 
 
 def run_inprocess(
@@ -110,6 +114,7 @@ def run_inprocess(
         started, t0 = time.time(), time.perf_counter()
         produced: dict[tuple[str, str], str] = {}
         starts: dict[str, int] = {}
+        inventory: dict[str, int] | None = None
         with environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: run_id}):
             for call in pipeline.calls:
                 outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
@@ -121,6 +126,7 @@ def run_inprocess(
                     outputs=outputs,
                     start=starts.get(call.name, 0),
                     placements=pipeline.placements() if call.step.planner else None,
+                    placement=inventory,
                     sleep=sleep,
                 )
                 if outcome.status != "succeeded":
@@ -128,6 +134,8 @@ def run_inprocess(
                 produced.update({(call.name, k): v for k, v in outputs.items()})
                 if call.step.planner:
                     starts.update(outcome.facts.get("indices", {}))
+                    found = outcome.facts.get("inventory")
+                    inventory = dict(found) if isinstance(found, Mapping) else None
         record = build_record(
             pipeline,
             run_id=run_id,
