@@ -523,4 +523,19 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
         Path(path).write_text(str(getattr(outputs.get(name), "uri", "")), encoding="utf-8")
     if route == "transient":
         raise TransientStepFailure(f"step {call!r} failed with a transient error (retried with backoff): {reason}")
-    return f"failed: {reason}" if route == "failed" else route
+    return f"failed: {route_text(reason)}" if route == "failed" else route
+
+
+def route_text(reason: str) -> str:
+    """``reason`` as route text: JSON string escapes, and ``'`` as ``\\u0027``, so that no quote, backslash or newline
+    reaches an engine's condition evaluator (kfp.local pastes values into a Python expression between single
+    quotes). :func:`route_reason` reads it back."""
+    return json.dumps(reason, ensure_ascii=True)[1:-1].replace("'", "\\u0027")
+
+
+def route_reason(text: str) -> str:
+    """The reason :func:`route_text` encoded."""
+    try:
+        return str(json.loads(f'"{text}"'))
+    except ValueError:
+        return text

@@ -47,7 +47,7 @@ from heteroflow.components.resources import DeviceKind, RetryPolicy
 from heteroflow.components.runtime import TransientStepFailure
 from heteroflow.dags.layout import DECISION_KEY, FAILURE_KEY, PREPARE_TASK, Layout, safe_run_id
 from heteroflow.pipelines.graph import Pipeline
-from heteroflow.pipelines.local import environ
+from heteroflow.pipelines.environment import environ
 
 __all__ = [
     "FallbackGateOperator",
@@ -244,9 +244,9 @@ class StepOperator(BaseOperator, StepEnding):
         self.candidate_index = candidate_index
 
     def execute(self, context: Any) -> Any:
-        from heteroflow.components.archive import RUN_ID_ENV
         from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
-        from heteroflow.components.telemetry import RUN_DIR_ENV, read_step_records
+        from heteroflow.components.telemetry import read_step_records
+        from heteroflow.pipelines.environment import step_environment
 
         prep = _prepared(context)
         folder = Path(prep["run_dir"])
@@ -256,7 +256,7 @@ class StepOperator(BaseOperator, StepEnding):
         resources = call.candidates[k]
         inputs = {name: str(artifact_path(folder, ref.call, ref.output)) for name, ref in call.input_refs().items()}
         outputs = {s.name: str(artifact_path(folder, call.name, s.name)) for s in call.step.outputs}
-        with environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: str(prep["run_id"])}):
+        with environ(step_environment(folder, str(prep["run_id"]))):
             try:
                 outcome = run_step(
                     call.step,
@@ -344,7 +344,7 @@ class FallbackGateOperator(BaseOperator, SkipMixin):
 
 class PrepareRunOperator(BaseOperator):
     """Setup task: the run's arguments, checked once (DAG params over the pipeline's defaults; in local mode an
-    empty ``dataset_uri`` takes the digits sample, see :func:`heteroflow.pipelines.local.prepare_arguments`),
+    empty ``dataset_uri`` takes the digits sample, see :func:`heteroflow.pipelines.records.prepare_arguments`),
     and its run folder ``<run_root>/<dag id>/<run id>``. Returns (XCom) ``run_dir``, ``run_id``, ``args``,
     ``started_at`` (Unix time, seconds).
 
@@ -371,7 +371,7 @@ class PrepareRunOperator(BaseOperator):
         return folder.absolute() if self.local else folder
 
     def execute(self, context: Any) -> Any:
-        from heteroflow.pipelines.local import prepare_arguments
+        from heteroflow.pipelines.records import prepare_arguments
 
         folder = self.run_folder(str(context["run_id"]))
         params = context.get("params") or {}
@@ -406,7 +406,7 @@ def _testing_settings() -> dict[str, str]:
 
 
 def _write_record(pipeline: Pipeline, folder: Path, run_id: str, started: float, args: Mapping[str, Any], *, error: str | None = None) -> Any:
-    from heteroflow.pipelines.local import build_record
+    from heteroflow.pipelines.records import build_record
 
     record = build_record(
         pipeline,
@@ -424,7 +424,7 @@ def _write_record(pipeline: Pipeline, folder: Path, run_id: str, started: float,
 
 
 class RecordRunOperator(BaseOperator):
-    """Teardown task: write ``<run_dir>/run.json`` (:class:`heteroflow.pipelines.local.RunRecord`, from the
+    """Teardown task: write ``<run_dir>/run.json`` (:class:`heteroflow.pipelines.records.RunRecord`, from the
     attempt records) and return its status and ``fallbacks`` (XCom). It runs whatever ended the run (as an
     Airflow teardown it does not decide the DAG run's state). Skipped, with the reason, when the run folder is
     not reachable from this worker (kubernetes mode without the shared storage mounted on the workers)."""

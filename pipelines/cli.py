@@ -266,6 +266,9 @@ def run(
         return
     except KeyboardInterrupt as stop:
         stopped = getattr(stop, "record", None)
+        if stopped is not None and stopped.status == "succeeded":  # every step had finished: say what run.json says
+            _print_record(stopped, pipeline)
+            return
         if stopped is not None:
             console.print(_steps_table(stopped.steps))
             console.print(f"record: {stopped.run_dir}/run.json", highlight=False)
@@ -309,7 +312,9 @@ def _print_record(record: Any, pipeline: Any) -> None:
                 console.print(f"[red]step {s.name} {s.status}{kind}:[/] {escape(_short_error(s.error))}", highlight=False)
         if record.error:
             console.print(f"[red]engine error:[/] {escape(record.error)}", highlight=False)
-        console.print(f"engine log: {record.run_dir}/kfp.log", highlight=False)
+        engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none
+        if engine_log.is_file():
+            console.print(f"engine log: {engine_log}", highlight=False)
     console.print(f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False)
 
 

@@ -25,14 +25,13 @@ Every device-bound call falls back to its next candidate on a device failure.
 
 from __future__ import annotations
 
-import copy as _copy
 import dataclasses
 import inspect
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.step import Param, Step
 
@@ -162,6 +161,56 @@ class Call:
         return {k: v for k, v in self.bindings.items() if not isinstance(v, OutputRef)}
 
 
+def _call_options(call: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``candidates``, ``retry``, ``cacheable`` and ``secrets`` of a call, checked and in their own types.
+
+    Raises:
+        InvalidParameter: a value of the wrong type (the message names the call, the field and the valid forms).
+    """
+    out: dict[str, Any] = {}
+    for key, value in changes.items():
+        where = f"{call}: {key}="
+        if key == "candidates":
+            if isinstance(value, Candidates):
+                out[key] = value
+            elif isinstance(value, (str, Resources)) or not isinstance(value, Iterable):
+                raise InvalidParameter(
+                    f"{where}{value!r} is not a list of candidates; valid: Candidates([...]) or a list of Resources or "
+                    "'KIND:key=value' specs, most preferred first"
+                )
+            else:
+                out[key] = Candidates(value)
+        elif key == "retry":
+            if isinstance(value, RetryPolicy):
+                out[key] = value
+            elif isinstance(value, Mapping):
+                fields = [f.name for f in dataclasses.fields(RetryPolicy)]
+                unknown = sorted(set(value) - set(fields))
+                if unknown:
+                    raise InvalidParameter(f"{where}{dict(value)!r}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(fields)}")
+                try:
+                    out[key] = RetryPolicy(**value)
+                except HeteroflowError as exc:
+                    raise InvalidParameter(f"{where}{dict(value)!r}: {exc}") from None
+            else:
+                raise InvalidParameter(f"{where}{value!r} is not a retry policy; valid: RetryPolicy(retries=..., ...) or a dict of its fields")
+        elif key == "cacheable":
+            if not isinstance(value, bool):
+                raise InvalidParameter(f"{where}{value!r} is not a bool; valid: True or False")
+            out[key] = value
+        elif key == "secrets":
+            if isinstance(value, (SecretEnv, str, Mapping)) or not isinstance(value, Iterable):
+                raise InvalidParameter(f"{where}{value!r} is not a list of SecretEnv; valid: [SecretEnv(secret=..., env={{...}})]")
+            items = tuple(value)
+            bad = [v for v in items if not isinstance(v, SecretEnv)]
+            if bad:
+                raise InvalidParameter(f"{where}: {bad[0]!r} is not a SecretEnv; valid: SecretEnv(secret='name', env={{'VAR': 'key'}})")
+            out[key] = items
+        else:
+            raise InvalidParameter(f"{call}: {key!r} cannot be set; valid: candidates, retry, cacheable, secrets")
+    return out
+
+
 class Pipeline:
     """A graph of step calls (see the module docstring).
 
@@ -275,14 +324,16 @@ class Pipeline:
             raise InvalidParameter(f"{call_name}: the pipeline already has a planner call; one places every device-bound call")
         if step.planner and any(c.device_bound for c in self._calls.values()):
             raise InvalidParameter(f"{call_name}: a planner must come before the device-bound calls it places")
+        given = {"candidates": candidates, "retry": retry, "cacheable": cacheable}
+        options = _call_options(call_name, {**{k: v for k, v in given.items() if v is not None}, "secrets": secrets})
         call = Call(
             name=call_name,
             step=step,
             bindings=bound,
-            candidates=step.candidates if candidates is None else candidates if isinstance(candidates, Candidates) else Candidates(candidates),
-            retry=step.retry if retry is None else retry,
-            cacheable=step.cacheable if cacheable is None else cacheable,
-            secrets=tuple(secrets),
+            candidates=options.get("candidates", step.candidates),
+            retry=options.get("retry", step.retry),
+            cacheable=options.get("cacheable", step.cacheable),
+            secrets=options["secrets"],
         )
         self._params.update(new_params)
         self._calls[call_name] = call
@@ -301,30 +352,47 @@ class Pipeline:
         return existing
 
     def copy(self, name: str | None = None, *, description: str | None = None) -> Pipeline:
-        """A copy to extend (calls and parameters are copied; steps are shared values)."""
+        """A copy to extend (each call copied with :func:`dataclasses.replace`, so every field of a call is kept;
+        steps are shared values)."""
         other = Pipeline(name or self.name, description=self.description if description is None else description)
-        other._calls = {k: _copy.copy(c) for k, c in self._calls.items()}
-        for c in other._calls.values():
-            c.bindings = dict(c.bindings)
+        other._calls = {k: dataclasses.replace(c, bindings=dict(c.bindings)) for k, c in self._calls.items()}
         other._params = dict(self._params)
         return other
 
-    def replace(self, call: str, **changes: Any) -> None:
-        """Change a call's ``candidates``, ``retry``, ``cacheable`` or ``secrets`` in place.
+    def subset(self, calls: Iterable[str], *, name: str, description: str = "") -> Pipeline:
+        """A new pipeline of some of this one's calls, in this one's order, each copied with
+        :func:`dataclasses.replace` (every field kept: candidates, retries, secrets...), with the pipeline
+        parameters they use.
 
         Raises:
-            InvalidParameter: an unknown call or field.
+            InvalidParameter: an unknown call, or a kept call reads an output of a call left out.
+        """
+        keep = set(calls)
+        for call_name in keep:
+            self[call_name]  # raises with the valid names
+        out = Pipeline(name, description=description)
+        for call in self._calls.values():
+            if call.name not in keep:
+                continue
+            for binding in call.bindings.values():
+                if isinstance(binding, OutputRef) and binding.call not in keep:
+                    raise InvalidParameter(f"subset: {call.name} reads {binding.call}.{binding.output}; keep {binding.call} too")
+                if isinstance(binding, ParamRef):
+                    out._params[binding.name] = self._params[binding.name]
+            out._calls[call.name] = dataclasses.replace(call, bindings=dict(call.bindings))
+        return out
+
+    def replace(self, call: str, **changes: Any) -> None:
+        """Change a call's ``candidates``, ``retry`` (a :class:`RetryPolicy`, or a dict of its fields),
+        ``cacheable`` or ``secrets`` in place, checked here.
+
+        Raises:
+            InvalidParameter: an unknown call or field, or a value of the wrong type (naming the field and the
+                valid forms).
         """
         target = self[call]
-        for key, value in changes.items():
-            if key == "candidates":
-                target.candidates = value if isinstance(value, Candidates) else Candidates(value)
-            elif key in ("retry", "cacheable"):
-                setattr(target, key, value)
-            elif key == "secrets":
-                target.secrets = tuple(value)
-            else:
-                raise InvalidParameter(f"replace({call!r}): {key!r} cannot be changed; valid: candidates, retry, cacheable, secrets")
+        for key, value in _call_options(call, changes).items():
+            setattr(target, key, value)
 
     # -- views ----------------------------------------------------------------------------------------------
 

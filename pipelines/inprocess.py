@@ -9,7 +9,9 @@ KFP and Airflow renderings, with DESIGN.md's failure semantics carried out in Py
 - a *permanent* failure (or a device failure with no candidate left) fails the run; nothing after it runs.
 
 Calls run one after another in the pipeline's order; artifacts live under ``<run dir>/artifacts/<call>/<name>``.
-The run folder and ``run.json`` are the same as :func:`heteroflow.pipelines.local.run_local` writes.
+The run folder and ``run.json`` are :mod:`heteroflow.pipelines.records`' (the same for every engine). Ctrl-C (or
+SIGTERM through the CLI) stops the run between attempts' records: ``run.json`` says ``interrupted`` and the same
+command resumes (train from its checkpoint).
 """
 
 from __future__ import annotations
@@ -20,20 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from heteroflow.components.archive import RUN_ID_ENV
 from heteroflow.components.fallback import next_candidate, retry_decision
 from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
-from heteroflow.components.telemetry import RUN_DIR_ENV
 from heteroflow.pipelines.graph import Call, Pipeline
-from heteroflow.pipelines.local import (
-    RunRecord,
-    environ,
-    build_record,
-    new_run_id,
-    prepare_arguments,
-    prepare_run_dir,
-    testing_environment,
-)
+from heteroflow.pipelines.environment import environ, step_environment, testing_environment
+from heteroflow.pipelines.records import RunRecord, build_record, prepare_arguments, start_run, uninterrupted
 
 __all__ = ["run_call", "run_inprocess"]
 
@@ -98,7 +91,7 @@ def run_inprocess(
 
     Args:
         pipeline: the pipeline.
-        params: its arguments (see :func:`heteroflow.pipelines.local.prepare_arguments`).
+        params: its arguments (see :func:`heteroflow.pipelines.records.prepare_arguments`).
         run_dir: the run folder; default ``./heteroflow-runs/<run id>``.
         simulate_devices / inject_faults: the testing settings (:mod:`heteroflow.components.failures`).
         sleep: how to wait between retries (tests pass a no-op).
@@ -108,43 +101,52 @@ def run_inprocess(
     """
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
-        run_id = new_run_id()
-        folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
-        run_id = folder.name if run_dir is not None else run_id
-        started, t0 = time.time(), time.perf_counter()
+        folder, run_id, started = start_run(pipeline, run_dir, args)
+        t0 = time.perf_counter()
         produced: dict[tuple[str, str], str] = {}
         starts: dict[str, int] = {}
         inventory: dict[str, int] | None = None
-        with environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: run_id}):
-            for call in pipeline.calls:
-                outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
-                inputs = {name: produced[(ref.call, ref.output)] for name, ref in call.input_refs().items()}
-                outcome = run_call(
-                    call,
-                    params=pipeline.call_params(call, args),
-                    inputs=inputs,
-                    outputs=outputs,
-                    start=starts.get(call.name, 0),
-                    placements=pipeline.placements() if call.step.planner else None,
-                    placement=inventory,
-                    sleep=sleep,
-                )
-                if outcome.status != "succeeded":
-                    break
-                produced.update({(call.name, k): v for k, v in outputs.items()})
-                if call.step.planner:
-                    starts.update(outcome.facts.get("indices", {}))
-                    found = outcome.facts.get("inventory")
-                    inventory = dict(found) if isinstance(found, Mapping) else None
-        record = build_record(
-            pipeline,
-            run_id=run_id,
-            folder=folder,
-            started=started,
-            wall_seconds=time.perf_counter() - t0,
-            args=args,
-            interrupted=False,
-            testing=testing,
-        )
-        record.write()
+        interrupted = False
+        try:
+            with environ(step_environment(folder, run_id)):
+                for call in pipeline.calls:
+                    outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
+                    inputs = {name: produced[(ref.call, ref.output)] for name, ref in call.input_refs().items()}
+                    outcome = run_call(
+                        call,
+                        params=pipeline.call_params(call, args),
+                        inputs=inputs,
+                        outputs=outputs,
+                        start=starts.get(call.name, 0),
+                        placements=pipeline.placements() if call.step.planner else None,
+                        placement=inventory,
+                        sleep=sleep,
+                    )
+                    if outcome.status != "succeeded":
+                        break
+                    produced.update({(call.name, k): v for k, v in outputs.items()})
+                    if call.step.planner:
+                        starts.update(outcome.facts.get("indices", {}))
+                        found = outcome.facts.get("inventory")
+                        inventory = dict(found) if isinstance(found, Mapping) else None
+        except KeyboardInterrupt:
+            interrupted = True
+        with uninterrupted() as held:  # a stop while the record is written must not contradict it
+            record = build_record(
+                pipeline,
+                run_id=run_id,
+                folder=folder,
+                started=started,
+                wall_seconds=time.perf_counter() - t0,
+                args=args,
+                interrupted=interrupted or bool(held),
+                testing=testing,
+            )
+            record.write()
+            if record.status == "succeeded":
+                held.clear()
+    if interrupted and record.status != "succeeded":
+        stop = KeyboardInterrupt()
+        stop.record = record  # type: ignore[attr-defined]  # what the CLI shows
+        raise stop
     return record

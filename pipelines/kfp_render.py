@@ -192,7 +192,7 @@ def _check_source(calls: list[str]) -> str:
     params = ", ".join(f"route_{c}: str" for c in calls)
     checks = "".join(
         f"    if route_{c}.startswith('failed: '):\n"
-        f"        cls, _, why = route_{c}[8:].partition(': ')\n"
+        f"        cls, _, why = json.loads(chr(34) + route_{c}[8:] + chr(34)).partition(': ')\n"
         f"        raise RuntimeError(f\"step {c!r} failed ({{cls}}; not retried): {{why}}\")\n"
         for c in calls
     )
@@ -200,6 +200,7 @@ def _check_source(calls: list[str]) -> str:
         f"def heteroflow_check({params}) -> str:\n"
         '    """Fail the run with the first failed step\'s own message (a permanent failure, or a device failure with '
         'no candidate left); a step that did not run after it reads upstream."""\n'
+        "    import json\n\n"
         f"{checks}"
         "    return 'succeeded'\n"
     )

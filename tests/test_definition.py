@@ -405,3 +405,63 @@ def test_inprocess_upstream_failure_never_starts_a_fallback(tmp_path: Path) -> N
     record = run_inprocess(_toy(), run_dir=tmp_path / "run", inject_faults="make@cpu=permanent,scale@npu=device")
     assert record.status == "failed"
     assert record.step("scale").status == "not run" and record.fallbacks == []
+
+
+# --- a call's options are checked at the call (#16.16) --------------------------------------------------------
+
+
+def test_replace_takes_a_retry_dict_as_a_policy_and_rejects_anything_else() -> None:
+    from heteroflow.components.resources import RetryPolicy
+    from heteroflow.pipelines.default import default_pipeline
+
+    p = default_pipeline()
+    p.replace("train", retry={"retries": 2})  # the input of #16.16: once it reached kfp.local as a dict
+    assert p["train"].retry == RetryPolicy(retries=2)
+    with pytest.raises(InvalidParameter, match=r"train: retry=\{'retrys': 2\}: unknown field\(s\) retrys; valid: retries"):
+        p.replace("train", retry={"retrys": 2})
+    with pytest.raises(InvalidParameter, match=r"train: retry=2 is not a retry policy"):
+        p.replace("train", retry=2)
+
+
+def test_a_calls_other_options_are_checked_at_the_call_too() -> None:
+    from heteroflow.components.steps import PREWARM
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.graph import Pipeline
+
+    p = default_pipeline()
+    with pytest.raises(InvalidParameter, match=r"train: cacheable='no' is not a bool"):
+        p.replace("train", cacheable="no")
+    with pytest.raises(InvalidParameter, match=r"prewarm: secrets=.* is not a list of SecretEnv"):
+        p.replace("prewarm", secrets={"secret": "s3", "env": {"A": "a"}})
+    with pytest.raises(InvalidParameter, match=r"train: candidates='gpu' is not a list of candidates"):
+        p.replace("train", candidates="gpu")  # a bare string would be read as the candidates g, p, u
+    q = Pipeline("q")
+    with pytest.raises(InvalidParameter, match=r"prewarm: retry=\{'retries': -1\}"):
+        q.add(PREWARM, retry={"retries": -1})
+
+
+# --- every copy of a call keeps every field (#15.4) ------------------------------------------------------------
+
+
+def test_every_copy_of_a_call_keeps_every_field_even_one_added_later() -> None:
+    import dataclasses
+
+    from heteroflow.dags.layout import subset
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.graph import Call, SecretEnv
+
+    # a call class with one more field than today's, as a future change would add
+    Extended = dataclasses.make_dataclass("Extended", [("priority", int, dataclasses.field(default=0))], bases=(Call,), kw_only=True)
+    p = default_pipeline()
+    p.replace("prewarm", secrets=[SecretEnv(secret="s3-credentials", env={"AWS_ACCESS_KEY_ID": "access_key"})])
+    prewarm = p["prewarm"]
+    p._calls["prewarm"] = Extended(**{f.name: getattr(prewarm, f.name) for f in dataclasses.fields(Call)}, priority=7)
+    copies = {
+        "copy": p.copy("c")["prewarm"],
+        "subset": subset(p, ["prewarm"], name="s")["prewarm"],
+        "Pipeline.subset": p.subset(["prewarm", "preprocess"], name="t")["prewarm"],
+    }
+    for how, call in copies.items():
+        assert isinstance(call, Extended) and call.priority == 7, how
+        assert call.secrets == p["prewarm"].secrets and call.secrets, how  # the Asset DAG's prewarm keeps its credentials
+        assert call.bindings == p["prewarm"].bindings and call.bindings is not p["prewarm"].bindings, how
