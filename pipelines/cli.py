@@ -221,15 +221,15 @@ def run(
     ] = None,
 ) -> None:
     """Run the default pipeline (prewarm, preprocess, plan, train, evaluate, archive), or --pipeline, on this machine."""
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.runner import ENGINES, run as run_pipeline
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # stop like Ctrl-C: the step subprocesses are stopped and the run recorded
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        if engine not in ("kfp-local", "inprocess"):
-            raise InvalidParameter(f"--engine {engine!r} is unknown; valid: kfp-local, inprocess")
+        if engine not in ENGINES:
+            raise InvalidParameter(f"--engine {engine!r} is unknown; valid: {', '.join(ENGINES)}")
         pipeline = _pipeline(pipeline_ref, candidate)
         raw = _parse_pairs(param or [])
         unknown = sorted(set(raw) - set(pipeline.params))
@@ -242,25 +242,13 @@ def run(
             if "dataset_uri" in params:
                 raise InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both")
             params["dataset_uri"] = dataset
-        kwargs = dict(
-            pipeline=pipeline,
-            run_dir=output,
-            simulate_devices=simulate_devices,
-            inject_faults=inject_fault,
-        )
-        if engine == "inprocess":
-            from heteroflow.pipelines.inprocess import run_inprocess
-
-            kwargs.pop("pipeline")
-            record = run_inprocess(pipeline, params, **kwargs)  # type: ignore[arg-type]
-        elif verbose:
-            record = run_local(params, echo_engine_output=True, **kwargs)  # type: ignore[arg-type]
+        options: dict[str, Any] = dict(engine=engine, run_dir=output, simulate_devices=simulate_devices, inject_faults=inject_fault)
+        if engine == "inprocess" or verbose:
+            record = run_pipeline(pipeline, params, echo_engine_output=verbose, **options)
         else:
             live_console = _live_console()
             with Live(_steps_table([]), console=live_console, refresh_per_second=4, transient=True) as live:
-                record = run_local(
-                    params, on_progress=lambda steps: live.update(_steps_table(steps)), **kwargs  # type: ignore[arg-type]
-                )
+                record = run_pipeline(pipeline, params, on_progress=lambda steps: live.update(_steps_table(steps)), **options)
     except (HeteroflowError, OSError) as exc:
         _fail(exc)
         return
