@@ -232,12 +232,13 @@ def run(
             raise InvalidParameter(f"--engine {engine!r} is unknown; valid: {', '.join(ENGINES)}")
         pipeline = _pipeline(pipeline_ref, candidate)
         raw = _parse_pairs(param or [])
-        unknown = sorted(set(raw) - set(pipeline.params))
+        aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
+        unknown = sorted(set(raw) - set(pipeline.params) - set(aliases))
         if unknown:
             raise InvalidParameter(
-                f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted(pipeline.params))}"
+                f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted([*pipeline.params, *aliases]))}"
             )
-        params = {name: pipeline.params[name].coerce(value) for name, value in raw.items()}
+        params = {name: pipeline.params[aliases[name][0] if name in aliases else name].coerce(value) for name, value in raw.items()}
         if dataset is not None:
             if "dataset_uri" in params:
                 raise InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both")
@@ -385,6 +386,8 @@ def _print_params(pipeline: Any, *, as_json: bool) -> None:
         unit = f" [{p.unit}]" if p.unit else ""
         table.add_row(p.name, escape(f"{p.type.__name__} = {default}{unit}"), escape(p.help))
     console.print(table)
+    for short, names in pipeline.aliases.items():
+        console.print(f"{short}=VALUE sets {' and '.join(names)} (each call has its own)", highlight=False)
 
 
 # --- one step ---------------------------------------------------------------------------------------------

@@ -229,6 +229,7 @@ class Pipeline:
         self.description = description
         self._calls: dict[str, Call] = {}
         self._params: dict[str, Param] = {}
+        self._owners: dict[str, str] = {}  # pipeline parameter made for one call's unbound step parameter -> that call
 
     # -- building -------------------------------------------------------------------------------------------
 
@@ -316,10 +317,16 @@ class Pipeline:
         missing = [s.name for s in step.inputs if s.name not in bound]
         if missing:
             raise InvalidParameter(f"{call_name}: input artifact(s) {', '.join(missing)} must be bound to earlier calls' outputs")
+        own: dict[str, Param] = {}
         for param in step.params:
             if param.name not in bound:
-                new_params[param.name] = self._merge_param(param, call_name, new_params)
-                bound[param.name] = ParamRef(param.name)
+                # per call: `seed` while no other call has one, else `<call>.seed` (the other call's becomes
+                # `<other>.seed` too); a parameter shared on purpose is a p.param(...) bound to several calls
+                name = param.name
+                if name in self._params or name in new_params or any(n.endswith(f".{name}") for n in self._params):
+                    name = f"{call_name}.{param.name}"
+                own[name] = dataclasses.replace(param, name=name)
+                bound[param.name] = ParamRef(name)
         if step.planner and any(c.step.planner for c in self._calls.values()):
             raise InvalidParameter(f"{call_name}: the pipeline already has a planner call; one places every device-bound call")
         if step.planner and any(c.device_bound for c in self._calls.values()):
@@ -335,14 +342,41 @@ class Pipeline:
             cacheable=options.get("cacheable", step.cacheable),
             secrets=options["secrets"],
         )
+        for name in [*new_params, *own]:
+            short = name.rsplit(".", 1)[-1]
+            owner = self._owners.get(short)
+            if owner is not None and (name != short or name in new_params):
+                self._qualify(short)  # `seed` of an earlier call is now ambiguous: it becomes `<that call>.seed`
         self._params.update(new_params)
+        self._params.update(own)
+        self._owners.update({name: call_name for name in own if "." not in name})
         self._calls[call_name] = call
         return call
 
+    def _qualify(self, short: str) -> None:
+        """Rename the pipeline parameter ``short``, made for one call's unbound step parameter, ``<call>.short``."""
+        owner = self._owners.pop(short)
+        qualified = f"{owner}.{short}"
+        self._params = {(qualified if k == short else k): (dataclasses.replace(v, name=qualified) if k == short else v) for k, v in self._params.items()}
+        call = self._calls[owner]
+        call.bindings = {k: (ParamRef(qualified) if isinstance(b, ParamRef) and b.name == short else b) for k, b in call.bindings.items()}
+
+    @property
+    def aliases(self) -> dict[str, list[str]]:
+        """Short names that stand for several calls' parameters: ``{"seed": ["preprocess.seed", "train.seed"]}``.
+        Setting ``seed`` sets each of them (unless it is set by its own name)."""
+        out: dict[str, list[str]] = {}
+        for name in self._params:
+            if "." in name:
+                short = name.rsplit(".", 1)[-1]
+                if short not in self._params:
+                    out.setdefault(short, []).append(name)
+        return out
+
     def _merge_param(self, param: Param, call: str, pending: Mapping[str, Param]) -> Param:
         existing = pending.get(param.name) or self._params.get(param.name)
-        if existing is None:
-            return param
+        if existing is None or (param.name in self._owners and param.name not in pending):
+            return param  # new, or a name an earlier call took for itself (add() qualifies that one)
         if existing.type is not param.type or existing.default != param.default or existing.optional != param.optional:
             raise InvalidParameter(
                 f"{call}: pipeline parameter {param.name!r} is already a {existing.type.__name__} with default "
@@ -357,6 +391,7 @@ class Pipeline:
         other = Pipeline(name or self.name, description=self.description if description is None else description)
         other._calls = {k: dataclasses.replace(c, bindings=dict(c.bindings)) for k, c in self._calls.items()}
         other._params = dict(self._params)
+        other._owners = dict(self._owners)
         return other
 
     def subset(self, calls: Iterable[str], *, name: str, description: str = "") -> Pipeline:
@@ -379,6 +414,8 @@ class Pipeline:
                     raise InvalidParameter(f"subset: {call.name} reads {binding.call}.{binding.output}; keep {binding.call} too")
                 if isinstance(binding, ParamRef):
                     out._params[binding.name] = self._params[binding.name]
+                    if self._owners.get(binding.name) == call.name:
+                        out._owners[binding.name] = call.name
             out._calls[call.name] = dataclasses.replace(call, bindings=dict(call.bindings))
         return out
 
@@ -441,9 +478,15 @@ class Pipeline:
                 required parameter without a value.
         """
         values = dict(values or {})
-        unknown = sorted(set(values) - set(self._params))
+        aliases = self.aliases
+        unknown = sorted(set(values) - set(self._params) - set(aliases))
         if unknown:
-            raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(self._params))}")
+            raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted([*self._params, *aliases]))}")
+        for short, names in aliases.items():
+            if short in values:
+                value = values.pop(short)
+                for name in names:
+                    values.setdefault(name, value)
         out: dict[str, Any] = {}
         for p in self.params.values():
             if p.name in values:

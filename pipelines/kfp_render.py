@@ -346,7 +346,7 @@ def _pipeline_doc(pipeline: Pipeline) -> str:
     lines = [pipeline.description or pipeline.name, "", "Args:"]
     for p in pipeline.params.values():
         unit = f" (unit: {p.unit})" if p.unit else ""
-        lines.append(f"    {p.name}: {p.help}{unit}")
+        lines.append(f"    {p.name.replace('.', '_')}: {p.help}{unit}")
     return "\n".join(lines)
 
 
@@ -370,6 +370,28 @@ def _cheap_container_checks() -> Iterator[None]:
         yield
     finally:
         PipelineTask._ensure_container_spec_exists = original  # type: ignore[method-assign]
+
+
+def kfp_param_names(pipeline: Pipeline) -> dict[str, str]:
+    """Pipeline parameter -> its name in KFP (a Python identifier: ``train.seed`` is ``train_seed``).
+
+    Raises:
+        InvalidParameter: two parameters that would get the same KFP name.
+    """
+    out: dict[str, str] = {}
+    for name in pipeline.params:
+        kfp_name = name.replace(".", "_")
+        clash = next((k for k, v in out.items() if v == kfp_name), None)
+        if clash is not None:
+            raise InvalidParameter(f"parameters {clash!r} and {name!r} both become {kfp_name!r} in KFP; rename one (p.param(...))")
+        out[name] = kfp_name
+    return out
+
+
+def kfp_arguments(pipeline: Pipeline, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` (by pipeline parameter) keyed by their KFP names (:func:`kfp_param_names`)."""
+    names = kfp_param_names(pipeline)
+    return {names[k]: v for k, v in arguments.items()}
 
 
 def to_kfp(
@@ -396,11 +418,12 @@ def to_kfp(
             renderer.emit(call, env)
         renderer.finish(env)
 
+    names = kfp_param_names(pipeline)
     signature = []
     for p in params:
         annotation = typing.Optional[p.type] if p.optional else p.type
         default = inspect.Parameter.empty if p.required else p.default
-        signature.append(inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
+        signature.append(inspect.Parameter(names[p.name], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
     body.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
     body.__name__ = re.sub(r"\W", "_", pipeline.name)
     body.__qualname__ = body.__name__

@@ -92,7 +92,7 @@ def run_local(
     """
     from kfp import local
 
-    from heteroflow.pipelines.kfp_render import to_kfp
+    from heteroflow.pipelines.kfp_render import kfp_arguments, to_kfp
 
     if pipeline is None:
         from heteroflow.pipelines.default import default_pipeline
@@ -141,7 +141,7 @@ def run_local(
                             pipeline_root=str(folder / "kfp"),
                             raise_on_error=False,
                         )
-                        rendered(**args)
+                        rendered(**kfp_arguments(pipeline, args))
         except KeyboardInterrupt:
             # Ctrl-C (or SIGTERM turned into it by the CLI): stop the step subprocesses too, so none trains on as
             # an orphan; their checkpoints stay, and the same command resumes.

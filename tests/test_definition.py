@@ -148,10 +148,44 @@ def test_unbound_step_parameters_become_pipeline_parameters() -> None:
 
 def test_the_default_pipeline_lifts_each_step_parameter_once() -> None:
     p = default_pipeline()
-    # seed is shared by preprocess and train; dataset_uri feeds prewarm's source_uri
-    assert "seed" in p.params and "source_uri" not in p.params and p.params["dataset_uri"].required
-    names = [n for c in p.calls for n in c.step.param_names if n != "source_uri"]
+    # preprocess and train each have a seed: one parameter per call, qualified; dataset_uri feeds prewarm's source_uri
+    assert "seed" not in p.params and {"preprocess.seed", "train.seed"} <= set(p.params)
+    assert p.params["preprocess.seed"].help != p.params["train.seed"].help  # each says what it seeds
+    assert p.aliases == {"seed": ["preprocess.seed", "train.seed"]}
+    assert "source_uri" not in p.params and p.params["dataset_uri"].required
+    names = [f"{c.name}.{n}" if n == "seed" else n for c in p.calls for n in c.step.param_names if n != "source_uri"]
     assert sorted(set(names)) == sorted(set(p.params) - {"dataset_uri"})
+
+
+def test_parameters_are_per_call_unless_shared_on_purpose() -> None:
+    base = dict(dataset_uri="/data")
+    p = default_pipeline()
+    args = p.arguments({**base, "seed": 3, "train.seed": 5})  # the short name sets every call's, unless named
+    assert (args["preprocess.seed"], args["train.seed"]) == (3, 5)
+    assert p.call_params(p["preprocess"], args)["seed"] == 3 and p.call_params(p["train"], args)["seed"] == 5
+    # a second step with a parameter of the same name and another default: its own parameter (#15.5)
+    q = default_pipeline().copy("two-batch-sizes")
+    q.add(MAKE, name="make_more", count=2)
+    q.add(SCALE, values=q["make_more"].outputs.values, factor=q.param("factor", default=1.5))
+    q.add(SCALE, name="scale_again", values=q["make_more"].outputs.values, factor=q.param("factor", default=1.5))  # shared on purpose
+    assert q.params["factor"].default == 1.5 and "scale.factor" not in q.params
+    assert q["scale"].bindings["factor"] == q["scale_again"].bindings["factor"]
+    q.add(SCALE, name="scale_three", values=q["make_more"].outputs.values)  # unbound `label`: per call
+    assert {"scale.label", "scale_again.label", "scale_three.label"} <= set(q.params)
+    assert q.aliases["label"] == ["scale.label", "scale_again.label", "scale_three.label"]
+
+
+def test_qualified_parameters_reach_kfp_as_identifiers(tmp_path: Path) -> None:
+    pytest.importorskip("kfp", reason="kfp is not installed (extra heteroflow[kfp])")
+    from heteroflow.pipelines.kfp_render import compile_pipeline, kfp_arguments
+
+    p = default_pipeline()
+    out = compile_pipeline(p, tmp_path / "p.yaml")
+    import yaml
+
+    inputs = next(yaml.safe_load_all(out.read_text()))["root"]["inputDefinitions"]["parameters"]
+    assert {"preprocess_seed", "train_seed"} <= set(inputs) and "seed" not in inputs
+    assert kfp_arguments(p, {"train.seed": 1}) == {"train_seed": 1}
 
 
 @pytest.mark.parametrize(
@@ -162,7 +196,10 @@ def test_the_default_pipeline_lifts_each_step_parameter_once() -> None:
         (lambda p: p.add(MAKE, name="Bad Name"), r"call name 'Bad Name' is not valid"),
         (lambda p: p.add(MAKE, name="m2", nosuch=1), r"has no input or parameter 'nosuch'"),
         (lambda p: p.add(MAKE, name="m2", count="three"), r"count='three' is a str; valid: a int"),
-        (lambda p: p.add(MAKE, name="m2", count=p.param("count", default=9)), r"'count' is already a int with default 3"),
+        (
+            lambda p: (p.add(MAKE, name="m2", count=p.param("n", default=9)), p.add(MAKE, name="m3", count=p.param("n", default=4))),
+            r"'n' is already a int with default 9",
+        ),
     ],
     ids=["unbound-input", "duplicate-call", "bad-name", "unknown-binding", "wrong-constant-type", "conflicting-default"],
 )
