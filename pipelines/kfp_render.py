@@ -13,20 +13,25 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   cluster (kfp.local runs a DAG's tasks one at a time). No call is nested in another call's branch.
 - **Routing.** Every step task returns its route: ``succeeded``; ``to-<k>`` (a device failure: candidate ``k``
   runs next, decided in the task by :func:`heteroflow.components.fallback.next_candidate`, the rule every engine
-  uses); ``failed`` (permanent, or a device failure with no candidate left); ``upstream`` (a call it reads from
-  did not succeed: it did not run). A transient failure raises, so KFP retries it with the call's policy. A
-  task reads the routes of the calls it depends on (``heteroflow_after_<call>``) and does not run after a
-  failure. A call's ``failed`` route starts its ``fail: <call>`` task (no retries), which fails the run with the
-  step's own message: a permanent failure spends no retries, and a run whose later candidate succeeded ends
-  SUCCEEDED (DESIGN.md: a failed task would fail the run even when a fallback succeeded).
-- **Fallback chain.** A device-bound call with n candidates renders as n levels, each one condition group
-  named like ``train: npu -> gpu -> cpu [gpu]``: ``If(previous route == "to-k")`` runs candidate k, its
-  ``Else`` a tiny ``skip`` task that passes the previous route on; ``dsl.OneOf`` (over parameters, which
-  kfp.local supports) gives the level's route, reason and artifact URIs. The planner's output is the route
-  into level 0 (``to-<first candidate it placed>``). A ``join: <call>`` task after the last level fails the run
-  on ``failed`` and hands the chosen candidate's artifact URIs to one ``dsl.importer`` per output, whose
-  artifacts the calls after it read (kfp.local cannot select among artifacts with ``dsl.OneOf``). So the graph
-  grows linearly with candidates: n candidate tasks, n skip tasks, one join.
+  uses, with the plan's inventory); ``failed: <class>: <reason>`` (permanent, or a device failure with no
+  candidate left; the reason escaped by :func:`heteroflow.components.runtime.route_text`, since kfp.local pastes
+  values into a Python expression); ``upstream`` (a call it reads from did not succeed: it did not run). A
+  transient failure raises, so KFP retries it with the call's policy. A task reads the routes of the calls it
+  reads artifacts from (``heteroflow_after_<call>``) and does not run after their failure. No step task fails
+  for a permanent or device failure: the run's last task, ``check: every step succeeded`` (no retries, no
+  cache), reads every call's route and fails the run with the first failed step's own message. So a permanent
+  failure spends no retries, and a run whose later candidate succeeded ends SUCCEEDED (DESIGN.md: a failed task
+  would fail the run even when a fallback succeeded).
+- **Fallback chain.** A device-bound call with n >= 2 candidates renders as n levels, each a condition group
+  named like ``train: npu -> gpu -> cpu [gpu-1]``: ``If(previous route == "to-k")`` runs candidate k, its
+  ``Else`` (``[not gpu-1]``) a tiny ``skip`` task that passes the previous route and artifact URIs on;
+  ``dsl.OneOf`` over parameters (which kfp.local supports) gives the level's route and URIs. The planner's
+  output is the route into level 0 (``to-<first candidate it placed>``; without a planner candidate 0 runs
+  unconditionally). After the last level one ``dsl.importer`` per output turns the chosen candidate's artifact
+  URI back into a typed artifact (lineage in the UI), which the calls after it read: kfp.local cannot select
+  among artifacts with ``dsl.OneOf``. A level's condition reads the OneOf of the level before: conditions on a
+  OneOf resolve on kfp.local inside a condition group, not at the top level, which is why the check task, not
+  an ``If``, ends the run. Size: n candidate tasks, n skip tasks, linear in n (tested for 1..5).
 - **Resources.** Each task gets its candidate's requests, limits, accelerator, node selector, tolerations,
   labels and annotations through :func:`heteroflow.pipelines.kfp_resources.apply_resources`, with the cluster
   profile's conventions (official device plugin or HAMi, label keys, queues) when one is given. The candidate

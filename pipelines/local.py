@@ -70,6 +70,7 @@ def run_local(
     echo_engine_output: bool = False,
     simulate_devices: Sequence[str] | str | None = None,
     inject_faults: Sequence[str] | str | None = None,
+    parallel: int = 4,
 ) -> RunRecord:
     """Run a pipeline with kfp.local and return (and write) its :class:`RunRecord`.
 
@@ -83,6 +84,8 @@ def run_local(
         echo_engine_output: print kfp.local's own output instead of writing it to ``<run_dir>/kfp.log``.
         simulate_devices: device kinds to simulate (``npu``, ``gpu``; see :mod:`heteroflow.components.failures`).
         inject_faults: faults to inject (``train@npu=device`` ...).
+        parallel: how many tasks that do not depend on each other may run at once (kfp.local itself runs one at
+            a time; 1 keeps that).
 
     Raises:
         InvalidParameter: an unknown parameter or a bad value, checked before anything runs.
@@ -141,7 +144,8 @@ def run_local(
                             pipeline_root=str(folder / "kfp"),
                             raise_on_error=False,
                         )
-                        rendered(**kfp_arguments(pipeline, args))
+                        with _parallel_tasks(parallel) if parallel > 1 else contextlib.nullcontext():
+                            rendered(**kfp_arguments(pipeline, args))
         except KeyboardInterrupt:
             # Ctrl-C (or SIGTERM turned into it by the CLI): stop the step subprocesses too, so none trains on as
             # an orphan; their checkpoints stay, and the same command resumes.
@@ -176,6 +180,142 @@ def run_local(
     if on_progress:
         on_progress(record.steps)
     return record
+
+
+@contextlib.contextmanager
+def _parallel_tasks(max_workers: int) -> Iterator[None]:
+    """Let kfp.local run the tasks of a DAG that do not depend on each other at the same time (as a cluster does).
+
+    kfp 2.17's local orchestrators run a DAG's tasks one at a time in a topological order; for the duration this
+    replaces both with :func:`_run_dag_in_parallel`, which starts every task whose upstream tasks have settled,
+    up to ``max_workers`` at once, with the same per-task semantics (kfp's own ``execute_task``: conditions,
+    sub-DAGs, OneOf outputs, skipping tasks whose upstream failed). A DAG with exit handlers or ``ParallelFor``
+    keeps kfp's own orchestrator. kfp's per-task logger setup is serialised so the threads do not undo each other's.
+    """
+    from kfp.local import logging_utils
+    from kfp.local.orchestrator import dag_orchestrator, enhanced_dag_orchestrator
+
+    original_enhanced = enhanced_dag_orchestrator.run_enhanced_dag
+    original_simple = dag_orchestrator.run_dag
+    original_logger = logging_utils.local_logger_context
+    lock = threading.RLock()
+    depth = [0]
+
+    @contextlib.contextmanager
+    def logger_once() -> Iterator[None]:
+        with lock:
+            depth[0] += 1
+            outer = depth[0] == 1
+            if outer:
+                manager = original_logger()
+                manager.__enter__()
+        try:
+            yield
+        finally:
+            with lock:
+                depth[0] -= 1
+                if outer:
+                    manager.__exit__(None, None, None)
+
+    def run_dag(*args: Any, **kwargs: Any) -> Any:
+        return _run_dag_in_parallel(original_enhanced, max_workers, *args, **kwargs)
+
+    enhanced_dag_orchestrator.run_enhanced_dag = run_dag  # type: ignore[assignment]
+    dag_orchestrator.run_dag = run_dag  # type: ignore[assignment]
+    logging_utils.local_logger_context = logger_once  # type: ignore[assignment]
+    try:
+        with logger_once():  # one logger setup for the whole run: the tasks' own enter and leave it cheaply
+            yield
+    finally:
+        enhanced_dag_orchestrator.run_enhanced_dag = original_enhanced  # type: ignore[assignment]
+        dag_orchestrator.run_dag = original_simple  # type: ignore[assignment]
+        logging_utils.local_logger_context = original_logger  # type: ignore[assignment]
+
+
+def _run_dag_in_parallel(
+    fallback: Callable[..., Any],
+    max_workers: int,
+    pipeline_resource_name: str,
+    dag_component_spec: Any,
+    executors: Any,
+    components: Any,
+    dag_arguments: Any,
+    pipeline_root: str,
+    runner: Any,
+    unique_pipeline_id: str,
+    fail_stack: list[str],
+    parent_io_store: Any = None,
+) -> Any:
+    """kfp.local's ``run_enhanced_dag`` (same arguments and result), running ready tasks concurrently."""
+    import concurrent.futures
+
+    from kfp.local import io as kfp_io
+    from kfp.local import status
+    from kfp.local.orchestrator import enhanced_dag_orchestrator as E
+    from kfp.local.orchestrator.orchestrator_utils import OrchestratorUtils
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    dag_spec = dag_component_spec.dag
+    all_completed = pipeline_spec_pb2.PipelineTaskSpec.TriggerPolicy.TriggerStrategy.ALL_UPSTREAM_TASKS_COMPLETED
+    special = any(
+        t.trigger_policy.strategy == all_completed or (t.WhichOneof("iterator") and E._has_valid_iterator(t))
+        for t in dag_spec.tasks.values()
+    )
+    if special:
+        return fallback(
+            pipeline_resource_name=pipeline_resource_name, dag_component_spec=dag_component_spec, executors=executors,
+            components=components, dag_arguments=dag_arguments, pipeline_root=pipeline_root, runner=runner,
+            unique_pipeline_id=unique_pipeline_id, fail_stack=fail_stack, parent_io_store=parent_io_store,
+        )
+    arguments = OrchestratorUtils.join_user_inputs_and_defaults(dag_arguments=dag_arguments, dag_inputs_spec=dag_component_spec.input_definitions)
+    io_store = kfp_io.IOStore(parent=parent_io_store)
+    for key, value in arguments.items():
+        io_store.put_parent_input(key, value)
+    pending = dict(dag_spec.tasks)
+    settled: set[str] = set()
+    failed: set[str] = set()
+    evaluator = E.ConditionEvaluator()
+
+    def run(name: str, spec: Any) -> Any:
+        return E.execute_task(
+            task_name=name, task_spec=spec, pipeline_resource_name=pipeline_resource_name, components=components,
+            executors=executors, io_store=io_store, pipeline_root=pipeline_root, runner=runner,
+            unique_pipeline_id=unique_pipeline_id, fail_stack=fail_stack,
+        )
+
+    with concurrent.futures.ThreadPoolExecutor(max_workers=max_workers) as pool:
+        running: dict[Any, str] = {}
+        while pending or running:
+            for name in sorted(n for n, t in pending.items() if set(t.dependent_tasks) <= settled):
+                spec = pending.pop(name)
+                if set(spec.dependent_tasks) & failed:
+                    failed.add(name)
+                    settled.add(name)
+                    io_store.put_task_status(name, "FAILED")
+                    continue
+                if spec.trigger_policy.condition and not evaluator.evaluate_condition(spec.trigger_policy.condition, io_store):
+                    settled.add(name)  # skipped: its condition is false
+                    continue
+                running[pool.submit(run, name, spec)] = name
+            if not running:
+                if pending:  # a dependency outside this DAG's tasks: let kfp's own orchestrator judge it
+                    raise RuntimeError(f"kfp.local DAG: tasks {sorted(pending)} wait for tasks that do not exist")
+                break
+            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in finished:
+                name = running.pop(future)
+                outputs, task_status = future.result()
+                io_store.put_task_status(name, "SUCCEEDED" if task_status == status.Status.SUCCESS else "FAILED")
+                if task_status == status.Status.FAILURE:
+                    fail_stack.append(name)
+                    failed.add(name)
+                else:
+                    for key, output in outputs.items():
+                        io_store.put_task_output(name, key, output)
+                settled.add(name)
+    if failed:
+        return {}, status.Status.FAILURE
+    return OrchestratorUtils.get_dag_outputs(dag_outputs_spec=dag_spec.outputs, io_store=io_store), status.Status.SUCCESS
 
 
 class _Redacting(io.TextIOBase):

@@ -640,3 +640,50 @@ def test_secret_env_errors(secret: str, env: dict, match: str) -> None:
 
     with pytest.raises(InvalidParameter, match=match):
         SecretEnv(secret, env)
+
+
+SLEEPY = '''
+import time
+
+from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+
+
+@step(outputs=[ArtifactSpec(name="out", type=ArtifactType.ARTIFACT, param="out_path")])
+def nap(out_path: str, *, seconds: float = 1.0) -> dict:
+    """Sleep, then write the start and end times.
+
+    Args:
+        out_path: output file.
+        seconds: how long (unit: s).
+    """
+    start = time.time()
+    time.sleep(seconds)
+    with open(out_path, "w") as fh:
+        fh.write(f"{start} {time.time()}")
+    return {"slept": seconds}
+'''
+
+
+@pytest.mark.slow
+def test_two_independent_calls_run_at_the_same_time_on_kfp_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.components.telemetry import read_step_records
+    from heteroflow.pipelines.graph import Pipeline
+
+    folder = tmp_path / "userpkg"
+    folder.mkdir()
+    (folder / "sleepy.py").write_text(SLEEPY)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(folder))
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    import sleepy
+
+    p = Pipeline("two-naps")
+    p.add(sleepy.nap, name="left", seconds=2.0)
+    p.add(sleepy.nap, name="right", seconds=2.0)
+    record = run_local({}, pipeline=p, run_dir=tmp_path / "run")
+    sys.modules.pop("sleepy", None)
+    assert record.status == "succeeded", f"{_steps(record)}\n{_engine_log(record)}"
+    records = read_step_records(record.run_dir)
+    (left,), (right,) = records["left"], records["right"]
+    # the intervals the two steps ran in overlap: neither waited for the other
+    assert max(left.started_at, right.started_at) < min(left.ended_at, right.ended_at), (left, right)
