@@ -182,6 +182,10 @@ def run_local(
     return record
 
 
+_STOPPING = threading.Event()
+"""Set when a run is interrupted: kfp.local starts no task (and no retry of one) after it."""
+
+
 @contextlib.contextmanager
 def _parallel_tasks(max_workers: int) -> Iterator[None]:
     """Let kfp.local run the tasks of a DAG that do not depend on each other at the same time (as a cluster does).
@@ -220,6 +224,17 @@ def _parallel_tasks(max_workers: int) -> Iterator[None]:
     def run_dag(*args: Any, **kwargs: Any) -> Any:
         return _run_dag_in_parallel(original_enhanced, max_workers, *args, **kwargs)
 
+    from kfp.local import status, task_dispatcher
+
+    original_dispatch = task_dispatcher.run_single_task_implementation
+
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        if _STOPPING.is_set():
+            return {}, status.Status.FAILURE
+        return original_dispatch(*args, **kwargs)
+
+    _STOPPING.clear()
+    task_dispatcher.run_single_task_implementation = dispatch  # type: ignore[assignment]
     enhanced_dag_orchestrator.run_enhanced_dag = run_dag  # type: ignore[assignment]
     dag_orchestrator.run_dag = run_dag  # type: ignore[assignment]
     logging_utils.local_logger_context = logger_once  # type: ignore[assignment]
@@ -230,6 +245,7 @@ def _parallel_tasks(max_workers: int) -> Iterator[None]:
         enhanced_dag_orchestrator.run_enhanced_dag = original_enhanced  # type: ignore[assignment]
         dag_orchestrator.run_dag = original_simple  # type: ignore[assignment]
         logging_utils.local_logger_context = original_logger  # type: ignore[assignment]
+        task_dispatcher.run_single_task_implementation = original_dispatch  # type: ignore[assignment]
 
 
 def _run_dag_in_parallel(
@@ -247,7 +263,7 @@ def _run_dag_in_parallel(
     parent_io_store: Any = None,
 ) -> Any:
     """kfp.local's ``run_enhanced_dag`` (same arguments and result), running ready tasks concurrently."""
-    import concurrent.futures
+    import queue
 
     from kfp.local import io as kfp_io
     from kfp.local import status
@@ -283,10 +299,22 @@ def _run_dag_in_parallel(
             unique_pipeline_id=unique_pipeline_id, fail_stack=fail_stack,
         )
 
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max_workers) as pool:
-        running: dict[Any, str] = {}
+    # daemon threads, not a ThreadPoolExecutor: after Ctrl-C nothing may keep the process alive (kfp's retry loop
+    # sleeps its backoff in the thread that runs a task)
+    results: queue.Queue[tuple[str, Any, BaseException | None]] = queue.Queue()
+    running: set[str] = set()
+
+    def worker(name: str, spec: Any) -> None:
+        try:
+            results.put((name, run(name, spec), None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the scheduling thread
+            results.put((name, None, exc))
+
+    try:
         while pending or running:
             for name in sorted(n for n, t in pending.items() if set(t.dependent_tasks) <= settled):
+                if len(running) >= max_workers:
+                    break
                 spec = pending.pop(name)
                 if set(spec.dependent_tasks) & failed:
                     failed.add(name)
@@ -296,23 +324,34 @@ def _run_dag_in_parallel(
                 if spec.trigger_policy.condition and not evaluator.evaluate_condition(spec.trigger_policy.condition, io_store):
                     settled.add(name)  # skipped: its condition is false
                     continue
-                running[pool.submit(run, name, spec)] = name
+                running.add(name)
+                threading.Thread(target=worker, args=(name, spec), name=f"kfp-local-{name}", daemon=True).start()
             if not running:
-                if pending:  # a dependency outside this DAG's tasks: let kfp's own orchestrator judge it
+                if pending and not any(set(t.dependent_tasks) <= settled for t in pending.values()):
                     raise RuntimeError(f"kfp.local DAG: tasks {sorted(pending)} wait for tasks that do not exist")
-                break
-            finished, _ = concurrent.futures.wait(running, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in finished:
-                name = running.pop(future)
-                outputs, task_status = future.result()
-                io_store.put_task_status(name, "SUCCEEDED" if task_status == status.Status.SUCCESS else "FAILED")
-                if task_status == status.Status.FAILURE:
-                    fail_stack.append(name)
-                    failed.add(name)
-                else:
-                    for key, output in outputs.items():
-                        io_store.put_task_output(name, key, output)
-                settled.add(name)
+                continue
+            try:
+                name, result, error = results.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            running.discard(name)
+            if error is not None:
+                raise error
+            outputs, task_status = result
+            io_store.put_task_status(name, "SUCCEEDED" if task_status == status.Status.SUCCESS else "FAILED")
+            if task_status == status.Status.FAILURE:
+                fail_stack.append(name)
+                failed.add(name)
+            else:
+                for key, output in outputs.items():
+                    io_store.put_task_output(name, key, output)
+            settled.add(name)
+    except BaseException:
+        # Ctrl-C / SIGTERM lands in this (the main) thread: no task may start from now on, and the running ones'
+        # step processes are stopped (their threads end with them)
+        _STOPPING.set()
+        terminate_children()
+        raise
     if failed:
         return {}, status.Status.FAILURE
     return OrchestratorUtils.get_dag_outputs(dag_outputs_spec=dag_spec.outputs, io_store=io_store), status.Status.SUCCESS
