@@ -26,7 +26,7 @@ from heteroflow.components.fallback import next_candidate, retry_decision
 from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
 from heteroflow.pipelines.graph import Call, Pipeline
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
-from heteroflow.pipelines.records import RunRecord, build_record, prepare_arguments, start_run, uninterrupted
+from heteroflow.pipelines.records import RunRecord, finish_run, prepare_arguments, start_run
 
 __all__ = ["run_call", "run_inprocess"]
 
@@ -131,22 +131,14 @@ def run_inprocess(
                         inventory = dict(found) if isinstance(found, Mapping) else None
         except KeyboardInterrupt:
             interrupted = True
-        with uninterrupted() as held:  # a stop while the record is written must not contradict it
-            record = build_record(
-                pipeline,
-                run_id=run_id,
-                folder=folder,
-                started=started,
-                wall_seconds=time.perf_counter() - t0,
-                args=args,
-                interrupted=interrupted or bool(held),
-                testing=testing,
-            )
-            record.write()
-            if record.status == "succeeded":
-                held.clear()
-    if interrupted and record.status != "succeeded":
-        stop = KeyboardInterrupt()
-        stop.record = record  # type: ignore[attr-defined]  # what the CLI shows
-        raise stop
+        record = finish_run(
+            pipeline,
+            run_id=run_id,
+            folder=folder,
+            started=started,
+            wall_seconds=time.perf_counter() - t0,
+            args=args,
+            interrupted=interrupted,
+            testing=testing,
+        )
     return record

@@ -27,11 +27,10 @@ from heteroflow.pipelines.graph import Pipeline
 from heteroflow.pipelines.records import (
     RunRecord,
     StepSummary,
-    build_record,
     collect,
+    finish_run,
     prepare_arguments,
     start_run,
-    uninterrupted,
 )
 
 __all__ = ["ENGINE_LOG", "run_local", "terminate_children"]
@@ -158,25 +157,17 @@ def run_local(
             if watcher:
                 watcher.join()
             shutil.rmtree(scratch, ignore_errors=True)
-        with uninterrupted() as held:  # a stop while the record is written must not contradict it
-            record = build_record(
-                pipeline,
-                run_id=run_id,
-                folder=folder,
-                started=started,
-                wall_seconds=time.perf_counter() - t0,
-                args=args,
-                interrupted=interrupted or bool(held),
-                error=error,
-                testing=testing,
-            )
-            record.write()
-            if record.status == "succeeded":
-                held.clear()  # every step had finished: the run succeeded, whatever came after
-    if interrupted and record.status != "succeeded":
-        stop = KeyboardInterrupt()
-        stop.record = record  # type: ignore[attr-defined]  # what the CLI shows
-        raise stop
+        record = finish_run(
+            pipeline,
+            run_id=run_id,
+            folder=folder,
+            started=started,
+            wall_seconds=time.perf_counter() - t0,
+            args=args,
+            interrupted=interrupted,
+            error=error,
+            testing=testing,
+        )
     if on_progress:
         on_progress(record.steps)
     return record

@@ -44,6 +44,7 @@ __all__ = [
     "build_record",
     "collect",
     "fallbacks",
+    "finish_run",
     "new_run_id",
     "prepare_arguments",
     "prepare_run_dir",
@@ -442,3 +443,48 @@ def uninterrupted() -> Iterator[list[int]]:
             signal.signal(s, handler)
     if held:
         raise KeyboardInterrupt
+
+
+def finish_run(
+    pipeline: Pipeline,
+    *,
+    run_id: str,
+    folder: Path,
+    started: float,
+    wall_seconds: float,
+    args: Mapping[str, Any],
+    interrupted: bool,
+    error: str | None = None,
+    testing: Mapping[str, str] | None = None,
+) -> RunRecord:
+    """Write the run's record (:func:`build_record`) with Ctrl-C and SIGTERM held (:func:`uninterrupted`), so the
+    record, the message and the exit status tell one story: a stop that comes once the engine has finished
+    changes nothing (the run ended as recorded: succeeded or failed); a run stopped before its steps completed is
+    ``interrupted``, and only then is the stop raised.
+
+    Args:
+        interrupted: the engine was stopped (Ctrl-C, or SIGTERM through the CLI) before it finished.
+
+    Raises:
+        KeyboardInterrupt: ``interrupted`` and not every step succeeded; its ``record`` attribute is the record
+            written (what the CLI shows).
+    """
+    with uninterrupted() as held:
+        record = build_record(
+            pipeline,
+            run_id=run_id,
+            folder=folder,
+            started=started,
+            wall_seconds=wall_seconds,
+            args=args,
+            interrupted=interrupted,
+            error=error,
+            testing=testing,
+        )
+        record.write()
+        held.clear()  # a stop that came once the engine had finished: the run had ended as its record says
+    if interrupted and record.status != "succeeded":
+        stop = KeyboardInterrupt()
+        stop.record = record  # type: ignore[attr-defined]
+        raise stop
+    return record

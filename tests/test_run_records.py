@@ -28,16 +28,18 @@ def _prewarm_only() -> Pipeline:
     return p
 
 
-def _signal_while_recording(monkeypatch: pytest.MonkeyPatch, module: Any, signum: int) -> None:
-    """Deliver ``signum`` to this process while ``module`` builds the run's record: the moment the last step has
-    finished and the run is being recorded (the race of #16.19, made certain)."""
+def _signal_while_recording(monkeypatch: pytest.MonkeyPatch, signum: int) -> None:
+    """Deliver ``signum`` to this process while the run's record is built: the moment the last step has finished
+    and the run is being recorded (the race of #16.19, made certain)."""
     from heteroflow.pipelines import records
+
+    original = records.build_record
 
     def build(*args: Any, **kwargs: Any) -> Any:
         os.kill(os.getpid(), signum)
-        return records.build_record(*args, **kwargs)
+        return original(*args, **kwargs)
 
-    monkeypatch.setattr(module, "build_record", build)
+    monkeypatch.setattr(records, "build_record", build)
 
 
 @pytest.fixture()
@@ -69,7 +71,7 @@ def test_sigterm_as_the_kfp_local_run_is_recorded_ends_it_succeeded(
     from heteroflow.pipelines import local
 
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
-    _signal_while_recording(monkeypatch, local, signal.SIGTERM)
+    _signal_while_recording(monkeypatch, signal.SIGTERM)
     record = local.run_local({"dataset_uri": str(digits_dir)}, pipeline=_prewarm_only(), run_dir=tmp_path / "run")
     _assert_one_truth(record)  # no KeyboardInterrupt: the CLI prints the run and exits 0
 
@@ -81,7 +83,7 @@ def test_ctrl_c_as_the_inprocess_run_is_recorded_ends_it_succeeded(
     from heteroflow.pipelines import inprocess
 
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
-    _signal_while_recording(monkeypatch, inprocess, signal.SIGINT)
+    _signal_while_recording(monkeypatch, signal.SIGINT)
     record = inprocess.run_inprocess(_prewarm_only(), {"dataset_uri": str(digits_dir)}, run_dir=tmp_path / "run")
     _assert_one_truth(record)
 
@@ -154,7 +156,19 @@ def test_only_the_kfp_local_entry_points_import_the_kfp_local_runner() -> None:
         for p in (ROOT / folder).rglob("*.py")
         if "heteroflow.pipelines.local" in _imports(p)
     )
-    assert users == ["pipelines/cli.py"], users  # `heteroflow run --engine kfp-local`; records live in records.py
+    assert users == ["pipelines/runner.py"], users  # run(engine="kfp-local"); records live in records.py
+
+
+@pytest.mark.slow
+def test_a_stop_while_a_failed_run_is_recorded_leaves_it_failed(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.pipelines import inprocess
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    _signal_while_recording(monkeypatch, signal.SIGINT)
+    record = inprocess.run_inprocess(
+        _prewarm_only(), {"dataset_uri": str(digits_dir)}, run_dir=tmp_path / "run", inject_faults="prewarm@cpu=permanent"
+    )
+    assert json.loads(Path(record.run_dir, "run.json").read_text())["status"] == record.status == "failed"
 
 
 def test_every_engine_writes_its_record_through_the_records_module() -> None:
