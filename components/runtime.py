@@ -378,6 +378,19 @@ KFP_FAILURE = "heteroflow_failure"
 KFP_CANDIDATE = "heteroflow_candidate"
 KFP_PLACEMENTS = "heteroflow_placements"
 KFP_PLACED_PREFIX = "heteroflow_placed_"
+KFP_AFTER_PREFIX = "heteroflow_after_"
+"""``heteroflow_after_<call>``: the route of a call this task reads from; anything but ``succeeded`` means the task
+does not run (route ``upstream``: an upstream failure never starts a step, nor a fallback)."""
+KFP_CANDIDATES = "heteroflow_candidates"
+"""The call's whole candidate list (JSON), so the task decides its fallback with
+:func:`heteroflow.components.fallback.next_candidate`."""
+KFP_INVENTORY = "heteroflow_inventory"
+"""The plan's device counts by kind (JSON; the planner's output, an input of the candidates it placed)."""
+KFP_PLAN_INVENTORY = "heteroflow_plan_inventory"
+"""The planner's output: the device counts by kind it placed against (JSON)."""
+KFP_URI_PREFIX = "heteroflow_uri_"
+"""``heteroflow_uri_<output>``: outputs of a candidate task of a fallback chain, its artifacts' URIs (the chain
+imports the chosen candidate's artifacts from these: kfp.local cannot select among artifacts with ``dsl.OneOf``)."""
 
 
 _FAST_EXIT: dict[str, bool] = {}
@@ -420,46 +433,109 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
         ref: the step's ``module:attribute``.
         call: the call's name.
         args: the shim's arguments: artifacts (KFP artifact objects), parameters, and the reserved
-            ``heteroflow_*`` inputs and outputs (candidate JSON, placements JSON, the failure reason file, the
-            planner's per-call index files).
+            ``heteroflow_*`` inputs and outputs (candidate JSON, the call's candidates, the plan's inventory,
+            placements JSON, upstream routes, the planner's per-call start files, the
+            artifact URIs file).
 
     Returns:
-        The route: ``succeeded``, ``device`` or ``permanent`` (the pipeline's If/Elif/Else branch on it).
+        The route the pipeline branches on: ``succeeded``; ``to-<k>`` (a device failure: fall back to candidate
+        ``k``, the decision of :func:`heteroflow.components.fallback.next_candidate`); ``failed: <class>: <reason>``
+        (permanent, or a device failure with no candidate left); ``upstream`` (a call it reads from did not
+        succeed, so it did not run).
 
     Raises:
         TransientStepFailure: a transient failure, so that KFP retries the task with its backoff.
     """
+    from types import SimpleNamespace
+
+    from heteroflow.components.fallback import next_candidate
+    from heteroflow.components.resources import Candidates
     from heteroflow.components.step import load_step
 
     _skip_teardown_after_success()
     args = dict(args)
-    failure_path = args.pop(KFP_FAILURE)
+    args.pop(KFP_FAILURE, None)  # kept out of the shims since routes carry their reason
     candidate_json = args.pop(KFP_CANDIDATE, None)
+    candidates_json = args.pop(KFP_CANDIDATES, None)
+    inventory_json = args.pop(KFP_INVENTORY, None)
     placements_json = args.pop(KFP_PLACEMENTS, None)
+    uri_paths = {k[len(KFP_URI_PREFIX):]: args.pop(k) for k in list(args) if k.startswith(KFP_URI_PREFIX)}
+    plan_inventory_path = args.pop(KFP_PLAN_INVENTORY, None)
     placed = {k[len(KFP_PLACED_PREFIX):]: args.pop(k) for k in list(args) if k.startswith(KFP_PLACED_PREFIX)}
+    after = {k[len(KFP_AFTER_PREFIX):]: args.pop(k) for k in list(args) if k.startswith(KFP_AFTER_PREFIX)}
+    outputs: dict[str, Any] = {}
+    route = "failed"
+    reason = ""
+    indices: dict[str, Any] = {}
+    blocked = sorted(name for name, r in after.items() if r != "succeeded")
     try:
         step = load_step(ref)
         inputs = {s.name: args.pop(s.name) for s in step.inputs}
         outputs = {s.name: args.pop(s.name) for s in step.outputs}
-        index, resources = candidate_from_json(candidate_json) if candidate_json else (None, None)
-        outcome = run_step(
-            step,
-            call=call,
-            params=args,
-            inputs=inputs,
-            outputs=outputs,
-            candidate=resources,
-            candidate_index=index,
-            placements=json.loads(placements_json) if placements_json else None,
-        )
+        if blocked:
+            route, reason = "upstream", f"not run: {', '.join(blocked)} did not succeed"
+        else:
+            index, resources = candidate_from_json(candidate_json) if candidate_json else (None, None)
+            outcome = run_step(
+                step,
+                call=call,
+                params=args,
+                inputs=inputs,
+                outputs=outputs,
+                candidate=resources,
+                candidate_index=index,
+                placements=json.loads(placements_json) if placements_json else None,
+            )
+            reason = outcome.reason or ""
+            if outcome.status == "succeeded":
+                route = "succeeded"
+                indices = outcome.facts.get("indices", {})
+                if plan_inventory_path is not None:
+                    Path(plan_inventory_path).parent.mkdir(parents=True, exist_ok=True)
+                    Path(plan_inventory_path).write_text(json.dumps(outcome.facts.get("inventory") or {}), encoding="utf-8")
+            elif outcome.failure == FailureClass.TRANSIENT.value:
+                route = "transient"
+            elif outcome.failure == FailureClass.DEVICE.value and candidates_json and index is not None:
+                inventory = json.loads(inventory_json) if inventory_json else None
+                cands = SimpleNamespace(name=call, candidates=Candidates.from_json(candidates_json), device_bound=True)
+                decision = next_candidate(cands, index, "device", inventory, reason=reason)
+                route = f"to-{decision.target}" if decision.action == "fallback" else "failed"
+                reason = f"{outcome.failure}: {decision.why}" if route == "failed" else reason
+            else:
+                reason = f"{outcome.failure}: {reason}"
     except HeteroflowError as exc:  # the task itself is malformed (a usage error): never worth a retry
-        outcome = Outcome(call=call, step=ref, status="failed", failure=FailureClass.PERMANENT.value, reason=str(exc))
-    Path(failure_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(failure_path).write_text(outcome.reason or "", encoding="utf-8")
-    indices = outcome.facts.get("indices", {}) if outcome.status == "succeeded" else {}
+        route, reason = "failed", f"{FailureClass.PERMANENT.value}: {exc}"
+    if plan_inventory_path is not None and not Path(plan_inventory_path).exists():
+        Path(plan_inventory_path).parent.mkdir(parents=True, exist_ok=True)
+        Path(plan_inventory_path).write_text("{}", encoding="utf-8")
     for name, path in placed.items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-        Path(path).write_text(str(indices.get(name, -1)), encoding="utf-8")
-    if outcome.failure == FailureClass.TRANSIENT.value:
-        raise TransientStepFailure(f"step {call!r} failed with a transient error (retried with backoff): {outcome.reason}")
-    return outcome.route
+        start = indices.get(name, -1) if route == "succeeded" else -1
+        Path(path).write_text(f"to-{start}" if isinstance(start, int) and start >= 0 else "upstream", encoding="utf-8")
+    if route != "succeeded":
+        for artifact in outputs.values():  # never leave an output a consumer or an importer cannot find
+            target = Path(artifact.path)
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(f"not produced: {reason}\n", encoding="utf-8")
+    for name, path in uri_paths.items():
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(str(getattr(outputs.get(name), "uri", "")), encoding="utf-8")
+    if route == "transient":
+        raise TransientStepFailure(f"step {call!r} failed with a transient error (retried with backoff): {reason}")
+    return f"failed: {route_text(reason)}" if route == "failed" else route
+
+
+def route_text(reason: str) -> str:
+    """``reason`` as route text: JSON string escapes, and ``'`` as ``\\u0027``, so that no quote, backslash or newline
+    reaches an engine's condition evaluator (kfp.local pastes values into a Python expression between single
+    quotes). :func:`route_reason` reads it back."""
+    return json.dumps(reason, ensure_ascii=True)[1:-1].replace("'", "\\u0027")
+
+
+def route_reason(text: str) -> str:
+    """The reason :func:`route_text` encoded."""
+    try:
+        return str(json.loads(f'"{text}"'))
+    except ValueError:
+        return text

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import functools
 import importlib
 import inspect
 import re
@@ -365,7 +366,7 @@ def _jsonable(value: Any) -> Any:
 
 
 def step(
-    func: Callable[..., Any],
+    func: Callable[..., Any] | None = None,
     *,
     name: str | None = None,
     inputs: Iterable[ArtifactSpec] = (),
@@ -386,7 +387,8 @@ def step(
     progress_context: Callable[[Callable[..., None]], Any] | None = None,
     ref: str | None = None,
 ) -> Step:
-    """Define a :class:`Step` from a plain function.
+    """Define a :class:`Step` from a plain function: ``STEP = step(func, ...)``, or as a decorator,
+    ``@step(...)`` (or bare ``@step``) above the function, which then names the Step.
 
     The function's parameters are sorted out once: each one named by an artifact's ``param`` receives that
     artifact's local path; ``device_param``, ``resources_param`` and ``placements_param`` are injected by the
@@ -405,6 +407,10 @@ def step(
         InvalidParameter: an artifact maps to a parameter the function lacks, or a parameter has a type an
             engine cannot pass.
     """
+    if func is None:  # @step(...): the same arguments, applied to the function below
+        options = dict(locals())
+        options.pop("func")
+        return functools.partial(step, **options)  # type: ignore[return-value]
     inputs, outputs = tuple(inputs), tuple(outputs)
     signature = inspect.signature(func)
     try:

@@ -247,24 +247,5 @@ def subset(pipeline: Pipeline, calls: Iterable[str], *, name: str, description: 
     Raises:
         InvalidParameter: an unknown call, or a kept call reads an output of a call left out.
     """
-    from heteroflow.pipelines.graph import Const, OutputRef, ParamRef
-
-    keep = list(dict.fromkeys(calls))
-    check_calls(pipeline, keep, what="subset")
-    out = Pipeline(name, description=description)
-    for call in pipeline.calls:
-        if call.name not in keep:
-            continue
-        bindings: dict[str, Any] = {}
-        for key, binding in call.bindings.items():
-            if isinstance(binding, OutputRef):
-                if binding.call not in keep:
-                    raise InvalidParameter(f"subset: {call.name} reads {binding.call}.{binding.output}; keep {binding.call} too")
-                bindings[key] = binding
-            elif isinstance(binding, ParamRef):
-                p = pipeline.params[binding.name]
-                bindings[key] = out.param(binding.name, default=p.default, help=p.help, unit=p.unit)
-            elif isinstance(binding, Const):
-                bindings[key] = binding
-        out.add(call.step, name=call.name, candidates=call.candidates, retry=call.retry, cacheable=call.cacheable, **bindings)
-    return out
+    check_calls(pipeline, calls, what="subset")
+    return pipeline.subset(calls, name=name, description=description)

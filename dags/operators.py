@@ -47,7 +47,7 @@ from heteroflow.components.resources import DeviceKind, RetryPolicy
 from heteroflow.components.runtime import TransientStepFailure
 from heteroflow.dags.layout import DECISION_KEY, FAILURE_KEY, PREPARE_TASK, Layout, safe_run_id
 from heteroflow.pipelines.graph import Pipeline
-from heteroflow.pipelines.local import environ
+from heteroflow.pipelines.environment import environ
 
 __all__ = [
     "FallbackGateOperator",
@@ -122,11 +122,17 @@ class StepRetryPolicy(AirflowRetryPolicy):
     def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None) -> RetryDecision:
         if not isinstance(exception, TransientStepFailure):
             return RetryDecision.default()
-        delay = self.policy.delay_seconds(max(try_number - 1, 0))
+        from heteroflow.components.fallback import retry_decision
+
         first = getattr(exception, "first_started_at", None)
-        if isinstance(first, (int, float)) and time.time() + delay - first > self.policy.window_seconds:
+        elapsed = time.time() - first if isinstance(first, (int, float)) else 0.0
+        delay = retry_decision(self.policy, "transient", max(try_number - 1, 0), elapsed)  # the rule every engine uses
+        if delay is None:
+            spent = try_number - 1 >= self.policy.retries
             return RetryDecision.fail(
-                reason=f"transient failure, but the next retry would start after the retry window of "
+                reason=f"transient failure, and its {self.policy.retries} retries are spent"
+                if spent
+                else f"transient failure, but the next retry would start after the retry window of "
                 f"{self.policy.window_seconds:g} s from the first attempt"
             )
         return RetryDecision.retry(
@@ -238,9 +244,9 @@ class StepOperator(BaseOperator, StepEnding):
         self.candidate_index = candidate_index
 
     def execute(self, context: Any) -> Any:
-        from heteroflow.components.archive import RUN_ID_ENV
         from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
-        from heteroflow.components.telemetry import RUN_DIR_ENV, read_step_records
+        from heteroflow.components.telemetry import read_step_records
+        from heteroflow.pipelines.environment import step_environment
 
         prep = _prepared(context)
         folder = Path(prep["run_dir"])
@@ -250,7 +256,7 @@ class StepOperator(BaseOperator, StepEnding):
         resources = call.candidates[k]
         inputs = {name: str(artifact_path(folder, ref.call, ref.output)) for name, ref in call.input_refs().items()}
         outputs = {s.name: str(artifact_path(folder, call.name, s.name)) for s in call.step.outputs}
-        with environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: str(prep["run_id"])}):
+        with environ(step_environment(folder, str(prep["run_id"]))):
             try:
                 outcome = run_step(
                     call.step,
@@ -300,31 +306,18 @@ class FallbackGateOperator(BaseOperator, SkipMixin):
         """The decision for the previous candidate's ``failure`` (its XCom outcome, or None) and the planner's
         ``inventory`` (or None): ``{"decision": "fallback" | "stop", "target": k | None, "why": ...,
         "passed_over": [...]}``. Pure; no Airflow calls."""
-        call = self.pipeline[self.call_name]
-        k = self.candidate_index
-        prev = call.candidates[k - 1]
-        label = f"candidate {k - 1} ({DeviceKind(prev.kind).value}{', ' + prev.accelerator_spec.name if prev.accelerator_spec else ''})"
-        route = (failure or {}).get("failure")
-        if route != "device":
-            if failure is None:
-                why = f"{label} did not run (a task before it failed, or it could not start): no fallback"
-            elif route == "permanent":
-                why = f"{label} failed permanently ({failure.get('reason')}): not retried, no fallback"
-            else:
-                why = f"{label} failed with a {route} failure after its retries ({failure.get('reason')}): no fallback"
-            return {"decision": "stop", "target": None, "why": why, "passed_over": [], "left": failure}
-        passed: list[str] = []
-        for j in range(k, len(call.candidates)):
-            res = call.candidates[j]
-            kind = DeviceKind(res.kind).value
-            need = max(int(res.count or 1), 1)
-            if inventory is not None and kind != DeviceKind.CPU.value and int(inventory.get(kind, 0)) < need:
-                passed.append(f"candidate {j} ({res.describe()}): the plan's inventory has {inventory.get(kind, 0)} {kind} device(s), needs {need}")
-                continue
-            why = f"{label} failed on its device ({failure.get('reason')}): falling back to candidate {j} ({kind})"
-            return {"decision": "fallback", "target": j, "why": why, "passed_over": passed, "left": failure}
-        why = f"{label} failed on its device ({failure.get('reason')}) and no later candidate can run"
-        return {"decision": "stop", "target": None, "why": why, "passed_over": passed, "left": failure}
+        from heteroflow.components.fallback import next_candidate
+
+        route = (failure or {}).get("failure") if failure is not None else None
+        decided = next_candidate(
+            self.pipeline[self.call_name],
+            self.candidate_index - 1,
+            route if route in ("device", "transient", "permanent") else (None if failure is None else "permanent"),
+            inventory,
+            reason=(failure or {}).get("reason"),
+        )
+        decision = "fallback" if decided.action == "fallback" else "stop"
+        return {"decision": decision, "target": decided.target, "why": decided.why, "passed_over": list(decided.passed_over), "left": failure}
 
     def execute(self, context: Any) -> Any:
         ti = context["ti"]
@@ -351,7 +344,7 @@ class FallbackGateOperator(BaseOperator, SkipMixin):
 
 class PrepareRunOperator(BaseOperator):
     """Setup task: the run's arguments, checked once (DAG params over the pipeline's defaults; in local mode an
-    empty ``dataset_uri`` takes the digits sample, see :func:`heteroflow.pipelines.local.prepare_arguments`),
+    empty ``dataset_uri`` takes the digits sample, see :func:`heteroflow.pipelines.records.prepare_arguments`),
     and its run folder ``<run_root>/<dag id>/<run id>``. Returns (XCom) ``run_dir``, ``run_id``, ``args``,
     ``started_at`` (Unix time, seconds).
 
@@ -379,7 +372,7 @@ class PrepareRunOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         from heteroflow.dags.pools import check_pools
-        from heteroflow.pipelines.local import prepare_arguments
+        from heteroflow.pipelines.records import prepare_arguments
 
         check_pools(self.dag.tasks, dag_id=self.dag_id)  # a missing pool would leave its tasks scheduled for ever
         folder = self.run_folder(str(context["run_id"]))
@@ -415,7 +408,7 @@ def _testing_settings() -> dict[str, str]:
 
 
 def _write_record(pipeline: Pipeline, folder: Path, run_id: str, started: float, args: Mapping[str, Any], *, error: str | None = None) -> Any:
-    from heteroflow.pipelines.local import build_record
+    from heteroflow.pipelines.records import build_record
 
     record = build_record(
         pipeline,
@@ -433,7 +426,7 @@ def _write_record(pipeline: Pipeline, folder: Path, run_id: str, started: float,
 
 
 class RecordRunOperator(BaseOperator):
-    """Teardown task: write ``<run_dir>/run.json`` (:class:`heteroflow.pipelines.local.RunRecord`, from the
+    """Teardown task: write ``<run_dir>/run.json`` (:class:`heteroflow.pipelines.records.RunRecord`, from the
     attempt records) and return its status and ``fallbacks`` (XCom). It runs whatever ended the run (as an
     Airflow teardown it does not decide the DAG run's state). Skipped, with the reason, when the run folder is
     not reachable from this worker (kubernetes mode without the shared storage mounted on the workers)."""

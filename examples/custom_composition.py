@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from heteroflow.components.resources import Resources, RetryPolicy
-from heteroflow.components.steps import EVALUATE, PREPROCESS, PREWARM, TRAIN
-from heteroflow.pipelines.graph import Pipeline
+from heteroflow import EVALUATE, PREPROCESS, PREWARM, TRAIN, Pipeline, Resources, RetryPolicy, compile, run
 
 
 def build() -> Pipeline:
@@ -39,15 +37,11 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=5)
     args = parser.parse_args()
 
-    from heteroflow.pipelines.kfp_render import compile_pipeline
-
     pipeline = build()
-    compile_pipeline(pipeline, args.output)
+    compile(pipeline, args.output)
     print("wrote", args.output, "with parameters", ", ".join(pipeline.params))
     if args.run:
-        from heteroflow.pipelines.local import run_local
-
-        record = run_local({"epochs": args.epochs}, pipeline=pipeline)
+        record = run(pipeline, {"epochs": args.epochs})
         print(record.status, "accuracy", record.metrics.get("evaluate", {}).get("accuracy"), "record", record.run_dir)
 
 

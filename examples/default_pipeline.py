@@ -7,14 +7,14 @@ from __future__ import annotations
 
 import argparse
 
-from heteroflow.pipelines.local import run_local
+import heteroflow
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--epochs", type=int, default=10)
     args = parser.parse_args()
-    record = run_local({"epochs": args.epochs})
+    record = heteroflow.run(heteroflow.default_pipeline(), {"epochs": args.epochs})
     for step in record.steps:
         print(f"{step.name:<11} {step.status:<10} device={step.device} attempts={step.attempts} seconds={step.seconds:.2f}")
     print("status:", record.status, "accuracy:", record.metrics.get("evaluate", {}).get("accuracy"),

@@ -231,51 +231,43 @@ def run(
     ] = None,
 ) -> None:
     """Run the default pipeline (prewarm, preprocess, plan, train, evaluate, archive), or --pipeline, on this machine."""
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.runner import ENGINES, run as run_pipeline
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # stop like Ctrl-C: the step subprocesses are stopped and the run recorded
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        if engine not in ("kfp-local", "inprocess"):
-            raise InvalidParameter(f"--engine {engine!r} is unknown; valid: kfp-local, inprocess")
+        if engine not in ENGINES:
+            raise InvalidParameter(f"--engine {engine!r} is unknown; valid: {', '.join(ENGINES)}")
         pipeline = _pipeline(pipeline_ref, candidate)
         raw = _parse_pairs(param or [])
-        unknown = sorted(set(raw) - set(pipeline.params))
+        aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
+        unknown = sorted(set(raw) - set(pipeline.params) - set(aliases))
         if unknown:
             raise InvalidParameter(
-                f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted(pipeline.params))}"
+                f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted([*pipeline.params, *aliases]))}"
             )
-        params = {name: pipeline.params[name].coerce(value) for name, value in raw.items()}
+        params = {name: pipeline.params[aliases[name][0] if name in aliases else name].coerce(value) for name, value in raw.items()}
         if dataset is not None:
             if "dataset_uri" in params:
                 raise InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both")
             params["dataset_uri"] = dataset
-        kwargs = dict(
-            pipeline=pipeline,
-            run_dir=output,
-            simulate_devices=simulate_devices,
-            inject_faults=inject_fault,
-        )
-        if engine == "inprocess":
-            from heteroflow.pipelines.inprocess import run_inprocess
-
-            kwargs.pop("pipeline")
-            record = run_inprocess(pipeline, params, **kwargs)  # type: ignore[arg-type]
-        elif verbose:
-            record = run_local(params, echo_engine_output=True, **kwargs)  # type: ignore[arg-type]
+        options: dict[str, Any] = dict(engine=engine, run_dir=output, simulate_devices=simulate_devices, inject_faults=inject_fault)
+        if engine == "inprocess" or verbose:
+            record = run_pipeline(pipeline, params, echo_engine_output=verbose, **options)
         else:
             live_console = _live_console()
             with Live(_steps_table([]), console=live_console, refresh_per_second=4, transient=True) as live:
-                record = run_local(
-                    params, on_progress=lambda steps: live.update(_steps_table(steps, pipeline)), **kwargs  # type: ignore[arg-type]
-                )
+                record = run_pipeline(pipeline, params, on_progress=lambda steps: live.update(_steps_table(steps, pipeline)), **options)
     except (HeteroflowError, OSError) as exc:
         _fail(exc)
         return
     except KeyboardInterrupt as stop:
         stopped = getattr(stop, "record", None)
+        if stopped is not None and stopped.status == "succeeded":  # every step had finished: say what run.json says
+            _print_record(stopped, pipeline)
+            return
         if stopped is not None:
             console.print(_steps_table(stopped.steps))
             console.print(f"record: {stopped.run_dir}/run.json", highlight=False)
@@ -323,7 +315,9 @@ def _print_record(record: Any, pipeline: Any) -> None:
                 console.print(f"[red]step {s.name} {s.status}{kind}:[/] {escape(_short_error(s.error))}", highlight=False)
         if record.error:
             console.print(f"[red]engine error:[/] {escape(record.error)}", highlight=False)
-        console.print(f"engine log: {record.run_dir}/kfp.log", highlight=False)
+        engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none
+        if engine_log.is_file():
+            console.print(f"engine log: {engine_log}", highlight=False)
     console.print(f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False)
 
 
@@ -406,6 +400,8 @@ def _print_params(pipeline: Any, *, as_json: bool) -> None:
         unit = f" [{p.unit}]" if p.unit else ""
         table.add_row(p.name, escape(f"{p.type.__name__} = {default}{unit}"), escape(p.help))
     console.print(table)
+    for short, names in pipeline.aliases.items():
+        console.print(f"{short}=VALUE sets {' and '.join(names)} (each call has its own)", highlight=False)
 
 
 # --- one step ---------------------------------------------------------------------------------------------

@@ -25,14 +25,13 @@ Every device-bound call falls back to its next candidate on a device failure.
 
 from __future__ import annotations
 
-import copy as _copy
 import dataclasses
 import inspect
 import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.step import Param, Step
 
@@ -162,6 +161,56 @@ class Call:
         return {k: v for k, v in self.bindings.items() if not isinstance(v, OutputRef)}
 
 
+def _call_options(call: str, changes: Mapping[str, Any]) -> dict[str, Any]:
+    """``candidates``, ``retry``, ``cacheable`` and ``secrets`` of a call, checked and in their own types.
+
+    Raises:
+        InvalidParameter: a value of the wrong type (the message names the call, the field and the valid forms).
+    """
+    out: dict[str, Any] = {}
+    for key, value in changes.items():
+        where = f"{call}: {key}="
+        if key == "candidates":
+            if isinstance(value, Candidates):
+                out[key] = value
+            elif isinstance(value, (str, Resources)) or not isinstance(value, Iterable):
+                raise InvalidParameter(
+                    f"{where}{value!r} is not a list of candidates; valid: Candidates([...]) or a list of Resources or "
+                    "'KIND:key=value' specs, most preferred first"
+                )
+            else:
+                out[key] = Candidates(value)
+        elif key == "retry":
+            if isinstance(value, RetryPolicy):
+                out[key] = value
+            elif isinstance(value, Mapping):
+                fields = [f.name for f in dataclasses.fields(RetryPolicy)]
+                unknown = sorted(set(value) - set(fields))
+                if unknown:
+                    raise InvalidParameter(f"{where}{dict(value)!r}: unknown field(s) {', '.join(unknown)}; valid: {', '.join(fields)}")
+                try:
+                    out[key] = RetryPolicy(**value)
+                except HeteroflowError as exc:
+                    raise InvalidParameter(f"{where}{dict(value)!r}: {exc}") from None
+            else:
+                raise InvalidParameter(f"{where}{value!r} is not a retry policy; valid: RetryPolicy(retries=..., ...) or a dict of its fields")
+        elif key == "cacheable":
+            if not isinstance(value, bool):
+                raise InvalidParameter(f"{where}{value!r} is not a bool; valid: True or False")
+            out[key] = value
+        elif key == "secrets":
+            if isinstance(value, (SecretEnv, str, Mapping)) or not isinstance(value, Iterable):
+                raise InvalidParameter(f"{where}{value!r} is not a list of SecretEnv; valid: [SecretEnv(secret=..., env={{...}})]")
+            items = tuple(value)
+            bad = [v for v in items if not isinstance(v, SecretEnv)]
+            if bad:
+                raise InvalidParameter(f"{where}: {bad[0]!r} is not a SecretEnv; valid: SecretEnv(secret='name', env={{'VAR': 'key'}})")
+            out[key] = items
+        else:
+            raise InvalidParameter(f"{call}: {key!r} cannot be set; valid: candidates, retry, cacheable, secrets")
+    return out
+
+
 class Pipeline:
     """A graph of step calls (see the module docstring).
 
@@ -180,6 +229,7 @@ class Pipeline:
         self.description = description
         self._calls: dict[str, Call] = {}
         self._params: dict[str, Param] = {}
+        self._owners: dict[str, str] = {}  # pipeline parameter made for one call's unbound step parameter -> that call
 
     # -- building -------------------------------------------------------------------------------------------
 
@@ -267,31 +317,66 @@ class Pipeline:
         missing = [s.name for s in step.inputs if s.name not in bound]
         if missing:
             raise InvalidParameter(f"{call_name}: input artifact(s) {', '.join(missing)} must be bound to earlier calls' outputs")
+        own: dict[str, Param] = {}
         for param in step.params:
             if param.name not in bound:
-                new_params[param.name] = self._merge_param(param, call_name, new_params)
-                bound[param.name] = ParamRef(param.name)
+                # per call: `seed` while no other call has one, else `<call>.seed` (the other call's becomes
+                # `<other>.seed` too); a parameter shared on purpose is a p.param(...) bound to several calls
+                name = param.name
+                if name in self._params or name in new_params or any(n.endswith(f".{name}") for n in self._params):
+                    name = f"{call_name}.{param.name}"
+                own[name] = dataclasses.replace(param, name=name)
+                bound[param.name] = ParamRef(name)
         if step.planner and any(c.step.planner for c in self._calls.values()):
             raise InvalidParameter(f"{call_name}: the pipeline already has a planner call; one places every device-bound call")
         if step.planner and any(c.device_bound for c in self._calls.values()):
             raise InvalidParameter(f"{call_name}: a planner must come before the device-bound calls it places")
+        given = {"candidates": candidates, "retry": retry, "cacheable": cacheable}
+        options = _call_options(call_name, {**{k: v for k, v in given.items() if v is not None}, "secrets": secrets})
         call = Call(
             name=call_name,
             step=step,
             bindings=bound,
-            candidates=step.candidates if candidates is None else candidates if isinstance(candidates, Candidates) else Candidates(candidates),
-            retry=step.retry if retry is None else retry,
-            cacheable=step.cacheable if cacheable is None else cacheable,
-            secrets=tuple(secrets),
+            candidates=options.get("candidates", step.candidates),
+            retry=options.get("retry", step.retry),
+            cacheable=options.get("cacheable", step.cacheable),
+            secrets=options["secrets"],
         )
+        for name in [*new_params, *own]:
+            short = name.rsplit(".", 1)[-1]
+            owner = self._owners.get(short)
+            if owner is not None and (name != short or name in new_params):
+                self._qualify(short)  # `seed` of an earlier call is now ambiguous: it becomes `<that call>.seed`
         self._params.update(new_params)
+        self._params.update(own)
+        self._owners.update({name: call_name for name in own if "." not in name})
         self._calls[call_name] = call
         return call
 
+    def _qualify(self, short: str) -> None:
+        """Rename the pipeline parameter ``short``, made for one call's unbound step parameter, ``<call>.short``."""
+        owner = self._owners.pop(short)
+        qualified = f"{owner}.{short}"
+        self._params = {(qualified if k == short else k): (dataclasses.replace(v, name=qualified) if k == short else v) for k, v in self._params.items()}
+        call = self._calls[owner]
+        call.bindings = {k: (ParamRef(qualified) if isinstance(b, ParamRef) and b.name == short else b) for k, b in call.bindings.items()}
+
+    @property
+    def aliases(self) -> dict[str, list[str]]:
+        """Short names that stand for several calls' parameters: ``{"seed": ["preprocess.seed", "train.seed"]}``.
+        Setting ``seed`` sets each of them (unless it is set by its own name)."""
+        out: dict[str, list[str]] = {}
+        for name in self._params:
+            if "." in name:
+                short = name.rsplit(".", 1)[-1]
+                if short not in self._params:
+                    out.setdefault(short, []).append(name)
+        return out
+
     def _merge_param(self, param: Param, call: str, pending: Mapping[str, Param]) -> Param:
         existing = pending.get(param.name) or self._params.get(param.name)
-        if existing is None:
-            return param
+        if existing is None or (param.name in self._owners and param.name not in pending):
+            return param  # new, or a name an earlier call took for itself (add() qualifies that one)
         if existing.type is not param.type or existing.default != param.default or existing.optional != param.optional:
             raise InvalidParameter(
                 f"{call}: pipeline parameter {param.name!r} is already a {existing.type.__name__} with default "
@@ -301,30 +386,50 @@ class Pipeline:
         return existing
 
     def copy(self, name: str | None = None, *, description: str | None = None) -> Pipeline:
-        """A copy to extend (calls and parameters are copied; steps are shared values)."""
+        """A copy to extend (each call copied with :func:`dataclasses.replace`, so every field of a call is kept;
+        steps are shared values)."""
         other = Pipeline(name or self.name, description=self.description if description is None else description)
-        other._calls = {k: _copy.copy(c) for k, c in self._calls.items()}
-        for c in other._calls.values():
-            c.bindings = dict(c.bindings)
+        other._calls = {k: dataclasses.replace(c, bindings=dict(c.bindings)) for k, c in self._calls.items()}
         other._params = dict(self._params)
+        other._owners = dict(self._owners)
         return other
 
-    def replace(self, call: str, **changes: Any) -> None:
-        """Change a call's ``candidates``, ``retry``, ``cacheable`` or ``secrets`` in place.
+    def subset(self, calls: Iterable[str], *, name: str, description: str = "") -> Pipeline:
+        """A new pipeline of some of this one's calls, in this one's order, each copied with
+        :func:`dataclasses.replace` (every field kept: candidates, retries, secrets...), with the pipeline
+        parameters they use.
 
         Raises:
-            InvalidParameter: an unknown call or field.
+            InvalidParameter: an unknown call, or a kept call reads an output of a call left out.
+        """
+        keep = set(calls)
+        for call_name in keep:
+            self[call_name]  # raises with the valid names
+        out = Pipeline(name, description=description)
+        for call in self._calls.values():
+            if call.name not in keep:
+                continue
+            for binding in call.bindings.values():
+                if isinstance(binding, OutputRef) and binding.call not in keep:
+                    raise InvalidParameter(f"subset: {call.name} reads {binding.call}.{binding.output}; keep {binding.call} too")
+                if isinstance(binding, ParamRef):
+                    out._params[binding.name] = self._params[binding.name]
+                    if self._owners.get(binding.name) == call.name:
+                        out._owners[binding.name] = call.name
+            out._calls[call.name] = dataclasses.replace(call, bindings=dict(call.bindings))
+        return out
+
+    def replace(self, call: str, **changes: Any) -> None:
+        """Change a call's ``candidates``, ``retry`` (a :class:`RetryPolicy`, or a dict of its fields),
+        ``cacheable`` or ``secrets`` in place, checked here.
+
+        Raises:
+            InvalidParameter: an unknown call or field, or a value of the wrong type (naming the field and the
+                valid forms).
         """
         target = self[call]
-        for key, value in changes.items():
-            if key == "candidates":
-                target.candidates = value if isinstance(value, Candidates) else Candidates(value)
-            elif key in ("retry", "cacheable"):
-                setattr(target, key, value)
-            elif key == "secrets":
-                target.secrets = tuple(value)
-            else:
-                raise InvalidParameter(f"replace({call!r}): {key!r} cannot be changed; valid: candidates, retry, cacheable, secrets")
+        for key, value in _call_options(call, changes).items():
+            setattr(target, key, value)
 
     # -- views ----------------------------------------------------------------------------------------------
 
@@ -373,9 +478,15 @@ class Pipeline:
                 required parameter without a value.
         """
         values = dict(values or {})
-        unknown = sorted(set(values) - set(self._params))
+        aliases = self.aliases
+        unknown = sorted(set(values) - set(self._params) - set(aliases))
         if unknown:
-            raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(self._params))}")
+            raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted([*self._params, *aliases]))}")
+        for short, names in aliases.items():
+            if short in values:
+                value = values.pop(short)
+                for name in names:
+                    values.setdefault(name, value)
         out: dict[str, Any] = {}
         for p in self.params.values():
             if p.name in values:

@@ -9,7 +9,9 @@ KFP and Airflow renderings, with DESIGN.md's failure semantics carried out in Py
 - a *permanent* failure (or a device failure with no candidate left) fails the run; nothing after it runs.
 
 Calls run one after another in the pipeline's order; artifacts live under ``<run dir>/artifacts/<call>/<name>``.
-The run folder and ``run.json`` are the same as :func:`heteroflow.pipelines.local.run_local` writes.
+The run folder and ``run.json`` are :mod:`heteroflow.pipelines.records`' (the same for every engine). Ctrl-C (or
+SIGTERM through the CLI) stops the run between attempts' records: ``run.json`` says ``interrupted`` and the same
+command resumes (train from its checkpoint).
 """
 
 from __future__ import annotations
@@ -20,19 +22,11 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from heteroflow.components.archive import RUN_ID_ENV
+from heteroflow.components.fallback import next_candidate, retry_decision
 from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
-from heteroflow.components.telemetry import RUN_DIR_ENV
 from heteroflow.pipelines.graph import Call, Pipeline
-from heteroflow.pipelines.local import (
-    RunRecord,
-    environ,
-    build_record,
-    new_run_id,
-    prepare_arguments,
-    prepare_run_dir,
-    testing_environment,
-)
+from heteroflow.pipelines.environment import environ, step_environment, testing_environment
+from heteroflow.pipelines.records import RunRecord, finish_run, prepare_arguments, start_run
 
 __all__ = ["run_call", "run_inprocess"]
 
@@ -45,16 +39,20 @@ def run_call(
     outputs: Mapping[str, str],
     start: int = 0,
     placements: Mapping[str, str] | None = None,
+    placement: Mapping[str, int] | None = None,
     sleep: Callable[[float], None] = time.sleep,
 ) -> Outcome:
     """Run one call with its retry policy and, if device-bound, its fallback chain from candidate ``start``.
 
+    Args:
+        placement: the plan's device counts by kind (its ``inventory`` fact): later candidates it cannot serve are
+            passed over (:func:`heteroflow.components.fallback.next_candidate`); None: no planner.
+
     Returns:
         The last attempt's outcome (``succeeded``, or the failure that stopped the call).
     """
-    candidates = range(start, len(call.candidates)) if call.device_bound else range(0, 1)
-    outcome: Outcome | None = None
-    for index in candidates:
+    index = start if call.device_bound else 0
+    while True:
         first_started = time.monotonic()
         retry = 0
         while True:
@@ -68,17 +66,16 @@ def run_call(
                 candidate_index=index if call.device_bound else None,
                 placements=placements,
             )
-            if outcome.status == "succeeded" or outcome.failure != "transient" or retry >= call.retry.retries:
+            delay = retry_decision(call.retry, outcome.route, retry, time.monotonic() - first_started)
+            if delay is None:
                 break
-            delay = call.retry.delay_seconds(retry)
-            if time.monotonic() + delay - first_started > call.retry.window_seconds:
-                break  # the next retry would start after the policy's total window
             sleep(delay)
             retry += 1
-        if outcome.status == "succeeded" or outcome.failure != "device" or not call.device_bound:
+        decision = next_candidate(call, index, outcome.route, placement)
+        if decision.action != "fallback":
             return outcome
-    assert outcome is not None  # candidates is never empty: Candidates rejects an empty list
-    return outcome
+        assert decision.target is not None
+        index = decision.target
 
 
 def run_inprocess(
@@ -94,7 +91,7 @@ def run_inprocess(
 
     Args:
         pipeline: the pipeline.
-        params: its arguments (see :func:`heteroflow.pipelines.local.prepare_arguments`).
+        params: its arguments (see :func:`heteroflow.pipelines.records.prepare_arguments`).
         run_dir: the run folder; default ``./heteroflow-runs/<run id>``.
         simulate_devices / inject_faults: the testing settings (:mod:`heteroflow.components.failures`).
         sleep: how to wait between retries (tests pass a no-op).
@@ -104,39 +101,44 @@ def run_inprocess(
     """
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
-        run_id = new_run_id()
-        folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
-        run_id = folder.name if run_dir is not None else run_id
-        started, t0 = time.time(), time.perf_counter()
+        folder, run_id, started = start_run(pipeline, run_dir, args)
+        t0 = time.perf_counter()
         produced: dict[tuple[str, str], str] = {}
         starts: dict[str, int] = {}
-        with environ({RUN_DIR_ENV: str(folder), RUN_ID_ENV: run_id}):
-            for call in pipeline.calls:
-                outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
-                inputs = {name: produced[(ref.call, ref.output)] for name, ref in call.input_refs().items()}
-                outcome = run_call(
-                    call,
-                    params=pipeline.call_params(call, args),
-                    inputs=inputs,
-                    outputs=outputs,
-                    start=starts.get(call.name, 0),
-                    placements=pipeline.placements() if call.step.planner else None,
-                    sleep=sleep,
-                )
-                if outcome.status != "succeeded":
-                    break
-                produced.update({(call.name, k): v for k, v in outputs.items()})
-                if call.step.planner:
-                    starts.update(outcome.facts.get("indices", {}))
-        record = build_record(
+        inventory: dict[str, int] | None = None
+        interrupted = False
+        try:
+            with environ(step_environment(folder, run_id)):
+                for call in pipeline.calls:
+                    outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
+                    inputs = {name: produced[(ref.call, ref.output)] for name, ref in call.input_refs().items()}
+                    outcome = run_call(
+                        call,
+                        params=pipeline.call_params(call, args),
+                        inputs=inputs,
+                        outputs=outputs,
+                        start=starts.get(call.name, 0),
+                        placements=pipeline.placements() if call.step.planner else None,
+                        placement=inventory,
+                        sleep=sleep,
+                    )
+                    if outcome.status != "succeeded":
+                        break
+                    produced.update({(call.name, k): v for k, v in outputs.items()})
+                    if call.step.planner:
+                        starts.update(outcome.facts.get("indices", {}))
+                        found = outcome.facts.get("inventory")
+                        inventory = dict(found) if isinstance(found, Mapping) else None
+        except KeyboardInterrupt:
+            interrupted = True
+        record = finish_run(
             pipeline,
             run_id=run_id,
             folder=folder,
             started=started,
             wall_seconds=time.perf_counter() - t0,
             args=args,
-            interrupted=False,
+            interrupted=interrupted,
             testing=testing,
         )
-        record.write()
     return record

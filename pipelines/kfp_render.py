@@ -8,27 +8,38 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   :func:`heteroflow.components.runtime.kfp_task`, the code path every engine shares. (kfp.local's
   SubprocessRunner runs only lightweight Python components, and KFP embeds a component's source text, so the
   source is generated and registered with :mod:`linecache`.) The image must have heteroflow installed.
-- **Routing.** Every step task returns its route (``succeeded``, ``device``, ``permanent``; a transient failure
-  raises, so KFP retries it with the call's policy). The rest of the pipeline runs inside
-  ``If(route == "succeeded")``; a device failure of a device-bound call goes, in an ``Elif``, to the call's next
-  candidate; anything else reaches an ``Else`` whose ``heteroflow-fail`` task (no retries) fails the run with the
-  step's own message. So a permanent failure spends no retries, and a run whose later candidate succeeded ends
-  SUCCEEDED (DESIGN.md: a failed task would fail the run even when a fallback succeeded).
+- **One graph, flat.** Every call is one top-level task (a device-bound call with several candidates: a chain,
+  below), wired only by the data it reads, so calls that do not depend on each other run in parallel on a
+  cluster (kfp.local runs a DAG's tasks one at a time). No call is nested in another call's branch.
+- **Routing.** Every step task returns its route: ``succeeded``; ``to-<k>`` (a device failure: candidate ``k``
+  runs next, decided in the task by :func:`heteroflow.components.fallback.next_candidate`, the rule every engine
+  uses, with the plan's inventory); ``failed: <class>: <reason>`` (permanent, or a device failure with no
+  candidate left; the reason escaped by :func:`heteroflow.components.runtime.route_text`, since kfp.local pastes
+  values into a Python expression); ``upstream`` (a call it reads from did not succeed: it did not run). A
+  transient failure raises, so KFP retries it with the call's policy. A task reads the routes of the calls it
+  reads artifacts from (``heteroflow_after_<call>``) and does not run after their failure. No step task fails
+  for a permanent or device failure: the run's last task, ``check: every step succeeded`` (no retries, no
+  cache), reads every call's route and fails the run with the first failed step's own message. So a permanent
+  failure spends no retries, and a run whose later candidate succeeded ends SUCCEEDED (DESIGN.md: a failed task
+  would fail the run even when a fallback succeeded).
+- **Fallback chain.** A device-bound call with n >= 2 candidates renders as n levels, each a condition group
+  named like ``train: npu -> gpu -> cpu [gpu-1]``: ``If(previous route == "to-k")`` runs candidate k, its
+  ``Else`` (``[not gpu-1]``) a tiny ``skip`` task that passes the previous route and artifact URIs on;
+  ``dsl.OneOf`` over parameters (which kfp.local supports) gives the level's route and URIs. The planner's
+  output is the route into level 0 (``to-<first candidate it placed>``; without a planner candidate 0 runs
+  unconditionally). After the last level one ``dsl.importer`` per output turns the chosen candidate's artifact
+  URI back into a typed artifact (lineage in the UI), which the calls after it read: kfp.local cannot select
+  among artifacts with ``dsl.OneOf``. A level's condition reads the OneOf of the level before: conditions on a
+  OneOf resolve on kfp.local inside a condition group, not at the top level, which is why the check task, not
+  an ``If``, ends the run. Size: n candidate tasks, n skip tasks, linear in n (tested for 1..5).
 - **Resources.** Each task gets its candidate's requests, limits, accelerator, node selector, tolerations,
   labels and annotations through :func:`heteroflow.pipelines.kfp_resources.apply_resources`, with the cluster
-  profile's conventions (official device plugin or HAMi, label keys, queues) when one is given.
-- **Placement.** The planner call returns, per device-bound call, the index of the first candidate whose device
-  exists; an ``If(index == k)`` per candidate starts that call's fallback chain at ``k``. Each candidate's task
-  carries that candidate's resources, and the candidate is an input of the task, so KFP's cache (which ignores
-  resources) never answers a fallback from another device's entry.
-- **Merging branches.** The calls after a device-bound call are rendered inside each of its success branches
-  (kfp.local cannot select among artifacts with ``dsl.OneOf``), so a call with n candidates and a planner
-  multiplies the tasks after it by n(n+1)/2 in the compiled YAML; exactly one copy runs.
+  profile's conventions (official device plugin or HAMi, label keys, queues) when one is given. The candidate
+  is an input of the task, so KFP's cache (which ignores resources) never answers a fallback from another
+  device's entry.
 - **Retries.** ``set_retry`` from the call's :class:`~heteroflow.components.retry.RetryPolicy`:
   ``backoff_max_duration`` is the total window on a cluster (Argo ``backoff.maxDuration``) and the per-wait cap on
   kfp.local, which reads the field that way.
-- **Order.** Calls run one after another in the pipeline's order (each inside the previous one's success
-  branch), so two calls that do not depend on each other do not run in parallel.
 """
 
 from __future__ import annotations
@@ -51,10 +62,14 @@ from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.cluster import DEFAULT_PROFILE, ClusterProfile
 from heteroflow.components.resources import DeviceKind
 from heteroflow.components.runtime import (
+    KFP_AFTER_PREFIX,
     KFP_CANDIDATE,
-    KFP_FAILURE,
+    KFP_CANDIDATES,
+    KFP_INVENTORY,
     KFP_PLACED_PREFIX,
     KFP_PLACEMENTS,
+    KFP_PLAN_INVENTORY,
+    KFP_URI_PREFIX,
     candidate_to_json,
 )
 from heteroflow.components.step import ArtifactType, step_ref
@@ -97,7 +112,7 @@ def _annotation_text(typ: type, optional: bool) -> str:
     return f"Optional[{typ.__name__}]" if optional else typ.__name__
 
 
-def _shim_source(call: Call, ref: str, *, placed: list[str]) -> str:
+def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], chain: bool, inventory: bool) -> str:
     step = call.step
     required: list[str] = []
     defaulted: list[str] = []
@@ -105,11 +120,19 @@ def _shim_source(call: Call, ref: str, *, placed: list[str]) -> str:
         required.append(f"{spec.name}: Input[{spec.type.value}]")
     for spec in step.outputs:
         required.append(f"{spec.name}: Output[{spec.type.value}]")
-    required.append(f"{KFP_FAILURE}: OutputPath(str)")
     for name in placed:
-        required.append(f"{KFP_PLACED_PREFIX}{name}: OutputPath(int)")
+        required.append(f"{KFP_PLACED_PREFIX}{name}: OutputPath(str)")
+    if placed:
+        required.append(f"{KFP_PLAN_INVENTORY}: OutputPath(str)")
+    if chain:
+        required.extend(f"{KFP_URI_PREFIX}{spec.name}: OutputPath(str)" for spec in step.outputs)
+    for name in after:
+        required.append(f"{KFP_AFTER_PREFIX}{name}: str")
     if step.device_bound:
         required.append(f"{KFP_CANDIDATE}: str")
+        required.append(f"{KFP_CANDIDATES}: str")
+    if inventory:
+        required.append(f"{KFP_INVENTORY}: str")
     if step.planner:
         required.append(f"{KFP_PLACEMENTS}: str")
     for p in step.params:
@@ -129,16 +152,27 @@ def _shim_source(call: Call, ref: str, *, placed: list[str]) -> str:
     )
 
 
-def _make_component(call: Call, image: str, *, placed: list[str]) -> Any:
-    return _exec_component(_shim_source(call, step_ref(call.step), placed=placed), call.name, image)
+def _make_component(call: Call, image: str, **shape: Any) -> Any:
+    return _exec_component(_shim_source(call, step_ref(call.step), **shape), call.name, image)
 
 
-_FAIL_SOURCE = '''def heteroflow_fail(step: str, route: str, reason: str):
-    """Fail the run with the step's own message (a permanent failure, or no candidate left)."""
-    if route == "device":
-        raise RuntimeError(f"step {step!r} failed on its last candidate with a device failure: {reason}")
-    raise RuntimeError(f"step {step!r} failed ({route}; not retried): {reason}")
-'''
+def _skip_source(call: Call) -> str:
+    """A candidate of ``call`` that does not run: it passes the previous candidate's route, reason and artifact
+    URIs on (the ``Else`` branch of its level; ``dsl.OneOf`` needs a value from every branch)."""
+    names = [s.name for s in call.step.outputs]
+    ins = "".join(f", uri_{n}: str" for n in names)
+    outs = "".join(f", {KFP_URI_PREFIX}{n}: OutputPath(str)" for n in names)
+    pairs = ", ".join(f"({KFP_URI_PREFIX}{n}, uri_{n})" for n in names)
+    return (
+        f"def heteroflow_skip_{call.name}(route: str{ins}{outs}) -> str:\n"
+        f'    """A candidate of {call.name} that does not run: pass the previous route and artifact URIs on."""\n'
+        "    import os\n\n"
+        f"    for path, text in ({pairs},):\n"
+        "        os.makedirs(os.path.dirname(path), exist_ok=True)\n"
+        "        with open(path, 'w', encoding='utf-8') as f:\n"
+        "            f.write(text)\n"
+        "    return route\n"
+    )
 
 
 def _exec_component(source: str, name: str, image: str) -> Any:
@@ -158,7 +192,35 @@ def _exec_component(source: str, name: str, image: str) -> Any:
     return dsl.component(namespace[name], base_image=image, install_kfp_package=False)
 
 
+def _check_source(calls: list[str]) -> str:
+    """The run's last task: fail the run with the first failed call's own message (no retries), else succeed."""
+    params = ", ".join(f"route_{c}: str" for c in calls)
+    checks = "".join(
+        f"    if route_{c}.startswith('failed: '):\n"
+        f"        cls, _, why = json.loads(chr(34) + route_{c}[8:] + chr(34)).partition(': ')\n"
+        f"        raise RuntimeError(f\"step {c!r} failed ({{cls}}; not retried): {{why}}\")\n"
+        for c in calls
+    )
+    return (
+        f"def heteroflow_check({params}) -> str:\n"
+        '    """Fail the run with the first failed step\'s own message (a permanent failure, or a device failure with '
+        'no candidate left); a step that did not run after it reads upstream."""\n'
+        "    import json\n\n"
+        f"{checks}"
+        "    return 'succeeded'\n"
+    )
+
+
 # --- rendering ------------------------------------------------------------------------------------------------
+
+
+def _kind(res: Any) -> str:
+    return DeviceKind(res.kind).value
+
+
+def chain_label(call: Call) -> str:
+    """What the Kubeflow UI shows for a call's fallback chain: ``train: npu -> gpu -> cpu``."""
+    return f"{call.name}: " + " -> ".join(_kind(r) for r in call.candidates)
 
 
 class _Renderer:
@@ -169,16 +231,35 @@ class _Renderer:
         self.local = local
         self.profile = profile
         planner = pipeline.planner
+        self.planner = planner.name if planner is not None else None
         self.placed = [c.name for c in pipeline.placed_calls] if planner is not None else []
         self.components = {
-            c.name: _make_component(c, image, placed=self.placed if c.step.planner else []) for c in self.calls
+            c.name: _make_component(
+                c,
+                image,
+                placed=self.placed if c.step.planner else [],
+                after=self.after(c),
+                chain=self.chained(c),
+                inventory=c.device_bound and self.planner is not None,
+            )
+            for c in self.calls
         }
-        self.fail = _exec_component(_FAIL_SOURCE, "heteroflow_fail", image)
+        self.skips = {c.name: _exec_component(_skip_source(c), f"heteroflow_skip_{c.name}", image) for c in self.calls if self.chained(c)}
+        self.check = _exec_component(_check_source([c.name for c in self.calls]), "heteroflow_check", image)
         self.placements_json = json.dumps(pipeline.placements(), sort_keys=True)
 
-    # env: ("param", name) | ("out", call, output) | ("placed", call) -> channel
+    def chained(self, call: Call) -> bool:
+        """Whether ``call`` renders as a fallback chain: device-bound with several candidates (a single candidate
+        the plan cannot place fails the plan step itself)."""
+        return call.device_bound and len(call.candidates) > 1
 
-    def task(self, call: Call, env: dict[tuple[str, ...], Any], index: int | None) -> PipelineTask:
+    def after(self, call: Call) -> list[str]:
+        """The calls whose route ``call`` reads (those it reads artifacts from)."""
+        return list(dict.fromkeys(ref.call for ref in call.input_refs().values()))
+
+    # env: ("param", name) | ("out", call, output) | ("route", call) | ("placed", call) | ("inventory",)
+
+    def task(self, call: Call, env: dict[tuple[str, ...], Any], index: int) -> PipelineTask:
         kwargs: dict[str, Any] = {}
         for key, binding in call.bindings.items():
             if isinstance(binding, OutputRef):
@@ -187,15 +268,19 @@ class _Renderer:
                 kwargs[key] = env[("param", binding.name)]
             else:
                 kwargs[key] = binding.value
-        resources = call.candidates[index or 0]
+        for name in self.after(call):
+            kwargs[f"{KFP_AFTER_PREFIX}{name}"] = env[("route", name)]
+        resources = call.candidates[index]
         if call.device_bound:
-            kwargs[KFP_CANDIDATE] = candidate_to_json(index or 0, resources)
+            kwargs[KFP_CANDIDATE] = candidate_to_json(index, resources)
+            kwargs[KFP_CANDIDATES] = call.candidates.to_json()
+            if self.planner is not None:
+                kwargs[KFP_INVENTORY] = env[("inventory",)]
         if call.step.planner:
             kwargs[KFP_PLACEMENTS] = self.placements_json
         task = self.components[call.name](**kwargs)
         if call.device_bound:
-            kind = DeviceKind(resources.kind).value
-            task.set_display_name(f"{call.name} on {kind} (candidate {index})")
+            task.set_display_name(f"{call.name} on {_kind(resources)} (candidate {index})")
         else:
             task.set_display_name(call.name)
         # kfp.local ignores resources: the default profile there, without the default-profile warning (#16.20)
@@ -211,74 +296,63 @@ class _Renderer:
         task.set_caching_options(enable_caching=bool(call.cacheable))
         return task
 
-    def fail_task(self, call: Call, task: PipelineTask) -> None:
-        t = self.fail(step=call.name, route=task.outputs["Output"], reason=task.outputs[KFP_FAILURE])
-        t.set_display_name(f"fail: {call.name}")
-        t.set_caching_options(enable_caching=False)
+    @staticmethod
+    def small(task: PipelineTask, name: str) -> PipelineTask:
+        """A bookkeeping task (skip, check): no retries, no cache, a name that says what it is."""
+        task.set_display_name(name)
+        task.set_caching_options(enable_caching=False)
+        return task
 
-    def emit(self, i: int, env: dict[tuple[str, ...], Any]) -> None:
-        if i == len(self.calls):
+    def emit(self, call: Call, env: dict[tuple[str, ...], Any]) -> None:
+        if self.chained(call):
+            self.emit_chain(call, env)
             return
-        call = self.calls[i]
-        if call.device_bound:
-            placed = env.get(("placed", call.name))
-            if placed is None:
-                self.emit_candidate(i, 0, env)
-                return
-            for k, res in enumerate(call.candidates):
-                with dsl.If(placed == k, name=f"{call.name}-placed-on-{DeviceKind(res.kind).value}-{k}"):
-                    self.emit_candidate(i, k, env)
-            return
-        task = self.task(call, env, None)
-        inner = self.outputs_env(call, task, env)
-        if i + 1 == len(self.calls):  # the last call: nothing to run after it (an empty branch breaks kfp.local)
-            with dsl.If(task.outputs["Output"] != "succeeded", name=f"{call.name}-failed"):
-                self.fail_task(call, task)
-            return
-        with dsl.If(task.outputs["Output"] == "succeeded", name=f"{call.name}-succeeded"):
-            self.emit(i + 1, inner)
-        with dsl.Else(name=f"{call.name}-failed"):
-            self.fail_task(call, task)
-
-    def emit_candidate(self, i: int, k: int, env: dict[tuple[str, ...], Any]) -> None:
-        call = self.calls[i]
-        task = self.task(call, env, k)
-        inner = self.outputs_env(call, task, env)
-        kind = DeviceKind(call.candidates[k].kind).value
-        route = task.outputs["Output"]
-        last_call = i + 1 == len(self.calls)
-        last_candidate = k + 1 == len(call.candidates)
-        if last_call and last_candidate:
-            with dsl.If(route != "succeeded", name=f"{call.name}-failed-on-{kind}-{k}"):
-                self.fail_task(call, task)
-            return
-        if last_call:  # no branch for success: an empty branch breaks kfp.local
-            branch = dsl.If(route == "device", name=f"{call.name}-fallback-from-{kind}-{k}")
-        else:
-            with dsl.If(route == "succeeded", name=f"{call.name}-succeeded-on-{kind}-{k}"):
-                self.emit(i + 1, inner)
-            branch = dsl.Elif(route == "device", name=f"{call.name}-fallback-from-{kind}-{k}") if not last_candidate else None
-        if branch is not None:
-            with branch:
-                self.emit_candidate(i, k + 1, env)
-        with dsl.Else(name=f"{call.name}-failed-on-{kind}-{k}"):
-            self.fail_task(call, task)
-
-    def outputs_env(self, call: Call, task: PipelineTask, env: dict[tuple[str, ...], Any]) -> dict[tuple[str, ...], Any]:
-        inner = dict(env)
+        task = self.task(call, env, 0)
+        env[("route", call.name)] = task.outputs["Output"]
         for spec in call.step.outputs:
-            inner[("out", call.name, spec.name)] = task.outputs[spec.name]
+            env[("out", call.name, spec.name)] = task.outputs[spec.name]
         if call.step.planner:
             for name in self.placed:
-                inner[("placed", name)] = task.outputs[f"{KFP_PLACED_PREFIX}{name}"]
-        return inner
+                env[("placed", name)] = task.outputs[f"{KFP_PLACED_PREFIX}{name}"]
+            env[("inventory",)] = task.outputs[KFP_PLAN_INVENTORY]
+
+    def emit_chain(self, call: Call, env: dict[tuple[str, ...], Any]) -> None:
+        label = chain_label(call)
+        names = [s.name for s in call.step.outputs]
+        route: Any = env.get(("placed", call.name))
+        uris: dict[str, Any] = {n: "" for n in names}
+        for k, res in enumerate(call.candidates):
+            if route is None:  # no planner: candidate 0 always starts the chain
+                task = self.task(call, env, 0)
+                route = task.outputs["Output"]
+                uris = {n: task.outputs[f"{KFP_URI_PREFIX}{n}"] for n in names}
+                continue
+            with dsl.If(route == f"to-{k}", name=f"{label} [{_kind(res)}-{k}]"):
+                task = self.task(call, env, k)
+            with dsl.Else(name=f"{label} [not {_kind(res)}-{k}]"):
+                passed = self.small(
+                    self.skips[call.name](route=route, **{f"uri_{n}": uris[n] for n in names}),
+                    f"{call.name}: not {_kind(res)}-{k}",
+                )
+            route = dsl.OneOf(task.outputs["Output"], passed.outputs["Output"])
+            uris = {n: dsl.OneOf(task.outputs[f"{KFP_URI_PREFIX}{n}"], passed.outputs[f"{KFP_URI_PREFIX}{n}"]) for n in names}
+        env[("route", call.name)] = route
+        for spec in call.step.outputs:
+            imported = dsl.importer(artifact_uri=uris[spec.name], artifact_class=_KFP_TYPES[spec.type], reimport=False)
+            env[("out", call.name, spec.name)] = imported.output
+
+    def finish(self, env: dict[tuple[str, ...], Any]) -> None:
+        kwargs: dict[str, Any] = {}
+        for call in self.calls:
+            kwargs[f"route_{call.name}"] = env[("route", call.name)]
+        self.small(self.check(**kwargs), "check: every step succeeded")
 
 
 def _pipeline_doc(pipeline: Pipeline) -> str:
     lines = [pipeline.description or pipeline.name, "", "Args:"]
     for p in pipeline.params.values():
         unit = f" (unit: {p.unit})" if p.unit else ""
-        lines.append(f"    {p.name}: {p.help}{unit}")
+        lines.append(f"    {p.name.replace('.', '_')}: {p.help}{unit}")
     return "\n".join(lines)
 
 
@@ -304,6 +378,28 @@ def _cheap_container_checks() -> Iterator[None]:
         PipelineTask._ensure_container_spec_exists = original  # type: ignore[method-assign]
 
 
+def kfp_param_names(pipeline: Pipeline) -> dict[str, str]:
+    """Pipeline parameter -> its name in KFP (a Python identifier: ``train.seed`` is ``train_seed``).
+
+    Raises:
+        InvalidParameter: two parameters that would get the same KFP name.
+    """
+    out: dict[str, str] = {}
+    for name in pipeline.params:
+        kfp_name = name.replace(".", "_")
+        clash = next((k for k, v in out.items() if v == kfp_name), None)
+        if clash is not None:
+            raise InvalidParameter(f"parameters {clash!r} and {name!r} both become {kfp_name!r} in KFP; rename one (p.param(...))")
+        out[name] = kfp_name
+    return out
+
+
+def kfp_arguments(pipeline: Pipeline, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """``arguments`` (by pipeline parameter) keyed by their KFP names (:func:`kfp_param_names`)."""
+    names = kfp_param_names(pipeline)
+    return {names[k]: v for k, v in arguments.items()}
+
+
 def to_kfp(
     pipeline: Pipeline, *, image: str = DEFAULT_IMAGE, local: bool = False, profile: ClusterProfile | None = None
 ) -> Any:
@@ -324,13 +420,16 @@ def to_kfp(
 
     def body(*args: Any) -> None:
         env: dict[tuple[str, ...], Any] = {("param", p.name): a for p, a in zip(params, args)}
-        renderer.emit(0, env)
+        for call in pipeline.calls:
+            renderer.emit(call, env)
+        renderer.finish(env)
 
+    names = kfp_param_names(pipeline)
     signature = []
     for p in params:
         annotation = typing.Optional[p.type] if p.optional else p.type
         default = inspect.Parameter.empty if p.required else p.default
-        signature.append(inspect.Parameter(p.name, inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
+        signature.append(inspect.Parameter(names[p.name], inspect.Parameter.POSITIONAL_OR_KEYWORD, default=default, annotation=annotation))
     body.__signature__ = inspect.Signature(signature)  # type: ignore[attr-defined]
     body.__name__ = re.sub(r"\W", "_", pipeline.name)
     body.__qualname__ = body.__name__

@@ -1,24 +1,15 @@
-"""Run a pipeline on this machine with kfp.local (``SubprocessRunner(use_venv=False)``) and record the run.
+"""Run a pipeline on this machine with kfp.local (``SubprocessRunner(use_venv=False)``): the kfp.local runner.
 
-A run gets a folder (default ``./heteroflow-runs/<run id>``) holding:
-
-- ``run.json``: the run record (:class:`RunRecord`), written atomically when the run ends, whatever the end
-  (succeeded, failed, interrupted, or an engine crash);
-- ``steps/<call>/attempt-<n>.json``: one record per attempt, written by the steps themselves;
-- ``kfp/``: kfp.local's pipeline root (every task's artifacts), and ``kfp.log``: everything kfp.local printed.
-
-The testing settings of :mod:`heteroflow.components.failures` (simulated devices, injected faults) are passed
-to the step processes through the environment.
+The run folder and its record are :mod:`heteroflow.pipelines.records`' (the same for every engine); the step
+processes get :mod:`heteroflow.pipelines.environment`'s contract. This module adds kfp.local's own files:
+``kfp/`` (its pipeline root, every task's artifacts) and ``kfp.log`` (everything kfp.local printed).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import io
-import json
 import os
-import secrets
 import shutil
 import sys
 import tempfile
@@ -29,451 +20,40 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.cache.redact import redact_url
-from heteroflow.components.archive import RUN_ID_ENV
-from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV, parse_faults, simulated_devices
-from heteroflow.components.resources import Candidates, DeviceKind
-from heteroflow.components.step import ArtifactType
-from heteroflow.components.runtime import DRIVER_PID_ENV
-from heteroflow.components.telemetry import RUN_DIR_ENV, AttemptRecord, process_alive, read_step_records
+from heteroflow.components.resources import Candidates
+from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.graph import Pipeline
+from heteroflow.pipelines.records import (
+    RunRecord,
+    StepSummary,
+    collect,
+    finish_run,
+    prepare_arguments,
+    start_run,
+)
 
-__all__ = [
-    "DATASET_PARAM",
-    "RunRecord",
-    "StepSummary",
-    "collect",
-    "prepare_arguments",
-    "recover_killed_runs",
-    "run_local",
-    "environ",
-    "testing_environment",
-]
+__all__ = ["ENGINE_LOG", "run_local", "terminate_children"]
 
-DATASET_PARAM = "dataset_uri"
-"""A pipeline parameter of this name, left empty, takes the built-in digits sample (exported on first use)."""
+ENGINE_LOG = "kfp.log"
+"""kfp.local's own output, in the run folder."""
 
-
-# --- the run record ---------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(slots=True, kw_only=True)
-class StepSummary:
-    """One call of a run.
-
-    Attributes:
-        name: the call's name.
-        status: ``succeeded``, ``failed``, ``running``, ``killed`` (its process died mid-attempt) or ``not run``.
-        device: the device of its last attempt (``cpu``, ``cuda``...).
-        kind / accelerator / candidate / simulated: the candidate its last attempt ran on.
-        attempts: attempts over all candidates.
-        seconds: wall time of the last attempt inside the step process, seconds.
-        compute_seconds: the step's own work in the last attempt, seconds.
-        error: the last error; failure: its class.
-        details: the facts of the last attempt.
-    """
-
-    name: str
-    status: str
-    device: str | None = None
-    kind: str | None = None
-    accelerator: str | None = None
-    candidate: int | None = None
-    simulated: bool = False
-    attempts: int = 0
-    seconds: float | None = None
-    compute_seconds: float | None = None
-    error: str | None = None
-    failure: str | None = None
-    details: dict[str, Any] = dataclasses.field(default_factory=dict)
-
-    @classmethod
-    def from_records(cls, name: str, records: list[AttemptRecord], *, finished: bool = False) -> StepSummary:
-        if not records:
-            return cls(name=name, status="not run")
-        last = records[-1]
-        status = last.status
-        if status == "running" and (finished or not process_alive(last.pid)):
-            status = "killed"
-        failed = next((r for r in reversed(records) if r.status == "failed"), None)
-        return cls(
-            name=name,
-            status=status,
-            device=last.device,
-            kind=last.kind,
-            accelerator=last.accelerator,
-            candidate=last.candidate,
-            simulated=last.simulated,
-            attempts=len(records),
-            seconds=last.seconds,
-            compute_seconds=last.compute_seconds,
-            error=failed.error if failed and status != "succeeded" else (last.error if status != "succeeded" else None),
-            failure=failed.failure if failed and status != "succeeded" else None,
-            details=last.details,
-        )
+_MOVED = {
+    "DATASET_PARAM": "records", "RunRecord": "records", "StepSummary": "records", "collect": "records",
+    "fallbacks": "records", "build_record": "records", "check_dataset": "records", "prepare_arguments": "records",
+    "DRIVER_FILE": "records", "prepare_run_dir": "records", "recover_killed_runs": "records", "new_run_id": "records",
+    "testing_environment": "environment", "environ": "environment",
+}
 
 
-@dataclasses.dataclass(slots=True, kw_only=True)
-class RunRecord:
-    """The record of one run, written to ``<run_dir>/run.json``.
+def __getattr__(name: str) -> Any:
+    """Names that moved to :mod:`heteroflow.pipelines.records` / :mod:`heteroflow.pipelines.environment` (kept
+    importable from here for code written against the old layout)."""
+    if name in _MOVED:
+        import importlib
 
-    Attributes:
-        run_id: ``YYYYmmdd-HHMMSS-xxxx`` (or the run folder's name).
-        pipeline: the pipeline's name.
-        status: ``succeeded`` when every call succeeded (even if a stop came after that), ``interrupted`` after
-            Ctrl-C or SIGTERM, ``killed`` when the run's process died without a record (written by the next run,
-            :func:`recover_killed_runs`), else ``failed``.
-        run_dir: the run's folder.
-        started_at: Unix time, seconds.
-        wall_seconds: wall time of the whole run, seconds.
-        params: the pipeline arguments used.
-        steps: one summary per call, in pipeline order.
-        fallbacks: one entry per candidate a device-bound call left: ``step``, ``candidate`` (index), ``kind``,
-            ``accelerator``, ``failure`` and ``reason``.
-        metrics: per call, the metrics of its Metrics outputs.
-        results: per call, the facts of its successful attempt.
-        placement: per placed call, the planner's decision (chosen resources, why earlier ones were passed over).
-        testing: the testing settings in force (simulated devices, injected faults), if any.
-        error: what stopped the run when it was not a step (an engine crash), else None.
-    """
-
-    run_id: str
-    pipeline: str
-    status: str
-    run_dir: str
-    started_at: float
-    wall_seconds: float
-    params: dict[str, Any]
-    steps: list[StepSummary]
-    fallbacks: list[dict[str, Any]]
-    metrics: dict[str, dict[str, Any]]
-    results: dict[str, dict[str, Any]]
-    placement: dict[str, Any]
-    testing: dict[str, str] = dataclasses.field(default_factory=dict)
-    error: str | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
-
-    def step(self, name: str) -> StepSummary:
-        return next(s for s in self.steps if s.name == name)
-
-    @property
-    def compute_seconds(self) -> float:
-        """Sum of the steps' own compute time (their work, without process start, imports and orchestration)."""
-        return sum(s.compute_seconds or 0.0 for s in self.steps)
-
-    def write(self) -> Path:
-        """Write ``<run_dir>/run.json`` atomically, credentials in URLs redacted."""
-        path = Path(self.run_dir) / "run.json"
-        atomic_write_bytes(path, redact_url(json.dumps(self.to_dict(), indent=2, default=str)).encode())
-        from heteroflow.pipelines.report import write_run_outputs  # report.html, metrics.prom beside run.json (#17)
-
-        write_run_outputs(path.parent)
-        return path
-
-
-def collect(run_dir: str | os.PathLike[str], pipeline: Pipeline, *, finished: bool = False) -> list[StepSummary]:
-    """Summaries of the calls recorded so far under ``run_dir``, in pipeline order (then any others)."""
-    records = read_step_records(run_dir)
-    names = [c.name for c in pipeline.calls] + sorted(set(records) - {c.name for c in pipeline.calls})
-    return [StepSummary.from_records(n, records.get(n, []), finished=finished) for n in names]
-
-
-def fallbacks(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The candidates that device-bound calls left after a device failure, in the order they were left."""
-    out = []
-    for call, records in read_step_records(run_dir).items():
-        for r in records:
-            if r.status == "failed" and r.failure == "device" and r.candidate is not None:
-                later = [x for x in records if x.candidate is not None and x.candidate > r.candidate]
-                if later:
-                    out.append(
-                        {
-                            "step": call,
-                            "candidate": r.candidate,
-                            "kind": r.kind,
-                            "accelerator": r.accelerator,
-                            "failure": r.failure,
-                            "reason": r.error,
-                            "at": r.ended_at,
-                        }
-                    )
-    return sorted(out, key=lambda f: f["at"] or 0)
-
-
-def build_record(
-    pipeline: Pipeline,
-    *,
-    run_id: str,
-    folder: Path,
-    started: float,
-    wall_seconds: float,
-    args: Mapping[str, Any],
-    interrupted: bool,
-    error: str | None = None,
-    testing: Mapping[str, str] | None = None,
-) -> RunRecord:
-    """The :class:`RunRecord` of a finished run, from its attempt records."""
-    steps = collect(folder, pipeline, finished=True)
-    by_name = {s.name: s for s in steps}
-    if error is None and all(by_name[c.name].status == "succeeded" for c in pipeline.calls):
-        status = "succeeded"  # even if a stop came after the last step had completed: say what completed
-    elif interrupted:
-        status = "interrupted"
-    else:
-        status = "failed"
-    metrics: dict[str, dict[str, Any]] = {}
-    results: dict[str, dict[str, Any]] = {}
-    placement: dict[str, Any] = {}
-    for call in pipeline.calls:
-        summary = by_name[call.name]
-        if summary.status != "succeeded":
-            continue
-        results[call.name] = dict(summary.details)
-        for spec in call.step.outputs:
-            if spec.type is ArtifactType.METRICS:
-                try:
-                    metrics.setdefault(call.name, {}).update(spec.metadata_for(summary.details))
-                except (KeyError, TypeError, ValueError):  # facts without the metrics (an older record)
-                    pass
-        if call.step.planner:
-            placement = dict(summary.details.get("placements", {}))
-    return RunRecord(
-        run_id=run_id,
-        pipeline=pipeline.name,
-        status=status,
-        run_dir=str(folder),
-        started_at=started,
-        wall_seconds=wall_seconds,
-        params={k: redact_url(v) if isinstance(v, str) else v for k, v in args.items()},
-        steps=steps,
-        fallbacks=[{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
-        metrics=metrics,
-        results=results,
-        placement=placement,
-        testing=dict(testing or {}),
-        error=error,
-    )
-
-
-# --- preparing a run ---------------------------------------------------------------------------------------
-
-
-def check_dataset(uri: str) -> None:
-    """Fail early, with a message that says what to do, when a data set source is missing, refused, empty or
-    needs a driver that is not installed (the same listing prewarm uses: :func:`heteroflow.cache.prewarm.check_source`).
-    A host that does not answer is left to the prewarm step, which retries it.
-
-    Raises:
-        DatasetError: see :func:`~heteroflow.cache.prewarm.check_source`.
-    """
-    from heteroflow.cache.errors import SourceUnavailable
-    from heteroflow.cache.prewarm import check_source
-
-    try:
-        check_source(uri)
-    except SourceUnavailable:
-        pass
-
-
-def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Every argument of a run of ``pipeline``, checked before anything runs.
-
-    A ``dataset_uri`` parameter left empty takes the built-in digits sample; a local data set path is made
-    absolute and checked.
-
-    Raises:
-        InvalidParameter: an unknown parameter, a value of the wrong type or out of range (the steps' checks).
-        DatasetError: a local data set folder that is missing, empty or holds no supported file.
-    """
-    given = dict(params or {})
-    if DATASET_PARAM in pipeline.params:
-        uri = given.get(DATASET_PARAM)
-        if not uri:
-            from heteroflow.components.datasets import export_digits
-
-            uri = str(export_digits())
-        elif "://" not in uri:
-            uri = str(Path(uri).expanduser().resolve())
-        check_dataset(uri)
-        given[DATASET_PARAM] = uri
-    args = pipeline.arguments(given)
-    pipeline.check(args)
-    return args
-
-
-DRIVER_FILE = "driver.json"
-"""Written into a run folder when the run starts (pid, run id, pipeline, parameters); a folder with it and no
-``run.json`` whose pid is gone is a run that was killed (:func:`recover_killed_runs`)."""
-
-
-_RUN_FILES = ("run.json", "steps", "kfp", DRIVER_FILE)
-
-
-def prepare_run_dir(folder: Path) -> Path:
-    """Create the run folder, so that rerunning the same command resumes an unfinished run.
-
-    A folder that holds an earlier run which did not succeed (failed, interrupted, or killed: its driver process is
-    gone) is moved aside to ``<folder>.previous-<n>`` (a killed one first gets its ``run.json``), and the new run
-    starts in an empty ``<folder>``; train resumes from its checkpoint and prewarm reuses what is cached.
-
-    Raises:
-        InvalidParameter: ``folder`` is a file, cannot be created, holds a run that succeeded (a run's records are
-            never overwritten), or holds a run that is still going.
-    """
-    if folder.exists() and not folder.is_dir():
-        raise InvalidParameter(f"run folder {folder} is a file; give --output a new or empty folder")
-    if folder.is_dir() and any((folder / name).exists() for name in _RUN_FILES):
-        _set_aside_unfinished(folder)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise InvalidParameter(
-            f"cannot create the run folder {folder}: {exc.strerror or exc}; give --output a folder you can write"
-        ) from None
-    return folder.resolve()
-
-
-def _set_aside_unfinished(folder: Path) -> None:
-    try:
-        driver = json.loads((folder / DRIVER_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        driver = {}
-    if not (folder / "run.json").exists():
-        if process_alive(driver.get("pid")):
-            raise InvalidParameter(f"run folder {folder} holds a run that is still going (pid {driver['pid']}); give --output another folder")
-        recover_killed_runs(folder.parent, only=folder)
-    try:
-        status = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
-    except (OSError, ValueError):
-        status = None
-    if status == "succeeded":
-        raise InvalidParameter(f"run folder {folder} already holds a run that succeeded; give --output a new or empty folder")
-    n = 1
-    while folder.with_name(f"{folder.name}.previous-{n}").exists():
-        n += 1
-    folder.rename(folder.with_name(f"{folder.name}.previous-{n}"))
-
-
-def recover_killed_runs(root: Path, *, only: Path | None = None) -> list[Path]:
-    """Give every killed run under ``root`` (a run folder with ``driver.json`` but no ``run.json``, whose driver
-    process is gone) its ``run.json``: status ``killed``, each step as its attempt records left it (a ``running``
-    attempt of a dead process reads ``killed``). Returns the folders recovered."""
-    recovered = []
-    if not root.is_dir():
-        return recovered
-    for folder in sorted(p for p in root.iterdir() if p.is_dir() and (only is None or p == only)):
-        driver, record = folder / DRIVER_FILE, folder / "run.json"
-        if not driver.is_file() or record.exists():
-            continue
-        try:
-            info = json.loads(driver.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        if process_alive(info.get("pid")):
-            continue
-        records = read_step_records(folder)
-        steps = [StepSummary.from_records(name, recs, finished=True) for name, recs in records.items()]
-        steps.sort(key=lambda s: min((r.started_at for r in records[s.name]), default=0.0))
-        RunRecord(
-            run_id=info.get("run_id", folder.name),
-            pipeline=info.get("pipeline", ""),
-            status="killed",
-            run_dir=str(folder),
-            started_at=info.get("started_at", 0.0),
-            wall_seconds=max((r.ended_at or r.started_at for rs in records.values() for r in rs), default=0.0)
-            - info.get("started_at", 0.0),
-            params=info.get("params", {}),
-            steps=steps,
-            fallbacks=[{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
-            metrics={},
-            results={},
-            placement={},
-            error=f"the run's process (pid {info.get('pid')}) ended without writing its record (killed)",
-        ).write()
-        shutil.rmtree(folder / "tmp", ignore_errors=True)  # the steps' scratch folder
-        recovered.append(folder)
-    return recovered
-
-
-def new_run_id() -> str:
-    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
-
-
-@contextlib.contextmanager
-def testing_environment(
-    simulate_devices: Sequence[str] | str | None = None,
-    inject_faults: Sequence[str] | str | None = None,
-    *,
-    pipeline: Pipeline | None = None,
-) -> Iterator[dict[str, str]]:
-    """Set ``HETEROFLOW_SIMULATE_DEVICES`` / ``HETEROFLOW_INJECT_FAULT`` for the duration (they reach the step
-    processes), after checking them; yields the settings in force (those already in the environment included).
-
-    Args:
-        simulate_devices / inject_faults: as ``--simulate-devices`` / ``--inject-fault`` take them.
-        pipeline: when given, every fault must name one of its calls and a device kind among that call's
-            candidates (a typo would otherwise rehearse nothing).
-
-    Raises:
-        InvalidParameter: a setting that does not parse, or a fault that cannot fire in ``pipeline``; the message
-            names the option (or the environment variable) it came from.
-    """
-    changes: dict[str, str] = {}
-    if simulate_devices:
-        changes[SIMULATE_ENV] = simulate_devices if isinstance(simulate_devices, str) else ",".join(simulate_devices)
-    if inject_faults:
-        changes[FAULT_ENV] = inject_faults if isinstance(inject_faults, str) else ",".join(inject_faults)
-    merged = {**{k: os.environ[k] for k in (SIMULATE_ENV, FAULT_ENV) if os.environ.get(k)}, **changes}
-    simulated = simulated_devices(merged, source="--simulate-devices" if simulate_devices else SIMULATE_ENV)
-    fault_source = "--inject-fault" if inject_faults else FAULT_ENV
-    for spec in parse_faults(merged.get(FAULT_ENV, ""), source=fault_source):
-        if spec.kind != "cpu" and spec.kind not in simulated:
-            from heteroflow.components.plan import local_inventory
-
-            if local_inventory().devices.get(DeviceKind(spec.kind), 0) == 0:
-                warnings.warn(
-                    f"{fault_source} {spec}: no {spec.kind} is here or simulated, so the plan passes over {spec.kind} "
-                    f"candidates and the fault does not fire; add --simulate-devices {spec.kind}",
-                    UserWarning,
-                    stacklevel=3,
-                )
-        if pipeline is None:
-            continue
-        if spec.step not in pipeline:
-            raise InvalidParameter(
-                f"{fault_source} {spec}: the pipeline has no step {spec.step!r}; steps: {', '.join(c.name for c in pipeline.calls)}"
-            )
-        kinds = sorted({DeviceKind(r.kind).value for r in pipeline[spec.step].candidates})
-        if spec.kind not in kinds:
-            raise InvalidParameter(
-                f"{fault_source} {spec}: step {spec.step!r} has no {spec.kind} candidate, so the fault would never "
-                f"fire; its candidates' kinds: {', '.join(kinds)}"
-            )
-    with environ(changes):
-        yield merged
-
-
-@contextlib.contextmanager
-def environ(changes: Mapping[str, str | None]) -> Iterator[None]:
-    """Set (a value) or unset (None) environment variables for the duration, then restore them."""
-    old = {name: os.environ.get(name) for name in changes}
-    for name, value in changes.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    try:
-        yield
-    finally:
-        for name, value in old.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
+        return getattr(importlib.import_module(f"heteroflow.pipelines.{_MOVED[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 # --- the kfp.local run --------------------------------------------------------------------------------------
@@ -489,6 +69,7 @@ def run_local(
     echo_engine_output: bool = False,
     simulate_devices: Sequence[str] | str | None = None,
     inject_faults: Sequence[str] | str | None = None,
+    parallel: int = 4,
 ) -> RunRecord:
     """Run a pipeline with kfp.local and return (and write) its :class:`RunRecord`.
 
@@ -502,6 +83,8 @@ def run_local(
         echo_engine_output: print kfp.local's own output instead of writing it to ``<run_dir>/kfp.log``.
         simulate_devices: device kinds to simulate (``npu``, ``gpu``; see :mod:`heteroflow.components.failures`).
         inject_faults: faults to inject (``train@npu=device`` ...).
+        parallel: how many tasks that do not depend on each other may run at once (kfp.local itself runs one at
+            a time; 1 keeps that).
 
     Raises:
         InvalidParameter: an unknown parameter or a bad value, checked before anything runs.
@@ -511,7 +94,7 @@ def run_local(
     """
     from kfp import local
 
-    from heteroflow.pipelines.kfp_render import to_kfp
+    from heteroflow.pipelines.kfp_render import kfp_arguments, to_kfp
 
     if pipeline is None:
         from heteroflow.pipelines.default import default_pipeline
@@ -520,14 +103,8 @@ def run_local(
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
         rendered = to_kfp(pipeline, local=True)
-        run_id = new_run_id()
-        folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
-        run_id = folder.name if run_dir is not None else run_id
-        recover_killed_runs(folder.parent)
-        started = time.time()
+        folder, run_id, started = start_run(pipeline, run_dir, args)
         t0 = time.perf_counter()
-        driver = {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": args, "started_at": started}
-        atomic_write_bytes(folder / DRIVER_FILE, redact_url(json.dumps(driver, default=str)).encode(), durable=False)
 
         stop = threading.Event()
 
@@ -545,16 +122,14 @@ def run_local(
         interrupted = False
         error: str | None = None
         try:
-            with environ(
-                {RUN_DIR_ENV: str(folder), "TMPDIR": str(scratch), RUN_ID_ENV: run_id, DRIVER_PID_ENV: str(os.getpid())}
-            ):
+            with environ({**step_environment(folder, run_id, driver_pid=os.getpid()), "TMPDIR": str(scratch)}):
                 if watcher:
                     watcher.start()
                 with contextlib.ExitStack() as stack:
                     if echo_engine_output:
                         log: Any = _Redacting(sys.stdout)
                     else:
-                        log = _Redacting(stack.enter_context(open(folder / "kfp.log", "w", encoding="utf-8")))
+                        log = _Redacting(stack.enter_context(open(folder / ENGINE_LOG, "w", encoding="utf-8")))
                     stack.callback(log.flush)
                     stack.enter_context(contextlib.redirect_stdout(log))
                     stack.enter_context(contextlib.redirect_stderr(log))
@@ -568,7 +143,8 @@ def run_local(
                             pipeline_root=str(folder / "kfp"),
                             raise_on_error=False,
                         )
-                        rendered(**args)
+                        with _parallel_tasks(parallel) if parallel > 1 else contextlib.nullcontext():
+                            rendered(**kfp_arguments(pipeline, args))
         except KeyboardInterrupt:
             # Ctrl-C (or SIGTERM turned into it by the CLI): stop the step subprocesses too, so none trains on as
             # an orphan; their checkpoints stay, and the same command resumes.
@@ -581,8 +157,7 @@ def run_local(
             if watcher:
                 watcher.join()
             shutil.rmtree(scratch, ignore_errors=True)
-
-        record = build_record(
+        record = finish_run(
             pipeline,
             run_id=run_id,
             folder=folder,
@@ -593,14 +168,184 @@ def run_local(
             error=error,
             testing=testing,
         )
-        record.write()
-    if interrupted:
-        stop = KeyboardInterrupt()
-        stop.record = record  # type: ignore[attr-defined]  # what the CLI shows
-        raise stop
     if on_progress:
         on_progress(record.steps)
     return record
+
+
+_STOPPING = threading.Event()
+"""Set when a run is interrupted: kfp.local starts no task (and no retry of one) after it."""
+
+
+@contextlib.contextmanager
+def _parallel_tasks(max_workers: int) -> Iterator[None]:
+    """Let kfp.local run the tasks of a DAG that do not depend on each other at the same time (as a cluster does).
+
+    kfp 2.17's local orchestrators run a DAG's tasks one at a time in a topological order; for the duration this
+    replaces both with :func:`_run_dag_in_parallel`, which starts every task whose upstream tasks have settled,
+    up to ``max_workers`` at once, with the same per-task semantics (kfp's own ``execute_task``: conditions,
+    sub-DAGs, OneOf outputs, skipping tasks whose upstream failed). A DAG with exit handlers or ``ParallelFor``
+    keeps kfp's own orchestrator. kfp's per-task logger setup is serialised so the threads do not undo each other's.
+    """
+    from kfp.local import logging_utils
+    from kfp.local.orchestrator import dag_orchestrator, enhanced_dag_orchestrator
+
+    original_enhanced = enhanced_dag_orchestrator.run_enhanced_dag
+    original_simple = dag_orchestrator.run_dag
+    original_logger = logging_utils.local_logger_context
+    lock = threading.RLock()
+    depth = [0]
+
+    @contextlib.contextmanager
+    def logger_once() -> Iterator[None]:
+        with lock:
+            depth[0] += 1
+            outer = depth[0] == 1
+            if outer:
+                manager = original_logger()
+                manager.__enter__()
+        try:
+            yield
+        finally:
+            with lock:
+                depth[0] -= 1
+                if outer:
+                    manager.__exit__(None, None, None)
+
+    def run_dag(*args: Any, **kwargs: Any) -> Any:
+        return _run_dag_in_parallel(original_enhanced, max_workers, *args, **kwargs)
+
+    from kfp.local import status, task_dispatcher
+
+    original_dispatch = task_dispatcher.run_single_task_implementation
+
+    def dispatch(*args: Any, **kwargs: Any) -> Any:
+        if _STOPPING.is_set():
+            return {}, status.Status.FAILURE
+        return original_dispatch(*args, **kwargs)
+
+    _STOPPING.clear()
+    task_dispatcher.run_single_task_implementation = dispatch  # type: ignore[assignment]
+    enhanced_dag_orchestrator.run_enhanced_dag = run_dag  # type: ignore[assignment]
+    dag_orchestrator.run_dag = run_dag  # type: ignore[assignment]
+    logging_utils.local_logger_context = logger_once  # type: ignore[assignment]
+    try:
+        with logger_once():  # one logger setup for the whole run: the tasks' own enter and leave it cheaply
+            yield
+    finally:
+        enhanced_dag_orchestrator.run_enhanced_dag = original_enhanced  # type: ignore[assignment]
+        dag_orchestrator.run_dag = original_simple  # type: ignore[assignment]
+        logging_utils.local_logger_context = original_logger  # type: ignore[assignment]
+        task_dispatcher.run_single_task_implementation = original_dispatch  # type: ignore[assignment]
+
+
+def _run_dag_in_parallel(
+    fallback: Callable[..., Any],
+    max_workers: int,
+    pipeline_resource_name: str,
+    dag_component_spec: Any,
+    executors: Any,
+    components: Any,
+    dag_arguments: Any,
+    pipeline_root: str,
+    runner: Any,
+    unique_pipeline_id: str,
+    fail_stack: list[str],
+    parent_io_store: Any = None,
+) -> Any:
+    """kfp.local's ``run_enhanced_dag`` (same arguments and result), running ready tasks concurrently."""
+    import queue
+
+    from kfp.local import io as kfp_io
+    from kfp.local import status
+    from kfp.local.orchestrator import enhanced_dag_orchestrator as E
+    from kfp.local.orchestrator.orchestrator_utils import OrchestratorUtils
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    dag_spec = dag_component_spec.dag
+    all_completed = pipeline_spec_pb2.PipelineTaskSpec.TriggerPolicy.TriggerStrategy.ALL_UPSTREAM_TASKS_COMPLETED
+    special = any(
+        t.trigger_policy.strategy == all_completed or (t.WhichOneof("iterator") and E._has_valid_iterator(t))
+        for t in dag_spec.tasks.values()
+    )
+    if special:
+        return fallback(
+            pipeline_resource_name=pipeline_resource_name, dag_component_spec=dag_component_spec, executors=executors,
+            components=components, dag_arguments=dag_arguments, pipeline_root=pipeline_root, runner=runner,
+            unique_pipeline_id=unique_pipeline_id, fail_stack=fail_stack, parent_io_store=parent_io_store,
+        )
+    arguments = OrchestratorUtils.join_user_inputs_and_defaults(dag_arguments=dag_arguments, dag_inputs_spec=dag_component_spec.input_definitions)
+    io_store = kfp_io.IOStore(parent=parent_io_store)
+    for key, value in arguments.items():
+        io_store.put_parent_input(key, value)
+    pending = dict(dag_spec.tasks)
+    settled: set[str] = set()
+    failed: set[str] = set()
+    evaluator = E.ConditionEvaluator()
+
+    def run(name: str, spec: Any) -> Any:
+        return E.execute_task(
+            task_name=name, task_spec=spec, pipeline_resource_name=pipeline_resource_name, components=components,
+            executors=executors, io_store=io_store, pipeline_root=pipeline_root, runner=runner,
+            unique_pipeline_id=unique_pipeline_id, fail_stack=fail_stack,
+        )
+
+    # daemon threads, not a ThreadPoolExecutor: after Ctrl-C nothing may keep the process alive (kfp's retry loop
+    # sleeps its backoff in the thread that runs a task)
+    results: queue.Queue[tuple[str, Any, BaseException | None]] = queue.Queue()
+    running: set[str] = set()
+
+    def worker(name: str, spec: Any) -> None:
+        try:
+            results.put((name, run(name, spec), None))
+        except BaseException as exc:  # noqa: BLE001 - handed to the scheduling thread
+            results.put((name, None, exc))
+
+    try:
+        while pending or running:
+            for name in sorted(n for n, t in pending.items() if set(t.dependent_tasks) <= settled):
+                if len(running) >= max_workers:
+                    break
+                spec = pending.pop(name)
+                if set(spec.dependent_tasks) & failed:
+                    failed.add(name)
+                    settled.add(name)
+                    io_store.put_task_status(name, "FAILED")
+                    continue
+                if spec.trigger_policy.condition and not evaluator.evaluate_condition(spec.trigger_policy.condition, io_store):
+                    settled.add(name)  # skipped: its condition is false
+                    continue
+                running.add(name)
+                threading.Thread(target=worker, args=(name, spec), name=f"kfp-local-{name}", daemon=True).start()
+            if not running:
+                if pending and not any(set(t.dependent_tasks) <= settled for t in pending.values()):
+                    raise RuntimeError(f"kfp.local DAG: tasks {sorted(pending)} wait for tasks that do not exist")
+                continue
+            try:
+                name, result, error = results.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            running.discard(name)
+            if error is not None:
+                raise error
+            outputs, task_status = result
+            io_store.put_task_status(name, "SUCCEEDED" if task_status == status.Status.SUCCESS else "FAILED")
+            if task_status == status.Status.FAILURE:
+                fail_stack.append(name)
+                failed.add(name)
+            else:
+                for key, output in outputs.items():
+                    io_store.put_task_output(name, key, output)
+            settled.add(name)
+    except BaseException:
+        # Ctrl-C / SIGTERM lands in this (the main) thread: no task may start from now on, and the running ones'
+        # step processes are stopped (their threads end with them)
+        _STOPPING.set()
+        terminate_children()
+        raise
+    if failed:
+        return {}, status.Status.FAILURE
+    return OrchestratorUtils.get_dag_outputs(dag_outputs_spec=dag_spec.outputs, io_store=io_store), status.Status.SUCCESS
 
 
 class _Redacting(io.TextIOBase):

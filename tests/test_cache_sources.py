@@ -395,7 +395,7 @@ def test_a_relative_prewarm_is_the_entry_a_run_reuses(tmp_path: Path, digits_dir
 
     from heteroflow.pipelines.cli import app
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.local import prepare_arguments
+    from heteroflow.pipelines.records import prepare_arguments
 
     work = tmp_path / "work"
     shutil.copytree(digits_dir, work / "data" / "x")

@@ -148,12 +148,47 @@ def test_unbound_step_parameters_become_pipeline_parameters() -> None:
 
 def test_the_default_pipeline_lifts_each_step_parameter_once() -> None:
     p = default_pipeline()
-    # seed is shared by preprocess and train; dataset_uri feeds prewarm's source_uri; model feeds train's
-    # model_factory (a KFP component cannot have a parameter named like its output artifact 'model')
-    assert "seed" in p.params and "source_uri" not in p.params and p.params["dataset_uri"].required
+    # preprocess and train each have a seed: one parameter per call, qualified; dataset_uri feeds prewarm's source_uri;
+    # model feeds train's model_factory (a KFP component cannot have a parameter named like its output artifact 'model')
+    assert "seed" not in p.params and {"preprocess.seed", "train.seed"} <= set(p.params)
+    assert p.params["preprocess.seed"].help != p.params["train.seed"].help  # each says what it seeds
+    assert p.aliases == {"seed": ["preprocess.seed", "train.seed"]}
+    assert "source_uri" not in p.params and p.params["dataset_uri"].required
     assert "model_factory" not in p.params and p.params["model"].default == ""
-    names = [n for c in p.calls for n in c.step.param_names if n not in ("source_uri", "model_factory")]
+    names = [f"{c.name}.{n}" if n == "seed" else n for c in p.calls for n in c.step.param_names
+             if n not in ("source_uri", "model_factory")]
     assert sorted(set(names)) == sorted(set(p.params) - {"dataset_uri", "model"})
+
+
+def test_parameters_are_per_call_unless_shared_on_purpose() -> None:
+    base = dict(dataset_uri="/data")
+    p = default_pipeline()
+    args = p.arguments({**base, "seed": 3, "train.seed": 5})  # the short name sets every call's, unless named
+    assert (args["preprocess.seed"], args["train.seed"]) == (3, 5)
+    assert p.call_params(p["preprocess"], args)["seed"] == 3 and p.call_params(p["train"], args)["seed"] == 5
+    # a second step with a parameter of the same name and another default: its own parameter (#15.5)
+    q = default_pipeline().copy("two-batch-sizes")
+    q.add(MAKE, name="make_more", count=2)
+    q.add(SCALE, values=q["make_more"].outputs.values, factor=q.param("factor", default=1.5))
+    q.add(SCALE, name="scale_again", values=q["make_more"].outputs.values, factor=q.param("factor", default=1.5))  # shared on purpose
+    assert q.params["factor"].default == 1.5 and "scale.factor" not in q.params
+    assert q["scale"].bindings["factor"] == q["scale_again"].bindings["factor"]
+    q.add(SCALE, name="scale_three", values=q["make_more"].outputs.values)  # unbound `label`: per call
+    assert {"scale.label", "scale_again.label", "scale_three.label"} <= set(q.params)
+    assert q.aliases["label"] == ["scale.label", "scale_again.label", "scale_three.label"]
+
+
+def test_qualified_parameters_reach_kfp_as_identifiers(tmp_path: Path) -> None:
+    pytest.importorskip("kfp", reason="kfp is not installed (extra heteroflow[kfp])")
+    from heteroflow.pipelines.kfp_render import compile_pipeline, kfp_arguments
+
+    p = default_pipeline()
+    out = compile_pipeline(p, tmp_path / "p.yaml")
+    import yaml
+
+    inputs = next(yaml.safe_load_all(out.read_text()))["root"]["inputDefinitions"]["parameters"]
+    assert {"preprocess_seed", "train_seed"} <= set(inputs) and "seed" not in inputs
+    assert kfp_arguments(p, {"train.seed": 1}) == {"train_seed": 1}
 
 
 @pytest.mark.parametrize(
@@ -164,7 +199,10 @@ def test_the_default_pipeline_lifts_each_step_parameter_once() -> None:
         (lambda p: p.add(MAKE, name="Bad Name"), r"call name 'Bad Name' is not valid"),
         (lambda p: p.add(MAKE, name="m2", nosuch=1), r"has no input or parameter 'nosuch'"),
         (lambda p: p.add(MAKE, name="m2", count="three"), r"count='three' is a str; valid: a int"),
-        (lambda p: p.add(MAKE, name="m2", count=p.param("count", default=9)), r"'count' is already a int with default 3"),
+        (
+            lambda p: (p.add(MAKE, name="m2", count=p.param("n", default=9)), p.add(MAKE, name="m3", count=p.param("n", default=4))),
+            r"'n' is already a int with default 9",
+        ),
     ],
     ids=["unbound-input", "duplicate-call", "bad-name", "unknown-binding", "wrong-constant-type", "conflicting-default"],
 )
@@ -407,3 +445,63 @@ def test_inprocess_upstream_failure_never_starts_a_fallback(tmp_path: Path) -> N
     record = run_inprocess(_toy(), run_dir=tmp_path / "run", inject_faults="make@cpu=permanent,scale@npu=device")
     assert record.status == "failed"
     assert record.step("scale").status == "not run" and record.fallbacks == []
+
+
+# --- a call's options are checked at the call (#16.16) --------------------------------------------------------
+
+
+def test_replace_takes_a_retry_dict_as_a_policy_and_rejects_anything_else() -> None:
+    from heteroflow.components.resources import RetryPolicy
+    from heteroflow.pipelines.default import default_pipeline
+
+    p = default_pipeline()
+    p.replace("train", retry={"retries": 2})  # the input of #16.16: once it reached kfp.local as a dict
+    assert p["train"].retry == RetryPolicy(retries=2)
+    with pytest.raises(InvalidParameter, match=r"train: retry=\{'retrys': 2\}: unknown field\(s\) retrys; valid: retries"):
+        p.replace("train", retry={"retrys": 2})
+    with pytest.raises(InvalidParameter, match=r"train: retry=2 is not a retry policy"):
+        p.replace("train", retry=2)
+
+
+def test_a_calls_other_options_are_checked_at_the_call_too() -> None:
+    from heteroflow.components.steps import PREWARM
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.graph import Pipeline
+
+    p = default_pipeline()
+    with pytest.raises(InvalidParameter, match=r"train: cacheable='no' is not a bool"):
+        p.replace("train", cacheable="no")
+    with pytest.raises(InvalidParameter, match=r"prewarm: secrets=.* is not a list of SecretEnv"):
+        p.replace("prewarm", secrets={"secret": "s3", "env": {"A": "a"}})
+    with pytest.raises(InvalidParameter, match=r"train: candidates='gpu' is not a list of candidates"):
+        p.replace("train", candidates="gpu")  # a bare string would be read as the candidates g, p, u
+    q = Pipeline("q")
+    with pytest.raises(InvalidParameter, match=r"prewarm: retry=\{'retries': -1\}"):
+        q.add(PREWARM, retry={"retries": -1})
+
+
+# --- every copy of a call keeps every field (#15.4) ------------------------------------------------------------
+
+
+def test_every_copy_of_a_call_keeps_every_field_even_one_added_later() -> None:
+    import dataclasses
+
+    from heteroflow.dags.layout import subset
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.graph import Call, SecretEnv
+
+    # a call class with one more field than today's, as a future change would add
+    Extended = dataclasses.make_dataclass("Extended", [("priority", int, dataclasses.field(default=0))], bases=(Call,), kw_only=True)
+    p = default_pipeline()
+    p.replace("prewarm", secrets=[SecretEnv(secret="s3-credentials", env={"AWS_ACCESS_KEY_ID": "access_key"})])
+    prewarm = p["prewarm"]
+    p._calls["prewarm"] = Extended(**{f.name: getattr(prewarm, f.name) for f in dataclasses.fields(Call)}, priority=7)
+    copies = {
+        "copy": p.copy("c")["prewarm"],
+        "subset": subset(p, ["prewarm"], name="s")["prewarm"],
+        "Pipeline.subset": p.subset(["prewarm", "preprocess"], name="t")["prewarm"],
+    }
+    for how, call in copies.items():
+        assert isinstance(call, Extended) and call.priority == 7, how
+        assert call.secrets == p["prewarm"].secrets and call.secrets, how  # the Asset DAG's prewarm keeps its credentials
+        assert call.bindings == p["prewarm"].bindings and call.bindings is not p["prewarm"].bindings, how

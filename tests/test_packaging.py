@@ -1,4 +1,5 @@
-"""Packaging: the wheel holds the four mapped packages under the ``heteroflow`` namespace, its metadata declares
+"""Packaging: the wheel holds the four mapped packages under the ``heteroflow`` package (whose own ``__init__``, the
+public API, is mapped from pipelines/_root/), its metadata declares
 the console script and the extras, and the layout keeps bare ``components`` / ``pipelines`` unimportable.
 
 The wheel is built from a copy of the git-tracked files (so the build writes nothing into the checkout) with
@@ -23,6 +24,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGE_FOLDERS = ("cache", "components", "pipelines", "dags")
+ROOT_FOLDER = "pipelines/_root/"
+"""Where ``heteroflow/__init__.py`` comes from (pyproject.toml's package-dir)."""
 EXTRAS = {"kfp", "airflow", "torch", "alluxio", "s3", "dev", "sim", "all"}
 
 
@@ -76,15 +79,17 @@ def _dist_info_file(wheel: Path, names: set[str], name: str) -> str:
 
 @pytest.mark.slow
 def test_every_tracked_module_is_in_the_wheel_under_heteroflow(tracked: list[str], wheel_names: set[str]) -> None:
-    modules = [f for f in tracked if f.endswith(".py") and f.split("/", 1)[0] in PACKAGE_FOLDERS]
+    modules = [f for f in tracked if f.endswith(".py") and f.split("/", 1)[0] in PACKAGE_FOLDERS and not f.startswith(ROOT_FOLDER)]
     assert {m.split("/", 1)[0] for m in modules} == set(PACKAGE_FOLDERS)
     missing = [m for m in modules if f"heteroflow/{m}" not in wheel_names]
     assert missing == [], f"tracked modules missing from the wheel: {missing}"
     for folder in PACKAGE_FOLDERS:
         assert f"heteroflow/{folder}/__init__.py" in wheel_names
         assert f"heteroflow/{folder}/py.typed" in wheel_names
-    # Nothing outside the namespace, and the namespace itself has no __init__.py (PEP 420).
-    assert "heteroflow/__init__.py" not in wheel_names
+    # heteroflow itself is a regular package whose __init__ (the one-import public API) comes from ROOT_FOLDER,
+    # a folder inside pipelines/ (the top-level folders are fixed); that folder is not shipped a second time.
+    assert "heteroflow/__init__.py" in wheel_names
+    assert not any(n.startswith(f"heteroflow/{ROOT_FOLDER}") for n in wheel_names)
     top = {n.split("/", 1)[0] for n in wheel_names}
     assert {t for t in top if not t.endswith(".dist-info")} == {"heteroflow"}
     assert not any(n.startswith(("heteroflow/tests/", "tests/", "heteroflow/examples/")) for n in wheel_names)
@@ -148,14 +153,33 @@ def test_namespace_import_works_without_torch_kfp_or_airflow(tmp_path: Path) -> 
         "import sys, json\n"
         "import heteroflow.components.resources as r\n"
         "print(json.dumps({'file': r.__file__, 'heavy': sorted(m for m in ('torch', 'kfp', 'airflow') if m in sys.modules),"
-        " 'ns_file': getattr(sys.modules['heteroflow'], '__file__', None)}))\n",
+        " 'ns_file': getattr(sys.modules['heteroflow'], '__file__', None),"
+        " 'loaded': sorted(m for m in sys.modules if m.startswith('heteroflow.pipelines'))}))\n",
         tmp_path,
     )
     assert proc.returncode == 0, proc.stderr
     facts = json.loads(proc.stdout)
     assert facts["heavy"] == [], f"importing heteroflow.components.resources imported {facts['heavy']}"
     assert Path(facts["file"]).name == "resources.py"
-    assert facts["ns_file"] is None, "heteroflow must be a namespace package (no __init__.py)"
+    assert Path(facts["ns_file"]).parts[-3:] == ("pipelines", "_root", "__init__.py"), facts["ns_file"]
+    assert facts["loaded"] == [], "importing a subpackage must not import the public API's modules (they resolve lazily)"
+
+
+@pytest.mark.slow
+def test_the_public_api_is_one_import(tmp_path: Path) -> None:
+    proc = _python(
+        "import sys, json\n"
+        "from heteroflow import step, Pipeline, Resources, Candidates, RetryPolicy, default_pipeline, run, compile\n"
+        "import heteroflow\n"
+        "print(json.dumps({'all': sorted(heteroflow.__all__), 'run': run.__module__, 'compile': compile.__name__,"
+        " 'heavy': sorted(m for m in ('torch', 'kfp', 'airflow') if m in sys.modules)}))\n",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert {"step", "Pipeline", "Resources", "Candidates", "RetryPolicy", "default_pipeline", "run", "compile"} <= set(facts["all"])
+    assert (facts["run"], facts["compile"]) == ("heteroflow.pipelines.runner", "compile_pipeline")
+    assert "airflow" not in facts["heavy"]
 
 
 def test_the_placement_data_and_their_licences_are_in_the_wheel(wheel_names: set[str]) -> None:

@@ -158,12 +158,13 @@ def _ir(docs: list[Any]) -> dict[str, Any]:
 
 
 def _leaf_tasks(ir: dict[str, Any]) -> Iterator[tuple[str, str, dict[str, Any]]]:
-    """(dag name, task name, task) for every task that runs a container (not a sub-DAG or a condition)."""
+    """(dag name, task name, task) for every task that runs a container (not a sub-DAG, a condition or an
+    importer)."""
     dags = {"root": ir["root"]["dag"], **{n: c["dag"] for n, c in ir["components"].items() if "dag" in c}}
     for dag_name, dag in dags.items():
         for task_name, task in dag["tasks"].items():
             comp = ir["components"][task["componentRef"]["name"]]
-            if "executorLabel" in comp:
+            if "executorLabel" in comp and "container" in ir["deploymentSpec"]["executors"][comp["executorLabel"]]:
                 yield dag_name, task_name, task
 
 
@@ -342,8 +343,9 @@ def test_permanent_failure_in_preprocess_runs_no_train(digits_dir: Path, tmp_pat
     )
     assert record.status == "failed"
     assert (record.step("preprocess").status, record.step("preprocess").attempts) == ("failed", 1)
-    for name in ("plan", "train", "evaluate", "archive"):
+    for name in ("train", "evaluate", "archive"):  # everything that reads what preprocess makes
         assert record.step(name).status == "not run", name
+    assert record.step("plan").status in ("succeeded", "not run")  # plan reads nothing of it: it may run
     assert not Path(record.run_dir, "steps", "train").exists()
 
 
@@ -458,30 +460,34 @@ def test_accelerator_tasks_tolerate_their_device_plugins_taint(tmp_path: Path) -
             assert {"key": placed[1].accelerator_spec.resource_name, "operator": "Exists", "effect": "NoSchedule"} in tolerations
 
 
-def test_placement_routes_on_the_plan_index_per_candidate(default_ir: dict[str, Any]) -> None:
-    conditions = [
-        c["triggerPolicy"]["condition"]
-        for comp in [default_ir["root"], *default_ir["components"].values()]
+def _conditions(ir: dict[str, Any]) -> list[str]:
+    return [
+        c["triggerPolicy"]["condition"].replace("\n", " ")
+        for comp in [ir["root"], *ir["components"].values()]
         for c in comp.get("dag", {}).get("tasks", {}).values()
         if "triggerPolicy" in c
     ]
-    for k in range(len(DEFAULT_TRAIN_CANDIDATES)):
-        assert any("heteroflow_placed_train" in c and c.replace("\n", " ").endswith(f"== {k}") for c in conditions), k
+
+
+def test_placement_routes_on_the_plan_output_into_the_chain(default_ir: dict[str, Any]) -> None:
+    conditions = _conditions(default_ir)
+    assert any("heteroflow_placed_train" in c and c.endswith("== 'to-0'") for c in conditions), conditions
+    for k in range(1, len(DEFAULT_TRAIN_CANDIDATES)):  # later levels route on the level before (a OneOf)
+        assert any("oneof" in c and c.endswith(f"== 'to-{k}'") for c in conditions), k
 
 
 def test_a_device_failure_routes_to_the_next_candidate_and_anything_else_fails(default_ir: dict[str, Any]) -> None:
-    conditions = [
-        c["triggerPolicy"]["condition"]
-        for comp in default_ir["components"].values()
-        for c in comp.get("dag", {}).get("tasks", {}).values()
-        if "triggerPolicy" in c
-    ]
-    assert any("== 'device'" in c for c in conditions), "no fallback branch on a device failure"
-    assert any("== 'succeeded'" in c for c in conditions)
-    fails = [t for _, _, t in _leaf_tasks(default_ir) if _step_of(default_ir, t) == "heteroflow_fail"]
-    assert fails, "no fail task"
-    for t in fails:
-        assert "retryPolicy" not in t, "the fail task must not be retried"
+    conditions = _conditions(default_ir)
+    assert all(re.search(r"== 'to-\d+'\)?$", c) for c in conditions), conditions  # the only branches: fallback targets
+    checks = [t for _, _, t in _leaf_tasks(default_ir) if _step_of(default_ir, t) == "heteroflow_check"]
+    assert len(checks) == 1, "one check task fails the run with the failed step's message"
+    params = checks[0]["inputs"]["parameters"]
+    assert sorted(params) == sorted(f"route_{c.name}" for c in default_pipeline().calls)
+    assert "retryPolicy" not in checks[0], "the check task must not be retried"
+
+
+def _is_step(step: str) -> bool:
+    return not step.startswith("heteroflow_")
 
 
 def test_every_step_task_has_its_calls_retry_policy_with_the_total_window(default_ir: dict[str, Any]) -> None:
@@ -489,7 +495,8 @@ def test_every_step_task_has_its_calls_retry_policy_with_the_total_window(defaul
     seen: dict[str, int] = {}
     for dag_name, task_name, task in _leaf_tasks(default_ir):
         step = _step_of(default_ir, task)
-        if step == "heteroflow_fail":
+        if not _is_step(step):
+            assert "retryPolicy" not in task, f"{step} must not be retried"
             continue
         retry = pipeline[step].retry
         policy = task.get("retryPolicy")
@@ -501,20 +508,62 @@ def test_every_step_task_has_its_calls_retry_policy_with_the_total_window(defaul
         assert policy["backoffMaxDuration"] == f"{round(retry.window_seconds)}s"
         assert policy["backoffMaxDuration"] != "300s"
         seen[step] = seen.get(step, 0) + 1
+    # one task per call, one per candidate of a fallback chain: nothing is copied into another call's branch
     n = len(DEFAULT_TRAIN_CANDIDATES)
-    paths = n * (n + 1) // 2  # plan may start the chain at any candidate; each success path renders the rest
-    assert seen == {"prewarm": 1, "preprocess": 1, "plan": 1, "train": paths, "evaluate": paths, "archive": paths}
+    assert seen == {"prewarm": 1, "preprocess": 1, "plan": 1, "train": n, "evaluate": 1, "archive": 1}
     assert pipeline["train"].retry.window_seconds == 24 * 3600
 
 
-def test_caching_is_off_for_prewarm_plan_archive_and_the_fail_task(default_ir: dict[str, Any]) -> None:
+def test_caching_is_off_for_prewarm_plan_archive_and_the_bookkeeping_tasks(default_ir: dict[str, Any]) -> None:
     for dag_name, task_name, task in _leaf_tasks(default_ir):
         step = _step_of(default_ir, task)
         enabled = task.get("cachingOptions", {}).get("enableCache", False)
-        if step in ("prewarm", "plan", "archive", "heteroflow_fail"):
+        if step in ("prewarm", "plan", "archive") or not _is_step(step):
             assert enabled is False, f"{dag_name}/{task_name}: caching must be off for {step}"
         else:
             assert enabled is True, f"{dag_name}/{task_name}: caching expected on for {step}"
+
+
+def test_only_fallback_candidates_sit_in_condition_groups_named_for_their_chain(default_ir: dict[str, Any]) -> None:
+    root = default_ir["root"]["dag"]["tasks"]
+    top = {_step_of(default_ir, t) for n, _, t in _leaf_tasks(default_ir) if n == "root"}
+    assert {"prewarm", "preprocess", "plan", "evaluate", "archive", "heteroflow_check"} <= top
+    nested = {_step_of(default_ir, t) for n, _, t in _leaf_tasks(default_ir) if n != "root"}
+    assert nested == {"train", "heteroflow_skip_train"}, nested
+    names = {c["taskInfo"]["name"] for comp in default_ir["components"].values() for c in comp.get("dag", {}).get("tasks", {}).values()}
+    assert {"train: npu -> gpu -> cpu [npu-0]", "train: npu -> gpu -> cpu [gpu-1]", "train: npu -> gpu -> cpu [cpu-2]"} <= names
+    depth = max(len([d for d in default_ir["components"] if d.startswith("comp-condition")]), 0)
+    assert depth <= 3 * len(DEFAULT_TRAIN_CANDIDATES)  # per level: the branches, the If and the Else group
+    # archive reads train's model through the chosen candidate's import, not from a branch
+    assert any(t["componentRef"]["name"].startswith("comp-importer") for t in root.values())
+
+
+def _lines(pipeline: Any, path: Path) -> int:
+    compiler.Compiler().compile(pipeline, str(path))
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def test_the_compiled_pipeline_is_small_and_grows_linearly_with_candidates(tmp_path: Path) -> None:
+    kinds = ["npu", "gpu", "cpu:cpu=2", "cpu:cpu=4", "cpu:cpu=8"]
+    sizes = [_lines(build_default_pipeline(candidates=Candidates(kinds[:n])), tmp_path / f"c{n}.yaml") for n in range(1, 6)]
+    three = _lines(build_default_pipeline(candidates=Candidates(["npu", "gpu", "cpu"])), tmp_path / "three.yaml")
+    assert three <= 2500, three
+    steps = [b - a for a, b in zip(sizes[1:], sizes[2:])]  # from 2 candidates on, each adds one level
+    assert max(steps) - min(steps) <= 10, sizes  # linear: every further candidate adds the same
+    assert max(steps) <= 500, sizes  # one level: the candidate task, its skip, their groups and OneOfs
+
+
+def test_independent_calls_do_not_wait_for_each_other(tmp_path: Path) -> None:
+    from heteroflow.components.steps import PREWARM
+    from heteroflow.pipelines.graph import Pipeline
+
+    p = Pipeline("two-sources")
+    p.add(PREWARM, name="first", source_uri=p.param("first_uri"))
+    p.add(PREWARM, name="second", source_uri=p.param("second_uri"))
+    ir = _ir(_compile(to_kfp(p), tmp_path / "two.yaml"))
+    tasks = ir["root"]["dag"]["tasks"]
+    steps = {_step_of(ir, t): t for _, _, t in _leaf_tasks(ir)}
+    assert "dependentTasks" not in steps["first"] and "dependentTasks" not in steps["second"]
 
 
 def test_the_candidate_is_an_input_so_cache_keys_differ_per_device(default_ir: dict[str, Any]) -> None:
@@ -591,3 +640,50 @@ def test_secret_env_errors(secret: str, env: dict, match: str) -> None:
 
     with pytest.raises(InvalidParameter, match=match):
         SecretEnv(secret, env)
+
+
+SLEEPY = '''
+import time
+
+from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+
+
+@step(outputs=[ArtifactSpec(name="out", type=ArtifactType.ARTIFACT, param="out_path")])
+def nap(out_path: str, *, seconds: float = 1.0) -> dict:
+    """Sleep, then write the start and end times.
+
+    Args:
+        out_path: output file.
+        seconds: how long (unit: s).
+    """
+    start = time.time()
+    time.sleep(seconds)
+    with open(out_path, "w") as fh:
+        fh.write(f"{start} {time.time()}")
+    return {"slept": seconds}
+'''
+
+
+@pytest.mark.slow
+def test_two_independent_calls_run_at_the_same_time_on_kfp_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.components.telemetry import read_step_records
+    from heteroflow.pipelines.graph import Pipeline
+
+    folder = tmp_path / "userpkg"
+    folder.mkdir()
+    (folder / "sleepy.py").write_text(SLEEPY)
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(folder))
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    import sleepy
+
+    p = Pipeline("two-naps")
+    p.add(sleepy.nap, name="left", seconds=2.0)
+    p.add(sleepy.nap, name="right", seconds=2.0)
+    record = run_local({}, pipeline=p, run_dir=tmp_path / "run")
+    sys.modules.pop("sleepy", None)
+    assert record.status == "succeeded", f"{_steps(record)}\n{_engine_log(record)}"
+    records = read_step_records(record.run_dir)
+    (left,), (right,) = records["left"], records["right"]
+    # the intervals the two steps ran in overlap: neither waited for the other
+    assert max(left.started_at, right.started_at) < min(left.ended_at, right.ended_at), (left, right)

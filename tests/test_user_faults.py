@@ -246,7 +246,7 @@ def test_a_stop_after_the_last_step_completed_records_the_run_as_succeeded(tmp_p
     """Issue input: SIGTERM while archive was finishing: the version was archived but the run said interrupted."""
     from heteroflow.components.telemetry import RUN_DIR_ENV, step_attempt
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.local import build_record
+    from heteroflow.pipelines.records import build_record
 
     pipeline = default_pipeline()
     os.environ[RUN_DIR_ENV] = str(tmp_path)
@@ -317,7 +317,7 @@ def test_archive_show_errors_list_what_exists(archived: Path, target: str, messa
 def test_rerunning_into_an_unfinished_runs_folder_sets_it_aside(tmp_path: Path) -> None:
     """Trial input: after Ctrl-C, `heteroflow run -o DIR` said "rerun the same command", and the same command
     then failed with "already holds a run"."""
-    from heteroflow.pipelines.local import prepare_run_dir
+    from heteroflow.pipelines.records import prepare_run_dir
 
     interrupted = tmp_path / "int"
     (interrupted / "steps").mkdir(parents=True)
@@ -342,7 +342,7 @@ def test_rerunning_into_an_unfinished_runs_folder_sets_it_aside(tmp_path: Path) 
 
 def test_a_finished_or_live_run_is_never_set_aside(tmp_path: Path) -> None:
     from heteroflow.components.errors import InvalidParameter
-    from heteroflow.pipelines.local import prepare_run_dir
+    from heteroflow.pipelines.records import prepare_run_dir
 
     done = tmp_path / "done"
     done.mkdir()

@@ -1,0 +1,78 @@
+"""heteroflow: ML training pipelines on heterogeneous compute (GPU, NPU, CPU) for Kubeflow Pipelines and Airflow.
+
+The public API in one import::
+
+    from heteroflow import step, Pipeline, Resources, Candidates, RetryPolicy, default_pipeline, run, compile
+
+and the shipped steps (``PREWARM``, ``PREPROCESS``, ``PLAN``, ``TRAIN``, ``EVALUATE``, ``ARCHIVE``) with the artifact
+declarations a new step needs (``ArtifactSpec``, ``ArtifactType``).
+
+Names are resolved on first use (PEP 562), so ``import heteroflow.cache`` (or any subpackage) imports nothing
+else; the subpackages are ``heteroflow.cache``, ``heteroflow.components``, ``heteroflow.pipelines`` and
+``heteroflow.dags``. (This file is the package's ``__init__``: pyproject.toml maps ``heteroflow`` to this folder.)
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__all__ = [
+    "ARCHIVE",
+    "EVALUATE",
+    "PLAN",
+    "PREPROCESS",
+    "PREWARM",
+    "TRAIN",
+    "ArtifactSpec",
+    "ArtifactType",
+    "Candidates",
+    "Pipeline",
+    "Resources",
+    "RetryPolicy",
+    "SecretEnv",
+    "compile",
+    "default_pipeline",
+    "load_pipeline",
+    "run",
+    "step",
+]
+
+_WHERE = {
+    **{name: ("heteroflow.components.steps", name) for name in ("ARCHIVE", "EVALUATE", "PLAN", "PREPROCESS", "PREWARM", "TRAIN")},
+    "step": ("heteroflow.components.step", "step"),
+    "ArtifactSpec": ("heteroflow.components.step", "ArtifactSpec"),
+    "ArtifactType": ("heteroflow.components.step", "ArtifactType"),
+    "Resources": ("heteroflow.components.resources", "Resources"),
+    "Candidates": ("heteroflow.components.resources", "Candidates"),
+    "RetryPolicy": ("heteroflow.components.resources", "RetryPolicy"),
+    "Pipeline": ("heteroflow.pipelines.graph", "Pipeline"),
+    "SecretEnv": ("heteroflow.pipelines.graph", "SecretEnv"),
+    "load_pipeline": ("heteroflow.pipelines.graph", "load_pipeline"),
+    "default_pipeline": ("heteroflow.pipelines.default", "default_pipeline"),
+    "run": ("heteroflow.pipelines.runner", "run"),
+    "compile": ("heteroflow.pipelines.kfp_render", "compile_pipeline"),
+}
+
+if TYPE_CHECKING:
+    from heteroflow.components.resources import Candidates, Resources, RetryPolicy
+    from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+    from heteroflow.components.steps import ARCHIVE, EVALUATE, PLAN, PREPROCESS, PREWARM, TRAIN
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.graph import Pipeline, SecretEnv, load_pipeline
+    from heteroflow.pipelines.kfp_render import compile_pipeline as compile  # noqa: A001
+    from heteroflow.pipelines.runner import run
+
+
+def __getattr__(name: str) -> Any:
+    try:
+        module, attribute = _WHERE[name]
+    except KeyError:
+        raise AttributeError(f"module 'heteroflow' has no attribute {name!r}") from None
+    value = getattr(importlib.import_module(module), attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *__all__])

@@ -1,0 +1,176 @@
+"""Run records and run folders (heteroflow.pipelines.records), the same for every engine: one truth about how a run
+ended (#16.19), no pointer to an engine log that does not exist (#16.21), and the module layout (#15.3).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.steps import PREWARM
+from heteroflow.pipelines.graph import Pipeline
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _prewarm_only() -> Pipeline:
+    p = Pipeline("prewarm-only")
+    p.add(PREWARM, source_uri=p.param("dataset_uri"))
+    return p
+
+
+def _signal_while_recording(monkeypatch: pytest.MonkeyPatch, signum: int) -> None:
+    """Deliver ``signum`` to this process while the run's record is built: the moment the last step has finished
+    and the run is being recorded (the race of #16.19, made certain)."""
+    from heteroflow.pipelines import records
+
+    original = records.build_record
+
+    def build(*args: Any, **kwargs: Any) -> Any:
+        os.kill(os.getpid(), signum)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(records, "build_record", build)
+
+
+@pytest.fixture()
+def sigterm_stops_like_the_cli() -> Any:
+    """The CLI's handler: SIGTERM raises KeyboardInterrupt (the run stops like Ctrl-C)."""
+
+    def on_sigterm(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    yield
+    signal.signal(signal.SIGTERM, previous)
+
+
+def _assert_one_truth(record: Any) -> None:
+    from heteroflow.pipelines.records import prepare_run_dir
+
+    on_disk = json.loads(Path(record.run_dir, "run.json").read_text())
+    assert record.status == on_disk["status"] == "succeeded"
+    with pytest.raises(InvalidParameter, match="already holds a run that succeeded"):
+        prepare_run_dir(Path(record.run_dir))  # a rerun is refused, and that is now what the run said too
+
+
+@pytest.mark.slow
+def test_sigterm_as_the_kfp_local_run_is_recorded_ends_it_succeeded(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sigterm_stops_like_the_cli: Any
+) -> None:
+    pytest.importorskip("kfp", reason="kfp is not installed (extra heteroflow[kfp])")
+    from heteroflow.pipelines import local
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    _signal_while_recording(monkeypatch, signal.SIGTERM)
+    record = local.run_local({"dataset_uri": str(digits_dir)}, pipeline=_prewarm_only(), run_dir=tmp_path / "run")
+    _assert_one_truth(record)  # no KeyboardInterrupt: the CLI prints the run and exits 0
+
+
+@pytest.mark.slow
+def test_ctrl_c_as_the_inprocess_run_is_recorded_ends_it_succeeded(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from heteroflow.pipelines import inprocess
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    _signal_while_recording(monkeypatch, signal.SIGINT)
+    record = inprocess.run_inprocess(_prewarm_only(), {"dataset_uri": str(digits_dir)}, run_dir=tmp_path / "run")
+    _assert_one_truth(record)
+
+
+@pytest.mark.slow
+def test_ctrl_c_during_an_inprocess_step_records_the_run_interrupted(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from heteroflow.pipelines import inprocess
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+
+    def stop(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(inprocess, "run_call", stop)
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        inprocess.run_inprocess(_prewarm_only(), {"dataset_uri": str(digits_dir)}, run_dir=tmp_path / "run")
+    record = stopped.value.record  # type: ignore[attr-defined]
+    assert json.loads(Path(record.run_dir, "run.json").read_text())["status"] == record.status == "interrupted"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("engine", ["inprocess", "kfp-local"])
+def test_a_failed_run_names_an_engine_log_only_if_there_is_one(engine: str, digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    if engine == "kfp-local":
+        pytest.importorskip("kfp", reason="kfp is not installed (extra heteroflow[kfp])")
+    from heteroflow.pipelines.cli import app
+
+    module = tmp_path / "userpkg"
+    module.mkdir()
+    (module / "prewarmonly.py").write_text(
+        "from heteroflow.components.steps import PREWARM\nfrom heteroflow.pipelines.graph import Pipeline\n\n"
+        "p = Pipeline('prewarm-only')\np.add(PREWARM, source_uri=p.param('dataset_uri'))\n"
+    )
+    monkeypatch.syspath_prepend(str(module))
+    monkeypatch.setenv("PYTHONPATH", str(module))
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(
+        app,
+        ["run", "--engine", engine, "--pipeline", "prewarmonly:p", "--dataset", str(digits_dir), "-o", str(tmp_path / "run"),
+         "--inject-fault", "prewarm@cpu=permanent"],
+    )
+    sys.modules.pop("prewarmonly", None)
+    assert result.exit_code == 1, result.output
+    assert "run failed" in result.output
+    lines = [line for line in result.output.splitlines() if line.startswith("engine log: ")]
+    if engine == "inprocess":
+        assert lines == [], "the in-process engine writes no engine log"  # the input of #16.21
+    else:
+        assert len(lines) == 1 and Path(lines[0].removeprefix("engine log: ")).is_file()  # the sibling: it exists
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            out.add(node.module)
+        elif isinstance(node, ast.Import):
+            out.update(a.name for a in node.names)
+    return out
+
+
+def test_only_the_kfp_local_entry_points_import_the_kfp_local_runner() -> None:
+    users = sorted(
+        str(p.relative_to(ROOT))
+        for folder in ("cache", "components", "pipelines", "dags")
+        for p in (ROOT / folder).rglob("*.py")
+        if "heteroflow.pipelines.local" in _imports(p)
+    )
+    assert users == ["pipelines/runner.py"], users  # run(engine="kfp-local"); records live in records.py
+
+
+@pytest.mark.slow
+def test_a_stop_while_a_failed_run_is_recorded_leaves_it_failed(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.pipelines import inprocess
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    _signal_while_recording(monkeypatch, signal.SIGINT)
+    record = inprocess.run_inprocess(
+        _prewarm_only(), {"dataset_uri": str(digits_dir)}, run_dir=tmp_path / "run", inject_faults="prewarm@cpu=permanent"
+    )
+    assert json.loads(Path(record.run_dir, "run.json").read_text())["status"] == record.status == "failed"
+
+
+def test_every_engine_writes_its_record_through_the_records_module() -> None:
+    for module in ("pipelines/local.py", "pipelines/inprocess.py", "dags/operators.py"):
+        assert "heteroflow.pipelines.records" in _imports(ROOT / module), module
