@@ -450,13 +450,15 @@ def test_cached_and_temporary_folders_get_the_umask_modes(tmp_path: Path, digits
 
 def test_a_signed_folder_without_data_names_no_signature(www: Path, tmp_path: Path):
     """Sibling: "has no .csv ... file (found: ...)" quoted the file names with the URL's query; now the names are the
-    files' own, and no message holds the signature."""
+    files' own, and no message holds the signature. (prewarm caches any files since #14; the up-front check of a run,
+    list_dataset with require_data, is what refuses a folder without data.)"""
+    from heteroflow.cache.listing import list_dataset
+
     (www / "notes").mkdir()
     (www / "notes" / "README.md").write_text("no data")
     with serve_folder(www, required_query={"sig": "zz12345"}) as base:
-        with pytest.warns(UserWarning, match="carries credentials"):
-            with pytest.raises(DatasetError, match=r"\(found: README.md\)") as err:
-                prewarm(f"{base}/notes/?sig=zz12345", tmp_path / "cache")
+        with pytest.raises(DatasetError, match=r"\(found: README.md\)") as err:
+            list_dataset(f"{base}/notes/?sig=zz12345")
     assert "zz12345" not in str(err.value)
 
 

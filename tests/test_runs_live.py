@@ -39,8 +39,9 @@ def test_a_transient_failure_waiting_for_its_retry() -> None:
 def test_no_retry_left_or_outside_the_window_reads_failed() -> None:
     recs = [_failed(1, 0, 100.0, 101.0), _failed(2, 0, 111.0, 112.0), _failed(3, 0, 132.0, 133.0)]
     assert live_state(_step(), recs, POLICY, now=134.0) == ("failed", 0.5, "")
-    short = RetryPolicy(retries=2, backoff_seconds=10, factor=2, max_delay_seconds=100, window_seconds=5)
-    assert live_state(_step(), recs[:1], short, now=102.0)[0] == "failed"  # 101 + 10 - 100 > 5
+    short = RetryPolicy(retries=1, backoff_seconds=10, factor=2, max_delay_seconds=100, window_seconds=15)
+    long_first = [_failed(1, 0, 100.0, 106.0)]  # the attempt itself ran 6 s
+    assert live_state(_step(), long_first, short, now=107.0)[0] == "failed"  # 106 + 10 - 100 > 15
     assert live_state(_step(), [_failed(1, 0, 100.0, 101.0, failure="permanent")], POLICY, now=102.0)[0] == "failed"
 
 

@@ -15,6 +15,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -34,12 +35,13 @@ _KILL_AT_STEP = 20  # the first checkpoint: one is all the test needs
 _CHILD = """
 import json, os, signal, sys
 import heteroflow.components.train as t
-real = t.atomic_write_bytes
+import heteroflow.components.training as checkpoints  # Checkpoint.save writes checkpoint.json with it
+real = checkpoints.atomic_write_bytes
 def write(path, data, **kwargs):
     real(path, data, **kwargs)
     if os.path.basename(path) == "checkpoint.json" and json.loads(data)["step"] >= int(sys.argv[4]):
         os.kill(os.getpid(), signal.SIGKILL)
-t.atomic_write_bytes = write
+checkpoints.atomic_write_bytes = write
 t.train(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
 """
 

@@ -26,7 +26,8 @@ def test_the_profile_command_writes_operator_shares_key_operators_memory_and_thr
     assert ops and all(o["share"] > 0 and o["calls"] >= 1 for o in ops)
     assert [o["share"] for o in ops] == sorted((o["share"] for o in ops), reverse=True)
     assert 0.5 < sum(o["share"] for o in ops) <= 1.0001  # the top operators hold most of the time
-    assert any(name.startswith("aten::") for name in prof["key_operators"])  # a linear layer's matmul, at least
+    assert prof["key_operators"]  # at least one operator holds >= 10% (which one depends on the machine: Adam's step or a matmul)
+    assert any(o["name"].startswith("aten::mm") or o["name"].startswith("aten::addmm") for o in ops)  # the linear layers
     assert set(prof["key_operators"]) == {o["name"] for o in ops if o["share"] >= 0.10}
     assert prof["samples_per_second"] > 0 and prof["peak_memory_bytes"] > 0 and prof["peak_memory_of"] == "host_rss"
     assert "samples/s on cpu" in result.output
