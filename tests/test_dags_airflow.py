@@ -154,7 +154,7 @@ def test_a_default_dag_end_to_end_on_digits(airflow_home: tuple[Path, Path], dig
     evaluate = run.xcom("evaluate")
     assert evaluate["outputs"]["metrics"] == str(run.run_dir / "artifacts" / "evaluate" / "metrics")
     assert evaluate["facts"]["accuracy"] == record["metrics"]["evaluate"]["accuracy"]
-    assert all(not isinstance(v, (list, dict)) or k in ("indices", "inventory") for k, v in run.xcom("plan")["facts"].items())
+    assert all(not isinstance(v, (list, dict)) or k in ("indices", "inventory", "explanations") for k, v in run.xcom("plan")["facts"].items())
     assert run.xcom("prepare-run")["args"]["epochs"] == 10
     assert run.xcom("record-run")["status"] == "succeeded"
 

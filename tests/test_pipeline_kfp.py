@@ -552,7 +552,8 @@ def test_the_compiled_pipeline_is_small_and_grows_linearly_with_candidates(tmp_p
     assert three <= 3000, three
     steps = [b - a for a, b in zip(sizes[1:], sizes[2:])]  # from 2 candidates on, each adds one level
     assert max(steps) - min(steps) <= 10, sizes  # linear: every further candidate adds the same
-    assert max(steps) <= 500, sizes  # one level: the candidate task, its skip, their groups and OneOfs
+    assert max(steps) <= 650, sizes  # one level: the candidate task, its skip, their groups and OneOfs (~600 with
+    # train's 20 parameters threaded through the level's groups)
 
 
 def test_independent_calls_do_not_wait_for_each_other(tmp_path: Path) -> None:

@@ -129,9 +129,12 @@ def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env:
     full = {k: v for k, v in os.environ.items() if k not in (SIMULATE_ENV, FAULT_ENV)}
     full.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **env})
     airflow = str(Path(sys.executable).parent / "airflow")
-    for args in (("db", "migrate"), ("dags", "reserialize"), ("dags", "test", dag_id, "-c", json.dumps(conf))):
-        done = subprocess.run([airflow, *args], env=full, capture_output=True, text=True, timeout=600)
-        assert done.returncode == 0, f"airflow {' '.join(args)}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    heteroflow = str(Path(sys.executable).parent / "heteroflow")
+    # the device pools the DAG's tasks use: without them prepare-run fails the run at once (#16.14)
+    for cmd in ((airflow, "db", "migrate"), (heteroflow, "airflow", "pools"), (airflow, "dags", "reserialize"),
+                (airflow, "dags", "test", dag_id, "-c", json.dumps(conf))):
+        done = subprocess.run(list(cmd), env=full, capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, f"{' '.join(cmd[1:])}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout + done.stderr
 
 
