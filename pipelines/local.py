@@ -350,27 +350,36 @@ def _run_dag_in_parallel(
 
 class _Redacting(io.TextIOBase):
     """A text stream that writes whole lines to ``target`` with credentials in URLs redacted
-    (:func:`heteroflow.cache.redact.redact_url`): kfp.local prints every task's inputs, a data set URL included."""
+    (:func:`heteroflow.cache.redact.redact_url`): kfp.local prints every task's inputs, a data set URL included.
+
+    Thread-safe: with parallel tasks, one thread per running task prints its subprocess's lines here (kfp's
+    ``run_local_subprocess``) and kfp's logging handlers write beside them. Neither this buffer nor
+    ``io.TextIOWrapper`` is safe for concurrent writers (lines were lost or merged, and a multi-byte character
+    could be split into invalid UTF-8 in ``kfp.log``), so every write and flush holds one lock.
+    """
 
     def __init__(self, target: Any) -> None:
         self._target = target
         self._pending = ""
+        self._lock = threading.Lock()
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        self._pending += text
-        if "\n" in self._pending:
-            lines, _, self._pending = self._pending.rpartition("\n")
-            self._target.write(redact_url(lines + "\n"))
+        with self._lock:
+            self._pending += text
+            if "\n" in self._pending:
+                lines, _, self._pending = self._pending.rpartition("\n")
+                self._target.write(redact_url(lines + "\n"))
         return len(text)
 
     def flush(self) -> None:
-        if self._pending:
-            self._target.write(redact_url(self._pending))
-            self._pending = ""
-        self._target.flush()
+        with self._lock:
+            if self._pending:
+                self._target.write(redact_url(self._pending))
+                self._pending = ""
+            self._target.flush()
 
 
 @contextlib.contextmanager

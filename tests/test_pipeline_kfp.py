@@ -690,3 +690,41 @@ def test_two_independent_calls_run_at_the_same_time_on_kfp_local(tmp_path: Path,
     (left,), (right,) = records["left"], records["right"]
     # the intervals the two steps ran in overlap: neither waited for the other
     assert max(left.started_at, right.started_at) < min(left.ended_at, right.ended_at), (left, right)
+
+
+def test_the_engine_log_keeps_every_line_whole_when_parallel_tasks_print_at_once(tmp_path: Path) -> None:
+    """kfp.local prints each task's subprocess lines from that task's thread (``print(line, end='')``) and its
+    logging handlers write beside them; with parallel tasks these writers meet in one ``kfp.log``. CI once read
+    a ``kfp.log`` that was not valid UTF-8 (a multi-byte character cut apart by concurrent writes); lines were
+    lost or merged too. Every line written must arrive whole, and the file must decode."""
+    import logging
+    import threading
+
+    from heteroflow.pipelines.local import _Redacting
+
+    path = tmp_path / "kfp.log"
+    lines_per_writer, writers = 4000, 4
+    with open(path, "w", encoding="utf-8") as fh:
+        stream = _Redacting(fh)
+        handler = logging.StreamHandler(stream)  # the path kfp's own log lines take
+
+        def printer(i: int) -> None:
+            for n in range(lines_per_writer):
+                print(f"task {i} line {n}: train → gpu… ✓\n", end="", file=stream)
+
+        def logger() -> None:
+            for n in range(lines_per_writer):
+                handler.emit(logging.LogRecord("kfp", logging.INFO, __file__, 0, f"task log line {n}: ok ✓", None, None))
+
+        threads = [threading.Thread(target=printer, args=(i,)) for i in range(writers)]
+        threads.append(threading.Thread(target=logger))
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        stream.flush()
+    lines = path.read_bytes().decode("utf-8").splitlines()  # raises on a cut character
+    printed = {f"task {i} line {n}: train → gpu… ✓" for i in range(writers) for n in range(lines_per_writer)}
+    logged = {f"task log line {n}: ok ✓" for n in range(lines_per_writer)}
+    assert len(lines) == len(printed) + len(logged)
+    assert set(lines) == printed | logged
