@@ -413,18 +413,36 @@ def _classification(run: dict[str, Any]) -> str:
     for call, facts in (run.get("results") or {}).items():
         if not isinstance(facts, dict):
             continue
+        # Any step's results are read here, a user's step too: a key named like evaluate's ("classes": 10, a
+        # "confusion_matrix" of another shape) is drawn only when it has evaluate's shape.
         cm = facts.get("confusion_matrix")
         prec, rec = facts.get("precision"), facts.get("recall")
-        classes = [str(c) for c in facts.get("classes") or []]
-        if isinstance(cm, list) and cm:
-            if not classes:
+        named = facts.get("classes")
+        classes = [str(c) for c in named] if isinstance(named, list) else []
+        if _is_square_matrix(cm):
+            if len(classes) != len(cm):
                 classes = [str(i) for i in range(len(cm))]
             out.append(f"<h3>{_e(call)}: confusion matrix</h3>" + _confusion_table(cm, classes) + _confusion_plot(call, cm, classes))
-        if isinstance(prec, dict) and isinstance(rec, dict):
+        if _is_per_class(prec) and _is_per_class(rec) and prec:
             out.append(f"<h3>{_e(call)}: per-class precision and recall</h3>" + _per_class_table(prec, rec, facts) + _per_class_plot(call, prec, rec))
     if not out:
         return ""
     return "<h2>Evaluation</h2>" + "".join(out)
+
+
+def _is_square_matrix(cm: Any) -> bool:
+    """True for a non-empty n x n list of lists of numbers (evaluate's ``confusion_matrix``)."""
+    return (
+        isinstance(cm, list)
+        and bool(cm)
+        and all(isinstance(row, list) and len(row) == len(cm) for row in cm)
+        and all(isinstance(v, (int, float)) and not isinstance(v, bool) for row in cm for v in row)
+    )
+
+
+def _is_per_class(values: Any) -> bool:
+    """True for evaluate's per-class ``precision``/``recall``: a dict of class name -> number (or None)."""
+    return isinstance(values, dict) and all(v is None or (isinstance(v, (int, float)) and not isinstance(v, bool)) for v in values.values())
 
 
 def _confusion_table(cm: list[list[Any]], classes: list[str]) -> str:
@@ -490,8 +508,9 @@ def _lineage(run: dict[str, Any]) -> str:
             f"(sha256 <code>{_e(str(data.get('dataset_sha256'))[:12])}</code>, {_e(data.get('files'))} files)"
         )
     for name, facts in results.items():
-        if isinstance(facts, dict) and "counts" in facts and "num_classes" in facts:
-            chain.append(f"{_e(name)}: {_e(sum(facts['counts'].values()))} rows, {_e(facts.get('num_features'))} features, {_e(facts.get('num_classes'))} classes")
+        counts = facts.get("counts") if isinstance(facts, dict) else None
+        if isinstance(counts, dict) and "num_classes" in facts and all(isinstance(v, (int, float)) for v in counts.values()):
+            chain.append(f"{_e(name)}: {_e(sum(counts.values()))} rows, {_e(facts.get('num_features'))} features, {_e(facts.get('num_classes'))} classes")
         if isinstance(facts, dict) and "final_loss" in facts:
             chain.append(f"{_e(name)} on {_e(device_of(steps.get(name, {})))}: final loss {_num(facts.get('final_loss'))}")
     if model:

@@ -155,3 +155,23 @@ def test_credentials_in_a_record_never_reach_the_report(tmp_path: Path) -> None:
                      params={"dataset_uri": "https://alice:s3cret@data.example.com/"})
     text = write_report(folder).read_text()
     assert "s3cret" not in text and "data.example.com" in text
+
+
+def test_a_user_steps_results_named_like_evaluates_do_not_break_the_report(tmp_path: Path) -> None:
+    """Any step's results are read by the report; a user's step may name its facts as evaluate does with
+    other shapes. CI once saw ``could not write report.html: TypeError: 'int' object is not iterable`` for a
+    calibrate step returning ``{"classes": 10}``; its siblings are a ``counts`` that is not a dict of numbers
+    and a ``confusion_matrix`` or ``precision`` of another shape. Those are left undrawn; evaluate's still are."""
+    evaluate = json.loads((_record(tmp_path / "base") / "run.json").read_text())["results"]["evaluate"]
+    results = {
+        "evaluate": evaluate,
+        "calibrate": {"temperature_scale": 2.5, "classes": 10},
+        "count": {"counts": "many", "num_classes": 3},
+        "odd": {"confusion_matrix": [[1, 2], [3]], "precision": {"a": "high"}, "recall": {"a": 0.5}},
+    }
+    folder = _record(tmp_path / "run", results=results)
+    path = write_report(folder)
+    html = path.read_text()
+    assert html.count('data-plot="') == html.count("<svg")  # every plot present is whole
+    assert 'data-plot="evaluate confusion"' in html and 'data-plot="evaluate per class"' in html
+    assert 'data-plot="odd confusion"' not in html and 'data-plot="odd per class"' not in html
