@@ -10,6 +10,11 @@ data, parameters and model, never by device: a restarted train, or the next cand
 resumes there. Batches come from per-epoch permutations seeded by ``seed + epoch``, so a resumed run sees the
 same batches and, on CPU, ends with the same weights as an uninterrupted one. The checkpoint folder is removed
 once the final model is written.
+
+A candidate with several devices (``count > 1`` on a GPU or NPU kind) trains with one worker process per device
+(:func:`heteroflow.components.distributed.launch`, torchrun's environment, the registry's backend); each runs the
+same training function on its share of every batch (see :mod:`heteroflow.components.training`), so a step means
+the same with any number of devices and a checkpoint resumes across them.
 """
 
 from __future__ import annotations
@@ -78,7 +83,9 @@ class TrainResult:
         precision: the autocast dtype used (``float32``, ``bfloat16``, ``float16``).
         model: the model factory and its arguments.
         device_kind: the candidate's device kind (``npu`` even when simulated on the CPU).
-        num_workers: DataLoader worker processes used.
+        num_workers: DataLoader worker processes used (per training process).
+        processes: training processes, one per device (the candidate's ``count`` on an accelerator kind, else 1),
+            each its share of every batch, gradients combined by DDP with the registry's backend.
     """
 
     model_dir: Path
@@ -95,6 +102,7 @@ class TrainResult:
     model: dict[str, Any] = dataclasses.field(default_factory=dict)
     device_kind: str = "cpu"
     num_workers: int = 0
+    processes: int = 1
 
 
 def build_model(in_features: int, num_classes: int, hidden_units: int) -> torch.nn.Module:
@@ -326,7 +334,9 @@ def train(
         dataset_dir: preprocess output (``meta.json``: table shards, an image folder's split, or tensors).
         model_dir: folder to write; it appears complete or not at all (written beside it, then renamed).
         device: torch device string: ``cpu``, ``cuda``, ``cuda:N``, ``npu``.
-        resources: the candidate it runs on (the engine passes it; its kind names the device in records and faults).
+        resources: the candidate it runs on (the engine passes it; its kind names the device in records and faults;
+            a ``count`` above 1 on an accelerator kind trains with one worker process per device, see
+            :func:`distributed_workers`).
         epochs: passes over the train split, >= 1 (unit: passes).
         batch_size: samples per optimizer step, >= 1 (unit: samples).
         learning_rate: the optimizer's step size, > 0.
@@ -361,17 +371,7 @@ def train(
     """
     import torch  # imported before the clock starts: seconds measure the training, not the import
 
-    from heteroflow.components.failures import fault_after_steps
-    from heteroflow.components.training import (
-        Checkpoint,
-        TrainContext,
-        _import_callable,
-        auto_workers,
-        classifier_loop,
-        make_loader,
-        make_scaler,
-        resolve_precision,
-    )
+    from heteroflow.components.training import _import_callable, auto_workers, classifier_loop, resolve_precision
 
     started = time.perf_counter()
     check_train_params(locals())
@@ -384,20 +384,12 @@ def train(
     kind = resources.kind if resources is not None else _KIND_OF_TYPE.get(dev.type, dev.type)
     kind = getattr(kind, "value", kind)
     accel = resources.accelerator_spec if resources is not None else None
-    dtype = resolve_precision(precision, dev, bf16=getattr(accel, "bf16", None))
+    bf16 = getattr(accel, "bf16", None)
+    dtype = resolve_precision(precision, dev, bf16=bf16)
+    world = distributed_workers(resources)
     # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given.
     torch.set_num_threads(available_cpus())
     workers = auto_workers(splits.in_memory, loader_workers)
-    train_loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=workers, device=dev)
-    val_loader = None
-    if splits.validation is not None:
-        val_loader = make_loader(splits.validation, batch_size=max(batch_size, 256), seed=seed, shuffle=False,
-                                 num_workers=workers, device=dev)
-
-    def fault_check(step: int) -> None:
-        fault = fault_after_steps("train", str(kind), step)
-        if fault is not None:
-            raise fault
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
@@ -411,40 +403,19 @@ def train(
     try:
         with _exclusive(ckpt_dir, say=say):
             amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
-            n_train = len(splits.train)
-            total_steps = epochs * math.ceil(n_train / batch_size)
-            ctx = TrainContext(
-                device=dev,
-                device_kind=str(kind),
-                autocast_dtype=dtype,
-                scaler=make_scaler(dtype, dev),
-                train_loader=train_loader,
-                val_loader=val_loader,
-                classes=splits.classes,
-                input_shape=splits.input_shape,
-                epochs=epochs,
-                batch_size=batch_size,
-                learning_rate=learning_rate,
-                seed=seed,
-                params=params,
-                checkpoint=Checkpoint(ckpt_dir, every_steps=checkpoint_every_steps, model=spec.to_dict(),
-                                      amp_dtype=amp_name, total_steps=total_steps),
-                model_spec=spec,
-                loss_ref=loss,
-                optimizer_ref=optimizer,
-                progress=progress,
-                fault_check=fault_check,
-            )
+            total_steps = epochs * math.ceil(len(splits.train) / batch_size)
+            ctx = _make_context(splits, spec, params, ckpt_dir, locals(), device=dev, kind=str(kind), dtype=dtype,
+                                loader_workers=workers, progress=progress)
             loop_started = time.perf_counter()
-            trained = loop(ctx)
-            loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
-            trained = trained if trained is not None else ctx.model
-            if not isinstance(trained, torch.nn.Module):
-                raise InvalidParameter(
-                    f"train_function={train_function!r} returned {type(trained).__name__}; return the trained model "
-                    "(or build it with ctx.build_model())"
-                )
-            raw = trained.module if hasattr(trained, "module") else trained
+            if world > 1:
+                # one worker process per device; rank 0's model, history and counters come back
+                raw = _train_on_workers(world, dev, dataset_dir=dataset_dir, values=_given(locals()), kind=str(kind),
+                                        bf16=bf16, deterministic=deterministic, ctx=ctx, progress=progress)
+                loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
+            else:
+                trained = loop(ctx)
+                loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
+                raw = _trained_module(trained, ctx, train_function)
             val_acc = ctx.evaluate_accuracy(raw)
             last = ctx.history[-1] if ctx.history else {}
             steps_done = int(last.get("step", total_steps))
@@ -470,7 +441,186 @@ def train(
         model=spec.to_dict(),
         device_kind=str(kind),
         num_workers=workers,
+        processes=world,
     )
+
+
+_TRAIN_ARGS = ("epochs", "batch_size", "learning_rate", "hidden_units", "seed", "checkpoint_every_steps",
+               "checkpoint_root", "model_factory", "model_args", "loss", "optimizer", "train_function",
+               "dataset_factory", "precision", "loader_workers", "deterministic")
+
+
+def _given(values: Mapping[str, Any]) -> dict[str, Any]:
+    """train's own parameters out of its ``locals()`` (picklable, for the workers)."""
+    return {k: values[k] for k in _TRAIN_ARGS}
+
+
+def distributed_workers(resources: Resources | None) -> int:
+    """Worker processes train starts for a candidate: its device ``count`` when that is more than 1 on an
+    accelerator kind (one process per device, :func:`heteroflow.components.distributed.launch`), else 1 (this
+    process). A CPU candidate's ``cpu`` is threads of one process."""
+    if resources is None:
+        return 1
+    kind = getattr(resources.kind, "value", resources.kind)
+    count = int(resources.count or 0)
+    return count if kind != "cpu" and count > 1 else 1
+
+
+def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path, v: Mapping[str, Any], *,
+                  device: torch.device, kind: str, dtype: Any, loader_workers: int, progress: Callable[..., None] | None,
+                  distributed: Any = None) -> Any:
+    """The :class:`~heteroflow.components.training.TrainContext` of one process (``distributed``: a worker's
+    :class:`~heteroflow.components.distributed.DistributedContext`, which sets rank and world size)."""
+    from heteroflow.components.failures import fault_after_steps
+    from heteroflow.components.training import Checkpoint, TrainContext, make_loader, make_scaler
+
+    rank = distributed.rank if distributed is not None else 0
+    world = distributed.world_size if distributed is not None else 1
+    batch_size, seed = v["batch_size"], v["seed"]
+    train_loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=loader_workers,
+                               device=device, rank=rank, world_size=world)
+    val_loader = None
+    if splits.validation is not None:
+        val_loader = make_loader(splits.validation, batch_size=max(batch_size, 256), seed=seed, shuffle=False,
+                                 num_workers=loader_workers, device=device)
+
+    def fault_check(step: int) -> None:
+        fault = fault_after_steps("train", kind, step)
+        if fault is not None:
+            raise fault
+
+    amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
+    total_steps = v["epochs"] * math.ceil(len(splits.train) / batch_size)
+    return TrainContext(
+        device=device,
+        device_kind=kind,
+        autocast_dtype=dtype,
+        scaler=make_scaler(dtype, device),
+        train_loader=train_loader,
+        val_loader=val_loader,
+        classes=splits.classes,
+        input_shape=splits.input_shape,
+        epochs=v["epochs"],
+        batch_size=batch_size,
+        learning_rate=v["learning_rate"],
+        seed=seed,
+        params=params,
+        checkpoint=Checkpoint(ckpt_dir, every_steps=v["checkpoint_every_steps"], model=spec.to_dict(),
+                              amp_dtype=amp_name, total_steps=total_steps),
+        model_spec=spec,
+        loss_ref=v["loss"],
+        optimizer_ref=v["optimizer"],
+        progress=progress,
+        fault_check=fault_check,
+        rank=rank,
+        world_size=world,
+        distributed=distributed,
+    )
+
+
+def _trained_module(trained: Any, ctx: Any, train_function: str) -> torch.nn.Module:
+    """The plain module a training function trained (its return value, else ``ctx.model``; DDP unwrapped).
+
+    Raises:
+        InvalidParameter: it returned something that is not a ``torch.nn.Module``.
+    """
+    import torch
+
+    trained = trained if trained is not None else ctx.model
+    if not isinstance(trained, torch.nn.Module):
+        raise InvalidParameter(
+            f"train_function={train_function!r} returned {type(trained).__name__}; return the trained model "
+            "(or build it with ctx.build_model())"
+        )
+    return trained.module if hasattr(trained, "module") else trained
+
+
+_PROGRESS_FILE_ENV = "HETEROFLOW_TRAIN_PROGRESS_FILE"
+
+
+def _train_worker(dctx: Any, *, dataset_dir: str, values: dict[str, Any], kind: str, bf16: bool | None) -> dict[str, Any] | None:
+    """One worker of a multi-device train (run by :func:`~heteroflow.components.distributed.launch`): the same
+    context and training function as in one process, on this rank's device and share of each batch."""
+    import torch
+    import torch.distributed as dist
+
+    from heteroflow.cache.atomic import atomic_write_bytes
+    from heteroflow.components.training import _import_callable, _to_cpu, auto_workers, classifier_loop, resolve_precision
+
+    splits, spec, params, ckpt_dir = _plan(dataset_dir, values)
+    device = dctx.device
+    dtype = resolve_precision(values["precision"], device, bf16=bf16)
+    progress_file = os.environ.get(_PROGRESS_FILE_ENV)
+
+    def progress(**facts: Any) -> None:  # rank 0's live progress, read back by the launching process
+        if progress_file:
+            atomic_write_bytes(progress_file, json.dumps(facts, default=str).encode())
+
+    ctx = _make_context(splits, spec, params, ckpt_dir, values, device=device, kind=kind, dtype=dtype,
+                        loader_workers=auto_workers(splits.in_memory, values["loader_workers"]),
+                        progress=progress if dctx.rank == 0 else None, distributed=dctx)
+    loop = _import_callable(values["train_function"], what="train_function") if values["train_function"] else classifier_loop
+    started = time.perf_counter()
+    raw = _trained_module(loop(ctx), ctx, values["train_function"])
+    seconds = ctx.loop_seconds or (time.perf_counter() - started)
+    samples = torch.tensor([float(ctx.samples_seen)], dtype=torch.float64)
+    dist.all_reduce(samples)  # samples/s of the whole candidate, every rank's share
+    if dctx.rank != 0:
+        return None
+    return {"model": _to_cpu(raw.state_dict()), "history": list(ctx.history), "samples_seen": int(samples.item()),
+            "loop_seconds": seconds, "resumed_from_step": ctx.checkpoint.resumed_from_step,
+            "checkpoints_written": ctx.checkpoint.written}
+
+
+def _train_on_workers(world: int, device: torch.device, *, dataset_dir: str | os.PathLike[str], values: dict[str, Any],
+                      kind: str, bf16: bool | None, deterministic: bool, ctx: Any,
+                      progress: Callable[..., None] | None) -> torch.nn.Module:
+    """Train on ``world`` devices, one worker process each, and return rank 0's model (on ``device``, plain).
+
+    Rank 0's history, samples, loop time and checkpoint counters are copied into ``ctx`` (this process's context,
+    which evaluates and writes the model). Its live progress is relayed to ``progress`` every 0.5 s.
+
+    Raises:
+        whatever :func:`heteroflow.components.distributed.launch` raises: a worker's own exception (classified as
+        in one process: an injected device fault, a CUDA error), ``WorkerKilled`` (transient), ``WorkerError``.
+    """
+    import tempfile
+    import threading
+
+    from heteroflow.components.distributed import launch
+
+    with tempfile.TemporaryDirectory(prefix="heteroflow-train-") as tmp:
+        progress_file = Path(tmp, "progress.json")
+        stop = threading.Event()
+
+        def relay() -> None:
+            seen = None
+            while not stop.wait(0.5):
+                with contextlib.suppress(OSError, ValueError):
+                    text = progress_file.read_text(encoding="utf-8")
+                    if text != seen and progress is not None:
+                        seen = text
+                        progress(**json.loads(text), workers=world)
+
+        watcher = threading.Thread(target=relay, daemon=True)
+        watcher.start()
+        try:
+            results = launch(_train_worker, world, kwargs={"dataset_dir": str(dataset_dir), "values": values, "kind": kind,
+                                                          "bf16": bf16},
+                             device_type=device.type, deterministic=deterministic,
+                             env={_PROGRESS_FILE_ENV: str(progress_file)})
+        finally:
+            stop.set()
+            watcher.join()
+    out = results[0]
+    ctx.history[:] = out["history"]
+    ctx.samples_seen = out["samples_seen"]
+    ctx.loop_seconds = out["loop_seconds"]
+    ctx.checkpoint.resumed_from_step = out["resumed_from_step"]
+    ctx.checkpoint.written = out["checkpoints_written"]
+    model = ctx.model_spec.build()
+    model.load_state_dict(out["model"])
+    return model.to(device)
 
 
 def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, dataset_dir: str | os.PathLike[str],
@@ -562,6 +712,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
         "model": result.model.get("factory"),
         "model_args": result.model.get("args"),
         "num_workers": result.num_workers,
+        "processes": result.processes,
         "history": list(result.history),
         "steps": result.steps,
         "resumed_from_step": result.resumed_from_step,

@@ -23,9 +23,14 @@ atomic, device-portable checkpoints (:class:`Checkpoint`). The built-in classifi
             ctx.report(epoch=epoch + 1, loss=...)        # live progress and the per-epoch history in run.json
         return model
 
-Distributed training (a later issue) hooks in where :func:`heteroflow.components.train.train` builds the context
-(``_make_context``): a launcher sets ``rank``/``world_size``, wraps the model from ``build_model`` in DDP, gives
-the loaders a ``DistributedSampler``-like batch sampler, and lets only rank 0 save checkpoints and report.
+Several devices (a candidate with ``count > 1``): :func:`heteroflow.components.train.train` starts one worker
+per device (:func:`heteroflow.components.distributed.launch`, the registry's backend) and builds this context in
+each with ``rank``/``world_size`` set. The same training function then runs unchanged: :meth:`TrainContext.build_model`
+wraps the model in DDP, :meth:`TrainContext.batches` yields this rank's share of each batch of ``batch_size``
+samples (the batches one process would see, split), :meth:`TrainContext.loss_fn` scales the rank's mean loss by
+``world_size * n_rank / n_batch`` so DDP's averaging gives exactly the gradient of the whole batch (unequal shares,
+a short last batch), and only rank 0 writes checkpoints and reports live. One optimizer step is the same step as
+in one process, so a checkpoint of a 2-device candidate resumes on a 1-device one and the other way round.
 """
 
 from __future__ import annotations
@@ -376,7 +381,11 @@ class EpochBatches:
     batches of ``batch_size`` (the last may be smaller), from batch ``start`` on (a resume mid-epoch). The same
     seed gives the same batches on every device and with any number of DataLoader workers.
 
-    Shard it for distributed training with ``rank`` / ``world_size`` (each rank takes every world_size-th batch).
+    Distributed training (``rank`` / ``world_size``): every rank walks the same batches and yields its share of
+    each (``numpy.array_split`` of the batch into ``world_size`` parts, part ``rank``), so the union over ranks of
+    step ``i``'s samples is step ``i`` of one process. A rank whose share of a short last batch is empty gets the
+    batch's first sample, which :meth:`TrainContext.loss_fn` weights 0 (every rank must take every step, or
+    DDP's collectives hang).
     """
 
     def __init__(self, n: int, batch_size: int, seed: int, *, shuffle: bool = True, rank: int = 0, world_size: int = 1) -> None:
@@ -393,19 +402,34 @@ class EpochBatches:
     def __iter__(self) -> Iterator[np.ndarray]:
         order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
         for b in range(self.start, math.ceil(self.n / self.batch_size)):
-            if (b - self.start) % self.world_size == self.rank:
-                yield order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch
+            batch = order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch
+            if self.world_size > 1:
+                part = np.array_split(batch, self.world_size)[self.rank]
+                batch = part if len(part) else batch[:1]
+            yield batch
+
+    def share(self, b: int) -> float:
+        """The factor rank ``rank``'s mean loss on batch ``b`` (of the epoch) gets so that DDP's average over ranks
+        is the mean loss of the whole batch: ``world_size * n_rank / n_batch`` (0 for a stand-in sample; 1 in one
+        process)."""
+        if self.world_size == 1:
+            return 1.0
+        n_batch = min(self.batch_size, self.n - b * self.batch_size)
+        n_rank = len(np.array_split(np.arange(n_batch), self.world_size)[self.rank])
+        return self.world_size * n_rank / n_batch
 
 
-def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_workers: int, device: torch.device) -> Any:
-    """A DataLoader over ``dataset`` with :class:`EpochBatches`: ``num_workers`` processes prefetching 2 batches
-    each, pinned memory on accelerators, its own RNG (the global one stays the training's)."""
+def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_workers: int, device: torch.device,
+                rank: int = 0, world_size: int = 1) -> Any:
+    """A DataLoader over ``dataset`` with :class:`EpochBatches` (this rank's share of each batch when
+    ``world_size > 1``): ``num_workers`` processes prefetching 2 batches each, pinned memory on accelerators, its
+    own RNG (the global one stays the training's)."""
     import torch
     from torch.utils.data import DataLoader
 
     from heteroflow.components.readers import batch_collate
 
-    sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle)
+    sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size)
     return DataLoader(
         dataset,
         batch_sampler=sampler,
@@ -438,7 +462,9 @@ class TrainContext:
         params: every training parameter (JSON-ready).
         checkpoint: the run's :class:`Checkpoint` (save / load).
         model_spec: the model factory and its arguments.
-        rank / world_size: this process's rank and the number of processes (1 today).
+        rank / world_size: this worker's rank and the number of workers (one per device of the candidate).
+        distributed: the worker's :class:`heteroflow.components.distributed.DistributedContext` (None in one
+            process): its ``ddp``, ``barrier`` and backend.
         history: the per-epoch metrics :meth:`report` collected (into ``run.json``).
     """
 
@@ -461,6 +487,7 @@ class TrainContext:
     optimizer_ref: str = ""
     rank: int = 0
     world_size: int = 1
+    distributed: Any = None
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     progress: Callable[..., None] | None = None
     fault_check: Callable[[int], None] | None = None
@@ -468,6 +495,7 @@ class TrainContext:
     samples_seen: int = 0
     loop_seconds: float = 0.0
     _started: float = dataclasses.field(default_factory=time.perf_counter)
+    _share: float = 1.0
 
     @property
     def steps_per_epoch(self) -> int:
@@ -487,6 +515,9 @@ class TrainContext:
 
         torch.manual_seed(self.seed)
         self.model = self.model_spec.build().to(self.device)
+        if self.distributed is not None and self.world_size > 1:
+            # DDP with DDP's averaging hook: loss_fn's per-rank factor makes the average the whole batch's gradient
+            self.model = self.distributed.ddp(self.model, weighted=False)
         return self.model
 
     def build_optimizer(self, model: nn.Module) -> Any:
@@ -506,10 +537,28 @@ class TrainContext:
         import torch.nn.functional as F
 
         if not self.loss_ref:
-            return F.cross_entropy(output, target)
-        if not hasattr(self, "_loss"):
-            object.__setattr__(self, "_loss", _import_callable(self.loss_ref, what="loss")())
-        return self._loss(output, target)  # type: ignore[attr-defined,no-any-return]
+            value = F.cross_entropy(output, target)
+        else:
+            if not hasattr(self, "_loss"):
+                object.__setattr__(self, "_loss", _import_callable(self.loss_ref, what="loss")())
+            value = self._loss(output, target)  # type: ignore[attr-defined]
+        if self.world_size > 1:
+            # this rank's part of the batch's mean loss, times world_size (DDP divides the sum by it): the
+            # averaged gradient is the whole batch's, whatever each rank's share (0 for a stand-in sample)
+            return value * self._share if self._share else value * 0.0
+        return value  # type: ignore[no-any-return]
+
+    def mean_across_workers(self, value: float) -> float:
+        """The mean of ``value`` over the workers (``value`` itself in one process). With :meth:`loss_fn`'s
+        factors, the mean over ranks of their losses is the whole batch's loss. Every rank must call it."""
+        if self.world_size == 1:
+            return float(value)
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t.item()) / self.world_size
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast`` in :attr:`autocast_dtype` on this device type (a no-op context for fp32)."""
@@ -535,8 +584,11 @@ class TrainContext:
         """Epoch ``epoch``'s training batches on :attr:`device`, from the batch after optimizer step ``step``
         (the whole epoch when ``step`` lies before it)."""
         start = max(0, step - epoch * self.steps_per_epoch)
-        self.train_loader.batch_sampler.set_epoch(epoch, start)
-        for batch in self.train_loader:
+        sampler = self.train_loader.batch_sampler
+        sampler.set_epoch(epoch, start)
+        for b, batch in enumerate(self.train_loader, start):
+            if self.world_size > 1:
+                self._share = sampler.share(b)
             yield self.to_device(batch)
 
     def step_done(self, step: int, *, model: nn.Module, optimizer: Any = None, scheduler: Any = None,
@@ -548,9 +600,12 @@ class TrainContext:
             Whether a checkpoint was written.
         """
         saved = False
-        if self.checkpoint.due(step) and self.rank == 0:
+        due = self.checkpoint.due(step)
+        if due and self.rank == 0:
             self.checkpoint.save(step, model=model, optimizer=optimizer, scheduler=scheduler, scaler=self.scaler, extra=extra)
             saved = True
+        if due and self.distributed is not None and self.world_size > 1:
+            self.distributed.barrier()  # no rank runs on (or fails) before rank 0's checkpoint is complete
         if self.fault_check is not None:
             self.fault_check(step)
         return saved
@@ -572,6 +627,7 @@ class TrainContext:
         loader = self.val_loader if loader is None else loader
         if loader is None:
             return None
+        model = model.module if hasattr(model, "module") else model  # DDP: every rank evaluates its own copy
         was_training = model.training
         model.eval()
         correct = total = 0
@@ -634,15 +690,15 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
             losses.append(loss.detach().float())
             if ctx.checkpoint.due(step):
                 _check_losses(losses, first_step=first_step, epoch=epoch, ctx=ctx)  # never save NaN weights
-                part = loss_sum + torch.stack(losses).double().sum().cpu()
+                part = ctx.mean_across_workers(float((loss_sum + torch.stack(losses).double().sum().cpu()).item()))
                 ctx.step_done(step, model=model, optimizer=optimizer, extra={
-                    "epoch_loss_sum": float(part.item()), "epoch_loss_count": loss_count + len(losses),
+                    "epoch_loss_sum": part, "epoch_loss_count": loss_count + len(losses),
                     "history": ctx.history,
                 })
             elif ctx.fault_check is not None:
                 ctx.fault_check(step)
         _check_losses(losses, first_step=first_step, epoch=epoch, ctx=ctx)
-        total = loss_sum + (torch.stack(losses).double().sum().cpu() if losses else 0.0)
+        total = ctx.mean_across_workers(float(loss_sum + (torch.stack(losses).double().sum().cpu() if losses else 0.0)))
         count = loss_count + len(losses)
         epoch_loss = float(total / count) if count else float("nan")
         loss_sum, loss_count = torch.zeros((), dtype=torch.float64), 0

@@ -445,3 +445,52 @@ def record_pid_and_sleep(ctx: DistributedContext, *, folder: str) -> None:
     Path(folder).mkdir(parents=True, exist_ok=True)
     (Path(folder) / str(ctx.rank)).write_text(str(os.getpid()))
     time.sleep(120)
+
+
+# --- the train step on a candidate with count > 1 -----------------------------------------------------------
+
+
+def test_each_rank_takes_its_share_of_the_single_process_batches_and_the_shares_weigh_them_whole() -> None:
+    """EpochBatches with world_size > 1: the ranks' parts of step i are step i of one process (a short last batch
+    too), a rank with nothing of a batch gets a stand-in sample weighted 0, and the loss factors average to 1."""
+    from heteroflow.components.training import EpochBatches
+
+    n, batch, world = 10, 4, 3  # batches of 4, 4, 2: the last leaves rank 2 nothing
+    one = list(EpochBatches(n, batch, seed=7))
+    ranks = [EpochBatches(n, batch, seed=7, rank=r, world_size=world) for r in range(world)]
+    parts = [list(s) for s in ranks]
+    for b, whole in enumerate(one):
+        shares = [s.share(b) for s in ranks]
+        real = [p[b] for p, share in zip(parts, shares) if share > 0]
+        assert sorted(int(i) for part in real for i in part) == sorted(int(i) for i in whole)
+        assert sum(shares) / world == pytest.approx(1.0)  # DDP's average of the factors: the batch's mean loss
+        for p, share in zip(parts, shares):
+            assert share == pytest.approx(world * len(p[b]) / len(whole)) if share else len(p[b]) == 1
+    assert [s.share(2) for s in ranks] == [1.5, 1.5, 0.0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("count", "batch_size"), [(2, 64), (3, 37)])  # 1,259 train samples: 37 leaves a last batch of 1
+def test_the_train_step_on_a_multi_device_candidate_runs_one_worker_per_device_like_one_process(
+    digits_shards: Path, tmp_path: Path, count: int, batch_size: int
+) -> None:
+    """train with a gpu x count candidate (simulated here: CPU workers over gloo) starts count workers, each on its
+    share of every batch; the losses, history and weights equal one process's (float rounding of the reduction
+    aside: 1e-6)."""
+    from heteroflow.components.resources import Resources
+    from heteroflow.components.train import train
+
+    kwargs: dict[str, Any] = dict(epochs=2, batch_size=batch_size, checkpoint_every_steps=10, deterministic=True)
+    single = train(digits_shards, tmp_path / "one", checkpoint_root=str(tmp_path / "ck1"), **kwargs)
+    multi = train(digits_shards, tmp_path / "many", checkpoint_root=str(tmp_path / "ck2"),
+                  resources=Resources(kind="gpu", count=count), **kwargs)
+    assert (single.processes, multi.processes) == (1, count)
+    assert multi.steps == single.steps and multi.device_kind == "gpu"
+    assert [h["epoch"] for h in multi.history] == [1, 2]
+    for a, b in zip(single.history, multi.history):
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-6)
+        assert b["validation_accuracy"] == pytest.approx(a["validation_accuracy"], abs=1e-3)
+    w1 = torch.load(tmp_path / "one" / "model.pt", weights_only=True)
+    w2 = torch.load(tmp_path / "many" / "model.pt", weights_only=True)
+    assert all(torch.allclose(w1[k], w2[k], atol=1e-6, rtol=0) for k in w1), {k: float((w1[k] - w2[k]).abs().max()) for k in w1}
+    assert multi.checkpoints_written >= 1  # rank 0 wrote them

@@ -60,3 +60,32 @@ def test_a_device_failure_after_40_steps_resumes_on_the_gpu_with_the_uninterrupt
     a, b, c = _weights(faulted), _weights(env_run), _weights(reference)
     assert [k for k in c if not torch.equal(a[k], c[k])] == []
     assert [k for k in c if not torch.equal(b[k], c[k])] == []
+
+
+@pytest.mark.slow
+def test_a_two_device_candidate_that_fails_after_40_steps_resumes_on_one_gpu(digits_dir: Path, tmp_path: Path) -> None:
+    """The case heteroflow exists for, with several devices: an NPU x2 candidate trains with two workers (one
+    per device, each its share of every batch), its devices fail after 40 steps, and the one-GPU candidate resumes
+    from rank 0's checkpoint: one optimizer step means the same on both, so the history equals an uninterrupted
+    one-device run and the weights equal it up to the reduction's float rounding."""
+    home = tmp_path / "home"
+    data = ["--dataset", str(digits_dir), "-c", "npu:count=2", "-c", "gpu:count=1"]
+    faulted = _run([*data, "--inject-fault", "train@npu=device:after_steps=40"], home, tmp_path)
+    assert faulted["status"] == "succeeded"
+    train = faulted["results"]["train"]
+    assert (train["device_kind"], train["processes"]) == ("gpu", 1)
+    assert train["resumed_from_step"] >= 40
+    (fallback,) = faulted["fallbacks"]
+    assert fallback["kind"] == "npu" and "after_steps=40" in json.dumps(fallback)
+
+    two = _run(["--dataset", str(digits_dir), "-c", "npu:count=2"], home, tmp_path)
+    assert (two["results"]["train"]["device_kind"], two["results"]["train"]["processes"]) == ("npu", 2)
+    reference = _run(["--dataset", str(digits_dir), "-c", "npu:count=1"], home, tmp_path)
+    assert reference["results"]["train"]["processes"] == 1
+    for run in (faulted, two):
+        got = run["results"]["train"]["history"]
+        ref = reference["results"]["train"]["history"]
+        assert [h["epoch"] for h in got] == [h["epoch"] for h in ref] == [1, 2, 3, 4, 5]
+        assert [h["loss"] for h in got] == pytest.approx([h["loss"] for h in ref], abs=1e-5)
+        a, c = _weights(run), _weights(reference)
+        assert all(torch.allclose(a[k], c[k], atol=1e-5, rtol=0) for k in c), {k: float((a[k] - c[k]).abs().max()) for k in c}
