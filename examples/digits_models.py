@@ -53,27 +53,47 @@ def cnn(num_classes: int, input_shape: tuple[int, ...] = (1, 8, 8), channels: in
 
 def train_loop(ctx: Any) -> nn.Module:
     """A training function (``train_function=digits_models:train_loop``): SGD with momentum and a cosine
-    schedule, autocast and checkpoints from heteroflow's context, one report per epoch."""
+    schedule, autocast (and fp16's GradScaler) and checkpoints from heteroflow's context, one report per epoch.
+
+    What it needs back after a resume rides in the checkpoint's ``extra``: the epochs already reported and the
+    partial epoch's loss sum, so a resumed run reports the same history and losses as an uninterrupted one. It
+    runs unchanged on a candidate with several devices (``ctx.mean_across_workers`` is the whole batch's loss).
+    """
     model = ctx.build_model()
     opt = torch.optim.SGD(model.parameters(), lr=ctx.learning_rate * 50, momentum=0.9)
     sched = torch.optim.lr_scheduler.CosineAnnealingLR(opt, T_max=ctx.total_steps)
     state = ctx.checkpoint.load(model=model, optimizer=opt, scheduler=sched, scaler=ctx.scaler)
     step = state["step"] if state else 0
-    for epoch in range(ctx.epoch_of(step), ctx.epochs):
+    extra = state["extra"] if state else {}
+    ctx.history[:] = list(extra.get("history", []))
+    total, count = float(extra.get("loss_sum", 0.0)), int(extra.get("loss_count", 0))
+    if count and step % ctx.steps_per_epoch == 0:  # saved at an epoch's last step, before that epoch's report
+        ctx.report(epoch=step // ctx.steps_per_epoch, step=step, loss=total / count,
+                   validation_accuracy=ctx.evaluate_accuracy(model))
         total, count = 0.0, 0
+    for epoch in range(ctx.epoch_of(step), ctx.epochs):
         for x, y in ctx.batches(epoch, step):
             with ctx.autocast():
                 loss = ctx.loss_fn(model(x), y)
             opt.zero_grad(set_to_none=True)
-            loss.backward()
-            opt.step()
+            if ctx.scaler is not None:  # fp16: scale the loss, unscale before the step
+                ctx.scaler.scale(loss).backward()
+                ctx.scaler.step(opt)
+                ctx.scaler.update()
+            else:
+                loss.backward()
+                opt.step()
             sched.step()
             step += 1
             ctx.samples_seen += len(y)
-            total, count = total + float(loss), count + 1
-            ctx.step_done(step, model=model, optimizer=opt, scheduler=sched)
-        ctx.report(epoch=epoch + 1, step=step, loss=total / max(count, 1),
+            total, count = total + loss.detach().item(), count + 1
+            extra = None
+            if ctx.checkpoint.due(step):  # every worker takes part in the mean, so compute it only when saving
+                extra = {"history": ctx.history, "loss_sum": ctx.mean_across_workers(total), "loss_count": count}
+            ctx.step_done(step, model=model, optimizer=opt, scheduler=sched, extra=extra)
+        ctx.report(epoch=epoch + 1, step=step, loss=ctx.mean_across_workers(total) / max(count, 1),
                    validation_accuracy=ctx.evaluate_accuracy(model))
+        total, count = 0.0, 0
     return model
 
 

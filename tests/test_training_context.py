@@ -125,6 +125,9 @@ def test_a_training_function_resumes_after_sigkill_and_ends_with_the_uninterrupt
     assert reference.resumed_from_step == 0 and resumed.steps == reference.steps
     a, b = _weights(tmp_path / "resumed"), _weights(tmp_path / "reference")
     assert [k for k in b if not torch.equal(a[k], b[k])] == []
+    # the epochs before the kill and the partial epoch's losses come back from the checkpoint: the same history
+    assert [h["epoch"] for h in resumed.history] == list(range(1, 13))
+    assert resumed.history == reference.history and resumed.final_loss == reference.final_loss
 
 
 def test_bf16_autocast_on_the_cpu_when_asked(digits_shards: Path, tmp_path: Path) -> None:
