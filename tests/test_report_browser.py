@@ -1,6 +1,7 @@
 """The HTML run report in a real browser: headless Chromium (the Debian package) opens the reports of a run that
 succeeded, a run that failed and a run that fell back, through the DevTools protocol over a pipe. Each gets a
-screenshot (kept under pytest's tmp dir as the test artifact), and the checks are made on what the page shows
+screenshot (the test artifact: under ``$HETEROFLOW_TEST_ARTIFACTS/report-browser/`` when that is set, as
+``.ci/run`` sets it, else under pytest's tmp dir), and the checks are made on what the page shows
 (``document.body.innerText``): every step, the failure and the fallback reason, the plots, and no console error.
 """
 
@@ -216,6 +217,10 @@ def _open(browser: Browser, run_dir: Path, artifacts: Path, name: str) -> tuple[
     report = run_dir / "report.html"  # written at the end of the run
     assert report.is_file()
     page = Page(browser, report.as_uri())
+    kept = os.environ.get("HETEROFLOW_TEST_ARTIFACTS")
+    if kept:
+        artifacts = Path(kept) / "report-browser"
+        artifacts.mkdir(parents=True, exist_ok=True)
     shot = page.screenshot(artifacts / f"report-{name}.png")
     assert shot.stat().st_size > 10_000 and shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert page.console_errors() == []
