@@ -381,14 +381,18 @@ class PrepareRunOperator(BaseOperator):
         started = time.time()
         dag_run = context.get("dag_run")
         conf = dict(getattr(dag_run, "conf", None) or {})
-        unknown = sorted(set(conf) - set(self.pipeline.params))
+        aliases = self.pipeline.aliases  # -c '{"seed": 1}' sets preprocess.seed and train.seed, as --param seed=1
+        for short in sorted(set(conf) & set(aliases)):
+            for name in aliases[short]:
+                if name not in conf:  # a qualified name given beside the short one wins
+                    given[name] = conf[short]
+        unknown = sorted(set(conf) - set(self.pipeline.params) - set(aliases))
         if self.local:
             folder.mkdir(parents=True, exist_ok=True)  # so a run refused here still gets its run.json
         try:
             if unknown:  # a typo in -c '{"epoch": 10}' would otherwise run with the default, silently
-                raise InvalidParameter(
-                    f"unknown parameter(s) {', '.join(unknown)} in the run's conf; valid: {', '.join(sorted(self.pipeline.params))}"
-                )
+                valid = sorted([*self.pipeline.params, *aliases])
+                raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)} in the run's conf; valid: {', '.join(valid)}")
             if self.local:
                 args = prepare_arguments(self.pipeline, given)
             else:

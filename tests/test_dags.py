@@ -736,3 +736,29 @@ def test_a_calls_secrets_reach_its_pod_as_secret_key_refs(kubeconfig: Path) -> N
     assert "HETEROFLOW_RUN_ID" in env
     other = {e["name"] for e in pods["preprocess"]["spec"]["containers"][0]["env"]}
     assert "AWS_ACCESS_KEY_ID" not in other  # only the call that asked for it
+
+
+def test_the_runs_conf_takes_a_short_name_for_every_call_that_shares_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`airflow dags test ... -c '{"seed": 1}'` sets preprocess.seed and train.seed, as `heteroflow run --param
+    seed=1` does (#15.5); a qualified name beside it wins for its call; a typo is still refused, listing the short
+    names too."""
+    import types
+
+    monkeypatch.setattr("heteroflow.dags.pools.check_pools", lambda *a, **k: None)  # no Airflow database here
+    pipeline = default_pipeline()
+    dag = build_dag(pipeline, "hf-conf", run_root=str(tmp_path))
+    prepare = dag.get_task(PREPARE_TASK)
+    defaults = {name: (None if p.required else p.default) for name, p in pipeline.params.items()}
+
+    def execute(conf: dict[str, Any]) -> dict[str, Any]:
+        params = {**defaults, **{k: v for k, v in conf.items() if k in pipeline.params}}  # what Airflow merges
+        context = {"run_id": f"manual__{len(conf)}", "params": params, "dag_run": types.SimpleNamespace(conf=conf)}
+        prepare.local = False  # arguments checked, no data set read
+        return prepare.execute(context)["args"]
+
+    args = execute({"dataset_uri": "s3://bucket/digits", "seed": 3})
+    assert (args["preprocess.seed"], args["train.seed"]) == (3, 3)
+    args = execute({"dataset_uri": "s3://bucket/digits", "seed": 3, "train.seed": 5})
+    assert (args["preprocess.seed"], args["train.seed"]) == (3, 5)
+    with pytest.raises(AirflowFailException, match=r"unknown parameter\(s\) sead in the run's conf; valid: .*\bseed\b"):
+        execute({"dataset_uri": "s3://bucket/digits", "sead": 3})
