@@ -10,7 +10,8 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   source is generated and registered with :mod:`linecache`.) The image must have heteroflow installed.
 - **One graph, flat.** Every call is one top-level task (a device-bound call with several candidates: a chain,
   below), wired only by the data it reads, so calls that do not depend on each other run in parallel on a
-  cluster (kfp.local runs a DAG's tasks one at a time). No call is nested in another call's branch.
+  cluster and on kfp.local too (kfp 2.17 runs a DAG's tasks one at a time; :func:`heteroflow.pipelines.local.run_local`
+  starts every task whose inputs are ready). No call is nested in another call's branch.
 - **Routing.** Every step task returns its route: ``succeeded``; ``to-<k>`` (a device failure: candidate ``k``
   runs next, decided in the task by :func:`heteroflow.components.fallback.next_candidate`, the rule every engine
   uses, with the plan's inventory); ``failed: <class>: <reason>`` (permanent, or a device failure with no
