@@ -136,10 +136,8 @@ class Param:
                 return raw
             return self.type(raw.strip())
         except ValueError:
-            raise InvalidParameter(
-                f"parameter {self.name}={raw!r} is not a valid {self.type.__name__}"
-                + (" (true/false)" if self.type is bool else "")
-            ) from None
+            valid = {bool: "true or false", int: "an integer, e.g. 3", float: "a number, e.g. 0.001"}.get(self.type, self.type.__name__)
+            raise InvalidParameter(f"parameter {self.name}={raw!r} is not a valid {self.type.__name__}; valid: {valid}") from None
 
     def check(self, value: Any) -> Any:
         """Check a Python value against this parameter's type (ints are accepted for floats).

@@ -318,6 +318,9 @@ def _print_record(record: Any, pipeline: Any) -> None:
         engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none
         if engine_log.is_file():
             console.print(f"engine log: {engine_log}", highlight=False)
+    report = Path(record.run_dir, "report.html")
+    if report.is_file():
+        console.print(f"report: {report}", highlight=False)
     console.print(f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False)
 
 

@@ -156,7 +156,9 @@ def runs_list(
         return
     table = Table(title=f"runs ({len(rows)} of {len(runs)})")
     for col in ("run", "started UTC", "status", "pipeline", "device", "accuracy", "seconds", "fallbacks"):
-        table.add_column(col, justify="right" if col in ("accuracy", "seconds") else "left")
+        # the run id is what `runs show` takes: never cut or wrapped
+        table.add_column(col, justify="right" if col in ("accuracy", "seconds") else "left", no_wrap=col == "run",
+                         min_width=len(rows[0]["run_id"]) if col == "run" else None)
     for row in rows:
         table.add_row(
             escape(str(row["run_id"])),

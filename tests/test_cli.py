@@ -179,7 +179,7 @@ def test_run_via_console_script_prints_steps_and_metrics_and_writes_run_json(dig
 # folders made by _expand.
 ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
     "unknown-param": (["run", "--param", "nosuch=1"], ["unknown parameter 'nosuch'", *PARAM_NAMES]),
-    "param-not-int": (["run", "--param", "epochs=abc"], ["epochs='abc'", "is not a valid int"]),
+    "param-not-int": (["run", "--param", "epochs=abc"], ["epochs='abc'", "is not a valid int; valid: an integer"]),
     "param-not-pair": (["run", "--param", "epochs"], ["'epochs'", "is not NAME=VALUE"]),
     "dataset-missing": (["run", "--dataset", "{missing}"], ["{missing}", "does not exist"]),
     "dataset-empty": (["run", "--dataset", "{empty}"], ["{empty}", "is empty"]),

@@ -170,3 +170,19 @@ def test_the_readme_example_runs_with_heteroflow_run(readme_module: str, digits_
     assert [f["kind"] for f in record["fallbacks"]] == ["npu", "gpu"]  # no planner: the chain falls back at run time
     report = next(s for s in record["steps"] if s["name"] == "report")
     assert report["status"] == "succeeded" and report["details"] == {"files": 2}
+
+
+def test_no_folder_of_the_examples_shadows_a_module(tmp_path: Path) -> None:
+    """The README puts examples/ on PYTHONPATH (step processes import digits_models by name). A folder there named
+    like a module is then imported in its place: examples/docker, a namespace package, hid the docker SDK that
+    kfp.local imports, and every kfp.local run failed with "module 'docker' has no attribute 'DockerClient'"
+    (found by a fresh-user trial). No folder of examples/ may be named like an importable module."""
+    import subprocess
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    names = sorted(p.name for p in examples.iterdir() if p.is_dir() and p.name.isidentifier())
+    code = "import importlib.util, sys; print([n for n in sys.argv[1:] if importlib.util.find_spec(n) is not None])"
+    found = subprocess.run([sys.executable, "-c", code, *names], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert found.stdout.strip() == "[]", f"folders of examples/ named like installed modules: {found.stdout.strip()}"
+    for name in ("docker", "kfp", "torch", "airflow", "kubernetes", "heteroflow"):  # also when not installed here
+        assert not (examples / name).exists(), name

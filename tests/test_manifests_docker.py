@@ -1,4 +1,4 @@
-"""The container images per device kind (examples/docker/): every image a cluster profile names is built by a
+"""The container images per device kind (examples/dockerfiles/): every image a cluster profile names is built by a
 Dockerfile there, and each Dockerfile installs heteroflow from the build context with nothing the package needs
 left out by its .dockerignore. (Building them needs Docker and the registries; not done here.)"""
 
@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCKER = ROOT / "examples" / "docker"
+DOCKER = ROOT / "examples" / "dockerfiles"
 DOCKERFILES = sorted(DOCKER.glob("*.Dockerfile"))
 
 
@@ -41,7 +41,7 @@ def test_every_profile_image_has_a_dockerfile() -> None:
         text = profile.read_text()
         for kind, image in (yaml.safe_load(text).get("images") or {}).items():
             assert image in built, f"{profile.name}: images.{kind}={image} is built by no Dockerfile in examples/docker"
-            assert f"examples/docker/{built[image]}" in text  # the profile says which
+            assert f"examples/dockerfiles/{built[image]}" in text  # the profile says which
 
 
 @pytest.mark.parametrize("path", DOCKERFILES, ids=[p.name for p in DOCKERFILES])

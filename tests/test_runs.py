@@ -195,3 +195,14 @@ def test_summary_text_of_a_failed_run(tmp_path: Path) -> None:
     assert "  train attempt 3 on npu (candidate 0) after a transient failure, waited 10.0 s: storage timed out" in text
     assert "step train failed (transient failure): storage timed out" in text
     assert text.rstrip().endswith(f"run failed in 5.0 s; record: {folder}/run.json")
+
+
+def test_run_ids_are_listed_whole_on_a_narrow_terminal(tmp_path: Path) -> None:
+    """A fresh-user trial saw `202612…` at 80 columns: the id `runs show` takes was cut. It is never cut or wrapped."""
+    from heteroflow.pipelines.cli import app
+
+    run_id = "20261201-211808-e313"
+    _run(tmp_path / run_id, run_id, 100.0)
+    listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)], env={"COLUMNS": "80"})
+    assert listed.exit_code == 0, listed.output
+    assert run_id in listed.output

@@ -4,7 +4,7 @@
 # table in https://github.com/Ascend/pytorch (README "Ascend Auxiliary Software"). The node's driver
 # (/usr/local/Ascend/driver) and devices (/dev/davinci*) are mounted by the Ascend device plugin / Ascend Docker
 # runtime. Build from the repository root:
-#   docker build -f examples/docker/cann.Dockerfile -t registry.example.com/heteroflow:cann8 .
+#   docker build -f examples/dockerfiles/cann.Dockerfile -t registry.example.com/heteroflow:cann8 .
 # image: registry.example.com/heteroflow:cann8
 ARG CANN_IMAGE=quay.io/ascend/cann:8.3.rc2-910b-ubuntu22.04-py3.11
 FROM ${CANN_IMAGE}

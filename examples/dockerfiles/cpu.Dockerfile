@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # heteroflow for CPU nodes (preprocess, plan, evaluate, CPU training): the image examples/profiles/*.yaml name as
 # images.cpu. Build from the repository root (BuildKit reads cpu.Dockerfile.dockerignore beside this file):
-#   docker build -f examples/docker/cpu.Dockerfile -t registry.example.com/heteroflow:cpu .
+#   docker build -f examples/dockerfiles/cpu.Dockerfile -t registry.example.com/heteroflow:cpu .
 # image: registry.example.com/heteroflow:cpu
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE}

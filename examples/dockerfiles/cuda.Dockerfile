@@ -2,7 +2,7 @@
 # heteroflow for NVIDIA GPU nodes: the image examples/profiles/nvidia-gfd.yaml names as images.gpu. The PyTorch CUDA
 # wheels carry the CUDA runtime, cuDNN and NCCL; the node's driver (libcuda) is mounted by the NVIDIA container
 # toolkit, so the base stays a plain Python image. Build from the repository root:
-#   docker build -f examples/docker/cuda.Dockerfile -t registry.example.com/heteroflow:cuda12 .
+#   docker build -f examples/dockerfiles/cuda.Dockerfile -t registry.example.com/heteroflow:cuda12 .
 # image: registry.example.com/heteroflow:cuda12
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 FROM ${PYTHON_IMAGE}
