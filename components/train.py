@@ -357,7 +357,8 @@ def train(
             ``validation_accuracy`` and ``samples_per_second`` (the engine shows them live).
 
     Sets torch's intra-op thread count (process-wide) to the CPU cores this process may use
-    (:func:`~heteroflow.components.preprocess.available_cpus`: affinity and cgroup quota).
+    (:func:`~heteroflow.components.preprocess.available_cpus`: affinity and cgroup quota) less one per DataLoader
+    worker process (at least 1).
 
     Returns:
         A :class:`TrainResult`.
@@ -387,9 +388,11 @@ def train(
     bf16 = getattr(accel, "bf16", None)
     dtype = resolve_precision(precision, dev, bf16=bf16)
     world = distributed_workers(resources)
-    # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given.
-    torch.set_num_threads(available_cpus())
     workers = auto_workers(splits.in_memory, loader_workers)
+    # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given,
+    # less one core per DataLoader worker (the training's OpenMP threads spin between operations and took the
+    # cores the workers decode on: 2 workers on 2 cores went from 0.67x to 1.0x of no workers, benchmarks/training.py)
+    torch.set_num_threads(max(1, available_cpus() - workers))
 
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)

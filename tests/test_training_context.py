@@ -303,3 +303,19 @@ def test_a_checkpoint_restores_every_rng_state(tmp_path: Path) -> None:
     after_save = (random.gauss(0, 1), float(np.random.rand()), float(torch.rand(1)))
     _checkpoint(tmp_path, {"factory": "a:m"}).load(model=model)
     assert (random.gauss(0, 1), float(np.random.rand()), float(torch.rand(1))) == after_save
+
+
+def test_the_training_leaves_a_core_to_each_loader_worker(digits_shards: Path, tmp_path: Path) -> None:
+    """torch's OpenMP threads spin between operations and took the cores DataLoader workers decode on (2 workers on
+    2 cores: 0.67x of no workers, benchmarks/training.py): train uses the cores it may use less one per worker."""
+    from heteroflow.components.preprocess import available_cpus
+
+    before = torch.get_num_threads()
+    try:
+        result = train(digits_shards, tmp_path / "m", epochs=1, loader_workers=1, checkpoint_root=str(tmp_path / "ck"))
+        assert result.num_workers == 1
+        assert torch.get_num_threads() == max(1, available_cpus() - 1)
+        train(digits_shards, tmp_path / "n", epochs=1, loader_workers=0, checkpoint_root=str(tmp_path / "ck"))
+        assert torch.get_num_threads() == available_cpus()
+    finally:
+        torch.set_num_threads(before)
