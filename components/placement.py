@@ -803,7 +803,7 @@ def _relative_throughput(job: Job, state: PlacementState) -> np.ndarray:
 
 
 class ThroughputPolicy(Policy):
-    """heteroflow's default: the model where the job finishes first (throughput from its profile or the table;
+    """The model where the job finishes first (throughput from its profile or the table;
     with device free times, waiting for a busy faster model counts), then least-loaded node; data locality,
     cost and power break ties. Pending jobs are ordered long-first then shortest-first (:meth:`job_key`)."""
 

@@ -78,6 +78,32 @@ def one_step_gradient(ctx: DistributedContext, *, compression: str = "none", wei
     return {name: p.grad.clone() for name, p in model.named_parameters()}
 
 
+def train_with_compression(ctx: DistributedContext, *, compression: str, steps: int = 40) -> dict[str, Any]:
+    """SGD on the CNN for ``steps`` steps through DDP with ``compression``; the losses of the union batch and this
+    rank's final parameters."""
+    import torch.distributed as dist
+
+    torch.manual_seed(0)
+    model = SmallCNN()
+    ddp = ctx.ddp(model, compression=compression)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.2, momentum=0.9)
+    x, y = digits()
+    total = sum(ctx.batch_sizes)
+    part = rank_slice(ctx.batch_sizes, ctx.rank)
+    losses = []
+    for step in range(steps):
+        b = step % (len(x) // total)
+        xb, yb = x[b * total:(b + 1) * total][part], y[b * total:(b + 1) * total][part]
+        loss = F.cross_entropy(ddp(xb), yb)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        mean = loss.detach() * len(yb) / total
+        dist.all_reduce(mean)
+        losses.append(float(mean))
+    return {"losses": losses, "params": {n: p.detach().clone() for n, p in model.named_parameters()}}
+
+
 def one_step_gradient_relayed(ctx: DistributedContext) -> dict[str, torch.Tensor]:
     """As one_step_gradient, through the CPU relay hook (what a NPU rank in a gloo group uses)."""
     from torch.nn.parallel import DistributedDataParallel
@@ -494,3 +520,19 @@ def test_the_train_step_on_a_multi_device_candidate_runs_one_worker_per_device_l
     w2 = torch.load(tmp_path / "many" / "model.pt", weights_only=True)
     assert all(torch.allclose(w1[k], w2[k], atol=1e-6, rtol=0) for k in w1), {k: float((w1[k] - w2[k]).abs().max()) for k in w1}
     assert multi.checkpoints_written >= 1  # rank 0 wrote them
+
+
+@pytest.mark.slow
+def test_powersgd_compression_trains_and_keeps_the_replicas_equal() -> None:
+    """torch's PowerSGD hook (rank 1, error feedback, compressed after 10 uncompressed steps) under the batch-size
+    weighting: 40 steps on 32 + 16 samples still learn (the last 10 losses well below the first 10), and both
+    replicas hold the same parameters after compressed steps (DDP's invariant)."""
+    out = launch(train_with_compression, 2, kwargs={"compression": "powersgd"}, batch_sizes=[32, 16], deterministic=True)
+    plain = launch(train_with_compression, 2, kwargs={"compression": "none"}, batch_sizes=[32, 16], deterministic=True)
+    losses = out[0]["losses"]
+    assert losses == out[1]["losses"]
+    assert losses[:11] == pytest.approx(plain[0]["losses"][:11], abs=1e-5)  # 10 uncompressed warm-up steps
+    assert losses[20:] != pytest.approx(plain[0]["losses"][20:], abs=1e-4)  # then compressed: another path
+    assert sum(losses[-10:]) / 10 < 0.75 * sum(losses[:10]) / 10, losses
+    for name, p in out[0]["params"].items():
+        torch.testing.assert_close(out[1]["params"][name], p, rtol=0, atol=1e-6)

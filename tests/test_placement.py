@@ -118,6 +118,47 @@ def test_power_aware_packs_and_locality_attracts() -> None:
     assert d.node_names == ("v100-1",)  # spreads to the least-loaded node
 
 
+def test_data_locality_draws_a_job_to_the_node_that_caches_its_data_set() -> None:
+    """GOOD caches imagenet on both v100 nodes and nothing on the k80: among equally loaded nodes of one model, the
+    one holding the job's data set wins, even when it is busier; the explanation says so."""
+    text = GOOD.replace("    datasets: [imagenet]\n", "").replace(
+        "  - name: k80\n", "  - name: v100-cache\n    devices: {kind: gpu, model: v100, count: 4}\n    datasets: [imagenet]\n  - name: k80\n")
+    state = _state(text)
+    names = [n.name for n in state.inventory.nodes]
+    state.free[names.index("v100-cache")] = 3  # busier than v100-0 and v100-1 (4 free each)
+    d = place_round([Job(name="j", throughput={"nvidia-v100": 1.0}, dataset="imagenet")], state, "throughput")[0]
+    assert d.node_names == ("v100-cache",) and "imagenet cached" in d.explanation
+    state = _state(text)
+    state.free[names.index("v100-cache")] = 3
+    d = place_round([Job(name="k", throughput={"nvidia-v100": 1.0})], state, "throughput")[0]
+    assert d.node_names != ("v100-cache",) and "cached" not in d.explanation  # no data set: the least loaded
+
+
+def test_a_policy_named_module_attribute_is_a_users_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import types
+
+    from heteroflow.components.placement import Policy, ThroughputPolicy, get_policy
+
+    class K80First(ThroughputPolicy):
+        name = "k80-first"
+
+        def model_scores(self, job, state, allowed):  # type: ignore[no-untyped-def]
+            return np.where(np.array([m == "nvidia-k80" for m in state.models]) & allowed, 1.0, -np.inf)
+
+    module = types.ModuleType("my_policies")
+    module.K80First = K80First  # type: ignore[attr-defined]
+    module.not_a_policy = 3  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "my_policies", module)
+    assert isinstance(get_policy("my_policies:K80First"), Policy)
+    d = place_round([Job(name="j", throughput={"nvidia-v100": 10.0, "nvidia-k80": 2.5})], _state(), "my_policies:K80First")[0]
+    assert d.model == "nvidia-k80"  # the user's scores, not the faster v100
+    with pytest.raises(InvalidInventory, match=r"policy='my_policies:not_a_policy' is not a Policy"):
+        get_policy("my_policies:not_a_policy")
+    with pytest.raises(InvalidInventory, match=r"policy='nope_mod:X' cannot be imported"):
+        get_policy("nope_mod:X")
+
+
 def test_guarantee_is_honoured_for_a_queue_that_cannot_be_reclaimed() -> None:
     """Queue b (not reclaimable) cannot take the 4 devices guaranteed to queue a, even when they are idle."""
     state = _state()

@@ -319,3 +319,33 @@ def test_the_training_leaves_a_core_to_each_loader_worker(digits_shards: Path, t
         assert torch.get_num_threads() == available_cpus()
     finally:
         torch.set_num_threads(before)
+
+
+def test_loss_and_optimizer_factories_are_the_ones_used(digits_shards: Path, tmp_path: Path, user_modules: Path) -> None:
+    """loss=package.module:function() and optimizer=package.module:function(params, lr) replace cross-entropy and
+    Adam: the factories are called (counted), their loss is what is reported, and a factory that returns no
+    optimizer is a clear error."""
+    (user_modules / "myopt.py").write_text(
+        "import torch\n"
+        "CALLS = {'loss': 0, 'optimizer': 0}\n"
+        "def half_ce():\n"
+        "    CALLS['loss'] += 1\n"
+        "    return lambda output, target: 0.5 * torch.nn.functional.cross_entropy(output, target)\n"
+        "def sgd(params, lr):\n"
+        "    CALLS['optimizer'] += 1\n"
+        "    return torch.optim.SGD(params, lr=lr, momentum=0.9)\n"
+        "def not_an_optimizer(params, lr):\n"
+        "    return [p for p in params]\n"
+    )
+    import myopt  # type: ignore[import-not-found]
+
+    kwargs = dict(epochs=2, learning_rate=0.05, checkpoint_root=str(tmp_path / "ck"))
+    half = train(digits_shards, tmp_path / "a", loss="myopt:half_ce", optimizer="myopt:sgd", **kwargs)
+    assert myopt.CALLS == {"loss": 1, "optimizer": 1}
+    full = train(digits_shards, tmp_path / "b", optimizer="myopt:sgd", **kwargs)
+    # the same SGD trajectory scaled: half the loss gives half the gradient, so a slower descent; the reported loss
+    # is the factory's (half of a cross-entropy), not the default's
+    assert half.history[0]["loss"] < full.history[0]["loss"]
+    assert half.model["factory"] == full.model["factory"]
+    with pytest.raises(InvalidParameter, match=r"optimizer='myopt:not_an_optimizer' returned a list, not a torch.optim.Optimizer"):
+        train(digits_shards, tmp_path / "c", optimizer="myopt:not_an_optimizer", **kwargs)
