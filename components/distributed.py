@@ -754,8 +754,11 @@ def _cause(ended: Sequence[_Ended], results: Path) -> BaseException:
         except Exception:  # noqa: BLE001
             exc = WorkerError(f"rank {rank} failed:\n{record['traceback']}")
         if isinstance(exc, BaseException):
+            # the one-line error of the step (records, fallback reasons, summaries) names the rank; the worker's
+            # traceback goes to the launching process's stderr, i.e. the step's log (kfp.log, the Airflow task log)
             with contextlib.suppress(Exception):
-                exc.add_note(f"(raised in distributed worker rank {rank}; its traceback:)\n{record['traceback']}")
+                exc.add_note(f"(raised in distributed worker rank {rank})")
+            print(f"distributed worker rank {rank} failed; its traceback:\n{record['traceback']}", file=sys.stderr, flush=True)
             return exc
     failed = [e for e in ended if e.returncode != 0 and not e.by_us] or [e for e in ended if e.returncode != 0]
     e = failed[0] if failed else ended[0]

@@ -355,10 +355,17 @@ def test_sigkill_of_a_worker_is_transient_and_the_rerun_resumes_to_the_same_weig
 
 
 @pytest.mark.slow
-def test_a_worker_exception_is_reraised_and_classified_as_in_one_process() -> None:
+def test_a_worker_exception_is_reraised_and_classified_as_in_one_process(capfd: pytest.CaptureFixture[str]) -> None:
+    import traceback
+
     with pytest.raises(torch.OutOfMemoryError) as oom:
         launch(raise_oom_on_rank_1, 2)
     assert classify(oom.value).cls is FailureClass.DEVICE
+    # the step's one-line error names the rank (records and fallback reasons keep it); the worker's traceback goes to
+    # the launcher's stderr (the step's log), not into that line
+    line = "".join(traceback.format_exception_only(type(oom.value), oom.value)).strip()
+    assert line.endswith("(raised in distributed worker rank 1)") and "Traceback" not in line
+    assert "distributed worker rank 1 failed; its traceback:\nTraceback" in capfd.readouterr().err
     with pytest.raises(ValueError, match="bad label on rank") as bad:
         launch(raise_value_error, 2)
     assert classify(bad.value).cls is FailureClass.PERMANENT

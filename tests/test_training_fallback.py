@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -77,6 +78,8 @@ def test_a_two_device_candidate_that_fails_after_40_steps_resumes_on_one_gpu(dig
     assert train["resumed_from_step"] >= 40
     (fallback,) = faulted["fallbacks"]
     assert fallback["kind"] == "npu" and "after_steps=40" in json.dumps(fallback)
+    assert re.search(r"\(raised in distributed worker rank [01]\)$", fallback["reason"]), fallback["reason"]
+    assert "Traceback" not in fallback["reason"]  # one line; the worker's traceback is in the step's log
 
     two = _run(["--dataset", str(digits_dir), "-c", "npu:count=2"], home, tmp_path)
     assert (two["results"]["train"]["device_kind"], two["results"]["train"]["processes"]) == ("npu", 2)
