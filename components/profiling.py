@@ -49,15 +49,7 @@ def profile_training(
     steps: int = 20,
     warmup_steps: int = 3,
     device: str = "cpu",
-    batch_size: int = 64,
-    learning_rate: float = 1e-3,
-    hidden_units: int = 128,
-    seed: int = 0,
-    model_factory: str = "",
-    model_args: str = "",
-    dataset_factory: str = "",
-    precision: str = "auto",
-    loader_workers: int = -1,
+    **train_params: Any,
 ) -> dict[str, Any]:
     """Profile ``steps`` training steps and write the JSON profile (see the module docstring) to ``output_path``.
 
@@ -66,21 +58,25 @@ def profile_training(
         output_path: the JSON file to write (atomically).
         steps: steps timed, and steps profiled, >= 1 (unit: optimizer steps).
         warmup_steps: steps run first and not measured, >= 0 (unit: optimizer steps).
-        device / batch_size / learning_rate / hidden_units / seed / model_factory / model_args / dataset_factory /
-            precision / loader_workers: as :func:`heteroflow.components.train.train`'s.
+        device: torch device string, as :func:`heteroflow.components.train.train`'s.
+        train_params: :func:`heteroflow.components.train.train`'s parameters, with its defaults for those not
+            given and its checks. A step is shaped by ``batch_size``, ``learning_rate``, ``hidden_units``,
+            ``seed``, ``model_factory``, ``model_args``, ``dataset_factory``, ``precision`` and ``loader_workers``;
+            the others (``epochs``, checkpoints...) have no effect on a profile.
 
     Returns:
         The profile (the dict written).
 
     Raises:
-        InvalidParameter: a parameter out of range, or a factory that cannot be imported.
+        InvalidParameter: a parameter out of range or not one of train's, or a factory that cannot be imported.
         DeviceUnavailable: the device is absent.
     """
     import torch
     from torch.profiler import ProfilerActivity, profile
 
     from heteroflow.components.readers import open_splits
-    from heteroflow.components.train import _parse_model_args, check_train_params, resolve_device
+    from heteroflow.components.step import with_defaults
+    from heteroflow.components.train import TRAIN, _parse_model_args, check_train_params, resolve_device, train
     from heteroflow.components.training import (
         BUILTIN_MODEL,
         ModelSpec,
@@ -93,9 +89,14 @@ def profile_training(
     for name, value, low in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
-    check_train_params(batch_size=batch_size, learning_rate=learning_rate, hidden_units=hidden_units,
-                       model_factory=model_factory, model_args=model_args, dataset_factory=dataset_factory,
-                       precision=precision, loader_workers=loader_workers)
+    unknown = sorted(set(train_params) - set(TRAIN.param_names))
+    if unknown:
+        raise InvalidParameter(f"{', '.join(unknown)}: not a parameter of train; valid: {', '.join(TRAIN.param_names)}")
+    v = with_defaults(train, train_params)
+    check_train_params(v)
+    batch_size, learning_rate, seed = v["batch_size"], v["learning_rate"], v["seed"]
+    model_factory, model_args, dataset_factory = v["model_factory"], v["model_args"], v["dataset_factory"]
+    precision, loader_workers, hidden_units = v["precision"], v["loader_workers"], v["hidden_units"]
     splits = open_splits(dataset_dir, dataset_factory=dataset_factory)
     offered = {"in_features": int(torch.tensor(splits.input_shape).prod()), "num_classes": len(splits.classes),
                "input_shape": list(splits.input_shape), "hidden_units": hidden_units}

@@ -106,16 +106,11 @@ class TrainResult:
 
 
 def build_model(in_features: int, num_classes: int, hidden_units: int) -> torch.nn.Module:
-    """The MLP classifier: input ``(batch, in_features)`` float32, output logits ``(batch, num_classes)``."""
-    from torch import nn
+    """The MLP classifier: input ``(batch, in_features)`` float32, output logits ``(batch, num_classes)``
+    (:func:`heteroflow.components.training.mlp`, the built-in model factory, for one-dimensional inputs)."""
+    from heteroflow.components.training import mlp
 
-    return nn.Sequential(
-        nn.Linear(in_features, hidden_units),
-        nn.ReLU(),
-        nn.Linear(hidden_units, hidden_units),
-        nn.ReLU(),
-        nn.Linear(hidden_units, num_classes),
-    )
+    return mlp(in_features, num_classes, hidden_units)
 
 
 def resolve_device(device: str) -> torch.device:
@@ -448,14 +443,10 @@ def train(
     )
 
 
-_TRAIN_ARGS = ("epochs", "batch_size", "learning_rate", "hidden_units", "seed", "checkpoint_every_steps",
-               "checkpoint_root", "model_factory", "model_args", "loss", "optimizer", "train_function",
-               "dataset_factory", "precision", "loader_workers", "deterministic")
-
-
 def _given(values: Mapping[str, Any]) -> dict[str, Any]:
-    """train's own parameters out of its ``locals()`` (picklable, for the workers)."""
-    return {k: values[k] for k in _TRAIN_ARGS}
+    """train's step parameters (:data:`TRAIN`'s, taken from its signature) out of its ``locals()``: picklable,
+    for the workers."""
+    return {name: values[name] for name in TRAIN.param_names}
 
 
 def distributed_workers(resources: Resources | None) -> int:

@@ -23,8 +23,8 @@ __all__ = ["profile_command"]
 
 console = Console(soft_wrap=True)
 
-_INT_KEYS = ("batch_size", "hidden_units", "seed", "loader_workers")
-_STR_KEYS = ("model", "model_factory", "model_args", "dataset_factory", "precision")
+_ALIASES = {"model": "model_factory"}
+"""The default pipeline's names of train's parameters (``--param model=...`` as with ``heteroflow run``)."""
 
 
 def profile_command(
@@ -44,24 +44,18 @@ def profile_command(
     memory and samples/s, written as JSON (the plan step's `profile` parameter takes it)."""
     from heteroflow.cache.errors import HeteroflowError
     from heteroflow.components.profiling import profile_training
+    from heteroflow.components.train import TRAIN
 
     try:
         kwargs: dict[str, object] = {}
         for item in param or []:
             key, sep, value = item.partition("=")
-            key = key.strip()
+            key = _ALIASES.get(key.strip(), key.strip())
             if not sep:
                 raise ValueError(f"--param {item!r} is not NAME=VALUE")
-            if key in _INT_KEYS:
-                kwargs[key] = int(value)
-            elif key == "learning_rate":
-                kwargs[key] = float(value)
-            elif key in _STR_KEYS:
-                kwargs["model_factory" if key == "model" else key] = value
-            else:
-                raise ValueError(
-                    f"--param {key}: not a profile parameter; valid: {', '.join(sorted({*_INT_KEYS, *_STR_KEYS, 'learning_rate'}))}"
-                )
+            if key not in TRAIN.param_names:
+                raise ValueError(f"--param {key}: not a parameter of train; valid: {', '.join(sorted({*TRAIN.param_names, *_ALIASES}))}")
+            kwargs[key] = TRAIN.param(key).coerce(value)  # the type the step declares
         with tempfile.TemporaryDirectory(prefix="heteroflow-profile-") as scratch:
             shards = _preprocessed(dataset, Path(scratch))
             result = profile_training(shards, output, steps=steps, device=device, **kwargs)  # type: ignore[arg-type]

@@ -56,3 +56,25 @@ def test_the_plan_step_accepts_and_records_a_profile(digits_shards: Path, tmp_pa
         check_plan_params(training_profile=str(tmp_path / "bad.json"))
     with pytest.raises(InvalidParameter, match=r"training_profile=.*missing.json.* does not exist"):
         check_plan_params(training_profile=str(tmp_path / "missing.json"))
+
+
+def test_the_profile_command_takes_trains_parameters_with_their_types_from_the_step(digits_shards: Path, tmp_path: Path) -> None:
+    """`--param` names and types come from the train Step (no list of its own): `model` as in `heteroflow run`, a
+    value of the wrong type and a name train does not have are one line each, exit 2."""
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli import app
+
+    out = tmp_path / "p.json"
+    base = ["profile", "--dataset", str(digits_shards), "--steps", "2", "-o", str(out)]
+    ok = CliRunner().invoke(app, [*base, "--param", "batch_size=16", "--param", "hidden_units=8", "--param", "model="])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(out.read_text())["batch_size"] == 16
+    bad_type = CliRunner().invoke(app, [*base, "--param", "batch_size=abc"])
+    assert bad_type.exit_code == 2 and "batch_size='abc' is not a valid int; valid: an integer" in bad_type.output
+    unknown = CliRunner().invoke(app, [*base, "--param", "hiden_units=8"])
+    assert unknown.exit_code == 2 and "hiden_units: not a parameter of train; valid: " in unknown.output
+    with pytest.raises(InvalidParameter, match=r"^hiden: not a parameter of train"):
+        from heteroflow.components.profiling import profile_training
+
+        profile_training(digits_shards, out, steps=1, hiden=3)
