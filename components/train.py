@@ -367,14 +367,14 @@ def train(
     """
     import torch  # imported before the clock starts: seconds measure the training, not the import
 
-    from heteroflow.components.training import _import_callable, auto_workers, classifier_loop, resolve_precision
+    from heteroflow.components.training import auto_workers, resolve_precision
 
     started = time.perf_counter()
     check_train_params(locals())
     # Everything that can be wrong with the input is checked before the device is touched.
     splits, spec, params, ckpt_dir = _plan(dataset_dir, locals())
     spec.build()  # a factory that does not return a Module fails here, before any device time
-    loop = _import_callable(train_function, what="train_function") if train_function else classifier_loop
+    loop = _training_function(train_function)
 
     dev = resolve_device(device)
     kind = resources.kind if resources is not None else _KIND_OF_TYPE.get(dev.type, dev.type)
@@ -512,6 +512,17 @@ def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path
     )
 
 
+def _training_function(ref: str) -> Callable[..., Any]:
+    """The training function ``ref`` names, or the built-in classifier loop for ``""``.
+
+    Raises:
+        InvalidParameter: ``ref`` cannot be imported or is not callable.
+    """
+    from heteroflow.components.training import _import_callable, classifier_loop
+
+    return _import_callable(ref, what="train_function") if ref else classifier_loop
+
+
 def _trained_module(trained: Any, ctx: Any, train_function: str) -> torch.nn.Module:
     """The plain module a training function trained (its return value, else ``ctx.model``; DDP unwrapped).
 
@@ -539,7 +550,7 @@ def _train_worker(dctx: Any, *, dataset_dir: str, values: dict[str, Any], kind: 
     import torch.distributed as dist
 
     from heteroflow.cache.atomic import atomic_write_bytes
-    from heteroflow.components.training import _import_callable, _to_cpu, auto_workers, classifier_loop, resolve_precision
+    from heteroflow.components.training import _to_cpu, auto_workers, resolve_precision
 
     splits, spec, params, ckpt_dir = _plan(dataset_dir, values)
     device = dctx.device
@@ -553,7 +564,7 @@ def _train_worker(dctx: Any, *, dataset_dir: str, values: dict[str, Any], kind: 
     ctx = _make_context(splits, spec, params, ckpt_dir, values, device=device, kind=kind, dtype=dtype,
                         loader_workers=auto_workers(splits.in_memory, values["loader_workers"]),
                         progress=progress if dctx.rank == 0 else None, distributed=dctx)
-    loop = _import_callable(values["train_function"], what="train_function") if values["train_function"] else classifier_loop
+    loop = _training_function(values["train_function"])
     started = time.perf_counter()
     raw = _trained_module(loop(ctx), ctx, values["train_function"])
     seconds = ctx.loop_seconds or (time.perf_counter() - started)

@@ -415,7 +415,7 @@ class EpochBatches:
         if self.world_size == 1:
             return 1.0
         n_batch = min(self.batch_size, self.n - b * self.batch_size)
-        n_rank = len(np.array_split(np.arange(n_batch), self.world_size)[self.rank])
+        n_rank = n_batch // self.world_size + (self.rank < n_batch % self.world_size)  # numpy.array_split's sizes
         return self.world_size * n_rank / n_batch
 
 
@@ -545,7 +545,7 @@ class TrainContext:
         if self.world_size > 1:
             # this rank's part of the batch's mean loss, times world_size (DDP divides the sum by it): the
             # averaged gradient is the whole batch's, whatever each rank's share (0 for a stand-in sample)
-            return value * self._share if self._share else value * 0.0
+            return value * self._share
         return value  # type: ignore[no-any-return]
 
     def mean_across_workers(self, value: float) -> float:
