@@ -169,6 +169,36 @@ def _parse_model_args(text: str) -> dict[str, Any]:
     return value
 
 
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    """train's ``batch_sizes`` (``"64,32"``) as integers, () for an empty text.
+
+    Raises:
+        InvalidParameter: an entry that is not an integer >= 1 (names it, with what is valid).
+    """
+    if not isinstance(text, str):
+        raise InvalidParameter(f"batch_sizes={text!r} is not text; valid: comma-separated integers >= 1, e.g. '64,32'")
+    if not text.strip():
+        return ()
+    out = []
+    for i, item in enumerate(text.split(",")):
+        try:
+            size = int(item.strip())
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise InvalidParameter(
+                f"batch_sizes={text!r}: entry {i} ({item.strip()!r}) is not a batch size; valid: comma-separated "
+                "integers >= 1, one per worker (samples per step), e.g. '64,32'"
+            )
+        out.append(size)
+    return tuple(out)
+
+
+def union_batch_size(values: Mapping[str, Any]) -> int:
+    """The samples of one optimizer step: the sum of ``batch_sizes`` when given, else ``batch_size``."""
+    return sum(parse_batch_sizes(values["batch_sizes"])) or int(values["batch_size"])
+
+
 def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
     """Check train's parameters (the checks :func:`train` makes first; callers use it to fail before a run).
 
@@ -201,6 +231,7 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
     if v["precision"] not in PRECISIONS:
         raise InvalidParameter(f"precision={v['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}")
     _parse_model_args(v["model_args"])
+    parse_batch_sizes(v["batch_sizes"])
     for name in ("model_factory", "loss", "optimizer", "train_function", "dataset_factory"):
         if v[name]:
             _import_callable(v[name], what=name)
@@ -284,7 +315,8 @@ def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tup
     spec = ModelSpec.resolve(v["model_factory"] or BUILTIN_MODEL, offered=offered, given=_parse_model_args(v["model_args"]))
     keys = ("epochs", "batch_size", "learning_rate", "hidden_units", "seed", "loss", "optimizer", "train_function",
             "dataset_factory", "precision", "deterministic")
-    params = {k: v[k] for k in keys} | {"model": spec.to_dict()}
+    # the union batch keys the folder, not its split over workers: the same steps resume on any number of devices
+    params = {k: v[k] for k in keys} | {"model": spec.to_dict(), "batch_size": union_batch_size(v)}
     root = Path(v["checkpoint_root"]).expanduser() if v["checkpoint_root"] else home_dir() / "checkpoints"
     return splits, spec, params, root / _fingerprint({"data": splits.fingerprint}, params)
 
@@ -321,6 +353,7 @@ def train(
     precision: str = "auto",
     loader_workers: int = -1,
     deterministic: bool = False,
+    batch_sizes: str = "",
     progress: Callable[..., None] | None = None,
 ) -> TrainResult:
     """Train a model (yours, or the built-in MLP) on the preprocessed data, resumable on any device.
@@ -348,6 +381,7 @@ def train(
         precision: autocast: auto (bf16 where the device supports it, else fp16 with a GradScaler; fp32 on the CPU), fp32, bf16 or fp16.
         loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables, up to 4 for files to decode) (unit: processes).
         deterministic: torch.use_deterministic_algorithms for bit-identical reruns (slower on GPUs).
+        batch_sizes: per-device batch sizes on a candidate with several devices, comma-separated, one per worker in rank order (e.g. '64,32' when the second device holds half as much); their sum is the optimizer step's batch and replaces batch_size, each worker's loss is weighted by its share so one update is one process's gradient over that union batch (a candidate with another number of workers splits it evenly); the learning rate applies to the union batch (scale it with it: Goyal et al. 2017, arXiv:1706.02677, linear scaling rule); empty: batch_size split evenly (unit: samples).
         progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss``,
             ``validation_accuracy`` and ``samples_per_second`` (the engine shows them live).
 
@@ -401,7 +435,7 @@ def train(
     try:
         with _exclusive(ckpt_dir, say=say):
             amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
-            total_steps = epochs * math.ceil(len(splits.train) / batch_size)
+            total_steps = epochs * math.ceil(len(splits.train) / union_batch_size(locals()))
             ctx = _make_context(splits, spec, params, ckpt_dir, locals(), device=dev, kind=str(kind), dtype=dtype,
                                 loader_workers=workers, progress=progress)
             loop_started = time.perf_counter()
@@ -470,9 +504,9 @@ def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path
 
     rank = distributed.rank if distributed is not None else 0
     world = distributed.world_size if distributed is not None else 1
-    batch_size, seed = v["batch_size"], v["seed"]
+    batch_size, seed = union_batch_size(v), v["seed"]
     train_loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=loader_workers,
-                               device=device, rank=rank, world_size=world)
+                               device=device, rank=rank, world_size=world, parts=parse_batch_sizes(v["batch_sizes"]))
     val_loader = None
     if splits.validation is not None:
         val_loader = make_loader(splits.validation, batch_size=max(batch_size, 256), seed=seed, shuffle=False,

@@ -29,7 +29,8 @@ each with ``rank``/``world_size`` set. The same training function then runs unch
 wraps the model in DDP, :meth:`TrainContext.batches` yields this rank's share of each batch of ``batch_size``
 samples (the batches one process would see, split), :meth:`TrainContext.loss_fn` scales the rank's mean loss by
 ``world_size * n_rank / n_batch`` so DDP's averaging gives exactly the gradient of the whole batch (unequal shares,
-a short last batch), and only rank 0 writes checkpoints and reports live. One optimizer step is the same step as
+a short last batch, per-device batch sizes such as 64 on one device and 32 on another: train's ``batch_sizes``),
+and only rank 0 writes checkpoints and reports live. One optimizer step is the same step as
 in one process, so a checkpoint of a 2-device candidate resumes on a 1-device one and the other way round.
 """
 
@@ -382,16 +383,39 @@ class EpochBatches:
     seed gives the same batches on every device and with any number of DataLoader workers.
 
     Distributed training (``rank`` / ``world_size``): every rank walks the same batches and yields its share of
-    each (``numpy.array_split`` of the batch into ``world_size`` parts, part ``rank``), so the union over ranks of
-    step ``i``'s samples is step ``i`` of one process. A rank whose share of a short last batch is empty gets the
-    batch's first sample, which :meth:`TrainContext.loss_fn` weights 0 (every rank must take every step, or
-    DDP's collectives hang).
+    each, consecutive slices in rank order, so the union over ranks of step ``i``'s samples is step ``i`` of one
+    process. The shares are ``parts`` when it gives one size per rank (per-device batch sizes summing to
+    ``batch_size``; a short last batch is split in the same proportions, largest remainders first), else even
+    (``numpy.array_split``'s sizes). A rank whose share of a batch is empty gets the batch's first sample, which
+    :meth:`TrainContext.loss_fn` weights 0 (every rank must take every step, or DDP's collectives hang).
+
+    Raises:
+        InvalidParameter: ``parts`` with one size per rank that does not sum to ``batch_size``.
     """
 
-    def __init__(self, n: int, batch_size: int, seed: int, *, shuffle: bool = True, rank: int = 0, world_size: int = 1) -> None:
+    def __init__(self, n: int, batch_size: int, seed: int, *, shuffle: bool = True, rank: int = 0, world_size: int = 1,
+                 parts: tuple[int, ...] = ()) -> None:
         self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
         self.rank, self.world_size = rank, world_size
+        self.parts = tuple(parts) if len(parts) == world_size > 1 else ()
+        if self.parts and sum(self.parts) != batch_size:
+            raise InvalidParameter(f"parts={list(parts)} sum to {sum(parts)}, not batch_size={batch_size}; valid: per-rank sizes of one batch")
         self.epoch, self.start = 0, 0
+
+    def sizes(self, n_batch: int) -> list[int]:
+        """Each rank's number of samples of a batch of ``n_batch`` (sums to ``n_batch``)."""
+        w = self.world_size
+        if w == 1:
+            return [n_batch]
+        if not self.parts:
+            return [n_batch // w + (r < n_batch % w) for r in range(w)]  # numpy.array_split's sizes
+        if n_batch == self.batch_size:
+            return list(self.parts)
+        exact = [n_batch * p / self.batch_size for p in self.parts]
+        out = [math.floor(e) for e in exact]
+        for r in sorted(range(w), key=lambda r: (out[r] - exact[r], r))[: n_batch - sum(out)]:
+            out[r] += 1  # largest remainder (Hamilton's method), ties to the lower rank
+        return out
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch, self.start = epoch, start
@@ -404,7 +428,9 @@ class EpochBatches:
         for b in range(self.start, math.ceil(self.n / self.batch_size)):
             batch = order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch
             if self.world_size > 1:
-                part = np.array_split(batch, self.world_size)[self.rank]
+                sizes = self.sizes(len(batch))
+                start = sum(sizes[: self.rank])
+                part = batch[start:start + sizes[self.rank]]
                 batch = part if len(part) else batch[:1]
             yield batch
 
@@ -415,21 +441,20 @@ class EpochBatches:
         if self.world_size == 1:
             return 1.0
         n_batch = min(self.batch_size, self.n - b * self.batch_size)
-        n_rank = n_batch // self.world_size + (self.rank < n_batch % self.world_size)  # numpy.array_split's sizes
-        return self.world_size * n_rank / n_batch
+        return self.world_size * self.sizes(n_batch)[self.rank] / n_batch
 
 
 def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_workers: int, device: torch.device,
-                rank: int = 0, world_size: int = 1) -> Any:
+                rank: int = 0, world_size: int = 1, parts: tuple[int, ...] = ()) -> Any:
     """A DataLoader over ``dataset`` with :class:`EpochBatches` (this rank's share of each batch when
-    ``world_size > 1``): ``num_workers`` processes prefetching 2 batches each, pinned memory on accelerators, its
+    ``world_size > 1``, ``parts`` the per-rank sizes when given): ``num_workers`` processes prefetching 2 batches each, pinned memory on accelerators, its
     own RNG (the global one stays the training's)."""
     import torch
     from torch.utils.data import DataLoader
 
     from heteroflow.components.readers import batch_collate
 
-    sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size)
+    sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size, parts=parts)
     return DataLoader(
         dataset,
         batch_sampler=sampler,

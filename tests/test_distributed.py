@@ -9,6 +9,7 @@ import signal
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -543,3 +544,56 @@ def test_powersgd_compression_trains_and_keeps_the_replicas_equal() -> None:
     assert sum(losses[-10:]) / 10 < 0.75 * sum(losses[:10]) / 10, losses
     for name, p in out[0]["params"].items():
         torch.testing.assert_close(out[1]["params"][name], p, rtol=0, atol=1e-6)
+
+
+# --- per-device batch sizes (train's batch_sizes) -------------------------------------------------------------
+
+
+def test_per_rank_parts_partition_the_union_batches_and_weigh_them_whole() -> None:
+    """EpochBatches with parts (48 on rank 0, 16 on rank 1): the ranks' slices of step i are step i of one process
+    on batches of 64, a short last batch is split 3:1 too, and the loss factors average to 1."""
+    from heteroflow.components.training import EpochBatches
+
+    n, parts = 150, (48, 16)  # batches of 64, 64, 22: the last split 16.5:5.5 -> 17:5 (largest remainder)
+    one = list(EpochBatches(n, 64, seed=3))
+    ranks = [EpochBatches(n, 64, seed=3, rank=r, world_size=2, parts=parts) for r in range(2)]
+    got = [list(s) for s in ranks]
+    for b, whole in enumerate(one):
+        assert [int(i) for i in np.concatenate([got[0][b], got[1][b]])] == [int(i) for i in whole]
+        assert sum(s.share(b) for s in ranks) / 2 == pytest.approx(1.0)
+    assert [len(g[0]) for g in got] == [48, 16] and [len(g[2]) for g in got] == [17, 5]
+    assert [s.share(0) for s in ranks] == [1.5, 0.5]
+    with pytest.raises(InvalidParameter, match="sum to 60, not batch_size=64"):
+        EpochBatches(n, 64, seed=3, world_size=2, parts=(48, 12))
+
+
+def test_batch_sizes_bad_entries_name_the_field_and_the_union_keys_the_checkpoint(digits_shards: Path) -> None:
+    """A bad entry names batch_sizes and what is valid; the union batch (not its split) keys the checkpoint folder,
+    so '48,16' resumes a batch_size=64 training on any number of devices."""
+    from heteroflow.components.train import check_train_params, checkpoint_folder, parse_batch_sizes
+
+    assert parse_batch_sizes(" 64, 32 ") == (64, 32) and parse_batch_sizes("") == ()
+    for bad in ("64,x", "64,0", "64,,32", "-1"):
+        with pytest.raises(InvalidParameter, match=r"batch_sizes=.*valid: comma-separated integers >= 1"):
+            check_train_params(batch_sizes=bad)
+    assert checkpoint_folder(digits_shards, batch_sizes="48,16") == checkpoint_folder(digits_shards, batch_size=64)
+    assert checkpoint_folder(digits_shards, batch_sizes="48,16") != checkpoint_folder(digits_shards, batch_size=32)
+
+
+@pytest.mark.slow
+def test_unequal_per_device_batch_sizes_train_like_one_process_on_the_union_batch(digits_shards: Path, tmp_path: Path) -> None:
+    """train on a gpu x2 candidate (simulated: CPU workers over gloo) with batch_sizes '48,16': rank 0 takes 48
+    samples of each step, rank 1 16, and the losses and weights equal one process's with batch_size 64 (1e-6)."""
+    from heteroflow.components.resources import Resources
+    from heteroflow.components.train import train
+
+    kwargs: dict[str, Any] = dict(epochs=2, checkpoint_every_steps=10, deterministic=True)
+    single = train(digits_shards, tmp_path / "one", checkpoint_root=str(tmp_path / "ck1"), batch_size=64, **kwargs)
+    mixed = train(digits_shards, tmp_path / "mixed", checkpoint_root=str(tmp_path / "ck2"), batch_sizes="48,16",
+                  resources=Resources(kind="gpu", count=2), **kwargs)
+    assert (single.processes, mixed.processes) == (1, 2) and mixed.steps == single.steps
+    for a, b in zip(single.history, mixed.history):
+        assert b["loss"] == pytest.approx(a["loss"], abs=1e-6)
+    w1 = torch.load(tmp_path / "one" / "model.pt", weights_only=True)
+    w2 = torch.load(tmp_path / "mixed" / "model.pt", weights_only=True)
+    assert all(torch.allclose(w1[k], w2[k], atol=1e-6, rtol=0) for k in w1), {k: float((w1[k] - w2[k]).abs().max()) for k in w1}
