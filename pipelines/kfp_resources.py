@@ -19,9 +19,12 @@ profile sets one: make it the namespace default or inject it with a webhook), po
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import re
 import warnings
-from typing import TYPE_CHECKING
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.cluster import ClusterProfile
 from heteroflow.components.errors import InvalidResources
@@ -31,7 +34,24 @@ from heteroflow.pipelines.k8s_resources import plan_pod
 if TYPE_CHECKING:
     from kfp.dsl import PipelineTask
 
-__all__ = ["apply_resources", "kfp_memory_text"]
+__all__ = ["apply_resources", "kfp_memory_text", "without_kubernetes_settings"]
+
+_KUBERNETES_SETTINGS: contextvars.ContextVar[bool] = contextvars.ContextVar("heteroflow_kfp_kubernetes_settings", default=True)
+
+
+@contextlib.contextmanager
+def without_kubernetes_settings() -> Iterator[None]:
+    """For the duration, :func:`apply_resources` checks the candidate and sets KFP's own requests and limits, but
+    writes no ``kfp-kubernetes`` settings (node selector and affinity, tolerations, pod labels and annotations).
+
+    For kfp.local, which never reads a task's platform settings: importing ``kfp.kubernetes`` imports the
+    kubernetes client, about 0.3 s of every local run for settings nothing reads.
+    """
+    token = _KUBERNETES_SETTINGS.set(False)
+    try:
+        yield
+    finally:
+        _KUBERNETES_SETTINGS.reset(token)
 
 # kfp.dsl.PipelineTask._validate_memory_request_limit (kfp 2.17)
 _KFP_MEMORY = re.compile(r"[0-9]+(E|Ei|P|Pi|T|Ti|G|Gi|M|Mi|Ki)?")
@@ -74,8 +94,6 @@ def apply_resources(
             :func:`~heteroflow.pipelines.k8s_resources.plan_pod`), or it has pod affinity / anti-affinity,
             which KFP cannot set.
     """
-    from kfp import kubernetes
-
     plan = plan_pod(resources, profile)
     if plan.affinity:
         extra = sorted(set(plan.affinity) - {"nodeAffinity"})
@@ -98,6 +116,22 @@ def apply_resources(
             setter(kfp_memory_text(value, num))
     if plan.accelerator_resource is not None:
         task.set_accelerator_type(plan.accelerator_resource).set_accelerator_limit(plan.accelerator_count)
+    if _KUBERNETES_SETTINGS.get():
+        _kubernetes_settings(task, plan)
+    if plan.scheduler_name is not None:
+        warnings.warn(
+            f"the cluster profile sets scheduler_name={plan.scheduler_name!r}, which KFP cannot set on a task; make "
+            "it the namespace's default scheduler or inject it with a mutating webhook (Airflow pods get it)",
+            UserWarning,
+            stacklevel=2,
+        )
+    return task
+
+
+def _kubernetes_settings(task: PipelineTask, plan: Any) -> None:
+    """The plan's ``kfp-kubernetes`` settings on ``task``."""
+    from kfp import kubernetes
+
     for key, value in plan.node_selector.items():
         kubernetes.add_node_selector(task, label_key=key, label_value=value)
     node = (plan.affinity or {}).get("nodeAffinity") or {}
@@ -127,11 +161,3 @@ def apply_resources(
         kubernetes.add_pod_label(task, label_key=key, label_value=value)
     for key, value in plan.annotations.items():
         kubernetes.add_pod_annotation(task, annotation_key=key, annotation_value=value)
-    if plan.scheduler_name is not None:
-        warnings.warn(
-            f"the cluster profile sets scheduler_name={plan.scheduler_name!r}, which KFP cannot set on a task; make "
-            "it the namespace's default scheduler or inject it with a mutating webhook (Airflow pods get it)",
-            UserWarning,
-            stacklevel=2,
-        )
-    return task

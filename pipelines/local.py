@@ -92,9 +92,11 @@ def run_local(
         KeyboardInterrupt: the run was interrupted; the step subprocesses were stopped and ``run.json``
             records status ``interrupted``.
     """
+    _import_kfp_without_client()
     from kfp import local
 
     from heteroflow.pipelines.kfp_render import kfp_arguments, to_kfp
+    from heteroflow.pipelines.kfp_resources import without_kubernetes_settings
 
     if pipeline is None:
         from heteroflow.pipelines.default import default_pipeline
@@ -102,7 +104,8 @@ def run_local(
         pipeline = default_pipeline(train_candidates=candidates)
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
-        rendered = to_kfp(pipeline, local=True)
+        with without_kubernetes_settings():  # kfp.local never reads them (and kfp.kubernetes costs 0.3 s)
+            rendered = to_kfp(pipeline, local=True)
         folder, run_id, started = start_run(pipeline, run_dir, args)
         t0 = time.perf_counter()
 
@@ -143,7 +146,7 @@ def run_local(
                             pipeline_root=str(folder / "kfp"),
                             raise_on_error=False,
                         )
-                        with _parallel_tasks(parallel) if parallel > 1 else contextlib.nullcontext():
+                        with _parallel_tasks(parallel) if parallel > 1 else contextlib.nullcontext(), without_kubernetes_settings():
                             rendered(**kfp_arguments(pipeline, args))
         except KeyboardInterrupt:
             # Ctrl-C (or SIGTERM turned into it by the CLI): stop the step subprocesses too, so none trains on as
@@ -171,6 +174,44 @@ def run_local(
     if on_progress:
         on_progress(record.steps)
     return record
+
+
+_KFP_LAZY = {"Client": "kfp.client", "client": "kfp.client", "components": "kfp.components", "dsl": "kfp.dsl"}
+"""What ``kfp/__init__`` imports eagerly, and :func:`_import_kfp_without_client` leaves to first use."""
+
+
+def _import_kfp_without_client() -> None:
+    """Import the ``kfp`` package without its eager ``kfp.client`` import (kubernetes, the KFP server client:
+    about 0.3 s a run, and a local run never talks to a server).
+
+    ``kfp/__init__`` skips its eager imports when ``_KFP_RUNTIME`` is ``true`` (kfp's own executor sets it in
+    every step process); set it only while the package's ``__init__`` runs, then give the package a module
+    ``__getattr__`` that imports what it skipped on first use, so ``kfp.Client`` and ``kfp.dsl`` keep working for
+    code in this process. ``kfp.dsl`` and ``kfp.local`` are then imported in full as usual. Does nothing when kfp
+    is already imported.
+    """
+    if "kfp" in sys.modules:
+        return
+    previous = os.environ.get("_KFP_RUNTIME")
+    os.environ["_KFP_RUNTIME"] = "true"
+    try:
+        import kfp
+    finally:
+        if previous is None:
+            os.environ.pop("_KFP_RUNTIME", None)
+        else:
+            os.environ["_KFP_RUNTIME"] = previous
+
+    if getattr(kfp, "__getattr__", None) is None:
+        import importlib
+
+        def lazy(name: str) -> Any:
+            if name in _KFP_LAZY:
+                module = importlib.import_module(_KFP_LAZY[name])
+                return getattr(module, name) if name == "Client" else module
+            raise AttributeError(f"module 'kfp' has no attribute {name!r}")
+
+        kfp.__getattr__ = lazy  # type: ignore[attr-defined]
 
 
 _STOPPING = threading.Event()
