@@ -37,6 +37,9 @@ ones)::
     labels: {team: vision}          # added to every pod
     annotations: {}                 # added to every pod
     training_job: trainjob          # a multi-worker train: trainjob (Kubeflow Trainer v2 TrainJob) | pytorchjob (v1)
+    shared_storage:                 # a multi-node train's data, model and checkpoints: a ReadWriteMany PVC
+      claim: heteroflow-shared      # mounted at mount_path in the train task's pod and in every node of the job
+      mount_path: /mnt/heteroflow
     prices:                         # cost per device-hour, for the run metrics (heteroflow.pipelines.metrics)
       currency: USD
       gpu: 2.50                     # per device kind (cpu: the CPU share one step gets) ...
@@ -96,6 +99,7 @@ _TOP_KEYS = (
     "labels",
     "annotations",
     "training_job",
+    "shared_storage",
     "prices",
 )
 TRAINING_JOBS = ("trainjob", "pytorchjob")
@@ -147,6 +151,8 @@ class ClusterProfile:
         images: container image per device kind value (``cpu``, ``gpu``, ``npu``).
         labels, annotations: added to every pod.
         training_job: a multi-worker train's rendering, one of :data:`TRAINING_JOBS`.
+        shared_claim / shared_mount: the ReadWriteMany PersistentVolumeClaim a multi-node train shares (data,
+            model, checkpoints) and where it is mounted, or None (a multi-node candidate then cannot run).
         prices: cost per device-hour by device kind value or accelerator model name (the run metrics' cost).
         currency: the unit of :attr:`prices` (``USD`` unless the profile says otherwise).
         source: the file it was read from (for messages), or None.
@@ -163,6 +169,8 @@ class ClusterProfile:
     labels: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
     annotations: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
     training_job: str = "trainjob"
+    shared_claim: str | None = None
+    shared_mount: str | None = None
     prices: Mapping[str, float] = dataclasses.field(default_factory=FrozenMap)
     currency: str = "USD"
     source: str | None = dataclasses.field(default=None, compare=False)
@@ -262,6 +270,15 @@ class ClusterProfile:
         training_job = top.get("training_job", "trainjob")
         if training_job not in TRAINING_JOBS:
             raise fail(f"training_job={training_job!r} is unknown; valid: {', '.join(TRAINING_JOBS)}")
+        shared = mapping(top.get("shared_storage"), "shared_storage", ("claim", "mount_path"))
+        shared_claim = shared_mount = None
+        if shared:
+            shared_claim = text(shared.get("claim"), "shared_storage.claim")
+            if not _DNS_SUBDOMAIN.fullmatch(shared_claim):
+                raise fail(f"shared_storage.claim={shared_claim!r} is not a PersistentVolumeClaim name; valid: a DNS subdomain")
+            shared_mount = text(shared.get("mount_path", "/mnt/heteroflow"), "shared_storage.mount_path")
+            if not shared_mount.startswith("/"):
+                raise fail(f"shared_storage.mount_path={shared_mount!r} is not absolute; valid: a path such as /mnt/heteroflow")
         prices: dict[str, float] = {}
         raw_prices = dict(mapping(top.get("prices"), "prices", None))
         currency = text(raw_prices.pop("currency", "USD"), "prices.currency")
@@ -281,6 +298,8 @@ class ClusterProfile:
             labels=FrozenMap(labels),
             annotations=FrozenMap(annotations),
             training_job=training_job,
+            shared_claim=shared_claim,
+            shared_mount=shared_mount,
             prices=FrozenMap(prices),
             currency=currency,
             source=None if source == "profile" else source,
@@ -306,6 +325,8 @@ class ClusterProfile:
                 out[key] = dict(getattr(self, key))
         if self.training_job != "trainjob":
             out["training_job"] = self.training_job
+        if self.shared_claim is not None:
+            out["shared_storage"] = {"claim": self.shared_claim, "mount_path": self.shared_mount}
         if self.prices:
             out["prices"] = {"currency": self.currency, **self.prices}
         return out

@@ -60,8 +60,17 @@ Mixed replicas, weighted gradients (:func:`weighted_hook`)
     Data: :func:`rank_slice` gives rank ``r`` the ``b_r`` samples of each global batch that follow those of the
     lower ranks, so ``N`` workers see exactly the batches one process with batch ``B`` would.
 
+Several nodes
+    ``launch(..., nodes=N, node_rank=i, master_addr=..., master_port=...)`` runs this node's ``count`` workers of an
+    ``N * count``-rank group: global rank ``i * count + local rank``, ``GROUP_RANK`` ``i``, the rendezvous on node 0.
+    Each pod of a training job calls it with :func:`node_role`, which reads what the job's operator set.
+
 Sources: [TR] torchrun environment variables, https://pytorch.org/docs/stable/elastic/run.html ("Environment
-Variables"); [DH] DDP communication hooks, https://pytorch.org/docs/stable/ddp_comm_hooks.html.
+Variables"); [DH] DDP communication hooks, https://pytorch.org/docs/stable/ddp_comm_hooks.html; [KT] Kubeflow
+Trainer's torch plugin (``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK``, ``PET_MASTER_ADDR``,
+``PET_MASTER_PORT``), https://www.kubeflow.org/docs/components/trainer/; [PJ] PyTorchJob's environment
+(``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``),
+https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/.
 """
 
 from __future__ import annotations
@@ -101,7 +110,10 @@ __all__ = [
     "comm_hook",
     "cpu_relay_hook",
     "free_port",
+    "NODES_ENV",
+    "NodeRole",
     "launch",
+    "node_role",
     "rank_slice",
     "run_distributed",
     "scaled_learning_rate",
@@ -197,15 +209,19 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def worker_environment(rank: int, world_size: int, *, master_port: int, master_addr: str = "127.0.0.1", run_id: str = "") -> dict[str, str]:
-    """The environment variables ``torchrun`` sets for a worker of a single-node job [TR].
+def worker_environment(rank: int, world_size: int, *, master_port: int, master_addr: str = "127.0.0.1", run_id: str = "",
+                       local_rank: int | None = None, local_world_size: int | None = None, group_rank: int = 0) -> dict[str, str]:
+    """The environment variables ``torchrun`` sets for a worker [TR].
 
     Args:
-        rank: global rank, 0 <= rank < world_size (also the local rank: one node).
-        world_size: number of workers.
+        rank: global rank, 0 <= rank < world_size.
+        world_size: number of workers on every node together.
         master_port: the rendezvous TCP port on ``master_addr``.
-        master_addr: the rendezvous host (one node: the loopback address).
+        master_addr: the rendezvous host (one node: the loopback address; several: node 0's address).
         run_id: ``TORCHELASTIC_RUN_ID``.
+        local_rank / local_world_size: its rank on this node and the workers of this node (default: one node,
+            ``rank`` and ``world_size``).
+        group_rank: this node's rank (``GROUP_RANK``).
 
     Raises:
         InvalidParameter: rank out of range or world_size < 1.
@@ -215,17 +231,74 @@ def worker_environment(rank: int, world_size: int, *, master_port: int, master_a
     n = str(world_size)
     return {
         "RANK": str(rank),
-        "LOCAL_RANK": str(rank),
-        "GROUP_RANK": "0",
+        "LOCAL_RANK": str(rank if local_rank is None else local_rank),
+        "GROUP_RANK": str(group_rank),
         "ROLE_RANK": str(rank),
         "ROLE_NAME": "default",
         "WORLD_SIZE": n,
-        "LOCAL_WORLD_SIZE": n,
+        "LOCAL_WORLD_SIZE": str(world_size if local_world_size is None else local_world_size),
         "ROLE_WORLD_SIZE": n,
         "MASTER_ADDR": master_addr,
         "MASTER_PORT": str(master_port),
         "TORCHELASTIC_RUN_ID": run_id or "none",
     }
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class NodeRole:
+    """This pod's place in a multi-node job, as the job's operator told it (:func:`node_role`).
+
+    Attributes:
+        nodes: pods (nodes) in the job, >= 2.
+        node_rank: this pod's index, 0 .. nodes-1 (0 hosts the rendezvous).
+        master_addr / master_port: node 0's address and rendezvous port.
+    """
+
+    nodes: int
+    node_rank: int
+    master_addr: str
+    master_port: int
+
+
+NODES_ENV = "HETEROFLOW_NODES"
+"""Set by heteroflow's training-job manifests on every pod: the job's node count (:func:`node_role`)."""
+
+
+def node_role(environ: Mapping[str, str] | None = None) -> NodeRole | None:
+    """This pod's role in a multi-node training job, or None outside one.
+
+    Read from the variables the operators set: Kubeflow Trainer v2's torch plugin sets torchrun's ``PET_NNODES``,
+    ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` [KT]; the training operator v1 (PyTorchJob) sets
+    ``MASTER_ADDR``, ``MASTER_PORT`` and the pod's ``RANK`` (Master 0, Worker i+1) [PJ]. ``PET_*`` wins; the node
+    count falls back to :data:`NODES_ENV`, which heteroflow's manifests set. A job of one node is None.
+
+    Raises:
+        InvalidParameter: a variable that is not a number, or a node rank out of range (names the variable).
+    """
+    env = os.environ if environ is None else environ
+
+    def number(name: str, text: str) -> int:
+        try:
+            return int(text.split(":")[-1])  # PET_NNODES may be "2:2" (min:max, elastic)
+        except ValueError:
+            raise InvalidParameter(f"{name}={text!r} is not a number; valid: an integer (set by the training job's operator)") from None
+
+    nodes_name = "PET_NNODES" if env.get("PET_NNODES") else NODES_ENV
+    if not env.get(nodes_name):
+        return None
+    nodes = number(nodes_name, env[nodes_name])
+    if nodes <= 1:
+        return None
+    rank_name = "PET_NODE_RANK" if env.get("PET_NODE_RANK") else "RANK"
+    port_name = "PET_MASTER_PORT" if env.get("PET_MASTER_PORT") else "MASTER_PORT"
+    rank = number(rank_name, env.get(rank_name, "0"))
+    port = number(port_name, env.get(port_name, ""))
+    addr = env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR")
+    if not addr:
+        raise InvalidParameter("a multi-node job without PET_MASTER_ADDR or MASTER_ADDR; valid: node 0's address, set by the operator")
+    if not 0 <= rank < nodes:
+        raise InvalidParameter(f"{rank_name}={rank} is out of range for {nodes} nodes; valid: 0 .. {nodes - 1}")
+    return NodeRole(nodes=nodes, node_rank=rank, master_addr=addr, master_port=port)
 
 
 # --- the context a worker's function gets ------------------------------------------------------------------
@@ -655,15 +728,15 @@ def _run_worker(payload: Mapping[str, Any], rank: int) -> Any:
 
     world = int(os.environ["WORLD_SIZE"])
     local_rank = int(os.environ["LOCAL_RANK"])
-    device_types = payload["device_types"]
-    device_type = device_types[rank]
+    device_types = payload["device_types"]  # this node's, by local rank
+    device_type = device_types[local_rank]
     if payload["deterministic"]:
         torch.use_deterministic_algorithms(True)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.set_num_threads(1)
     if device_type == "npu":
         importlib.import_module("torch_npu")
-    device_index = device_types[:rank].count(device_type)
+    device_index = device_types[:local_rank].count(device_type)
     if device_type != "cpu":
         getattr(torch, device_type).set_device(device_index)
     sys.path[:] = list(payload["sys_path"]) + [p for p in sys.path if p not in payload["sys_path"]]
@@ -776,6 +849,10 @@ def launch(
     deterministic: bool = False,
     timeout_seconds: float | None = None,
     env: Mapping[str, str] | None = None,
+    nodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str | None = None,
+    master_port: int | None = None,
 ) -> list[Any]:
     """Run ``fn(ctx, **kwargs)`` in ``count`` worker processes on this node and return each rank's result.
 
@@ -786,19 +863,25 @@ def launch(
             entry with ``if __name__ == "__main__":``, as multiprocessing's spawn requires.
         count: number of workers (one per device), >= 1.
         kwargs: keyword arguments for ``fn`` (picklable).
-        device_type: the PyTorch device type of every rank (``cpu``, ``cuda``, ``npu``), or one per rank.
+        device_type: the PyTorch device type of every rank (``cpu``, ``cuda``, ``npu``), or one per rank of this node.
         backend: the ``torch.distributed`` backend; default :func:`backend_for` of the device types.
-        batch_sizes: per-rank batch sizes (samples per step), one per rank, or () (then
+        batch_sizes: per-rank batch sizes (samples per step), one per rank of every node, or () (then
             :attr:`DistributedContext.batch_size` is unavailable and DDP averages as usual).
         deterministic: ``torch.use_deterministic_algorithms(True)`` and one intra-op thread in every worker.
         timeout_seconds: stop the workers and raise :class:`WorkerTimeout` after this long (None: no limit).
         env: extra environment variables for the workers.
+        nodes: nodes in the job (each runs ``launch`` with its ``node_rank``), >= 1; the group has
+            ``nodes * count`` ranks.
+        node_rank: this node's index, 0 .. nodes-1; its workers are global ranks ``node_rank * count`` on.
+        master_addr / master_port: node 0's rendezvous address and port (required with ``nodes > 1``; default for
+            one node: the loopback address and a free port).
 
     Returns:
-        The return values of ``fn``, by rank (picklable values).
+        The return values of ``fn`` on this node, by local rank (picklable values).
 
     Raises:
-        InvalidParameter: bad ``count``, device types, batch sizes or function reference.
+        InvalidParameter: bad ``count``, device types, batch sizes, node rank or function reference, or several
+            nodes without a master address and port.
         WorkerKilled: a worker was killed by a signal (transient).
         WorkerTimeout: the workers ran past ``timeout_seconds`` (transient).
         WorkerError: a worker exited non-zero without an exception, or raised one that could not be pickled.
@@ -811,10 +894,18 @@ def launch(
     if len(types) != count:
         raise InvalidParameter(f"device_type lists {len(types)} device types for count={count}; valid: one, or one per rank")
     chosen = backend or backend_for(types)
+    if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 1:
+        raise InvalidParameter(f"nodes={nodes!r}; valid: an integer >= 1")
+    if isinstance(node_rank, bool) or not isinstance(node_rank, int) or not 0 <= node_rank < nodes:
+        raise InvalidParameter(f"node_rank={node_rank!r} for nodes={nodes}; valid: 0 .. {nodes - 1}")
+    if nodes > 1 and (not master_addr or not master_port):
+        raise InvalidParameter(f"nodes={nodes} without master_addr and master_port; valid: node 0's address and rendezvous port")
+    world = nodes * count
     if batch_sizes:
         batch_weights(batch_sizes)
-        if len(batch_sizes) != count:
-            raise InvalidParameter(f"batch_sizes has {len(batch_sizes)} entries for count={count}; valid: one per rank")
+        if len(batch_sizes) != world:
+            raise InvalidParameter(f"batch_sizes has {len(batch_sizes)} entries for count={count}"
+                                   + (f" on {nodes} nodes" if nodes > 1 else "") + "; valid: one per rank")
     payload = {
         "function": _reference(fn),
         "kwargs": pickle.dumps(dict(kwargs or {})),
@@ -824,24 +915,27 @@ def launch(
         "deterministic": deterministic,
         "sys_path": list(sys.path),  # as multiprocessing's spawn does: the function's module resolves alike
     }
+    where = {"nodes": nodes, "node_rank": node_rank, "master_addr": master_addr or "127.0.0.1", "master_port": master_port}
     for attempt in range(2):
         try:
-            return _launch_once(payload, count, timeout_seconds=timeout_seconds, env=env)
+            return _launch_once(payload, count, timeout_seconds=timeout_seconds, env=env, **where)
         except RuntimeError as exc:
             text = str(exc)
-            if attempt == 0 and ("EADDRINUSE" in text or "address already in use" in text.lower()):
+            if attempt == 0 and master_port is None and ("EADDRINUSE" in text or "address already in use" in text.lower()):
                 continue  # the free port was taken before the rendezvous: once more with another
             raise
     raise AssertionError("unreachable")
 
 
-def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: float | None, env: Mapping[str, str] | None) -> list[Any]:
+def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: float | None, env: Mapping[str, str] | None,
+                 nodes: int = 1, node_rank: int = 0, master_addr: str = "127.0.0.1", master_port: int | None = None) -> list[Any]:
+    first = node_rank * count  # this node's first global rank
     with tempfile.TemporaryDirectory(prefix="heteroflow-dist-") as tmp:
         tmp_path = Path(tmp)
         payload_file = tmp_path / "payload.pkl"
         payload_file.write_bytes(pickle.dumps(dict(payload)))
-        port = free_port()
-        run_id = secrets.token_hex(6)
+        port = master_port or free_port()
+        run_id = secrets.token_hex(6) if nodes == 1 else f"{master_addr}:{port}"
         base = dict(os.environ)
         base.update(env or {})
         base[_PAYLOAD_ENV] = str(payload_file)
@@ -852,8 +946,10 @@ def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: flo
         procs: list[subprocess.Popen[bytes]] = []
         code = "from heteroflow.components.distributed import _worker_main; _worker_main()"
         try:
-            for rank in range(count):
-                worker_env = {**base, **worker_environment(rank, count, master_port=port, run_id=run_id)}
+            for local in range(count):
+                worker_env = {**base, **worker_environment(first + local, nodes * count, master_port=port, master_addr=master_addr,
+                                                            run_id=run_id, local_rank=local, local_world_size=count,
+                                                            group_rank=node_rank)}
                 procs.append(subprocess.Popen([sys.executable, "-c", code], env=worker_env))
             started = time.monotonic()
             while True:
@@ -861,10 +957,10 @@ def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: flo
                 if all(c == 0 for c in codes):
                     break
                 if any(c not in (None, 0) for c in codes):
-                    first = {r for r, c in enumerate(codes) if c not in (None, 0)}
+                    failed = {r for r, c in enumerate(codes) if c not in (None, 0)}
                     signalled = _terminate(procs, TERMINATE_GRACE_SECONDS)
-                    ended = [_Ended(r, p.returncode, r in signalled) for r, p in enumerate(procs)]
-                    ended.sort(key=lambda e: (e.rank not in first, e.rank))
+                    ended = [_Ended(first + r, p.returncode, r in signalled) for r, p in enumerate(procs)]
+                    ended.sort(key=lambda e: (e.rank - first not in failed, e.rank))
                     raise _cause(ended, tmp_path)
                 if timeout_seconds is not None and time.monotonic() - started > timeout_seconds:
                     _terminate(procs, 0.0)
@@ -877,7 +973,7 @@ def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: flo
                         p.kill()
                     p.wait()
             raise
-        return [pickle.loads((tmp_path / f"result.{rank}.pkl").read_bytes()) for rank in range(count)]
+        return [pickle.loads((tmp_path / f"result.{first + local}.pkl").read_bytes()) for local in range(count)]
 
 
 # --- for the train step ------------------------------------------------------------------------------------

@@ -599,6 +599,7 @@ PRECISIONS = ("fp32", "fp16", "bf16")
 _FIELDS = (
     "kind",
     "count",
+    "nodes",
     "cpu",
     "memory",
     "cpu_limit",
@@ -636,6 +637,10 @@ class Resources:
             else ``cpu``.
         count: accelerator devices, a whole number; default 1 for ``gpu``/``npu``, and 0 (no devices) for
             ``cpu``. Kubernetes requires an extended resource's request to equal its limit, so the count is both.
+        nodes: pods on separate nodes, each asking for everything here (``count`` devices, ``cpu``, ``memory``),
+            >= 1; default 1. More than 1 makes a multi-node job: on a cluster the train step submits it as a
+            Kubeflow Trainer TrainJob or PyTorchJob with gang scheduling (:mod:`heteroflow.components.trainjob`),
+            one process per device on each node.
         cpu: CPU request in cores, a Kubernetes quantity (``"500m"``, ``"2"``) or a number; default ``"1"``;
             None asks for none.
         memory: host memory request, a Kubernetes quantity (``"16Gi"``, ``"8G"``); default ``"2Gi"``; None
@@ -668,6 +673,7 @@ class Resources:
 
     kind: DeviceKind | str | None = None
     count: int | None = None
+    nodes: int = 1
     # Compared (and hashed) by their parsed values below, so cpu=1 equals cpu="1000m" and "1024Mi" equals "1Gi".
     cpu: str | int | float | None = dataclasses.field(default="1", compare=False)
     memory: str | int | None = dataclasses.field(default="2Gi", compare=False)
@@ -700,6 +706,11 @@ class Resources:
                 f"kind={accel.kind.value!r}, or leave kind out"
             )
         self._set_count(kind)
+        if isinstance(self.nodes, bool) or not isinstance(self.nodes, int) or self.nodes < 1:
+            raise InvalidResources(
+                f"nodes={self.nodes!r} is not a node count; valid: an integer >= 1 (pods on separate nodes, each with "
+                "the candidate's devices)"
+            )
         self._set_quantities(kind)
         self._check_accelerator_fit()
         object.__setattr__(self, "node_selector", _string_map(self.node_selector, field="node_selector", label_values=True))
@@ -888,6 +899,8 @@ class Resources:
         """A short human label, e.g. ``gpu x1 (nvidia-gpu), 4 CPU, 16Gi`` or ``cpu, 1 CPU (limit 2), 2Gi (limit 4Gi)``."""
         accel = self.accelerator_spec
         parts = ["cpu" if accel is None else f"{DeviceKind(self.kind).value} x{self.count} ({accel.name})"]
+        if self.nodes > 1:
+            parts[0] += f" on each of {self.nodes} nodes"
         for unit, req, lim in (
             (" CPU", self.cpu_text(), self.cpu_text(limit=True)),
             ("", self.memory_text(), self.memory_text(limit=True)),
@@ -914,6 +927,8 @@ class Resources:
             "device_memory": self.device_memory_text(),
             "accelerator": self.accelerator,
         }
+        if self.nodes != 1:
+            out["nodes"] = self.nodes
         if self.cpu_limit_millicores != self.cpu_millicores:
             out["cpu_limit"] = self.cpu_text(limit=True)
         if self.memory_limit_bytes != self.memory_bytes:
@@ -979,12 +994,13 @@ class Resources:
                     f"candidate {spec!r}: {key} is given twice ({written[key]} and {item}); give each key once"
                 )
             written[key] = item
-            if key == "count":
+            if key in ("count", "nodes"):
                 try:
                     fields[key] = int(value)
                 except ValueError:
+                    what = "devices" if key == "count" else "nodes"
                     raise InvalidResources(
-                        f"count={value!r} in candidate {spec!r} is not an integer; valid: a whole number of devices"
+                        f"{key}={value!r} in candidate {spec!r} is not an integer; valid: a whole number of {what}"
                     ) from None
             else:
                 fields[key] = value.strip()

@@ -410,6 +410,14 @@ def train(
     spec.build()  # a factory that does not return a Module fails here, before any device time
     loop = _training_function(train_function)
 
+    role = None
+    if resources is not None and resources.nodes > 1:
+        from heteroflow.components.distributed import node_role
+
+        role = node_role()
+        if role is None:  # this task launches the multi-node job and waits for it (heteroflow.components.trainjob)
+            return _train_as_job(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=_given(locals()),
+                                 key=ckpt_dir.name, started=started, progress=progress)
     dev = resolve_device(device)
     kind = resources.kind if resources is not None else _KIND_OF_TYPE.get(dev.type, dev.type)
     kind = getattr(kind, "value", kind)
@@ -432,17 +440,21 @@ def train(
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.use_deterministic_algorithms(True)
+    # the nodes of a multi-node job share one checkpoint folder: node 0 holds its lock (the others would wait for
+    # it while it waits for them at the rendezvous)
+    lock = _exclusive(ckpt_dir, say=say) if role is None or role.node_rank == 0 else contextlib.nullcontext()
     try:
-        with _exclusive(ckpt_dir, say=say):
+        with lock:
             amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
             total_steps = epochs * math.ceil(len(splits.train) / union_batch_size(locals()))
             ctx = _make_context(splits, spec, params, ckpt_dir, locals(), device=dev, kind=str(kind), dtype=dtype,
                                 loader_workers=workers, progress=progress)
             loop_started = time.perf_counter()
-            if world > 1:
-                # one worker process per device; rank 0's model, history and counters come back
+            if world > 1 or role is not None:
+                # one worker process per device (of this node, in a multi-node job); the first worker's model,
+                # history and counters come back (the replicas are equal)
                 raw = _train_on_workers(world, dev, dataset_dir=dataset_dir, values=_given(locals()), kind=str(kind),
-                                        bf16=bf16, deterministic=deterministic, ctx=ctx, progress=progress)
+                                        bf16=bf16, deterministic=deterministic, ctx=ctx, progress=progress, role=role)
                 loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
             else:
                 trained = loop(ctx)
@@ -453,7 +465,8 @@ def train(
             steps_done = int(last.get("step", total_steps))
             out = _write_model(model_dir, raw, dataset_dir=dataset_dir, splits=splits, spec=spec, params=params,
                                steps=steps_done, precision=amp_name, device=str(dev), device_kind=str(kind))
-        shutil.rmtree(ckpt_dir, ignore_errors=True)
+        if role is None or role.node_rank == 0:
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
     finally:
         if deterministic:
             torch.use_deterministic_algorithms(previous_determinism)
@@ -473,7 +486,39 @@ def train(
         model=spec.to_dict(),
         device_kind=str(kind),
         num_workers=workers,
-        processes=world,
+        processes=world * (role.nodes if role is not None else 1),
+    )
+
+
+def _train_as_job(resources: Resources, *, dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str],
+                  values: dict[str, Any], key: str, started: float, progress: Callable[..., None] | None) -> TrainResult:
+    """A multi-node candidate: submit the training job, wait, and return node 0's result (its model copied into
+    ``model_dir``). Raises what :func:`heteroflow.components.trainjob.run_training_job` raises."""
+    from heteroflow.components.trainjob import run_training_job
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        if progress is not None:
+            progress(waiting=line.removeprefix("train: "))
+
+    facts = run_training_job(resources, call="train", dataset_dir=dataset_dir,
+                             model_dir=model_dir, values=values, key=key, say=say)
+    return TrainResult(
+        model_dir=Path(model_dir),
+        device=str(facts.get("device", "")),
+        steps=int(facts.get("steps", 0)),
+        resumed_from_step=int(facts.get("resumed_from_step", 0)),
+        checkpoints_written=int(facts.get("checkpoints_written", 0)),
+        samples_per_second=float(facts.get("samples_per_second", 0.0)),
+        final_loss=float(facts.get("final_loss", float("nan"))),
+        validation_accuracy=facts.get("validation_accuracy"),
+        seconds=time.perf_counter() - started,
+        history=tuple(facts.get("history") or ()),
+        precision=str(facts.get("precision", "float32")),
+        model={"factory": facts.get("model"), "args": facts.get("model_args")},
+        device_kind=str(facts.get("device_kind", getattr(resources.kind, "value", resources.kind))),
+        num_workers=int(facts.get("num_workers", 0)),
+        processes=int(facts.get("processes", resources.nodes)),
     )
 
 
@@ -604,16 +649,23 @@ def _train_worker(dctx: Any, *, dataset_dir: str, values: dict[str, Any], kind: 
     seconds = ctx.loop_seconds or (time.perf_counter() - started)
     samples = torch.tensor([float(ctx.samples_seen)], dtype=torch.float64)
     dist.all_reduce(samples)  # samples/s of the whole candidate, every rank's share
-    if dctx.rank != 0:
+    if dctx.local_rank != 0:  # each node's first worker answers (DDP keeps the replicas equal)
         return None
     return {"model": _to_cpu(raw.state_dict()), "history": list(ctx.history), "samples_seen": int(samples.item()),
             "loop_seconds": seconds, "resumed_from_step": ctx.checkpoint.resumed_from_step,
             "checkpoints_written": ctx.checkpoint.written}
 
 
+def _node_arguments(role: Any) -> dict[str, Any]:
+    """:func:`~heteroflow.components.distributed.launch`'s node arguments for a pod of a multi-node job."""
+    if role is None:
+        return {}
+    return {"nodes": role.nodes, "node_rank": role.node_rank, "master_addr": role.master_addr, "master_port": role.master_port}
+
+
 def _train_on_workers(world: int, device: torch.device, *, dataset_dir: str | os.PathLike[str], values: dict[str, Any],
                       kind: str, bf16: bool | None, deterministic: bool, ctx: Any,
-                      progress: Callable[..., None] | None) -> torch.nn.Module:
+                      progress: Callable[..., None] | None, role: Any = None) -> torch.nn.Module:
     """Train on ``world`` devices, one worker process each, and return rank 0's model (on ``device``, plain).
 
     Rank 0's history, samples, loop time and checkpoint counters are copied into ``ctx`` (this process's context,
@@ -647,7 +699,7 @@ def _train_on_workers(world: int, device: torch.device, *, dataset_dir: str | os
             results = launch(_train_worker, world, kwargs={"dataset_dir": str(dataset_dir), "values": values, "kind": kind,
                                                           "bf16": bf16},
                              device_type=device.type, deterministic=deterministic,
-                             env={_PROGRESS_FILE_ENV: str(progress_file)})
+                             env={_PROGRESS_FILE_ENV: str(progress_file)}, **_node_arguments(role))
         finally:
             stop.set()
             watcher.join()

@@ -229,13 +229,17 @@ def pod_task_factory(
         annotations = {**built.pop("annotations", {}), **dict(pod_kwargs.get("annotations") or {})}
         from kubernetes.client import models as k8s
 
-        plain = {"HETEROFLOW_RUN_ID": RUN_ID, **dict(pod_kwargs.get("env_vars") or {})}
+        # the candidate's own (a multi-node candidate's launcher: the cluster profile), then the caller's
+        plain = {"HETEROFLOW_RUN_ID": RUN_ID, **built.pop("env_vars", {}), **dict(pod_kwargs.get("env_vars") or {})}
         env = [k8s.V1EnvVar(name=k, value=v) for k, v in plain.items()]
         for secret in call.secrets:  # credentials from a Kubernetes Secret, never a parameter
             for var, key in secret.env.items():
                 selector = k8s.V1SecretKeySelector(name=secret.secret, key=key)
                 env.append(k8s.V1EnvVar(name=var, value_from=k8s.V1EnvVarSource(secret_key_ref=selector)))
-        rest = {k: v for k, v in pod_kwargs.items() if k not in ("labels", "annotations", "env_vars")}
+        for key in ("volumes", "volume_mounts"):  # the launcher's shared claim beside the caller's own
+            if key in built or key in pod_kwargs:
+                built[key] = [*built.get(key, []), *list(pod_kwargs.get(key) or [])]
+        rest = {k: v for k, v in pod_kwargs.items() if k not in ("labels", "annotations", "env_vars", "volumes", "volume_mounts")}
         cmds, arguments = step_command(layout.pipeline, call, index)
         task_id = task_kwargs["task_id"]
         pod_name = f"{dag_id}-{call.name}" + ("" if task_id == call.name else f"-{task_id}")

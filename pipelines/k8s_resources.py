@@ -101,6 +101,9 @@ class PodPlan:
         labels, annotations: pod metadata.
         scheduler_name: ``schedulerName``, or None for the cluster's default.
         image: the profile's image for the candidate's device kind, or None.
+        env: environment variables for the container (a multi-node candidate's launcher: the cluster profile).
+        shared_claim / shared_mount: a PersistentVolumeClaim to mount and where (a multi-node candidate's
+            launcher: the profile's ``shared_storage``), or None.
     """
 
     requests: dict[str, str]
@@ -114,6 +117,9 @@ class PodPlan:
     annotations: dict[str, str]
     scheduler_name: str | None
     image: str | None
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    shared_claim: str | None = None
+    shared_mount: str | None = None
 
 
 def _accelerator_plan(
@@ -208,6 +214,8 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> Pod
             label, or a resource name that depends on the device plugin); the message says which ``--profile``
             settings pin the cluster's own.
     """
+    if resources.nodes > 1:
+        return _launcher_plan(resources, profile)
     given = profile
     profile = profile or DEFAULT_PROFILE
     requests: dict[str, str] = {}
@@ -267,6 +275,22 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> Pod
     )
 
 
+def _launcher_plan(resources: Resources, profile: ClusterProfile | None) -> PodPlan:
+    """A multi-node candidate's task is the launcher of its training job (:mod:`heteroflow.components.trainjob`):
+    a CPU pod (:func:`~heteroflow.components.trainjob.launcher_candidate`) with the profile in its environment and
+    the shared claim mounted; the nodes' own pods (checked here, so a bad candidate fails at compile time) are
+    the job's, rendered by :func:`heteroflow.pipelines.manifests.training_job_manifests` at run time."""
+    import json
+
+    from heteroflow.components.trainjob import PROFILE_ENV, launcher_candidate
+
+    plan_pod(dataclasses.replace(resources, nodes=1), profile)
+    launcher = plan_pod(launcher_candidate(resources), profile)
+    used = profile or DEFAULT_PROFILE
+    return dataclasses.replace(launcher, env={PROFILE_ENV: json.dumps(used.to_dict(), sort_keys=True)},
+                               shared_claim=used.shared_claim, shared_mount=used.shared_mount)
+
+
 # --- Kubernetes client types ------------------------------------------------------------------------------
 
 _LIST = re.compile(r"list\[(.+)\]")
@@ -318,6 +342,8 @@ class PodResources:
         labels, annotations: pod metadata.
         scheduler_name: the pod's ``schedulerName``, or None.
         image: the profile's image for the device kind, or None.
+        env: ``dict[str, str]`` of container environment variables (a multi-node candidate's launcher).
+        volumes / volume_mounts: ``list[V1Volume]`` / ``list[V1VolumeMount]`` (the launcher's shared claim).
     """
 
     resources: Any
@@ -328,6 +354,9 @@ class PodResources:
     annotations: dict[str, str]
     scheduler_name: str | None
     image: str | None
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    volumes: list[Any] = dataclasses.field(default_factory=list)
+    volume_mounts: list[Any] = dataclasses.field(default_factory=list)
 
     def pod(self, *, name: str, image: str | None = None, command: list[str] | None = None) -> Any:
         """A minimal ``V1Pod`` with one container (``main``) carrying these resources, e.g. to validate or to
@@ -362,7 +391,7 @@ class PodResources:
     def kubernetes_pod_operator_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for Airflow's ``KubernetesPodOperator`` (``container_resources``, ``tolerations``,
         ``node_selector``, ``affinity``, ``labels``, ``annotations``, ``schedulername`` and, where the profile
-        names one, ``image``)."""
+        names one, ``image``; for a multi-node candidate's launcher ``env_vars``, ``volumes``, ``volume_mounts``)."""
         out: dict[str, Any] = {
             "container_resources": self.resources,
             "tolerations": self.tolerations,
@@ -374,6 +403,11 @@ class PodResources:
         }
         if self.image is not None:
             out["image"] = self.image
+        if self.env:
+            out["env_vars"] = dict(self.env)
+        if self.volumes:
+            out["volumes"] = list(self.volumes)
+            out["volume_mounts"] = list(self.volume_mounts)
         return out
 
 
@@ -413,4 +447,8 @@ def build_pod_resources(resources: Resources, profile: ClusterProfile | None = N
         annotations=plan.annotations,
         scheduler_name=plan.scheduler_name,
         image=plan.image,
+        env=dict(plan.env),
+        volumes=[client.V1Volume(name="heteroflow-shared", persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
+            claim_name=plan.shared_claim))] if plan.shared_claim else [],
+        volume_mounts=[client.V1VolumeMount(name="heteroflow-shared", mount_path=plan.shared_mount)] if plan.shared_claim else [],
     )

@@ -116,6 +116,8 @@ def apply_resources(
             setter(kfp_memory_text(value, num))
     if plan.accelerator_resource is not None:
         task.set_accelerator_type(plan.accelerator_resource).set_accelerator_limit(plan.accelerator_count)
+    for name, value in plan.env.items():  # a multi-node candidate's launcher: the cluster profile
+        task.set_env_variable(name, value)
     if _KUBERNETES_SETTINGS.get():
         _kubernetes_settings(task, plan)
     if plan.scheduler_name is not None:
@@ -161,3 +163,5 @@ def _kubernetes_settings(task: PipelineTask, plan: Any) -> None:
         kubernetes.add_pod_label(task, label_key=key, label_value=value)
     for key, value in plan.annotations.items():
         kubernetes.add_pod_annotation(task, annotation_key=key, annotation_value=value)
+    if plan.shared_claim is not None:  # a multi-node candidate's launcher: where the job's nodes share data
+        kubernetes.mount_pvc(task, pvc_name=plan.shared_claim, mount_path=str(plan.shared_mount))

@@ -120,6 +120,10 @@ CPU_FLAVOR = "cpu"
 """The ResourceFlavor that holds CPU and memory quota (no node labels: CPU and memory are on every node)."""
 TRAINER_RUNTIME = "torch-distributed"
 """The ClusterTrainingRuntime a TrainJob references by default (Kubeflow Trainer's PyTorch runtime) [KT]."""
+
+TRAINER_CONTAINER = "node"
+"""The trainer container's name in Kubeflow Trainer's torch runtimes (replicated job ``node``), which a TrainJob's
+runtime patch names to add volume mounts [KT]."""
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 """The pod annotation that puts a pod in a Volcano PodGroup (DESIGN.md "Cluster annotations")."""
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -801,9 +805,16 @@ def training_job_manifests(
     namespace: str = "default",
     profile: ClusterProfile | None = None,
     runtime: str = TRAINER_RUNTIME,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """A multi-worker train on ``candidate``: ``workers`` pods (one per node) with ``candidate.count`` devices
     and one process per device each, rendered as the profile's ``training_job`` kind with gang scheduling.
+
+    Every pod gets ``env`` and :data:`~heteroflow.components.distributed.NODES_ENV` = workers; with the profile's
+    ``shared_storage``, the claim is mounted at its ``mount_path`` in every pod (the job's data, model and
+    checkpoints). ``$(VAR)`` in ``command`` is expanded by Kubernetes from the container's environment (the
+    operator's ``PET_NODE_RANK`` / ``RANK``). ``labels`` go on the job's metadata.
 
     - ``trainjob``: a TrainJob (``trainer.kubeflow.org/v1alpha1``) on the ClusterTrainingRuntime ``runtime``,
       ``numNodes`` = workers, ``numProcPerNode`` = devices, ``resourcesPerNode`` from the candidate; node
@@ -841,7 +852,7 @@ def training_job_manifests(
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
         raise InvalidInventory(f"workers={workers!r}; valid: an integer >= 1 (pods, one per node)")
     _name(name, "name")
-    plan = plan_pod(res, profile)
+    plan = plan_pod(dataclasses.replace(res, nodes=1), profile)  # one node's pod (plan_pod of nodes > 1: the launcher's)
     image = image or plan.image
     if not image:
         raise InvalidInventory(f"no image for a {res.kind} train: pass one, or name images.{res.kind} in the cluster profile")
@@ -853,6 +864,15 @@ def training_job_manifests(
     pod_labels = {k: v for k, v in plan.labels.items() if k != KUEUE_QUEUE_LABEL}  # Kueue reads the job's label
     pod_annotations = dict(plan.annotations)
     resources: dict[str, Any] = {"requests": plan.requests, "limits": plan.limits}
+    from heteroflow.components.distributed import NODES_ENV
+
+    env_list = [{"name": k, "value": str(v)} for k, v in {**dict(env or {}), NODES_ENV: str(workers)}.items()]
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if profile.shared_claim is not None:
+        volumes.append({"name": "heteroflow-shared", "persistentVolumeClaim": {"claimName": profile.shared_claim}})
+        mounts.append({"name": "heteroflow-shared", "mountPath": profile.shared_mount})
+    job_labels.update(labels or {})
     pod_spec: dict[str, Any] = {}
     if plan.node_selector:
         pod_spec["nodeSelector"] = plan.node_selector
@@ -862,10 +882,13 @@ def training_job_manifests(
         pod_spec["tolerations"] = [t.to_dict() for t in plan.tolerations]
     out: list[dict[str, Any]] = []
     if profile.training_job == "pytorchjob":
-        template_spec = {
-            **pod_spec,
-            "containers": [{"name": "pytorch", "image": image, "command": list(command), "resources": resources}],
-        }
+        container: dict[str, Any] = {"name": "pytorch", "image": image, "command": list(command), "resources": resources,
+                                     "env": env_list}
+        if mounts:
+            container["volumeMounts"] = mounts
+        template_spec = {**pod_spec, "containers": [container]}
+        if volumes:
+            template_spec["volumes"] = volumes
         if plan.scheduler_name:
             template_spec["schedulerName"] = plan.scheduler_name
         meta = {k: v for k, v in (("labels", pod_labels), ("annotations", pod_annotations)) if v}
@@ -898,11 +921,14 @@ def training_job_manifests(
     patch_pod: dict[str, Any] = {}
     if pod_meta:
         patch_pod["metadata"] = pod_meta
+    if volumes:
+        pod_spec = {**pod_spec, "volumes": volumes, "containers": [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}]}
     if pod_spec:
         patch_pod["spec"] = pod_spec
     spec = {
         "runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
-        "trainer": {"image": image, "command": list(command), "numNodes": workers, "numProcPerNode": procs, "resourcesPerNode": resources},
+        "trainer": {"image": image, "command": list(command), "numNodes": workers, "numProcPerNode": procs, "resourcesPerNode": resources,
+                    "env": env_list},
     }
     if patch_pod:
         spec["runtimePatches"] = [
