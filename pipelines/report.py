@@ -1,9 +1,8 @@
 """One self-contained HTML report per run: ``heteroflow report RUN_DIR``, also written as ``<run_dir>/report.html``
 at the end of every run (kfp.local, in-process and Airflow engines).
 
-The file needs no network and no script to be read: styles are inline, plots are inline SVG drawn by
-:mod:`heteroflow.pipelines.charts` (text kept as text, so a browser's find works), and nothing is fetched at view
-time. It shows:
+The file needs no network and no script to be read: styles are inline, plots are matplotlib figures embedded as
+inline SVG (text kept as text, so a browser's find works), and nothing is fetched at view time. It shows:
 
 - the run: status, pipeline, start, wall time, the error that stopped it, the testing settings in force;
 - the step graph (the calls in pipeline order) with each call's status, device (kind, accelerator, simulated),
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import html
+import io
 import json
 import os
 import re
@@ -31,7 +31,6 @@ from typing import Any
 
 from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.cache.redact import redact_url
-from heteroflow.pipelines.charts import COLOURS, Axes, blues, nice_ticks, text_width, tick_labels
 from heteroflow.pipelines.runs import attempts, device_of, headline_metric, history_of, load_run, retries
 
 __all__ = ["REPORT_FILE", "render_report", "write_report", "write_report_quietly", "write_run_outputs"]
@@ -312,13 +311,27 @@ def _passed(item: Any) -> str:
 # --- plots --------------------------------------------------------------------------------------------------
 
 
-def _svg(svg: str, label: str) -> str:
-    return f'<div class="plot" data-plot="{_e(label)}" role="img" aria-label="{_e(label)}">{svg}</div>'
+def _figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(width, height), dpi=96, layout="constrained")
 
 
-def _id_prefix(label: str) -> str:
-    """ids are unique per document: each plot's own start with its label."""
-    return re.sub(r"[^a-z0-9]", "", label.lower()) + "-"
+def _svg(fig: Any, label: str) -> str:
+    import matplotlib
+
+    buf = io.StringIO()
+    with matplotlib.rc_context({"svg.fonttype": "none", "svg.hashsalt": label, "font.size": 9}):
+        fig.savefig(buf, format="svg")
+    text = buf.getvalue()
+    text = text[text.index("<svg") :]
+    text = re.sub(r"\s*<metadata>.*?</metadata>", "", text, flags=re.S)  # RDF/Dublin Core boilerplate with URLs
+    # ids are unique per document: prefix the ones matplotlib made with the plot's label
+    prefix = re.sub(r"[^a-z0-9]", "", label.lower()) + "-"
+    text = re.sub(r'id="([^"]+)"', lambda m: f'id="{prefix}{m.group(1)}"', text)
+    text = re.sub(r"url\(#([^)]+)\)", lambda m: f"url(#{prefix}{m.group(1)})", text)
+    text = re.sub(r'xlink:href="#([^"]+)"', lambda m: f'xlink:href="#{prefix}{m.group(1)}"', text)
+    return f'<div class="plot" data-plot="{_e(label)}" role="img" aria-label="{_e(label)}">{text}</div>'
 
 
 def _plots(run: dict[str, Any]) -> str:
@@ -341,37 +354,25 @@ def _timeline_plot(run: dict[str, Any]) -> str:
     t0 = min(r["started_at"] for _, r in recs)
     order = [s.get("name") for s in run.get("steps") or []]
     names = [n for n in order if any(n == name for name, _ in recs)] + sorted({n for n, _ in recs} - set(order))
+    fig = _figure(7.5, 0.45 * len(names) + 1.0)
+    ax = fig.add_subplot()
     colours = {"succeeded": "#2da44e", "failed": "#cf222e", "running": "#0969da", "interrupted": "#bf8700"}
-    bars = []  # (row, start, length, fill, stroke, stroke width)
     for y, name in enumerate(names):
         for _, r in (x for x in recs if x[0] == name):
             start = r["started_at"] - t0
             end = (r.get("ended_at") or r["started_at"] + (r.get("seconds") or 0.0)) - t0
-            bars.append((y, start, max(end - start, 0.01), colours.get(r.get("status"), "#8c959f"), "#000", 0.4))
+            ax.barh(y, max(end - start, 0.01), left=start, color=colours.get(r.get("status"), "#8c959f"), edgecolor="black", linewidth=0.4)
     waited = [r for r in retries(run) if r["wait_seconds"]]
-    prefix = _id_prefix("timeline")
-    hatched = []
     for r in waited:
-        nxt = next((x for n, x in recs if n == r["step"] and x.get("attempt") == r["attempt"]), None)
-        if nxt is not None and r["step"] in names:
-            hatched.append((names.index(r["step"]), nxt["started_at"] - t0 - r["wait_seconds"], r["wait_seconds"]))
-    lo = min([0.0] + [b[1] for b in bars] + [h[1] for h in hatched])
-    hi = max([b[1] + b[2] for b in bars] + [h[1] + h[2] for h in hatched])
-    ticks = nice_ticks(lo, hi, 6)
-    xlim = (ticks[0], ticks[-1])
-    left = max(text_width(str(n)) for n in names) + 16
-    ax = Axes(720, 43.2 * len(names) + 96, xlim=xlim, ylim=(-0.6, len(names) - 0.4), left=left, invert_y=True)
-    for y, start, length, fill, stroke, width in bars:
-        ax.rect(start, start + length, y - 0.4, y + 0.4, fill=fill, stroke=stroke, width=width)
-    for y, start, length in hatched:
-        ax.rect(start, start + length, y - 0.4, y + 0.4, fill=ax.hatch(prefix, "#9a6700"), stroke="#9a6700", width=0.4)
-    ax.xticks(ticks)
-    ax.yticks(range(len(names)), [str(n) for n in names])
-    ax.labels(
-        title="attempts over time (green succeeded, red failed)",
-        xlabel="seconds since the first attempt started" + (" (hatched: waiting to retry)" if waited else ""),
-    )
-    return _svg(ax.svg(), "timeline")
+        if r["wait_seconds"]:
+            nxt = next((x for n, x in recs if n == r["step"] and x.get("attempt") == r["attempt"]), None)
+            if nxt is not None:
+                ax.barh(names.index(r["step"]), r["wait_seconds"], left=nxt["started_at"] - t0 - r["wait_seconds"], color="none", hatch="//", edgecolor="#9a6700", linewidth=0.4)
+    ax.set_yticks(range(len(names)), labels=names)
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the first attempt started" + (" (hatched: waiting to retry)" if waited else ""))
+    ax.set_title("attempts over time (green succeeded, red failed)")
+    return _svg(fig, "timeline")
 
 
 def _history_plots(call: str, history: list[dict[str, Any]]) -> list[str]:
@@ -390,29 +391,17 @@ def _history_plots(call: str, history: list[dict[str, Any]]) -> list[str]:
     for title, group in groups:
         if not group:
             continue
-        series = []
+        fig = _figure(5.0, 3.0)
+        ax = fig.add_subplot()
         for k in group:
-            pts = [(x, e[k]) for x, e in zip(xs, history) if isinstance(e.get(k), (int, float)) and isinstance(x, (int, float))]
-            series.append((k, pts))
-        values = [p for _, pts in series for p in pts]
-        if not values:
-            continue
-        x_lo, x_hi = min(p[0] for p in values), max(p[0] for p in values)
-        pad = (x_hi - x_lo) * 0.05 or 0.5  # a margin, as matplotlib's, so no point sits on the frame
-        xlim = (x_lo - pad, x_hi + pad)
-        xt = nice_ticks(*xlim, cover=False)
-        if all(float(x).is_integer() for x, _ in values):  # epochs: whole numbers only
-            xt = [t for t in xt if float(t).is_integer()] or [x_lo]
-        yt = nice_ticks(min(p[1] for p in values), max(p[1] for p in values))
-        ylabels = tick_labels(yt)
-        ax = Axes(480, 288, xlim=xlim, ylim=(yt[0], yt[-1]), left=max(map(text_width, ylabels)) + 34)
-        ax.xticks(xt, grid=True)
-        ax.yticks(yt, ylabels, grid=True)
-        for i, (k, pts) in enumerate(series):
-            ax.line([p[0] for p in pts], [p[1] for p in pts], colour=COLOURS[i % len(COLOURS)])
-        ax.labels(title=f"{call}: {title} per epoch", xlabel="epoch", ylabel=title)
-        ax.legend([(k, COLOURS[i % len(COLOURS)]) for i, (k, _) in enumerate(series)])
-        out.append(_svg(ax.svg(), f"{call} {title}"))
+            pts = [(x, e[k]) for x, e in zip(xs, history) if isinstance(e.get(k), (int, float))]
+            ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=k)
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(title)
+        ax.set_title(f"{call}: {title} per epoch")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        out.append(_svg(fig, f"{call} {title}"))
     return out
 
 
@@ -470,38 +459,16 @@ def _confusion_table(cm: list[list[Any]], classes: list[str]) -> str:
 
 
 def _confusion_plot(call: str, cm: list[list[Any]], classes: list[str]) -> str:
-    n = len(cm)
-    peak = max((v for row in cm for v in row), default=0)
-    low = min((v for row in cm for v in row), default=0)
-    rotate = max(map(len, classes)) > 2
-    left = max(text_width(c) for c in classes) + 36
-    bottom = (max(text_width(c) for c in classes) * 0.72 + 40) if rotate else 46
-    cbar = 70  # the colour bar and its ticks, right of the matrix
-    side = min(403 - left - cbar - 10, 346 - bottom - 30)
-    ax = Axes(left + side + cbar + 10, 30 + side + bottom, xlim=(-0.5, n - 0.5), ylim=(-0.5, n - 0.5), left=left,
-              right=cbar + 10, top=30, bottom=bottom, invert_y=True)
-    span = (peak - low) or 1
-    for i, row in enumerate(cm):
-        for j, v in enumerate(row):
-            ax.rect(j - 0.5, j + 0.5, i - 0.5, i + 0.5, fill=blues((v - low) / span))
-    ax.xticks(range(n), classes, rotate=rotate)
-    ax.yticks(range(n), classes)
-    ax.labels(title=f"{call}: confusion matrix", xlabel="predicted", ylabel="true", xlabel_offset=bottom - 8)
-    # the colour bar: the ramp from the smallest count (bottom) to the largest (top), with its own ticks
-    x0, top, height = ax.left + ax.plot_width + 16, ax.top, ax.plot_height
-    steps = 32
-    bar = [
-        f'<rect x="{x0:.1f}" y="{top + height * (1 - (k + 1) / steps):.2f}" width="14" height="{height / steps + 0.3:.2f}" '
-        f'fill="{blues((k + 0.5) / steps)}"/>'
-        for k in range(steps)
-    ]
-    bar.append(f'<rect x="{x0:.1f}" y="{top:.1f}" width="14" height="{height:.1f}" fill="none" stroke="#000" stroke-width="0.8"/>')
-    ticks = nice_ticks(low, peak, cover=False) or [low]
-    for t, label in zip(ticks, tick_labels(ticks)):
-        y = top + height * (1 - (t - low) / span)
-        bar.append(f'<line x1="{x0 + 14:.1f}" y1="{y:.1f}" x2="{x0 + 18:.1f}" y2="{y:.1f}" stroke="#000"/>')
-        bar.append(f'<text x="{x0 + 21:.1f}" y="{y + 4:.1f}" font-size="12">{_e(label)}</text>')
-    return '<div class="plots">' + _svg(ax.svg(bar), f"{call} confusion") + "</div>"
+    fig = _figure(4.2, 3.6)
+    ax = fig.add_subplot()
+    image = ax.imshow(cm, cmap="Blues")
+    ax.set_xticks(range(len(classes)), labels=classes, rotation=45 if max(map(len, classes)) > 2 else 0)
+    ax.set_yticks(range(len(classes)), labels=classes)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(f"{call}: confusion matrix")
+    fig.colorbar(image, ax=ax)
+    return '<div class="plots">' + _svg(fig, f"{call} confusion") + "</div>"
 
 
 def _per_class_table(prec: dict[str, Any], rec: dict[str, Any], facts: dict[str, Any]) -> str:
@@ -514,19 +481,16 @@ def _per_class_table(prec: dict[str, Any], rec: dict[str, Any], facts: dict[str,
 
 def _per_class_plot(call: str, prec: dict[str, Any], rec: dict[str, Any]) -> str:
     classes = list(prec)
-    rotate = max(map(len, classes)) > 2
-    bottom = (max(text_width(c) for c in classes) * 0.72 + 26) if rotate else 34
-    width = max(4.0, 0.45 * len(classes) + 1.5) * 96
-    ax = Axes(width, 288 + bottom - 34, xlim=(-0.7, len(classes) - 0.3), ylim=(0.0, 1.05), left=48, bottom=bottom)
-    yt = [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]
-    ax.yticks(yt, tick_labels(yt))
-    for x, c in enumerate(classes):
-        ax.rect(x - 0.4, x, 0.0, float(prec.get(c) or 0), fill=COLOURS[0])
-        ax.rect(x, x + 0.4, 0.0, float(rec.get(c) or 0), fill=COLOURS[1])
-    ax.xticks(range(len(classes)), classes, rotate=rotate)
-    ax.labels(title=f"{call}: precision and recall per class")
-    ax.legend([("precision", COLOURS[0]), ("recall", COLOURS[1])], loc="lower right", kind="box")
-    return '<div class="plots">' + _svg(ax.svg(), f"{call} per class") + "</div>"
+    fig = _figure(max(4.0, 0.45 * len(classes) + 1.5), 3.0)
+    ax = fig.add_subplot()
+    xs = range(len(classes))
+    ax.bar([x - 0.2 for x in xs], [prec.get(c) or 0 for c in classes], width=0.4, label="precision")
+    ax.bar([x + 0.2 for x in xs], [rec.get(c) or 0 for c in classes], width=0.4, label="recall")
+    ax.set_xticks(list(xs), labels=classes, rotation=45 if max(map(len, classes)) > 2 else 0)
+    ax.set_ylim(0, 1.05)
+    ax.set_title(f"{call}: precision and recall per class")
+    ax.legend(loc="lower right")
+    return '<div class="plots">' + _svg(fig, f"{call} per class") + "</div>"
 
 
 # --- lineage and parameters ----------------------------------------------------------------------------------
