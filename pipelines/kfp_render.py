@@ -33,10 +33,10 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   among artifacts with ``dsl.OneOf``. A level's condition reads the OneOf of the level before: conditions on a
   OneOf resolve on kfp.local inside a condition group, not at the top level, which is why the check task, not
   an ``If``, ends the run. Size: n candidate tasks, n skip tasks, linear in n. The default pipeline with three
-  train candidates is 2,360 lines as :func:`compile_pipeline` writes it (1..5 candidates: 1,149, 1,917, 2,360,
-  2,802, 3,252; tested), 2,898 as KFP writes it: the levels' skip tasks share one component and executor (KFP
-  copies both per task), and a one-key mapping is written on one line, so each of train's parameters that KFP
-  threads through a level's two condition groups costs one line per mention instead of two (the same data).
+  train candidates is 2,806 lines as :func:`compile_pipeline` writes it (1..5 candidates: 1,235, 2,242, 2,806,
+  3,369, 3,940; tested), 2,898 as KFP writes it: the levels' skip tasks share one component and executor (KFP
+  copies both per task). Most of a level (~565 lines) is KFP threading each of train's 21 parameters through the
+  level's two condition groups (a group declares every pipeline channel its tasks read).
 - **Resources.** Each task gets its candidate's requests, limits, accelerator, node selector, tolerations,
   labels and annotations through :func:`heteroflow.pipelines.kfp_resources.apply_resources`, with the cluster
   profile's conventions (official device plugin or HAMi, label keys, queues) when one is given. The candidate
@@ -448,7 +448,7 @@ def compile_pipeline(
     pipeline: Pipeline, path: str | Path, *, image: str = DEFAULT_IMAGE, profile: ClusterProfile | None = None
 ) -> Path:
     """Compile ``pipeline`` to KFP IR YAML at ``path`` (for the Kubeflow UI or ``kfp.Client``): KFP's compiler
-    output with identical executors and components shared and one-key mappings on one line (:func:`_compact_ir`).
+    output with identical executors and components shared (:func:`_compact_ir`).
 
     Raises:
         InvalidParameter: ``path`` does not end in .yaml/.yml.
@@ -465,7 +465,7 @@ def compile_pipeline(
     return out
 
 
-# --- the written IR: shared specs, one line per threaded parameter ----------------------------------------------
+# --- the written IR: shared specs ----------------------------------------------------------------------------
 
 
 def _share_identical_specs(docs: list[Any]) -> None:
@@ -513,32 +513,13 @@ def _share_identical_specs(docs: list[Any]) -> None:
             return
 
 
-class _IRDumper(yaml.SafeDumper):
-    """KFP's YAML (block style, sorted keys), except that a mapping of one key to a scalar without whitespace
-    (``{componentInputParameter: epochs}``, ``{parameterType: STRING}``, ``{name: comp-train}``) is written on
-    its key's line: the same data, one line per threaded parameter instead of two."""
-
-
-def _represent_mapping(dumper: yaml.SafeDumper, data: dict[Any, Any]) -> yaml.MappingNode:
-    values = list(data.values())
-    one_line = len(values) == 1 and (
-        values[0] is None
-        or isinstance(values[0], (bool, int, float))
-        or (isinstance(values[0], str) and len(values[0]) <= 100 and not re.search(r"\s", values[0]))
-    )
-    return dumper.represent_mapping("tag:yaml.org,2002:map", data, flow_style=True if one_line else None)
-
-
-_IRDumper.add_representer(dict, _represent_mapping)
-
-
 def _compact_ir(text: str) -> str:
     """A compiled pipeline's YAML (KFP's ``Compiler`` output) with identical specs shared
-    (:func:`_share_identical_specs`) and one-key mappings on one line (:class:`_IRDumper`); KFP's header
-    comments are kept. The result parses to the same pipeline (``kfp.components.load_component_from_file``,
+    (:func:`_share_identical_specs`), written as KFP writes it (block style, sorted keys); KFP's header comments
+    are kept. The result parses to the same pipeline (``kfp.components.load_component_from_file``,
     ``PipelineSpec``)."""
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
     docs = list(yaml.safe_load_all("".join(lines[start:])))
     _share_identical_specs(docs)
-    return "".join(lines[:start]) + yaml.dump_all(docs, Dumper=_IRDumper, sort_keys=True)
+    return "".join(lines[:start]) + yaml.dump_all(docs, sort_keys=True)
