@@ -27,6 +27,7 @@ from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
 from heteroflow.pipelines.graph import Call, Pipeline
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.records import RunRecord, finish_run, prepare_arguments, start_run
+from heteroflow.pipelines.report import prewarm as prewarm_report
 
 __all__ = ["run_call", "run_inprocess"]
 
@@ -102,6 +103,7 @@ def run_inprocess(
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
         folder, run_id, started = start_run(pipeline, run_dir, args)
+        prewarm_report()  # matplotlib imports while the steps run, not after them
         t0 = time.perf_counter()
         produced: dict[tuple[str, str], str] = {}
         starts: dict[str, int] = {}

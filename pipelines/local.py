@@ -24,6 +24,7 @@ from heteroflow.cache.redact import redact_url
 from heteroflow.components.resources import Candidates
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.graph import Pipeline
+from heteroflow.pipelines.report import prewarm as prewarm_report
 from heteroflow.pipelines.records import (
     RunRecord,
     StepSummary,
@@ -107,6 +108,7 @@ def run_local(
         with without_kubernetes_settings():  # kfp.local never reads them (and kfp.kubernetes costs 0.3 s)
             rendered = to_kfp(pipeline, local=True)
         folder, run_id, started = start_run(pipeline, run_dir, args)
+        prewarm_report()  # matplotlib imports while the steps run, not after them
         t0 = time.perf_counter()
 
         stop = threading.Event()

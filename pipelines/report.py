@@ -19,12 +19,15 @@ renders records of any engine, and of failed or killed runs (sections without da
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import html
 import io
 import json
 import os
 import re
+import sys
+import threading
 import warnings
 from pathlib import Path
 from typing import Any
@@ -63,6 +66,24 @@ th{background:#f6f8fa} td.num{text-align:right;font-variant-numeric:tabular-nums
 
 # --- writing ------------------------------------------------------------------------------------------------
 
+_PREWARM: threading.Thread | None = None
+
+
+def _import_plotting() -> None:
+    with contextlib.suppress(Exception):  # a problem shows when the report is rendered, as a warning
+        import matplotlib.backends.backend_svg  # noqa: F401
+        import matplotlib.figure  # noqa: F401
+
+
+def prewarm() -> None:
+    """Import matplotlib (about 0.4 s) in a background thread while a run's steps execute, so the report written
+    when the run ends does not wait for it (the driver is idle then, waiting for step processes). Idempotent;
+    :func:`write_report` joins the thread first."""
+    global _PREWARM
+    if _PREWARM is None and "matplotlib.figure" not in sys.modules:
+        _PREWARM = threading.Thread(target=_import_plotting, name="heteroflow-report-prewarm", daemon=True)
+        _PREWARM.start()
+
 
 def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
     """Render the report of ``run_dir`` and write it atomically to ``output`` (default ``<run_dir>/report.html``).
@@ -74,6 +95,8 @@ def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
         InvalidParameter: ``run_dir`` holds no readable ``run.json``.
         OSError: ``output`` cannot be written.
     """
+    if _PREWARM is not None:
+        _PREWARM.join()
     run = load_run(run_dir)
     target = Path(output).expanduser() if output is not None else Path(run["run_dir"]) / REPORT_FILE
     # run.json is redacted when written; redact again so a record from elsewhere never puts credentials in a report

@@ -175,3 +175,23 @@ def test_a_user_steps_results_named_like_evaluates_do_not_break_the_report(tmp_p
     assert html.count('data-plot="') == html.count("<svg")  # every plot present is whole
     assert 'data-plot="evaluate confusion"' in html and 'data-plot="evaluate per class"' in html
     assert 'data-plot="odd confusion"' not in html and 'data-plot="odd per class"' not in html
+
+
+def test_prewarm_imports_matplotlib_in_the_background_and_the_report_waits_for_it(tmp_path: Path) -> None:
+    """The engines start the report's matplotlib import while the steps run (a fresh interpreter shows it: the
+    import happens on another thread, and write_report joins that thread)."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, threading\n"
+        "from heteroflow.pipelines import report\n"
+        "assert 'matplotlib.figure' not in sys.modules\n"
+        "report.prewarm(); t = report._PREWARM\n"
+        "assert t is not None and t is not threading.current_thread() and t.daemon\n"
+        "t.join(); assert 'matplotlib.figure' in sys.modules\n"
+        "report.prewarm(); assert report._PREWARM is t  # once\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
