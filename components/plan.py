@@ -233,7 +233,16 @@ class Placement:
 
 
 def _fits(res: Resources, inv: Inventory) -> tuple[bool, str]:
-    """Whether ``res`` can run on ``inv``, and if not, why (one clause)."""
+    """Whether ``res`` can run on ``inv``, and if not, why (one clause). A multi-node candidate runs as a training
+    job this machine launches (:mod:`heteroflow.components.trainjob`): it fits where cluster credentials are (in a
+    pod, or ``HETEROFLOW_KUBECONFIG``); the cluster's gang scheduler decides the rest."""
+    if res.nodes > 1:
+        from heteroflow.components.trainjob import KUBECONFIG_ENV
+
+        if os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get(KUBECONFIG_ENV):
+            return True, ""
+        return False, (f"needs {res.nodes} nodes: a Kubernetes cluster with the Kubeflow Trainer, and this machine has "
+                       f"none (no in-cluster service account, {KUBECONFIG_ENV} unset)")
     kind = DeviceKind(res.kind)
     need = max(res.count or 0, 1)
     have = inv.devices.get(kind, 0)
@@ -479,7 +488,8 @@ def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str 
     for i, res in enumerate(candidates):
         kind = DeviceKind(res.kind).value
         models = frozenset(m.name for m in res.accelerator_models) if res.accelerator_spec is not None else None
-        job = Job(name=call, count=max(res.count or 0, 1) if kind != "cpu" else 0, kind=kind, models=models,
+        # a multi-node candidate: nodes x count devices of one model, a gang across nodes
+        job = Job(name=call, count=max(res.count or 0, 1) * res.nodes if kind != "cpu" else 0, kind=kind, models=models,
                   device_memory_bytes=res.device_memory_bytes or 0, throughput=dict(table) if table else None)
         trial = _copy_state(state)
         decision = place_round([job], trial, pol)[0]

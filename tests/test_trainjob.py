@@ -140,7 +140,7 @@ def test_without_a_cluster_a_multi_node_candidate_is_a_device_failure_that_says_
 
 
 @pytest.mark.slow
-def test_an_engine_falls_back_from_a_multi_node_candidate_without_a_cluster(digits_dir: Path, tmp_path: Path) -> None:
+def test_the_plan_passes_over_a_multi_node_candidate_without_a_cluster(digits_dir: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("KUBERNETES_SERVICE_HOST", "HETEROFLOW_KUBECONFIG", "PET_NNODES", NODES_ENV)}
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("heteroflow")), "run", "--simulate-devices", "gpu", "-c", TWO_NODES, "-c", "cpu",
@@ -151,9 +151,10 @@ def test_an_engine_falls_back_from_a_multi_node_candidate_without_a_cluster(digi
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     (run,) = (tmp_path / "heteroflow-runs").iterdir()
     record = json.loads((run / "run.json").read_text())
-    assert record["status"] == "succeeded" and record["results"]["train"]["device_kind"] == "cpu"
-    (fallback,) = record["fallbacks"]
-    assert fallback["step"] == "train" and fallback["failure"] == "device" and "Kubeflow Trainer" in json.dumps(fallback)
+    assert record["status"] == "succeeded" and record["results"]["train"]["device_kind"] == "cpu", json.dumps(record)[:3000]
+    # the plan step passes over it, saying why (without a planner, train's device failure falls back: above)
+    (why,) = record["placement"]["train"]["passed_over"]
+    assert "needs 2 nodes: a Kubernetes cluster with the Kubeflow Trainer" in why
 
 
 # --- two nodes on this machine, for real ---------------------------------------------------------------------
@@ -381,3 +382,18 @@ def test_airflow_pods_render_the_launcher_with_the_profile_and_the_shared_claim(
     assert "/mnt/heteroflow" in [m["mountPath"] for m in container["volumeMounts"]]
     claims = lambda pod: [v["persistentVolumeClaim"]["claimName"] for v in pod["spec"].get("volumes") or [] if "persistentVolumeClaim" in v]  # noqa: E731
     assert claims(launcher) == ["heteroflow-shared"] and claims(pods["train.cpu-1"]) == []
+
+
+@pytest.mark.parametrize(("replicas", "index"), [(2, 0), (1, 1)])
+def test_on_a_node_inventory_a_multi_node_candidate_needs_a_gang_of_its_nodes(tmp_path: Path, replicas: int, index: int) -> None:
+    """The plan step with a node inventory asks for nodes x count devices of one model (a gang across nodes): two
+    8-GPU nodes hold gpu:count=8,nodes=2; one does not, and the plan takes the next candidate."""
+    from heteroflow.components.plan import plan_step
+    from heteroflow.components.resources import Candidates
+
+    inventory = f"nodes:\n  - {{name: a100, replicas: {replicas}, devices: {{model: a100-80gb, count: 8}}}}\n  - {{name: cpu, cpu: 32, memory: 128Gi}}\n"
+    result = plan_step(str(tmp_path / "placement"), device_inventory=inventory,
+                       placements=json.dumps({"train": Candidates(["gpu:accelerator=a100-80gb,count=8,nodes=2", "cpu"]).to_json()}))
+    assert result.indices["train"] == index
+    if index == 0:
+        assert len(result.placements["train"]["nodes"]) == 2
