@@ -273,6 +273,9 @@ class ClusterProfile:
         shared = mapping(top.get("shared_storage"), "shared_storage", ("claim", "mount_path"))
         shared_claim = shared_mount = None
         if shared:
+            if shared.get("claim") is None:
+                raise fail("shared_storage has no claim; valid: shared_storage: {claim: NAME, mount_path: /mnt/heteroflow} "
+                           "(a ReadWriteMany PersistentVolumeClaim)")
             shared_claim = text(shared.get("claim"), "shared_storage.claim")
             if not _DNS_SUBDOMAIN.fullmatch(shared_claim):
                 raise fail(f"shared_storage.claim={shared_claim!r} is not a PersistentVolumeClaim name; valid: a DNS subdomain")

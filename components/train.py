@@ -86,6 +86,7 @@ class TrainResult:
         num_workers: DataLoader worker processes used (per training process).
         processes: training processes, one per device (the candidate's ``count`` on an accelerator kind, else 1),
             each its share of every batch, gradients combined by DDP with the registry's backend.
+        batch_size: samples per optimizer step (the sum of ``batch_sizes`` when given, else ``batch_size``).
     """
 
     model_dir: Path
@@ -103,6 +104,7 @@ class TrainResult:
     device_kind: str = "cpu"
     num_workers: int = 0
     processes: int = 1
+    batch_size: int = 0
 
 
 def build_model(in_features: int, num_classes: int, hidden_units: int) -> torch.nn.Module:
@@ -436,6 +438,11 @@ def train(
         if progress is not None:  # shown live in the steps table while it waits
             progress(waiting=line.removeprefix("train: "))
 
+    sizes = parse_batch_sizes(batch_sizes)
+    workers_total = world * (role.nodes if role is not None else 1)
+    if sizes and len(sizes) != workers_total:
+        say(f"train: batch_sizes lists {len(sizes)} size(s) for {workers_total} worker(s) on this candidate: each optimizer "
+            f"step takes the union batch of {sum(sizes)} samples, split evenly")
     previous_determinism = torch.are_deterministic_algorithms_enabled()
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -486,7 +493,8 @@ def train(
         model=spec.to_dict(),
         device_kind=str(kind),
         num_workers=workers,
-        processes=world * (role.nodes if role is not None else 1),
+        processes=workers_total,
+        batch_size=union_batch_size(locals()),
     )
 
 
@@ -519,6 +527,7 @@ def _train_as_job(resources: Resources, *, dataset_dir: str | os.PathLike[str], 
         device_kind=str(facts.get("device_kind", getattr(resources.kind, "value", resources.kind))),
         num_workers=int(facts.get("num_workers", 0)),
         processes=int(facts.get("processes", resources.nodes)),
+        batch_size=int(facts.get("batch_size", 0)),
     )
 
 
@@ -804,6 +813,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
         "model_args": result.model.get("args"),
         "num_workers": result.num_workers,
         "processes": result.processes,
+        "batch_size": result.batch_size,
         "history": list(result.history),
         "steps": result.steps,
         "resumed_from_step": result.resumed_from_step,

@@ -49,12 +49,14 @@ __all__ = [
     "KUBECONFIG_ENV",
     "PROFILE_ENV",
     "JobPermanentFailure",
+    "MultiNodeWarning",
     "JobStatus",
     "JobTransientFailure",
     "job_command",
     "job_status",
     "launcher_candidate",
     "run_training_job",
+    "warn_if_unlaunchable",
 ]
 
 PROFILE_ENV = "HETEROFLOW_CLUSTER_PROFILE"
@@ -124,6 +126,28 @@ def launcher_candidate(resources: Any) -> Any:
     from heteroflow.components.resources import Resources
 
     return Resources(kind="cpu", labels=resources.labels, annotations=resources.annotations)
+
+
+class MultiNodeWarning(UserWarning):
+    """A multi-node candidate rendered for a cluster whose profile lacks what its launcher needs."""
+
+
+def warn_if_unlaunchable(resources: Any, profile: Any) -> None:
+    """Warn at compile time (KFP, Airflow pods) when a multi-node candidate's launcher could never submit its job:
+    no cluster profile, or one without ``shared_storage``. On the cluster it would be a device failure every run
+    (the step falls back to its next candidate), so it is never silent."""
+    if resources.nodes <= 1 or (profile is not None and profile.shared_claim is not None):
+        return
+    import warnings
+
+    where = "no cluster profile was given" if profile is None else f"the cluster profile {profile.name!r} names no shared_storage"
+    warnings.warn(
+        f"candidate {resources.describe()}: {where}, so its train task cannot launch the job on the cluster (a device "
+        "failure every run: the step falls back to its next candidate); give --profile FILE with shared_storage: "
+        "{claim: NAME, mount_path: /mnt/heteroflow} (a ReadWriteMany PersistentVolumeClaim)",
+        MultiNodeWarning,
+        stacklevel=3,
+    )
 
 
 def _rank_variable(training_job: str) -> str:

@@ -219,6 +219,10 @@ def pod_task_factory(
     def make(call: Call, index: int | None, *, dag_id: str, layout: Layout, **task_kwargs: Any) -> PodStepOperator:
         res = call.candidates[index or 0]
         built = build_pod_resources(res, cluster).kubernetes_pod_operator_kwargs()
+        if res.nodes > 1:
+            from heteroflow.components.trainjob import warn_if_unlaunchable
+
+            warn_if_unlaunchable(res, cluster)
         kind = DeviceKind(res.kind).value
         built.setdefault("image", image)
         if not built["image"]:

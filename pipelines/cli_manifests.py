@@ -96,5 +96,14 @@ def manifests_command(
                 "pods annotated with it wait for a queue someone else creates",
                 highlight=False,
             )
+    if workers >= 1:
+        for i, res in enumerate(cands):
+            kind = str(getattr(res.kind, "value", res.kind))
+            if res.accelerator_spec is not None and not (image or cluster.image_for(kind)):
+                err_console.print(
+                    f"note: no train-{i}-{kind}.yaml: the profile names no image for {kind} (images.{kind}); give --image "
+                    "or add it to the profile",
+                    highlight=False,
+                )
     if "kueue.yaml" not in files:
         err_console.print("note: no kueue.yaml: the inventory states no CPU and memory capacity (list nodes, or cpu_cores and memory)", highlight=False)

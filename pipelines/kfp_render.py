@@ -260,8 +260,13 @@ class _Renderer:
         return call.device_bound and len(call.candidates) > 1
 
     def after(self, call: Call) -> list[str]:
-        """The calls whose route ``call`` reads (those it reads artifacts from)."""
-        return list(dict.fromkeys(ref.call for ref in call.input_refs().values()))
+        """The calls whose route ``call`` reads: those it reads artifacts from, and the planner for a call it places
+        that renders without a chain (one candidate: no level reads the plan's route, so without this it would start
+        beside the plan, even after the plan failed)."""
+        names = [ref.call for ref in call.input_refs().values()]
+        if self.planner is not None and call.name in self.placed and not self.chained(call):
+            names.append(self.planner)
+        return list(dict.fromkeys(names))
 
     # env: ("param", name) | ("out", call, output) | ("route", call) | ("placed", call) | ("inventory",)
 

@@ -120,6 +120,10 @@ def apply_resources(
         task.set_env_variable(name, value)
     if _KUBERNETES_SETTINGS.get():
         _kubernetes_settings(task, plan)
+        if resources.nodes > 1:
+            from heteroflow.components.trainjob import warn_if_unlaunchable
+
+            warn_if_unlaunchable(resources, profile)
     if plan.scheduler_name is not None:
         warnings.warn(
             f"the cluster profile sets scheduler_name={plan.scheduler_name!r}, which KFP cannot set on a task; make "

@@ -307,6 +307,14 @@ def test_cli_writes_valid_manifests(tmp_path: Path) -> None:
     assert job["spec"]["trainer"]["command"] == ["heteroflow", "step", "train", "--param", "epochs=3"]
     names = sorted(p.name for p in out.iterdir())
     assert names == ["kueue.yaml", "train-1-gpu.yaml", "train-2-gpu.yaml", "volcano-queues.yaml"]
+    import subprocess
+    import sys
+
+    proc = subprocess.run([str(Path(sys.executable).with_name("heteroflow")), *args[:-1], str(tmp_path / "out2"),
+                           *sum((["-c", c] for c in CANDIDATES), [])], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    # the npu candidate gets no job (the profile names no npu image), and the command says so
+    assert "note: no train-0-npu.yaml: the profile names no image for npu (images.npu)" in " ".join(proc.stderr.split())
     for p in out.iterdir():
         for doc in yaml.safe_load_all(p.read_text()):
             validate(doc)

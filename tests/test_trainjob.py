@@ -397,3 +397,45 @@ def test_on_a_node_inventory_a_multi_node_candidate_needs_a_gang_of_its_nodes(tm
     assert result.indices["train"] == index
     if index == 0:
         assert len(result.placements["train"]["nodes"]) == 2
+
+
+# --- what a new user's trial found ------------------------------------------------------------------------------
+
+
+def test_compiling_a_multi_node_candidate_for_a_cluster_without_shared_storage_warns(tmp_path: Path) -> None:
+    from heteroflow.components.cluster import ClusterProfile
+    from heteroflow.components.trainjob import MultiNodeWarning
+    from heteroflow.pipelines.kfp_render import compile_pipeline
+
+    with pytest.warns(MultiNodeWarning, match="names no shared_storage, so its train task cannot launch the job"):
+        compile_pipeline(_two_node_pipeline(), tmp_path / "a.yaml", profile=ClusterProfile.from_dict({"name": "nfs-less"}))
+    with pytest.warns(MultiNodeWarning, match="no cluster profile was given"):
+        compile_pipeline(_two_node_pipeline(), tmp_path / "b.yaml")
+    with pytest.raises(Exception, match=r"shared_storage has no claim; valid: shared_storage: \{claim: NAME"):
+        ClusterProfile.from_dict({"shared_storage": {"mount_path": "/mnt/x"}})
+
+
+def test_a_planned_call_with_one_candidate_waits_for_the_plan(tmp_path: Path) -> None:
+    """With one train candidate no fallback level reads the plan's route: train still reads it (and does not start
+    beside a plan that fails)."""
+    import yaml
+
+    from heteroflow.components.resources import Candidates
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.kfp_render import compile_pipeline
+
+    out = compile_pipeline(default_pipeline(train_candidates=Candidates(["cpu"])), tmp_path / "one.yaml")
+    root = next(yaml.safe_load_all(out.read_text()))["root"]["dag"]["tasks"]
+    train = root["train"]
+    assert "plan" in train["dependentTasks"]
+    assert train["inputs"]["parameters"]["heteroflow_after_plan"]["taskOutputParameter"]["producerTask"] == "plan"
+
+
+@pytest.mark.slow
+def test_batch_sizes_for_another_number_of_workers_says_it_splits_the_union_evenly(digits_shards: Path, tmp_path: Path,
+                                                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    from heteroflow.components.train import train
+
+    result = train(digits_shards, tmp_path / "m", epochs=1, batch_sizes="64,32", checkpoint_root=str(tmp_path / "ck"))
+    assert result.batch_size == 96 and result.steps == -(-1259 // 96) and result.processes == 1
+    assert "batch_sizes lists 2 size(s) for 1 worker(s) on this candidate: each optimizer step takes the union batch of 96" in capfd.readouterr().err
