@@ -76,10 +76,8 @@ def profile_training(
 
     from heteroflow.components.readers import open_splits
     from heteroflow.components.step import with_defaults
-    from heteroflow.components.train import TRAIN, _parse_model_args, check_train_params, resolve_device, train
+    from heteroflow.components.train import TRAIN, check_train_params, model_spec, resolve_device, train, union_batch_size
     from heteroflow.components.training import (
-        BUILTIN_MODEL,
-        ModelSpec,
         auto_workers,
         make_loader,
         make_scaler,
@@ -94,13 +92,10 @@ def profile_training(
         raise InvalidParameter(f"{', '.join(unknown)}: not a parameter of train; valid: {', '.join(TRAIN.param_names)}")
     v = with_defaults(train, train_params)
     check_train_params(v)
-    batch_size, learning_rate, seed = v["batch_size"], v["learning_rate"], v["seed"]
-    model_factory, model_args, dataset_factory = v["model_factory"], v["model_args"], v["dataset_factory"]
-    precision, loader_workers, hidden_units = v["precision"], v["loader_workers"], v["hidden_units"]
-    splits = open_splits(dataset_dir, dataset_factory=dataset_factory)
-    offered = {"in_features": int(torch.tensor(splits.input_shape).prod()), "num_classes": len(splits.classes),
-               "input_shape": list(splits.input_shape), "hidden_units": hidden_units}
-    spec = ModelSpec.resolve(model_factory or BUILTIN_MODEL, offered=offered, given=_parse_model_args(model_args))
+    batch_size, learning_rate, seed = union_batch_size(v), v["learning_rate"], v["seed"]
+    precision, loader_workers = v["precision"], v["loader_workers"]
+    splits = open_splits(dataset_dir, dataset_factory=v["dataset_factory"])
+    spec = model_spec(splits, v)  # the model train builds
     model_cpu = spec.build()
     dev = resolve_device(device)
     dtype = resolve_precision(precision, dev)

@@ -304,23 +304,35 @@ _KIND_OF_TYPE = {"cuda": "gpu", "npu": "npu", "cpu": "cpu"}
 def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Path]:
     """Open the data, resolve the model factory's arguments, and key the checkpoint folder (no device touched)."""
     from heteroflow.components.readers import open_splits
-    from heteroflow.components.training import BUILTIN_MODEL, ModelSpec
 
     v = with_defaults(train, values)
     splits = open_splits(dataset_dir, dataset_factory=v["dataset_factory"])
-    offered = {
-        "in_features": int(np.prod(splits.input_shape)),
-        "num_classes": len(splits.classes),
-        "input_shape": list(splits.input_shape),
-        "hidden_units": v["hidden_units"],
-    }
-    spec = ModelSpec.resolve(v["model_factory"] or BUILTIN_MODEL, offered=offered, given=_parse_model_args(v["model_args"]))
+    spec = model_spec(splits, v)
     keys = ("epochs", "batch_size", "learning_rate", "hidden_units", "seed", "loss", "optimizer", "train_function",
             "dataset_factory", "precision", "deterministic")
     # the union batch keys the folder, not its split over workers: the same steps resume on any number of devices
     params = {k: v[k] for k in keys} | {"model": spec.to_dict(), "batch_size": union_batch_size(v)}
     root = Path(v["checkpoint_root"]).expanduser() if v["checkpoint_root"] else home_dir() / "checkpoints"
     return splits, spec, params, root / _fingerprint({"data": splits.fingerprint}, params)
+
+
+def model_spec(splits: Any, values: Mapping[str, Any]) -> Any:
+    """The model train builds for ``splits`` with train's parameters ``values`` (``model_factory``, ``model_args``,
+    ``hidden_units``): a :class:`~heteroflow.components.training.ModelSpec` offered ``in_features`` (the product of
+    one sample's shape), ``num_classes``, ``input_shape`` and ``hidden_units``.
+
+    Raises:
+        InvalidParameter: a factory that cannot be imported, or ``model_args`` that is not a JSON object.
+    """
+    from heteroflow.components.training import BUILTIN_MODEL, ModelSpec
+
+    offered = {
+        "in_features": int(np.prod(splits.input_shape)),
+        "num_classes": len(splits.classes),
+        "input_shape": list(splits.input_shape),
+        "hidden_units": values["hidden_units"],
+    }
+    return ModelSpec.resolve(values["model_factory"] or BUILTIN_MODEL, offered=offered, given=_parse_model_args(values["model_args"]))
 
 
 def checkpoint_folder(dataset_dir: str | os.PathLike[str], **values: Any) -> Path:
@@ -433,16 +445,13 @@ def train(
     # cores the workers decode on: 2 workers on 2 cores went from 0.67x to 1.0x of no workers, benchmarks/training.py)
     torch.set_num_threads(max(1, available_cpus() - workers))
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-        if progress is not None:  # shown live in the steps table while it waits
-            progress(waiting=line.removeprefix("train: "))
-
+    say = _sayer(progress)
     sizes = parse_batch_sizes(batch_sizes)
+    union = sum(sizes) or batch_size  # samples per optimizer step
     workers_total = world * (role.nodes if role is not None else 1)
     if sizes and len(sizes) != workers_total:
         say(f"train: batch_sizes lists {len(sizes)} size(s) for {workers_total} worker(s) on this candidate: each optimizer "
-            f"step takes the union batch of {sum(sizes)} samples, split evenly")
+            f"step takes the union batch of {union} samples, split evenly")
     previous_determinism = torch.are_deterministic_algorithms_enabled()
     if deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
@@ -453,7 +462,7 @@ def train(
     try:
         with lock:
             amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
-            total_steps = epochs * math.ceil(len(splits.train) / union_batch_size(locals()))
+            total_steps = epochs * math.ceil(len(splits.train) / union)
             ctx = _make_context(splits, spec, params, ckpt_dir, locals(), device=dev, kind=str(kind), dtype=dtype,
                                 loader_workers=workers, progress=progress)
             loop_started = time.perf_counter()
@@ -494,8 +503,19 @@ def train(
         device_kind=str(kind),
         num_workers=workers,
         processes=workers_total,
-        batch_size=union_batch_size(locals()),
+        batch_size=union,
     )
+
+
+def _sayer(progress: Callable[..., None] | None) -> Callable[[str], None]:
+    """Print a line of train's to stderr (the step's log) and show it live in the steps table while it waits."""
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        if progress is not None:
+            progress(waiting=line.removeprefix("train: "))
+
+    return say
 
 
 def _train_as_job(resources: Resources, *, dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str],
@@ -504,13 +524,8 @@ def _train_as_job(resources: Resources, *, dataset_dir: str | os.PathLike[str], 
     ``model_dir``). Raises what :func:`heteroflow.components.trainjob.run_training_job` raises."""
     from heteroflow.components.trainjob import run_training_job
 
-    def say(line: str) -> None:
-        print(line, file=sys.stderr, flush=True)
-        if progress is not None:
-            progress(waiting=line.removeprefix("train: "))
-
-    facts = run_training_job(resources, call="train", dataset_dir=dataset_dir,
-                             model_dir=model_dir, values=values, key=key, say=say)
+    facts = run_training_job(resources, call="train", dataset_dir=dataset_dir, model_dir=model_dir, values=values,
+                             key=key, say=_sayer(progress))
     return TrainResult(
         model_dir=Path(model_dir),
         device=str(facts.get("device", "")),

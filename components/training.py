@@ -17,7 +17,7 @@ atomic, device-portable checkpoints (:class:`Checkpoint`). The built-in classifi
             for x, y in ctx.batches(epoch, step):        # resumes mid-epoch where the checkpoint was
                 with ctx.autocast():
                     loss = ctx.loss_fn(model(x), y)
-                ...                                       # backward and step (through ctx.scaler when set)
+                ctx.backward(loss, opt)                   # backward and step (through ctx.scaler for fp16)
                 step += 1
                 ctx.step_done(step, model=model, optimizer=opt)   # checkpoints when due; rehearsed faults
             ctx.report(epoch=epoch + 1, loss=...)        # live progress and the per-epoch history in run.json
@@ -585,6 +585,19 @@ class TrainContext:
         dist.all_reduce(t)
         return float(t.item()) / self.world_size
 
+    def backward(self, loss: torch.Tensor, optimizer: Any) -> None:
+        """Zero ``optimizer``'s gradients, backpropagate ``loss`` (a scalar tensor) and take the optimizer step,
+        through :attr:`scaler` when fp16 needs one (scale the loss, unscale before the step, update the scale:
+        ``torch.amp.GradScaler``'s documented order)."""
+        optimizer.zero_grad(set_to_none=True)
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward()
+            self.scaler.step(optimizer)
+            self.scaler.update()
+        else:
+            loss.backward()
+            optimizer.step()
+
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast`` in :attr:`autocast_dtype` on this device type (a no-op context for fp32)."""
         import torch
@@ -702,14 +715,7 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
         for x, y in ctx.batches(epoch, step):
             with ctx.autocast():
                 loss = ctx.loss_fn(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            if ctx.scaler is not None:
-                ctx.scaler.scale(loss).backward()
-                ctx.scaler.step(optimizer)
-                ctx.scaler.update()
-            else:
-                loss.backward()
-                optimizer.step()
+            ctx.backward(loss, optimizer)
             step += 1
             ctx.samples_seen += len(y)
             losses.append(loss.detach().float())

@@ -72,11 +72,13 @@ GANG_WAIT_SECONDS = 900.0
 POLL_SECONDS = 5.0
 _SA_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 
-_API = {  # kind -> (group, version, plural)
-    "TrainJob": ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
-    "PyTorchJob": ("kubeflow.org", "v1", "pytorchjobs"),
-    "PodGroup": ("scheduling.volcano.sh", "v1beta1", "podgroups"),
-}
+_PLURALS = {"TrainJob": "trainjobs", "PyTorchJob": "pytorchjobs", "PodGroup": "podgroups"}  # the CRDs' spec.names.plural
+
+
+def _coordinates(manifest: Mapping[str, Any]) -> tuple[str, str, str]:
+    """``(group, version, plural)`` of a manifest, for ``CustomObjectsApi`` (group and version from its apiVersion)."""
+    group, _, version = str(manifest["apiVersion"]).partition("/")
+    return group, version, _PLURALS[manifest["kind"]]
 
 
 class JobTransientFailure(HeteroflowError, TimeoutError):
@@ -236,7 +238,7 @@ def _copy_atomic(src: Path, dst: Path) -> None:
 
 
 def _create(api: Any, namespace: str, manifest: Mapping[str, Any]) -> None:
-    group, version, plural = _API[manifest["kind"]]
+    group, version, plural = _coordinates(manifest)
     try:
         api.create_namespaced_custom_object(group, version, namespace, plural, dict(manifest))
     except Exception as exc:  # noqa: BLE001 - the client's ApiException; 409: a retried launcher's own job
@@ -246,7 +248,7 @@ def _create(api: Any, namespace: str, manifest: Mapping[str, Any]) -> None:
 
 def _delete(api: Any, namespace: str, manifests: list[dict[str, Any]]) -> None:
     for m in manifests:
-        group, version, plural = _API[m["kind"]]
+        group, version, plural = _coordinates(m)
         try:
             api.delete_namespaced_custom_object(group, version, namespace, plural, m["metadata"]["name"])
         except Exception:  # noqa: BLE001,S110 - best effort: gone already, or the API is unreachable
@@ -278,7 +280,7 @@ def run_training_job(
         say: prints a progress line.
         environ: the environment (default ``os.environ``).
         api: a ``kubernetes.client.CustomObjectsApi`` (default: from the environment's credentials).
-        poll_seconds: between status reads.
+        poll_seconds: seconds between status reads.
 
     Returns:
         Node 0's outcome facts (train's facts: steps, history, samples_per_second...).
@@ -309,7 +311,7 @@ def run_training_job(
     manifests = training_job_manifests(resources, workers=resources.nodes, name=name, command=command, namespace=namespace,
                                        profile=profile, labels={"heteroflow.io/call": call[:63]})
     job = manifests[-1]
-    group, version, plural = _API[job["kind"]]
+    group, version, plural = _coordinates(job)
     for m in manifests:
         _create(api, namespace, m)
     say(f"train: submitted {job['kind']} {namespace}/{name} ({resources.nodes} nodes of {kind} x{resources.count}, gang-scheduled)")

@@ -75,14 +75,7 @@ def train_loop(ctx: Any) -> nn.Module:
         for x, y in ctx.batches(epoch, step):
             with ctx.autocast():
                 loss = ctx.loss_fn(model(x), y)
-            opt.zero_grad(set_to_none=True)
-            if ctx.scaler is not None:  # fp16: scale the loss, unscale before the step
-                ctx.scaler.scale(loss).backward()
-                ctx.scaler.step(opt)
-                ctx.scaler.update()
-            else:
-                loss.backward()
-                opt.step()
+            ctx.backward(loss, opt)  # through the GradScaler for fp16
             sched.step()
             step += 1
             ctx.samples_seen += len(y)
