@@ -16,7 +16,8 @@ For each:
 - **overhead per task** = (wall - work) / tasks, split into the driver's share (wall minus the run's own
   ``wall_seconds``: interpreter start, imports, rendering, printing) and the share inside the run (per task: process
   start, the executor, heteroflow's imports and records, and the bookkeeping tasks of the KFP rendering: a fallback
-  chain's skip tasks for candidates the plan passed over, and the final check task).
+  chain's skip tasks for candidates the plan passed over, and the final check task, which kfp.local runs in the
+  driver process, and the report drawn at the end: its plots of train and evaluate are drawn while later steps run).
 
 The printed ratio is heteroflow's overhead per task over raw kfp.local's (target <= 1.2x). It also prints the
 steps' ``compute_seconds`` (their work without imports), for reference.

@@ -32,7 +32,8 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   URI back into a typed artifact (lineage in the UI), which the calls after it read: kfp.local cannot select
   among artifacts with ``dsl.OneOf``. A level's condition reads the OneOf of the level before: conditions on a
   OneOf resolve on kfp.local inside a condition group, not at the top level, which is why the check task, not
-  an ``If``, ends the run. Size: n candidate tasks, n skip tasks, linear in n. The default pipeline with three
+  an ``If``, ends the run. On kfp.local the skip and check tasks run in the driver process
+  (:func:`bookkeeping_function`), not in a process each. Size: n candidate tasks, n skip tasks, linear in n. The default pipeline with three
   train candidates is 2,806 lines as :func:`compile_pipeline` writes it (1..5 candidates: 1,235, 2,242, 2,806,
   3,369, 3,940; tested), 2,898 as KFP writes it: the levels' skip tasks share one component and executor (KFP
   copies both per task). Most of a level (~565 lines) is KFP threading each of train's 21 parameters through the
@@ -55,6 +56,7 @@ import itertools
 import json
 import linecache
 import re
+import threading
 import typing
 from collections.abc import Iterator, Mapping
 from pathlib import Path
@@ -181,9 +183,38 @@ def _skip_source(call: Call) -> str:
     )
 
 
-def _exec_component(source: str, name: str, image: str) -> Any:
+_BOOKKEEPING: dict[str, Any] = {}
+"""Source text -> function of every bookkeeping component rendered in this process (skip, check): what
+:func:`bookkeeping_function` finds for kfp.local."""
+_BOOKKEEPING_LOCK = threading.Lock()
+
+
+def bookkeeping_function(full_command: list[str]) -> Any:
+    """The Python function of a bookkeeping task (a chain's ``skip``, the final ``check``) whose lightweight
+    component command is ``full_command``, or None for any other task (a step, a user's component).
+
+    A function is returned only when its exact source text is the program the command would run (KFP embeds a
+    component's source in its command), so running it in this process runs the same code a step process would.
+    kfp.local uses this to run these tasks without a process of their own (:mod:`heteroflow.pipelines.local`).
+    """
+    name = next((full_command[i + 1] for i, a in enumerate(full_command[:-1]) if a == "--function_to_execute"), None)
+    if name is None or not (name == "heteroflow_check" or name.startswith("heteroflow_skip_")):
+        return None
+    with _BOOKKEEPING_LOCK:
+        known = list(_BOOKKEEPING.items())
+    for source, func in known:
+        if func.__name__ == name and any(source in part for part in full_command):
+            return func
+    return None
+
+
+def _exec_component(source: str, name: str, image: str, *, bookkeeping: bool = False) -> Any:
     """A KFP lightweight component from generated source (registered in :mod:`linecache`, where
-    ``inspect.getsource`` finds it; an entry whose mtime is None is never invalidated)."""
+    ``inspect.getsource`` finds it; an entry whose mtime is None is never invalidated).
+
+    Args:
+        bookkeeping: a skip or check task's component: remember its function for :func:`bookkeeping_function`.
+    """
     filename = f"<heteroflow-kfp-component-{next(_shim_counter)}-{name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
     namespace: dict[str, Any] = {
@@ -195,6 +226,9 @@ def _exec_component(source: str, name: str, image: str) -> Any:
     }
     # dont_inherit: this module's `from __future__ import annotations` would turn the annotations into strings
     exec(compile(source, filename, "exec", dont_inherit=True), namespace)  # noqa: S102 - our own generated source
+    if bookkeeping:
+        with _BOOKKEEPING_LOCK:
+            _BOOKKEEPING.setdefault(source, namespace[name])
     return dsl.component(namespace[name], base_image=image, install_kfp_package=False)
 
 
@@ -250,8 +284,12 @@ class _Renderer:
             )
             for c in self.calls
         }
-        self.skips = {c.name: _exec_component(_skip_source(c), f"heteroflow_skip_{c.name}", image) for c in self.calls if self.chained(c)}
-        self.check = _exec_component(_check_source([c.name for c in self.calls]), "heteroflow_check", image)
+        self.skips = {
+            c.name: _exec_component(_skip_source(c), f"heteroflow_skip_{c.name}", image, bookkeeping=True)
+            for c in self.calls
+            if self.chained(c)
+        }
+        self.check = _exec_component(_check_source([c.name for c in self.calls]), "heteroflow_check", image, bookkeeping=True)
         self.placements_json = json.dumps(pipeline.placements(), sort_keys=True)
 
     def chained(self, call: Call) -> bool:

@@ -3,6 +3,10 @@
 The run folder and its record are :mod:`heteroflow.pipelines.records`' (the same for every engine); the step
 processes get :mod:`heteroflow.pipelines.environment`'s contract. This module adds kfp.local's own files:
 ``kfp/`` (its pipeline root, every task's artifacts) and ``kfp.log`` (everything kfp.local printed).
+
+Two changes to how kfp.local runs a pipeline, both while :func:`run_local` runs: tasks whose inputs are ready run
+at the same time (:func:`_parallel_tasks`; kfp 2.17 runs one at a time), and the rendering's bookkeeping tasks run
+in this process (:func:`_bookkeeping_in_process`). Every step task starts its own process, as kfp starts it.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from heteroflow.cache.redact import redact_url
 from heteroflow.components.resources import Candidates
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.graph import Pipeline
-from heteroflow.pipelines.report import prewarm as prewarm_report
+from heteroflow.pipelines.report import prerender as prerender_report
 from heteroflow.pipelines.records import (
     RunRecord,
     StepSummary,
@@ -108,7 +112,7 @@ def run_local(
         with without_kubernetes_settings():  # kfp.local never reads them (and kfp.kubernetes costs 0.3 s)
             rendered = to_kfp(pipeline, local=True)
         folder, run_id, started = start_run(pipeline, run_dir, args)
-        prewarm_report()  # matplotlib imports while the steps run, not after them
+        prerender_report(folder, pipeline)  # matplotlib imports, and plots are drawn, while the steps run
         t0 = time.perf_counter()
 
         stop = threading.Event()
@@ -148,7 +152,11 @@ def run_local(
                             pipeline_root=str(folder / "kfp"),
                             raise_on_error=False,
                         )
-                        with _parallel_tasks(parallel) if parallel > 1 else contextlib.nullcontext(), without_kubernetes_settings():
+                        with (
+                            _parallel_tasks(parallel) if parallel > 1 else contextlib.nullcontext(),
+                            without_kubernetes_settings(),
+                            _bookkeeping_in_process(),
+                        ):
                             rendered(**kfp_arguments(pipeline, args))
         except KeyboardInterrupt:
             # Ctrl-C (or SIGTERM turned into it by the CLI): stop the step subprocesses too, so none trains on as
@@ -280,6 +288,58 @@ def _parallel_tasks(max_workers: int) -> Iterator[None]:
         dag_orchestrator.run_dag = original_simple  # type: ignore[assignment]
         logging_utils.local_logger_context = original_logger  # type: ignore[assignment]
         task_dispatcher.run_single_task_implementation = original_dispatch  # type: ignore[assignment]
+
+
+_EXECUTOR_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _bookkeeping_in_process() -> Iterator[None]:
+    """Run the rendering's bookkeeping tasks (a fallback chain's ``skip``, the final ``check``) in this process.
+
+    They only pass strings on, or read the routes and fail the run, yet each took a step process of its own
+    (~0.09 s: interpreter, kfp's executor). While this is active, kfp.local's subprocess task handler runs a task
+    whose program is one of those functions (:func:`heteroflow.pipelines.kfp_render.bookkeeping_function`: the
+    same source text, so the same code) through kfp's own ``Executor`` here: the same executor input, the same
+    output file, the same task status (an exception is the task's failure, its traceback in ``kfp.log`` as a step
+    process would print it). Every other task starts its process as before.
+    """
+    import traceback
+
+    from kfp.local import status, subprocess_task_handler
+
+    from heteroflow.pipelines.kfp_render import bookkeeping_function
+
+    original = subprocess_task_handler.SubprocessTaskHandler
+
+    class Handler(original):  # type: ignore[misc, valid-type]
+        def run(self) -> Any:
+            func = bookkeeping_function(self.full_command)
+            if func is None:
+                return super().run()
+            import json
+
+            from kfp.dsl import executor
+            from kfp.dsl.types import artifact_types
+
+            args = self.full_command
+            executor_input = json.loads(args[args.index("--executor_input") + 1])
+            with _EXECUTOR_LOCK:  # kfp's Executor sets a module global (the task root)
+                root = artifact_types.CONTAINER_TASK_ROOT
+                try:
+                    executor.Executor(executor_input=executor_input, function_to_execute=func).execute()
+                except Exception:  # noqa: BLE001 - the task's failure, as a step process reports it
+                    print(traceback.format_exc(), end="")
+                    return status.Status.FAILURE
+                finally:
+                    artifact_types.CONTAINER_TASK_ROOT = root
+            return status.Status.SUCCESS
+
+    subprocess_task_handler.SubprocessTaskHandler = Handler  # type: ignore[misc]
+    try:
+        yield
+    finally:
+        subprocess_task_handler.SubprocessTaskHandler = original  # type: ignore[misc]
 
 
 def _run_dag_in_parallel(

@@ -67,6 +67,10 @@ th{background:#f6f8fa} td.num{text-align:right;font-variant-numeric:tabular-nums
 # --- writing ------------------------------------------------------------------------------------------------
 
 _PREWARM: threading.Thread | None = None
+_PRERENDER: tuple[threading.Thread, threading.Event] | None = None
+_CHARTS: dict[str, Any] = {}
+"""Rendered plots by their inputs (:func:`_memo`): what :func:`prerender` drew while the run went on."""
+_CHARTS_LOCK = threading.Lock()
 
 
 def _import_plotting() -> None:
@@ -85,6 +89,79 @@ def prewarm() -> None:
         _PREWARM.start()
 
 
+def prerender(run_dir: str | os.PathLike[str], pipeline: Any, *, interval: float = 0.05) -> None:
+    """Draw the plots of each call as soon as it has succeeded, in a background thread, while later steps run.
+
+    The per-epoch history of train and evaluate's confusion matrix and per-class plots are known once their
+    step ends, and the driver waits idle for the step processes after them (evaluate, archive: about a second);
+    drawing them then (matplotlib: about 0.1 s a plot) leaves only the timeline for the end of the run. The
+    plots are kept by their inputs (:func:`_memo`): the report written at the end uses one only when the final
+    record holds the same data, and draws anything else itself, so the report is the same with or without this.
+    Every ``interval`` seconds the thread reads the attempt records (:func:`heteroflow.pipelines.records.collect`);
+    it stops when :func:`write_report` starts (which waits for the plot being drawn). Problems are ignored here:
+    the report's own rendering reports them.
+
+    Args:
+        run_dir: the run's folder.
+        pipeline: the :class:`~heteroflow.pipelines.graph.Pipeline` being run.
+    """
+    global _PRERENDER
+    _stop_prerender()
+    stop = threading.Event()
+
+    def loop() -> None:
+        _import_plotting()
+        from heteroflow.pipelines.records import collect
+
+        drawn: set[str] = set()
+        while not stop.wait(interval):
+            try:
+                for summary in collect(run_dir, pipeline):
+                    if stop.is_set():
+                        return
+                    if summary.status != "succeeded" or summary.name in drawn:
+                        continue
+                    drawn.add(summary.name)
+                    partial = {"results": {summary.name: dict(summary.details)}}
+                    for call, history in history_of(partial).items():
+                        _history_plots(call, history)
+                    _classification(partial)
+            except Exception:  # noqa: BLE001, S112 - the final rendering reports what is wrong
+                continue
+
+    thread = threading.Thread(target=loop, name="heteroflow-report-prerender", daemon=True)
+    _PRERENDER = (thread, stop)
+    thread.start()
+
+
+def _stop_prerender() -> None:
+    global _PRERENDER
+    if _PRERENDER is not None:
+        thread, stop = _PRERENDER
+        stop.set()
+        thread.join()
+        _PRERENDER = None
+
+
+def _memo(func: Any) -> Any:
+    """Keep ``func``'s result by its (JSON) arguments in :data:`_CHARTS`, for :func:`prerender`."""
+
+    def wrapper(*args: Any) -> Any:
+        key = func.__name__ + json.dumps(args, sort_keys=True, default=str)
+        with _CHARTS_LOCK:
+            hit = _CHARTS.get(key)
+        if hit is not None:
+            return hit
+        out = func(*args)
+        with _CHARTS_LOCK:
+            _CHARTS[key] = out
+        return out
+
+    wrapper.__name__ = func.__name__
+    wrapper.__doc__ = func.__doc__
+    return wrapper
+
+
 def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str] | None = None) -> Path:
     """Render the report of ``run_dir`` and write it atomically to ``output`` (default ``<run_dir>/report.html``).
 
@@ -97,10 +174,15 @@ def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
     """
     if _PREWARM is not None:
         _PREWARM.join()
+    _stop_prerender()
     run = load_run(run_dir)
     target = Path(output).expanduser() if output is not None else Path(run["run_dir"]) / REPORT_FILE
-    # run.json is redacted when written; redact again so a record from elsewhere never puts credentials in a report
-    atomic_write_bytes(target, redact_url(render_report(run)).encode("utf-8"), durable=False)
+    try:
+        # run.json is redacted when written; redact again so a record from elsewhere never puts credentials in a report
+        atomic_write_bytes(target, redact_url(render_report(run)).encode("utf-8"), durable=False)
+    finally:
+        with _CHARTS_LOCK:
+            _CHARTS.clear()
     return target
 
 
@@ -398,6 +480,7 @@ def _timeline_plot(run: dict[str, Any]) -> str:
     return _svg(fig, "timeline")
 
 
+@_memo
 def _history_plots(call: str, history: list[dict[str, Any]]) -> list[str]:
     keys: list[str] = []
     for entry in history:
@@ -481,6 +564,7 @@ def _confusion_table(cm: list[list[Any]], classes: list[str]) -> str:
     return '<table class="confusion">' + head + "".join(rows) + "</table>"
 
 
+@_memo
 def _confusion_plot(call: str, cm: list[list[Any]], classes: list[str]) -> str:
     fig = _figure(4.2, 3.6)
     ax = fig.add_subplot()
@@ -502,6 +586,7 @@ def _per_class_table(prec: dict[str, Any], rec: dict[str, Any], facts: dict[str,
     return extra + "<table><tr><th>class</th><th>precision</th><th>recall</th></tr>" + rows + "</table>"
 
 
+@_memo
 def _per_class_plot(call: str, prec: dict[str, Any], rec: dict[str, Any]) -> str:
     classes = list(prec)
     fig = _figure(max(4.0, 0.45 * len(classes) + 1.5), 3.0)

@@ -195,3 +195,36 @@ def test_prewarm_imports_matplotlib_in_the_background_and_the_report_waits_for_i
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_is_the_same(tmp_path: Path) -> None:
+    """prerender draws a call's plots once its attempt record says succeeded (before the run ends); the report
+    written at the end is byte for byte the report drawn from scratch."""
+    import time
+
+    from heteroflow.pipelines import report
+    from heteroflow.pipelines.graph import Pipeline
+
+    history = [{"epoch": 1, "loss": 1.2, "validation_accuracy": 0.5}, {"epoch": 2, "loss": 0.7, "validation_accuracy": 0.8}]
+    evaluate = {"accuracy": 0.7, "classes": ["a", "b"], "confusion_matrix": [[3, 1], [2, 4]],
+                "precision": {"a": 0.6, "b": 0.8}, "recall": {"a": 0.75, "b": 0.67}, "samples": 10}
+    folder = tmp_path / "run"
+    for step, details in (("train", {"history": history}), ("evaluate", evaluate)):
+        (folder / "steps" / step).mkdir(parents=True)
+        (folder / "steps" / step / "attempt-1.json").write_text(json.dumps(
+            {"step": step, "attempt": 1, "status": "succeeded", "started_at": 1_700_000_001.0, "ended_at": 1_700_000_002.0,
+             "seconds": 1.0, "details": details}))
+    report.prerender(folder, Pipeline("toy"), interval=0.01)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with report._CHARTS_LOCK:
+            drawn = sorted(k.partition("[")[0] for k in report._CHARTS)
+        if len(drawn) >= 3:
+            break
+        time.sleep(0.05)
+    assert drawn == ["_confusion_plot", "_history_plots", "_per_class_plot"], drawn
+    _record(folder, results={"train": {"history": history}, "evaluate": evaluate})
+    written = write_report(folder).read_text(encoding="utf-8")
+    assert report._PRERENDER is None and report._CHARTS == {}, "the thread is stopped and the drawings dropped"
+    assert 'data-plot="train loss"' in written and 'data-plot="evaluate confusion"' in written
+    assert written == render_report(folder), "the report does not depend on what was drawn early"

@@ -1,0 +1,123 @@
+"""kfp.local runs the rendering's bookkeeping tasks (a chain's skip, the final check) in the driver process, with
+kfp's own executor; every step task still starts a process of its own (#15, overhead)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from google.protobuf import json_format
+
+from heteroflow.components.resources import Candidates
+from heteroflow.pipelines.default import default_pipeline
+from heteroflow.pipelines.kfp_render import bookkeeping_function, to_kfp
+
+
+def _commands() -> dict[str, list[str]]:
+    """Executor label -> its full command (command + args) in the default pipeline rendered for kfp.local."""
+    rendered = to_kfp(default_pipeline(train_candidates=Candidates(["npu", "gpu", "cpu"])), local=True)
+    spec = json_format.MessageToDict(rendered.pipeline_spec)
+    return {
+        label: list(e["container"]["command"]) + list(e["container"].get("args", []))
+        for label, e in spec["deploymentSpec"]["executors"].items()
+        if "container" in e
+    }
+
+
+def _executor_input(tmp_path: Path, params: dict[str, Any], outputs: list[str]) -> str:
+    return json.dumps(
+        {
+            "inputs": {"parameterValues": params},
+            "outputs": {
+                "parameters": {name: {"outputFile": str(tmp_path / "out" / name)} for name in outputs},
+                "outputFile": str(tmp_path / "out" / "executor_output.json"),
+            },
+        }
+    )
+
+
+def _filled(command: list[str], executor_input: str) -> list[str]:
+    return [executor_input if part == "{{$}}" else part for part in command]
+
+
+def _handler(command: list[str]) -> Any:
+    from kfp.local import SubprocessRunner, subprocess_task_handler
+
+    return subprocess_task_handler.SubprocessTaskHandler(
+        image="heteroflow-python:0.1.0", full_command=command, pipeline_root="/unused", runner=SubprocessRunner(use_venv=False)
+    )
+
+
+@pytest.fixture()
+def no_process(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
+    """Every process kfp.local would start is recorded and refused."""
+    started: list[list[str]] = []
+
+    def popen(cmd: list[str], *args: Any, **kwargs: Any) -> Any:
+        started.append(cmd)
+        raise RuntimeError("a process was started")
+
+    monkeypatch.setattr(subprocess, "Popen", popen)
+    return started
+
+
+def test_only_the_bookkeeping_functions_with_their_exact_source_are_found() -> None:
+    commands = _commands()
+    skips = [c for label, c in commands.items() if "skip" in label]
+    checks = [c for label, c in commands.items() if "check" in label]
+    steps = [c for label, c in commands.items() if "skip" not in label and "check" not in label]
+    assert skips and checks and len(steps) >= 6
+    assert all(bookkeeping_function(c).__name__ == "heteroflow_skip_train" for c in skips)
+    assert bookkeeping_function(checks[0]).__name__ == "heteroflow_check"
+    assert all(bookkeeping_function(c) is None for c in steps), "a step task never runs in the driver"
+    tampered = [p.replace("return route", "return route + 'x'") for p in skips[0]]
+    assert tampered != skips[0] and bookkeeping_function(tampered) is None, "another program than ours runs as kfp runs it"
+
+
+def test_a_skip_task_runs_in_this_process_with_kfps_executor(tmp_path: Path, no_process: list[list[str]]) -> None:
+    from kfp.local import status
+
+    from heteroflow.pipelines.local import _bookkeeping_in_process
+
+    skip = next(c for label, c in _commands().items() if "skip" in label)
+    outputs = ["Output", "heteroflow_uri_model", "heteroflow_uri_metrics"]
+    executor_input = _executor_input(tmp_path, {"route": "to-2", "uri_model": "file:///m", "uri_metrics": "file:///x"}, outputs)
+    with _bookkeeping_in_process():
+        assert _handler(_filled(skip, executor_input)).run() == status.Status.SUCCESS
+    assert no_process == []
+    written = json.loads((tmp_path / "out" / "executor_output.json").read_text())
+    assert written["parameterValues"]["Output"] == "to-2"
+    assert (tmp_path / "out" / "heteroflow_uri_model").read_text() == "file:///m"
+    assert (tmp_path / "out" / "heteroflow_uri_metrics").read_text() == "file:///x"
+
+
+def test_a_failing_check_is_the_tasks_failure_with_its_message(tmp_path: Path, no_process: list[list[str]], capsys: pytest.CaptureFixture[str]) -> None:
+    from kfp.local import status
+
+    from heteroflow.pipelines.local import _bookkeeping_in_process
+
+    check = next(c for label, c in _commands().items() if "check" in label)
+    routes = {f"route_{c}": "succeeded" for c in ("prewarm", "preprocess", "plan", "evaluate", "archive")}
+    routes["route_train"] = 'failed: permanent: ValueError: bad \\"label\\"'
+    with _bookkeeping_in_process():
+        result = _handler(_filled(check, _executor_input(tmp_path, routes, ["Output"]))).run()
+    assert result == status.Status.FAILURE and no_process == []
+    printed = capsys.readouterr().out
+    assert "RuntimeError: step 'train' failed (permanent; not retried): ValueError: bad \"label\"" in printed
+
+
+def test_step_tasks_and_everything_outside_the_context_start_their_process(tmp_path: Path, no_process: list[list[str]]) -> None:
+    from heteroflow.pipelines.local import _bookkeeping_in_process
+
+    commands = _commands()
+    train = next(c for label, c in commands.items() if label.startswith("exec-train"))
+    skip = next(c for label, c in commands.items() if "skip" in label)
+    executor_input = _executor_input(tmp_path, {}, ["Output"])
+    with _bookkeeping_in_process(), pytest.raises(RuntimeError, match="a process was started"):
+        _handler(_filled(train, executor_input)).run()
+    with pytest.raises(RuntimeError, match="a process was started"):  # the context restores kfp's handler
+        _handler(_filled(skip, executor_input)).run()
+    assert len(no_process) == 2
