@@ -388,6 +388,10 @@ KFP_INVENTORY = "heteroflow_inventory"
 """The plan's device counts by kind (JSON; the planner's output, an input of the candidates it placed)."""
 KFP_PLAN_INVENTORY = "heteroflow_plan_inventory"
 """The planner's output: the device counts by kind it placed against (JSON)."""
+KFP_ARGUMENTS = "heteroflow_arguments"
+"""A fallback chain's candidate tasks take the call's parameters as one JSON object (name -> value), made by the
+chain's top-level ``<call>: arguments`` task from the pipeline's typed parameters: one channel through the
+chain's condition groups instead of one per parameter (KFP declares every channel in every group it crosses)."""
 KFP_URI_PREFIX = "heteroflow_uri_"
 """``heteroflow_uri_<output>``: outputs of a candidate task of a fallback chain, its artifacts' URIs (the chain
 imports the chosen candidate's artifacts from these: kfp.local cannot select among artifacts with ``dsl.OneOf``)."""
@@ -454,6 +458,9 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
 
     _skip_teardown_after_success()
     args = dict(args)
+    bundled = args.pop(KFP_ARGUMENTS, None)
+    if bundled:
+        args.update(json.loads(bundled))
     args.pop(KFP_FAILURE, None)  # kept out of the shims since routes carry their reason
     candidate_json = args.pop(KFP_CANDIDATE, None)
     candidates_json = args.pop(KFP_CANDIDATES, None)

@@ -32,12 +32,17 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   URI back into a typed artifact (lineage in the UI), which the calls after it read: kfp.local cannot select
   among artifacts with ``dsl.OneOf``. A level's condition reads the OneOf of the level before: conditions on a
   OneOf resolve on kfp.local inside a condition group, not at the top level, which is why the check task, not
-  an ``If``, ends the run. On kfp.local the skip and check tasks run in the driver process
-  (:func:`bookkeeping_function`), not in a process each. Size: n candidate tasks, n skip tasks, linear in n. The default pipeline with three
-  train candidates is 2,806 lines as :func:`compile_pipeline` writes it (1..5 candidates: 1,235, 2,242, 2,806,
-  3,369, 3,940; tested), 2,898 as KFP writes it: the levels' skip tasks share one component and executor (KFP
-  copies both per task). Most of a level (~565 lines) is KFP threading each of train's 21 parameters through the
-  level's two condition groups (a group declares every pipeline channel its tasks read).
+  an ``If``, ends the run.
+- **A chain's parameters.** The candidates of a chain do not take the call's parameters one by one: a top-level
+  ``<call>: arguments`` task takes them, typed and with their defaults as a step's component does (the values
+  the Kubeflow UI shows, on that node), and returns them as one JSON object, which every candidate reads
+  (``heteroflow_arguments``). KFP declares every pipeline channel a group's tasks read in every group it
+  crosses, so one channel crosses a level's groups instead of one per parameter (train has 18). On kfp.local the
+  arguments, skip and check tasks run in the driver process (:func:`bookkeeping_function`), not in a process
+  each. Size: n candidate tasks, n skip tasks, linear in n. The default pipeline with three train candidates is
+  2,270 lines as :func:`compile_pipeline` writes it (1..5 candidates: 1,248, 1,936, 2,270, 2,603, 2,944; a level
+  ~335 lines; tested), 2,362 as KFP writes it: the levels' skip tasks share one component and executor (KFP copies
+  both per task).
 - **Resources.** Each task gets its candidate's requests, limits, accelerator, node selector, tolerations,
   labels and annotations through :func:`heteroflow.pipelines.kfp_resources.apply_resources`, with the cluster
   profile's conventions (official device plugin or HAMi, label keys, queues) when one is given. The candidate
@@ -71,6 +76,7 @@ from heteroflow.components.cluster import DEFAULT_PROFILE, ClusterProfile
 from heteroflow.components.resources import DeviceKind
 from heteroflow.components.runtime import (
     KFP_AFTER_PREFIX,
+    KFP_ARGUMENTS,
     KFP_CANDIDATE,
     KFP_CANDIDATES,
     KFP_INVENTORY,
@@ -80,7 +86,7 @@ from heteroflow.components.runtime import (
     KFP_URI_PREFIX,
     candidate_to_json,
 )
-from heteroflow.components.step import ArtifactType, step_ref
+from heteroflow.components.step import ArtifactType, Step, step_ref
 from heteroflow.pipelines.graph import Call, OutputRef, ParamRef, Pipeline
 from heteroflow.pipelines.kfp_resources import apply_resources
 
@@ -120,10 +126,26 @@ def _annotation_text(typ: type, optional: bool) -> str:
     return f"Optional[{typ.__name__}]" if optional else typ.__name__
 
 
-def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], chain: bool, inventory: bool) -> str:
-    step = call.step
+def _param_signature(step: Step) -> tuple[list[str], list[str]]:
+    """A step's parameters as Python parameters: the required ones (``name: type``), then those with defaults
+    (``name: type = default``)."""
     required: list[str] = []
     defaulted: list[str] = []
+    for p in step.params:
+        text = f"{p.name}: {_annotation_text(p.type, p.optional)}"
+        if p.required:
+            required.append(text)
+        else:
+            defaulted.append(f"{text} = {p.default!r}")
+    return required, defaulted
+
+
+def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], chain: bool, inventory: bool) -> str:
+    """The lightweight component of ``call``: its artifacts, the reserved inputs and outputs, and its parameters,
+    typed with their defaults; a chain's candidates take the parameters as one JSON input instead
+    (``heteroflow_arguments``, made by :func:`_arguments_source`'s task)."""
+    step = call.step
+    required: list[str] = []
     for spec in step.inputs:
         required.append(f"{spec.name}: Input[{spec.type.value}]")
     for spec in step.outputs:
@@ -143,12 +165,8 @@ def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], c
         required.append(f"{KFP_INVENTORY}: str")
     if step.planner:
         required.append(f"{KFP_PLACEMENTS}: str")
-    for p in step.params:
-        text = f"{p.name}: {_annotation_text(p.type, p.optional)}"
-        if p.required:
-            required.append(text)
-        else:
-            defaulted.append(f"{text} = {p.default!r}")
+    params, defaulted = ([f"{KFP_ARGUMENTS}: str"], []) if chain else _param_signature(step)
+    required.extend(params)
     signature = ",\n    ".join(required + defaulted)
     doc = (step.description or step.name).replace('"""', "'''")
     return (
@@ -190,7 +208,7 @@ _BOOKKEEPING_LOCK = threading.Lock()
 
 
 def bookkeeping_function(full_command: list[str]) -> Any:
-    """The Python function of a bookkeeping task (a chain's ``skip``, the final ``check``) whose lightweight
+    """The Python function of a bookkeeping task (a chain's ``arguments`` and ``skip``, the final ``check``) whose lightweight
     component command is ``full_command``, or None for any other task (a step, a user's component).
 
     A function is returned only when its exact source text is the program the command would run (KFP embeds a
@@ -198,7 +216,7 @@ def bookkeeping_function(full_command: list[str]) -> Any:
     kfp.local uses this to run these tasks without a process of their own (:mod:`heteroflow.pipelines.local`).
     """
     name = next((full_command[i + 1] for i, a in enumerate(full_command[:-1]) if a == "--function_to_execute"), None)
-    if name is None or not (name == "heteroflow_check" or name.startswith("heteroflow_skip_")):
+    if name is None or not (name == "heteroflow_check" or name.startswith(("heteroflow_skip_", "heteroflow_arguments_"))):
         return None
     with _BOOKKEEPING_LOCK:
         known = list(_BOOKKEEPING.items())
@@ -206,6 +224,21 @@ def bookkeeping_function(full_command: list[str]) -> Any:
         if func.__name__ == name and any(source in part for part in full_command):
             return func
     return None
+
+
+def _arguments_source(call: Call) -> str:
+    """A chain's ``<call>: arguments`` task: the call's parameters, typed and with their defaults as in a step's
+    component, returned as one JSON object that every candidate task of the chain reads (``heteroflow_arguments``:
+    one pipeline channel through the chain's groups instead of one per parameter)."""
+    required, defaulted = _param_signature(call.step)
+    signature = "".join(f"\n    {p}," for p in required + defaulted)
+    return (
+        f"def heteroflow_arguments_{call.name}({signature}{chr(10) if signature else ''}) -> str:\n"
+        f'    """The parameters of {call.name} as one JSON object, for the candidates of its fallback chain."""\n'
+        "    arguments = dict(locals())\n"
+        "    import json\n\n"
+        "    return json.dumps(arguments, sort_keys=True)\n"
+    )
 
 
 def _exec_component(source: str, name: str, image: str, *, bookkeeping: bool = False) -> Any:
@@ -289,6 +322,11 @@ class _Renderer:
             for c in self.calls
             if self.chained(c)
         }
+        self.arguments = {
+            c.name: _exec_component(_arguments_source(c), f"heteroflow_arguments_{c.name}", image, bookkeeping=True)
+            for c in self.calls
+            if self.chained(c)
+        }
         self.check = _exec_component(_check_source([c.name for c in self.calls]), "heteroflow_check", image, bookkeeping=True)
         self.placements_json = json.dumps(pipeline.placements(), sort_keys=True)
 
@@ -308,15 +346,29 @@ class _Renderer:
 
     # env: ("param", name) | ("out", call, output) | ("route", call) | ("placed", call) | ("inventory",)
 
-    def task(self, call: Call, env: dict[tuple[str, ...], Any], index: int) -> PipelineTask:
+    @staticmethod
+    def bound(call: Call, env: dict[tuple[str, ...], Any], names: Any) -> dict[str, Any]:
+        """The arguments of ``call``'s bindings named in ``names``: an upstream output, a pipeline parameter or a
+        constant."""
         kwargs: dict[str, Any] = {}
         for key, binding in call.bindings.items():
+            if key not in names:
+                continue
             if isinstance(binding, OutputRef):
                 kwargs[key] = env[("out", binding.call, binding.output)]
             elif isinstance(binding, ParamRef):
                 kwargs[key] = env[("param", binding.name)]
             else:
                 kwargs[key] = binding.value
+        return kwargs
+
+    def task(self, call: Call, env: dict[tuple[str, ...], Any], index: int) -> PipelineTask:
+        params = {p.name for p in call.step.params}
+        if self.chained(call):  # the parameters come as one JSON object (the chain's arguments task)
+            kwargs = self.bound(call, env, set(call.bindings) - params)
+            kwargs[KFP_ARGUMENTS] = env[("arguments", call.name)]
+        else:
+            kwargs = self.bound(call, env, set(call.bindings))
         for name in self.after(call):
             kwargs[f"{KFP_AFTER_PREFIX}{name}"] = env[("route", name)]
         resources = call.candidates[index]
@@ -368,6 +420,9 @@ class _Renderer:
     def emit_chain(self, call: Call, env: dict[tuple[str, ...], Any]) -> None:
         label = chain_label(call)
         names = [s.name for s in call.step.outputs]
+        params = {p.name for p in call.step.params}
+        arguments = self.small(self.arguments[call.name](**self.bound(call, env, params)), f"{call.name}: arguments")
+        env[("arguments", call.name)] = arguments.outputs["Output"]
         route: Any = env.get(("placed", call.name))
         uris: dict[str, Any] = {n: "" for n in names}
         for k, res in enumerate(call.candidates):

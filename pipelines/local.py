@@ -236,7 +236,8 @@ def _parallel_tasks(max_workers: int) -> Iterator[None]:
     replaces both with :func:`_run_dag_in_parallel`, which starts every task whose upstream tasks have settled,
     up to ``max_workers`` at once, with the same per-task semantics (kfp's own ``execute_task``: conditions,
     sub-DAGs, OneOf outputs, skipping tasks whose upstream failed). A DAG with exit handlers or ``ParallelFor``
-    keeps kfp's own orchestrator. kfp's per-task logger setup is serialised so the threads do not undo each other's.
+    keeps kfp's own orchestrator. kfp's per-task logger setup and print indentation are made once for the whole
+    run, so the threads do not undo each other's.
     """
     from kfp.local import logging_utils
     from kfp.local.orchestrator import dag_orchestrator, enhanced_dag_orchestrator
@@ -263,6 +264,12 @@ def _parallel_tasks(max_workers: int) -> Iterator[None]:
                 if outer:
                     manager.__exit__(None, None, None)
 
+    original_indented = logging_utils.indented_print
+
+    @contextlib.contextmanager
+    def indented_once(num_spaces: int = 4) -> Iterator[None]:
+        yield  # the run's one indentation (below) is in force for every task's lines
+
     def run_dag(*args: Any, **kwargs: Any) -> Any:
         return _run_dag_in_parallel(original_enhanced, max_workers, *args, **kwargs)
 
@@ -280,10 +287,15 @@ def _parallel_tasks(max_workers: int) -> Iterator[None]:
     enhanced_dag_orchestrator.run_enhanced_dag = run_dag  # type: ignore[assignment]
     dag_orchestrator.run_dag = run_dag  # type: ignore[assignment]
     logging_utils.local_logger_context = logger_once  # type: ignore[assignment]
+    logging_utils.indented_print = indented_once  # type: ignore[assignment]
     try:
-        with logger_once():  # one logger setup for the whole run: the tasks' own enter and leave it cheaply
+        # one logger setup and one print indentation for the whole run: kfp's per-task `indented_print` swaps
+        # builtins.print on entry and puts back what it found on exit, so tasks that start and end at the same
+        # time in several threads would leave wrappers behind (every later print indented again, and slower)
+        with logger_once(), original_indented():
             yield
     finally:
+        logging_utils.indented_print = original_indented  # type: ignore[assignment]
         enhanced_dag_orchestrator.run_enhanced_dag = original_enhanced  # type: ignore[assignment]
         dag_orchestrator.run_dag = original_simple  # type: ignore[assignment]
         logging_utils.local_logger_context = original_logger  # type: ignore[assignment]

@@ -1,4 +1,4 @@
-"""kfp.local runs the rendering's bookkeeping tasks (a chain's skip, the final check) in the driver process, with
+"""kfp.local runs the rendering's bookkeeping tasks (a chain's arguments and skip, the final check) in the driver process, with
 kfp's own executor; every step task still starts a process of its own (#15, overhead)."""
 
 from __future__ import annotations
@@ -68,10 +68,12 @@ def test_only_the_bookkeeping_functions_with_their_exact_source_are_found() -> N
     commands = _commands()
     skips = [c for label, c in commands.items() if "skip" in label]
     checks = [c for label, c in commands.items() if "check" in label]
-    steps = [c for label, c in commands.items() if "skip" not in label and "check" not in label]
-    assert skips and checks and len(steps) >= 6
+    arguments = [c for label, c in commands.items() if "arguments" in label]
+    steps = [c for label, c in commands.items() if not any(k in label for k in ("skip", "check", "arguments"))]
+    assert skips and checks and arguments and len(steps) >= 6
     assert all(bookkeeping_function(c).__name__ == "heteroflow_skip_train" for c in skips)
     assert bookkeeping_function(checks[0]).__name__ == "heteroflow_check"
+    assert bookkeeping_function(arguments[0]).__name__ == "heteroflow_arguments_train"
     assert all(bookkeeping_function(c) is None for c in steps), "a step task never runs in the driver"
     tampered = [p.replace("return route", "return route + 'x'") for p in skips[0]]
     assert tampered != skips[0] and bookkeeping_function(tampered) is None, "another program than ours runs as kfp runs it"
@@ -121,3 +123,48 @@ def test_step_tasks_and_everything_outside_the_context_start_their_process(tmp_p
     with pytest.raises(RuntimeError, match="a process was started"):  # the context restores kfp's handler
         _handler(_filled(skip, executor_input)).run()
     assert len(no_process) == 2
+
+
+def test_a_chains_arguments_task_returns_the_parameters_as_one_json_object(tmp_path: Path, no_process: list[list[str]]) -> None:
+    from kfp.local import status
+
+    from heteroflow.pipelines.local import _bookkeeping_in_process
+
+    command = next(c for label, c in _commands().items() if "arguments" in label)
+    given = {"epochs": 3, "learning_rate": 0.05, "model_factory": "my.models:build", "deterministic": True, "batch_size": 32}
+    with _bookkeeping_in_process():
+        assert _handler(_filled(command, _executor_input(tmp_path, given, ["Output"]))).run() == status.Status.SUCCESS
+    out = json.loads(json.loads((tmp_path / "out" / "executor_output.json").read_text())["parameterValues"]["Output"])
+    assert {k: out[k] for k in given} == given
+    assert out["hidden_units"] == 128 and out["precision"] == "auto", "unset parameters take the step's defaults"
+    assert isinstance(out["epochs"], int) and isinstance(out["learning_rate"], float)
+
+
+def test_print_is_kfps_own_again_after_runs_whose_tasks_start_and_end_at_once(tmp_path: Path) -> None:
+    """kfp's per-task print indentation swaps builtins.print; tasks that start and end together in several
+    threads (the arguments task, plan and prewarm, all ready at once) must not leave a wrapper behind."""
+    import builtins
+    import threading
+    import time
+
+    from kfp.local import logging_utils
+
+    from heteroflow.pipelines.local import _parallel_tasks
+
+    before = builtins.print
+    barrier = threading.Barrier(8)
+
+    def task() -> None:
+        barrier.wait()
+        for _ in range(50):
+            with logging_utils.indented_print():
+                time.sleep(0.001)  # a task's work: the threads' entries and exits interleave (kfp's own leaks then)
+
+    with _parallel_tasks(8):
+        threads = [threading.Thread(target=task) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert builtins.print is not before, "the run's lines are indented, as kfp indents a task's"
+    assert builtins.print is before
