@@ -281,3 +281,29 @@ def test_no_arguments_shows_help() -> None:
     assert result.exit_code == 2  # no_args_is_help: click >= 8.2 prints the help and exits 2
     for command in ("run", "compile", "params"):
         assert command in result.output
+
+
+@pytest.mark.parametrize(
+    "argv, code, out, err",
+    [
+        (["heteroflow", "--help"], 0, "Usage: heteroflow", ""),
+        (["heteroflow", "run", "--param", "nope=1"], 2, "", "unknown parameter 'nope'"),
+    ],
+)
+def test_the_console_script_skips_teardown_but_runs_exit_functions_and_flushes(argv: list[str], code: int, out: str, err: str) -> None:
+    """main() ends with os._exit after the work: atexit callbacks still run, output is whole, the status is kept."""
+    import subprocess
+    import sys
+
+    script = (
+        "import atexit, sys\n"
+        "from heteroflow.pipelines import cli\n"
+        "atexit.register(lambda: print('exit functions ran', flush=True))\n"
+        f"sys.argv = {argv!r}\n"
+        "cli.main()\n"
+        "print('not reached')\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert done.returncode == code, done.stderr
+    assert out in done.stdout and err in done.stderr
+    assert done.stdout.rstrip().endswith("exit functions ran") and "not reached" not in done.stdout
