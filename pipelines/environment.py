@@ -78,7 +78,12 @@ def testing_environment(
     simulated = simulated_devices(merged, source="--simulate-devices" if simulate_devices else SIMULATE_ENV)
     fault_source = "--inject-fault" if inject_faults else FAULT_ENV
     for spec in parse_faults(merged.get(FAULT_ENV, ""), source=fault_source):
-        if spec.kind != "cpu" and spec.kind not in simulated:
+        # the plan passes over a kind that is not here, so a fault on it would not fire; without a plan step that
+        # places the call, its candidates are tried in order and the fault does fire
+        planned = pipeline is None or (
+            pipeline.planner is not None and spec.step in {c.name for c in pipeline.placed_calls}
+        )
+        if planned and spec.kind != "cpu" and spec.kind not in simulated:
             from heteroflow.components.plan import local_inventory
 
             if local_inventory().devices.get(DeviceKind(spec.kind), 0) == 0:

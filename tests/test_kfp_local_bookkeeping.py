@@ -168,3 +168,90 @@ def test_print_is_kfps_own_again_after_runs_whose_tasks_start_and_end_at_once(tm
             t.join()
         assert builtins.print is not before, "the run's lines are indented, as kfp indents a task's"
     assert builtins.print is before
+
+
+TOY = '''
+from pathlib import Path
+
+from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+
+
+def scale(out_path: str, *, factor: float = 2.0, count: int = 3, label: str = "x", flag: bool = False,
+          device: str = "cpu") -> dict:
+    """Write factor * 1..count.
+
+    Args:
+        out_path: output file.
+        factor: what to multiply by (unit: times).
+        count: how many numbers.
+        label: a name.
+        flag: a switch.
+        device: injected torch device type.
+    """
+    values = [factor * (i + 1) for i in range(count)]
+    Path(out_path).write_text(" ".join(map(str, values)))
+    return {"label": label, "flag": flag, "total": sum(values), "types": [type(v).__name__ for v in (factor, count, label, flag)]}
+
+
+SCALE = step(scale, outputs=[ArtifactSpec(name="scaled", type=ArtifactType.DATASET, param="out_path")],
+             candidates=["npu", "gpu", "cpu"], device_bound=True, device_param="device")
+'''
+
+
+@pytest.mark.slow
+def test_a_user_chain_without_a_planner_gets_its_parameters_through_the_arguments_task(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A chained call's constant, pipeline-parameter and default values reach the candidate that runs, typed,
+    after device failures on the candidates before it (no plan step: candidate 0 starts the chain)."""
+    import sys
+    import textwrap
+    import warnings
+
+    from heteroflow.pipelines.graph import Pipeline
+    from heteroflow.pipelines.local import run_local
+
+    folder = tmp_path / "mod"
+    folder.mkdir()
+    (folder / "scaletoy.py").write_text(textwrap.dedent(TOY))
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(folder))  # kfp.local's step processes import the step by name
+    sys.modules.pop("scaletoy", None)
+    import scaletoy
+
+    p = Pipeline("scale-chain")
+    p.add(scaletoy.SCALE, factor=1.5, label=p.param("label", default="unset"))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        record = run_local({"label": "mine"}, pipeline=p, run_dir=tmp_path / "run", inject_faults="scale@npu=device,scale@gpu=device")
+    assert not [w for w in caught if "does not fire" in str(w.message)], "without a plan step the faults do fire"
+    assert record.status == "succeeded", record.error
+    step = record.step("scale")
+    assert (step.kind, step.attempts) == ("cpu", 3)
+    assert [(f["kind"], f["failure"]) for f in record.fallbacks] == [("npu", "device"), ("gpu", "device")]
+    assert record.results["scale"] == {**record.results["scale"], "label": "mine", "flag": False, "total": 9.0,
+                                       "types": ["float", "int", "str", "bool"]}
+
+
+def test_a_fault_on_a_kind_not_here_warns_only_where_a_plan_step_passes_that_kind_over(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+    import textwrap
+    import warnings
+
+    from heteroflow.pipelines.environment import testing_environment
+    from heteroflow.pipelines.graph import Pipeline
+
+    monkeypatch.delenv("HETEROFLOW_SIMULATE_DEVICES", raising=False)
+    (tmp_path / "scaletoy.py").write_text(textwrap.dedent(TOY))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    sys.modules.pop("scaletoy", None)
+    import scaletoy
+
+    unplanned = Pipeline("scale-chain")
+    unplanned.add(scaletoy.SCALE)
+    for pipeline, expected in ((default_pipeline(), 1), (unplanned, 0)):
+        step = "train" if pipeline.planner is not None else "scale"
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            with testing_environment(None, f"{step}@npu=device", pipeline=pipeline):
+                pass
+        fired = [str(w.message) for w in caught if "does not fire" in str(w.message)]
+        assert len(fired) == expected, fired
