@@ -682,18 +682,33 @@ def _exit_now(code: Any) -> None:
     os._exit(code)
 
 
+def console_script() -> None:
+    """The ``heteroflow`` console script: :func:`main`, then the process ends without the interpreter's teardown
+    (:func:`_exit_now`). Code that calls the CLI in its own process (a notebook, a test) calls :func:`main`,
+    which ends with :class:`SystemExit` as usual."""
+    try:
+        main()
+    except SystemExit as done:
+        _exit_now(done.code)
+    _exit_now(0)
+
+
 def main() -> None:
-    """Entry point of the ``heteroflow`` console script: an unexpected error prints one line and where its
-    traceback is (``heteroflow --debug ...`` prints it). The process ends without the interpreter's teardown
-    (:func:`_exit_now`)."""
+    """The CLI: an unexpected error prints one line and where its traceback is (``heteroflow --debug ...``
+    prints it).
+
+    Raises:
+        SystemExit: the command's exit status (0 ok, 1 an unexpected error, 2 bad usage or input, as each command
+            documents).
+    """
     import warnings
 
     _add_plugins()
     warnings.showwarning = _show_warning
     try:
         app(standalone_mode=True)
-    except SystemExit as done:
-        _exit_now(done.code)
+    except SystemExit:
+        raise
     except BaseException as exc:  # noqa: BLE001 - the last resort: never a pretty traceback by default
         if _state["debug"] or "--debug" in sys.argv:
             raise
@@ -704,8 +719,7 @@ def main() -> None:
             f"(traceback in {fh.name}; rerun with --debug to print it)",
             highlight=False,
         )
-        _exit_now(1)
-    _exit_now(0)
+        sys.exit(1)
 
 
 if __name__ == "__main__":  # pragma: no cover

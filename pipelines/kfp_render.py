@@ -202,7 +202,7 @@ def _skip_source(call: Call) -> str:
 
 
 _BOOKKEEPING: dict[str, Any] = {}
-"""Source text -> function of every bookkeeping component rendered in this process (skip, check): what
+"""Source text -> function of every bookkeeping component rendered in this process (arguments, skip, check): what
 :func:`bookkeeping_function` finds for kfp.local."""
 _BOOKKEEPING_LOCK = threading.Lock()
 
@@ -246,7 +246,8 @@ def _exec_component(source: str, name: str, image: str, *, bookkeeping: bool = F
     ``inspect.getsource`` finds it; an entry whose mtime is None is never invalidated).
 
     Args:
-        bookkeeping: a skip or check task's component: remember its function for :func:`bookkeeping_function`.
+        bookkeeping: an arguments, skip or check task's component: remember its function for
+            :func:`bookkeeping_function`.
     """
     filename = f"<heteroflow-kfp-component-{next(_shim_counter)}-{name}>"
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)

@@ -29,6 +29,7 @@ from heteroflow.components.resources import Candidates
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.graph import Pipeline
 from heteroflow.pipelines.report import prerender as prerender_report
+from heteroflow.pipelines.report import stop_prerender
 from heteroflow.pipelines.records import (
     RunRecord,
     StepSummary,
@@ -112,7 +113,8 @@ def run_local(
         with without_kubernetes_settings():  # kfp.local never reads them (and kfp.kubernetes costs 0.3 s)
             rendered = to_kfp(pipeline, local=True)
         folder, run_id, started = start_run(pipeline, run_dir, args)
-        prerender_report(folder, pipeline)  # matplotlib imports, and plots are drawn, while the steps run
+        _TASK_ENDED.clear()
+        prerender_report(folder, pipeline, wake=_TASK_ENDED)  # matplotlib imports, and plots are drawn, while the steps run
         t0 = time.perf_counter()
 
         stop = threading.Event()
@@ -169,6 +171,7 @@ def run_local(
             stop.set()
             if watcher:
                 watcher.join()
+            stop_prerender()  # every step has ended: the report draws what is left (and no thread outlives the run)
             shutil.rmtree(scratch, ignore_errors=True)
         record = finish_run(
             pipeline,
@@ -223,6 +226,10 @@ def _import_kfp_without_client() -> None:
 
         kfp.__getattr__ = lazy  # type: ignore[attr-defined]
 
+
+_TASK_ENDED = threading.Event()
+"""Set when a task of the run has ended (:func:`_run_dag_in_parallel`): wakes the report's
+:func:`~heteroflow.pipelines.report.prerender`."""
 
 _STOPPING = threading.Event()
 """Set when a run is interrupted: kfp.local starts no task (and no retry of one) after it."""
@@ -307,7 +314,8 @@ _EXECUTOR_LOCK = threading.Lock()
 
 @contextlib.contextmanager
 def _bookkeeping_in_process() -> Iterator[None]:
-    """Run the rendering's bookkeeping tasks (a fallback chain's ``skip``, the final ``check``) in this process.
+    """Run the rendering's bookkeeping tasks (a fallback chain's ``arguments`` and ``skip``, the final ``check``) in
+    this process.
 
     They only pass strings on, or read the routes and fail the run, yet each took a step process of its own
     (~0.09 s: interpreter, kfp's executor). While this is active, kfp.local's subprocess task handler runs a task
@@ -441,6 +449,7 @@ def _run_dag_in_parallel(
             except queue.Empty:
                 continue
             running.discard(name)
+            _TASK_ENDED.set()
             if error is not None:
                 raise error
             outputs, task_status = result

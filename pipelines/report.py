@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as _dt
+import functools
 import html
 import io
 import json
@@ -67,7 +68,7 @@ th{background:#f6f8fa} td.num{text-align:right;font-variant-numeric:tabular-nums
 # --- writing ------------------------------------------------------------------------------------------------
 
 _PREWARM: threading.Thread | None = None
-_PRERENDER: tuple[threading.Thread, threading.Event] | None = None
+_PRERENDER: tuple[threading.Thread, threading.Event, threading.Event] | None = None
 _CHARTS: dict[str, Any] = {}
 """Rendered plots by their inputs (:func:`_memo`): what :func:`prerender` drew while the run went on."""
 _CHARTS_LOCK = threading.Lock()
@@ -89,7 +90,9 @@ def prewarm() -> None:
         _PREWARM.start()
 
 
-def prerender(run_dir: str | os.PathLike[str], pipeline: Any, *, interval: float = 0.05) -> None:
+def prerender(
+    run_dir: str | os.PathLike[str], pipeline: Any, *, wake: threading.Event | None = None, interval: float = 1.0
+) -> None:
     """Draw the plots of each call as soon as it has succeeded, in a background thread, while later steps run.
 
     The per-epoch history of train and evaluate's confusion matrix and per-class plots are known once their
@@ -97,24 +100,30 @@ def prerender(run_dir: str | os.PathLike[str], pipeline: Any, *, interval: float
     drawing them then (matplotlib: about 0.1 s a plot) leaves only the timeline for the end of the run. The
     plots are kept by their inputs (:func:`_memo`): the report written at the end uses one only when the final
     record holds the same data, and draws anything else itself, so the report is the same with or without this.
-    Every ``interval`` seconds the thread reads the attempt records (:func:`heteroflow.pipelines.records.collect`);
-    it stops when :func:`write_report` starts (which waits for the plot being drawn). Problems are ignored here:
-    the report's own rendering reports them.
+    The thread reads the attempt records (:func:`heteroflow.pipelines.records.collect`) each time ``wake`` is set
+    (the runner sets it when a task ends) and at least every ``interval`` seconds; it stops at
+    :func:`stop_prerender`, which :func:`write_report` calls first. Problems are ignored here: the report's own
+    rendering reports them.
 
     Args:
         run_dir: the run's folder.
         pipeline: the :class:`~heteroflow.pipelines.graph.Pipeline` being run.
+        wake: set by the runner when a task has ended (cleared here once read).
+        interval: the longest wait between two reads, seconds.
     """
     global _PRERENDER
-    _stop_prerender()
+    stop_prerender()
     stop = threading.Event()
+    woken = wake if wake is not None else threading.Event()
 
     def loop() -> None:
         _import_plotting()
         from heteroflow.pipelines.records import collect
 
         drawn: set[str] = set()
-        while not stop.wait(interval):
+        while not stop.is_set():
+            woken.wait(interval)
+            woken.clear()
             try:
                 for summary in collect(run_dir, pipeline):
                     if stop.is_set():
@@ -130,15 +139,17 @@ def prerender(run_dir: str | os.PathLike[str], pipeline: Any, *, interval: float
                 continue
 
     thread = threading.Thread(target=loop, name="heteroflow-report-prerender", daemon=True)
-    _PRERENDER = (thread, stop)
+    _PRERENDER = (thread, stop, woken)
     thread.start()
 
 
-def _stop_prerender() -> None:
+def stop_prerender() -> None:
+    """Stop :func:`prerender`'s thread (after the plot it is drawing) and wait for it; does nothing when none runs."""
     global _PRERENDER
     if _PRERENDER is not None:
-        thread, stop = _PRERENDER
+        thread, stop, woken = _PRERENDER
         stop.set()
+        woken.set()
         thread.join()
         _PRERENDER = None
 
@@ -146,6 +157,7 @@ def _stop_prerender() -> None:
 def _memo(func: Any) -> Any:
     """Keep ``func``'s result by its (JSON) arguments in :data:`_CHARTS`, for :func:`prerender`."""
 
+    @functools.wraps(func)
     def wrapper(*args: Any) -> Any:
         key = func.__name__ + json.dumps(args, sort_keys=True, default=str)
         with _CHARTS_LOCK:
@@ -157,8 +169,6 @@ def _memo(func: Any) -> Any:
             _CHARTS[key] = out
         return out
 
-    wrapper.__name__ = func.__name__
-    wrapper.__doc__ = func.__doc__
     return wrapper
 
 
@@ -174,7 +184,7 @@ def write_report(run_dir: str | os.PathLike[str], output: str | os.PathLike[str]
     """
     if _PREWARM is not None:
         _PREWARM.join()
-    _stop_prerender()
+    stop_prerender()
     run = load_run(run_dir)
     target = Path(output).expanduser() if output is not None else Path(run["run_dir"]) / REPORT_FILE
     try:

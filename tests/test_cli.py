@@ -291,7 +291,8 @@ def test_no_arguments_shows_help() -> None:
     ],
 )
 def test_the_console_script_skips_teardown_but_runs_exit_functions_and_flushes(argv: list[str], code: int, out: str, err: str) -> None:
-    """main() ends with os._exit after the work: atexit callbacks still run, output is whole, the status is kept."""
+    """The console script ends with os._exit after the work: atexit callbacks still run, output is whole, the
+    status is kept; main() itself still ends with SystemExit for callers in their own process."""
     import subprocess
     import sys
 
@@ -300,10 +301,15 @@ def test_the_console_script_skips_teardown_but_runs_exit_functions_and_flushes(a
         "from heteroflow.pipelines import cli\n"
         "atexit.register(lambda: print('exit functions ran', flush=True))\n"
         f"sys.argv = {argv!r}\n"
-        "cli.main()\n"
+        "try:\n"
+        "    cli.main()\n"
+        "except SystemExit as done:\n"
+        "    print('main raised SystemExit', done.code, flush=True)\n"
+        "cli.console_script()\n"
         "print('not reached')\n"
     )
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == code, done.stderr
     assert out in done.stdout and err in done.stderr
+    assert f"main raised SystemExit {code}" in done.stdout
     assert done.stdout.rstrip().endswith("exit functions ran") and "not reached" not in done.stdout

@@ -107,7 +107,7 @@ def test_the_crd_schemas_and_their_licence_are_in_the_wheel(wheel_names: set[str
 def test_wheel_entry_point_is_the_cli(wheel: Path, wheel_names: set[str]) -> None:
     parser = configparser.ConfigParser()
     parser.read_string(_dist_info_file(wheel, wheel_names, "entry_points.txt"))
-    assert dict(parser["console_scripts"]) == {"heteroflow": "heteroflow.pipelines.cli:main"}
+    assert dict(parser["console_scripts"]) == {"heteroflow": "heteroflow.pipelines.cli:console_script"}
 
 
 @pytest.mark.slow

@@ -200,6 +200,7 @@ def test_prewarm_imports_matplotlib_in_the_background_and_the_report_waits_for_i
 def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_is_the_same(tmp_path: Path) -> None:
     """prerender draws a call's plots once its attempt record says succeeded (before the run ends); the report
     written at the end is byte for byte the report drawn from scratch."""
+    import threading
     import time
 
     from heteroflow.pipelines import report
@@ -214,7 +215,9 @@ def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_
         (folder / "steps" / step / "attempt-1.json").write_text(json.dumps(
             {"step": step, "attempt": 1, "status": "succeeded", "started_at": 1_700_000_001.0, "ended_at": 1_700_000_002.0,
              "seconds": 1.0, "details": details}))
-    report.prerender(folder, Pipeline("toy"), interval=0.01)
+    wake = threading.Event()
+    report.prerender(folder, Pipeline("toy"), wake=wake, interval=600)  # only the wake-up can make it read now
+    wake.set()  # what the runner does when a task ends
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         with report._CHARTS_LOCK:
