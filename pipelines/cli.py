@@ -41,7 +41,7 @@ app = typer.Typer(
 )
 console = Console(soft_wrap=True)  # paths and messages stay on one line when piped; tables still fit
 err_console = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
-_state = {"debug": False}
+_state = {"debug": False, "console_script": False}
 
 
 @app.callback()
@@ -231,6 +231,12 @@ def run(
     ] = None,
 ) -> None:
     """Run the default pipeline (prewarm, preprocess, plan, train, evaluate, archive), or --pipeline, on this machine."""
+    if engine == "kfp-local" and _state["console_script"]:
+        from heteroflow.pipelines.prestart import start_early
+
+        # step processes start while this one imports and renders the pipeline (the console script only: code
+        # that calls main() in its own process gets run_local's pool, which ends with the run)
+        start_early()
     from heteroflow.pipelines.runner import ENGINES, run as run_pipeline
 
     def on_sigterm(signum: int, frame: object) -> None:
@@ -686,6 +692,7 @@ def console_script() -> None:
     """The ``heteroflow`` console script: :func:`main`, then the process ends without the interpreter's teardown
     (:func:`_exit_now`). Code that calls the CLI in its own process (a notebook, a test) calls :func:`main`,
     which ends with :class:`SystemExit` as usual."""
+    _state["console_script"] = True
     try:
         main()
     except SystemExit as done:

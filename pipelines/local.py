@@ -6,7 +6,8 @@ processes get :mod:`heteroflow.pipelines.environment`'s contract. This module ad
 
 Two changes to how kfp.local runs a pipeline, both while :func:`run_local` runs: tasks whose inputs are ready run
 at the same time (:func:`_parallel_tasks`; kfp 2.17 runs one at a time), and the rendering's bookkeeping tasks run
-in this process (:func:`_bookkeeping_in_process`). Every step task starts its own process, as kfp starts it.
+in this process (:func:`_bookkeeping_in_process`). Every step task runs in a process of its own, started ahead of it
+where one could be (:mod:`heteroflow.pipelines.prestart`), else when it starts, as kfp starts it.
 """
 
 from __future__ import annotations
@@ -25,9 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.cache.redact import redact_url
+from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import Candidates
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.graph import Pipeline
+from heteroflow.pipelines.prestart import WarmPool, prestart_size, take_early
 from heteroflow.pipelines.report import prerender as prerender_report
 from heteroflow.pipelines.report import stop_prerender
 from heteroflow.pipelines.records import (
@@ -76,6 +79,7 @@ def run_local(
     simulate_devices: Sequence[str] | str | None = None,
     inject_faults: Sequence[str] | str | None = None,
     parallel: int = 4,
+    prestart: int | None = None,
 ) -> RunRecord:
     """Run a pipeline with kfp.local and return (and write) its :class:`RunRecord`.
 
@@ -91,6 +95,9 @@ def run_local(
         inject_faults: faults to inject (``train@npu=device`` ...).
         parallel: how many tasks that do not depend on each other may run at once (kfp.local itself runs one at
             a time; 1 keeps that).
+        prestart: how many step processes are started ahead of the tasks that use them (each task still gets a
+            fresh process; see :mod:`heteroflow.pipelines.prestart`); default ``HETEROFLOW_PRESTART`` or 3; 0 starts
+            every task's process when the task starts, as kfp.local does.
 
     Raises:
         InvalidParameter: an unknown parameter or a bad value, checked before anything runs.
@@ -108,6 +115,11 @@ def run_local(
         from heteroflow.pipelines.default import default_pipeline
 
         pipeline = default_pipeline(train_candidates=candidates)
+    if prestart is None:
+        try:
+            prestart = prestart_size()
+        except ValueError as exc:
+            raise InvalidParameter(str(exc)) from None
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
         with without_kubernetes_settings():  # kfp.local never reads them (and kfp.kubernetes costs 0.3 s)
@@ -133,7 +145,10 @@ def run_local(
         interrupted = False
         error: str | None = None
         try:
-            with environ({**step_environment(folder, run_id, driver_pid=os.getpid()), "TMPDIR": str(scratch)}):
+            with (
+                environ({**step_environment(folder, run_id, driver_pid=os.getpid()), "TMPDIR": str(scratch)}),
+                _warm_pool(prestart, pipeline) as pool,
+            ):
                 if watcher:
                     watcher.start()
                 with contextlib.ExitStack() as stack:
@@ -157,7 +172,7 @@ def run_local(
                         with (
                             _parallel_tasks(parallel) if parallel > 1 else contextlib.nullcontext(),
                             without_kubernetes_settings(),
-                            _bookkeeping_in_process(),
+                            _bookkeeping_in_process(pool),
                         ):
                             rendered(**kfp_arguments(pipeline, args))
         except KeyboardInterrupt:
@@ -187,6 +202,32 @@ def run_local(
     if on_progress:
         on_progress(record.steps)
     return record
+
+
+def _warm_pool(size: int, pipeline: Pipeline) -> WarmPool:
+    """The run's prestarted step processes: the command line's early pool (:func:`prestart.start_early`), else
+    ``size`` new ones preloading :func:`_preload`'s modules (0: none)."""
+    early = take_early()
+    if early is not None and size > 0:
+        return early
+    if early is not None:
+        early.close()
+    return WarmPool(size, preload=_preload(pipeline))
+
+
+def _preload(pipeline: Pipeline) -> list[str]:
+    """The modules a prestarted step process of ``pipeline`` imports while it waits: heteroflow's runtime and the
+    modules of the pipeline's steps that are heteroflow's own (a user's module is imported by its task: importing it
+    runs it)."""
+    from heteroflow.components.step import step_ref
+
+    modules = {"heteroflow.components.runtime"}
+    for call in pipeline.calls:
+        with contextlib.suppress(Exception):  # a step no process can import fails in its task, with its message
+            module = step_ref(call.step).partition(":")[0]
+            if module.startswith("heteroflow."):
+                modules.add(module)
+    return sorted(modules)
 
 
 _KFP_LAZY = {"Client": "kfp.client", "client": "kfp.client", "components": "kfp.components", "dsl": "kfp.dsl"}
@@ -313,16 +354,17 @@ _EXECUTOR_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _bookkeeping_in_process() -> Iterator[None]:
+def _bookkeeping_in_process(pool: WarmPool | None = None) -> Iterator[None]:
     """Run the rendering's bookkeeping tasks (a fallback chain's ``arguments`` and ``skip``, the final ``check``) in
-    this process.
+    this process, and the step tasks in ``pool``'s prestarted processes (:mod:`heteroflow.pipelines.prestart`).
 
     They only pass strings on, or read the routes and fail the run, yet each took a step process of its own
     (~0.09 s: interpreter, kfp's executor). While this is active, kfp.local's subprocess task handler runs a task
     whose program is one of those functions (:func:`heteroflow.pipelines.kfp_render.bookkeeping_function`: the
     same source text, so the same code) through kfp's own ``Executor`` here: the same executor input, the same
     output file, the same task status (an exception is the task's failure, its traceback in ``kfp.log`` as a step
-    process would print it). Every other task starts its process as before.
+    process would print it). Every other task runs in a process of its own: one of ``pool``'s, started ahead of
+    it, where the pool has one for it, else one started as kfp starts it.
     """
     import traceback
 
@@ -336,7 +378,10 @@ def _bookkeeping_in_process() -> Iterator[None]:
         def run(self) -> Any:
             func = bookkeeping_function(self.full_command)
             if func is None:
-                return super().run()
+                code = pool.run(self.full_command, self.env_vars) if pool is not None and not self.runner.use_venv else None
+                if code is None:
+                    return super().run()
+                return status.Status.SUCCESS if code == 0 else status.Status.FAILURE
             import json
 
             from kfp.dsl import executor

@@ -117,6 +117,9 @@ def prerender(
     woken = wake if wake is not None else threading.Event()
 
     def loop() -> None:
+        # matplotlib's import (~0.4 s of Python, holding the GIL) waits until a task has ended: until then the
+        # driver renders the pipeline and starts the first tasks, and would wait on this thread's import
+        woken.wait(interval)
         _import_plotting()
         from heteroflow.pipelines.records import collect
 
