@@ -40,7 +40,7 @@ import os
 import re
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -245,27 +245,45 @@ def check_preprocess_params(values: Mapping[str, Any] | None = None, /, **given:
 # --- the data set's files ----------------------------------------------------------------------------------
 
 
-def _split_indices(
-    y: np.ndarray, validation_fraction: float, test_fraction: float, seed: int, classes: np.ndarray, label_note: str
+def stratified_split(
+    labels: np.ndarray,
+    *,
+    validation_fraction: float,
+    test_fraction: float,
+    seed: int,
+    too_few: Callable[[Any, int], Exception],
+    at_least_one_test: bool = False,
 ) -> dict[str, np.ndarray]:
+    """Row indices per split (``train``, ``validation``, ``test``), stratified by label: per class (in
+    ``np.unique`` order) a permutation from ``np.random.default_rng(seed)``, whose first ``round(n * test_fraction)``
+    rows go to test, the next ``round(n * validation_fraction)`` to validation and the rest to train. Each split's
+    indices are sorted (rows read in file order; train shuffles its batches anyway).
+
+    Args:
+        labels: ``(n,)`` integer labels.
+        too_few: the exception to raise for a class (its label, its sample count) left with no test or no train
+            row.
+        at_least_one_test: a class whose test share rounds to 0 gives 1 row to test instead (the image and tensor
+            readers) rather than being too few (tables).
+
+    Raises:
+        Exception: ``too_few(label, n)`` for the first class that cannot be split.
+    """
     rng = np.random.default_rng(seed)
     parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    for label in np.unique(y):
-        idx = rng.permutation(np.flatnonzero(y == label))
+    for label in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == label))
         n = len(idx)
         n_test = int(round(n * test_fraction))
+        if at_least_one_test:
+            n_test = max(1, n_test)
         n_val = int(round(n * validation_fraction))
         if n_test < 1 or n - n_test - n_val < 1:
-            raise DatasetError(
-                f"class '{classes[label]}' has {n} samples: too few to put at least one in test and one in train with "
-                f"validation_fraction={validation_fraction} and test_fraction={test_fraction}; give more samples "
-                f"of that class, or drop it ({label_note})"
-            )
+            raise too_few(label, n)
         parts["test"].append(idx[:n_test])
         parts["validation"].append(idx[n_test:n_test + n_val])
         parts["train"].append(idx[n_test + n_val:])
-    # Each split in file order: selecting rows in order reads memory in order (train shuffles its batches anyway).
-    return {s: np.sort(np.concatenate(v)) for s, v in parts.items()}
+    return {s: np.sort(np.concatenate(v)) if v else np.zeros(0, np.int64) for s, v in parts.items()}
 
 
 # --- the table as one -----------------------------------------------------------------------------------------
@@ -727,8 +745,17 @@ def _preprocess_tables(
     text = [c for c in used if table.kinds[c] != "number"]
 
     # --- split, fit, transform --------------------------------------------------------------------------
-    split = _split_indices(
-        y, parameters["validation_fraction"], parameters["test_fraction"], parameters["seed"], np.asarray(classes), label_note
+    validation_fraction, test_fraction = parameters["validation_fraction"], parameters["test_fraction"]
+    split = stratified_split(
+        y,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+        seed=parameters["seed"],
+        too_few=lambda label, n: DatasetError(
+            f"class '{classes[label]}' has {n} samples: too few to put at least one in test and one in train with "
+            f"validation_fraction={validation_fraction} and test_fraction={test_fraction}; give more samples "
+            f"of that class, or drop it ({label_note})"
+        ),
     )
     from heteroflow.components import tabular
 

@@ -177,23 +177,21 @@ def detect_kind(relative: Sequence[str]) -> str:
 
 
 def _stratified_split(labels: np.ndarray, *, validation_fraction: float, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
-    """Indices per split: per class, a seeded permutation; ``round(n * fraction)`` samples (at least 1 for test)
-    go to test, then validation, the rest to train."""
-    rng = np.random.default_rng(seed)
-    out: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
-    for c in np.unique(labels):
-        idx = rng.permutation(np.flatnonzero(labels == c))
-        n_test = max(1, int(round(len(idx) * test_fraction)))
-        n_val = int(round(len(idx) * validation_fraction))
-        if len(idx) - n_test - n_val < 1:
-            raise DatasetError(
-                f"class {int(c)} has {len(idx)} samples: too few for a train, validation and test share "
-                f"(validation_fraction={validation_fraction}, test_fraction={test_fraction}); add samples or lower them"
-            )
-        out["test"].append(idx[:n_test])
-        out["validation"].append(idx[n_test:n_test + n_val])
-        out["train"].append(idx[n_test + n_val:])
-    return {s: np.sort(np.concatenate(v)) if v else np.zeros(0, np.int64) for s, v in out.items()}
+    """Indices per split: preprocess's :func:`~heteroflow.components.preprocess.stratified_split`, with at least one
+    sample of each class in test."""
+    from heteroflow.components.preprocess import stratified_split
+
+    return stratified_split(
+        labels,
+        validation_fraction=validation_fraction,
+        test_fraction=test_fraction,
+        seed=seed,
+        at_least_one_test=True,
+        too_few=lambda c, n: DatasetError(
+            f"class {int(c)} has {n} samples: too few for a train, validation and test share "
+            f"(validation_fraction={validation_fraction}, test_fraction={test_fraction}); add samples or lower them"
+        ),
+    )
 
 
 def prepare_files(

@@ -7,14 +7,14 @@ process then spends 0.2-0.45 s (2 cores) starting the interpreter and importing 
 runtime and the step's module before the step function runs, all on the run's critical path: a task cannot start
 before the tasks it reads from have ended.
 
-A :class:`WarmPool` starts those processes before they are needed, the way Ray prestarts worker processes
-(``ray.init``'s worker pool keeps idle workers started ahead of tasks) and Lambda keeps provisioned environments: each
-runs :func:`main`, which imports kfp's executor and the modules given to it, then waits on its standard input. When
+A :class:`WarmPool` starts those processes before they are needed, as Ray's raylet prestarts Python workers ahead of
+tasks (its worker pool; ``num_prestart_python_workers``, ``enable_worker_prestart``): each runs :func:`main`, which imports kfp's executor and the modules given to it, then waits on its standard input. When
 kfp.local hands a task to its subprocess handler, :meth:`WarmPool.run` gives that task's program (the component
 source and the executor's arguments from the command above) to one waiting process, which does what the shell
 command would (writes the source to ``ephemeral_component.py`` in a fresh ``mkdtemp`` folder, then runs
 ``kfp.dsl.executor_main`` as ``__main__`` with the same arguments), and streams its output as kfp's
-``run_local_subprocess`` does. A new process is started at once for a later task. What stays as in kfp.local:
+``run_local_subprocess`` does. The pool starts the next one, one at a time, while a CPU core is idle
+(:data:`MIN_IDLE_CORES`). What stays as in kfp.local:
 
 - one process per task attempt, never reused: it exits when its task ends (the exit status is the task's);
 - the task's environment: the task's variables are set in the process before its program runs. A process is used
@@ -67,9 +67,9 @@ PRESTART_ENV = "HETEROFLOW_PRESTART"
 """How many prestarted step processes wait at once during a kfp.local run (``0``: none)."""
 
 DEFAULT_SIZE = 3
-"""Three: the default pipeline's first three step tasks (plan beside prewarm, then preprocess) each find one
-ready when started early; the ones started as replacements are ready long before the next task (preprocess takes
-seconds)."""
+"""Three: the default pipeline's first three step tasks (plan beside prewarm, then preprocess) can each find one
+ready when the command line starts the pool early; on 2 cores about two are ready by then (they start one at a time
+on the core the driver leaves idle)."""
 
 DEFAULT_PRELOAD: tuple[str, ...] = ("heteroflow.components.runtime", "heteroflow.components.steps")
 """What an early pool preloads before the pipeline is known: heteroflow's runtime and the shipped steps."""

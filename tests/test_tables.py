@@ -820,3 +820,24 @@ def test_a_column_that_turns_to_text_late_in_a_large_file_is_one_text_column(tmp
     message = _errors(src, tmp_path)
     first = ", ".join(f"'x{(n - 10 + k) % 3}'" for k in range(3))  # in the order they first occur
     assert f"column 'b' is mostly numbers ({n - 10} of {n} values) but holds text ({first}), at t.csv line {n - 10 + 2}," in message
+
+
+def test_one_stratified_split_for_tables_and_the_image_and_tensor_readers() -> None:
+    """preprocess's split and the readers' are one function: a class whose test share rounds to 0 is too few for a
+    table, and gives one test row in the readers; the same seed gives the same permutation either way."""
+    import numpy as np
+
+    from heteroflow.components.preprocess import stratified_split
+    from heteroflow.components.readers import _stratified_split
+
+    labels = np.array([0] * 20 + [1] * 3)  # class 1: round(3 * 0.15) = 0 test rows
+    with pytest.raises(LookupError, match="class 1 has 3"):
+        stratified_split(labels, validation_fraction=0.15, test_fraction=0.15, seed=0,
+                         too_few=lambda c, n: LookupError(f"class {c} has {n}"))
+    parts = _stratified_split(labels, validation_fraction=0.15, test_fraction=0.15, seed=0)
+    assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(23))  # a partition
+    assert [int((labels[parts["test"]] == c).sum()) for c in (0, 1)] == [3, 1]
+    assert [int((labels[parts["validation"]] == c).sum()) for c in (0, 1)] == [3, 0]
+    rng = np.random.default_rng(0)
+    first = rng.permutation(np.arange(20))  # class 0's permutation comes first from the seed
+    assert sorted(first[:3].tolist()) == [i for i in parts["test"].tolist() if i < 20]
