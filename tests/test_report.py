@@ -231,3 +231,51 @@ def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_
     assert report._PRERENDER is None and report._CHARTS == {}, "the thread is stopped and the drawings dropped"
     assert 'data-plot="train loss"' in written and 'data-plot="evaluate confusion"' in written
     assert written == render_report(folder), "the report does not depend on what was drawn early"
+
+
+@pytest.mark.parametrize("long_names", [False, True])
+def test_plots_keep_every_text_inside_the_figure_without_a_layout_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                          long_names: bool) -> None:
+    """The plots are placed from their texts' sizes (report._fit), not by matplotlib's constrained layout: every
+    tick label, axis label and title lies inside the figure, also with long step and class names (rotated), and the
+    axes are not squeezed (they keep at least a third of each side)."""
+    import matplotlib.text
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    from heteroflow.pipelines import report
+
+    step = "a_user_step_with_a_rather_long_name" if long_names else "train"
+    classes = ["Iris-setosa-long", "Iris-versicolor-long", "Iris-virginica-long"] if long_names else ["0", "1", "2"]
+    history = [{"epoch": e, "loss": 12345.678 / e, "validation_accuracy": 0.5 + e / 100} for e in range(1, 31)]
+    evaluate = {"accuracy": 0.7, "classes": classes, "confusion_matrix": [[30, 1, 0], [2, 400, 3], [0, 5, 7000]],
+                "precision": dict(zip(classes, (0.9, 0.5, 1.0))), "recall": dict(zip(classes, (0.8, 0.6, 0.99))), "samples": 7441}
+    folder = _record(tmp_path, results={step: {"history": history}, "evaluate": evaluate},
+                     steps=[{"name": step, "status": "succeeded"}, {"name": "train", "status": "succeeded"}])
+    (folder / "steps" / step).mkdir(parents=True, exist_ok=True)
+    (folder / "steps" / step / "attempt-1.json").write_text(json.dumps(
+        {"step": step, "attempt": 1, "status": "succeeded", "started_at": 1_700_000_000.0, "ended_at": 1_700_000_000.5}))
+    figures: dict[str, Any] = {}
+    real_svg = report._svg
+
+    def keep(fig: Any, label: str) -> str:
+        figures[label] = fig
+        assert fig.get_layout_engine() is None
+        return real_svg(fig, label)
+
+    monkeypatch.setattr(report, "_svg", keep)
+    render_report(folder)
+    assert set(figures) == {"timeline", f"{step} loss", f"{step} metrics", "evaluate confusion", "evaluate per class"}
+    for label, fig in figures.items():
+        canvas = FigureCanvasAgg(fig)
+        with report._style(label):
+            renderer = canvas.get_renderer()
+            fig.draw(renderer)
+            box = fig.bbox
+            for ax in fig.axes:  # the plot's axes and a colorbar's: each with what it draws (ticks in view, labels, title)
+                extent = ax.get_tightbbox(renderer)
+                assert (extent.x0 >= box.x0 - 1 and extent.x1 <= box.x1 + 1 and extent.y0 >= box.y0 - 1
+                        and extent.y1 <= box.y1 + 1), f"{label}: {extent.bounds} is outside the figure's {box.bounds}"
+            texts = [t.get_text() for t in fig.axes[0].get_yticklabels() + fig.axes[0].get_xticklabels()]
+            assert any(texts), f"{label}: the axes draw tick labels"
+        ax = fig.axes[0].get_position()
+        assert ax.width >= 1 / 3 and ax.height >= 1 / 3, f"{label}: axes squeezed to {ax.bounds}"
