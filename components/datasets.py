@@ -40,6 +40,7 @@ import csv
 import dataclasses
 import io
 import json
+import math
 import os
 import re
 import warnings
@@ -48,14 +49,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-import numpy as np
-
 from heteroflow.cache.atomic import atomic_directory
 from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.listing import DATA_SUFFIXES, FORMATS_HELP
 from heteroflow.cache.locations import home_dir
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and pandas are imported where they are used: pipeline definitions import the steps
+    import numpy as np
     import pandas as pd
 
 __all__ = [
@@ -210,6 +210,7 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
     Returns:
         The cleaned column (same index and name) and its kind.
     """
+    import numpy as np
     import pandas as pd
     from pandas.api import types
 
@@ -253,6 +254,7 @@ def _cell_text(value: Any) -> str | None:
     """One cell as training's text: None when missing; ``True``/``False`` for a bool; a whole number without
     a fraction (``101``, whatever its type: pandas turns an integer column with a gap into floats); other
     numbers as Python writes them; text stripped of surrounding spaces; :data:`MISSING_MARKERS` missing."""
+    import numpy as np
     import pandas as pd
 
     if value is None or value is pd.NA or value is pd.NaT:
@@ -289,6 +291,7 @@ def text_cells(values: Any, categories: Sequence[str] | None = None, *, decimal:
     Returns:
         A pandas Series of ``str`` or missing (NaN), object dtype, same length (a fresh 0-based index).
     """
+    import numpy as np
     import pandas as pd
 
     series = pd.Series(values).reset_index(drop=True)
@@ -320,7 +323,7 @@ def _as_number(text: str, decimal: str) -> float | None:
         number = float(text.replace(",", ".") if decimal == "," else text)
     except ValueError:
         return None
-    return number if np.isfinite(number) else None
+    return number if math.isfinite(number) else None
 
 
 def _clean_frame(frame: pd.DataFrame, *, decimal: str = ".") -> tuple[pd.DataFrame, dict[str, ColumnKind]]:
@@ -592,6 +595,7 @@ def read_table(path: str | os.PathLike[str], *, header: str = "auto", delimiter:
 
 
 def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
+    import numpy as np
     import pandas as pd
 
     fmt = sniff_csv(p, header=header, delimiter=delimiter)
@@ -724,6 +728,7 @@ def _read_parquet(p: Path) -> RawTable:
 
 
 def _read_npz(p: Path) -> RawTable:
+    import numpy as np
     import pandas as pd
 
     try:
@@ -783,6 +788,8 @@ def export_digits(dest: str | os.PathLike[str] | None = None) -> Path:
     Returns:
         The folder.
     """
+    import numpy as np
+
     target = Path(dest) if dest is not None else digits_source_dir()
     marker = target / "export.json"
     if marker.is_file():

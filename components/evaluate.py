@@ -7,15 +7,16 @@ import dataclasses
 import math
 import os
 import time
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from heteroflow.cache.errors import DatasetError
 from heteroflow.components.errors import NonFiniteError
 from heteroflow.components.train import load_model
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the command line imports this module to define the step
+    import numpy as np
 
 __all__ = ["EvalResult", "check_finite_metrics", "classification_report", "evaluate"]
 
@@ -53,6 +54,8 @@ def classification_report(y_true: np.ndarray, y_pred: np.ndarray, num_classes: i
     Precision of class c = TP / (TP + FP), recall = TP / (TP + FN); 0 when the denominator is 0 (the
     ``zero_division=0`` convention of scikit-learn).
     """
+    import numpy as np
+
     cm = np.zeros((num_classes, num_classes), dtype=np.int64)
     np.add.at(cm, (y_true, y_pred), 1)
     tp = np.diag(cm).astype(np.float64)
@@ -114,7 +117,7 @@ def evaluate(dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[s
     if not finite.all():
         raise NonFiniteError(
             f"the model's outputs are not finite numbers for {int((~finite).sum())} of {len(finite)} test samples "
-            f"(first: sample {int(np.flatnonzero(~finite)[0])}): its weights or the test features hold NaN or infinity; "
+            f"(first: sample {int((~finite).argmax())}): its weights or the test features hold NaN or infinity; "
             "train again with a lower learning_rate"
         )
     classes = tuple(config["classes"])

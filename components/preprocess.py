@@ -46,8 +46,6 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from heteroflow.cache.atomic import atomic_directory
 from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.dataset import open_dataset
@@ -56,7 +54,8 @@ from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and pandas are imported where they are used: pipeline definitions import the steps
+    import numpy as np
     import pandas as pd
 
 __all__ = [
@@ -269,6 +268,8 @@ def stratified_split(
     Raises:
         Exception: ``too_few(label, n)`` for the first class that cannot be split.
     """
+    import numpy as np
+
     rng = np.random.default_rng(seed)
     parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
     for label in np.unique(labels):
@@ -358,6 +359,7 @@ def _quoted(names: list[str]) -> str:
 
 
 def _combine(tables: list[RawTable], label_column: str) -> _Table:
+    import numpy as np
     import pandas as pd
 
     named = [t for t in tables if t.named] or tables[:1]
@@ -466,6 +468,8 @@ def _words(name: str) -> set[str]:
 
 
 def _whole(values: np.ndarray) -> bool:
+    import numpy as np
+
     if values.dtype.kind in "iu":
         return True
     head = values[:1000]  # most measurement columns show a fraction at once
@@ -476,6 +480,8 @@ def _whole(values: np.ndarray) -> bool:
 
 def _id_like(name: str, column: pd.Series, kind: str, missing: int) -> str | None:
     """Why a column looks like a row id, or None."""
+    import numpy as np
+
     if _words(name) & ID_NAME_TOKENS:
         return "named like an id"
     n = len(column)
@@ -617,6 +623,7 @@ def _preprocess_tables(
     workers: int,
     started: float,
 ) -> PreprocessResult:
+    import numpy as np
     import pandas as pd
 
     notices: list[str] = []
@@ -859,6 +866,8 @@ def _threads() -> Iterator[None]:
 
 def _check_finite(x: np.ndarray, features: list[str], split: str, frame: pd.DataFrame, numeric: list[str]) -> None:
     """Every transformed value is finite; else name the input column (a number too large to standardise)."""
+    import numpy as np
+
     if np.isfinite(x).all():
         return
     bad = ~np.isfinite(x)
@@ -873,6 +882,8 @@ def _check_finite(x: np.ndarray, features: list[str], split: str, frame: pd.Data
 
 def _write_shards(folder: Path, split: str, per_shard: int, **arrays: np.ndarray) -> list[str]:
     """Write one split as ``<split>-NNNNN.npz`` files of at most ``per_shard`` samples; their names."""
+    import numpy as np
+
     n = len(arrays["x"])
     names = []
     for k, begin in enumerate(range(0, max(n, 1), per_shard)):
@@ -892,6 +903,7 @@ def _versions() -> dict[str, str]:
 
 def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: _Table) -> tuple[list[str], np.ndarray]:
     """Class names (sorted: numerically for whole numbers, else as text) and each row's class index."""
+    import numpy as np
     import pandas as pd
 
     n = len(y_raw)
@@ -932,6 +944,7 @@ def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: 
 
 
 def _text_problem(name: str, col: pd.Series, table: _Table, parameters: dict[str, Any]) -> str | None:
+    import numpy as np
     import pandas as pd
 
     codes, uniques = pd.factorize(col, use_na_sentinel=True)
@@ -976,6 +989,8 @@ def _report(
     notices: list[str],
     label_reason: str,
 ) -> dict[str, Any]:
+    import numpy as np
+
     encoded: dict[str, int] = {}
     imputed: dict[str, dict[str, Any]] = {}
     for name, part, columns in transform.transformers_:
@@ -1036,6 +1051,8 @@ def load_split(dataset_dir: str | os.PathLike[str], split: str) -> tuple[np.ndar
         InvalidParameter: ``split`` is not one of train, validation, test.
         DatasetError: the folder is not preprocess output.
     """
+    import numpy as np
+
     if split not in SPLITS:
         raise InvalidParameter(f"split={split!r} is unknown; valid: {', '.join(SPLITS)}")
     meta = read_meta(dataset_dir)
@@ -1056,6 +1073,8 @@ def split_rows(dataset_dir: str | os.PathLike[str], split: str) -> list[tuple[st
         InvalidParameter: ``split`` is not one of train, validation, test.
         DatasetError: the folder is not preprocess output.
     """
+    import numpy as np
+
     if split not in SPLITS:
         raise InvalidParameter(f"split={split!r} is unknown; valid: {', '.join(SPLITS)}")
     meta = read_meta(dataset_dir)

@@ -33,8 +33,6 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from heteroflow.cache.locations import home_dir
 from heteroflow.cache.atomic import atomic_directory
 from heteroflow.components.errors import CheckpointError, CheckpointLocked, DeviceUnavailable, InvalidParameter
@@ -327,7 +325,7 @@ def model_spec(splits: Any, values: Mapping[str, Any]) -> Any:
     from heteroflow.components.training import BUILTIN_MODEL, ModelSpec
 
     offered = {
-        "in_features": int(np.prod(splits.input_shape)),
+        "in_features": math.prod(splits.input_shape),
         "num_classes": len(splits.classes),
         "input_shape": list(splits.input_shape),
         "hidden_units": values["hidden_units"],
@@ -759,7 +757,7 @@ def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, d
             "format": 2,
             "model": spec.to_dict(),
             "architecture": "mlp" if spec.ref == BUILTIN_MODEL else spec.ref,
-            "in_features": int(np.prod(splits.input_shape)),
+            "in_features": math.prod(splits.input_shape),
             "input_shape": list(splits.input_shape),
             "hidden_units": params["hidden_units"],
             "num_classes": len(splits.classes),

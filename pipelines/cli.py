@@ -235,7 +235,8 @@ def run(
         from heteroflow.pipelines.prestart import start_early
 
         # step processes start while this one imports and renders the pipeline (the console script only: code
-        # that calls main() in its own process gets run_local's pool, which ends with the run)
+        # that calls main() in its own process gets run_local's pool, which ends with the run). The console script
+        # (heteroflow.pipelines.script) has started them already when it read `run` on its command line.
         start_early()
     from heteroflow.pipelines.runner import ENGINES, run as run_pipeline
 
@@ -689,8 +690,8 @@ def _exit_now(code: Any) -> None:
 
 
 def console_script() -> None:
-    """The ``heteroflow`` console script: :func:`main`, then the process ends without the interpreter's teardown
-    (:func:`_exit_now`). Code that calls the CLI in its own process (a notebook, a test) calls :func:`main`,
+    """The ``heteroflow`` console script (entered through :func:`heteroflow.pipelines.script.console_script`):
+    :func:`main`, then the process ends without the interpreter's teardown (:func:`_exit_now`). Code that calls the CLI in its own process (a notebook, a test) calls :func:`main`,
     which ends with :class:`SystemExit` as usual."""
     _state["console_script"] = True
     try:

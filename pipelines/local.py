@@ -216,12 +216,12 @@ def _warm_pool(size: int, pipeline: Pipeline) -> WarmPool:
 
 
 def _preload(pipeline: Pipeline) -> list[str]:
-    """The modules a prestarted step process of ``pipeline`` imports while it waits: heteroflow's runtime and the
-    modules of the pipeline's steps that are heteroflow's own (a user's module is imported by its task: importing it
-    runs it)."""
+    """The modules a prestarted step process of ``pipeline`` imports while it waits: numpy (heteroflow's data steps
+    import it when they run), heteroflow's runtime and the modules of the pipeline's steps that are heteroflow's own
+    (a user's module is imported by its task: importing it runs it)."""
     from heteroflow.components.step import step_ref
 
-    modules = {"heteroflow.components.runtime"}
+    modules = {"numpy", "heteroflow.components.runtime"}
     for call in pipeline.calls:
         with contextlib.suppress(Exception):  # a step no process can import fails in its task, with its message
             module = step_ref(call.step).partition(":")[0]

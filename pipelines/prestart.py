@@ -26,13 +26,13 @@ command would (writes the source to ``ephemeral_component.py`` in a fresh ``mkdt
   version's template) starts its own process, as kfp starts it.
 
 What differs: the modules given to the pool are imported before kfp's executor sets up logging rather than during
-the task, so only heteroflow's own modules are preloaded (a user's step module is imported by its task, since
+the task, so only heteroflow's own modules and numpy are preloaded (a user's step module is imported by its task, since
 importing it runs the user's code); and standard input is ``/dev/null`` during the task (a step reads none).
 
-The command line starts its pool as soon as ``heteroflow run`` knows it runs on kfp.local (:func:`start_early`),
-before it imports the pipeline and renders it: about a second of the driver's own start that these processes'
-start overlaps; :func:`heteroflow.pipelines.local.run_local` takes that pool over (:func:`take_early`) or starts
-its own.
+The ``heteroflow`` console script starts its pool (:func:`start_early`) when its command line asks for a run on
+kfp.local, before it imports the command line, the pipeline and kfp (:mod:`heteroflow.pipelines.script`): about a
+second of the driver's own start that these processes' start overlaps;
+:func:`heteroflow.pipelines.local.run_local` takes that pool over (:func:`take_early`) or starts its own.
 
 ``HETEROFLOW_PRESTART`` (default ``3``) sets how many processes wait at once; ``0`` turns prestarting off.
 """
@@ -56,6 +56,7 @@ __all__ = [
     "PRESTART_ENV",
     "TASK_VARIABLES",
     "WarmPool",
+    "idle_cores_meter",
     "lightweight_program",
     "main",
     "prestart_size",
@@ -71,8 +72,9 @@ DEFAULT_SIZE = 3
 ready when the command line starts the pool early; on 2 cores about two are ready by then (they start one at a time
 on the core the driver leaves idle)."""
 
-DEFAULT_PRELOAD: tuple[str, ...] = ("heteroflow.components.runtime", "heteroflow.components.steps")
-"""What an early pool preloads before the pipeline is known: heteroflow's runtime and the shipped steps."""
+DEFAULT_PRELOAD: tuple[str, ...] = ("numpy", "heteroflow.components.runtime", "heteroflow.components.steps")
+"""What an early pool preloads before the pipeline is known: numpy (the shipped data steps import it when they run;
+their modules do not, so that defining a pipeline stays light), heteroflow's runtime and the shipped steps."""
 
 TASK_VARIABLES: frozenset[str] = frozenset({*CONTRACT, "TMPDIR"})
 """The variables a task's environment may set unlike a waiting process's: the step contract
@@ -159,7 +161,7 @@ class _Prestarted:
     """Lines it printed before it was ready (an import's warning): the task's output starts with them."""
 
 
-def _idle_cores_meter() -> Callable[[], float]:
+def idle_cores_meter() -> Callable[[], float]:
     """A function returning the cores idle since its previous call (idle and iowait time over wall time, from
     ``psutil.cpu_times()``, the whole machine's); its first call returns 0."""
     import psutil
@@ -188,7 +190,8 @@ class WarmPool:
 
     Args:
         size: how many are kept ready (0: the pool starts nothing and :meth:`run` always returns None).
-        preload: modules each process imports before it is ready (heteroflow's own: importing a module runs it).
+        preload: modules each process imports before it is ready (heteroflow's own and numpy: importing a module
+            runs it).
         executable: the Python to start (kfp.local's, ``sys.executable``).
         idle_cores: returns the cores idle since its previous call (default: the machine's, from psutil).
 
@@ -237,7 +240,7 @@ class WarmPool:
         self._thread.start()
 
     def _fill(self) -> None:
-        idle = self._idle_cores or _idle_cores_meter()
+        idle = self._idle_cores or idle_cores_meter()
         while True:
             with self._cond:
                 if self._closed:
@@ -473,6 +476,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     with open(component, "w", encoding="utf-8") as fh:
         fh.write(task["source"])
     sys.argv = [_EXECUTOR_MODULE, "--component_module_path", component, *task["args"]]
+    # `python -m` runs the module as __main__ only (its imports stay preloaded): without this, runpy warns in
+    # every task's log that it found the module imported already
+    sys.modules.pop(_EXECUTOR_MODULE, None)
     runpy.run_module(_EXECUTOR_MODULE, run_name="__main__", alter_sys=True)
     return 0
 

@@ -80,6 +80,18 @@ def _import_plotting() -> None:
         import matplotlib.figure  # noqa: F401
 
 
+def _plotting_imported() -> bool:
+    return "matplotlib.figure" in sys.modules and "matplotlib.backends.backend_svg" in sys.modules
+
+
+def _has_plots(details: Any) -> bool:
+    """Whether a step's result ``details`` hold something the report plots (a per-epoch history, evaluate's
+    confusion matrix or per-class scores)."""
+    if not isinstance(details, dict):
+        return False
+    return bool(history_of({"results": {"step": dict(details)}})) or "confusion_matrix" in details or "precision" in details
+
+
 def prewarm() -> None:
     """Import matplotlib (about 0.4 s) in a background thread while a run's steps execute, so the report written
     when the run ends does not wait for it (the driver is idle then, waiting for step processes). Idempotent;
@@ -100,7 +112,10 @@ def prerender(
     drawing them then (matplotlib: about 0.1 s a plot) leaves only the timeline for the end of the run. The
     plots are kept by their inputs (:func:`_memo`): the report written at the end uses one only when the final
     record holds the same data, and draws anything else itself, so the report is the same with or without this.
-    The thread reads the attempt records (:func:`heteroflow.pipelines.records.collect`) each time ``wake`` is set
+    matplotlib is imported (about 0.5 s of CPU) after the first task has ended, once a core is idle
+    (:func:`heteroflow.pipelines.prestart.idle_cores_meter`, as prestarted step processes start) or a finished step
+    has plots to draw: never while the driver starts the run or a step uses every core. The thread reads the
+    attempt records (:func:`heteroflow.pipelines.records.collect`) each time ``wake`` is set
     (the runner sets it when a task ends) and at least every ``interval`` seconds; it stops at
     :func:`stop_prerender`, which :func:`write_report` calls first. Problems are ignored here: the report's own
     rendering reports them.
@@ -117,16 +132,29 @@ def prerender(
     woken = wake if wake is not None else threading.Event()
 
     def loop() -> None:
-        # matplotlib's import (~0.4 s of Python, holding the GIL) waits until a task has ended: until then the
-        # driver renders the pipeline and starts the first tasks, and would wait on this thread's import
-        woken.wait(interval)
-        _import_plotting()
+        from heteroflow.pipelines.prestart import MIN_IDLE_CORES, POLL_SECONDS, idle_cores_meter
         from heteroflow.pipelines.records import collect
 
         drawn: set[str] = set()
+        # matplotlib's import (~0.5 s of CPU, holding the GIL) waits until a task has ended (until then the driver
+        # renders the pipeline and starts the first tasks, and would wait on this thread), then for a core the
+        # steps leave idle (preprocess reads with a process per core; training's torch import uses one), or for a
+        # finished step with plots to draw, whichever comes first
+        woken.wait(interval)
+        idle = idle_cores_meter()
+        while not stop.is_set() and not _plotting_imported():
+            if woken.wait(POLL_SECONDS):
+                woken.clear()
+                with contextlib.suppress(Exception):
+                    if any(_has_plots(s.details) for s in collect(run_dir, pipeline) if s.status == "succeeded"):
+                        break
+            if idle() >= MIN_IDLE_CORES:
+                break
+        if stop.is_set():
+            return  # the report imports matplotlib itself
+        _import_plotting()
         while not stop.is_set():
-            woken.wait(interval)
-            woken.clear()
+            woken.clear()  # before reading: a task that ends while the records are read wakes the next read
             try:
                 for summary in collect(run_dir, pipeline):
                     if stop.is_set():
@@ -138,8 +166,9 @@ def prerender(
                     for call, history in history_of(partial).items():
                         _history_plots(call, history)
                     _classification(partial)
-            except Exception:  # noqa: BLE001, S112 - the final rendering reports what is wrong
-                continue
+            except Exception:  # noqa: BLE001 - the final rendering reports what is wrong
+                pass
+            woken.wait(interval)
 
     thread = threading.Thread(target=loop, name="heteroflow-report-prerender", daemon=True)
     _PRERENDER = (thread, stop, woken)

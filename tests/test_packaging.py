@@ -107,7 +107,7 @@ def test_the_crd_schemas_and_their_licence_are_in_the_wheel(wheel_names: set[str
 def test_wheel_entry_point_is_the_cli(wheel: Path, wheel_names: set[str]) -> None:
     parser = configparser.ConfigParser()
     parser.read_string(_dist_info_file(wheel, wheel_names, "entry_points.txt"))
-    assert dict(parser["console_scripts"]) == {"heteroflow": "heteroflow.pipelines.cli:console_script"}
+    assert dict(parser["console_scripts"]) == {"heteroflow": "heteroflow.pipelines.script:console_script"}
 
 
 @pytest.mark.slow
@@ -186,3 +186,26 @@ def test_the_placement_data_and_their_licences_are_in_the_wheel(wheel_names: set
     for name in ("data/README.md", "data/gavel/LICENSE", "data/gavel/derived_isolated_throughputs.csv",
                  "data/alibaba_pai/LICENSE.CC-BY-4.0", "data/alibaba_pai/pai_machine_spec.csv"):
         assert f"heteroflow/components/{name}" in wheel_names
+
+
+def test_defining_a_pipeline_and_starting_the_cli_import_no_numpy_pandas_torch_kfp_or_airflow(tmp_path: Path) -> None:
+    """The command line, a pipeline definition and the shipped steps' modules import numpy and friends only when a
+    step runs (Airflow's advice for DAG files, which its scheduler imports over and over; and ``heteroflow run``'s
+    start is on every run's critical path). The steps' functions import them when called."""
+    proc = _python(
+        "import sys, json\n"
+        "import heteroflow.pipelines.cli, heteroflow.components.steps\n"
+        "from heteroflow import Pipeline, default_pipeline\n"
+        "p = default_pipeline()\n"
+        "from heteroflow.components.preprocess import stratified_split\n"
+        "heavy = sorted(m for m in ('numpy', 'pandas', 'torch', 'kfp', 'airflow', 'matplotlib', 'sklearn') if m in sys.modules)\n"
+        "split = stratified_split(__import__('numpy').array([0, 1] * 10), validation_fraction=0.2, test_fraction=0.2, seed=0,"
+        " too_few=ValueError)\n"
+        "print(json.dumps({'heavy': heavy, 'calls': [c.name for c in p.calls], 'test': len(split['test'])}))\n",
+        tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr
+    facts = json.loads(proc.stdout)
+    assert facts["heavy"] == [], f"defining the default pipeline imported {facts['heavy']}"
+    assert facts["calls"] == ["prewarm", "preprocess", "plan", "train", "evaluate", "archive"]
+    assert facts["test"] == 4, "a step's function imports numpy itself when called"

@@ -103,6 +103,8 @@ def test_a_task_runs_in_a_prestarted_process_as_kfp_runs_it(tmp_path: Path) -> N
     assert "task warm running" in printed and "task own running" in own_out.getvalue()
     assert "Looking for component `report_process`" in printed
     assert printed.endswith("\n\n") and own_out.getvalue().endswith("\n\n")
+    # the executor module runs as __main__ as `python -m` runs it, without runpy's warning that it was imported
+    assert "Warning" not in printed and "Warning" not in own_out.getvalue(), printed
 
 
 def test_each_prestarted_process_runs_one_task(tmp_path: Path) -> None:
@@ -280,3 +282,47 @@ def test_the_command_line_runs_steps_and_a_fallback_in_prestarted_processes(tmp_
     pids = [a["pid"] for a in attempts]
     assert len(pids) == len(set(pids)) == len(cold_attempts)
     assert not any(psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE for pid in pids)
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["run"], True),
+        (["--debug", "run", "-p", "epochs=1"], True),
+        (["run", "--engine", "kfp-local"], True),
+        (["run", "--engine=kfp-local", "--dataset", "d"], True),
+        (["run", "--engine", "inprocess"], False),
+        (["run", "--engine=inprocess"], False),
+        (["run", "--help"], False),
+        (["run", "--", "--help"], True),  # after "--" a word is an argument, not an option
+        (["runs", "list"], False),
+        (["compile", "run"], False),
+        ([], False),
+        (["--debug"], False),
+    ],
+)
+def test_the_console_script_reads_whether_it_runs_on_kfp_local_from_the_plain_words(args: list[str], expected: bool) -> None:
+    from heteroflow.pipelines.script import runs_on_kfp_local
+
+    assert runs_on_kfp_local(args) is expected
+
+
+@pytest.mark.parametrize(("args", "started"), [(["run", "--no-such-option"], True), (["run", "--engine", "inprocess", "--x"], False)])
+def test_the_console_script_starts_the_step_processes_before_it_imports_the_command_line(args: list[str], started: bool) -> None:
+    """``heteroflow run`` on kfp.local starts its pool before typer and the CLI module are imported (their import and
+    parse is what the pool's start overlaps); a usage error typer reports next ends the process, and its pool."""
+    code = (
+        "import atexit, json, sys\n"
+        "from heteroflow.pipelines import prestart\n"
+        "seen = []\n"
+        "prestart.start_early = lambda *a, **k: seen.append(sorted(m for m in ('typer', 'heteroflow.pipelines.cli') if m in sys.modules))\n"
+        "atexit.register(lambda: print('SEEN', json.dumps(seen)))\n"
+        f"sys.argv = ['heteroflow', *{args!r}]\n"
+        "from heteroflow.pipelines.script import console_script\n"
+        "console_script()\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr  # typer's usage error
+    assert "No such option" in proc.stderr
+    seen = json.loads(proc.stdout.rpartition("SEEN ")[2])
+    assert seen == ([[]] if started else []), seen
