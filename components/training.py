@@ -47,12 +47,11 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from heteroflow.cache.atomic import atomic_file, atomic_write_bytes
 from heteroflow.components.errors import CheckpointError, InvalidParameter, NonFiniteError
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's parameter checks import this module
+    import numpy as np
     import torch
     from torch import nn
 
@@ -227,6 +226,7 @@ def _to_cpu(obj: Any) -> Any:
 
 
 def _rng_state() -> dict[str, Any]:
+    import numpy as np
     import torch
 
     name, keys, pos, has_gauss, cached = np.random.get_state()
@@ -240,6 +240,7 @@ def _rng_state() -> dict[str, Any]:
 
 
 def _set_rng_state(state: Mapping[str, Any]) -> None:
+    import numpy as np
     import torch
 
     torch.set_rng_state(state["torch"])
@@ -424,6 +425,8 @@ class EpochBatches:
         return max(0, math.ceil(self.n / self.batch_size) - self.start)
 
     def __iter__(self) -> Iterator[np.ndarray]:
+        import numpy as np
+
         order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
         for b in range(self.start, math.ceil(self.n / self.batch_size)):
             batch = order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch

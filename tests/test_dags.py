@@ -724,6 +724,31 @@ def test_airflow_command_group_is_registered() -> None:
     assert done.returncode == 0 and "--inventory" in done.stdout
 
 
+@pytest.mark.parametrize(
+    ("args", "loaded"),
+    [(["--help"], True), (["airflow", "--help"], True), (["--debug", "airflow", "pools", "--help"], True),
+     (["run", "--help"], False), (["--debug", "runs", "--help"], False), (["params"], False)],
+)
+def test_plugins_are_loaded_only_when_the_command_line_may_name_one(args: list[str], loaded: bool) -> None:
+    """A built-in command (``heteroflow run``) does not load the plugins' command groups (``heteroflow airflow``
+    imports its DAG code); the top-level help and a plugin's command do, and the help lists them."""
+    import subprocess
+    import sys
+
+    code = (
+        "import atexit, sys\n"
+        "atexit.register(lambda: print('LOADED', 'heteroflow.dags.cli' in sys.modules))\n"
+        f"sys.argv = ['heteroflow', *{args!r}]\n"
+        "from heteroflow.pipelines.script import console_script\n"
+        "console_script()\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.rstrip().endswith(f"LOADED {loaded}"), done.stdout[-300:]
+    if args == ["--help"]:
+        assert "airflow" in done.stdout
+
+
 def test_a_calls_secrets_reach_its_pod_as_secret_key_refs(kubeconfig: Path) -> None:
     from heteroflow.pipelines.graph import SecretEnv
 

@@ -197,6 +197,8 @@ def test_defining_a_pipeline_and_starting_the_cli_import_no_numpy_pandas_torch_k
         "import heteroflow.pipelines.cli, heteroflow.components.steps\n"
         "from heteroflow import Pipeline, default_pipeline\n"
         "p = default_pipeline()\n"
+        "from heteroflow.components.train import check_train_params\n"
+        "check_train_params(epochs=2)  # what a run checks before anything runs (it imports the training module)\n"
         "from heteroflow.components.preprocess import stratified_split\n"
         "heavy = sorted(m for m in ('numpy', 'pandas', 'torch', 'kfp', 'airflow', 'matplotlib', 'sklearn') if m in sys.modules)\n"
         "split = stratified_split(__import__('numpy').array([0, 1] * 10), validation_fraction=0.2, test_fraction=0.2, seed=0,"
