@@ -12,7 +12,8 @@ For each:
 
 - ``wall``: seconds from starting the command to its exit (interpreter start, imports, rendering, every task);
 - ``work``: for heteroflow, the time spent inside the step functions (each attempt record's ``call_seconds``,
-  the wall time of the function call, its own imports of torch and friends included); 0 for the raw tasks;
+  the wall time of the function call, its own imports included: torch, and numpy where the step's process did not
+  preload it, as a prestarted one does); 0 for the raw tasks;
 - **overhead per task** = (wall - work) / tasks, split into the driver's share (wall minus the run's own
   ``wall_seconds``: interpreter start, imports, rendering, printing) and the share inside the run (per task: process
   start, the executor, heteroflow's imports and records, and the bookkeeping tasks of the KFP rendering: a fallback
