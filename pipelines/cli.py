@@ -643,7 +643,8 @@ def submit(
 
 PLUGIN_GROUP = "heteroflow.cli"
 """Entry-point group of command groups that higher layers add (``dags`` adds ``heteroflow airflow``): each entry
-names a ``typer.Typer`` whose name is the sub-command. Loaded at start-up, so nothing here imports them."""
+names a ``typer.Typer`` whose name is the sub-command. Loaded at start-up when the command line may name one
+(:func:`_needs_plugins`), so nothing here imports them."""
 
 
 def _needs_plugins(args: list[str]) -> bool:

@@ -112,7 +112,8 @@ def prerender(
     drawing them then (matplotlib: about 0.1 s a plot) leaves only the timeline for the end of the run. The
     plots are kept by their inputs (:func:`_memo`): the report written at the end uses one only when the final
     record holds the same data, and draws anything else itself, so the report is the same with or without this.
-    matplotlib is imported (about 0.5 s of CPU) after the first task has ended, once a core is idle
+    matplotlib is imported (about 0.5 s of CPU) after the first task has ended (or ``interval`` has passed), once a
+    core is idle
     (:func:`heteroflow.pipelines.prestart.idle_cores_meter`, as prestarted step processes start) or a finished step
     has plots to draw: never while the driver starts the run or a step uses every core. The thread reads the
     attempt records (:func:`heteroflow.pipelines.records.collect`) each time ``wake`` is set
@@ -136,19 +137,19 @@ def prerender(
         from heteroflow.pipelines.records import collect
 
         drawn: set[str] = set()
-        # matplotlib's import (~0.5 s of CPU, holding the GIL) waits until a task has ended (until then the driver
-        # renders the pipeline and starts the first tasks, and would wait on this thread), then for a core the
-        # steps leave idle (preprocess reads with a process per core; training's torch import uses one), or for a
-        # finished step with plots to draw, whichever comes first
+        # matplotlib's import (~0.5 s of CPU, holding the GIL) waits until a task has ended or `interval` has
+        # passed (until then the driver renders the pipeline and starts the first tasks, and would wait on this
+        # thread), then for a core the steps leave idle (preprocess reads with a process per core; training's
+        # torch import uses one), or for a finished step with plots to draw, whichever comes first
         woken.wait(interval)
         idle = idle_cores_meter()
         while not stop.is_set() and not _plotting_imported():
-            if woken.wait(POLL_SECONDS):
+            if woken.wait(POLL_SECONDS):  # a task ended: idle time is read over whole windows only
                 woken.clear()
                 with contextlib.suppress(Exception):
                     if any(_has_plots(s.details) for s in collect(run_dir, pipeline) if s.status == "succeeded"):
                         break
-            if idle() >= MIN_IDLE_CORES:
+            elif idle() >= MIN_IDLE_CORES:
                 break
         if stop.is_set():
             return  # the report imports matplotlib itself
@@ -491,9 +492,10 @@ def _figure(width: float, height: float) -> Any:
 def _text_extent(texts: Any, size: float, rotation: float = 0.0) -> tuple[float, float]:
     """The widest and the tallest of ``texts`` at ``size`` points, rotated by ``rotation`` degrees, in points
     (``(0, 0)`` for none), measured with the text metrics matplotlib's SVG backend itself uses
-    (:class:`matplotlib.textpath.TextToPath`), without drawing."""
+    (:class:`matplotlib.textpath.TextToPath`; ``$...$`` as mathtext, as matplotlib draws it), without drawing."""
     import math
 
+    from matplotlib import cbook
     from matplotlib.font_manager import FontProperties
     from matplotlib.textpath import text_to_path
 
@@ -503,13 +505,15 @@ def _text_extent(texts: Any, size: float, rotation: float = 0.0) -> tuple[float,
     for text in texts:
         if not text:
             continue
-        w, h, _ = text_to_path.get_text_width_height_descent(str(text), prop, ismath=False)
+        text = str(text)
+        w, h, _ = text_to_path.get_text_width_height_descent(text, prop, ismath=cbook.is_math_text(text))
         widest, tallest = max(widest, w * cos + h * sin), max(tallest, w * sin + h * cos)
     return widest, tallest
 
 
 def _tick_labels(axis: Any) -> list[str]:
-    """The major tick labels ``axis`` will draw, from its locator and formatter (no ticks are made)."""
+    """The major tick labels ``axis`` draws at its present size, from its locator and formatter (no ticks are
+    made)."""
     lo, hi = sorted(axis.get_view_interval())
     slack = 1e-9 * (hi - lo)
     values = list(axis.get_major_locator()())
@@ -517,31 +521,58 @@ def _tick_labels(axis: Any) -> list[str]:
     return [str(label) for value, label in zip(values, labels) if lo - slack <= value <= hi + slack]
 
 
-def _fit(fig: Any, ax: Any, *, x_rotation: float = 0.0, right: float = 0.0) -> None:
-    """Place ``ax`` in ``fig`` with room for its tick labels, axis labels and title, and no more.
+def _rotated_xticks(ax: Any, labels: list[str]) -> float:
+    """Set ``labels`` as ``ax``'s x ticks at 0, 1, ...: turned 45 degrees and ending at their tick (matplotlib's
+    ``ha="right", rotation_mode="anchor"``) when one is longer than 2 characters, else level; returns the rotation."""
+    rotation = 45.0 if max(map(len, labels), default=0) > 2 else 0.0
+    if rotation:
+        ax.set_xticks(range(len(labels)), labels=labels, rotation=rotation, ha="right", rotation_mode="anchor")
+    else:
+        ax.set_xticks(range(len(labels)), labels=labels)
+    return rotation
+
+
+def _fit(fig: Any, ax: Any, *, x_rotation: float = 0.0, colorbar: Any = None) -> None:
+    """Place ``ax`` (and its ``colorbar``) in ``fig`` with room for the tick labels, axis labels and title.
 
     What matplotlib's constrained layout finds by drawing the figure twice (about 60% of a plot's time), computed
     from the texts themselves: their sizes (:func:`_text_extent`) plus matplotlib's default tick length, pads and
-    title offset. The axes keep at least a third of the figure's width and height when the texts are long.
+    title offset. An axis's tick locator picks its ticks for the axes' size, so the labels are measured again once
+    the axes is placed, until they no longer change (at most 3 passes). Long texts (step or class names) make the
+    figure larger: the axes keep at least half the planned width and height, and the title's width.
 
     Args:
         fig: the figure (:func:`_figure`); ``ax``: its only axes, fully drawn on (limits and ticks set).
-        x_rotation: the x tick labels' rotation, degrees.
-        right: extra points kept at the right (a colorbar added afterwards, with its tick labels).
+        x_rotation: the x tick labels' rotation, degrees (:func:`_rotated_xticks`: they end at their tick).
+        colorbar: a colorbar beside ``ax`` (``fig.colorbar(..., ax=ax)``: placed by ``ax``'s grid, so it moves
+            with it); its tick labels are kept in the figure.
     """
     size = _FONT_SIZE
-    ytick_w, _ = _text_extent(_tick_labels(ax.yaxis), size)
-    xtick_w, xtick_h = _text_extent(_tick_labels(ax.xaxis), size, x_rotation)
     _, line = _text_extent(["Ag"], size)
-    _, title = _text_extent(["Ag"], size * 1.2) if ax.get_title() else (0.0, 0.0)
-    left = _EDGE + ytick_w + _TICK_SPACE + (line + _LABEL_PAD if ax.get_ylabel() else 0.0)
-    bottom = _EDGE + xtick_h + _TICK_SPACE + (line + _LABEL_PAD if ax.get_xlabel() else 0.0)
-    top = _EDGE + (title + _TITLE_PAD if title else 0.0)
-    right = _EDGE + max(right, 0.0 if x_rotation else xtick_w / 2)  # the last x tick label is centred on the edge
-    width, height = (v * 72 for v in fig.get_size_inches())
-    left, right = (m * min(1.0, width * 2 / 3 / (left + right)) for m in (left, right))
-    bottom, top = (m * min(1.0, height * 2 / 3 / (bottom + top)) for m in (bottom, top))
-    fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height)
+    title_w, title = _text_extent([ax.get_title()], size * 1.2) if ax.get_title() else (0.0, 0.0)
+    planned_w, planned_h = (v * 72 for v in fig.get_size_inches())
+    seen: Any = None
+    for _ in range(3):
+        labels = (_tick_labels(ax.yaxis), _tick_labels(ax.xaxis), _tick_labels(colorbar.ax.yaxis) if colorbar else [])
+        if labels == seen:
+            break
+        seen = labels
+        ytick_w, _ = _text_extent(labels[0], size)
+        xtick_w, xtick_h = _text_extent(labels[1], size, x_rotation)
+        scale_w = _text_extent(labels[2], size)[0] + _TICK_SPACE if colorbar else 0.0
+        left = _EDGE + ytick_w + _TICK_SPACE + (line + _LABEL_PAD if ax.get_ylabel() else 0.0)
+        if x_rotation:  # the first label reaches left of its tick by its whole turned width
+            left = max(left, _EDGE + _text_extent(labels[1][:1], size, x_rotation)[0])
+        bottom = _EDGE + xtick_h + _TICK_SPACE + (line + _LABEL_PAD if ax.get_xlabel() else 0.0)
+        top = _EDGE + (title + _TITLE_PAD if title else 0.0)
+        # level x labels are centred on their tick: the last one reaches right of the axes by half its width
+        right = _EDGE + max(scale_w, 0.0 if x_rotation else xtick_w / 2)
+        # long texts make the figure larger rather than the axes smaller than half the planned size (or than the
+        # title, which is centred over the axes): a report has room, and nothing is clipped
+        width = max(planned_w, left + right + max(planned_w / 2, title_w))
+        height = max(planned_h, bottom + top + planned_h / 2)
+        fig.set_size_inches(width / 72, height / 72)
+        fig.subplots_adjust(left=left / width, right=1 - right / width, bottom=bottom / height, top=1 - top / height)
 
 
 def _svg(fig: Any, label: str) -> str:
@@ -702,15 +733,13 @@ def _confusion_plot(call: str, cm: list[list[Any]], classes: list[str]) -> str:
         fig = _figure(4.2, 3.6)
         ax = fig.add_subplot()
         image = ax.imshow(cm, cmap="Blues")
-        rotation = 45 if max(map(len, classes)) > 2 else 0
-        ax.set_xticks(range(len(classes)), labels=classes, rotation=rotation)
+        rotation = _rotated_xticks(ax, classes)
         ax.set_yticks(range(len(classes)), labels=classes)
         ax.set_xlabel("predicted")
         ax.set_ylabel("true")
         ax.set_title(f"{call}: confusion matrix")
         bar = fig.colorbar(image, ax=ax)  # placed beside ax by its grid: _fit moves both
-        scale_w, _ = _text_extent(_tick_labels(bar.ax.yaxis), _FONT_SIZE)
-        _fit(fig, ax, x_rotation=rotation, right=scale_w + _TICK_SPACE)
+        _fit(fig, ax, x_rotation=rotation, colorbar=bar)
         return '<div class="plots">' + _svg(fig, f"{call} confusion") + "</div>"
 
 
@@ -731,8 +760,7 @@ def _per_class_plot(call: str, prec: dict[str, Any], rec: dict[str, Any]) -> str
         xs = range(len(classes))
         ax.bar([x - 0.2 for x in xs], [prec.get(c) or 0 for c in classes], width=0.4, label="precision")
         ax.bar([x + 0.2 for x in xs], [rec.get(c) or 0 for c in classes], width=0.4, label="recall")
-        rotation = 45 if max(map(len, classes)) > 2 else 0
-        ax.set_xticks(list(xs), labels=classes, rotation=rotation)
+        rotation = _rotated_xticks(ax, classes)
         ax.set_ylim(0, 1.05)
         ax.set_title(f"{call}: precision and recall per class")
         ax.legend(loc="lower right")

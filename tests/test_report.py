@@ -233,22 +233,29 @@ def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_
     assert written == render_report(folder), "the report does not depend on what was drawn early"
 
 
-@pytest.mark.parametrize("long_names", [False, True])
+@pytest.mark.parametrize("case", ["short", "long names", "many classes"])
 def test_plots_keep_every_text_inside_the_figure_without_a_layout_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                                          long_names: bool) -> None:
+                                                                          case: str) -> None:
     """The plots are placed from their texts' sizes (report._fit), not by matplotlib's constrained layout: every
-    tick label, axis label and title lies inside the figure, also with long step and class names (rotated), and the
-    axes are not squeezed (they keep at least a third of each side)."""
-    import matplotlib.text
+    tick label, axis label and title lies inside the figure, also with long step names (titles), long class names
+    (turned x labels), and 10 classes whose last name is long (the y ticks the locator picks change once the axes
+    is placed); the axes are not squeezed (long texts make the figure larger)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
     from heteroflow.pipelines import report
 
-    step = "a_user_step_with_a_rather_long_name" if long_names else "train"
-    classes = ["Iris-setosa-long", "Iris-versicolor-long", "Iris-virginica-long"] if long_names else ["0", "1", "2"]
+    step = "a_user_step_with_a_really_quite_long_name_indeed" if case == "long names" else "train"
+    classes = {
+        "short": ["0", "1", "2"],
+        "long names": ["Iris-setosa-long", "a_class_name_of_thirty_nine_characters_", "Iris-virginica-long"],
+        "many classes": [f"c{i}" for i in range(9)] + ["the_last_class_name_xyz"],
+    }[case]
+    k = len(classes)
+    cm = [[(7000 if i == j else i + j) for j in range(k)] for i in range(k)]
     history = [{"epoch": e, "loss": 12345.678 / e, "validation_accuracy": 0.5 + e / 100} for e in range(1, 31)]
-    evaluate = {"accuracy": 0.7, "classes": classes, "confusion_matrix": [[30, 1, 0], [2, 400, 3], [0, 5, 7000]],
-                "precision": dict(zip(classes, (0.9, 0.5, 1.0))), "recall": dict(zip(classes, (0.8, 0.6, 0.99))), "samples": 7441}
+    evaluate = {"accuracy": 0.7, "classes": classes, "confusion_matrix": cm, "samples": 7441,
+                "precision": {c: 0.5 + i / (2 * k) for i, c in enumerate(classes)},
+                "recall": {c: 0.9 - i / (3 * k) for i, c in enumerate(classes)}}
     folder = _record(tmp_path, results={step: {"history": history}, "evaluate": evaluate},
                      steps=[{"name": step, "status": "succeeded"}, {"name": "train", "status": "succeeded"}])
     (folder / "steps" / step).mkdir(parents=True, exist_ok=True)
@@ -263,6 +270,7 @@ def test_plots_keep_every_text_inside_the_figure_without_a_layout_engine(tmp_pat
         return real_svg(fig, label)
 
     monkeypatch.setattr(report, "_svg", keep)
+    monkeypatch.setattr(report, "_CHARTS", {})  # draw every plot here, none from an earlier test's memo
     render_report(folder)
     assert set(figures) == {"timeline", f"{step} loss", f"{step} metrics", "evaluate confusion", "evaluate per class"}
     for label, fig in figures.items():
@@ -278,4 +286,5 @@ def test_plots_keep_every_text_inside_the_figure_without_a_layout_engine(tmp_pat
             texts = [t.get_text() for t in fig.axes[0].get_yticklabels() + fig.axes[0].get_xticklabels()]
             assert any(texts), f"{label}: the axes draw tick labels"
         ax = fig.axes[0].get_position()
-        assert ax.width >= 1 / 3 and ax.height >= 1 / 3, f"{label}: axes squeezed to {ax.bounds}"
+        width, height = fig.get_size_inches()
+        assert ax.width * width >= 1.5 and ax.height * height >= 0.6, f"{label}: axes squeezed to {ax.bounds} of {width} x {height} in"
