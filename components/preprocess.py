@@ -577,8 +577,18 @@ def preprocess(
     if not view.data_files:  # no table: image folders and tensors (or a clear "no reader reads ..." error)
         from heteroflow.components.readers import prepare_files
 
-        return prepare_files(view, output_dir, validation_fraction=validation_fraction, test_fraction=test_fraction,
-                             seed=seed, started=started)
+        def split(labels: np.ndarray) -> dict[str, np.ndarray]:  # the readers keep at least one test sample a class
+            return stratified_split(
+                labels, validation_fraction=validation_fraction, test_fraction=test_fraction, seed=seed,
+                at_least_one_test=True,
+                too_few=lambda c, n: DatasetError(
+                    f"class {int(c)} has {n} samples: too few for a train, validation and test share "
+                    f"(validation_fraction={validation_fraction}, test_fraction={test_fraction}); add samples or lower them"
+                ),
+            )
+
+        settings = {"seed": seed, "validation_fraction": validation_fraction, "test_fraction": test_fraction}
+        return prepare_files(view, output_dir, split=split, settings=settings, started=started)
     files = list(view.require_data_files())
     source_uri, dataset_sha256 = view.source_uri, view.dataset_sha256
     in_source_terms = view.in_source_terms  # messages and the report name the user's file, not its cached copy

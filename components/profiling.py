@@ -60,9 +60,9 @@ def profile_training(
         warmup_steps: steps run first and not measured, >= 0 (unit: optimizer steps).
         device: torch device string, as :func:`heteroflow.components.train.train`'s.
         train_params: :func:`heteroflow.components.train.train`'s parameters, with its defaults for those not
-            given and its checks. A step is shaped by ``batch_size``, ``learning_rate``, ``hidden_units``,
-            ``seed``, ``model_factory``, ``model_args``, ``dataset_factory``, ``precision`` and ``loader_workers``;
-            the others (``epochs``, checkpoints...) have no effect on a profile.
+            given and its checks. A step is shaped by the batch size, the model and its arguments, the data set
+            factory, the precision, the loaders and the seed; the others (the number of epochs, checkpoints...)
+            have no effect on a profile.
 
     Returns:
         The profile (the dict written).

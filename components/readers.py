@@ -31,7 +31,7 @@ import inspect
 import json
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -176,31 +176,12 @@ def detect_kind(relative: Sequence[str]) -> str:
     raise DatasetError(f"no reader reads {', '.join(found[:8])} files; {READERS_HELP}")
 
 
-def _stratified_split(labels: np.ndarray, *, validation_fraction: float, test_fraction: float, seed: int) -> dict[str, np.ndarray]:
-    """Indices per split: preprocess's :func:`~heteroflow.components.preprocess.stratified_split`, with at least one
-    sample of each class in test."""
-    from heteroflow.components.preprocess import stratified_split
-
-    return stratified_split(
-        labels,
-        validation_fraction=validation_fraction,
-        test_fraction=test_fraction,
-        seed=seed,
-        at_least_one_test=True,
-        too_few=lambda c, n: DatasetError(
-            f"class {int(c)} has {n} samples: too few for a train, validation and test share "
-            f"(validation_fraction={validation_fraction}, test_fraction={test_fraction}); add samples or lower them"
-        ),
-    )
-
-
 def prepare_files(
     view: Any,
     output_dir: str | os.PathLike[str],
     *,
-    validation_fraction: float,
-    test_fraction: float,
-    seed: int,
+    split: Callable[[np.ndarray], dict[str, np.ndarray]],
+    settings: Mapping[str, Any],
     started: float | None = None,
 ) -> Any:
     """Preprocess for image folders and tensors: check every file, split, write ``meta.json`` (and, for tensors,
@@ -209,7 +190,9 @@ def prepare_files(
     Args:
         view: the :class:`~heteroflow.cache.dataset.DatasetView` of the data set (its cached files).
         output_dir: folder to write, replaced as a whole.
-        validation_fraction / test_fraction / seed: as preprocess's.
+        split: the row indices per split (``train``, ``validation``, ``test``) of the samples' labels (shape
+            ``(n,)``), as preprocess splits them (:func:`heteroflow.components.preprocess.splitter`).
+        settings: what ``meta.json`` records of how the data set was split (preprocess's seed and fractions).
 
     Returns:
         A :class:`~heteroflow.components.preprocess.PreprocessResult` (``num_features`` = elements per sample).
@@ -227,18 +210,16 @@ def prepare_files(
         "source_uri": view.source_uri,
         "dataset_version": view.version,
         "dataset_sha256": view.dataset_sha256,
-        "seed": seed,
-        "validation_fraction": validation_fraction,
-        "test_fraction": test_fraction,
+        **settings,
     }
     out = Path(output_dir)
     if kind == "image_folder":
-        meta = _prepare_images(view, seed=seed, validation_fraction=validation_fraction, test_fraction=test_fraction)
+        meta = _prepare_images(view, split)
         meta.update(common)
         with atomic_directory(out) as tmp:
             (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     else:
-        meta, tensors = _prepare_tensors(view, seed=seed, validation_fraction=validation_fraction, test_fraction=test_fraction)
+        meta, tensors = _prepare_tensors(view, split)
         meta.update(common)
         import torch
 
@@ -259,7 +240,7 @@ def prepare_files(
     )
 
 
-def _prepare_images(view: Any, *, seed: int, validation_fraction: float, test_fraction: float) -> dict[str, Any]:
+def _prepare_images(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray]]) -> dict[str, Any]:
     from PIL import Image, UnidentifiedImageError
 
     root = Path(view.root)
@@ -306,7 +287,7 @@ def _prepare_images(view: Any, *, seed: int, validation_fraction: float, test_fr
             labels.append(label)
     assert first is not None
     mode, size = first
-    parts = _stratified_split(np.asarray(labels), validation_fraction=validation_fraction, test_fraction=test_fraction, seed=seed)
+    parts = split(np.asarray(labels))
     splits = {s: [[paths[i], labels[i]] for i in idx] for s, idx in parts.items()}
     channels = 1 if mode == "L" else 3
     return {
@@ -322,7 +303,7 @@ def _prepare_images(view: Any, *, seed: int, validation_fraction: float, test_fr
     }
 
 
-def _prepare_tensors(view: Any, *, seed: int, validation_fraction: float, test_fraction: float) -> tuple[dict[str, Any], dict[str, Any]]:
+def _prepare_tensors(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray]]) -> tuple[dict[str, Any], dict[str, Any]]:
     import torch
 
     xs, ys = [], []
@@ -347,7 +328,7 @@ def _prepare_tensors(view: Any, *, seed: int, validation_fraction: float, test_f
     values = sorted({v.item() for v in y_raw.unique()})
     lookup = {v: i for i, v in enumerate(values)}
     y = torch.tensor([lookup[v.item()] for v in y_raw], dtype=torch.int64)
-    parts = _stratified_split(y.numpy(), validation_fraction=validation_fraction, test_fraction=test_fraction, seed=seed)
+    parts = split(y.numpy())
     tensors = {s: (x[torch.from_numpy(idx)], y[torch.from_numpy(idx)]) for s, idx in parts.items()}
     meta = {
         "data_kind": "tensors",

@@ -828,13 +828,14 @@ def test_one_stratified_split_for_tables_and_the_image_and_tensor_readers() -> N
     import numpy as np
 
     from heteroflow.components.preprocess import stratified_split
-    from heteroflow.components.readers import _stratified_split
 
     labels = np.array([0] * 20 + [1] * 3)  # class 1: round(3 * 0.15) = 0 test rows
     with pytest.raises(LookupError, match="class 1 has 3"):
         stratified_split(labels, validation_fraction=0.15, test_fraction=0.15, seed=0,
                          too_few=lambda c, n: LookupError(f"class {c} has {n}"))
-    parts = _stratified_split(labels, validation_fraction=0.15, test_fraction=0.15, seed=0)
+    # what preprocess hands the image and tensor readers (readers.prepare_files(split=...))
+    parts = stratified_split(labels, validation_fraction=0.15, test_fraction=0.15, seed=0, at_least_one_test=True,
+                             too_few=lambda c, n: LookupError(f"class {c} has {n}"))
     assert sorted(np.concatenate(list(parts.values())).tolist()) == list(range(23))  # a partition
     assert [int((labels[parts["test"]] == c).sum()) for c in (0, 1)] == [3, 1]
     assert [int((labels[parts["validation"]] == c).sum()) for c in (0, 1)] == [3, 0]
