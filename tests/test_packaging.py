@@ -19,6 +19,7 @@ import subprocess
 import sys
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,6 +136,13 @@ def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
 
 
+def _python_facts(code: str, cwd: Path) -> Any:
+    """What ``code``, run in a fresh interpreter in ``cwd``, prints as JSON (it must succeed)."""
+    proc = _python(code, cwd)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("bare", ["components", "pipelines", "cache", "dags"])
 def test_bare_folder_names_are_not_importable(tmp_path: Path, bare: str) -> None:
@@ -149,7 +157,7 @@ def test_bare_folder_names_are_not_importable(tmp_path: Path, bare: str) -> None
 
 @pytest.mark.slow
 def test_namespace_import_works_without_torch_kfp_or_airflow(tmp_path: Path) -> None:
-    proc = _python(
+    facts = _python_facts(
         "import sys, json\n"
         "import heteroflow.components.resources as r\n"
         "print(json.dumps({'file': r.__file__, 'heavy': sorted(m for m in ('torch', 'kfp', 'airflow') if m in sys.modules),"
@@ -157,8 +165,6 @@ def test_namespace_import_works_without_torch_kfp_or_airflow(tmp_path: Path) -> 
         " 'loaded': sorted(m for m in sys.modules if m.startswith('heteroflow.pipelines'))}))\n",
         tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr
-    facts = json.loads(proc.stdout)
     assert facts["heavy"] == [], f"importing heteroflow.components.resources imported {facts['heavy']}"
     assert Path(facts["file"]).name == "resources.py"
     assert Path(facts["ns_file"]).parts[-3:] == ("pipelines", "_root", "__init__.py"), facts["ns_file"]
@@ -167,7 +173,7 @@ def test_namespace_import_works_without_torch_kfp_or_airflow(tmp_path: Path) -> 
 
 @pytest.mark.slow
 def test_the_public_api_is_one_import(tmp_path: Path) -> None:
-    proc = _python(
+    facts = _python_facts(
         "import sys, json\n"
         "from heteroflow import step, Pipeline, Resources, Candidates, RetryPolicy, default_pipeline, run, compile\n"
         "import heteroflow\n"
@@ -175,8 +181,6 @@ def test_the_public_api_is_one_import(tmp_path: Path) -> None:
         " 'heavy': sorted(m for m in ('torch', 'kfp', 'airflow') if m in sys.modules)}))\n",
         tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr
-    facts = json.loads(proc.stdout)
     assert {"step", "Pipeline", "Resources", "Candidates", "RetryPolicy", "default_pipeline", "run", "compile"} <= set(facts["all"])
     assert (facts["run"], facts["compile"]) == ("heteroflow.pipelines.runner", "compile_pipeline")
     assert "airflow" not in facts["heavy"]
@@ -192,7 +196,7 @@ def test_defining_a_pipeline_and_starting_the_cli_import_no_numpy_pandas_torch_k
     """The command line, a pipeline definition and the shipped steps' modules import numpy and friends only when a
     step runs (Airflow's advice for DAG files, which its scheduler imports over and over; and ``heteroflow run``'s
     start is on every run's critical path). The steps' functions import them when called."""
-    proc = _python(
+    facts = _python_facts(
         "import sys, json\n"
         "import heteroflow.pipelines.cli, heteroflow.components.steps\n"
         "from heteroflow import Pipeline, default_pipeline\n"
@@ -206,8 +210,6 @@ def test_defining_a_pipeline_and_starting_the_cli_import_no_numpy_pandas_torch_k
         "print(json.dumps({'heavy': heavy, 'calls': [c.name for c in p.calls], 'test': len(split['test'])}))\n",
         tmp_path,
     )
-    assert proc.returncode == 0, proc.stderr
-    facts = json.loads(proc.stdout)
     assert facts["heavy"] == [], f"defining the default pipeline imported {facts['heavy']}"
     assert facts["calls"] == ["prewarm", "preprocess", "plan", "train", "evaluate", "archive"]
     assert facts["test"] == 4, "a step's function imports numpy itself when called"
