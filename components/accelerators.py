@@ -30,11 +30,12 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import enum
+import functools
 import re
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from heteroflow.components.devices import DeviceKind
 from heteroflow.components.errors import InvalidResources
 
 __all__ = [
@@ -69,37 +70,12 @@ __all__ = [
     "NVIDIA_V100",
     "PLUGIN_CONVENTIONS",
     "VENDORS",
+    "default_accelerator",
     "find_accelerator",
     "label_conventions_for",
 ]
 
 _GiB = 2**30
-
-
-class DeviceKind(str, enum.Enum):
-    """The kinds of device a step can run on: ``cpu``, ``gpu``, or ``npu`` (an AI accelerator that is not a GPU:
-    Ascend, Gaudi)."""
-
-    CPU = "cpu"
-    GPU = "gpu"
-    NPU = "npu"
-
-    @classmethod
-    def parse(cls, value: DeviceKind | str, *, field: str = "kind") -> DeviceKind:
-        """Return the kind named by ``value`` (case-insensitive).
-
-        Raises:
-            InvalidResources: ``value`` is not one of ``cpu``, ``gpu``, ``npu``.
-        """
-        if isinstance(value, DeviceKind):
-            return value
-        if isinstance(value, str):
-            try:
-                return cls(value.strip().lower())
-            except ValueError:
-                pass
-        valid = ", ".join(k.value for k in cls)
-        raise InvalidResources(f"{field}={value!r} is not a device kind; valid kinds: {valid}")
 
 
 VENDORS = ("nvidia", "ascend", "amd", "gaudi")
@@ -461,3 +437,38 @@ def find_accelerator(name: str | Accelerator, *, field: str = "accelerator") -> 
     else:
         hint = ""
     raise InvalidResources(f"{field}={name!r} is unknown{hint}; valid: {', '.join(sorted(ACCELERATORS))}")
+
+
+def default_accelerator(kind: DeviceKind | str) -> Accelerator | None:
+    """The accelerator a candidate of ``kind`` asks for when it names none.
+
+    The kind's :attr:`~heteroflow.components.devices.DeviceKind.default_accelerator` registry key (``gpu``: any
+    NVIDIA, ``npu``: any Ascend 910); for a kind the registry does not know (a plugin's ``tpu``) with a
+    :attr:`~heteroflow.components.devices.DeviceKind.resource_name`, one model standing for the whole kind,
+    named after it, whose extended resource is that name under every device-plugin convention; None for the
+    CPU, or a kind with neither.
+
+    Raises:
+        InvalidResources: ``kind`` is not a registered kind.
+    """
+    return _default_accelerator(DeviceKind.parse(kind))
+
+
+@functools.lru_cache(maxsize=None)
+def _default_accelerator(kind: DeviceKind) -> Accelerator | None:
+    if not kind.has_devices:
+        return None
+    if kind.default_accelerator is not None:
+        return find_accelerator(kind.default_accelerator, field=f"device kind {kind.value!r}: default_accelerator")
+    if kind.resource_name is None:
+        return None
+    return Accelerator(
+        name=kind.value,
+        display_name=f"any {kind.value}",
+        vendor=kind.value,
+        kind=kind,
+        torch_device_type=kind.torch_device_type,
+        distributed_backend=kind.distributed_backend,
+        resource_names=MappingProxyType({p: kind.resource_name for p in PLUGIN_CONVENTIONS}),
+        taint_keys=(kind.resource_name,),
+    )

@@ -176,8 +176,9 @@ class ClusterProfile:
     source: str | None = dataclasses.field(default=None, compare=False)
 
     def vendor(self, vendor: str) -> VendorConvention:
-        """The convention for ``vendor`` (one of ``nvidia``, ``ascend``, ``amd``, ``gaudi``)."""
-        return self.vendors[vendor]
+        """The convention for ``vendor`` (one of ``nvidia``, ``ascend``, ``amd``, ``gaudi``); a vendor the profile
+        does not configure (a plugin device kind's) gets the defaults: the official plugin, no model label."""
+        return self.vendors.get(vendor) or VendorConvention()
 
     def image_for(self, kind: DeviceKind | str) -> str | None:
         """The image for a device kind, or None when the profile names none."""

@@ -186,11 +186,14 @@ def backend_for(device_types: str | Sequence[str]) -> str:
         InvalidParameter: a device type no registry accelerator uses (the message lists the valid ones).
     """
     from heteroflow.components.accelerators import ACCELERATORS
+    from heteroflow.components.devices import all_kinds
 
     types = [device_types] if isinstance(device_types, str) else list(device_types)
     if not types:
         raise InvalidParameter("device_types is empty; valid: one device type, or one per rank")
-    known: dict[str, str] = {"cpu": "gloo"}
+    known: dict[str, str] = {}
+    for kind in all_kinds():  # the kinds' own backends first (cpu: gloo, cuda: nccl, npu: hccl)
+        known.setdefault(kind.torch_device_type, kind.distributed_backend)
     for accel in ACCELERATORS.values():
         known.setdefault(accel.torch_device_type, accel.distributed_backend)
     for t in types:
@@ -734,8 +737,11 @@ def _run_worker(payload: Mapping[str, Any], rank: int) -> Any:
         torch.use_deterministic_algorithms(True)
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
         torch.set_num_threads(1)
-    if device_type == "npu":
-        importlib.import_module("torch_npu")
+    from heteroflow.components.devices import for_torch_device_type
+
+    kind = for_torch_device_type(device_type)
+    if kind is not None:
+        kind.import_backend()  # e.g. torch_npu, which registers the "npu" device type with torch
     device_index = device_types[:local_rank].count(device_type)
     if device_type != "cpu":
         getattr(torch, device_type).set_device(device_index)

@@ -14,7 +14,8 @@ class          what                                                         what
                                                                             fallback
 =============  ===========================================================  ==========================================
 
-The rules, first match wins (:data:`RULES` holds them as data; each names real exception types and messages):
+The rules, first match wins (:func:`rules` holds them as data; each names real exception types and messages; rows
+3-6 are the failure patterns of the ``gpu`` and ``npu`` device kinds, and a plugin kind's patterns follow them):
 
 =====  =========================================================================================  ===========
 order  exception (type, or message fragment; types match subclasses)                              class
@@ -22,14 +23,14 @@ order  exception (type, or message fragment; types match subclasses)            
 1      heteroflow's :class:`DeviceUnavailable` (a device type absent here, e.g. no CUDA device)    device
 2      ``torch.OutOfMemoryError`` (``torch.cuda.OutOfMemoryError``: "CUDA out of memory. Tried     device
        to allocate 20.00 MiB (GPU 0; 15.78 GiB total capacity; ...)")
-3      a ``RuntimeError`` whose message has "NPU out of memory" (torch_npu: "NPU out of memory.    device
-       Tried to allocate 52.00 MiB (NPU 0; 60.96 GiB total capacity; ...)")
-4      "CUDA error: device-side assert triggered" (an index out of range in a kernel: a bug)       permanent
-5      ``torch.AcceleratorError`` (torch >= 2.8 raises it for CUDA runtime errors), or a message   device
+3      "CUDA error: device-side assert triggered" (an index out of range in a kernel: a bug)       permanent
+4      ``torch.AcceleratorError`` (torch >= 2.8 raises it for CUDA runtime errors), or a message   device
        with "CUDA error:" ("CUDA error: invalid device ordinal", "... all CUDA-capable devices are
        busy or unavailable", "... uncorrectable ECC error encountered"), "No CUDA GPUs are
        available", "Found no NVIDIA driver on your system", "CUDA driver initialization failed",
        "Torch not compiled with CUDA enabled" (an ``AssertionError`` in torch), "NCCL error"
+5      a ``RuntimeError`` whose message has "NPU out of memory" (torch_npu: "NPU out of memory.    device
+       Tried to allocate 52.00 MiB (NPU 0; 60.96 GiB total capacity; ...)")
 6      torch_npu / CANN runtime errors: "NPU function error:" ("aclrtGetDeviceCount(&device_count),  device
        error code is 207004 ... The device is unavailable", "c10_npu::SetDevice(device_id_), error
        code is 507033", "AclrtSynchronizeDeviceWithTimeout, error code is 507048"), "HCCL",
@@ -65,6 +66,7 @@ import os
 import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from heteroflow.components.errors import DeviceUnavailable, HeteroflowError, InvalidParameter
 
@@ -79,6 +81,7 @@ __all__ = [
     "InjectedTransientFault",
     "RULES",
     "classify",
+    "rules",
     "fault_after_steps",
     "injected_fault",
     "parse_faults",
@@ -130,38 +133,6 @@ def _torch_oom(exc: BaseException) -> bool:
     return _is_torch_type(exc, "OutOfMemoryError")
 
 
-def _npu_oom(exc: BaseException) -> bool:
-    return isinstance(exc, RuntimeError) and "NPU out of memory" in _message(exc)
-
-
-def _device_assert(exc: BaseException) -> bool:
-    return "device-side assert triggered" in _message(exc)
-
-
-_CUDA_MESSAGES = (
-    "CUDA error:",
-    "No CUDA GPUs are available",
-    "Found no NVIDIA driver on your system",
-    "CUDA driver initialization failed",
-    "Torch not compiled with CUDA enabled",
-    "NCCL error",
-    "CUDA-capable device",
-)
-
-
-def _cuda_runtime(exc: BaseException) -> bool:
-    if _is_torch_type(exc, "AcceleratorError"):
-        return True
-    return isinstance(exc, (RuntimeError, AssertionError)) and any(m in _message(exc) for m in _CUDA_MESSAGES)
-
-
-_NPU_MESSAGES = ("NPU function error:", "HCCL", "PTA call acl api failed", "The device is unavailable")
-
-
-def _npu_runtime(exc: BaseException) -> bool:
-    return isinstance(exc, RuntimeError) and any(m in _message(exc) for m in _NPU_MESSAGES)
-
-
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, (TimeoutError, ConnectionError, BlockingIOError)):
         return True
@@ -173,16 +144,41 @@ def _transient(exc: BaseException) -> bool:
     return any("Timeout" in n or "ConnectionError" in n or n == "SourceUnavailable" for n in names)
 
 
-RULES: tuple[tuple[str, FailureClass, Callable[[BaseException], bool]], ...] = (
+_Rule = tuple[str, FailureClass, Callable[[BaseException], bool]]
+
+_GENERIC_FIRST: tuple[_Rule, ...] = (
     ("DeviceUnavailable", FailureClass.DEVICE, _device_unavailable),
     ("torch.OutOfMemoryError (device out of memory)", FailureClass.DEVICE, _torch_oom),
-    ("NPU out of memory", FailureClass.DEVICE, _npu_oom),
-    ("CUDA device-side assert (a bug in a kernel's input)", FailureClass.PERMANENT, _device_assert),
-    ("CUDA/NCCL driver or runtime error", FailureClass.DEVICE, _cuda_runtime),
-    ("torch_npu/CANN/HCCL runtime error", FailureClass.DEVICE, _npu_runtime),
+)
+_GENERIC_LAST: tuple[_Rule, ...] = (
     ("timeout, connection or killed worker", FailureClass.TRANSIENT, _transient),
 )
-"""(rule, class, predicate) in order; the first predicate that holds decides. Anything else is permanent."""
+
+
+def _kind_rules(kinds: Any) -> tuple[_Rule, ...]:
+    return tuple(
+        (p.rule, FailureClass(p.failure_class), p.matches) for kind in kinds for p in kind.failure_patterns
+    )
+
+
+def rules() -> tuple[_Rule, ...]:
+    """The classifier's rules in order: heteroflow's and torch's own device errors, then each registered device
+    kind's failure patterns (:attr:`heteroflow.components.devices.DeviceKind.failure_patterns`: the built-ins'
+    CUDA/NCCL and torch_npu/CANN/HCCL messages, then any plugin kind's), then transient errors."""
+    from heteroflow.components.devices import all_kinds
+
+    return _GENERIC_FIRST + _kind_rules(all_kinds()) + _GENERIC_LAST
+
+
+def _builtin_rules() -> tuple[_Rule, ...]:
+    from heteroflow.components.devices.builtin import BUILTINS
+
+    return _GENERIC_FIRST + _kind_rules(BUILTINS) + _GENERIC_LAST
+
+
+RULES: tuple[_Rule, ...] = _builtin_rules()
+"""(rule, class, predicate) in order for the built-in kinds (:func:`rules` adds plugin kinds' patterns); the
+first predicate that holds decides. Anything else is permanent."""
 
 
 def _one_line(exc: BaseException) -> str:
@@ -200,7 +196,7 @@ def classify(exc: BaseException) -> Failure:
     Returns:
         A :class:`Failure` with the class, the rule that matched and a one-line reason.
     """
-    for rule, cls, predicate in RULES:
+    for rule, cls, predicate in rules():
         try:
             hit = predicate(exc)
         except Exception:  # a predicate must never mask the failure it looks at
@@ -299,8 +295,9 @@ def simulated_devices(environ: Mapping[str, str] | None = None, *, source: str =
             kind = DeviceKind.parse(kind_text, field=f"{source} item").value
         except HeteroflowError as exc:
             raise InvalidParameter(str(exc)) from None
-        if kind == "cpu":
-            raise InvalidParameter(f"{source}: the CPU is always present; simulate gpu or npu")
+        if not DeviceKind.parse(kind).has_devices:
+            others = [k.value for k in DeviceKind if k.has_devices]
+            raise InvalidParameter(f"{source}: the CPU is always present; simulate {', '.join(others[:-1])} or {others[-1]}")
         out[kind] = model.strip()
     return out
 

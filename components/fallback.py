@@ -79,8 +79,8 @@ def _label(index: int, res: Resources) -> str:
 def cannot_run(res: Resources, placement: Mapping[str, int] | None) -> str | None:
     """Why ``res`` cannot run with ``placement`` (the plan's device counts by kind), or None when it can (always
     for CPU candidates, and for any candidate without a placement)."""
-    kind = DeviceKind(res.kind).value
-    if placement is None or kind == DeviceKind.CPU.value:
+    kind = DeviceKind(res.kind)
+    if placement is None or not kind.has_devices:
         return None
     need = max(int(res.count or 1), 1)
     have = int(placement.get(kind, 0) or 0)

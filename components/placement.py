@@ -637,6 +637,7 @@ def kubernetes_nodes(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> list[Nod
     CPU-only and its accelerators are skipped.
     """
     from heteroflow.components.accelerators import ACCELERATORS, find_accelerator
+    from heteroflow.components.devices import DeviceKind
     from heteroflow.components.resources import parse_cpu, parse_memory
 
     requested: dict[str, dict[str, int]] = {}
@@ -663,7 +664,7 @@ def kubernetes_nodes(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> list[Nod
         alloc = node.status.allocatable or {}
         used = requested.get(name, {})
         model, kind, devices, mem = "cpu", "cpu", 0, 0
-        label = labels.get("nvidia.com/gpu.product") or labels.get("node.kubernetes.io/npu.chip.name")
+        label = next((labels[k] for d in DeviceKind for k in d.node_label_keys if labels.get(k)), None)
         if label:
             try:
                 accel = find_accelerator(label.removeprefix("NVIDIA-").removeprefix("Tesla-").split("-SXM")[0].split("-PCIE")[0])

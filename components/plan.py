@@ -13,7 +13,6 @@ one-line explanation in the step's facts (and so in run.json).
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import json
 import os
 import time
@@ -88,7 +87,7 @@ class Inventory:
                 kind = DeviceKind.parse(key, field=f"{source} key")
             except InvalidResources as exc:
                 raise InvalidParameter(str(exc)) from None
-            if isinstance(value, dict) and kind is not DeviceKind.CPU:
+            if isinstance(value, dict) and kind.has_devices:
                 per_model: dict[str, int] = {}
                 for name, n in value.items():
                     try:
@@ -107,7 +106,7 @@ class Inventory:
                 devices[kind] = sum(per_model.values())
             else:
                 n = count_of(value, f"{source}[{key!r}]")
-                devices[kind] = max(n, 1) if kind is DeviceKind.CPU else n
+                devices[kind] = n if kind.has_devices else max(n, 1)
         notes = {k: f"{source} lists {n} {k.value} device(s)" for k, n in devices.items() if n == 0}
         return cls(devices=devices, models=models, notes=notes)
 
@@ -121,70 +120,41 @@ class Inventory:
         return text
 
 
-_GPU_DEVICE_FILES = ("/dev/nvidiactl", "/dev/kfd")
-"""Device files a CUDA (NVIDIA driver) or ROCm (AMD KFD driver) device needs inside a container or host."""
-_NPU_DEVICE_FILES = ("/dev/davinci_manager",)
-"""The Ascend driver's management device (``/dev/davinci<N>`` per chip), which torch_npu needs."""
+_GPU_DEVICE_FILES = DeviceKind.GPU.device_files
+"""The gpu kind's driver device files (kept for callers; the kind object owns them)."""
+_NPU_DEVICE_FILES = DeviceKind.NPU.device_files
+"""The npu kind's driver device files (kept for callers; the kind object owns them)."""
 
 
 def local_inventory() -> Inventory:
-    """Probe the devices PyTorch can use in this process.
+    """Probe the devices PyTorch can use in this process, kind by registered kind (:meth:`DeviceKind.probe`).
 
     PyTorch is imported only when a device file of an accelerator driver exists (``/dev/nvidiactl`` for
-    NVIDIA, ``/dev/kfd`` for AMD ROCm, ``/dev/davinci_manager`` for Ascend): without one no CUDA or NPU device
-    can be opened, and the probe answers at once without the ~1.5 s import.
+    NVIDIA, ``/dev/kfd`` for AMD ROCm, ``/dev/davinci_manager`` for Ascend: each kind names its own): without
+    one no device of that kind can be opened, and the probe answers at once without the ~1.5 s import.
     """
-    devices: dict[DeviceKind, int] = {DeviceKind.CPU: 1}
+    devices: dict[DeviceKind, int] = {}
     notes: dict[DeviceKind, str] = {}
-    has_gpu_driver = any(os.path.exists(p) for p in _GPU_DEVICE_FILES)
-    has_npu_driver = any(os.path.exists(p) for p in _NPU_DEVICE_FILES)
-    if not has_gpu_driver:
-        devices[DeviceKind.GPU] = 0
-        notes[DeviceKind.GPU] = f"no GPU driver device file here ({', '.join(_GPU_DEVICE_FILES)})"
-    if not has_npu_driver:
-        devices[DeviceKind.NPU] = 0
-        notes[DeviceKind.NPU] = f"no Ascend driver device file here ({', '.join(_NPU_DEVICE_FILES)})"
-    if not (has_gpu_driver or has_npu_driver):
-        return Inventory(devices=devices, notes=notes)
-
-    import torch
-
     models: dict[DeviceKind, dict[str, int]] = {}
-    if has_gpu_driver:
-        if torch.cuda.is_available():
-            devices[DeviceKind.GPU] = torch.cuda.device_count()
-            per_model = _cuda_models(torch)
+    for kind in DeviceKind:
+        found = kind.probe()
+        devices[kind] = found.count
+        if found.note:
+            notes[kind] = found.note
+        if found.names is not None:
+            per_model = _registry_models(found.names)
             if per_model is not None:
-                models[DeviceKind.GPU] = per_model
-        else:
-            devices[DeviceKind.GPU] = 0
-            notes[DeviceKind.GPU] = (
-                "torch.cuda.is_available() is False"
-                + ("" if (torch.version.cuda or torch.version.hip) else f" (torch {torch.__version__} is a CPU-only build)")
-            )
-    if has_npu_driver:
-        try:
-            importlib.import_module("torch_npu")
-        except ImportError:
-            devices[DeviceKind.NPU] = 0
-            notes[DeviceKind.NPU] = "torch_npu is not installed (Ascend NPUs need it)"
-        else:
-            npu = getattr(torch, "npu", None)
-            available = bool(npu and npu.is_available())
-            devices[DeviceKind.NPU] = npu.device_count() if available else 0
-            if not available:
-                notes[DeviceKind.NPU] = "torch_npu imports but torch.npu.is_available() is False"
+                models[kind] = per_model
     return Inventory(devices=devices, models=models, notes=notes)
 
 
-def _cuda_models(torch: Any) -> dict[str, int] | None:
-    """Count per registry model of the CUDA devices (``torch.cuda.get_device_name``, e.g. ``NVIDIA H200``), or
-    None when one of them is not in the registry (then only the count is known)."""
+def _registry_models(names: tuple[str, ...]) -> dict[str, int] | None:
+    """Count per registry model of devices named as torch names them (``torch.cuda.get_device_name``, e.g.
+    ``NVIDIA H200``), or None when one of them is not in the registry (then only the count is known)."""
     from heteroflow.components.accelerators import find_accelerator
 
     out: dict[str, int] = {}
-    for i in range(torch.cuda.device_count()):
-        name = torch.cuda.get_device_name(i)
+    for name in names:
         try:
             accel = find_accelerator(name)
         except InvalidResources:
@@ -249,7 +219,7 @@ def _fits(res: Resources, inv: Inventory) -> tuple[bool, str]:
     if have < need:
         return False, f"needs {need} {kind.value} device(s); " + (inv.notes.get(kind) or f"{have} {kind.value} device(s) here")
     per_model = inv.models.get(kind)
-    if kind is DeviceKind.CPU or not per_model:
+    if not kind.has_devices or not per_model:
         return True, ""
     wanted = {m.name for m in res.accelerator_models}
     usable = {m: c for m, c in per_model.items() if m in wanted and c >= need}
@@ -443,7 +413,7 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
                 raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
         counts: dict[str, int] = {"cpu": 1}
         for n in nodes.nodes:
-            counts[n.kind] = counts.get(n.kind, 0) + n.devices if n.kind != "cpu" else 1
+            counts[n.kind] = counts.get(n.kind, 0) + n.devices if DeviceKind.parse(n.kind).has_devices else 1
         inventory_counts = counts
     else:
         policy = "listed"
@@ -489,7 +459,7 @@ def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str 
         kind = DeviceKind(res.kind).value
         models = frozenset(m.name for m in res.accelerator_models) if res.accelerator_spec is not None else None
         # a multi-node candidate: nodes x count devices of one model, a gang across nodes
-        job = Job(name=call, count=max(res.count or 0, 1) * res.nodes if kind != "cpu" else 0, kind=kind, models=models,
+        job = Job(name=call, count=max(res.count or 0, 1) * res.nodes if DeviceKind(kind).has_devices else 0, kind=kind, models=models,
                   device_memory_bytes=res.device_memory_bytes or 0, throughput=dict(table) if table else None)
         trial = _copy_state(state)
         decision = place_round([job], trial, pol)[0]

@@ -134,26 +134,31 @@ def profile_training(
             opt.step()
         return len(y)
 
+    from heteroflow.components.devices import for_torch_device_type
+
+    kind = for_torch_device_type(dev.type)
+
     def sync() -> None:
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
+        if kind is not None:
+            kind.synchronize(dev)
 
     for _ in range(warmup_steps):
         one_step()
     sync()
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
+    if kind is not None:
+        kind.reset_peak_memory(dev)
     t0 = time.perf_counter()
     samples = sum(one_step() for _ in range(steps))
     sync()
     timed = time.perf_counter() - t0
 
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if dev.type == "cuda" else [])
+    device_activity = kind.profiler_activity if kind is not None and dev.type != "cpu" else None
+    activities = [ProfilerActivity.CPU] + ([getattr(ProfilerActivity, device_activity)] if device_activity else [])
     with profile(activities=activities) as prof:
         for _ in range(steps):
             one_step()
         sync()
-    on_device = dev.type == "cuda"
+    on_device = device_activity is not None
     rows = []
     for evt in prof.key_averages():
         self_us = float(getattr(evt, "self_device_time_total", 0.0) if on_device else evt.self_cpu_time_total)
@@ -162,8 +167,9 @@ def profile_training(
     total_us = sum(r[1] for r in rows) or 1.0
     rows.sort(key=lambda r: -r[1])
     operators = [{"name": k, "self_seconds": us / 1e6, "share": round(us / total_us, 4), "calls": n} for k, us, n in rows[:_TOP]]
-    if on_device:
-        peak, peak_of = int(torch.cuda.max_memory_allocated(dev)), "device"
+    device_peak = kind.peak_memory_bytes(dev) if kind is not None else None
+    if device_peak is not None:
+        peak, peak_of = device_peak, "device"
     else:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         peak, peak_of = int(rss if sys.platform == "darwin" else rss * 1024), "host_rss"

@@ -30,6 +30,7 @@ from heteroflow.components.accelerators import (
     NVIDIA_GPU,
     Accelerator,
     DeviceKind,
+    default_accelerator,
     find_accelerator,
 )
 from heteroflow.components.errors import InvalidResources
@@ -57,8 +58,6 @@ __all__ = [
     "parse_quantity",
     "thaw",
 ]
-
-_DEFAULT_ACCELERATOR = {DeviceKind.GPU: NVIDIA_GPU, DeviceKind.NPU: ASCEND_910}
 
 # --- Kubernetes quantities -------------------------------------------------------------------------------
 
@@ -729,7 +728,7 @@ class Resources:
     def _set_count(self, kind: DeviceKind) -> None:
         count = self.count
         if count is None:
-            count = 0 if kind is DeviceKind.CPU else 1
+            count = 1 if kind.has_devices else 0
         if isinstance(count, bool) or not isinstance(count, int):
             raise InvalidResources(
                 f"count={self.count!r} is not an integer; valid: a whole number of devices >= 1 (Kubernetes counts "
@@ -737,12 +736,12 @@ class Resources:
             )
         if count < 0:
             raise InvalidResources(f"count={count} is negative; valid: a whole number of devices >= 1")
-        if kind is DeviceKind.CPU and count != 0:
+        if not kind.has_devices and count != 0:
             raise InvalidResources(
-                f"count={count} with kind='cpu': a CPU candidate has no accelerator devices; "
+                f"count={count} with kind={kind.value!r}: a CPU candidate has no accelerator devices; "
                 "set cpu='N' for cores, or kind='gpu'/'npu' for devices"
             )
-        if kind is not DeviceKind.CPU and count == 0:
+        if kind.has_devices and count == 0:
             raise InvalidResources(f"count=0 with kind={kind.value!r}: an accelerator candidate needs count >= 1")
         object.__setattr__(self, "count", count)
 
@@ -766,8 +765,8 @@ class Resources:
         object.__setattr__(self, "memory_limit_bytes", memory if memory_limit is None else memory_limit)
         device_memory = None
         if self.device_memory is not None:
-            if kind is DeviceKind.CPU:
-                raise InvalidResources("device_memory is set with kind='cpu'; it only applies to gpu/npu")
+            if not kind.has_devices:
+                raise InvalidResources(f"device_memory is set with kind={kind.value!r}; it only applies to gpu/npu")
             device_memory = _positive(self.device_memory, field="device_memory", memory=True)
         object.__setattr__(self, "device_memory_bytes", device_memory)
         precision = self.precision
@@ -817,11 +816,12 @@ class Resources:
     @property
     def accelerator_spec(self) -> Accelerator | None:
         """The :class:`Accelerator` (model or family) this asks for (None for CPU)."""
-        if self.kind is DeviceKind.CPU:
+        kind = DeviceKind.parse(self.kind)
+        if not kind.has_devices:
             return None
         if self.accelerator is not None:
             return ACCELERATORS[self.accelerator]
-        return _DEFAULT_ACCELERATOR[DeviceKind(self.kind)]
+        return default_accelerator(kind)
 
     @property
     def accelerator_models(self) -> tuple[Accelerator, ...]:
@@ -841,13 +841,13 @@ class Resources:
     def torch_device_type(self) -> str:
         """The ``torch.device`` type that runs this (``"cpu"``, ``"cuda"``, ``"npu"``, ``"hpu"``)."""
         accel = self.accelerator_spec
-        return "cpu" if accel is None else accel.torch_device_type
+        return DeviceKind.parse(self.kind).torch_device_type if accel is None else accel.torch_device_type
 
     @property
     def distributed_backend(self) -> str:
         """The ``torch.distributed`` backend for this (``"gloo"`` on CPU, ``"nccl"``, ``"hccl"``)."""
         accel = self.accelerator_spec
-        return "gloo" if accel is None else accel.distributed_backend
+        return DeviceKind.parse(self.kind).distributed_backend if accel is None else accel.distributed_backend
 
     def cpu_text(self, *, limit: bool = False) -> str | None:
         """The CPU request (or limit) as a Kubernetes quantity in the unit the user wrote where exact; None if
@@ -898,7 +898,8 @@ class Resources:
     def describe(self) -> str:
         """A short human label, e.g. ``gpu x1 (nvidia-gpu), 4 CPU, 16Gi`` or ``cpu, 1 CPU (limit 2), 2Gi (limit 4Gi)``."""
         accel = self.accelerator_spec
-        parts = ["cpu" if accel is None else f"{DeviceKind(self.kind).value} x{self.count} ({accel.name})"]
+        kind = DeviceKind.parse(self.kind)
+        parts = [kind.value if not kind.has_devices else f"{kind.value} x{self.count} ({accel.name if accel else kind.value})"]
         if self.nodes > 1:
             parts[0] += f" on each of {self.nodes} nodes"
         for unit, req, lim in (

@@ -262,9 +262,10 @@ def run_step(
 
     res = candidate if candidate is not None else step.candidates[0]
     index = candidate_index if candidate_index is not None else (0 if candidate is None else None)
-    kind = DeviceKind(res.kind).value
+    kind_obj = DeviceKind(res.kind)
+    kind = kind_obj.value
     simulated = kind in simulated_devices()
-    device = "cpu" if simulated else res.torch_device_type
+    device = kind_obj.simulated_device_type if simulated else res.torch_device_type
     accel = res.accelerator_spec
     outcome = Outcome(
         call=call,

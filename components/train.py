@@ -122,21 +122,22 @@ def resolve_device(device: str) -> torch.device:
     """
     import torch
 
-    if isinstance(device, str) and device.partition(":")[0].strip() == "npu":
-        try:  # registers the "npu" device type with torch; without it torch rejects the string
-            import torch_npu  # noqa: F401
-        except ImportError:
-            raise DeviceUnavailable(f"device={device!r}: torch_npu is not installed (Ascend NPUs need it)") from None
+    from heteroflow.components.devices import all_kinds, for_torch_device_type
+
+    if isinstance(device, str):
+        named = for_torch_device_type(device.partition(":")[0].strip())
+        if named is not None:  # e.g. torch_npu registers the "npu" device type; without it torch rejects the string
+            named.import_backend(device)
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError):
-        raise InvalidParameter(f"device={device!r} is not a torch device; valid: cpu, cuda, cuda:N, npu, npu:N") from None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise DeviceUnavailable(f"device={device!r}: no CUDA device is available to this process")
-    if dev.type == "npu":
-        if not torch.npu.is_available():  # type: ignore[attr-defined]
-            raise DeviceUnavailable(f"device={device!r}: no Ascend NPU is available to this process")
-    if dev.type not in ("cpu", "cuda", "npu", "meta"):
+        valid = ", ".join(t for k in all_kinds() for t in ((k.torch_device_type, f"{k.torch_device_type}:N") if k.has_devices else (k.torch_device_type,)))
+        raise InvalidParameter(f"device={device!r} is not a torch device; valid: {valid}") from None
+    kind = for_torch_device_type(dev.type)
+    if kind is not None and kind.has_devices and kind.torch_namespace(torch) is not None:
+        if not kind.is_available(torch):
+            raise DeviceUnavailable(f"device={device!r}: no {kind.device_noun} is available to this process")
+    elif dev.type not in ("cpu", "meta"):
         # other accelerators (xpu, hpu, mps, ...): torch's device-agnostic API (torch >= 2.6) says what is here
         acc = getattr(torch, "accelerator", None)
         current = acc.current_accelerator() if acc is not None and acc.is_available() else None
@@ -296,7 +297,12 @@ def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callab
             fh.close()
 
 
-_KIND_OF_TYPE = {"cuda": "gpu", "npu": "npu", "cpu": "cpu"}
+def _kind_of_type(device_type: str) -> str | None:
+    """The kind name whose torch device type is ``device_type`` (``cuda`` -> ``gpu``), or None."""
+    from heteroflow.components.devices import for_torch_device_type
+
+    kind = for_torch_device_type(device_type)
+    return None if kind is None else kind.value
 
 
 def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Path]:
@@ -431,7 +437,7 @@ def train(
             return _train_as_job(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=_given(locals()),
                                  key=ckpt_dir.name, started=started, progress=progress)
     dev = resolve_device(device)
-    kind = resources.kind if resources is not None else _KIND_OF_TYPE.get(dev.type, dev.type)
+    kind = resources.kind if resources is not None else (_kind_of_type(dev.type) or dev.type)
     kind = getattr(kind, "value", kind)
     accel = resources.accelerator_spec if resources is not None else None
     bf16 = getattr(accel, "bf16", None)
@@ -556,9 +562,10 @@ def distributed_workers(resources: Resources | None) -> int:
     process). A CPU candidate's ``cpu`` is threads of one process."""
     if resources is None:
         return 1
-    kind = getattr(resources.kind, "value", resources.kind)
+    from heteroflow.components.devices import DeviceKind
+
     count = int(resources.count or 0)
-    return count if kind != "cpu" and count > 1 else 1
+    return count if DeviceKind.parse(resources.kind).has_devices and count > 1 else 1
 
 
 def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path, v: Mapping[str, Any], *,

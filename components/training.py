@@ -187,18 +187,20 @@ def resolve_precision(precision: str, device: torch.device, *, bf16: bool | None
 
 
 def _device_bf16(device: torch.device) -> bool:
-    import torch
+    from heteroflow.components.devices import for_torch_device_type
+    from heteroflow.components.devices.kind import device_bf16
 
-    if device.type == "cuda":
-        return bool(torch.cuda.is_bf16_supported())
-    if device.type == "cpu":
-        return True
-    mod = getattr(torch, device.type, None)
-    check = getattr(mod, "is_bf16_supported", None)
-    try:
-        return bool(check()) if callable(check) else False
-    except Exception:
-        return False
+    kind = for_torch_device_type(device.type)
+    return kind.bf16_supported(device) if kind is not None else device_bf16(device)
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` when its kind says timing must (``gpu``)."""
+    from heteroflow.components.devices import for_torch_device_type
+
+    kind = for_torch_device_type(device.type)
+    if kind is not None:
+        kind.synchronize(device)
 
 
 def make_scaler(dtype: torch.dtype | None, device: torch.device) -> Any:
@@ -737,8 +739,7 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
         epoch_loss = float(total / count) if count else float("nan")
         loss_sum, loss_count = torch.zeros((), dtype=torch.float64), 0
         _report_epoch(ctx, model, epoch=epoch, step=step, loss=epoch_loss)
-    if ctx.device.type == "cuda":
-        torch.cuda.synchronize(ctx.device)
+    _synchronize(ctx.device)
     ctx.loop_seconds = time.perf_counter() - started
     return model
 

@@ -171,7 +171,7 @@ def pool_for(resources: Resources, *, prefix: str = POOL_PREFIX) -> tuple[str | 
         ``(pool name or None, slots >= 1)``.
     """
     kind = _kind(resources)
-    if kind == DeviceKind.CPU.value:
+    if not DeviceKind(kind).has_devices:
         return None, 1
     slots = max(int(resources.count or 1), 1)
     models = resources.accelerator_models if resources.accelerator_spec is not None else ()
@@ -188,7 +188,7 @@ def pools_for_inventory(inventory: Any, *, prefix: str = POOL_PREFIX) -> dict[st
         inventory: a :class:`heteroflow.components.plan.Inventory`.
     """
     out: dict[str, tuple[int, str]] = {}
-    for kind in (DeviceKind.GPU, DeviceKind.NPU):
+    for kind in (k for k in DeviceKind if k.has_devices):
         n = int(inventory.devices.get(kind, 0))
         out[f"{prefix}-{kind.value}"] = (n, f"heteroflow: one slot per {kind.value} device (any model)")
         for model, count in sorted((inventory.models.get(kind) or {}).items()):

@@ -30,6 +30,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from heteroflow.components.devices import has_devices as _is_device_kind
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.resources import Candidates
 
@@ -145,7 +146,7 @@ def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
             status, seconds, note = live_state(s, records.get(s.name, []), retry, now)
         colour = colours.get(status, "dim")
         device = s.device or "-"
-        if s.kind and s.kind != "cpu":
+        if s.kind and _is_device_kind(s.kind):
             device = f"{s.kind}{' (simulated, on cpu)' if s.simulated else ' ' + device}"
         if s.candidate:
             device += f" [candidate {s.candidate}]"

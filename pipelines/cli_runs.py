@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from heteroflow.components.devices import has_devices as _is_device_kind
+
 __all__ = ["register"]
 
 console = Console(soft_wrap=True)
@@ -509,7 +511,7 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
         table.add_column(col, justify="right" if col in ("attempts", "seconds") else "left")
     for s in run.get("steps") or []:
         device = str(s.get("device") or "-")  # as `heteroflow run` shows it
-        if s.get("kind") and s.get("kind") != "cpu":
+        if s.get("kind") and _is_device_kind(s["kind"]):
             device = f"{s['kind']}{' (simulated, on cpu)' if s.get('simulated') else ' ' + device}"
         if s.get("candidate"):
             device += f" [candidate {s['candidate']}]"

@@ -83,7 +83,7 @@ def testing_environment(
         planned = pipeline is None or (
             pipeline.planner is not None and spec.step in {c.name for c in pipeline.placed_calls}
         )
-        if planned and spec.kind != "cpu" and spec.kind not in simulated:
+        if planned and DeviceKind.parse(spec.kind).has_devices and spec.kind not in simulated:
             from heteroflow.components.plan import local_inventory
 
             if local_inventory().devices.get(DeviceKind(spec.kind), 0) == 0:

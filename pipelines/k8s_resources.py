@@ -142,6 +142,7 @@ def _accelerator_plan(
         for m in ACCELERATORS.values()
         if not m.is_family and m.vendor == accel.vendor and m.resource_names.get(conv.plugin) == resource_name
     }
+    sharing |= {m.name for m in models if m.name not in ACCELERATORS}  # a plugin kind's own stand-in model
     chosen = [m.name for m in models]
     if set(chosen) == sharing:
         return resource_name, None  # the resource name alone picks them

@@ -86,7 +86,7 @@ import dataclasses
 import json
 import os
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -127,7 +127,22 @@ runtime patch names to add volume mounts [KT]."""
 GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
 """The pod annotation that puts a pod in a Volcano PodGroup (DESIGN.md "Cluster annotations")."""
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
-_KINDS = tuple(k.value for k in DeviceKind)
+class _KindNames:
+    """The registered device kinds' names (``cpu``, ``gpu``, ``npu``, plugins'), read from the registry when used."""
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([k.value for k in DeviceKind])
+
+    def __contains__(self, name: object) -> bool:
+        return name in list(self)
+
+
+def _device_kinds() -> tuple[str, ...]:
+    """The registered kinds that have devices (``gpu``, ``npu``, plugins'): the keys of the per-kind form."""
+    return tuple(k.value for k in DeviceKind if k.has_devices)
+
+
+_KINDS = _KindNames()
 _ANY = "accelerators"
 """The amount key of a guarantee or capability given as a bare number: accelerator devices of any model."""
 _TOP_KEYS = ("version", "nodes", "queues", "cohort", "cpu_cores", "memory", *_KINDS, "policy", "throughputs")
@@ -323,7 +338,7 @@ def _parse(data: Any, source: str) -> ClusterInventory:
     nodes: list[Node] = []
     raw_nodes = top.get("nodes")
     if raw_nodes is not None:
-        if any(k in top for k in ("gpu", "npu")):
+        if any(k in top for k in _device_kinds()):
             raise InvalidResources("give devices either per node (nodes) or per kind (gpu, npu), not both")
         if not isinstance(raw_nodes, list):
             raise InvalidResources(f"nodes is {type(raw_nodes).__name__}, not a list")
@@ -355,7 +370,7 @@ def _parse(data: Any, source: str) -> ClusterInventory:
             cpu_m = cpu_total
         if mem_b is None and mem_known and nodes:
             mem_b = mem_total
-    for kind in ("gpu", "npu"):  # today's form
+    for kind in _device_kinds():  # today's form
         value = top.get(kind)
         if value is None:
             continue
@@ -501,7 +516,9 @@ def load_inventory(path: str | os.PathLike[str]) -> ClusterInventory:
 
 def _default_accelerator(kind: str) -> Accelerator:
     spec = Resources(kind=kind).accelerator_spec
-    assert spec is not None  # gpu and npu always have a default family
+    if spec is None:
+        raise InvalidResources(f"device kind {kind!r} names no default accelerator or resource_name, so no flavor can "
+                               "ask for it; valid: a kind with one (DeviceKind(default_accelerator=...) or resource_name=...)")
     return spec
 
 

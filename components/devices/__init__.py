@@ -1,0 +1,44 @@
+"""Device kinds as data: what heteroflow knows about ``cpu``, ``gpu``, ``npu`` and any kind a plugin adds.
+
+Owns:
+    - :class:`DeviceKind` (``kind.py``): one object per device kind. It is a ``str`` (equal to, and hashed
+      like, its name, so records, JSON and compiled YAML show ``"gpu"``) that carries everything heteroflow
+      needs to know about the kind: aliases, detection and device counting, the PyTorch device type and the
+      module to import first, the ``torch.distributed`` backend, bf16 / synchronize / peak-memory hooks, the
+      default accelerator family and Kubernetes extended resource, node-label keys, failure patterns for the
+      classifier and its simulated form.
+    - the registry (``registry.py``): :func:`register`, :func:`get`, :func:`all_kinds`,
+      :func:`for_torch_device_type`; third-party kinds load from the entry-point group ``heteroflow.devices``
+      (:data:`ENTRY_POINT_GROUP`), lazily, once.
+    - the three built-in registrations (``builtin.py``): :data:`CPU`, :data:`GPU`, :data:`NPU`.
+
+May import: :mod:`heteroflow.components.errors` and the standard library only. PyTorch (and ``torch_npu``)
+are imported lazily, inside the methods that need them. Nothing else in heteroflow branches on a kind's name:
+it asks the kind object.
+"""
+
+from __future__ import annotations
+
+from heteroflow.components.devices.kind import DeviceKind, FailurePattern, Probe
+from heteroflow.components.devices.registry import (
+    ENTRY_POINT_GROUP,
+    all_kinds,
+    find,
+    for_torch_device_type,
+    get,
+    has_devices,
+    register,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "DeviceKind",
+    "FailurePattern",
+    "Probe",
+    "all_kinds",
+    "find",
+    "for_torch_device_type",
+    "get",
+    "has_devices",
+    "register",
+]
