@@ -145,7 +145,9 @@ def _device_kinds() -> tuple[str, ...]:
 _KINDS = _KindNames()
 _ANY = "accelerators"
 """The amount key of a guarantee or capability given as a bare number: accelerator devices of any model."""
-_TOP_KEYS = ("version", "nodes", "queues", "cohort", "cpu_cores", "memory", *_KINDS, "policy", "throughputs")
+def _top_keys() -> tuple[str, ...]:
+    """The inventory's top-level keys (the device kinds' names read from the registry when parsing, not at import)."""
+    return ("version", "nodes", "queues", "cohort", "cpu_cores", "memory", *_KINDS, "policy", "throughputs")
 _NODE_KEYS = ("name", "devices", "cpu", "memory", "replicas", "cost_per_hour", "idle_watts", "busy_watts", "datasets")
 _NODE_DEVICE_KEYS = ("kind", "model", "count", "memory")
 _QUEUE_KEYS = ("name", "kind", "team", "guarantee", "capability", "reclaimable", "weight", "priority", "namespaces")
@@ -329,7 +331,7 @@ def _node_devices(value: Any, i: int) -> dict[str, int]:
 def _parse(data: Any, source: str) -> ClusterInventory:
     if data is None:
         raise InvalidInventory(f"{source}: the file is empty; valid: a mapping with nodes or device kinds, and queues")
-    top = _mapping(data, f"{source} (top level)", _TOP_KEYS)
+    top = _mapping(data, f"{source} (top level)", _top_keys())
     if top.get("version", 1) != 1:
         raise InvalidResources(f"version={top.get('version')!r} is unknown; valid: 1")
     devices: dict[str, int] = {}
