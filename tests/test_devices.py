@@ -220,3 +220,21 @@ def test_a_broken_entry_point_is_skipped_with_a_warning(tmp_path: Path) -> None:
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "['cpu', 'gpu', 'npu']"
     assert "device-kind plugin 'broken = hf_broken:KIND' (heteroflow.devices) not loaded: no such driver" in out.stderr
+
+
+def test_the_gpu_probe_counts_cuda_devices_per_registry_model() -> None:
+    from types import SimpleNamespace
+
+    from heteroflow.components.plan import _registry_models
+
+    names = ["NVIDIA H200", "NVIDIA H200", "Tesla T4"]
+    cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: len(names), get_device_name=names.__getitem__)
+    torch = SimpleNamespace(cuda=cuda, version=SimpleNamespace(cuda="12.4", hip=None), __version__="2.8.0")
+    probe = DeviceKind.GPU.probe_hook(DeviceKind.GPU, torch)
+    assert (probe.count, probe.note, probe.names) == (3, "", tuple(names))
+    assert _registry_models(probe.names) == {"nvidia-h200": 2, "nvidia-t4": 1}
+    assert _registry_models(("Some Future GPU",)) is None  # then only the count is known
+    cpu_only = SimpleNamespace(cuda=SimpleNamespace(is_available=lambda: False), version=SimpleNamespace(cuda=None, hip=None),
+                               __version__="2.8.0+cpu")
+    probe = DeviceKind.GPU.probe_hook(DeviceKind.GPU, cpu_only)
+    assert (probe.count, probe.note) == (0, "torch.cuda.is_available() is False (torch 2.8.0+cpu is a CPU-only build)")
