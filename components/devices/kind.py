@@ -86,14 +86,6 @@ class Probe:
     names: tuple[str, ...] | None = None
 
 
-_FIELDS = (
-    "aliases", "description", "has_devices", "torch_device_type", "torch_module", "device_noun",
-    "distributed_backend", "default_accelerator", "resource_name", "node_label_keys", "device_files",
-    "driver_name", "synchronizes", "profiler_activity", "tracks_peak_memory", "failure_patterns",
-    "simulated_device_type", "probe_hook", "model_names_hook",
-)
-
-
 class _DeviceKindType(type):
     """Metaclass: ``DeviceKind("gpu")`` looks up, ``DeviceKind(name=...)`` defines, ``DeviceKind.GPU`` and
     iteration read the registry."""
