@@ -77,6 +77,9 @@ def test_a_run_falls_back_from_a_faulty_plugin_tpu_to_the_cpu(plugin_env: dict[s
     train = next(s for s in record["steps"] if s["name"] == "train")
     assert (train["status"], train["kind"], train["candidate"], train["attempts"]) == ("succeeded", "cpu", 1, 2)
     assert "train@tpu=device" in json.dumps(record["fallbacks"])
+    metrics = (run_dir / "metrics.prom").read_text()  # the run's metrics and report carry the plugin kind
+    assert 'device_kind="tpu",failure_class="device"' in metrics
+    assert "tpu" in (run_dir / "report.html").read_text()
 
 
 @pytest.mark.slow
