@@ -330,7 +330,7 @@ def test_a_run_puts_kfps_originals_back(digits_dir: Path, tmp_path: Path, monkey
     real = kfp_patches.bookkeeping_in_process
 
     def spy(pool: Any = None) -> Any:
-        seen.append(True)
+        seen.append(pool is not None)  # the run's prestarted processes are handed to the patch
         return real(pool)
 
     monkeypatch.setattr(kfp_patches, "bookkeeping_in_process", spy)
@@ -361,6 +361,16 @@ def test_an_untested_kfp_runs_the_default_pipeline_on_kfps_own_path(
 
     for name in ("parallel_tasks", "bookkeeping_in_process"):
         monkeypatch.setattr(kfp_patches, name, refuse(name))
+    from heteroflow.pipelines import local
+
+    sizes: list[int] = []
+    real_pool = local._warm_pool
+
+    def pool(size: int, pipeline: Any) -> Any:
+        sizes.append(size)
+        return real_pool(size, pipeline)
+
+    monkeypatch.setattr(local, "_warm_pool", pool)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         record = run_local(
@@ -372,6 +382,7 @@ def test_an_untested_kfp_runs_the_default_pipeline_on_kfps_own_path(
     log = Path(record.run_dir, "kfp.log").read_text(errors="replace")
     assert record.status == "succeeded", f"{record.error}\n{log[-3000:]}"
     assert applied == []
+    assert sizes == [0], "no process is prestarted: kfp.local as it is never hands a task to one"
     assert len([w for w in caught if issubclass(w.category, UntestedKfpVersion)]) == 1
     train = record.step("train")
     assert (train.kind, train.attempts) == ("cpu", 2)
