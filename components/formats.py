@@ -167,7 +167,7 @@ class CsvReader:
         elif b"\x00" in head:
             return False
         else:
-            text = head.decode("utf-8", errors="ignore") or head.decode("latin-1")
+            text = head.decode("utf-8", errors="replace")  # Latin-1 bytes become U+FFFD; delimiters stay
         first = text.lstrip("\ufeff").splitlines()[0] if text.strip() else ""
         return any(d in first for d in (",", ";", "\t", "|"))
 
