@@ -182,7 +182,7 @@ class CsvReader:
         return datasets._read_csv(Path(path), header=header, delimiter=delimiter)
 
     def describe(self) -> str:
-        return "delimited text tables (.csv, .tsv; delimiter, encoding and header detected)"
+        return "delimited text tables; delimiter (, ; tab |), encoding, header and decimal mark detected"
 
 
 class ParquetReader:
@@ -207,7 +207,7 @@ class ParquetReader:
         return datasets._read_parquet(Path(path))
 
     def describe(self) -> str:
-        return "Parquet tables (.parquet, .pq; column types from the file)"
+        return "Parquet tables; column types from the file"
 
 
 class NpzReader:
@@ -233,7 +233,7 @@ class NpzReader:
         return datasets._read_npz(Path(path))
 
     def describe(self) -> str:
-        return "NumPy archives (.npz with arrays x (n, ...) and y (n,))"
+        return "NumPy archives holding arrays x (n, ...) and y (n,)"
 
 
 _IMAGE_MAGIC = (b"\x89PNG\r\n\x1a\n", b"\xff\xd8\xff", b"GIF87a", b"GIF89a", b"BM", b"II*\x00", b"MM\x00*")
@@ -270,7 +270,7 @@ class ImageFolderReader:
         return PreparedFiles(meta=prepare_images(view, split))
 
     def describe(self) -> str:
-        return "image folders (one folder per class of .png/.jpg/... images, decoded with Pillow)"
+        return "one folder per class of images, checked and decoded with Pillow"
 
 
 class TensorReader:
@@ -295,7 +295,7 @@ class TensorReader:
         return PreparedFiles(meta=meta, write=lambda folder: write_tensors(folder, tensors))
 
     def describe(self) -> str:
-        return "PyTorch tensors (.pt files holding x (n, ...) and y (n,))"
+        return "torch.save files holding tensors x (n, ...) and y (n,)"
 
 
 BUILTIN_READERS: tuple[Reader, ...] = (CsvReader(), ParquetReader(), NpzReader(), ImageFolderReader(), TensorReader())
@@ -334,6 +334,7 @@ class ReaderRegistry:
     def __init__(self, builtins: Iterable[Reader] = (), *, group: str = ENTRY_POINT_GROUP) -> None:
         self._readers: dict[str, Reader] = {}
         self._plugins: list[str] = []  # names registered from entry points (sniffed first)
+        self._origins: dict[str, str] = {}
         self._group = group
         self._loaded = not group
         self._lock = threading.RLock()
@@ -355,12 +356,14 @@ class ReaderRegistry:
                     " (pass replace=True to replace it)"
                 )
             self._readers[reader.name] = reader
+            self._origins[reader.name] = "registered in code"
         return reader
 
     def unregister(self, name: str) -> None:
         """Remove the reader ``name`` (no error when there is none)."""
         with self._lock:
             self._readers.pop(name, None)
+            self._origins.pop(name, None)
             if name in self._plugins:
                 self._plugins.remove(name)
 
@@ -386,6 +389,7 @@ class ReaderRegistry:
                             continue
                         self._readers[reader.name] = reader
                         self._plugins.append(reader.name)
+                        self._origins[reader.name] = f"entry point {ep.name} = {ep.value}"
                 except Exception as exc:  # one broken plugin must not stop the built-in formats
                     _log.warning("%s: not loaded (%s: %s)", where, type(exc).__name__, exc)
 
@@ -405,6 +409,12 @@ class ReaderRegistry:
             return self._readers[name]
         except KeyError:
             raise UnknownFormat(f"no reader is named {name!r}; {self.listing()}") from None
+
+    def origin(self, name: str) -> str:
+        """Where the reader ``name`` came from: ``registered in code`` (the built-ins) or ``entry point NAME =
+        module:attr``; "" for no such reader."""
+        self._load_entry_points()
+        return self._origins.get(name, "")
 
     def _sniff_order(self) -> list[Reader]:
         readers = self.readers()
@@ -506,6 +516,7 @@ class ReaderRegistry:
         with self._lock:
             for name in self._plugins:
                 self._readers.pop(name, None)
+                self._origins.pop(name, None)
             self._plugins.clear()
             self._loaded = not self._group
 

@@ -201,7 +201,7 @@ class JsonLinesReader:
         return RawTable(frame=frame, kinds=kinds, source=str(path), format="jsonl", csv=None, named=True, blank_rows=0)
 
     def describe(self):
-        return "JSON lines tables (.jsonl, one object per line)"
+        return "JSON lines tables, one object per line"
 
 
 class HashCsvReader:
@@ -334,3 +334,20 @@ def test_register_checks_the_reader():
 
     with pytest.raises(TypeError, match=r"lower-case"):
         registry.register(Upper())
+
+
+def test_heteroflow_readers_lists_every_reader_with_its_origin(plugin_entry_points):
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli import app
+
+    plugin_entry_points.append(importlib.metadata.EntryPoint("jsonl", "hf_test_readers:JsonLinesReader", ENTRY_POINT_GROUP))
+    result = CliRunner().invoke(app, ["readers", "--json"])
+    assert result.exit_code == 0, result.output
+    facts = json.loads(result.output)
+    assert [(f["name"], tuple(f["suffixes"])) for f in facts] == [*BUILTIN_SUFFIXES.items(), ("jsonl", (".jsonl",))]
+    assert facts[0]["origin"] == "registered in code" and facts[0]["kind"] == "table"
+    assert facts[-1]["origin"] == "entry point jsonl = hf_test_readers:JsonLinesReader"
+    assert facts[-1]["description"] == "JSON lines tables, one object per line"
+    table = CliRunner().invoke(app, ["readers"], terminal_width=200)
+    assert table.exit_code == 0 and "image_folder" in table.output and ".jsonl" in table.output
