@@ -335,6 +335,7 @@ class ReaderRegistry:
         self._readers: dict[str, Reader] = {}
         self._plugins: list[str] = []  # names registered from entry points (sniffed first)
         self._origins: dict[str, str] = {}
+        self._suffix_cache: dict[str | None, tuple[Any, tuple[str, ...], frozenset[str]]] = {}
         self._group = group
         self._loaded = not group
         self._lock = threading.RLock()
@@ -454,11 +455,16 @@ class ReaderRegistry:
 
     def suffixes(self, kind: str | None = None) -> tuple[str, ...]:
         """Every claimed suffix (of readers of ``kind``, when given), in registration order, without repeats."""
-        out: dict[str, None] = {}
-        for r in self.readers():
-            if kind is None or r.kind == kind:
-                out.update(dict.fromkeys(r.suffixes))
-        return tuple(out)
+        readers = self.readers()
+        key = (kind, tuple(id(r) for r in readers))
+        cached = self._suffix_cache.get(kind)
+        if cached is None or cached[0] != key:  # the listing asks once per file: keep the answer per set of readers
+            out: dict[str, None] = {}
+            for r in readers:
+                if kind is None or r.kind == kind:
+                    out.update(dict.fromkeys(r.suffixes))
+            cached = self._suffix_cache[kind] = (key, tuple(out), frozenset(out))
+        return cached[1]
 
     def kinds(self) -> tuple[str, ...]:
         """The data kinds of the registered readers, in registration order."""
@@ -467,7 +473,8 @@ class ReaderRegistry:
     def is_data_file(self, path: str, kind: str | None = None) -> bool:
         """Whether some reader (of ``kind``) claims ``path``'s suffix; by name only (the cache tier's listing
         asks this, :func:`heteroflow.cache.listing.data_formats`)."""
-        return os.path.splitext(path)[1].lower() in self.suffixes(kind)
+        self.suffixes(kind)
+        return os.path.splitext(path)[1].lower() in self._suffix_cache[kind][2]
 
     def listing(self) -> str:
         """``registered readers: csv (.csv, .tsv), parquet (.parquet, .pq), ...``: for messages."""
