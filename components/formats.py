@@ -19,6 +19,8 @@ Kinds and what ``read`` takes and returns:
 - any other kind (``image_folder``, ``tensors``, a third party's): ``read(view, *, split) -> PreparedFiles``, the
   whole data set at once (``view``: :class:`heteroflow.cache.dataset.DatasetView`; ``split``: labels ``(n,)`` ->
   row indices per split): what preprocess writes as ``meta.json``, and a writer of any further files.
+  A reader of a kind of its own also has ``open_splits(dataset_dir, meta) -> DataSplits``
+  (:class:`heteroflow.components.readers.DataSplits`): how train and evaluate open what preprocess wrote.
 
 Third-party readers are registered through the entry-point group ``heteroflow.readers`` (each entry point names
 a reader object, a class to instantiate, or a function returning a reader or a list of them), loaded once, on the

@@ -416,7 +416,7 @@ def open_splits(dataset_dir: str | os.PathLike[str], *, dataset_factory: str = "
         info: a recorded :attr:`DataSplits.info` (evaluate reopens the data the model was trained on).
 
     Raises:
-        DatasetError: not preprocess output, or its files are gone.
+        DatasetError: not preprocess output, or its files are gone, or a data kind no reader opens.
         InvalidParameter: a dataset factory that cannot be imported or returns no Dataset.
     """
     import torch
@@ -485,4 +485,8 @@ def open_splits(dataset_dir: str | os.PathLike[str], *, dataset_factory: str = "
             info={"kind": "image_folder", "image_mode": meta["image_mode"], "image_size": list(size)},
             fingerprint=fingerprint,
         )
-    raise DatasetError(f"{dataset_dir}: data kind {kind!r} is unknown; valid: {', '.join(DATA_KINDS)}")
+    reader = next((r for r in REGISTRY.readers() if r.kind == kind and callable(getattr(r, "open_splits", None))), None)
+    if reader is not None:  # a registered reader's own kind (heteroflow.components.formats)
+        return reader.open_splits(dataset_dir, meta)  # type: ignore[attr-defined]
+    kinds = dict.fromkeys([*DATA_KINDS, *REGISTRY.kinds()])
+    raise DatasetError(f"{dataset_dir}: data kind {kind!r} is unknown; valid: {', '.join(kinds)}")

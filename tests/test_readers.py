@@ -222,6 +222,51 @@ class HashCsvReader:
         return "csv files with a #!hash line"
 
 
+class VectorReader:
+    """A kind of its own: '.vec' files of lines 'label v1 v2 v3', read whole by preprocess, opened by train."""
+
+    name = "vec"
+    suffixes = (".vec",)
+    kind = "vectors"
+
+    def sniff(self, path):
+        return Path(path).suffix == ".vec"
+
+    def read(self, view, /, *, split):
+        import numpy as np
+        from heteroflow.components.formats import PreparedFiles
+
+        rows = [line.split() for p in view.files if p.suffix == ".vec" for line in p.read_text().splitlines() if line.strip()]
+        classes = sorted({r[0] for r in rows})
+        y = np.array([classes.index(r[0]) for r in rows])
+        x = np.array([[float(v) for v in r[1:]] for r in rows], dtype=np.float32)
+        parts = split(y)
+        meta = {"data_kind": "vectors", "classes": classes, "sample_shape": [x.shape[1]],
+                "counts": {s: int(len(i)) for s, i in parts.items()}, "num_features": int(x.shape[1])}
+
+        def write(folder):
+            for s, i in parts.items():
+                np.savez(folder / f"{s}.npz", x=x[i], y=y[i])
+
+        return PreparedFiles(meta=meta, write=write)
+
+    def open_splits(self, dataset_dir, meta):
+        import numpy as np
+        import torch
+        from heteroflow.components.readers import DataSplits, TensorData
+
+        def part(s):
+            with np.load(Path(dataset_dir) / f"{s}.npz") as d:
+                return TensorData(torch.from_numpy(d["x"]), torch.from_numpy(d["y"]))
+
+        return DataSplits(kind="vectors", train=part("train"), validation=part("validation"), test=part("test"),
+                          classes=tuple(meta["classes"]), input_shape=tuple(meta["sample_shape"]), in_memory=True,
+                          info={"kind": "vectors"}, fingerprint="vec")
+
+    def describe(self):
+        return "label and numbers per line"
+
+
 def broken():
     raise RuntimeError("this plugin is broken")
 '''
@@ -351,3 +396,22 @@ def test_heteroflow_readers_lists_every_reader_with_its_origin(plugin_entry_poin
     assert facts[-1]["description"] == "JSON lines tables, one object per line"
     table = CliRunner().invoke(app, ["readers"], terminal_width=200)
     assert table.exit_code == 0 and "image_folder" in table.output and ".jsonl" in table.output
+
+
+def test_a_reader_of_a_kind_of_its_own_is_prepared_by_preprocess_and_opened_for_training(plugin_entry_points, tmp_path: Path):
+    pytest.importorskip("torch")
+    from heteroflow.components.preprocess import preprocess
+    from heteroflow.components.readers import open_splits
+
+    plugin_entry_points.append(importlib.metadata.EntryPoint("vec", "hf_test_readers:VectorReader", ENTRY_POINT_GROUP))
+    src = tmp_path / "vectors"
+    src.mkdir()
+    rng = np.random.default_rng(1)
+    (src / "a.vec").write_text("".join(f"{'ab'[i % 2]} {rng.normal():.3f} {rng.normal():.3f} {i % 2}\n" for i in range(40)))
+    result = preprocess(src, tmp_path / "out", num_workers=1)
+    meta = json.loads((tmp_path / "out" / "meta.json").read_text())
+    assert meta["data_kind"] == "vectors" and meta["source_uri"] == str(src) and result.classes == ("a", "b")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["meta.json", "test.npz", "train.npz", "validation.npz"]
+    splits = open_splits(tmp_path / "out")
+    assert splits.kind == "vectors" and splits.input_shape == (3,)
+    assert len(splits.train) + len(splits.validation) + len(splits.test) == 40
