@@ -508,6 +508,9 @@ app.command("manifests")(manifests_command)
 from heteroflow.pipelines.cli_train import profile_command  # noqa: E402  (pipelines/cli_train.py)
 
 app.command("profile")(profile_command)
+from heteroflow.pipelines.cli_readers import readers_command  # noqa: E402  (pipelines/cli_readers.py)
+
+app.command("readers")(readers_command)
 
 
 # --- archive -----------------------------------------------------------------------------------------------
