@@ -232,6 +232,17 @@ class KfpEngine:
         package = folder / "pipeline.yaml"
         started = time.time()
         compile_kwargs = {"image": options["image"]} if options.get("image") else {}
+        if not compile_kwargs:
+            import warnings
+
+            from heteroflow.pipelines.kfp_render import DEFAULT_IMAGE
+
+            warnings.warn(
+                f"engine 'kfp': every step uses the placeholder image {DEFAULT_IMAGE}, which a cluster cannot pull; "
+                "pass image='registry/heteroflow:tag' (an image with heteroflow[all] installed)",
+                UserWarning,
+                stacklevel=3,
+            )
         compile_pipeline(pipeline, str(package), **compile_kwargs)
         submitted = submit_package(
             package,
