@@ -274,6 +274,7 @@ class KfpEngine:
 
 _REGISTRY: dict[str, Engine] = {}
 _ENTRY_POINTS_LOADED = False
+_BROKEN: dict[str, str] = {}
 
 
 def register_engine(engine: Engine, *, replace: bool = False) -> Engine:
@@ -296,8 +297,10 @@ for _builtin in (KfpLocalEngine(), InprocessEngine(), KfpEngine()):
 
 
 def _load_entry_points() -> None:
-    """Register the engines of the ``heteroflow.engines`` entry points, once. An entry whose module cannot be imported
-    registers nothing (its package is broken or half installed); one that names a builtin engine is ignored."""
+    """Register the engines of the ``heteroflow.engines`` entry points, once. An entry that cannot be loaded (its
+    package is broken or half installed, or it names an engine of another name) registers nothing and is remembered
+    with the reason, which :func:`get_engine` gives when that name is asked for; one that names a builtin engine is
+    ignored."""
     global _ENTRY_POINTS_LOADED
     if _ENTRY_POINTS_LOADED:
         return
@@ -309,14 +312,16 @@ def _load_entry_points() -> None:
             continue
         try:
             value = entry.load()
-        except ImportError:
+        except Exception as exc:  # noqa: BLE001 - a broken plugin must not break the other engines
+            _BROKEN[entry.name] = f"entry point {entry.name} = {entry.value} of {ENTRY_POINT_GROUP} cannot be loaded: {type(exc).__name__}: {exc}"
             continue
         engine = value() if isinstance(value, type) or (callable(value) and not hasattr(value, "run")) else value
         if getattr(engine, "name", None) != entry.name:
-            raise InvalidParameter(
-                f"entry point {entry.name!r} of {ENTRY_POINT_GROUP} ({entry.value}) names an engine called "
+            _BROKEN[entry.name] = (
+                f"entry point {entry.name} = {entry.value} of {ENTRY_POINT_GROUP} names an engine called "
                 f"{getattr(engine, 'name', None)!r}; the entry's name and the engine's name must be the same"
             )
+            continue
         register_engine(engine)
 
 
@@ -334,10 +339,13 @@ def get_engine(name: str, *, check: bool = True) -> Engine:
 
     Raises:
         InvalidParameter: no engine has that name; the message lists the registered ones.
-        EngineUnavailable: ``check`` and a module it needs is missing.
+        EngineUnavailable: ``check`` and a module it needs is missing, or its entry point cannot be loaded (the
+            message says why).
     """
     if name not in _REGISTRY:
         _load_entry_points()
+    if name in _BROKEN:
+        raise EngineUnavailable(f"engine={name!r} is registered but unusable: {_BROKEN[name]}")
     try:
         engine = _REGISTRY[name]
     except (KeyError, TypeError):

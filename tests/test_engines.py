@@ -58,6 +58,7 @@ def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
     """The registry as a process starts: builtin engines only, entry points not loaded yet."""
     monkeypatch.setattr(engines, "_REGISTRY", {k: v for k, v in engines._REGISTRY.items() if k in engines.BUILTIN_ENGINES})
     monkeypatch.setattr(engines, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr(engines, "_BROKEN", {})
 
 
 @pytest.fixture
@@ -140,10 +141,15 @@ def test_an_entry_point_engine_is_found_and_run_by_the_cli(plugin: Path, digits_
     assert list(rows)[:3] == ["kfp-local", "inprocess", "kfp"]
 
 
-def test_an_entry_point_whose_engine_has_another_name_is_refused(plugin: Path) -> None:
-    (plugin / "heteroflow_recording-0.1.dist-info" / "entry_points.txt").write_text("[heteroflow.engines]\nrecorder = recording_engine:ENGINE\n")
-    with pytest.raises(InvalidParameter, match=r"entry point 'recorder' .* names an engine called 'recording'"):
-        engine_names()
+def test_a_broken_entry_point_is_named_when_asked_for_and_breaks_no_other_engine(plugin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (plugin / "heteroflow_recording-0.1.dist-info" / "entry_points.txt").write_text(
+        "[heteroflow.engines]\nrecorder = recording_engine:ENGINE\nmissing = no_such_module_here:ENGINE\n"
+    )
+    assert "recorder" not in engine_names() and "missing" not in engine_names() and "airflow" in engine_names()
+    with pytest.raises(EngineUnavailable, match=r"engine='recorder' is registered but unusable: .* names an engine called 'recording'"):
+        get_engine("recorder")
+    with pytest.raises(EngineUnavailable, match=r"engine='missing' .* cannot be loaded: ModuleNotFoundError"):
+        heteroflow.run(None, engine="missing")
 
 
 def test_a_missing_requirement_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
