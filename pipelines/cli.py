@@ -222,7 +222,7 @@ def run(
         ),
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run folder. Default: ./heteroflow-runs/<run id>.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print kfp.local's own output.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the engine's own output (kfp.local's, Airflow's) instead of writing it to the run folder.")] = False,
     pipeline_ref: Annotated[Optional[str], _PIPELINE_OPTION] = None,
     engine: Annotated[str, typer.Option(help=_ENGINE_HELP)] = DEFAULT_ENGINE,
     simulate_devices: Annotated[
