@@ -39,10 +39,9 @@ from heteroflow.pipelines.report import stop_prerender
 from heteroflow.pipelines.records import (
     RunRecord,
     StepSummary,
+    begin_run,
     collect,
-    finish_run,
     prepare_arguments,
-    start_run,
 )
 
 __all__ = ["ENGINE_LOG", "run_local", "terminate_children"]
@@ -129,7 +128,8 @@ def run_local(
         args = prepare_arguments(pipeline, params)
         with without_kubernetes_settings():  # kfp.local never reads them (and kfp.kubernetes costs 0.3 s)
             rendered = to_kfp(pipeline, local=True)
-        folder, run_id, started = start_run(pipeline, run_dir, args)
+        active = begin_run(pipeline, run_dir, args, testing=testing)
+        folder, run_id = active.folder, active.run_id
         _TASK_ENDED.clear()
         prerender_report(folder, pipeline, wake=_TASK_ENDED)  # matplotlib imports, and plots are drawn, while the steps run
         t0 = time.perf_counter()
@@ -192,17 +192,7 @@ def run_local(
                 watcher.join()
             stop_prerender()  # every step has ended: the report draws what is left (and no thread outlives the run)
             shutil.rmtree(scratch, ignore_errors=True)
-        record = finish_run(
-            pipeline,
-            run_id=run_id,
-            folder=folder,
-            started=started,
-            wall_seconds=time.perf_counter() - t0,
-            args=args,
-            interrupted=interrupted,
-            error=error,
-            testing=testing,
-        )
+        record = active.finish(wall_seconds=time.perf_counter() - t0, interrupted=interrupted, error=error)
     if on_progress:
         on_progress(record.steps)
     return record
