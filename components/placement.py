@@ -38,7 +38,6 @@ from pathlib import Path
 import numpy as np
 
 from heteroflow.components.inventory import (
-    DEFAULT_QUEUE,
     InvalidInventory,
     PlacementInputError,
     kubernetes_nodes,

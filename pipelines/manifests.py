@@ -210,7 +210,7 @@ def _flavor(name: str, labels: Mapping[str, str], tolerations: list[dict[str, An
 def _guarantee_split(queues: Sequence[QueueSpec], flavors: Sequence[str], inventory: ClusterInventory) -> dict[str, dict[str, int]]:
     """Per queue, the guaranteed devices per accelerator flavor: per-model guarantees as given; then kind-level
     ones (``gpu: 10``), then any-model ones (a bare number), queue by queue, spread over the flavors they cover in
-    flavor order, each up to what is not yet guaranteed on it. :func:`_check_guarantees` made sure it all fits."""
+    flavor order, each up to what is not yet guaranteed on it. The inventory parser (:mod:`heteroflow.components.inventory`) made sure it all fits."""
     free = {f: inventory.capacity(f) or 0 for f in flavors if f != CPU_FLAVOR}
     out: dict[str, dict[str, int]] = {q.name: {} for q in queues}
     for q in queues:
