@@ -989,4 +989,6 @@ def kubernetes_nodes(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> list[Pla
         taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in (getattr(node.spec, "taints", None) or [])]
         parsed.append(_k8s_node(node.metadata.name, node.metadata.labels or {}, taints, node.status.allocatable or {},
                                 requested.get(node.metadata.name, {}), index=i))
+    if not parsed:
+        return []
     return list(_assemble(parsed, source="kubernetes").for_placement().nodes)

@@ -118,6 +118,21 @@ def test_kubectl_get_nodes_json(tmp_path: Path) -> None:
     assert dict(cpu.devices) == {} and cpu.cpu_millicores == 8000
     assert dict(inv.devices) == {"nvidia-t4": 4, "ascend-910b3": 8}
     assert [n.model for n in inv.for_placement().nodes] == ["nvidia-t4", "ascend-910b3", "cpu"]
+    with pytest.raises(InvalidInventory, match=r"nodes\.json: items\[0\]\.metadata\.name=None; valid: a non-empty string"):
+        from_mapping({"kind": "List", "items": [{"kind": "Node", "metadata": {}}]}, source="nodes.json")
+
+
+def test_kubernetes_api_nodes_share_the_kubectl_reading() -> None:
+    from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
+
+    from heteroflow.components.inventory import kubernetes_nodes
+
+    assert kubernetes_nodes([]) == []
+    node = V1Node(metadata=V1ObjectMeta(name="npu-1", labels={"node.kubernetes.io/npu.chip.name": "910B3"}),
+                  spec=V1NodeSpec(taints=[V1Taint(key="huawei.com/Ascend910", effect="NoSchedule")]),
+                  status=V1NodeStatus(allocatable={"cpu": "8", "memory": "32Gi", "huawei.com/Ascend910": "8"}))
+    [n] = kubernetes_nodes([node])
+    assert (n.kind, n.model, n.devices, n.cpu_millicores) == ("npu", "ascend-910b3", 8, 8000)
 
 
 @pytest.mark.parametrize(
