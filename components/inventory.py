@@ -57,7 +57,8 @@ taints; the model comes from the GPU feature discovery label ``nvidia.com/gpu.pr
 ``node.kubernetes.io/npu.chip.name``, and a node whose model is not in the registry counts as CPU-only.
 
 Every error is an :class:`InvalidInventory` whose message starts with the source (``FILE:LINE:`` where the YAML
-gives a line), names the node or queue (index and name) and the field, and lists what is valid.
+gives a line), names the node or queue (``nodes[i]``, ``queues[i]``, with the name once it is read) and the field,
+and lists what is valid.
 """
 
 from __future__ import annotations
