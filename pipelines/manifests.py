@@ -71,7 +71,7 @@ Bad input raises :class:`InvalidInventory` naming the file, the field and what i
 family where a model is needed, a negative count, a duplicate node or queue name, a guarantee above the capacity
 (summed over queues) or above the queue's own capability.
 
-Sources: [VQ] Volcano Queue, https://volcano.sh/en/docs/queue/ (v1.15 CRD shipped in ``cache/schemas``);
+Sources: [VQ] Volcano Queue, https://volcano.sh/en/docs/queue/ (v1.15 CRD shipped in ``cache/data/crds``);
 [KF] Kueue ResourceFlavor, https://kueue.sigs.k8s.io/docs/concepts/resource_flavor/; [KCQ] Kueue ClusterQueue
 (resource groups, cohort, borrowingLimit, flavorFungibility, preemption),
 https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/; [KA] Kueue all-or-nothing with ready pods,
