@@ -7,30 +7,13 @@ The KFP renderer (:mod:`heteroflow.pipelines.kfp_resources`) and Airflow's Kuber
 same plan (:func:`plan_pod`, from :mod:`heteroflow.components.podplan`, importable here too), so both engines ask
 a cluster for the same thing.
 
-What it decides:
-
-- requests and limits separately, in the units the user wrote; the accelerator's extended resource (named per
-  the profile's device-plugin convention) with its count in both, as Kubernetes requires;
-- the node label that picks the model, where the resource name alone does not (``nvidia.com/gpu`` serves
-  every NVIDIA model; MindCluster's ``huawei.com/Ascend910`` serves 910A/B/C): one value goes into the node
-  selector, several (a family narrowed by ``device_memory`` or ``precision``, or a model with several product
-  names) into a required node-affinity ``In`` term, ANDed into each of the candidate's own terms;
-- tolerations: the profile's, the accelerator's usual taint (``nvidia.com/gpu`` Exists NoSchedule) unless the
-  profile turns that off, then the candidate's;
-- pod labels and annotations: the profile's, the queue (Kueue label ``kueue.x-k8s.io/queue-name``, Volcano
-  annotation ``scheduling.volcano.sh/queue-name``), then the candidate's (a later one wins on the same key);
-- ``schedulerName`` and the image per device kind from the profile.
+What the plan decides (requests and limits, the accelerator's resource name, the node label or affinity that
+picks the model, tolerations, labels and annotations, the scheduler and the image), and the
+:class:`DefaultProfileWarning` it gives without a profile: :mod:`heteroflow.components.podplan`.
 
 Raises :class:`~heteroflow.components.errors.InvalidResources` where a candidate cannot be asked for on the
-cluster the profile describes (a family HAMi cannot name as one resource, a model the profile's labels cannot
-tell apart, a node selector that contradicts the model, an unknown affinity field).
-
-Without a profile (issue #16.20) the default conventions (:data:`~heteroflow.components.cluster.DEFAULT_PROFILE`)
-pick a model: ``gpu:accelerator=t4`` asks for ``nvidia.com/gpu`` on nodes labelled ``nvidia.com/gpu.product`` in
-``Tesla-T4``/``TESLA-T4`` (NVIDIA GPU feature discovery). Whenever that choice rests on an assumed convention (a
-node label, or a resource name that differs between device plugins), :func:`plan_pod` warns with a
-:class:`DefaultProfileWarning` naming the label or resource it wrote and the ``--profile`` settings (and example
-profiles) that pin the cluster's own; a node labelled another way would never run the step, so it is never silent.
+cluster the profile describes (as :func:`plan_pod`), or it names an affinity field the Kubernetes API does not
+have.
 """
 
 from __future__ import annotations

@@ -102,3 +102,15 @@ def test_imports_down_or_sideways_pass(tmp_path: Path) -> None:
                                                    "import importlib\nimportlib.import_module('heteroflow.cache.crds')\n")
     (tmp_path / "pipelines" / "c.py").write_text("from heteroflow import Resources\n")
     assert upward_imports(tmp_path) == []
+
+
+def test_names_moved_down_stay_importable_from_where_they_were() -> None:
+    """components/trainjob.py rendered its job with pipelines.manifests (an import up); the renderer and the pod plan
+    moved down into components, and the old modules re-export the same objects."""
+    from heteroflow.components import podplan, trainjob
+    from heteroflow.pipelines import k8s_resources, manifests
+
+    for name in ("training_job_manifests", "TRAINER_RUNTIME", "TRAINER_CONTAINER", "GROUP_ANNOTATION"):
+        assert getattr(manifests, name) is getattr(trainjob, name), name
+    for name in ("plan_pod", "PodPlan", "DefaultProfileWarning"):
+        assert getattr(k8s_resources, name) is getattr(podplan, name), name
