@@ -795,3 +795,23 @@ def test_the_runs_conf_takes_a_short_name_for_every_call_that_shares_it(tmp_path
     assert (args["preprocess.seed"], args["train.seed"]) == (3, 5)
     with pytest.raises(AirflowFailException, match=r"unknown parameter\(s\) sead in the run's conf; valid: .*\bseed\b"):
         execute({"dataset_uri": "s3://bucket/digits", "sead": 3})
+
+
+@pytest.mark.parametrize("operator", ["local", "pod"])
+def test_both_step_operators_take_the_call_through_one_init(operator: str) -> None:
+    """StepEnding's ``__init__`` (the one both step operators use) sets the call and stays under Airflow's
+    argument check: a missing call argument is refused by name, and the operator's own arguments still apply."""
+    from heteroflow.dags.operators import StepEnding, StepOperator
+
+    cls = StepOperator if operator == "local" else PodStepOperator
+    extra = {} if operator == "local" else {"image": "img", "name": "p"}
+    p = default_pipeline()
+    layout = Layout(p)
+    op = cls(task_id="t", pipeline=p, layout=layout, call_name="train", candidate_index=1, retries=2, **extra)
+    assert isinstance(op, StepEnding)
+    assert (op.pipeline, op.layout, op.call_name, op.candidate_index, op.retries) == (p, layout, "train", 1, 2)
+    assert cls(task_id="u", pipeline=p, layout=layout, call_name="prewarm", **extra).candidate_index is None
+    if operator == "pod":
+        assert op.image == "img"
+    with pytest.raises(TypeError, match="missing keyword argument 'call_name'"):
+        cls(task_id="v", pipeline=p, layout=layout, **extra)
