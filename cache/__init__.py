@@ -10,5 +10,6 @@
 - :mod:`~heteroflow.cache.fluid`: Fluid Dataset / AlluxioRuntime / DataLoad manifests and data-locality affinity.
 - :mod:`~heteroflow.cache.redact`: credentials in URLs, removed from everything heteroflow writes or prints.
 - :mod:`~heteroflow.cache.sources`, :mod:`~heteroflow.cache.errors`, :mod:`~heteroflow.cache.atomic`,
-  :mod:`~heteroflow.cache.progress`, :mod:`~heteroflow.cache.testing` (HTTP and S3 test servers on 127.0.0.1).
+  :mod:`~heteroflow.cache.progress`.
+- :mod:`~heteroflow.cache.crds`: the CRDs heteroflow emits manifests for (files in ``data/crds/``) and validation.
 """

@@ -1,8 +1,8 @@
 """The CustomResourceDefinitions heteroflow emits manifests for, shipped with the package, and validation against them.
 
-The CRD files under ``schemas/`` beside this module are unmodified upstream copies (Volcano v1.15.1, Kueue v0.19.2,
-Fluid v1.0.8, Kubeflow Trainer v1.9.4 and v2.3.0; all Apache-2.0, see ``schemas/README.md`` and
-``schemas/LICENSE-Apache-2.0.txt``). Core Kubernetes kinds are validated with ``kubernetes-validate`` instead.
+The CRD files under ``data/crds/`` beside this module are unmodified upstream copies (Volcano v1.15.1, Kueue v0.19.2,
+Fluid v1.0.8, Kubeflow Trainer v1.9.4 and v2.3.0; all Apache-2.0, see ``data/crds/README.md`` and
+``data/crds/LICENSE-Apache-2.0.txt``). Core Kubernetes kinds are validated with ``kubernetes-validate`` instead.
 
 :func:`validate_manifest` checks a custom resource against the served version's ``openAPIV3Schema`` with every
 object that lists ``properties`` treated as closed (the upstream schemas never set ``additionalProperties: false``,
@@ -20,7 +20,8 @@ from heteroflow.cache.errors import InvalidCacheOption
 
 __all__ = ["CRD_FILES", "SCHEMA_DIR", "crd_path", "load_crd", "validate_manifest"]
 
-SCHEMA_DIR = Path(__file__).resolve().parent / "schemas"
+SCHEMA_DIR = Path(__file__).resolve().parent / "data" / "crds"
+"""The folder of the shipped CRD files (package data of ``heteroflow.cache``), with their README and licence."""
 
 #: kind -> the CRD file that defines it (``<group>_<plural>.yaml``).
 CRD_FILES: dict[str, str] = {

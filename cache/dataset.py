@@ -16,7 +16,7 @@ import posixpath
 from pathlib import Path
 
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError, InvalidCacheOption
-from heteroflow.cache.listing import DATA_SUFFIXES, FORMATS_HELP, list_dataset
+from heteroflow.cache.listing import formats_help, is_data_file, list_dataset
 from heteroflow.cache.manifest import MANIFEST_NAME, Manifest, dataset_digest, sha256_file
 from heteroflow.cache.redact import redact_url
 from heteroflow.cache.sources import normalize_source, split_query
@@ -52,13 +52,14 @@ class DatasetView:
 
     @property
     def data_files(self) -> tuple[Path, ...]:
-        """The files in a supported format (.csv, .npz), sorted."""
-        return tuple(p for p in self.files if p.suffix.lower() in DATA_SUFFIXES)
+        """The files some reader reads (asked of the readers by name: :func:`heteroflow.cache.listing.data_formats`),
+        sorted by relative path."""
+        return tuple(p for p in self.files if is_data_file(p.name))
 
     def require_data_files(self) -> tuple[Path, ...]:
         """:attr:`data_files`, or a DatasetError naming the data set when there is none."""
         if not self.data_files:
-            raise DatasetError(f"data set {self.source_uri} has no .csv, .tsv, .parquet or .npz file; {FORMATS_HELP}")
+            raise DatasetError(f"data set {self.source_uri} has no .csv, .tsv, .parquet or .npz file; {formats_help()}")
         return self.data_files
 
     def in_source_terms(self, message: str) -> str:

@@ -4,8 +4,8 @@
 ``http(s)://`` folder listings, ``memory://``, ...), and applies these rules:
 
 - **Files.** Every regular file under the folder, at any depth, belongs to the data set (the data files are
-  those in a supported format, :data:`DATA_SUFFIXES`; other files such as a README are carried along by
-  prewarm and ignored by readers). A single file may be given instead of a folder.
+  those some reader reads: the cache tier asks the readers, :func:`data_formats`; other files such as a README
+  are carried along by prewarm and ignored by readers). A single file may be given instead of a folder.
 - **Hidden.** A file or folder whose name starts with ``.`` is skipped with everything under it:
   ``.ipynb_checkpoints/x-checkpoint.csv``, ``.git/``, ``.DS_Store``, macOS ``._x.csv`` resource forks,
   ``.~lock.x.csv#``. (A hidden file named explicitly as the data set itself is taken.)
@@ -34,27 +34,104 @@ import logging
 import os
 import posixpath
 import stat
-from collections.abc import Mapping
+import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.redact import redact_url
 from heteroflow.cache.sources import filesystem_for, is_local, local_path, source_errors
 
-__all__ = ["DATA_SUFFIXES", "FORMATS_HELP", "DatasetListing", "ListedFile", "SkippedEntry", "list_dataset"]
-
-DATA_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".npz")
-"""The data formats heteroflow reads (:mod:`heteroflow.components.datasets`): one list for listing, checks and reading."""
-FORMATS_HELP = (
-    "supported formats: .csv/.tsv (delimiter, encoding and header detected), .parquet, and .npz (arrays x, y); "
-    "image folders (one folder per class of .png/.jpg/... images); .pt tensors (x, y); or your own Dataset "
-    "(--param dataset_factory=package.module:function)"
-)
-READABLE_SUFFIXES = DATA_SUFFIXES + (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp", ".pt", ".pth")
-"""Files some reader of :mod:`heteroflow.components.readers` reads (tables, images, tensors): what a run's up-front
-check asks for. Prewarm itself caches any file."""
 _log = logging.getLogger("heteroflow.cache")
+
+__all__ = [
+    "DATA_FORMATS_GROUP",
+    "DataFormats",
+    "DatasetListing",
+    "ListedFile",
+    "SkippedEntry",
+    "data_formats",
+    "formats_help",
+    "is_data_file",
+    "list_dataset",
+    "set_data_formats",
+]
+
+DATA_FORMATS_GROUP = "heteroflow.data_formats"
+"""The entry-point group naming what judges which files are data: the reader registry
+(``heteroflow.components.formats:REGISTRY``, registered in heteroflow's own ``pyproject.toml``). The cache tier
+caches bytes of any files and knows no format; it asks this, by file name only, for its checks."""
+
+
+@runtime_checkable
+class DataFormats(Protocol):
+    """What the cache tier asks of the readers (the reader registry is one)."""
+
+    def is_data_file(self, path: str) -> bool:
+        """Whether some reader reads a file of this name (by its suffix; no content is read)."""
+        ...
+
+    def suffixes(self) -> tuple[str, ...]:
+        """Every suffix some reader reads."""
+        ...
+
+    def formats_help(self) -> str:
+        """What formats are read, for the tail of an error message."""
+        ...
+
+
+_FORMATS: list[DataFormats] | None = None
+_FORMATS_LOCK = threading.Lock()
+
+
+def set_data_formats(formats: DataFormats | Sequence[DataFormats] | None) -> None:
+    """Use ``formats`` instead of the entry-point group's (embedding, tests); None: load the group again on
+    the next check."""
+    global _FORMATS
+    with _FORMATS_LOCK:
+        _FORMATS = None if formats is None else list(formats) if isinstance(formats, (list, tuple)) else [formats]
+
+
+def data_formats() -> tuple[DataFormats, ...]:
+    """The judges of :data:`DATA_FORMATS_GROUP` (loaded once; a broken entry point is logged and left out).
+    Empty when none is installed: then no file counts as data, and :func:`list_dataset` checks no format."""
+    global _FORMATS
+    with _FORMATS_LOCK:
+        if _FORMATS is None:
+            from importlib.metadata import entry_points
+
+            loaded: list[DataFormats] = []
+            for ep in entry_points(group=DATA_FORMATS_GROUP):
+                try:
+                    loaded.append(ep.load())
+                except Exception as exc:  # noqa: BLE001 - one broken plugin must not stop listing
+                    _log.warning("entry point %s = %s (group %s): not loaded (%s: %s)", ep.name, ep.value,
+                                 DATA_FORMATS_GROUP, type(exc).__name__, exc)
+            _FORMATS = loaded
+        return tuple(_FORMATS)
+
+
+def is_data_file(path: str) -> bool:
+    """Whether some reader reads a file named ``path`` (asked of :func:`data_formats`; False with none)."""
+    return any(f.is_data_file(path) for f in data_formats())
+
+
+def formats_help() -> str:
+    """The readers' help on formats, for messages ("" with none installed)."""
+    return "; ".join(f.formats_help() for f in data_formats())
+
+
+def __getattr__(name: str) -> Any:
+    """The constants of the time before the reader registry, now asked of the readers (:func:`data_formats`):
+    ``READABLE_SUFFIXES`` / ``DATA_SUFFIXES`` (every suffix some reader reads), ``FORMATS_HELP``."""
+    if name in ("READABLE_SUFFIXES", "DATA_SUFFIXES"):
+        return tuple(dict.fromkeys(s for f in data_formats() for s in f.suffixes()))
+    if name == "FORMATS_HELP":
+        return formats_help()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 _MAX_DEPTH = 64
 _INFO_KEYS = ("size", "ETag", "etag", "LastModified", "last_modified", "Last-Modified", "mtime", "created",
               "md5Hash", "crc32c", "generation", "VersionId", "version_id", "content_settings", "Content-MD5")
@@ -79,8 +156,8 @@ class ListedFile:
 
     @property
     def is_data(self) -> bool:
-        """True for a file in a supported data format (:data:`DATA_SUFFIXES`)."""
-        return posixpath.splitext(self.path)[1].lower() in DATA_SUFFIXES
+        """True for a file some reader reads (asked of the readers by name: :func:`data_formats`)."""
+        return is_data_file(self.path)
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -112,7 +189,7 @@ class DatasetListing:
 
     @property
     def data_files(self) -> tuple[ListedFile, ...]:
-        """The files in a supported format (:data:`DATA_SUFFIXES`)."""
+        """The files some reader reads (:attr:`ListedFile.is_data`)."""
         return tuple(f for f in self.files if f.is_data)
 
     @property
@@ -296,8 +373,9 @@ def list_dataset(
 
     Args:
         uri: a local folder or file (``~`` expanded, ``file://`` accepted), or an fsspec URL of a folder or file.
-        require_data: raise when no file is one a reader reads (:data:`READABLE_SUFFIXES`); prewarm passes
-            False (the cache tier caches any files; formats belong to the readers).
+        require_data: raise when no file is one a reader reads (asked of the readers by name,
+            :func:`data_formats`; with no readers installed nothing is checked); prewarm passes False (the cache
+            tier caches any files; formats belong to the readers).
         storage_options: fsspec options for the source's driver (credentials, endpoint); default: the
             driver's own environment variables and config files (and fsspec's ``FSSPEC_<PROTOCOL>_<KEY>``).
         filesystem: an fsspec-like filesystem and the data set's path in it, to list through instead of the
@@ -363,10 +441,10 @@ def list_dataset(
         raise DatasetError(
             f"data set folder {shown} is empty; put data files (.csv, .tsv, .parquet, .npz) in it{listing.skipped_note()}"
         )
-    if require_data and not any(posixpath.splitext(f.path)[1].lower() in READABLE_SUFFIXES for f in listing.files):
+    if require_data and data_formats() and not any(is_data_file(f.path) for f in listing.files):
         names = redact_url(", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else ""))
         raise DatasetError(
-            f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; {FORMATS_HELP}"
+            f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; {formats_help()}"
         )
     if listing.skipped:
         _log.warning("data set %s: %d entr%s not taken%s", shown, len(listing.skipped),

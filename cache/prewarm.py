@@ -77,7 +77,7 @@ from heteroflow.cache.manifest import (
     dataset_digest,
     sha256_file,
 )
-from heteroflow.cache.progress import ProgressCallback, Reporter, current_progress_callback
+from heteroflow.cache.progress import ProgressCallback, Reporter, current_progress_callback, format_bytes
 from heteroflow.cache.redact import redact_url, warn_if_credentials
 from heteroflow.cache.sources import classify, dataset_identity, filesystem_for, normalize_source, source_errors
 
@@ -408,20 +408,12 @@ def _batches(files: list[ListedFile]) -> list[list[ListedFile]]:
     return out
 
 
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _check_space(dataset_dir: Path, needed: int) -> None:
     free = shutil.disk_usage(dataset_dir).free
     if needed > free:
         raise CacheSpaceError(
-            f"not enough free space in the cache tier at {dataset_dir}: the copy needs {_human(needed)} ({needed} bytes), "
-            f"{_human(free)} ({free} bytes) are free; free space there, or give another cache root (--cache / cache_root)"
+            f"not enough free space in the cache tier at {dataset_dir}: the copy needs {format_bytes(needed)} ({needed} bytes), "
+            f"{format_bytes(free)} ({free} bytes) are free; free space there, or give another cache root (--cache / cache_root)"
         )
 
 

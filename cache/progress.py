@@ -18,9 +18,22 @@ import dataclasses
 import time
 from collections.abc import Callable, Iterator
 
-__all__ = ["MIN_INTERVAL_S", "Progress", "ProgressCallback", "current_progress_callback", "report_progress"]
+__all__ = ["MIN_INTERVAL_S", "Progress", "ProgressCallback", "current_progress_callback", "format_bytes", "report_progress"]
 
 MIN_INTERVAL_S = 0.1
+
+
+def format_bytes(n: float) -> str:
+    """A byte count (or a rate in bytes/s) for people: ``"512 B"``, ``"1.5 KiB"``, ``"3.2 GiB"``.
+
+    Binary (IEC) units, 1 KiB = 1024 B, up to TiB (larger counts stay in TiB); whole bytes below 1 KiB, one decimal
+    above. Used by every prewarm and cache message, so they agree.
+    """
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(n) < 1024 or unit == "TiB":
+            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
+        n /= 1024
+    return f"{n} B"  # pragma: no cover
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

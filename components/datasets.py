@@ -51,8 +51,8 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from heteroflow.cache.atomic import atomic_directory
 from heteroflow.cache.errors import DatasetError
-from heteroflow.cache.listing import DATA_SUFFIXES, FORMATS_HELP
 from heteroflow.cache.locations import home_dir
+from heteroflow.components.formats import REGISTRY, TABLE
 
 if TYPE_CHECKING:  # numpy and pandas are imported where they are used: pipeline definitions import the steps
     import numpy as np
@@ -74,9 +74,15 @@ __all__ = [
     "text_cells",
 ]
 
-# One list of formats, shared with the cache tier's listing and the up-front check.
-SUPPORTED_SUFFIXES = DATA_SUFFIXES
-_FORMATS_HELP = FORMATS_HELP
+
+
+def __getattr__(name: str) -> Any:
+    """``SUPPORTED_SUFFIXES``: the table readers' suffixes, asked of the reader registry each time (readers
+    registered later included); kept for callers of the earlier constant."""
+    if name == "SUPPORTED_SUFFIXES":
+        return REGISTRY.suffixes(TABLE)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 MISSING_MARKERS = ("", "NA", "N/A", "n/a", "NaN", "nan", "NAN", "-nan", "null", "NULL", "?", "#N/A")
 """Cell texts read as a missing value, after the spaces around a cell are removed (so ``" ?"``, as the UCI
@@ -176,14 +182,14 @@ class RawTable:
 
 
 def data_files(paths: Sequence[str | os.PathLike[str]], *, where: str) -> list[Path]:
-    """Keep the files in a supported format, sorted.
+    """Keep the files some table reader reads (:mod:`heteroflow.components.formats`), sorted.
 
     Raises:
         DatasetError: none of ``paths`` is in a supported format (names ``where``).
     """
-    keep = sorted(Path(p) for p in paths if Path(p).suffix.lower() in SUPPORTED_SUFFIXES)
+    keep = sorted(Path(p) for p in paths if REGISTRY.is_data_file(str(p), TABLE))
     if not keep:
-        raise DatasetError(f"data set {where} has no .csv, .tsv, .parquet or .npz file; {_FORMATS_HELP}")
+        raise DatasetError(f"data set {where} has no .csv, .tsv, .parquet or .npz file; {REGISTRY.formats_help()}")
     return keep
 
 
@@ -569,7 +575,8 @@ def _delimiter_char(delimiter: str) -> str:
 
 
 def read_table(path: str | os.PathLike[str], *, header: str = "auto", delimiter: str = "auto") -> RawTable:
-    """Read one .csv/.tsv, .parquet or .npz file and clean its cells (:func:`clean_column`).
+    """Read one table file with the table reader registered for its suffix (:mod:`heteroflow.components.formats`:
+    .csv/.tsv, .parquet, .npz, or a third party's) and clean its cells (:func:`clean_column`).
 
     Args:
         path: the file.
@@ -580,18 +587,12 @@ def read_table(path: str | os.PathLike[str], *, header: str = "auto", delimiter:
         A :class:`RawTable` with every column of the file.
 
     Raises:
-        DatasetError: unsupported suffix, an unreadable or malformed file (the message names the file, and
+        DatasetError: unsupported suffix (:class:`~heteroflow.components.formats.UnknownFormat`, listing the
+            registered readers), an unreadable or malformed file (the message names the file, and
             for a text table the line and the delimiter in use), or no rows.
     """
     p = Path(path)
-    suffix = p.suffix.lower()
-    if suffix == ".npz":
-        return _read_npz(p)
-    if suffix in (".parquet", ".pq"):
-        return _read_parquet(p)
-    if suffix in (".csv", ".tsv"):
-        return _read_csv(p, header=header, delimiter=delimiter)
-    raise DatasetError(f"{p}: unsupported file type {suffix!r}; {_FORMATS_HELP}")
+    return REGISTRY.for_path(p, kind=TABLE).read(p, header=header, delimiter=delimiter)
 
 
 def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:

@@ -302,6 +302,17 @@ def simulated_devices(environ: Mapping[str, str] | None = None, *, source: str =
     return out
 
 
+def _faults_of(step: str, kind: str, environ: Mapping[str, str] | None) -> list[FaultSpec]:
+    """The items of ``HETEROFLOW_INJECT_FAULT`` (in ``environ``, default ``os.environ``) for ``step`` on a ``kind``
+    candidate, in order (none when it is unset or blank).
+
+    Raises:
+        InvalidParameter: the setting does not parse.
+    """
+    text = (os.environ if environ is None else environ).get(FAULT_ENV, "")
+    return [spec for spec in parse_faults(text) if spec.step == step and spec.kind == kind] if text.strip() else []
+
+
 def injected_fault(step: str, kind: str, *, state_dir: Path | None, environ: Mapping[str, str] | None = None) -> BaseException | None:
     """The fault to raise now for ``step`` on a ``kind`` candidate, from ``HETEROFLOW_INJECT_FAULT``, or None.
 
@@ -311,12 +322,8 @@ def injected_fault(step: str, kind: str, *, state_dir: Path | None, environ: Map
     Raises:
         InvalidParameter: the setting does not parse.
     """
-    env = os.environ if environ is None else environ
-    text = env.get(FAULT_ENV, "")
-    if not text.strip():
-        return None
-    for spec in parse_faults(text):
-        if spec.step != step or spec.kind != kind or spec.after_steps is not None:
+    for spec in _faults_of(step, kind, environ):
+        if spec.after_steps is not None:
             continue  # an after_steps fault fires inside the step (fault_after_steps), not before it
         if spec.times is not None:
             if state_dir is None:
@@ -338,12 +345,8 @@ def fault_after_steps(step: str, kind: str, steps_done: int, *, environ: Mapping
     Raises:
         InvalidParameter: the setting does not parse.
     """
-    env = os.environ if environ is None else environ
-    text = env.get(FAULT_ENV, "")
-    if not text.strip():
-        return None
-    for spec in parse_faults(text):
-        if spec.step == step and spec.kind == kind and spec.after_steps is not None and steps_done >= spec.after_steps:
+    for spec in _faults_of(step, kind, environ):
+        if spec.after_steps is not None and steps_done >= spec.after_steps:
             return _INJECTED[spec.cls](
                 f"injected by {FAULT_ENV} ({spec}) on a {kind} candidate of step {step!r} after {steps_done} steps"
             )

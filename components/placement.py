@@ -7,24 +7,9 @@ each device type, the queue's water level, data locality, cost, power) and *pick
 (placed or waiting) carries a one-line explanation. Policies are pluggable: :data:`POLICIES` maps a name to a
 :class:`Policy`, and ``module:attribute`` names a user's own.
 
-Inventory file (YAML; JSON is YAML too; every key other than those below is an error naming its line)::
-
-    version: 1
-    policy: throughput               # default policy for this cluster (optional)
-    nodes:
-      - name: v100-node              # unique; with replicas: N the nodes are v100-node-0 .. v100-node-(N-1)
-        replicas: 9                  # optional, default 1
-        devices: {kind: gpu, model: v100, count: 4, memory: 16Gi}   # memory default: the registry's
-        cpu: 32                      # Kubernetes quantities (cpu cores or millicores, memory bytes)
-        memory: 244Gi
-        cost_per_hour: 9.92          # whole node, any currency (default 0)
-        idle_watts: 300              # node powered on, no device busy (default 0)
-        busy_watts: 250              # added per busy device (default 0)
-        datasets: [imagenet]         # data sets cached on the node (data locality)
-    queues:                          # Volcano Queue semantics, see below
-      - {name: research, guarantee: 8, capability: 64, priority: 1, reclaimable: true}
-    throughputs:                     # optional: job type -> device model -> steps/s (the plan step's profile)
-      train: {v100: 10.0, k80: 2.5}
+The inventory (nodes, queues, throughputs, a default policy) is read by :mod:`heteroflow.components.inventory`;
+placement takes its view with one model per node (:class:`~heteroflow.components.inventory.PlacementInventory`,
+aliased here as ``ClusterInventory``, ``Node`` and ``Queue``).
 
 Queues follow Volcano's ``Queue`` (scheduling.volcano.sh/v1beta1). Sources: the Queue documentation
 (https://volcano.sh/en/docs/queue/: ``capability`` is a hard upper bound on what the queue's jobs use together;
@@ -47,13 +32,20 @@ import dataclasses
 import importlib
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 
-from heteroflow.components.errors import HeteroflowError, InvalidResources
+from heteroflow.components.inventory import (
+    InvalidInventory,
+    PlacementInputError,
+    kubernetes_nodes,
+)
+from heteroflow.components.inventory import PlacementInventory as ClusterInventory
+from heteroflow.components.inventory import PlacementNode as Node
+from heteroflow.components.inventory import PlacementQueue as Queue
+from heteroflow.components.inventory import model_key as _model_key
 
 __all__ = [
     "ClusterInventory",
@@ -80,121 +72,8 @@ DATA_DIR = Path(__file__).parent / "data"
 """Data shipped with the package (each folder has its LICENSE and a README naming source and commit)."""
 
 
-class PlacementInputError(HeteroflowError, ValueError):
-    """Bad placement input; the message starts with ``FILE:LINE:`` where a line is known."""
-
-
-class InvalidInventory(PlacementInputError):
-    """An inventory (nodes, queues, throughputs) that cannot be used."""
-
-
 class InvalidTrace(PlacementInputError):
     """A job trace that cannot be replayed."""
-
-
-# --- YAML with line numbers ----------------------------------------------------------------------------------
-
-
-class _Lined(dict):
-    """A mapping from YAML that remembers its own line and each key's line (1-based)."""
-
-    line: int = 0
-    key_lines: dict[str, int]
-
-
-class _LinedList(list):
-    line: int = 0
-
-
-def _load_yaml(text: str) -> Any:
-    import yaml
-
-    class Loader(yaml.SafeLoader):
-        pass
-
-    def mapping(loader: Any, node: Any) -> _Lined:
-        out = _Lined()
-        out.line = node.start_mark.line + 1
-        out.key_lines = {}
-        for key_node, value_node in node.value:
-            key = loader.construct_object(key_node, deep=True)
-            out[key] = loader.construct_object(value_node, deep=True)
-            out.key_lines[str(key)] = key_node.start_mark.line + 1
-        return out
-
-    def sequence(loader: Any, node: Any) -> _LinedList:
-        out = _LinedList(loader.construct_object(v, deep=True) for v in node.value)
-        out.line = node.start_mark.line + 1
-        return out
-
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, mapping)
-    Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_SEQUENCE_TAG, sequence)
-    return yaml.load(text, Loader=Loader)  # noqa: S506 - a SafeLoader subclass
-
-
-def _line_of(obj: Any, key: str | None = None) -> int:
-    if isinstance(obj, _Lined) and key is not None and key in obj.key_lines:
-        return obj.key_lines[key]
-    return int(getattr(obj, "line", 0))
-
-
-def _where(source: str, line: int) -> str:
-    return f"{source}:{line}: " if line else f"{source}: "
-
-
-# --- values ---------------------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Node:
-    """One machine.
-
-    Attributes:
-        name: unique in the inventory.
-        kind: ``gpu``, ``npu`` or ``cpu`` (a node without accelerators).
-        model: accelerator registry key (``nvidia-v100``), or ``cpu`` for a node without accelerators.
-        devices: accelerator devices on the node (0 for a CPU-only node).
-        device_memory_bytes: memory per device, bytes.
-        cpu_millicores, memory_bytes: allocatable CPU (millicores) and memory (bytes).
-        cost_per_hour: whole node, per hour (any currency; the simulator reports the same unit).
-        idle_watts: power of the node when on and no device is busy, W.
-        busy_watts: power added per busy device, W.
-        datasets: data sets cached on the node.
-    """
-
-    name: str
-    kind: str
-    model: str
-    devices: int
-    device_memory_bytes: int = 0
-    cpu_millicores: int = 0
-    memory_bytes: int = 0
-    cost_per_hour: float = 0.0
-    idle_watts: float = 0.0
-    busy_watts: float = 0.0
-    datasets: frozenset[str] = frozenset()
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Queue:
-    """A Volcano-style queue (see the module docstring for the semantics and source).
-
-    Attributes:
-        name: the queue's name.
-        guarantee: accelerator devices reserved for the queue (its minimum).
-        capability: the most devices the queue may use (its elastic maximum); None: the whole cluster.
-        priority: higher wins contended capacity and may reclaim borrowed capacity of lower ones.
-        reclaimable: whether devices it borrowed beyond its guarantee may be reclaimed.
-    """
-
-    name: str
-    guarantee: int = 0
-    capability: int | None = None
-    priority: int = 0
-    reclaimable: bool = True
-
-
-DEFAULT_QUEUE = Queue(name="default")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -307,244 +186,32 @@ def gavel_throughputs(path: str | Path | None = None) -> ThroughputTable:
     return ThroughputTable(models=models, rows=rows)
 
 
-def _model_key(name: object, *, field: str) -> str:
-    """The registry key of an accelerator model (``V100`` -> ``nvidia-v100``), or ``cpu``.
-
-    Raises:
-        InvalidInventory: unknown name or a family (the message lists the valid models).
-    """
-    from heteroflow.components.accelerators import find_accelerator
-
-    if isinstance(name, str) and name.strip().lower() == "cpu":
-        return "cpu"
-    try:
-        accel = find_accelerator(str(name), field=field)
-    except InvalidResources as exc:
-        raise InvalidInventory(str(exc)) from None
-    if accel.is_family:
-        raise InvalidInventory(f"{field}={name!r} is a family ({accel.display_name}); name one model: "
-                               + ", ".join(m.name for m in accel.models))
-    return accel.name
-
-
-# --- the inventory --------------------------------------------------------------------------------------------
-
-_NODE_KEYS = {"name", "replicas", "devices", "cpu", "memory", "cost_per_hour", "idle_watts", "busy_watts", "datasets"}
-_DEVICE_KEYS = {"kind", "model", "count", "memory"}
-_QUEUE_KEYS = {"name", "guarantee", "capability", "priority", "reclaimable"}
-_TOP_KEYS = {"version", "policy", "nodes", "queues", "throughputs"}
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ClusterInventory:
-    """Nodes and queues (see the module docstring for the file format).
-
-    Attributes:
-        nodes: the nodes, names unique.
-        queues: by name; a job naming no queue goes to ``default`` (created when absent, no guarantee).
-        throughputs: job type -> model -> steps/s (the plan step's profile table); may be empty.
-        policy: the default policy name, or None.
-        source: where it was read from (for messages).
-    """
-
-    nodes: tuple[Node, ...]
-    queues: Mapping[str, Queue] = dataclasses.field(default_factory=dict)
-    throughputs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
-    policy: str | None = None
-    source: str = "inventory"
-
-    @property
-    def models(self) -> tuple[str, ...]:
-        """Device models present, in first-seen order (``cpu`` for CPU-only nodes)."""
-        return tuple(dict.fromkeys(n.model for n in self.nodes))
-
-    def capacity(self) -> dict[str, int]:
-        """Accelerator devices per model."""
-        out: dict[str, int] = {}
-        for n in self.nodes:
-            out[n.model] = out.get(n.model, 0) + n.devices
-        return out
-
-    def total_devices(self) -> int:
-        return sum(n.devices for n in self.nodes)
-
-    def queue(self, name: str) -> Queue:
-        """The queue ``name`` (``default`` exists even when not listed).
-
-        Raises:
-            InvalidTrace: no such queue.
-        """
-        if name in self.queues:
-            return self.queues[name]
-        if name == "default":
-            return DEFAULT_QUEUE
-        raise InvalidTrace(f"queue={name!r} is not in {self.source}; valid: {', '.join(sorted(self.queues) or ['default'])}")
+# --- the inventory (parsed by heteroflow.components.inventory) ----------------------------------------------
 
 
 def load_inventory(source: str | Path, *, text: str | None = None) -> ClusterInventory:
-    """Read an inventory from a YAML (or JSON) file, or from ``text`` with ``source`` naming it in messages.
+    """Read an inventory file (or ``text``, ``source`` naming it) and return its placement view
+    (:func:`heteroflow.components.inventory.load_inventory`, then
+    :meth:`~heteroflow.components.inventory.ClusterInventory.for_placement`).
 
     Raises:
-        InvalidInventory: the message starts ``FILE:LINE:`` and names the field and what is valid: unknown keys,
-            unknown or family models, negative or fractional counts, duplicate node names, a queue guarantee above
-            its capability or guarantees above the cluster's capacity, throughputs for unknown models.
+        InvalidInventory: the message starts ``FILE:LINE:`` and names the node or queue, the field and what is
+            valid: unknown keys, unknown or family models, negative or fractional counts, duplicate node names, a
+            queue guarantee above its capability or guarantees above the cluster's capacity, throughputs for
+            unknown models, more than one model on a node.
     """
-    name = str(source)
-    if text is None:
-        try:
-            text = Path(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise InvalidInventory(f"{name}: cannot read the inventory ({exc.strerror or exc})") from None
-    try:
-        data = _load_yaml(text)
-    except Exception as exc:  # yaml.YAMLError carries the line in its message
-        raise InvalidInventory(f"{name}: not YAML ({exc})") from None
-    return inventory_from_mapping(data, source=name)
+    from heteroflow.components import inventory
 
-
-def _count(value: object, *, where: str, field: str, minimum: int = 0) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise InvalidInventory(f"{where}{field}={value!r} is not a count; valid: an integer >= {minimum}")
-    return value
-
-
-def _number(value: object, *, where: str, field: str) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-        raise InvalidInventory(f"{where}{field}={value!r} is not a number >= 0")
-    return float(value)
-
-
-def _unknown_keys(obj: Mapping[str, Any], valid: set[str], *, source: str, what: str) -> None:
-    for key in obj:
-        if key not in valid:
-            raise InvalidInventory(
-                f"{_where(source, _line_of(obj, str(key)))}{what} key {key!r} is unknown; valid: {', '.join(sorted(valid))}"
-            )
+    return inventory.load_inventory(source, text=text).for_placement()
 
 
 def inventory_from_mapping(data: object, *, source: str = "inventory") -> ClusterInventory:
-    """Build an inventory from parsed YAML/JSON (see :func:`load_inventory`; same errors)."""
-    from heteroflow.components.accelerators import ACCELERATORS
-    from heteroflow.components.resources import parse_cpu, parse_memory
+    """The placement view of an inventory from parsed YAML/JSON (see :func:`load_inventory`; same errors)."""
+    from heteroflow.components import inventory
 
-    if not isinstance(data, Mapping) or "nodes" not in data:
-        raise InvalidInventory(f"{_where(source, _line_of(data))}an inventory is a mapping with a 'nodes' list")
-    _unknown_keys(data, _TOP_KEYS, source=source, what="inventory")
-    if data.get("version", 1) != 1:
-        raise InvalidInventory(f"{_where(source, _line_of(data, 'version'))}version={data.get('version')!r}; valid: 1")
-    raw_nodes = data["nodes"]
-    if not isinstance(raw_nodes, list) or not raw_nodes:
-        raise InvalidInventory(f"{_where(source, _line_of(data, 'nodes'))}nodes must be a non-empty list")
-    nodes: list[Node] = []
-    seen: dict[str, int] = {}
-    for i, raw in enumerate(raw_nodes):
-        line = _line_of(raw)
-        where = _where(source, line)
-        if not isinstance(raw, Mapping):
-            raise InvalidInventory(f"{where}nodes[{i}] is not a mapping")
-        _unknown_keys(raw, _NODE_KEYS, source=source, what=f"nodes[{i}]")
-        base = raw.get("name")
-        if not isinstance(base, str) or not base:
-            raise InvalidInventory(f"{where}nodes[{i}].name={base!r}; valid: a non-empty string")
-        replicas = _count(raw.get("replicas", 1), where=where, field=f"nodes[{i}].replicas", minimum=1)
-        dev = raw.get("devices") or {}
-        if not isinstance(dev, Mapping):
-            raise InvalidInventory(f"{where}nodes[{i}].devices is not a mapping of {', '.join(sorted(_DEVICE_KEYS))}")
-        _unknown_keys(dev, _DEVICE_KEYS, source=source, what=f"nodes[{i}].devices")
-        dwhere = _where(source, _line_of(dev) or line)
-        count = _count(dev.get("count", 0), where=dwhere, field=f"nodes[{i}].devices.count")
-        if count == 0 or dev.get("model", "cpu") == "cpu":
-            model, kind, mem = "cpu", "cpu", 0
-            count = 0
-        else:
-            model = _model_key(dev.get("model"), field=f"{dwhere}nodes[{i}].devices.model")
-            accel = ACCELERATORS[model]
-            kind = accel.kind.value
-            if "kind" in dev and str(dev["kind"]).lower() != kind:
-                raise InvalidInventory(f"{dwhere}nodes[{i}].devices.kind={dev['kind']!r} but {model} is a {kind} model")
-            try:
-                mem = parse_memory(dev["memory"], field=f"nodes[{i}].devices.memory") if "memory" in dev else (accel.device_memory_bytes or 0)
-            except InvalidResources as exc:
-                raise InvalidInventory(f"{dwhere}{exc}") from None
-        try:
-            cpu = parse_cpu(raw["cpu"], field=f"nodes[{i}].cpu") if "cpu" in raw else 0
-            memory = parse_memory(raw["memory"], field=f"nodes[{i}].memory") if "memory" in raw else 0
-        except InvalidResources as exc:
-            raise InvalidInventory(f"{where}{exc}") from None
-        datasets = raw.get("datasets") or []
-        if not isinstance(datasets, list) or not all(isinstance(d, str) for d in datasets):
-            raise InvalidInventory(f"{where}nodes[{i}].datasets={datasets!r}; valid: a list of data set names")
-        fields = dict(
-            kind=kind, model=model, devices=count, device_memory_bytes=mem, cpu_millicores=cpu, memory_bytes=memory,
-            cost_per_hour=_number(raw.get("cost_per_hour", 0), where=where, field=f"nodes[{i}].cost_per_hour"),
-            idle_watts=_number(raw.get("idle_watts", 0), where=where, field=f"nodes[{i}].idle_watts"),
-            busy_watts=_number(raw.get("busy_watts", 0), where=where, field=f"nodes[{i}].busy_watts"),
-            datasets=frozenset(datasets),
-        )
-        names = [base] if replicas == 1 else [f"{base}-{r}" for r in range(replicas)]
-        for nm in names:
-            if nm in seen:
-                raise InvalidInventory(f"{where}nodes[{i}].name={nm!r} duplicates the node on line {seen[nm]}; node names must be unique")
-            seen[nm] = line
-            nodes.append(Node(name=nm, **fields))  # type: ignore[arg-type]
-    inv_capacity = sum(n.devices for n in nodes)
-    queues: dict[str, Queue] = {}
-    raw_queues = data.get("queues") or []
-    if not isinstance(raw_queues, list):
-        raise InvalidInventory(f"{_where(source, _line_of(data, 'queues'))}queues must be a list")
-    total_guarantee = 0
-    for i, raw in enumerate(raw_queues):
-        where = _where(source, _line_of(raw))
-        if not isinstance(raw, Mapping):
-            raise InvalidInventory(f"{where}queues[{i}] is not a mapping")
-        _unknown_keys(raw, _QUEUE_KEYS, source=source, what=f"queues[{i}]")
-        qname = raw.get("name")
-        if not isinstance(qname, str) or not qname or qname in queues:
-            raise InvalidInventory(f"{where}queues[{i}].name={qname!r}; valid: a unique non-empty string")
-        guarantee = _count(raw.get("guarantee", 0), where=where, field=f"queues[{i}].guarantee")
-        cap = raw.get("capability")
-        capability = None if cap is None else _count(cap, where=where, field=f"queues[{i}].capability")
-        if capability is not None and guarantee > capability:
-            raise InvalidInventory(f"{where}queues[{i}] ({qname}): guarantee {guarantee} is above its capability {capability}")
-        if guarantee > inv_capacity:
-            raise InvalidInventory(f"{where}queues[{i}] ({qname}): guarantee {guarantee} is above the cluster's capacity of {inv_capacity} devices")
-        total_guarantee += guarantee
-        if total_guarantee > inv_capacity:
-            raise InvalidInventory(
-                f"{where}queues[{i}] ({qname}): guarantees add up to {total_guarantee} devices, above the cluster's "
-                f"capacity of {inv_capacity}; a guarantee is capacity reserved for its queue"
-            )
-        priority = raw.get("priority", 0)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidInventory(f"{where}queues[{i}].priority={priority!r} is not an integer")
-        reclaimable = raw.get("reclaimable", True)
-        if not isinstance(reclaimable, bool):
-            raise InvalidInventory(f"{where}queues[{i}].reclaimable={reclaimable!r}; valid: true, false")
-        queues[qname] = Queue(name=qname, guarantee=guarantee, capability=capability, priority=priority, reclaimable=reclaimable)
-    throughputs: dict[str, dict[str, float]] = {}
-    raw_tp = data.get("throughputs") or {}
-    if not isinstance(raw_tp, Mapping):
-        raise InvalidInventory(f"{_where(source, _line_of(data, 'throughputs'))}throughputs must map job -> model -> steps/s")
-    for job, per_model in raw_tp.items():
-        where = _where(source, _line_of(raw_tp, str(job)))
-        if not isinstance(per_model, Mapping):
-            raise InvalidInventory(f"{where}throughputs[{job!r}] must map model -> steps/s")
-        throughputs[str(job)] = {
-            _model_key(m, field=f"{_where(source, _line_of(per_model, str(m)))}throughputs[{job!r}] model"): _number(
-                v, where=_where(source, _line_of(per_model, str(m))), field=f"throughputs[{job!r}][{m!r}]"
-            )
-            for m, v in per_model.items()
-        }
-    policy = data.get("policy")
-    if policy is not None:
-        get_policy(str(policy), where=_where(source, _line_of(data, "policy")))
-    return ClusterInventory(nodes=tuple(nodes), queues=queues, throughputs=throughputs,
-                            policy=None if policy is None else str(policy), source=source)
+    return inventory.from_mapping(data, source=source).for_placement()
 
 
-# Per-device power (W) and on-demand price per device-hour, for inventories built from device lists that carry
-# none. Board power: NVIDIA datasheets (K80 300 W per board = 150 W per GPU; P100 PCIe 250 W; V100 SXM2 300 W;
-# T4 70 W). Idle ~ 10-20% of board power per GPU plus the host; the host figure is an assumption (stated).
 # Prices per GPU-hour are those Gavel uses for its cost policies (GCP on-demand, 2020): K80 0.45, P100 1.46,
 # V100 2.48 (gavel scheduler/utils.py); T4 0.35 (GCP price list, 2020).
 DEVICE_DEFAULTS: Mapping[str, tuple[float, float, float]] = {
@@ -628,59 +295,6 @@ def pai_inventory(path: str | Path | None = None, *, replicate: int = 1) -> Clus
                              idle_watts=HOST_IDLE_WATTS + idle * ngpu, busy_watts=busy - idle))
     nodes = base if replicate == 1 else [dataclasses.replace(n, name=f"{n.name}/{r}") for r in range(replicate) for n in base]
     return ClusterInventory(nodes=tuple(nodes), source=str(path))
-
-
-def kubernetes_nodes(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> list[Node]:
-    """Nodes from Kubernetes API objects (``V1Node``, ``V1Pod``; no I/O): allocatable minus what running and
-    pending-bound pods request. The model comes from the GPU feature discovery label ``nvidia.com/gpu.product``
-    or the Ascend label ``node.kubernetes.io/npu.chip.name``; a node whose model is not in the registry counts as
-    CPU-only and its accelerators are skipped.
-    """
-    from heteroflow.components.accelerators import ACCELERATORS, find_accelerator
-    from heteroflow.components.devices import DeviceKind
-    from heteroflow.components.resources import parse_cpu, parse_memory
-
-    requested: dict[str, dict[str, int]] = {}
-    for pod in pods:
-        if pod.status is not None and pod.status.phase in ("Succeeded", "Failed"):
-            continue
-        node_name = pod.spec.node_name
-        if not node_name:
-            continue
-        acc = requested.setdefault(node_name, {})
-        for c in pod.spec.containers or []:
-            req = (c.resources.requests or {}) if c.resources is not None else {}
-            for key, value in req.items():
-                if key == "cpu":
-                    acc["cpu"] = acc.get("cpu", 0) + parse_cpu(value)
-                elif key == "memory":
-                    acc["memory"] = acc.get("memory", 0) + parse_memory(value)
-                else:
-                    acc[key] = acc.get(key, 0) + int(value)
-    out: list[Node] = []
-    for node in nodes:
-        name = node.metadata.name
-        labels = node.metadata.labels or {}
-        alloc = node.status.allocatable or {}
-        used = requested.get(name, {})
-        model, kind, devices, mem = "cpu", "cpu", 0, 0
-        label = next((labels[k] for d in DeviceKind for k in d.node_label_keys if labels.get(k)), None)
-        if label:
-            try:
-                accel = find_accelerator(label.removeprefix("NVIDIA-").removeprefix("Tesla-").split("-SXM")[0].split("-PCIE")[0])
-            except InvalidResources:
-                accel = None
-            if accel is not None and not accel.is_family:
-                resource = next((r for r in set(accel.resource_names.values()) if r in alloc), None)
-                if resource is not None:
-                    model, kind = accel.name, accel.kind.value
-                    devices = max(int(alloc[resource]) - used.get(resource, 0), 0)
-                    mem = ACCELERATORS[model].device_memory_bytes or 0
-        cpu = max(parse_cpu(alloc.get("cpu", "0")) - used.get("cpu", 0), 0)
-        memory = max(parse_memory(alloc.get("memory", "0")) - used.get("memory", 0), 0)
-        out.append(Node(name=name, kind=kind, model=model, devices=devices, device_memory_bytes=mem,
-                        cpu_millicores=cpu, memory_bytes=memory))
-    return out
 
 
 def kubernetes_inventory(*, kubeconfig: str | None = None) -> ClusterInventory:  # pragma: no cover - needs a cluster

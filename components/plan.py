@@ -62,8 +62,6 @@ class Inventory:
             InvalidParameter: not a JSON object of device kind -> count >= 0 or model -> count >= 0, an unknown
                 model, a family where a model is needed, or a model of another kind.
         """
-        from heteroflow.components.accelerators import find_accelerator
-
         from heteroflow.components.keys import DuplicateKey, unique_object
 
         try:
@@ -74,41 +72,25 @@ class Inventory:
             raise InvalidParameter(f"{source}={text!r} is not JSON ({exc}); valid: {_INVENTORY_FORMS}") from None
         if not isinstance(data, dict):
             raise InvalidParameter(f"{source}={text!r} is not a JSON object; valid: {_INVENTORY_FORMS}")
+        return cls.from_mapping(data, source=source)
 
-        def count_of(value: object, where: str) -> int:
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidParameter(f"{where}={value!r} is not a device count; valid: an integer >= 0")
-            return value
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "device_inventory") -> Inventory:
+        """The plan step's view of an inventory given as parsed YAML/JSON (any form
+        :mod:`heteroflow.components.inventory` reads): devices per kind and per model, the CPU always present.
 
-        devices: dict[DeviceKind, int] = {DeviceKind.CPU: 1}
-        models: dict[DeviceKind, dict[str, int]] = {}
-        for key, value in data.items():
-            try:
-                kind = DeviceKind.parse(key, field=f"{source} key")
-            except InvalidResources as exc:
-                raise InvalidParameter(str(exc)) from None
-            if isinstance(value, dict) and kind.has_devices:
-                per_model: dict[str, int] = {}
-                for name, n in value.items():
-                    try:
-                        accel = find_accelerator(name, field=f"{source}[{key!r}] model")
-                    except InvalidResources as exc:
-                        raise InvalidParameter(str(exc)) from None
-                    if accel.is_family:
-                        raise InvalidParameter(
-                            f"{source}[{key!r}] names {name!r}, a family ({accel.display_name}); an inventory counts "
-                            f"devices of one model: {', '.join(m.name for m in accel.models)}"
-                        )
-                    if accel.kind is not kind:
-                        raise InvalidParameter(f"{source}[{key!r}] names {name!r}, a {accel.kind.value} model")
-                    per_model[accel.name] = per_model.get(accel.name, 0) + count_of(n, f"{source}[{key!r}][{name!r}]")
-                models[kind] = per_model
-                devices[kind] = sum(per_model.values())
-            else:
-                n = count_of(value, f"{source}[{key!r}]")
-                devices[kind] = n if kind.has_devices else max(n, 1)
+        Raises:
+            InvalidParameter: the inventory is invalid (the message names the source, the field and what is valid).
+        """
+        from heteroflow.components.inventory import InvalidInventory, from_mapping
+
+        try:
+            parsed = from_mapping(data, source=source)
+        except InvalidInventory as exc:
+            raise InvalidParameter(str(exc)) from None
+        devices = parsed.devices_per_kind()
         notes = {k: f"{source} lists {n} {k.value} device(s)" for k, n in devices.items() if n == 0}
-        return cls(devices=devices, models=models, notes=notes)
+        return cls(devices=devices, models=parsed.models_per_kind(), notes=notes)
 
     def describe(self, kind: DeviceKind) -> str:
         """What is here of ``kind``, e.g. ``4 gpu device(s): 2 x nvidia-a100-80gb, 2 x nvidia-t4``."""
@@ -292,23 +274,21 @@ def cluster_inventory(device_inventory: str) -> Any:
     Raises:
         InvalidParameter: the node inventory is invalid (the message names the file and line).
     """
-    from heteroflow.components.placement import InvalidInventory, inventory_from_mapping, load_inventory
+    from heteroflow.components.inventory import InvalidInventory, from_mapping, load_inventory, load_yaml_with_lines
 
     text = device_inventory.strip()
     try:
         if text.endswith((".yaml", ".yml", ".json")) and "\n" not in text and not text.startswith("{"):
-            return load_inventory(text)
+            return load_inventory(text).for_placement()
         if "nodes" not in text:
             return None
-        from heteroflow.components.placement import _load_yaml
-
         try:
-            data = _load_yaml(text)
+            data = load_yaml_with_lines(text)
         except Exception:  # not YAML: the count form reports it
             return None
         if not isinstance(data, dict) or "nodes" not in data:
             return None
-        return inventory_from_mapping(data, source="device_inventory")
+        return from_mapping(data, source="device_inventory").for_placement()
     except InvalidInventory as exc:
         raise InvalidParameter(str(exc)) from None
 

@@ -51,6 +51,7 @@ from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.dataset import open_dataset
 from heteroflow.components.datasets import DELIMITERS, RawTable, read_table, text_cells
 from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.formats import REGISTRY, TABLE
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
@@ -574,7 +575,8 @@ def preprocess(
 
     # The exact version prewarm wrote, checked against its manifest (sizes); a plain folder through the same listing.
     view = open_dataset(source)
-    if not view.data_files:  # no table: image folders and tensors (or a clear "no reader reads ..." error)
+    files = [f for f in view.files if REGISTRY.is_data_file(str(f), TABLE)]  # the table readers' files (formats.py)
+    if not files:  # no table: image folders and tensors (or a clear "no reader reads ..." error)
         from heteroflow.components.readers import prepare_files
 
         def split(labels: np.ndarray) -> dict[str, np.ndarray]:  # the readers keep at least one test sample a class
@@ -589,7 +591,6 @@ def preprocess(
 
         settings = {"seed": seed, "validation_fraction": validation_fraction, "test_fraction": test_fraction}
         return prepare_files(view, output_dir, split=split, settings=settings, started=started)
-    files = list(view.require_data_files())
     source_uri, dataset_sha256 = view.source_uri, view.dataset_sha256
     in_source_terms = view.in_source_terms  # messages and the report name the user's file, not its cached copy
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from heteroflow.cache.prewarm import prewarm_dataset
-from heteroflow.cache.progress import Progress, report_progress
+from heteroflow.cache.progress import Progress, format_bytes, report_progress
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.step import ArtifactSpec, ArtifactType, Step, step
 
@@ -32,22 +32,14 @@ def _progress(report: Any) -> Any:
     return report_progress(forward)
 
 
-def _bytes(n: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if n < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
-
-
 def _count(n: int, noun: str) -> str:
     return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 def _prewarm_summary(f: dict[str, Any]) -> list[str]:
     return [
-        f"data set: {_count(f['files'], 'file')}, {_bytes(f['total_bytes'])} (sha256 {f['dataset_sha256'][:12]}); "
-        f"copied {_count(f['files_copied'], 'file')} ({_bytes(f['bytes_copied'])}), {f['files_skipped']} already cached"
+        f"data set: {_count(f['files'], 'file')}, {format_bytes(f['total_bytes'])} (sha256 {f['dataset_sha256'][:12]}); "
+        f"copied {_count(f['files_copied'], 'file')} ({format_bytes(f['bytes_copied'])}), {f['files_skipped']} already cached"
     ]
 
 

@@ -39,6 +39,7 @@ import numpy as np
 
 from heteroflow.cache.errors import DatasetError
 from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.formats import READERS_HELP, REGISTRY, ImageFolderReader, TensorReader  # noqa: F401 - READERS_HELP: kept importable here
 
 if TYPE_CHECKING:
     import torch
@@ -60,14 +61,10 @@ __all__ = [
 ]
 
 DATA_KINDS = ("table", "image_folder", "tensors", "factory")
-IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp")
-TENSOR_SUFFIXES = (".pt", ".pth")
-_TABLE_SUFFIXES = (".csv", ".tsv", ".parquet", ".pq", ".npz")
-READERS_HELP = (
-    "readers: tables (.csv, .tsv, .parquet, .npz with arrays x, y), image folders (one folder per class of "
-    ".png/.jpg/... images), tensors (.pt files holding x and y), or your own Dataset (--param "
-    "dataset_factory=package.module:function)"
-)
+IMAGE_SUFFIXES = ImageFolderReader.suffixes
+"""The image folder reader's suffixes (:class:`heteroflow.components.formats.ImageFolderReader`)."""
+TENSOR_SUFFIXES = TensorReader.suffixes
+"""The tensor reader's suffixes (:class:`heteroflow.components.formats.TensorReader`)."""
 SPLITS = ("train", "validation", "test")
 
 
@@ -160,20 +157,13 @@ class ImageFolderData:
 
 def detect_kind(relative: Sequence[str]) -> str:
     """The data kind of a data set from its files' relative POSIX paths: ``table`` (any table file),
-    ``image_folder``, or ``tensors``.
+    ``image_folder``, or ``tensors`` (or a registered reader's kind): asks the reader registry
+    (:meth:`heteroflow.components.formats.ReaderRegistry.detect_kind`).
 
     Raises:
-        DatasetError: no format a reader reads; names the suffixes found and lists the readers.
+        DatasetError: no format a reader reads; names the suffixes found and lists the registered readers.
     """
-    suffixes = [os.path.splitext(r)[1].lower() for r in relative]
-    if any(s in _TABLE_SUFFIXES for s in suffixes):
-        return "table"
-    if any(s in IMAGE_SUFFIXES for s in suffixes):
-        return "image_folder"
-    if any(s in TENSOR_SUFFIXES for s in suffixes):
-        return "tensors"
-    found = sorted({s or "(no suffix)" for s in suffixes})
-    raise DatasetError(f"no reader reads {', '.join(found[:8])} files; {READERS_HELP}")
+    return REGISTRY.detect_kind(relative)
 
 
 def prepare_files(
@@ -184,8 +174,10 @@ def prepare_files(
     settings: Mapping[str, Any],
     started: float | None = None,
 ) -> Any:
-    """Preprocess for image folders and tensors: check every file, split, write ``meta.json`` (and, for tensors,
-    ``<split>.pt``). Called by :func:`heteroflow.components.preprocess.preprocess` when the data set holds no table.
+    """Preprocess for image folders and tensors (any reader whose kind is not ``table``): the registered reader
+    of the data set's kind checks every file and splits; this writes ``meta.json`` (and the reader's files: for
+    tensors, ``<split>.pt``). Called by :func:`heteroflow.components.preprocess.preprocess` when the data set
+    holds no table.
 
     Args:
         view: the :class:`~heteroflow.cache.dataset.DatasetView` of the data set (its cached files).
@@ -213,20 +205,12 @@ def prepare_files(
         **settings,
     }
     out = Path(output_dir)
-    if kind == "image_folder":
-        meta = _prepare_images(view, split)
-        meta.update(common)
-        with atomic_directory(out) as tmp:
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
-    else:
-        meta, tensors = _prepare_tensors(view, split)
-        meta.update(common)
-        import torch
-
-        with atomic_directory(out) as tmp:
-            for split, (x, y) in tensors.items():
-                torch.save({"x": x, "y": y}, tmp / f"{split}.pt")
-            (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
+    prepared = REGISTRY.reader_of_kind(kind, view.relative).read(view, split=split)
+    meta = {**prepared.meta, **common}
+    with atomic_directory(out) as tmp:
+        if prepared.write is not None:
+            prepared.write(tmp)
+        (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     report = {"data_kind": kind, "classes": meta["classes"], "sample_shape": meta["sample_shape"], "counts": meta["counts"]}
     return PreprocessResult(
         output_dir=out,
@@ -240,7 +224,14 @@ def prepare_files(
     )
 
 
-def _prepare_images(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray]]) -> dict[str, Any]:
+def prepare_images(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray]]) -> dict[str, Any]:
+    """The ``meta.json`` of an image folder: every image checked with Pillow (``verify``, no pixels decoded), the
+    classes (folders holding images, sorted), the first image's mode and size, and the split of the files.
+
+    Raises:
+        DatasetError: an image at the top of the data set, a class folder with no images, fewer than 2 classes,
+            an image Pillow cannot read (each named).
+    """
     from PIL import Image, UnidentifiedImageError
 
     root = Path(view.root)
@@ -303,7 +294,14 @@ def _prepare_images(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarra
     }
 
 
-def _prepare_tensors(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray]]) -> tuple[dict[str, Any], dict[str, Any]]:
+def prepare_tensors(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The ``meta.json`` of a data set of .pt files and its splits ``{split: (x float32 (n, ...), y int64 (n,))}``
+    (class values mapped to 0..k-1 in sorted order).
+
+    Raises:
+        DatasetError: a file ``torch.load(weights_only=True)`` cannot load, or that holds no ``x`` and ``y``
+            tensors of matching length.
+    """
     import torch
 
     xs, ys = [], []
@@ -339,6 +337,18 @@ def _prepare_tensors(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarr
         "shards": {s: [f"{s}.pt"] for s in SPLITS},
     }
     return meta, tensors
+
+
+def write_tensors(folder: Path, tensors: Mapping[str, Any]) -> None:
+    """Write ``<split>.pt`` (``{"x": x, "y": y}``) per split of :func:`prepare_tensors` into ``folder``."""
+    import torch
+
+    for name, (x, y) in tensors.items():
+        torch.save({"x": x, "y": y}, folder / f"{name}.pt")
+
+
+_prepare_images = prepare_images  # the names before the reader registry
+_prepare_tensors = prepare_tensors
 
 
 # --- reading splits ----------------------------------------------------------------------------------------
@@ -406,7 +416,7 @@ def open_splits(dataset_dir: str | os.PathLike[str], *, dataset_factory: str = "
         info: a recorded :attr:`DataSplits.info` (evaluate reopens the data the model was trained on).
 
     Raises:
-        DatasetError: not preprocess output, or its files are gone.
+        DatasetError: not preprocess output, or its files are gone, or a data kind no reader opens.
         InvalidParameter: a dataset factory that cannot be imported or returns no Dataset.
     """
     import torch
@@ -475,4 +485,8 @@ def open_splits(dataset_dir: str | os.PathLike[str], *, dataset_factory: str = "
             info={"kind": "image_folder", "image_mode": meta["image_mode"], "image_size": list(size)},
             fingerprint=fingerprint,
         )
-    raise DatasetError(f"{dataset_dir}: data kind {kind!r} is unknown; valid: {', '.join(DATA_KINDS)}")
+    reader = next((r for r in REGISTRY.readers() if r.kind == kind and callable(getattr(r, "open_splits", None))), None)
+    if reader is not None:  # a registered reader's own kind (heteroflow.components.formats)
+        return reader.open_splits(dataset_dir, meta)  # type: ignore[attr-defined]
+    kinds = dict.fromkeys([*DATA_KINDS, *REGISTRY.kinds()])
+    raise DatasetError(f"{dataset_dir}: data kind {kind!r} is unknown; valid: {', '.join(kinds)}")

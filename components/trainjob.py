@@ -10,7 +10,7 @@ step's own task (a KFP task, an Airflow pod, a local process) is then the job's 
    these the candidate cannot run here: a *device* failure, so the step falls back to its next candidate, with
    the reason saying what is missing.
 2. It copies the input data to ``<mount>/jobs/<job>/shards`` and renders the job with
-   :func:`heteroflow.pipelines.manifests.training_job_manifests`: a TrainJob (Trainer v2) or PyTorchJob (v1), as the
+   :func:`training_job_manifests`: a TrainJob (Trainer v2) or PyTorchJob (v1), as the
    profile's ``training_job`` says, gang-scheduled (a Volcano PodGroup with ``minMember`` = nodes, or Kueue's
    admission of the whole job), each pod running ``heteroflow step train`` on the same candidate with the same
    parameters, its checkpoints under ``<mount>/checkpoints`` unless ``checkpoint_root`` names a folder.
@@ -28,7 +28,8 @@ Sources: [KL] Kubeflow Pipelines' ``kubeflow/pytorch-launcher`` component (launc
 step and wait for it), https://github.com/kubeflow/pipelines/tree/master/components/kubeflow/pytorch-launcher;
 [KT] TrainJob status conditions ``Complete``/``Failed``/``Suspended``, https://www.kubeflow.org/docs/components/trainer/;
 [PJ] PyTorchJob conditions ``Created``/``Running``/``Restarting``/``Succeeded``/``Failed``,
-https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/.
+https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/; [KA] Kueue all-or-nothing with
+ready pods, https://kueue.sigs.k8s.io/docs/tasks/manage/setup_wait_for_pods_ready/.
 """
 
 from __future__ import annotations
@@ -36,18 +37,26 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import re
 import shutil
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.errors import DeviceUnavailable, HeteroflowError
 
+if TYPE_CHECKING:
+    from heteroflow.components.cluster import ClusterProfile
+    from heteroflow.components.resources import Resources
+
 __all__ = [
     "GANG_WAIT_SECONDS",
+    "GROUP_ANNOTATION",
     "KUBECONFIG_ENV",
     "PROFILE_ENV",
+    "TRAINER_CONTAINER",
+    "TRAINER_RUNTIME",
     "JobPermanentFailure",
     "MultiNodeWarning",
     "JobStatus",
@@ -56,6 +65,7 @@ __all__ = [
     "job_status",
     "launcher_candidate",
     "run_training_job",
+    "training_job_manifests",
     "warn_if_unlaunchable",
 ]
 
@@ -289,8 +299,6 @@ def run_training_job(
         DeviceUnavailable: no cluster, profile or shared storage here, or the gang was not admitted in time.
         JobPermanentFailure / JobTransientFailure: the job failed (see the module docstring).
     """
-    from heteroflow.pipelines.manifests import training_job_manifests
-
     env = os.environ if environ is None else environ
     kind = str(getattr(resources.kind, "value", resources.kind))
     what = f"candidate {resources.describe()}"
@@ -348,3 +356,187 @@ def run_training_job(
         raise JobTransientFailure(f"{job['kind']} {name} succeeded but node 0 wrote no outcome ({outcome_file})")
     _copy_atomic(workdir / "node-0" / "model", Path(model_dir))
     return dict(outcome.get("facts") or {})
+
+
+TRAINER_RUNTIME = "torch-distributed"
+"""The ClusterTrainingRuntime a TrainJob references by default (Kubeflow Trainer's PyTorch runtime) [KT]."""
+TRAINER_CONTAINER = "node"
+"""The trainer container's name in Kubeflow Trainer's torch runtimes (replicated job ``node``), which a TrainJob's
+runtime patch names to add volume mounts [KT]."""
+GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
+"""The pod annotation that puts a pod in a Volcano PodGroup (DESIGN.md "Cluster annotations")."""
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+
+# --- the multi-worker train ------------------------------------------------------------------------------------
+
+
+def _quantity_sum(values: Iterable[str], resource: str) -> str:
+    from fractions import Fraction
+
+    from heteroflow.components.resources import format_cpu, format_memory, parse_cpu, parse_memory
+
+    if resource == "cpu":
+        return format_cpu(sum(parse_cpu(v, field=resource) for v in values))
+    if resource == "memory":
+        return format_memory(sum(parse_memory(v, field=resource) for v in values))
+    return str(sum(int(Fraction(v)) for v in values))
+
+
+def training_job_manifests(
+    candidate: Resources | str,
+    *,
+    workers: int,
+    name: str,
+    image: str | None = None,
+    command: Sequence[str] = ("heteroflow", "step", "train"),
+    namespace: str = "default",
+    profile: ClusterProfile | None = None,
+    runtime: str = TRAINER_RUNTIME,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """A multi-worker train on ``candidate``: ``workers`` pods (one per node) with ``candidate.count`` devices
+    and one process per device each, rendered as the profile's ``training_job`` kind with gang scheduling.
+
+    Every pod gets ``env`` and :data:`~heteroflow.components.distributed.NODES_ENV` = workers; with the profile's
+    ``shared_storage``, the claim is mounted at its ``mount_path`` in every pod (the job's data, model and
+    checkpoints). ``$(VAR)`` in ``command`` is expanded by Kubernetes from the container's environment (the
+    operator's ``PET_NODE_RANK`` / ``RANK``). ``labels`` go on the job's metadata.
+
+    - ``trainjob``: a TrainJob (``trainer.kubeflow.org/v1alpha1``) on the ClusterTrainingRuntime ``runtime``,
+      ``numNodes`` = workers, ``numProcPerNode`` = devices, ``resourcesPerNode`` from the candidate; node
+      selector, affinity, tolerations and pod labels/annotations through ``runtimePatches`` [KT]. On a Volcano
+      cluster (the profile names a Volcano queue or ``schedulerName: volcano``) a PodGroup with ``minMember`` =
+      workers comes with it and the pods carry ``scheduling.k8s.io/group-name``; ``schedulerName`` itself must
+      come from the runtime or the namespace (a TrainJob cannot patch it).
+    - ``pytorchjob``: a PyTorchJob (``kubeflow.org/v1``) with one Master and workers - 1 Workers, ``nprocPerNode``
+      = devices, ``runPolicy.schedulingPolicy`` (``minAvailable`` = workers, the Volcano queue): the training
+      operator creates the PodGroup [PJ].
+    - Kueue (the profile names a LocalQueue): the label ``kueue.x-k8s.io/queue-name`` on the job; Kueue admits the
+      job's pods together or not at all [KA].
+
+    Args:
+        candidate: the train candidate (``Resources`` or a spec such as ``"gpu:accelerator=a100-80gb,count=8"``).
+        workers: pods (nodes), >= 1.
+        name: the job's name (DNS label).
+        image: the container image; default the profile's image for the candidate's device kind.
+        command: the container command.
+        namespace: the job's namespace.
+        profile: the cluster profile.
+        runtime: the ClusterTrainingRuntime a TrainJob references.
+
+    Returns:
+        The job, and a Volcano PodGroup first where one is needed.
+
+    Raises:
+        InvalidResources: workers < 1, a name that is not a DNS label, no image, or the candidate cannot be
+            asked for on this cluster.
+    """
+    from heteroflow.components.cluster import DEFAULT_PROFILE, KUEUE_QUEUE_LABEL
+    from heteroflow.components.distributed import NODES_ENV
+    from heteroflow.components.errors import InvalidResources
+    from heteroflow.components.podplan import plan_pod
+    from heteroflow.components.resources import Resources
+
+    profile = profile or DEFAULT_PROFILE
+    res = candidate if isinstance(candidate, Resources) else Resources.parse_spec(candidate)
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise InvalidResources(f"workers={workers!r}; valid: an integer >= 1 (pods, one per node)")
+    if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
+        raise InvalidResources(f"name={name!r} is not a name; valid: a DNS label (lower case, digits, '-', <= 63)")
+    plan = plan_pod(dataclasses.replace(res, nodes=1), profile)  # one node's pod (plan_pod of nodes > 1: the launcher's)
+    image = image or plan.image
+    if not image:
+        raise InvalidResources(f"no image for a {res.kind} train: pass one, or name images.{res.kind} in the cluster profile")
+    procs = max(plan.accelerator_count, 1)
+    volcano = profile.volcano_queue is not None or profile.scheduler_name == "volcano"
+    job_labels: dict[str, str] = {}
+    if profile.kueue_queue is not None:
+        job_labels[KUEUE_QUEUE_LABEL] = profile.kueue_queue
+    pod_labels = {k: v for k, v in plan.labels.items() if k != KUEUE_QUEUE_LABEL}  # Kueue reads the job's label
+    pod_annotations = dict(plan.annotations)
+    resources: dict[str, Any] = {"requests": plan.requests, "limits": plan.limits}
+    env_list = [{"name": k, "value": str(v)} for k, v in {**dict(env or {}), NODES_ENV: str(workers)}.items()]
+    mounts: list[dict[str, Any]] = []
+    volumes: list[dict[str, Any]] = []
+    if profile.shared_claim is not None:
+        volumes.append({"name": "heteroflow-shared", "persistentVolumeClaim": {"claimName": profile.shared_claim}})
+        mounts.append({"name": "heteroflow-shared", "mountPath": profile.shared_mount})
+    job_labels.update(labels or {})
+    pod_spec: dict[str, Any] = {}
+    if plan.node_selector:
+        pod_spec["nodeSelector"] = plan.node_selector
+    if plan.affinity:
+        pod_spec["affinity"] = plan.affinity
+    if plan.tolerations:
+        pod_spec["tolerations"] = [t.to_dict() for t in plan.tolerations]
+    out: list[dict[str, Any]] = []
+    if profile.training_job == "pytorchjob":
+        container: dict[str, Any] = {"name": "pytorch", "image": image, "command": list(command), "resources": resources,
+                                     "env": env_list}
+        if mounts:
+            container["volumeMounts"] = mounts
+        template_spec = {**pod_spec, "containers": [container]}
+        if volumes:
+            template_spec["volumes"] = volumes
+        if plan.scheduler_name:
+            template_spec["schedulerName"] = plan.scheduler_name
+        meta = {k: v for k, v in (("labels", pod_labels), ("annotations", pod_annotations)) if v}
+        replicas = {"Master": _replica(1, meta, template_spec)}
+        if workers > 1:
+            replicas["Worker"] = _replica(workers - 1, meta, template_spec)
+        spec: dict[str, Any] = {"nprocPerNode": str(procs), "pytorchReplicaSpecs": replicas}
+        if volcano:
+            policy: dict[str, Any] = {"minAvailable": workers}
+            if profile.volcano_queue:
+                policy["queue"] = profile.volcano_queue
+            spec["runPolicy"] = {"schedulingPolicy": policy}
+        job_meta: dict[str, Any] = {"name": name, "namespace": namespace}
+        if job_labels:
+            job_meta["labels"] = job_labels
+        out.append({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": job_meta, "spec": spec})
+        return out
+    if volcano:
+        pg_spec: dict[str, Any] = {
+            "minMember": workers,
+            "minResources": {k: _quantity_sum([v] * workers, k) for k, v in plan.requests.items()},
+        }
+        if profile.volcano_queue:
+            pg_spec["queue"] = profile.volcano_queue
+        out.append(
+            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name, "namespace": namespace}, "spec": pg_spec}
+        )
+        pod_annotations[GROUP_ANNOTATION] = name
+    pod_meta = {k: v for k, v in (("labels", pod_labels), ("annotations", pod_annotations)) if v}
+    patch_pod: dict[str, Any] = {}
+    if pod_meta:
+        patch_pod["metadata"] = pod_meta
+    if volumes:
+        pod_spec = {**pod_spec, "volumes": volumes, "containers": [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}]}
+    if pod_spec:
+        patch_pod["spec"] = pod_spec
+    spec = {
+        "runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
+        "trainer": {"image": image, "command": list(command), "numNodes": workers, "numProcPerNode": procs, "resourcesPerNode": resources,
+                    "env": env_list},
+    }
+    if patch_pod:
+        spec["runtimePatches"] = [
+            {
+                "manager": "heteroflow.io/manifests",
+                "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": patch_pod}}}]}}},
+            }
+        ]
+    job_meta = {"name": name, "namespace": namespace}
+    if job_labels:
+        job_meta["labels"] = job_labels
+    out.append({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": job_meta, "spec": spec})
+    return out
+
+
+def _replica(n: int, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
+    template: dict[str, Any] = {"spec": dict(spec)}
+    if meta:
+        template["metadata"] = dict(meta)
+    return {"replicas": n, "restartPolicy": "OnFailure", "template": template}

@@ -167,17 +167,29 @@ def retry_arguments(policy: RetryPolicy) -> dict[str, Any]:
 # --- the step tasks ------------------------------------------------------------------------------------------
 
 
-class StepEnding(SkipMixin):
-    """How a step task ends (the module docstring's table), shared by the local and the pod operator.
+class StepEnding(BaseOperator, SkipMixin):
+    """What a step task is (one call of a pipeline on one candidate) and how it ends (the module docstring's
+    table): the base of the local step operator, and below KubernetesPodOperator in the pod operator's bases
+    (``KubernetesPodOperator.__init__`` passes the call's arguments on to this one). An operator class of its own
+    because Airflow's ``BaseOperatorMeta`` wraps only an ``__init__`` that an operator class defines (defaults,
+    and the XCom dependencies set once); a plain mixin's ``__init__`` would bypass that.
 
-    Subclasses set ``pipeline``, ``layout``, ``call_name`` and ``candidate_index`` (None for a call with one
-    task).
+    Args:
+        pipeline: the pipeline.
+        layout: its task layout.
+        call_name: the call.
+        candidate_index: the candidate (device-bound calls with several candidates), else None.
+        kwargs: the Airflow operator's (task_id, pool, retries, ...).
     """
 
-    pipeline: Pipeline
-    layout: Layout
-    call_name: str
-    candidate_index: int | None
+    shallow_copy_attrs = ("pipeline", "layout")
+
+    def __init__(self, *, pipeline: Pipeline, layout: Layout, call_name: str, candidate_index: int | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.pipeline = pipeline
+        self.layout = layout
+        self.call_name = call_name
+        self.candidate_index = candidate_index
 
     def finish(self, context: Mapping[str, Any], result: dict[str, Any], *, first_started_at: float | None = None) -> dict[str, Any]:
         """End the task for ``result`` (:func:`outcome_record`): return it, or raise what the failure class asks.
@@ -222,26 +234,15 @@ class StepEnding(SkipMixin):
         raise AirflowFailException(message)
 
 
-class StepOperator(BaseOperator, StepEnding):
+class StepOperator(StepEnding):
     """Run one call of a pipeline on one candidate, in this worker (local mode).
 
     Args:
-        pipeline: the pipeline.
-        layout: its task layout.
-        call_name: the call.
-        candidate_index: the candidate (device-bound calls with several candidates), else None.
+        pipeline, layout, call_name, candidate_index: as :class:`StepEnding`.
         kwargs: BaseOperator's (task_id, pool, retries, ...).
     """
 
     ui_color = "#e8f0fe"
-    shallow_copy_attrs = ("pipeline", "layout")
-
-    def __init__(self, *, pipeline: Pipeline, layout: Layout, call_name: str, candidate_index: int | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = pipeline
-        self.layout = layout
-        self.call_name = call_name
-        self.candidate_index = candidate_index
 
     def execute(self, context: Any) -> Any:
         from heteroflow.components.runtime import LocalArtifact, Outcome, run_step

@@ -121,18 +121,9 @@ class PodStepOperator(KubernetesPodOperator, StepEnding):
     """A KubernetesPodOperator that runs one call on one candidate and ends like the local step task.
 
     Args:
-        pipeline, layout, call_name, candidate_index: as :class:`heteroflow.dags.operators.StepOperator`.
+        pipeline, layout, call_name, candidate_index: as :class:`heteroflow.dags.operators.StepEnding`.
         kwargs: KubernetesPodOperator's.
     """
-
-    shallow_copy_attrs = ("pipeline", "layout")
-
-    def __init__(self, *, pipeline: Pipeline, layout: Layout, call_name: str, candidate_index: int | None = None, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.pipeline = pipeline
-        self.layout = layout
-        self.call_name = call_name
-        self.candidate_index = candidate_index
 
     def execute(self, context: Any) -> Any:
         call = self.pipeline[self.call_name]

@@ -5,8 +5,8 @@ pool (``heteroflow-npu-ascend-910b3``) when its candidate names one model, else 
 (``heteroflow-gpu``), with ``pool_slots`` = the devices it uses; so Airflow never starts more device tasks than
 there are devices. :func:`sync_pools` creates or updates those pools (``heteroflow airflow pools``).
 
-The inventory is the plan step's format (:meth:`heteroflow.components.plan.Inventory.from_json`), as a YAML or
-JSON file: per device kind a count, or a count per model::
+The inventory is a YAML or JSON file in any form :mod:`heteroflow.components.inventory` reads (its plan-step
+view, :meth:`heteroflow.components.plan.Inventory.from_mapping`): per device kind a count, or a count per model::
 
     gpu: {a100-80gb: 2, t4: 4}     # pools heteroflow-gpu (6), heteroflow-gpu-nvidia-a100-80gb (2), ...-nvidia-t4 (4)
     npu: 8                         # pool heteroflow-npu (8)
@@ -68,7 +68,7 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
         raise InvalidParameter(f"inventory {file} is not YAML or JSON: {exc}") from None
     if not isinstance(data, dict):
         raise InvalidParameter(f"inventory {file} must be a mapping of device kind -> count (or model -> count)")
-    return Inventory.from_json(json.dumps(data), source=f"inventory {file}")
+    return Inventory.from_mapping(data, source=f"inventory {file}")
 
 
 def pool_plan(inventory: Any, *, prefix: str = POOL_PREFIX) -> dict[str, tuple[int, str]]:

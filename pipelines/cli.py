@@ -1,10 +1,12 @@
 """The ``heteroflow`` command line.
 
-- ``heteroflow run``: run the default pipeline on this machine (kfp.local); a live table per step (status,
+- ``heteroflow run``: run the default pipeline on this machine (kfp.local; ``--engine`` picks another registered
+  engine, :mod:`heteroflow.pipelines.engines`); a live table per step (status,
   device, attempts, progress), then where each device-bound step ran and why, the metrics, the archived model;
   ``run.json`` in the run's folder.
 - ``heteroflow compile -o FILE``: the default pipeline as KFP IR YAML for the Kubeflow UI.
 - ``heteroflow submit FILE --host URL``: send a compiled pipeline to a Kubeflow Pipelines endpoint.
+- ``heteroflow engines``: the registered engines, what each needs installed.
 - ``heteroflow params``: every pipeline parameter with its type, default, unit and help.
 - ``heteroflow step NAME``: run one step in this process (what pods and Airflow tasks run); exit status per
   failure class (:data:`heteroflow.components.runtime.EXIT_CODES`).
@@ -33,6 +35,7 @@ from rich.table import Table
 from heteroflow.components.devices import has_devices as _is_device_kind
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.resources import Candidates
+from heteroflow.pipelines.engines import DEFAULT_ENGINE
 
 app = typer.Typer(
     add_completion=False,
@@ -188,6 +191,18 @@ def _pipeline(ref: str | None, candidate: list[str] | None = None) -> Any:
     return default_pipeline(train_candidates=Candidates(candidate) if candidate else None)
 
 
+def _engine_help() -> str:
+    """``--engine``'s help, from the registry: the builtin engines (entry-point ones are not loaded at start-up;
+    ``heteroflow engines`` lists every one)."""
+    from heteroflow.pipelines.engines import BUILTIN_ENGINES, get_engine
+
+    listed = "; ".join(f"{name}: {get_engine(name, check=False).description}" for name in BUILTIN_ENGINES)
+    return f"The engine: {listed}; or one an installed package registers (`heteroflow engines` lists them all)."
+
+
+_ENGINE_HELP = _engine_help()
+
+
 @app.command()
 def run(
     param: Annotated[
@@ -208,12 +223,9 @@ def run(
         ),
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run folder. Default: ./heteroflow-runs/<run id>.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print kfp.local's own output.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the engine's own output (kfp.local's, Airflow's) instead of writing it to the run folder.")] = False,
     pipeline_ref: Annotated[Optional[str], _PIPELINE_OPTION] = None,
-    engine: Annotated[
-        str,
-        typer.Option(help="kfp-local (the steps as KFP components, one process each) or inprocess (this process; quick iteration)."),
-    ] = "kfp-local",
+    engine: Annotated[str, typer.Option(help=_ENGINE_HELP)] = DEFAULT_ENGINE,
     simulate_devices: Annotated[
         Optional[str],
         typer.Option(
@@ -239,15 +251,18 @@ def run(
         # that calls main() in its own process gets run_local's pool, which ends with the run). The console script
         # (heteroflow.pipelines.script) has started them already when it read `run` on its command line.
         start_early()
-    from heteroflow.pipelines.runner import ENGINES, run as run_pipeline
+    from heteroflow.pipelines.engines import get_engine
+    from heteroflow.pipelines.runner import DEFAULT_PIPELINE_SOURCE, run as run_pipeline
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # stop like Ctrl-C: the step subprocesses are stopped and the run recorded
 
     signal.signal(signal.SIGTERM, on_sigterm)
     try:
-        if engine not in ENGINES:
-            raise InvalidParameter(f"--engine {engine!r} is unknown; valid: {', '.join(ENGINES)}")
+        try:
+            chosen = get_engine(engine)
+        except InvalidParameter as exc:
+            raise InvalidParameter(f"--engine: {exc}") from None
         pipeline = _pipeline(pipeline_ref, candidate)
         raw = _parse_pairs(param or [])
         aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
@@ -262,8 +277,11 @@ def run(
                 raise InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both")
             params["dataset_uri"] = dataset
         options: dict[str, Any] = dict(engine=engine, run_dir=output, simulate_devices=simulate_devices, inject_faults=inject_fault)
-        if engine == "inprocess" or verbose:
-            record = run_pipeline(pipeline, params, echo_engine_output=verbose, **options)
+        if not candidate:  # engines that run the pipeline in other processes import it from here
+            options["source"] = pipeline_ref or DEFAULT_PIPELINE_SOURCE
+        if "on_progress" not in chosen.options or verbose:
+            echo = verbose and "echo_engine_output" in chosen.options  # -v: the engine's own output, where it has one
+            record = run_pipeline(pipeline, params, echo_engine_output=echo, **options)
         else:
             live_console = _live_console()
             with Live(_steps_table([]), console=live_console, refresh_per_second=4, transient=True) as live:
@@ -330,6 +348,31 @@ def _print_record(record: Any, pipeline: Any) -> None:
     if report.is_file():
         console.print(f"report: {report}", highlight=False)
     console.print(f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False)
+
+
+@app.command()
+def engines(as_json: Annotated[bool, typer.Option("--json", help="Print the engines as JSON.")] = False) -> None:
+    """List the engines `heteroflow run --engine` takes: the builtin ones and those installed packages register."""
+    from heteroflow.pipelines.engines import EngineUnavailable, check_installed, engine_names, get_engine
+
+    rows = []
+    for name in engine_names():
+        engine = get_engine(name, check=False)
+        try:
+            check_installed(engine)
+            ready = "yes"
+        except EngineUnavailable:
+            ready = f"no: pip install 'heteroflow[{engine.extra}]'" if engine.extra else "no"
+        rows.append({"name": name, "description": engine.description, "extra": engine.extra, "installed": ready})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="engines", title_justify="left")
+    for col in ("name", "description", "installed"):
+        table.add_column(col)
+    for row in rows:
+        table.add_row(row["name"], escape(row["description"]), escape(row["installed"]))
+    console.print(table)
 
 
 @app.command("compile")
@@ -509,6 +552,9 @@ app.command("manifests")(manifests_command)
 from heteroflow.pipelines.cli_train import profile_command  # noqa: E402  (pipelines/cli_train.py)
 
 app.command("profile")(profile_command)
+from heteroflow.pipelines.cli_readers import readers_command  # noqa: E402  (pipelines/cli_readers.py)
+
+app.command("readers")(readers_command)
 
 
 # --- archive -----------------------------------------------------------------------------------------------

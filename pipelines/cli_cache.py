@@ -19,6 +19,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from heteroflow.cache.progress import format_bytes  # stdlib only: the CLI's start stays light
+
 __all__ = ["cache_app", "prewarm_command", "status_command"]
 
 console = Console(soft_wrap=True)
@@ -37,14 +39,6 @@ def _fail(exc: BaseException) -> None:
         text, code = str(exc), 2 if isinstance(exc, ValueError) else 1
     err_console.print(f"[bold red]error:[/] {escape(redact_url(text))}", highlight=False)
     raise typer.Exit(code=code)
-
-
-def _human(n: float) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.1f} {unit}" if unit != "B" else f"{int(n)} B"
-        n /= 1024
-    return f"{n} B"  # pragma: no cover
 
 
 def prewarm_command(
@@ -121,8 +115,8 @@ def prewarm_command(
     f = result.facts()
     rate = f["bytes_copied"] / result.seconds if result.seconds > 0 else 0.0
     console.print(
-        f"{escape(redact_url(source))}: version [bold]{f['version']}[/] ({f['files']} files, {_human(f['total_bytes'])}); "
-        f"copied {f['files_copied']} ({_human(f['bytes_copied'])}, {_human(rate)}/s), reused {f['files_skipped']}; "
+        f"{escape(redact_url(source))}: version [bold]{f['version']}[/] ({f['files']} files, {format_bytes(f['total_bytes'])}); "
+        f"copied {f['files_copied']} ({format_bytes(f['bytes_copied'])}, {format_bytes(rate)}/s), reused {f['files_skipped']}; "
         f"in {escape(f['cache_dir'] or result.manifest.location)}",
         highlight=False,
     )
@@ -167,7 +161,7 @@ def status_command(
         current = next((v.version for v in s.versions if v.current), "-")
         staged = f", {s.staged_files} staged" if s.staged_files else ""
         table.add_row(s.key, current, str(len(s.versions)),
-                      f"{s.files_cached}/{s.files_total}, {s.cached_fraction:.0%} of {_human(s.bytes_total)}{staged}")
+                      f"{s.files_cached}/{s.files_total}, {s.cached_fraction:.0%} of {format_bytes(s.bytes_total)}{staged}")
     console.print(table)
     for s in found:
         console.print(f"{s.key}: {escape(s.source_uri or '-')} ({s.backend}) in {escape(str(s.folder))}", highlight=False)

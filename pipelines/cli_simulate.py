@@ -27,13 +27,14 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 
 def _inventory(spec: str):  # type: ignore[no-untyped-def]
-    from heteroflow.components.placement import load_inventory, pai_inventory, uniform_inventory
+    from heteroflow.components.inventory import load_inventory
+    from heteroflow.components.placement import pai_inventory, uniform_inventory
 
     if spec == "gavel":
         return uniform_inventory({"k80": 36, "p100": 36, "v100": 36}, source="gavel (36 K80 + 36 P100 + 36 V100)")
     if spec == "pai":
         return pai_inventory()
-    return load_inventory(spec)
+    return load_inventory(spec).for_placement()
 
 
 def _trace(spec: str, table, inventory):  # type: ignore[no-untyped-def]

@@ -26,7 +26,7 @@ from heteroflow.components.fallback import next_candidate, retry_decision
 from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
 from heteroflow.pipelines.graph import Call, Pipeline
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
-from heteroflow.pipelines.records import RunRecord, finish_run, prepare_arguments, start_run
+from heteroflow.pipelines.records import RunRecord, begin_run, prepare_arguments
 from heteroflow.pipelines.report import prewarm as prewarm_report
 
 __all__ = ["run_call", "run_inprocess"]
@@ -102,7 +102,8 @@ def run_inprocess(
     """
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
-        folder, run_id, started = start_run(pipeline, run_dir, args)
+        active = begin_run(pipeline, run_dir, args, testing=testing)
+        folder, run_id = active.folder, active.run_id
         prewarm_report()  # matplotlib imports while the steps run, not after them
         t0 = time.perf_counter()
         produced: dict[tuple[str, str], str] = {}
@@ -133,14 +134,5 @@ def run_inprocess(
                         inventory = dict(found) if isinstance(found, Mapping) else None
         except KeyboardInterrupt:
             interrupted = True
-        record = finish_run(
-            pipeline,
-            run_id=run_id,
-            folder=folder,
-            started=started,
-            wall_seconds=time.perf_counter() - t0,
-            args=args,
-            interrupted=interrupted,
-            testing=testing,
-        )
+        record = active.finish(wall_seconds=time.perf_counter() - t0, interrupted=interrupted)
     return record

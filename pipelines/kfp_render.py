@@ -55,7 +55,6 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import itertools
 import json
@@ -63,7 +62,7 @@ import linecache
 import re
 import threading
 import typing
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +87,7 @@ from heteroflow.components.runtime import (
 )
 from heteroflow.components.step import ArtifactType, Step, step_ref
 from heteroflow.pipelines.graph import Call, OutputRef, ParamRef, Pipeline
+from heteroflow.pipelines.kfp_patches import cheap_container_checks
 from heteroflow.pipelines.kfp_resources import apply_resources
 
 __all__ = ["DEFAULT_IMAGE", "apply_resources", "apply_retry", "compile_pipeline", "to_kfp"]
@@ -461,28 +461,6 @@ def _pipeline_doc(pipeline: Pipeline) -> str:
     return "\n".join(lines)
 
 
-@contextlib.contextmanager
-def _cheap_container_checks() -> Iterator[None]:
-    """KFP's resource setters each call ``PipelineTask._ensure_container_spec_exists``, which calls
-    ``inspect.stack()`` only to name the caller in an error message: ~50 ms per call in a deep stack, seconds for
-    a pipeline with fallback branches. While rendering, use the same check without the stack walk (kfp 2.17's
-    check, message included)."""
-    original = PipelineTask._ensure_container_spec_exists
-
-    def ensure(self: PipelineTask) -> None:
-        if self.container_spec is None:
-            raise ValueError(
-                "this setter can only be used on single-step components, not pipelines used as components, or "
-                "special components like importers."
-            )
-
-    PipelineTask._ensure_container_spec_exists = ensure  # type: ignore[method-assign]
-    try:
-        yield
-    finally:
-        PipelineTask._ensure_container_spec_exists = original  # type: ignore[method-assign]
-
-
 def kfp_param_names(pipeline: Pipeline) -> dict[str, str]:
     """Pipeline parameter -> its name in KFP (a Python identifier: ``train.seed`` is ``train_seed``).
 
@@ -539,7 +517,7 @@ def to_kfp(
     body.__name__ = re.sub(r"\W", "_", pipeline.name)
     body.__qualname__ = body.__name__
     body.__doc__ = _pipeline_doc(pipeline)
-    with _cheap_container_checks():
+    with cheap_container_checks():
         return dsl.pipeline(body, name=pipeline.name, description=pipeline.description or None)
 
 

@@ -38,40 +38,12 @@ Kueue keeps them apart by flavor. A guarantee given per device kind (``gpu: 4``)
 flavors in flavor order, each up to what per-model guarantees leave free; a capability per device kind caps each
 of that kind's flavors (Kueue limits borrowing per flavor).
 
-Inventory file (YAML or JSON). Today's ``device_inventory`` form is accepted as is, with queue fields beside it::
+The inventory (per device kind or per node, with queues: ``guarantee``, ``capability``, ``reclaimable``,
+``weight``, ``priority``, ``namespaces``; ``cohort``) is read by :mod:`heteroflow.components.inventory`, whose
+docstring has the forms; bad input raises its :class:`InvalidInventory` naming the file, the node or queue, the
+field and what is valid.
 
-    gpu: {nvidia-a100-80gb: 8, nvidia-t4: 4}   # today's form: per kind, a count or a count per model
-    npu: {ascend-910b3: 16}
-    cpu_cores: 256                             # optional: the CPU and memory the queues share
-    memory: 2Ti
-
-or nodes, with devices per model or in the placement inventory's one-model form (``replicas``, ``cost_per_hour``,
-``idle_watts``, ``busy_watts``, ``datasets`` and the top-level ``policy`` and ``throughputs`` are read by the
-placement step and accepted here)::
-
-    nodes:
-      - {name: gpu-a100-0, devices: {nvidia-a100-80gb: 8}, cpu: 96, memory: 1Ti}
-      - {name: npu, replicas: 2, devices: {kind: npu, model: ascend-910b3, count: 8}, cpu: 192, memory: 1536Gi}
-
-and in both forms::
-
-    cohort: heteroflow                         # the Kueue cohort (default: heteroflow)
-    queues:
-      - name: npu-training                     # a DNS label; the Volcano Queue, ClusterQueue and LocalQueue name
-        kind: npu                              # optional: the device kind it serves (or team: vision)
-        guarantee: {ascend-910b3: 8, cpu: 64, memory: 512Gi}   # model, device kind, cpu (cores), memory;
-                                               # a bare number: devices of any model (the placement form)
-        capability: {ascend-910b3: 16}         # optional: the elastic maximum (default: no limit)
-        reclaimable: true                      # default true
-        weight: 1                              # Volcano's share weight, >= 1
-        priority: 0                            # optional: Volcano's queue priority (Kueue has none)
-        namespaces: [team-vision]              # LocalQueues (default: [default])
-
-Bad input raises :class:`InvalidInventory` naming the file, the field and what is valid: an unknown model, a
-family where a model is needed, a negative count, a duplicate node or queue name, a guarantee above the capacity
-(summed over queues) or above the queue's own capability.
-
-Sources: [VQ] Volcano Queue, https://volcano.sh/en/docs/queue/ (v1.15 CRD shipped in ``cache/schemas``);
+Sources: [VQ] Volcano Queue, https://volcano.sh/en/docs/queue/ (v1.15 CRD shipped in ``cache/data/crds``);
 [KF] Kueue ResourceFlavor, https://kueue.sigs.k8s.io/docs/concepts/resource_flavor/; [KCQ] Kueue ClusterQueue
 (resource groups, cohort, borrowingLimit, flavorFungibility, preemption),
 https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/; [KA] Kueue all-or-nothing with ready pods,
@@ -85,16 +57,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import re
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
-from heteroflow.components.accelerators import ACCELERATORS, Accelerator, DeviceKind, find_accelerator
-from heteroflow.components.cluster import DEFAULT_PROFILE, KUEUE_QUEUE_LABEL, ClusterProfile
+from heteroflow.components import inventory as _inventory
+from heteroflow.components.accelerators import ACCELERATORS, Accelerator, DeviceKind
+from heteroflow.components.cluster import DEFAULT_PROFILE, ClusterProfile
 from heteroflow.components.errors import InvalidResources
+from heteroflow.components.inventory import ANY_DEVICES, ClusterInventory, InvalidInventory, Node, QueueSpec
+from heteroflow.components.inventory import dns_label as _name
+from heteroflow.components.inventory import kind_of as _kind_of
+from heteroflow.components.inventory import show_amount as _show
 from heteroflow.components.resources import Candidates, Resources, format_cpu, format_memory, parse_cpu, parse_memory
+# the multi-node train's job (rendered in components, where the train step's launcher needs it); importable here too
+from heteroflow.components.trainjob import GROUP_ANNOTATION, TRAINER_CONTAINER, TRAINER_RUNTIME, training_job_manifests
 
 __all__ = [
     "CPU_FLAVOR",
@@ -118,17 +95,9 @@ __all__ = [
 
 CPU_FLAVOR = "cpu"
 """The ResourceFlavor that holds CPU and memory quota (no node labels: CPU and memory are on every node)."""
-TRAINER_RUNTIME = "torch-distributed"
-"""The ClusterTrainingRuntime a TrainJob references by default (Kubeflow Trainer's PyTorch runtime) [KT]."""
-
-TRAINER_CONTAINER = "node"
-"""The trainer container's name in Kubeflow Trainer's torch runtimes (replicated job ``node``), which a TrainJob's
-runtime patch names to add volume mounts [KT]."""
-GROUP_ANNOTATION = "scheduling.k8s.io/group-name"
-"""The pod annotation that puts a pod in a Volcano PodGroup (DESIGN.md "Cluster annotations")."""
-_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 class _KindNames:
-    """The registered device kinds' names (``cpu``, ``gpu``, ``npu``, plugins'), read from the registry when used."""
+    """The registered device kinds' names (``cpu``, ``gpu``, ``npu``, plugins'), read from the registry when used
+    (not at import: a plugin kind loads from its entry point on first use)."""
 
     def __iter__(self) -> Iterator[str]:
         return iter([k.value for k in DeviceKind])
@@ -137,314 +106,18 @@ class _KindNames:
         return name in list(self)
 
 
-def _device_kinds() -> tuple[str, ...]:
-    """The registered kinds that have devices (``gpu``, ``npu``, plugins'): the keys of the per-kind form."""
-    return tuple(k.value for k in DeviceKind if k.has_devices)
-
-
 _KINDS = _KindNames()
-_ANY = "accelerators"
+_ANY = ANY_DEVICES
 """The amount key of a guarantee or capability given as a bare number: accelerator devices of any model."""
-def _top_keys() -> tuple[str, ...]:
-    """The inventory's top-level keys (the device kinds' names read from the registry when parsing, not at import)."""
-    return ("version", "nodes", "queues", "cohort", "cpu_cores", "memory", *_KINDS, "policy", "throughputs")
-_NODE_KEYS = ("name", "devices", "cpu", "memory", "replicas", "cost_per_hour", "idle_watts", "busy_watts", "datasets")
-_NODE_DEVICE_KEYS = ("kind", "model", "count", "memory")
-_QUEUE_KEYS = ("name", "kind", "team", "guarantee", "capability", "reclaimable", "weight", "priority", "namespaces")
 
 
-class InvalidInventory(InvalidResources):
-    """A cluster inventory file or value is invalid; the message names the file, the field and what is valid."""
+def load_inventory(path: str | os.PathLike[str]) -> ClusterInventory:
+    """Read a cluster inventory (YAML or JSON; every form :mod:`heteroflow.components.inventory` reads).
 
-
-# --- the inventory -----------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Node:
-    """One node: name, accelerator devices per registry model, CPU (millicores) and memory (bytes), or None
-    where not stated."""
-
-    name: str
-    devices: Mapping[str, int]
-    cpu_millicores: int | None = None
-    memory_bytes: int | None = None
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class QueueSpec:
-    """One queue (a device kind's or a team's).
-
-    Attributes:
-        name: DNS label; the name of its Volcano Queue, Kueue ClusterQueue and LocalQueues.
-        kind: the device kind it serves, or None; team: the team it serves, or None (documentation only).
-        guarantee, capability: per key (a registry model, a device kind value, ``cpu`` in millicores,
-            ``memory`` in bytes) the amount guaranteed and the elastic maximum (a key missing from
-            ``capability`` has no limit).
-        reclaimable: whether what it uses above its guarantee may be taken back.
-        weight: Volcano's share weight (>= 1).
-        priority: Volcano's queue priority (higher is served first and reclaimed last), or None.
-        namespaces: namespaces that get a LocalQueue pointing at its ClusterQueue.
+    Raises:
+        InvalidInventory: the file cannot be read or parsed, or holds an invalid value (named, with the valid forms).
     """
-
-    name: str
-    kind: str | None = None
-    team: str | None = None
-    guarantee: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    capability: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    reclaimable: bool = True
-    weight: int = 1
-    priority: int | None = None
-    namespaces: tuple[str, ...] = ("default",)
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ClusterInventory:
-    """A cluster's devices and queues.
-
-    Attributes:
-        devices: accelerator count per registry model (``nvidia-a100-80gb``) or, where only the kind is known
-            (today's ``{"gpu": 4}``), per device kind value (``gpu``).
-        cpu_millicores, memory_bytes: the CPU and memory of the cluster, or None where not stated.
-        nodes: the nodes, when the inventory lists them.
-        queues: the queues, in file order.
-        cohort: the Kueue cohort every ClusterQueue joins.
-        source: the file it came from (for messages).
-    """
-
-    devices: Mapping[str, int]
-    cpu_millicores: int | None = None
-    memory_bytes: int | None = None
-    nodes: tuple[Node, ...] = ()
-    queues: tuple[QueueSpec, ...] = ()
-    cohort: str = "heteroflow"
-    source: str = "inventory"
-
-    def capacity(self, key: str) -> int | None:
-        """Capacity of a key (model, device kind value, ``cpu`` millicores, ``memory`` bytes); None if unknown."""
-        if key == "cpu":
-            return self.cpu_millicores
-        if key == "memory":
-            return self.memory_bytes
-        if key == _ANY:
-            return sum(self.devices.values())
-        if key in _KINDS:
-            return sum(n for k, n in self.devices.items() if _kind_of(k) == key)
-        return self.devices.get(key, 0)
-
-    @classmethod
-    def from_dict(cls, data: Any, *, source: str = "inventory") -> ClusterInventory:
-        """Build from the parsed YAML/JSON mapping (the format is in this module's docstring).
-
-        Raises:
-            InvalidInventory: an unknown field, model or kind, a bad count or quantity, a duplicate node or queue
-                name, a guarantee above the capacity or above the queue's capability.
-        """
-        try:
-            return _parse(data, source)
-        except InvalidInventory:
-            raise
-        except InvalidResources as exc:
-            raise InvalidInventory(f"{source}: {exc}") from None
-
-
-def _kind_of(key: str) -> str:
-    return key if key in _KINDS or key == _ANY else ACCELERATORS[key].kind.value
-
-
-def _count(value: Any, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise InvalidResources(f"{where}={value!r} is not a device count; valid: an integer >= 0")
-    return value
-
-
-def _model(name: Any, where: str, kind: str | None = None) -> Accelerator:
-    accel = find_accelerator(str(name), field=where)
-    if accel.is_family:
-        raise InvalidResources(
-            f"{where}={name!r} is a family ({accel.display_name}); an inventory counts devices of one model: "
-            + ", ".join(m.name for m in accel.models)
-        )
-    if kind is not None and accel.kind.value != kind:
-        raise InvalidResources(f"{where}={name!r} is a {accel.kind.value} model, not a {kind} one")
-    return accel
-
-
-def _mapping(value: Any, where: str, valid: Sequence[str] | None) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidResources(f"{where} is {type(value).__name__}, not a mapping")
-    if valid is not None:
-        unknown = sorted(str(k) for k in value if k not in valid)
-        if unknown:
-            raise InvalidResources(f"unknown field {', '.join(map(repr, unknown))} in {where}; valid: {', '.join(valid)}")
-    return value
-
-
-def _name(value: Any, where: str) -> str:
-    if not isinstance(value, str) or not _DNS_LABEL.fullmatch(value):
-        raise InvalidResources(f"{where}={value!r} is not a name; valid: a DNS label (lower case, digits, '-', <= 63)")
-    return value
-
-
-def _amounts(value: Any, where: str, devices: Mapping[str, int]) -> dict[str, int]:
-    """A guarantee/capability mapping -> {model | kind | cpu | memory: amount}; a bare number counts
-    accelerator devices of any model (the placement inventory's form) under :data:`_ANY`."""
-    out: dict[str, int] = {}
-    if isinstance(value, int) and not isinstance(value, bool) or (isinstance(value, (int, float)) and value < 0):
-        return {_ANY: _count(value, where)}
-    for key, amount in _mapping(value, where, None).items():
-        field = f"{where}.{key}"
-        if key == "cpu":
-            out["cpu"] = parse_cpu(amount, field=field)
-        elif key == "memory":
-            out["memory"] = parse_memory(amount, field=field)
-        elif key in _KINDS:
-            out[key] = _count(amount, field)
-        else:
-            out[_model(key, f"{where} key").name] = _count(amount, field)
-    return out
-
-
-def _node_devices(value: Any, i: int) -> dict[str, int]:
-    """A node's devices: ``{model: count, ...}``, or the placement inventory's one-model form ``{kind, model,
-    count, memory}``."""
-    where = f"nodes[{i}].devices"
-    raw = _mapping(value, where, None)
-    if "model" in raw or "count" in raw:
-        raw = _mapping(value, where, _NODE_DEVICE_KEYS)
-        count = _count(raw.get("count", 0), f"{where}.count")
-        if count == 0 or raw.get("model", "cpu") == "cpu":
-            return {}
-        accel = _model(raw.get("model"), f"{where}.model")
-        if "kind" in raw and str(raw["kind"]).lower() != accel.kind.value:
-            raise InvalidResources(f"{where}.kind={raw['kind']!r} but {accel.name} is a {accel.kind.value} model")
-        return {accel.name: count}
-    per_model: dict[str, int] = {}
-    for model, c in raw.items():
-        accel = _model(model, f"{where} key")
-        per_model[accel.name] = per_model.get(accel.name, 0) + _count(c, f"{where}.{model}")
-    return per_model
-
-
-def _parse(data: Any, source: str) -> ClusterInventory:
-    if data is None:
-        raise InvalidInventory(f"{source}: the file is empty; valid: a mapping with nodes or device kinds, and queues")
-    top = _mapping(data, f"{source} (top level)", _top_keys())
-    if top.get("version", 1) != 1:
-        raise InvalidResources(f"version={top.get('version')!r} is unknown; valid: 1")
-    devices: dict[str, int] = {}
-    cpu_m = parse_cpu(top["cpu_cores"], field="cpu_cores") if top.get("cpu_cores") is not None else None
-    mem_b = parse_memory(top["memory"], field="memory") if top.get("memory") is not None else None
-    nodes: list[Node] = []
-    raw_nodes = top.get("nodes")
-    if raw_nodes is not None:
-        if any(k in top for k in _device_kinds()):
-            raise InvalidResources("give devices either per node (nodes) or per kind (gpu, npu), not both")
-        if not isinstance(raw_nodes, list):
-            raise InvalidResources(f"nodes is {type(raw_nodes).__name__}, not a list")
-        seen: dict[str, int] = {}
-        cpu_total, mem_total, cpu_known, mem_known = 0, 0, True, True
-        for i, raw in enumerate(raw_nodes):
-            n = _mapping(raw, f"nodes[{i}]", _NODE_KEYS)
-            base = n.get("name")
-            if not isinstance(base, str) or not base.strip():
-                raise InvalidResources(f"nodes[{i}].name={base!r}; valid: a non-empty string")
-            replicas = n.get("replicas", 1)
-            if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-                raise InvalidResources(f"nodes[{i}].replicas={replicas!r}; valid: an integer >= 1")
-            per_model = _node_devices(n.get("devices"), i)
-            node_cpu = parse_cpu(n["cpu"], field=f"nodes[{i}].cpu") if n.get("cpu") is not None else None
-            node_mem = parse_memory(n["memory"], field=f"nodes[{i}].memory") if n.get("memory") is not None else None
-            cpu_known &= node_cpu is not None
-            mem_known &= node_mem is not None
-            for name in [base] if replicas == 1 else [f"{base}-{r}" for r in range(replicas)]:
-                if name in seen:
-                    raise InvalidResources(f"nodes[{i}].name={name!r} duplicates nodes[{seen[name]}]; node names must be unique")
-                seen[name] = i
-                cpu_total += node_cpu or 0
-                mem_total += node_mem or 0
-                nodes.append(Node(name=name, devices=per_model, cpu_millicores=node_cpu, memory_bytes=node_mem))
-                for model, c in per_model.items():
-                    devices[model] = devices.get(model, 0) + c
-        if cpu_m is None and cpu_known and nodes:
-            cpu_m = cpu_total
-        if mem_b is None and mem_known and nodes:
-            mem_b = mem_total
-    for kind in _device_kinds():  # today's form
-        value = top.get(kind)
-        if value is None:
-            continue
-        if isinstance(value, Mapping):
-            for model, c in value.items():
-                accel = _model(model, f"{kind} key", kind)
-                devices[accel.name] = devices.get(accel.name, 0) + _count(c, f"{kind}.{model}")
-        else:
-            devices[kind] = _count(value, kind)
-    if "cpu" in top:
-        _count(top["cpu"], "cpu")  # today's form: the CPU is present (its cores go in cpu_cores)
-    cohort = _name(top.get("cohort", "heteroflow"), "cohort")
-    inv = ClusterInventory(devices=devices, cpu_millicores=cpu_m, memory_bytes=mem_b, nodes=tuple(nodes), cohort=cohort, source=source)
-    queues = _parse_queues(top.get("queues"), inv)
-    return dataclasses.replace(inv, queues=queues)
-
-
-def _parse_queues(raw: Any, inv: ClusterInventory) -> tuple[QueueSpec, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise InvalidResources(f"queues is {type(raw).__name__}, not a list")
-    out: list[QueueSpec] = []
-    seen: dict[str, int] = {}
-    for i, item in enumerate(raw):
-        q = _mapping(item, f"queues[{i}]", _QUEUE_KEYS)
-        name = _name(q.get("name"), f"queues[{i}].name")
-        if name in seen or name == f"{inv.cohort}-shared":
-            raise InvalidResources(f"queues[{i}].name={name!r} is taken (queues[{seen.get(name)}] or the cohort's shared queue)")
-        seen[name] = i
-        kind = q.get("kind")
-        if kind is not None:
-            kind = DeviceKind.parse(kind, field=f"queues[{i}].kind").value
-        team = q.get("team")
-        if team is not None:
-            _name(team, f"queues[{i}].team")
-        guarantee = _amounts(q.get("guarantee"), f"queues[{i}].guarantee", inv.devices)
-        capability = _amounts(q.get("capability"), f"queues[{i}].capability", inv.devices)
-        for key, g in guarantee.items():
-            if key in capability and g > capability[key]:
-                raise InvalidResources(
-                    f"queues[{i}] ({name}): guarantee.{key}={_show(key, g)} is above its capability.{key}={_show(key, capability[key])}"
-                )
-        reclaimable = q.get("reclaimable", True)
-        if not isinstance(reclaimable, bool):
-            raise InvalidResources(f"queues[{i}].reclaimable={reclaimable!r} is not a boolean; valid: true, false")
-        priority = q.get("priority")
-        if priority is not None and (isinstance(priority, bool) or not isinstance(priority, int)):
-            raise InvalidResources(f"queues[{i}].priority={priority!r} is not an integer")
-        weight = q.get("weight", 1)
-        if isinstance(weight, bool) or not isinstance(weight, int) or weight < 1:
-            raise InvalidResources(f"queues[{i}].weight={weight!r}; valid: an integer >= 1")
-        namespaces = q.get("namespaces", ["default"])
-        if not isinstance(namespaces, list) or not namespaces:
-            raise InvalidResources(f"queues[{i}].namespaces={namespaces!r}; valid: a non-empty list of namespace names")
-        ns = tuple(_name(n, f"queues[{i}].namespaces[{j}]") for j, n in enumerate(namespaces))
-        out.append(
-            QueueSpec(
-                name=name, kind=kind, team=team, guarantee=guarantee, capability=capability, reclaimable=reclaimable, weight=weight,
-                priority=priority, namespaces=ns,
-            )
-        )
-    _check_guarantees(out, inv)
-    return tuple(out)
-
-
-def _show(key: str, amount: int) -> str:
-    if key == "cpu":
-        return format_cpu(amount)
-    if key == "memory":
-        return format_memory(amount)
-    return str(amount)
+    return _inventory.load_inventory(path)
 
 
 def _is_device_key(key: str) -> bool:
@@ -458,59 +131,6 @@ def _applies(key: str, flavor: str) -> bool:
     if key in _KINDS:
         return _kind_of(flavor) == key
     return key == flavor
-
-
-def _check_guarantees(queues: Sequence[QueueSpec], inv: ClusterInventory) -> None:
-    """The guarantees, summed over queues, fit the capacity: per model, per device kind (models and kind-level
-    guarantees together), over all accelerators (with any-model guarantees), CPU and memory (where the inventory
-    states them)."""
-    scopes = ["cpu", "memory", *inv.devices, *_KINDS, _ANY]  # the narrowest first: its error names the model
-    for scope in dict.fromkeys(scopes):
-        if scope in inv.devices and scope in _KINDS:
-            continue  # a kind-level inventory entry is checked as its kind
-        cap = inv.capacity(scope)
-        if cap is None:
-            continue
-
-        def within(key: str) -> bool:
-            if scope in ("cpu", "memory"):
-                return key == scope
-            if not _is_device_key(key):
-                return False
-            if scope == _ANY:
-                return True
-            if scope in _KINDS:
-                return key != _ANY and _kind_of(key) == scope
-            return key == scope
-
-        per_queue = {q.name: sum(g for k, g in q.guarantee.items() if within(k)) for q in queues}
-        total = sum(per_queue.values())
-        if total > cap:
-            who = ", ".join(f"{name}: {_show(scope, g)}" for name, g in per_queue.items() if g)
-            raise InvalidInventory(
-                f"{inv.source}: queues guarantee {_show(scope, total)} of {scope} ({who}), above the capacity "
-                f"{_show(scope, cap)}; valid: guarantees that add up to at most the capacity"
-            )
-
-
-def load_inventory(path: str | os.PathLike[str]) -> ClusterInventory:
-    """Read a cluster inventory (YAML or JSON; the format is in this module's docstring).
-
-    Raises:
-        InvalidInventory: the file cannot be read or parsed, or holds an invalid value (named, with the valid forms).
-    """
-    import yaml
-
-    where = os.fspath(path)
-    try:
-        text = Path(where).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise InvalidInventory(f"inventory {where}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        data = yaml.safe_load(text)  # JSON is YAML
-    except yaml.YAMLError as exc:
-        raise InvalidInventory(f"inventory {where}: not valid YAML or JSON ({exc})") from None
-    return ClusterInventory.from_dict(data, source=where)
 
 
 # --- flavors -------------------------------------------------------------------------------------------------
@@ -596,7 +216,7 @@ def _flavor(name: str, labels: Mapping[str, str], tolerations: list[dict[str, An
 def _guarantee_split(queues: Sequence[QueueSpec], flavors: Sequence[str], inventory: ClusterInventory) -> dict[str, dict[str, int]]:
     """Per queue, the guaranteed devices per accelerator flavor: per-model guarantees as given; then kind-level
     ones (``gpu: 10``), then any-model ones (a bare number), queue by queue, spread over the flavors they cover in
-    flavor order, each up to what is not yet guaranteed on it. :func:`_check_guarantees` made sure it all fits."""
+    flavor order, each up to what is not yet guaranteed on it. The inventory parser (:mod:`heteroflow.components.inventory`) made sure it all fits."""
     free = {f: inventory.capacity(f) or 0 for f in flavors if f != CPU_FLAVOR}
     out: dict[str, dict[str, int]] = {q.name: {} for q in queues}
     for q in queues:
@@ -801,173 +421,6 @@ def _cluster_queue(name: str, cohort: str, groups: list[dict[str, Any]], q: Queu
             "resourceGroups": groups,
         },
     }
-
-
-# --- the multi-worker train ------------------------------------------------------------------------------------
-
-
-def _quantity_sum(values: Iterable[str], resource: str) -> str:
-    if resource == "cpu":
-        return format_cpu(sum(parse_cpu(v, field=resource) for v in values))
-    if resource == "memory":
-        return format_memory(sum(parse_memory(v, field=resource) for v in values))
-    return str(sum(int(Fraction(v)) for v in values))
-
-
-def training_job_manifests(
-    candidate: Resources | str,
-    *,
-    workers: int,
-    name: str,
-    image: str | None = None,
-    command: Sequence[str] = ("heteroflow", "step", "train"),
-    namespace: str = "default",
-    profile: ClusterProfile | None = None,
-    runtime: str = TRAINER_RUNTIME,
-    env: Mapping[str, str] | None = None,
-    labels: Mapping[str, str] | None = None,
-) -> list[dict[str, Any]]:
-    """A multi-worker train on ``candidate``: ``workers`` pods (one per node) with ``candidate.count`` devices
-    and one process per device each, rendered as the profile's ``training_job`` kind with gang scheduling.
-
-    Every pod gets ``env`` and :data:`~heteroflow.components.distributed.NODES_ENV` = workers; with the profile's
-    ``shared_storage``, the claim is mounted at its ``mount_path`` in every pod (the job's data, model and
-    checkpoints). ``$(VAR)`` in ``command`` is expanded by Kubernetes from the container's environment (the
-    operator's ``PET_NODE_RANK`` / ``RANK``). ``labels`` go on the job's metadata.
-
-    - ``trainjob``: a TrainJob (``trainer.kubeflow.org/v1alpha1``) on the ClusterTrainingRuntime ``runtime``,
-      ``numNodes`` = workers, ``numProcPerNode`` = devices, ``resourcesPerNode`` from the candidate; node
-      selector, affinity, tolerations and pod labels/annotations through ``runtimePatches`` [KT]. On a Volcano
-      cluster (the profile names a Volcano queue or ``schedulerName: volcano``) a PodGroup with ``minMember`` =
-      workers comes with it and the pods carry ``scheduling.k8s.io/group-name``; ``schedulerName`` itself must
-      come from the runtime or the namespace (a TrainJob cannot patch it).
-    - ``pytorchjob``: a PyTorchJob (``kubeflow.org/v1``) with one Master and workers - 1 Workers, ``nprocPerNode``
-      = devices, ``runPolicy.schedulingPolicy`` (``minAvailable`` = workers, the Volcano queue): the training
-      operator creates the PodGroup [PJ].
-    - Kueue (the profile names a LocalQueue): the label ``kueue.x-k8s.io/queue-name`` on the job; Kueue admits the
-      job's pods together or not at all [KA].
-
-    Args:
-        candidate: the train candidate (``Resources`` or a spec such as ``"gpu:accelerator=a100-80gb,count=8"``).
-        workers: pods (nodes), >= 1.
-        name: the job's name (DNS label).
-        image: the container image; default the profile's image for the candidate's device kind.
-        command: the container command.
-        namespace: the job's namespace.
-        profile: the cluster profile.
-        runtime: the ClusterTrainingRuntime a TrainJob references.
-
-    Returns:
-        The job, and a Volcano PodGroup first where one is needed.
-
-    Raises:
-        InvalidInventory: workers < 1, a bad name, or no image.
-        InvalidResources: the candidate cannot be asked for on this cluster.
-    """
-    from heteroflow.pipelines.k8s_resources import plan_pod
-
-    profile = profile or DEFAULT_PROFILE
-    res = candidate if isinstance(candidate, Resources) else Resources.parse_spec(candidate)
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
-        raise InvalidInventory(f"workers={workers!r}; valid: an integer >= 1 (pods, one per node)")
-    _name(name, "name")
-    plan = plan_pod(dataclasses.replace(res, nodes=1), profile)  # one node's pod (plan_pod of nodes > 1: the launcher's)
-    image = image or plan.image
-    if not image:
-        raise InvalidInventory(f"no image for a {res.kind} train: pass one, or name images.{res.kind} in the cluster profile")
-    procs = max(plan.accelerator_count, 1)
-    volcano = profile.volcano_queue is not None or profile.scheduler_name == "volcano"
-    job_labels: dict[str, str] = {}
-    if profile.kueue_queue is not None:
-        job_labels[KUEUE_QUEUE_LABEL] = profile.kueue_queue
-    pod_labels = {k: v for k, v in plan.labels.items() if k != KUEUE_QUEUE_LABEL}  # Kueue reads the job's label
-    pod_annotations = dict(plan.annotations)
-    resources: dict[str, Any] = {"requests": plan.requests, "limits": plan.limits}
-    from heteroflow.components.distributed import NODES_ENV
-
-    env_list = [{"name": k, "value": str(v)} for k, v in {**dict(env or {}), NODES_ENV: str(workers)}.items()]
-    mounts: list[dict[str, Any]] = []
-    volumes: list[dict[str, Any]] = []
-    if profile.shared_claim is not None:
-        volumes.append({"name": "heteroflow-shared", "persistentVolumeClaim": {"claimName": profile.shared_claim}})
-        mounts.append({"name": "heteroflow-shared", "mountPath": profile.shared_mount})
-    job_labels.update(labels or {})
-    pod_spec: dict[str, Any] = {}
-    if plan.node_selector:
-        pod_spec["nodeSelector"] = plan.node_selector
-    if plan.affinity:
-        pod_spec["affinity"] = plan.affinity
-    if plan.tolerations:
-        pod_spec["tolerations"] = [t.to_dict() for t in plan.tolerations]
-    out: list[dict[str, Any]] = []
-    if profile.training_job == "pytorchjob":
-        container: dict[str, Any] = {"name": "pytorch", "image": image, "command": list(command), "resources": resources,
-                                     "env": env_list}
-        if mounts:
-            container["volumeMounts"] = mounts
-        template_spec = {**pod_spec, "containers": [container]}
-        if volumes:
-            template_spec["volumes"] = volumes
-        if plan.scheduler_name:
-            template_spec["schedulerName"] = plan.scheduler_name
-        meta = {k: v for k, v in (("labels", pod_labels), ("annotations", pod_annotations)) if v}
-        replicas = {"Master": _replica(1, meta, template_spec)}
-        if workers > 1:
-            replicas["Worker"] = _replica(workers - 1, meta, template_spec)
-        spec: dict[str, Any] = {"nprocPerNode": str(procs), "pytorchReplicaSpecs": replicas}
-        if volcano:
-            policy: dict[str, Any] = {"minAvailable": workers}
-            if profile.volcano_queue:
-                policy["queue"] = profile.volcano_queue
-            spec["runPolicy"] = {"schedulingPolicy": policy}
-        job_meta: dict[str, Any] = {"name": name, "namespace": namespace}
-        if job_labels:
-            job_meta["labels"] = job_labels
-        out.append({"apiVersion": "kubeflow.org/v1", "kind": "PyTorchJob", "metadata": job_meta, "spec": spec})
-        return out
-    if volcano:
-        pg_spec: dict[str, Any] = {
-            "minMember": workers,
-            "minResources": {k: _quantity_sum([v] * workers, k) for k, v in plan.requests.items()},
-        }
-        if profile.volcano_queue:
-            pg_spec["queue"] = profile.volcano_queue
-        out.append(
-            {"apiVersion": "scheduling.volcano.sh/v1beta1", "kind": "PodGroup", "metadata": {"name": name, "namespace": namespace}, "spec": pg_spec}
-        )
-        pod_annotations[GROUP_ANNOTATION] = name
-    pod_meta = {k: v for k, v in (("labels", pod_labels), ("annotations", pod_annotations)) if v}
-    patch_pod: dict[str, Any] = {}
-    if pod_meta:
-        patch_pod["metadata"] = pod_meta
-    if volumes:
-        pod_spec = {**pod_spec, "volumes": volumes, "containers": [{"name": TRAINER_CONTAINER, "volumeMounts": mounts}]}
-    if pod_spec:
-        patch_pod["spec"] = pod_spec
-    spec = {
-        "runtimeRef": {"name": runtime, "kind": "ClusterTrainingRuntime", "apiGroup": "trainer.kubeflow.org"},
-        "trainer": {"image": image, "command": list(command), "numNodes": workers, "numProcPerNode": procs, "resourcesPerNode": resources,
-                    "env": env_list},
-    }
-    if patch_pod:
-        spec["runtimePatches"] = [
-            {
-                "manager": "heteroflow.io/manifests",
-                "trainingRuntimeSpec": {"template": {"spec": {"replicatedJobs": [{"name": "node", "template": {"spec": {"template": patch_pod}}}]}}},
-            }
-        ]
-    job_meta = {"name": name, "namespace": namespace}
-    if job_labels:
-        job_meta["labels"] = job_labels
-    out.append({"apiVersion": "trainer.kubeflow.org/v1alpha1", "kind": "TrainJob", "metadata": job_meta, "spec": spec})
-    return out
-
-
-def _replica(n: int, meta: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
-    template: dict[str, Any] = {"spec": dict(spec)}
-    if meta:
-        template["metadata"] = dict(meta)
-    return {"replicas": n, "restartPolicy": "OnFailure", "template": template}
 
 
 # --- validation, rendering, files ---------------------------------------------------------------------------

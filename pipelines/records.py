@@ -39,10 +39,12 @@ from heteroflow.pipelines.graph import Pipeline
 __all__ = [
     "DATASET_PARAM",
     "DRIVER_FILE",
+    "RunInProgress",
     "RunRecord",
     "StepSummary",
     "build_record",
     "collect",
+    "begin_run",
     "fallbacks",
     "finish_run",
     "new_run_id",
@@ -421,6 +423,66 @@ def start_run(pipeline: Pipeline, run_dir: str | os.PathLike[str] | None, args: 
     driver = {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": dict(args), "started_at": started}
     atomic_write_bytes(folder / DRIVER_FILE, redact_url(json.dumps(driver, default=str)).encode(), durable=False)
     return folder, run_id, started
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RunInProgress:
+    """A run an engine has started (:func:`begin_run`): what :meth:`finish` needs to write its record, so every
+    engine ends a run the same way.
+
+    Attributes:
+        pipeline: the pipeline that runs.
+        run_id / folder / started: as :func:`start_run` returns them (``started``: Unix time, seconds).
+        args: the run's checked arguments (:func:`prepare_arguments`).
+        testing: the testing settings in force (:func:`heteroflow.pipelines.environment.testing_environment`).
+    """
+
+    pipeline: Pipeline
+    run_id: str
+    folder: Path
+    started: float
+    args: Mapping[str, Any]
+    testing: Mapping[str, str] | None = None
+
+    def finish(self, *, wall_seconds: float, interrupted: bool, error: str | None = None) -> RunRecord:
+        """Write and return the run's record (:func:`finish_run`).
+
+        Args:
+            wall_seconds: the engine's wall time for the run, seconds.
+            interrupted: the engine was stopped (Ctrl-C, or SIGTERM through the CLI) before it finished.
+            error: what stopped the run when it was not a step (an engine crash), else None.
+
+        Raises:
+            KeyboardInterrupt: see :func:`finish_run`.
+        """
+        return finish_run(
+            self.pipeline,
+            run_id=self.run_id,
+            folder=self.folder,
+            started=self.started,
+            wall_seconds=wall_seconds,
+            args=self.args,
+            interrupted=interrupted,
+            error=error,
+            testing=self.testing,
+        )
+
+
+def begin_run(
+    pipeline: Pipeline,
+    run_dir: str | os.PathLike[str] | None,
+    args: Mapping[str, Any],
+    *,
+    testing: Mapping[str, str] | None = None,
+) -> RunInProgress:
+    """Start a run (:func:`start_run`: its folder, ``driver.json``) and return what ends it
+    (:meth:`RunInProgress.finish`).
+
+    Raises:
+        InvalidParameter: see :func:`prepare_run_dir`.
+    """
+    folder, run_id, started = start_run(pipeline, run_dir, args)
+    return RunInProgress(pipeline=pipeline, run_id=run_id, folder=folder, started=started, args=args, testing=testing)
 
 
 @contextlib.contextmanager

@@ -20,13 +20,16 @@ __all__ = ["console_script", "runs_on_kfp_local"]
 def runs_on_kfp_local(args: Sequence[str]) -> bool:
     """Whether the command line ``args`` (without the program name) asks for ``heteroflow run`` on kfp.local: the
     command ``run`` after the global options (``--debug``), without ``--help``, and an ``--engine`` that is
-    ``kfp-local`` or absent (its default)."""
+    ``kfp-local``, or absent while ``kfp-local`` is the default engine
+    (:data:`heteroflow.pipelines.engines.DEFAULT_ENGINE`)."""
     words = list(args)
     while words and words[0] == "--debug":
         words.pop(0)
     if not words or words[0] != "run":
         return False
-    engine = "kfp-local"
+    from heteroflow.pipelines.engines import DEFAULT_ENGINE  # a light module: names only, no engine's runner
+
+    engine = DEFAULT_ENGINE
     rest = words[1:]
     for i, word in enumerate(rest):
         if word == "--":

@@ -207,7 +207,7 @@ def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterIn
             or zero count, a job type or scale factor not in the throughput table, a model not in the registry or
             the inventory, a queue not in the inventory, a duplicate job name.
     """
-    from heteroflow.components.placement import InvalidInventory, _model_key
+    from heteroflow.components.inventory import InvalidInventory, model_key
 
     path = Path(path)
     try:
@@ -265,7 +265,7 @@ def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterIn
         model = (row.get("model") or "").strip() or None
         if model is not None:
             try:
-                model = _model_key(model, field="model")
+                model = model_key(model, field="model")
             except InvalidInventory as exc:
                 raise InvalidTrace(f"{where}{exc}") from None
             if model not in models:

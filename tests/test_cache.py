@@ -620,3 +620,13 @@ def test_gcs_and_azure_without_their_driver(url: str, package: str):
         pytest.skip(reason=f"{package} is installed in this environment, so its driver is not missing")
     with pytest.raises(DatasetError, match=rf"the fsspec driver for \w+:// is not installed; pip install {package}$"):
         check_source(url)
+
+
+@pytest.mark.parametrize(("n", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (5 * 2**30, "5.0 GiB"),
+    (3 * 2**50, "3072.0 TiB"), (1023.7, "1023 B"), (-2048, "-2.0 KiB"),
+])
+def test_format_bytes_is_the_one_byte_format_of_cache_messages(n: float, text: str) -> None:
+    from heteroflow.cache.progress import format_bytes
+
+    assert format_bytes(n) == text

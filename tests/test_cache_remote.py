@@ -19,7 +19,7 @@ from heteroflow.cache.errors import DatasetError, SourceUnavailable
 from heteroflow.cache.prewarm import MANIFEST_NAME, check_source, dataset_cache_dir, prewarm_dataset
 from heteroflow.cache.progress import report_progress
 from heteroflow.cache.redact import redact_url
-from heteroflow.cache.testing import files_containing, s3_test_server, serve_folder
+from servers import files_containing, s3_test_server, serve_folder
 
 SECRET = "s3cretPW"
 

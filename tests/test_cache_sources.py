@@ -35,7 +35,7 @@ from heteroflow.cache.errors import (
 from heteroflow.cache.prewarm import MANIFEST_NAME, cache_key, dataset_cache_dir, prewarm, prewarm_dataset
 from heteroflow.cache.redact import warn_if_credentials
 from heteroflow.cache.sources import classify, dataset_identity, split_query
-from heteroflow.cache.testing import files_containing, s3_test_server, serve_folder
+from servers import files_containing, s3_test_server, serve_folder
 
 SIG = "SECRETsig%2Bq%3D"  # an Azure SAS signature is base64, percent-encoded in the URL
 IRIS = b"sepal_length,sepal_width,petal_length,petal_width,class\n5.1,3.5,1.4,0.2,setosa\n7.0,3.2,4.7,1.4,versicolor\n"

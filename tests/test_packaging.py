@@ -27,6 +27,8 @@ REPO = Path(__file__).resolve().parents[1]
 PACKAGE_FOLDERS = ("cache", "components", "pipelines", "dags")
 ROOT_FOLDER = "pipelines/_root/"
 """Where ``heteroflow/__init__.py`` comes from (pyproject.toml's package-dir)."""
+CRD_DATA = "cache/data/crds"
+"""Where the shipped CRD files, their README and licence live (package data of heteroflow.cache)."""
 EXTRAS = {"kfp", "airflow", "torch", "alluxio", "s3", "dev", "sim", "all"}
 
 
@@ -97,11 +99,34 @@ def test_every_tracked_module_is_in_the_wheel_under_heteroflow(tracked: list[str
 
 
 @pytest.mark.slow
-def test_the_crd_schemas_and_their_licence_are_in_the_wheel(wheel_names: set[str]) -> None:
-    from heteroflow.cache.crds import CRD_FILES
+def test_the_crd_schemas_and_their_licence_are_in_the_wheel(tracked: list[str], wheel_names: set[str]) -> None:
+    from heteroflow.cache.crds import CRD_FILES, SCHEMA_DIR
 
+    assert SCHEMA_DIR.parts[-3:] == tuple(CRD_DATA.split("/")), "the loader reads the folder that is shipped"
     for name in [*CRD_FILES.values(), "README.md", "LICENSE-Apache-2.0.txt"]:
-        assert f"heteroflow/cache/schemas/{name}" in wheel_names, name
+        assert f"heteroflow/{CRD_DATA}/{name}" in wheel_names, name
+    shipped = [f for f in tracked if f.startswith(f"{CRD_DATA}/")]
+    assert len(shipped) == len(CRD_FILES) + 2, shipped  # every CRD, its README and its licence: nothing unlisted
+    missing = [f for f in shipped if f"heteroflow/{f}" not in wheel_names]
+    assert missing == [], f"tracked CRD data missing from the wheel: {missing}"
+    assert not any(n.startswith("heteroflow/cache/schemas/") for n in wheel_names), "the old folder is gone"
+
+
+def test_test_servers_are_not_part_of_the_package(tracked: list[str]) -> None:
+    """The HTTP and S3 test servers heteroflow's own tests use live in tests/ (tests/servers.py), not in a runtime
+    package, so a wheel never ships them."""
+    assert "tests/servers.py" in tracked
+    in_packages = [f for f in tracked if f.split("/", 1)[0] in PACKAGE_FOLDERS and f.endswith(".py")
+                   and ("ThreadedMotoServer" in (REPO / f).read_text(encoding="utf-8")
+                        or "SimpleHTTPRequestHandler" in (REPO / f).read_text(encoding="utf-8"))]
+    assert in_packages == [], f"test servers inside the runtime packages: {in_packages}"
+    assert importlib.util.find_spec("heteroflow.cache.testing") is None
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_no_test_servers(wheel_names: set[str]) -> None:
+    assert "heteroflow/cache/testing.py" not in wheel_names
+    assert not any(n.endswith("/servers.py") for n in wheel_names)
 
 
 @pytest.mark.slow

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from heteroflow.cache.testing import files_containing, s3_test_server, serve_folder
+from servers import files_containing, s3_test_server, serve_folder
 
 HETEROFLOW = Path(sys.executable).with_name("heteroflow")
 PASSWORD = "s3cretPW"

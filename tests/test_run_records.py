@@ -156,7 +156,7 @@ def test_only_the_kfp_local_entry_points_import_the_kfp_local_runner() -> None:
         for p in (ROOT / folder).rglob("*.py")
         if "heteroflow.pipelines.local" in _imports(p)
     )
-    assert users == ["pipelines/runner.py"], users  # run(engine="kfp-local"); records live in records.py
+    assert users == ["pipelines/engines.py"], users  # the kfp-local engine (registry); records live in records.py
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""Test helpers for remote data sets, shipped so pipeline-level tests (and users' own) can use them.
+"""Test servers for remote data sets, used by heteroflow's own tests (not shipped: ``from servers import ...``
+works because pyproject.toml's pytest settings put ``tests/`` on ``sys.path``).
 
 - :func:`serve_folder`: a folder served over HTTP on 127.0.0.1 by Python's ``http.server`` in a thread,
   optionally behind HTTP Basic auth (403 on a wrong password, 401 on none) or a signed-URL query check.

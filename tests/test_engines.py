@@ -1,0 +1,243 @@
+"""Engines behind one interface (heteroflow.pipelines.engines): the registry, an engine another package registers
+through the ``heteroflow.engines`` entry point (a real dist-info on ``sys.path``), missing requirements, the ``kfp``
+engine's submission (kfp's client faked at its boundary), and the ``airflow`` engine on a real Airflow with SQLite
+(slow)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sqlite3
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+import heteroflow
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV
+from heteroflow.pipelines import engines
+from heteroflow.pipelines.cli import app
+from heteroflow.pipelines.engines import Engine, EngineUnavailable, engine_names, get_engine
+
+PREWARM_ONLY = (
+    "from heteroflow.components.steps import PREWARM\nfrom heteroflow.pipelines.graph import Pipeline\n\n"
+    "p = Pipeline('prewarm-only')\np.add(PREWARM, source_uri=p.param('dataset_uri'))\n"
+)
+
+RECORDING_ENGINE = '''\
+from heteroflow.pipelines.engines import get_engine
+
+CALLS = []
+
+
+class RecordingEngine:
+    name = "recording"
+    description = "the in-process engine, recording what it was asked"
+    extra = None
+    modules = ()
+    options = frozenset()
+
+    def run(self, pipeline, params, *, run_dir, simulate_devices, inject_faults, on_progress, echo_engine_output, source=None, **options):
+        CALLS.append({"pipeline": pipeline.name, "params": dict(params or {}), "run_dir": str(run_dir), "source": source, "options": options})
+        return get_engine("inprocess").run(
+            pipeline, params, run_dir=run_dir, simulate_devices=simulate_devices, inject_faults=inject_faults,
+            on_progress=None, echo_engine_output=False, source=source,
+        )
+
+
+ENGINE = RecordingEngine  # a class: the registry instantiates it
+'''
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The registry as a process starts: builtin engines only, entry points not loaded yet."""
+    monkeypatch.setattr(engines, "_REGISTRY", {k: v for k, v in engines._REGISTRY.items() if k in engines.BUILTIN_ENGINES})
+    monkeypatch.setattr(engines, "_ENTRY_POINTS_LOADED", False)
+    monkeypatch.setattr(engines, "_BROKEN", {})
+
+
+@pytest.fixture
+def plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, fresh_registry: None) -> Iterator[Path]:
+    """An installed distribution ``heteroflow-recording`` (a dist-info with entry_points.txt on sys.path) that
+    registers the engine ``recording``, and the module ``prewarmonly`` (a one-step pipeline) beside it."""
+    site = tmp_path / "site"
+    dist = site / "heteroflow_recording-0.1.dist-info"
+    dist.mkdir(parents=True)
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: heteroflow-recording\nVersion: 0.1\n")
+    (dist / "entry_points.txt").write_text("[heteroflow.engines]\nrecording = recording_engine:ENGINE\n")
+    (site / "recording_engine.py").write_text(RECORDING_ENGINE)
+    (site / "prewarmonly.py").write_text(PREWARM_ONLY)
+    monkeypatch.syspath_prepend(str(site))
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    for name in (SIMULATE_ENV, FAULT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    yield site
+    for name in ("recording_engine", "prewarmonly"):
+        sys.modules.pop(name, None)
+
+
+def test_the_builtin_and_the_airflow_engines_are_registered(fresh_registry: None) -> None:
+    names = engine_names()
+    assert names[:3] == ("kfp-local", "inprocess", "kfp")
+    assert "airflow" in names  # through this project's own entry point (pyproject.toml)
+    for name in names:
+        engine = get_engine(name, check=False)
+        assert engine.name == name and engine.description and isinstance(engine, Engine)
+        assert set(engine.options) <= set(engines.OPTIONAL_OPTIONS)
+    assert type(get_engine("airflow", check=False)).__module__ == "heteroflow.dags.engine"
+
+
+def test_loading_the_registry_imports_no_engine_runner(fresh_registry: None) -> None:
+    engine_names()
+    # each engine imports its runner when it runs; the console script relies on that
+    import subprocess
+
+    code = (
+        "import sys; from heteroflow.pipelines.engines import engine_names; engine_names(); "
+        "print(sorted(m for m in ('kfp', 'airflow', 'heteroflow.pipelines.local', 'heteroflow.pipelines.inprocess', 'typer') if m in sys.modules))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_an_unknown_engine_is_refused_naming_the_registered_ones(fresh_registry: None) -> None:
+    with pytest.raises(InvalidParameter, match=r"engine='kfp-locl' is unknown; valid: kfp-local, inprocess, kfp, airflow"):
+        heteroflow.run(None, engine="kfp-locl")
+    result = CliRunner().invoke(app, ["run", "--engine", "nope"])
+    assert result.exit_code == 2
+    assert "--engine: engine='nope' is unknown; valid: kfp-local, inprocess, kfp, airflow" in " ".join(result.output.split())
+
+
+def test_an_engine_option_it_does_not_know_is_refused_listing_those_it_does(fresh_registry: None) -> None:
+    with pytest.raises(InvalidParameter, match=r"engine='inprocess' has no option 'host'; valid engine options: sleep"):
+        heteroflow.run(None, engine="inprocess", host="http://x")
+
+
+def test_an_entry_point_engine_is_found_and_run_by_heteroflow_run(plugin: Path, digits_dir: Path, tmp_path: Path) -> None:
+    assert "recording" in engine_names()
+    record = heteroflow.run("prewarmonly:p", {"dataset_uri": str(digits_dir)}, engine="recording", run_dir=tmp_path / "run")
+    assert record.status == "succeeded" and record.pipeline == "prewarm-only"
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "succeeded"
+    calls = sys.modules["recording_engine"].CALLS
+    assert calls == [
+        {"pipeline": "prewarm-only", "params": {"dataset_uri": str(digits_dir)}, "run_dir": str(tmp_path / "run"), "source": "prewarmonly:p", "options": {}}
+    ]
+
+
+def test_an_entry_point_engine_is_found_and_run_by_the_cli(plugin: Path, digits_dir: Path, tmp_path: Path) -> None:
+    result = CliRunner().invoke(app, ["run", "--engine", "recording", "--pipeline", "prewarmonly:p", "--dataset", str(digits_dir), "-o", str(tmp_path / "run")])
+    assert result.exit_code == 0, result.output
+    assert "run succeeded" in result.output
+    assert [c["source"] for c in sys.modules["recording_engine"].CALLS] == ["prewarmonly:p"]
+    listed = CliRunner().invoke(app, ["engines", "--json"])
+    assert listed.exit_code == 0, listed.output
+    rows = {row["name"]: row for row in json.loads(listed.output)}
+    assert rows["recording"]["description"] == "the in-process engine, recording what it was asked"
+    assert list(rows)[:3] == ["kfp-local", "inprocess", "kfp"]
+
+
+def test_a_broken_entry_point_is_named_when_asked_for_and_breaks_no_other_engine(plugin: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (plugin / "heteroflow_recording-0.1.dist-info" / "entry_points.txt").write_text(
+        "[heteroflow.engines]\nrecorder = recording_engine:ENGINE\nmissing = no_such_module_here:ENGINE\n"
+    )
+    assert "recorder" not in engine_names() and "missing" not in engine_names() and "airflow" in engine_names()
+    with pytest.raises(EngineUnavailable, match=r"engine='recorder' is registered but unusable: .* names an engine called 'recording'"):
+        get_engine("recorder")
+    with pytest.raises(EngineUnavailable, match=r"engine='missing' .* cannot be loaded: ModuleNotFoundError"):
+        heteroflow.run(None, engine="missing")
+
+
+def test_a_missing_requirement_names_the_extra_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "kfp" else real(name, *a))
+    with pytest.raises(EngineUnavailable, match=r"engine='kfp-local' needs the module 'kfp', which is not installed; run: pip install 'heteroflow\[kfp\]'"):
+        heteroflow.run(None, engine="kfp-local")
+    with pytest.raises(EngineUnavailable, match=r"pip install 'heteroflow\[kfp\]'"):
+        get_engine("kfp")
+    assert get_engine("kfp", check=False).name == "kfp"  # listing needs nothing installed
+    get_engine("inprocess")  # needs nothing
+    result = CliRunner().invoke(app, ["run", "--engine", "kfp-local"])
+    assert result.exit_code == 2
+    assert "pip install 'heteroflow[kfp]'" in " ".join(result.output.split())
+    listed = CliRunner().invoke(app, ["engines", "--json"])
+    rows = {row["name"]: row for row in json.loads(listed.output)}
+    assert rows["kfp"]["installed"] == "no: pip install 'heteroflow[kfp]'" and rows["inprocess"]["installed"] == "yes"
+
+
+def test_options_an_engine_cannot_honour_are_said_and_ignored(plugin: Path, digits_dir: Path, tmp_path: Path) -> None:
+    seen: list[Any] = []
+    with pytest.warns(UserWarning, match="engine 'inprocess' ignores on_progress"):
+        record = heteroflow.run("prewarmonly:p", {"dataset_uri": str(digits_dir)}, engine="inprocess", run_dir=tmp_path / "run", on_progress=seen.append)
+    assert record.status == "succeeded" and seen == []
+
+
+def test_the_kfp_engine_needs_a_host(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv(engines.KFP_HOST_ENV, raising=False)
+    with pytest.raises(InvalidParameter, match=r"engine='kfp' needs a Kubeflow Pipelines endpoint: pass host=.* or set HETEROFLOW_KFP_HOST"):
+        heteroflow.run(None, {"dataset_uri": "s3://b/d"}, engine="kfp", run_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # refused before anything was written
+
+
+def test_the_kfp_engine_submits_the_compiled_pipeline_and_records_the_submission(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import kfp
+
+    sent: list[dict[str, Any]] = []
+
+    class FakeClient:  # kfp.Client's boundary: the real package and argument checks run before it
+        def __init__(self, host: str, namespace: str | None = None) -> None:
+            self.host = host
+
+        def create_run_from_pipeline_package(self, path: str, arguments: dict[str, Any], **kwargs: Any) -> Any:
+            sent.append({"host": self.host, "path": path, "arguments": arguments, **kwargs})
+            return type("Run", (), {"run_id": "abc-123"})()
+
+    monkeypatch.setattr(kfp, "Client", FakeClient)
+    monkeypatch.setenv(engines.KFP_HOST_ENV, "http://kfp.example:8080")
+    with pytest.warns(UserWarning, match="placeholder image"):
+        record = heteroflow.run(None, {"dataset_uri": "s3://b/d", "epochs": 2}, engine="kfp", run_dir=tmp_path / "run", experiment="exp")
+    assert record.status == "submitted" and record.steps == []
+    assert record.results["kfp"] == {"host": "http://kfp.example:8080", "run_id": "abc-123", "url": "http://kfp.example:8080/#/runs/details/abc-123"}
+    [call] = sent
+    assert call["path"] == str(tmp_path / "run" / "pipeline.yaml") and call["experiment_name"] == "exp"
+    assert call["arguments"]["dataset_uri"] == "s3://b/d" and call["arguments"]["epochs"] == 2  # typed from the package
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["results"]["kfp"]["run_id"] == "abc-123"
+    heteroflow.run(None, {"dataset_uri": "s3://b/d"}, engine="kfp", run_dir=tmp_path / "run2", image="reg.example/hf:1")
+    assert "reg.example/hf:1" in (tmp_path / "run2" / "pipeline.yaml").read_text()
+
+
+def test_the_airflow_engine_needs_the_pipeline_as_a_reference(tmp_path: Path) -> None:
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    from heteroflow.pipelines.default import default_pipeline
+
+    with pytest.raises(InvalidParameter, match=r"engine='airflow' builds the DAG in Airflow's own process, so it needs the pipeline as 'module:attribute'"):
+        heteroflow.run(default_pipeline(), engine="airflow", run_dir=tmp_path / "run", airflow_home=tmp_path / "af")
+    assert not (tmp_path / "af").exists()
+
+
+@pytest.mark.slow
+def test_the_airflow_engine_runs_the_default_pipeline_on_sqlite(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    for name in (SIMULATE_ENV, FAULT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    run_dir = tmp_path / "run"
+    record = heteroflow.run(None, {"dataset_uri": str(digits_dir), "epochs": 3}, engine="airflow", run_dir=run_dir)
+    assert record.status == "succeeded", (run_dir / "airflow.log").read_text()[-4000:]
+    assert Path(record.run_dir) == run_dir.resolve() and record.run_id.startswith("manual__")
+    assert record.metrics["evaluate"]["accuracy"] >= 0.85
+    assert [s.status for s in record.steps] == ["succeeded"] * len(record.steps) and record.step("archive").attempts == 1
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "succeeded"
+    # Airflow's own database (SQLite in AIRFLOW_HOME) holds the DAG run and its tasks
+    with sqlite3.connect(tmp_path / "airflow" / "airflow.db") as db:
+        state = db.execute("select state from dag_run where dag_id='heteroflow-engine-heteroflow-default'").fetchall()
+        tasks = dict(db.execute("select task_id, state from task_instance where dag_id='heteroflow-engine-heteroflow-default'").fetchall())
+    assert state == [("success",)], state
+    assert tasks["record-run"] == tasks["archive"] == "success"
+    log = (run_dir / "airflow.log").read_text()
+    assert "$ airflow db migrate" in log and "$ airflow dags test heteroflow-engine-heteroflow-default" in log
