@@ -112,7 +112,7 @@ def main() -> None:
     try:
         bench = Bench(root)
         dataset = subprocess.run(
-            [sys.executable, "-c", "from heteroflow.components.datasets import export_digits; print(export_digits())"],
+            [sys.executable, "-c", "from heteroflow.components.data.datasets import export_digits; print(export_digits())"],
             env=bench.env, capture_output=True, text=True, check=True,
         ).stdout.strip()
         (bench.dags / "hf_bench.py").write_text(HETEROFLOW_DAG)

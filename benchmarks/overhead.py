@@ -24,7 +24,7 @@ The printed ratio is heteroflow's overhead per task over raw kfp.local's (target
 steps' ``compute_seconds`` (their work without imports), for reference.
 
 Each repeat also runs heteroflow with ``HETEROFLOW_PRESTART=0`` (every step process started when its task starts,
-as kfp.local starts it; see :mod:`heteroflow.pipelines.prestart`), and prints that run's overhead ratio and the
+as kfp.local starts it; see :mod:`heteroflow.pipelines.kfp.prestart`), and prints that run's overhead ratio and the
 wall-time ratio of the two heteroflow runs. Prestarted processes do a task's imports earlier, on a core the run
 leaves idle; where they still take CPU from a step, that step's work grows instead of the overhead, so the wall
 ratio is the figure that says what a user gains.
@@ -122,7 +122,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--epochs", type=int, default=30)
     args = parser.parse_args()
-    from heteroflow.components.datasets import export_digits
+    from heteroflow.components.data.datasets import export_digits
 
     root = Path(tempfile.mkdtemp(prefix="hf-bench-"))
     ENV.update({k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}, PYTHONPYCACHEPREFIX=str(root / "pycache"))

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from heteroflow.components.placement import (
+from heteroflow.components.placement.policies import (
     Job,
     PlacementState,
     _allowed_models,

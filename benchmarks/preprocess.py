@@ -16,7 +16,7 @@ warms the page cache, and one preprocess that pays the imports of scikit-learn a
 
 Measured (issue #16 item 22; 2 shared cores, load average 6-10 from other work, so each figure is noisy):
 0.17x with one repeat (the imports counted), 0.29-0.31x best of 3 before and after the vectorised one-hot
-transform (:class:`heteroflow.components.tabular.OneHotCodes`, 0.32 s -> 0.19 s on 700,000 rows). What bounds
+transform (:class:`heteroflow.components.data.tabular.OneHotCodes`, 0.32 s -> 0.19 s on 700,000 rows). What bounds
 it, from ``--profile`` (shares of one warm run): the read (sniff, parse, clean; 39%) costs what the baseline
 costs (read_table 1.98 s vs read_csv 2.01 s, best of 4 interleaved: the sniffer reads 64 KiB, the cleaning
 works once per distinct value); scikit-learn's ColumnTransformer, fitted on the train split and applied to
@@ -105,7 +105,7 @@ def main() -> None:
 
     import pandas as pd
 
-    from heteroflow.components.preprocess import preprocess
+    from heteroflow.components.data.preprocess import preprocess
 
     work = Path(tempfile.mkdtemp(prefix="hf-bench-preprocess-"))
     try:

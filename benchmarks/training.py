@@ -1,7 +1,7 @@
 """Training speed of heteroflow's train, as ratios against baselines measured in the same run.
 
 1. **train vs a plain PyTorch loop** (target >= 0.95x): the built-in MLP (hidden 128) on the digits table, batch
-   64, Adam, the same epochs and seed. heteroflow: :func:`heteroflow.components.train.train` (checkpoints off,
+   64, Adam, the same epochs and seed. heteroflow: :func:`heteroflow.components.training.step.train` (checkpoints off,
    its per-epoch validation included), samples/s of its training loop. Baseline: the loop a PyTorch user writes
    for in-memory tensors (a per-epoch permutation, index, forward, backward, step), timed the same way; and the
    same loop with the per-epoch validation accuracy train reports (the same work).
@@ -45,8 +45,8 @@ def tiny_image_model(input_shape: tuple[int, ...], num_classes: int) -> nn.Modul
 def plain_loop(shards: Path, *, epochs: int, batch_size: int, seed: int, validate: bool = False) -> float:
     """The baseline: samples/s of a plain PyTorch loop on the same tensors (``validate``: with the accuracy on the
     validation split after every epoch, as heteroflow's loop reports it)."""
-    from heteroflow.components.preprocess import available_cpus, load_split, read_meta
-    from heteroflow.components.training import mlp
+    from heteroflow.components.data.preprocess import available_cpus, load_split, read_meta
+    from heteroflow.components.training.loop import mlp
 
     torch.set_num_threads(available_cpus())
     meta = read_meta(shards)
@@ -148,10 +148,10 @@ def main() -> None:
     args = ap.parse_args()
     os.environ["HETEROFLOW_HOME"] = tempfile.mkdtemp(prefix="heteroflow-bench-")
     from heteroflow.cache.prewarm import prewarm
-    from heteroflow.components.datasets import export_digits
-    from heteroflow.components.preprocess import preprocess
-    from heteroflow.components.train import train
-    from heteroflow.components.training import Checkpoint, mlp
+    from heteroflow.components.data.datasets import export_digits
+    from heteroflow.components.data.preprocess import preprocess
+    from heteroflow.components.training.step import train
+    from heteroflow.components.training.loop import Checkpoint, mlp
 
     work = Path(tempfile.mkdtemp(prefix="heteroflow-bench-data-"))
     digits = prewarm(str(export_digits(work / "digits")), work / "cache")

@@ -60,7 +60,7 @@ __all__ = [
 
 DATA_FORMATS_GROUP = "heteroflow.data_formats"
 """The entry-point group naming what judges which files are data: the reader registry
-(``heteroflow.components.formats:REGISTRY``, registered in heteroflow's own ``pyproject.toml``). The cache tier
+(``heteroflow.components.data.formats:REGISTRY``, registered in heteroflow's own ``pyproject.toml``). The cache tier
 caches bytes of any files and knows no format; it asks this, by file name only, for its checks."""
 
 

@@ -8,7 +8,7 @@ raises :class:`InvalidResources` naming the field, the valid forms and, where on
 (``16GB`` -> ``16G`` or ``16Gi``). Quantities are rendered back in the unit the user wrote where that is exact
 (``8G`` stays ``8G``).
 
-Accelerators come from the registry in :mod:`heteroflow.components.accelerators` (models, families, the
+Accelerators come from the registry in :mod:`heteroflow.components.devices.accelerators` (models, families, the
 names users write for them). The design follows SkyPilot's ``Resources`` (immutable value, ``ordered``
 candidate lists) and flytekit's typed accelerator constants and separate ``requests=`` / ``limits=``.
 """
@@ -23,7 +23,7 @@ from decimal import Decimal
 from fractions import Fraction
 from typing import Any
 
-from heteroflow.components.accelerators import (
+from heteroflow.components.devices.accelerators import (
     ACCELERATORS,
     ASCEND_310P,
     ASCEND_910,
@@ -638,7 +638,7 @@ class Resources:
             ``cpu``. Kubernetes requires an extended resource's request to equal its limit, so the count is both.
         nodes: pods on separate nodes, each asking for everything here (``count`` devices, ``cpu``, ``memory``),
             >= 1; default 1. More than 1 makes a multi-node job: on a cluster the train step submits it as a
-            Kubeflow Trainer TrainJob or PyTorchJob with gang scheduling (:mod:`heteroflow.components.trainjob`),
+            Kubeflow Trainer TrainJob or PyTorchJob with gang scheduling (:mod:`heteroflow.components.training.trainjob`),
             one process per device on each node.
         cpu: CPU request in cores, a Kubernetes quantity (``"500m"``, ``"2"``) or a number; default ``"1"``;
             None asks for none.
@@ -888,7 +888,7 @@ class Resources:
     def k8s_requests(self) -> dict[str, str]:
         """The Kubernetes ``resources.requests`` map under the official device plugins (exact quantities in the
         user's units; the accelerator's extended resource with its count). A cluster profile may name the
-        accelerator differently: see ``heteroflow.pipelines.k8s_resources``."""
+        accelerator differently: see ``heteroflow.pipelines.k8s.resources``."""
         return self._k8s_map(limit=False)
 
     def k8s_limits(self) -> dict[str, str]:
@@ -1077,6 +1077,6 @@ class Candidates:
         return cls(options, policy=policy)
 
 
-# --- Retry policy: defined in heteroflow.components.retry, re-exported here for existing imports -------------
+# --- Retry policy: defined in heteroflow.components.core.retry, re-exported here for existing imports -------------
 
-from heteroflow.components.retry import RetryPolicy  # noqa: E402
+from heteroflow.components.core.retry import RetryPolicy  # noqa: E402

@@ -1,16 +1,16 @@
-"""The steps heteroflow ships, each defined once as a :class:`~heteroflow.components.step.Step`.
+"""The steps heteroflow ships, each defined once as a :class:`~heteroflow.components.core.step.Step`.
 
 ==============  ===============================================  ===========================  ================
 step            function                                         artifacts in -> out          runs on
 ==============  ===============================================  ===========================  ================
 ``prewarm``     :func:`heteroflow.cache.prewarm.prewarm_dataset`  -> dataset                   1 CPU
-``preprocess``  :func:`heteroflow.components.preprocess.preprocess` dataset -> shards          4 CPUs
-``plan``        :func:`heteroflow.components.plan.plan_step`      -> placement                 500m CPU
-``train``       :func:`heteroflow.components.train.train`         shards -> model, metrics     NPU, else GPU,
+``preprocess``  :func:`heteroflow.components.data.preprocess.preprocess` dataset -> shards          4 CPUs
+``plan``        :func:`heteroflow.components.placement.plan.plan_step`      -> placement                 500m CPU
+``train``       :func:`heteroflow.components.training.step.train`         shards -> model, metrics     NPU, else GPU,
                                                                                                else 8 CPUs
-``evaluate``    :func:`heteroflow.components.evaluate.evaluate`   shards, model -> metrics,    2 CPUs
+``evaluate``    :func:`heteroflow.components.models.evaluate.evaluate`   shards, model -> metrics,    2 CPUs
                                                                   classification
-``archive``     :func:`heteroflow.components.archive.archive_step` dataset, shards, model,     1 CPU
+``archive``     :func:`heteroflow.components.models.archive.archive_step` dataset, shards, model,     1 CPU
                                                                   eval_metrics -> archived
 ==============  ===============================================  ===========================  ================
 
@@ -21,13 +21,13 @@ step's candidates or retries for one pipeline with :meth:`Step.with_options` or 
 
 from __future__ import annotations
 
-from heteroflow.components.archive import ARCHIVE
-from heteroflow.components.evaluate import EVALUATE
-from heteroflow.components.plan import PLAN
-from heteroflow.components.preprocess import PREPROCESS
-from heteroflow.components.prewarm import PREWARM
-from heteroflow.components.step import Step
-from heteroflow.components.train import DEFAULT_TRAIN_CANDIDATES, TRAIN
+from heteroflow.components.models.archive import ARCHIVE
+from heteroflow.components.models.evaluate import EVALUATE
+from heteroflow.components.placement.plan import PLAN
+from heteroflow.components.data.preprocess import PREPROCESS
+from heteroflow.components.data.prewarm import PREWARM
+from heteroflow.components.core.step import Step
+from heteroflow.components.training.step import DEFAULT_TRAIN_CANDIDATES, TRAIN
 
 __all__ = [
     "ARCHIVE",

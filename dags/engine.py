@@ -34,7 +34,7 @@ from heteroflow.components.errors import HeteroflowError, InvalidParameter
 
 if TYPE_CHECKING:
     from heteroflow.pipelines.graph import Pipeline
-    from heteroflow.pipelines.records import RunRecord
+    from heteroflow.pipelines.runs.records import RunRecord
 
 __all__ = ["ENGINE", "RUN_DIR_ENV", "AirflowEngine", "AirflowRunError", "engine_dag"]
 
@@ -116,7 +116,7 @@ class AirflowEngine:
         """
         from heteroflow.cache.locations import home_dir
         from heteroflow.pipelines.environment import testing_environment
-        from heteroflow.pipelines.records import RunRecord, StepSummary, new_run_id, prepare_arguments, prepare_run_dir
+        from heteroflow.pipelines.runs.records import RunRecord, StepSummary, new_run_id, prepare_arguments, prepare_run_dir
 
         unknown = sorted(set(options) - {"airflow_home", "timeout_seconds"})
         if unknown:

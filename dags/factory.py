@@ -20,7 +20,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from heteroflow.components.cluster import ClusterProfile
+from heteroflow.components.devices.cluster import ClusterProfile
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import DeviceKind
 from heteroflow.dags.layout import PREPARE_TASK, RECORD_TASK, Layout, airflow_params, check_calls, pool_for

@@ -185,7 +185,7 @@ def pools_for_inventory(inventory: Any, *, prefix: str = POOL_PREFIX) -> dict[st
     device count) and one per model the inventory names (that model's count). CPU gets none.
 
     Args:
-        inventory: a :class:`heteroflow.components.plan.Inventory`.
+        inventory: a :class:`heteroflow.components.placement.plan.Inventory`.
     """
     out: dict[str, tuple[int, str]] = {}
     for kind in (k for k in DeviceKind if k.has_devices):

@@ -2,12 +2,12 @@
 
 - :class:`PrepareRunOperator` (setup ``prepare-run``): checks the run's arguments once and fixes the run folder.
 - :class:`StepOperator` (local mode): one attempt of one call on one candidate, in the worker, through
-  :func:`heteroflow.components.runtime.run_step` (the code path of ``heteroflow step``). The pod operator of
+  :func:`heteroflow.components.core.runtime.run_step` (the code path of ``heteroflow step``). The pod operator of
   kubernetes mode (:mod:`heteroflow.dags.pods`) shares its ending (:class:`StepEnding`).
 - :class:`FallbackGateOperator` (``<call>.fallback-to-<k>``): after candidate k-1 failed, reads the failure
   class it reported and opens the fallback only for a device failure.
 - :class:`RecordRunOperator` (teardown ``record-run``): ``run.json`` from the attempt records.
-- :class:`StepRetryPolicy`: the step's :class:`~heteroflow.components.retry.RetryPolicy` as Airflow 3.3's
+- :class:`StepRetryPolicy`: the step's :class:`~heteroflow.components.core.retry.RetryPolicy` as Airflow 3.3's
   ``retry_policy``: the exact n-th wait ``min(backoff * factor**n, max_delay)`` (Airflow's own exponential
   backoff adds up to 100 % hash jitter), no retry once the next one would start after the policy's total
   window, and no retry for anything that is not a transient failure.
@@ -44,7 +44,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.resources import DeviceKind, RetryPolicy
-from heteroflow.components.runtime import TransientStepFailure
+from heteroflow.components.core.runtime import TransientStepFailure
 from heteroflow.dags.layout import DECISION_KEY, FAILURE_KEY, PREPARE_TASK, Layout, safe_run_id
 from heteroflow.pipelines.graph import Pipeline
 from heteroflow.pipelines.environment import environ
@@ -103,10 +103,10 @@ def _prepared(context: Mapping[str, Any]) -> dict[str, Any]:
 
 
 class StepRetryPolicy(AirflowRetryPolicy):
-    """A step's :class:`~heteroflow.components.retry.RetryPolicy` as an Airflow 3.3 ``retry_policy``.
+    """A step's :class:`~heteroflow.components.core.retry.RetryPolicy` as an Airflow 3.3 ``retry_policy``.
 
     Evaluated in the worker after a try failed (Airflow's ``task_runner``): a
-    :class:`~heteroflow.components.runtime.TransientStepFailure` is retried after exactly
+    :class:`~heteroflow.components.core.runtime.TransientStepFailure` is retried after exactly
     ``policy.delay_seconds(try_number - 1)`` seconds, unless that retry would start after
     ``policy.window_seconds`` from the first attempt on this candidate (then the task fails; checked where that
     start is known: local mode reads it from the attempt records, kubernetes mode only when the worker can read
@@ -122,7 +122,7 @@ class StepRetryPolicy(AirflowRetryPolicy):
     def evaluate(self, exception: BaseException, try_number: int, max_tries: int, context: Any = None) -> RetryDecision:
         if not isinstance(exception, TransientStepFailure):
             return RetryDecision.default()
-        from heteroflow.components.fallback import retry_decision
+        from heteroflow.components.core.fallback import retry_decision
 
         first = getattr(exception, "first_started_at", None)
         elapsed = time.time() - first if isinstance(first, (int, float)) else 0.0
@@ -245,8 +245,8 @@ class StepOperator(StepEnding):
     ui_color = "#e8f0fe"
 
     def execute(self, context: Any) -> Any:
-        from heteroflow.components.runtime import LocalArtifact, Outcome, run_step
-        from heteroflow.components.telemetry import read_step_records
+        from heteroflow.components.core.runtime import LocalArtifact, Outcome, run_step
+        from heteroflow.components.core.telemetry import read_step_records
         from heteroflow.pipelines.environment import step_environment
 
         prep = _prepared(context)
@@ -307,7 +307,7 @@ class FallbackGateOperator(BaseOperator, SkipMixin):
         """The decision for the previous candidate's ``failure`` (its XCom outcome, or None) and the planner's
         ``inventory`` (or None): ``{"decision": "fallback" | "stop", "target": k | None, "why": ...,
         "passed_over": [...]}``. Pure; no Airflow calls."""
-        from heteroflow.components.fallback import next_candidate
+        from heteroflow.components.core.fallback import next_candidate
 
         route = (failure or {}).get("failure") if failure is not None else None
         decided = next_candidate(
@@ -345,7 +345,7 @@ class FallbackGateOperator(BaseOperator, SkipMixin):
 
 class PrepareRunOperator(BaseOperator):
     """Setup task: the run's arguments, checked once (DAG params over the pipeline's defaults; in local mode an
-    empty ``dataset_uri`` takes the digits sample, see :func:`heteroflow.pipelines.records.prepare_arguments`),
+    empty ``dataset_uri`` takes the digits sample, see :func:`heteroflow.pipelines.runs.records.prepare_arguments`),
     and its run folder ``<run_root>/<dag id>/<run id>``. Returns (XCom) ``run_dir``, ``run_id``, ``args``,
     ``started_at`` (Unix time, seconds).
 
@@ -373,7 +373,7 @@ class PrepareRunOperator(BaseOperator):
 
     def execute(self, context: Any) -> Any:
         from heteroflow.dags.pools import check_pools
-        from heteroflow.pipelines.records import prepare_arguments
+        from heteroflow.pipelines.runs.records import prepare_arguments
 
         check_pools(self.dag.tasks, dag_id=self.dag_id)  # a missing pool would leave its tasks scheduled for ever
         folder = self.run_folder(str(context["run_id"]))
@@ -407,13 +407,13 @@ class PrepareRunOperator(BaseOperator):
 
 
 def _testing_settings() -> dict[str, str]:
-    from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV
+    from heteroflow.components.core.failures import FAULT_ENV, SIMULATE_ENV
 
     return {k: os.environ[k] for k in (SIMULATE_ENV, FAULT_ENV) if os.environ.get(k)}
 
 
 def _write_record(pipeline: Pipeline, folder: Path, run_id: str, started: float, args: Mapping[str, Any], *, error: str | None = None) -> Any:
-    from heteroflow.pipelines.records import build_record
+    from heteroflow.pipelines.runs.records import build_record
 
     record = build_record(
         pipeline,
@@ -431,7 +431,7 @@ def _write_record(pipeline: Pipeline, folder: Path, run_id: str, started: float,
 
 
 class RecordRunOperator(BaseOperator):
-    """Teardown task: write ``<run_dir>/run.json`` (:class:`heteroflow.pipelines.records.RunRecord`, from the
+    """Teardown task: write ``<run_dir>/run.json`` (:class:`heteroflow.pipelines.runs.records.RunRecord`, from the
     attempt records) and return its status and ``fallbacks`` (XCom). It runs whatever ended the run (as an
     Airflow teardown it does not decide the DAG run's state). Skipped, with the reason, when the run folder is
     not reachable from this worker (kubernetes mode without the shared storage mounted on the workers)."""
@@ -452,8 +452,8 @@ class RecordRunOperator(BaseOperator):
             )
         record = _write_record(self.pipeline, folder, prep["run_id"], float(prep["started_at"]), prep["args"])
         self.log.info("run %s: %s; record %s", record.run_id, record.status, Path(record.run_dir, "run.json"))
-        from heteroflow.pipelines.cli_runs import summary_text  # the summary `heteroflow run` prints (#17)
-        from heteroflow.pipelines.runs import load_run
+        from heteroflow.pipelines.cli.runs import summary_text  # the summary `heteroflow run` prints (#17)
+        from heteroflow.pipelines.runs.folders import load_run
 
         print(summary_text(load_run(folder), self.pipeline), flush=True)
         for f in record.fallbacks:

@@ -1,6 +1,6 @@
 """Kubernetes mode: each step task is a KubernetesPodOperator running ``heteroflow step`` in a pod.
 
-Each pod gets, from the candidate and the cluster profile (:func:`heteroflow.pipelines.k8s_resources.build_pod_resources`,
+Each pod gets, from the candidate and the cluster profile (:func:`heteroflow.pipelines.k8s.resources.build_pod_resources`,
 the builder the KFP rendering shares): requests and limits, the accelerator's extended resource, node selector
 or affinity, tolerations, ``schedulerName``, the Volcano queue annotation / Kueue queue label, the profile's
 labels and annotations, and the image for its device kind. Its command is::
@@ -11,7 +11,7 @@ labels and annotations, and the image for its device kind. Its command is::
 with the run folder and argument values rendered (Jinja) from the ``prepare-run`` task's XCom. Pod names are
 ``<dag id>-<task id>`` plus the operator's random suffix, so every try gets a new pod.
 
-The pod's exit status carries the failure class (:data:`heteroflow.components.runtime.EXIT_CODES`): 4 device,
+The pod's exit status carries the failure class (:data:`heteroflow.components.core.runtime.EXIT_CODES`): 4 device,
 3 permanent (2, a usage error, too), 5 transient; a pod the scheduler cannot place
 (``PodScheduled=False``, reason ``Unschedulable``: no node has the device) is a device failure too. The
 operator then ends the task as the local one does (:class:`heteroflow.dags.operators.StepEnding`); the reason
@@ -32,15 +32,15 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from heteroflow.components.cluster import ClusterProfile
+from heteroflow.components.devices.cluster import ClusterProfile
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import DeviceKind
-from heteroflow.components.runtime import EXIT_CODES, candidate_to_json
-from heteroflow.components.step import step_ref
+from heteroflow.components.core.runtime import EXIT_CODES, candidate_to_json
+from heteroflow.components.core.step import step_ref
 from heteroflow.dags.layout import PREPARE_TASK, Layout
 from heteroflow.dags.operators import StepEnding, outcome_record
 from heteroflow.pipelines.graph import Call, Const, ParamRef, Pipeline
-from heteroflow.pipelines.k8s_resources import build_pod_resources
+from heteroflow.pipelines.k8s.resources import build_pod_resources
 
 __all__ = ["OUTCOME_PATH", "PodStepOperator", "pod_task_factory", "route_of_pod"]
 
@@ -157,7 +157,7 @@ class PodStepOperator(KubernetesPodOperator, StepEnding):
 def _profile(value: ClusterProfile | str | os.PathLike[str] | None) -> ClusterProfile | None:
     if value is None or isinstance(value, ClusterProfile):
         return value
-    from heteroflow.components.cluster import load_profile
+    from heteroflow.components.devices.cluster import load_profile
 
     return load_profile(Path(value))
 
@@ -211,7 +211,7 @@ def pod_task_factory(
         res = call.candidates[index or 0]
         built = build_pod_resources(res, cluster).kubernetes_pod_operator_kwargs()
         if res.nodes > 1:
-            from heteroflow.components.trainjob import warn_if_unlaunchable
+            from heteroflow.components.training.trainjob import warn_if_unlaunchable
 
             warn_if_unlaunchable(res, cluster)
         kind = DeviceKind(res.kind).value

@@ -5,8 +5,8 @@ pool (``heteroflow-npu-ascend-910b3``) when its candidate names one model, else 
 (``heteroflow-gpu``), with ``pool_slots`` = the devices it uses; so Airflow never starts more device tasks than
 there are devices. :func:`sync_pools` creates or updates those pools (``heteroflow airflow pools``).
 
-The inventory is a YAML or JSON file in any form :mod:`heteroflow.components.inventory` reads (its plan-step
-view, :meth:`heteroflow.components.plan.Inventory.from_mapping`): per device kind a count, or a count per model::
+The inventory is a YAML or JSON file in any form :mod:`heteroflow.components.placement.inventory` reads (its plan-step
+view, :meth:`heteroflow.components.placement.plan.Inventory.from_mapping`): per device kind a count, or a count per model::
 
     gpu: {a100-80gb: 2, t4: 4}     # pools heteroflow-gpu (6), heteroflow-gpu-nvidia-a100-80gb (2), ...-nvidia-t4 (4)
     npu: 8                         # pool heteroflow-npu (8)
@@ -51,13 +51,13 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
         InvalidParameter: the file is missing, is not YAML/JSON, gives a key twice in one mapping, or does not
             follow the inventory format (the message names the file and the field).
     """
-    from heteroflow.components.plan import Inventory, current_inventory
+    from heteroflow.components.placement.plan import Inventory, current_inventory
 
     if path is None:
         return current_inventory("")
     import yaml
 
-    from heteroflow.components.keys import load_yaml
+    from heteroflow.components.core.keys import load_yaml
 
     file = Path(path)
     try:

@@ -14,9 +14,9 @@ import tempfile
 
 from kfp import compiler, dsl, local
 
-from heteroflow.components.datasets import export_digits
+from heteroflow.components.data.datasets import export_digits
 from heteroflow.pipelines.default import default_pipeline
-from heteroflow.pipelines.kfp_render import to_kfp
+from heteroflow.pipelines.kfp.render import to_kfp
 
 training = to_kfp(default_pipeline())
 

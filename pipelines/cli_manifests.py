@@ -1,109 +1,11 @@
-"""``heteroflow manifests --inventory FILE --profile FILE -o DIR``: the queue, flavor and training-job manifests
-that make the pipeline's annotations take effect (see :mod:`heteroflow.pipelines.manifests`).
+"""Deprecated module path: this module is now :mod:`heteroflow.pipelines.cli.manifests`.
 
-Registered in :mod:`heteroflow.pipelines.cli` with::
+``heteroflow.pipelines.cli_manifests`` keeps working (it is the same module object) for one release, with a DeprecationWarning;
+import the new path. Saved references to it (compiled pipelines, archives) keep resolving."""
 
-    from heteroflow.pipelines.cli_manifests import manifests_command
-    app.command("manifests")(manifests_command)
+import importlib
+import sys
+import warnings
 
-A user error (a bad inventory, profile or candidate) prints one line naming the file and field and exits 2.
-"""
-
-from __future__ import annotations
-
-from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
-from rich.console import Console
-from rich.markup import escape
-
-__all__ = ["manifests_command"]
-
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
-
-
-def manifests_command(
-    inventory: Annotated[Path, typer.Option("--inventory", help="Cluster inventory YAML/JSON: nodes or device counts, and queues (see examples/manifests/).")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Folder to write the manifests into.")],
-    profile: Annotated[
-        Optional[Path], typer.Option("--profile", help="Cluster profile YAML (device plugins, node labels, queues, images, training_job).")
-    ] = None,
-    candidate: Annotated[
-        Optional[list[str]],
-        typer.Option("--candidate", "-c", help="Train candidate KIND[:key=value,...], most preferred first (repeatable); the ClusterQueue flavor order."),
-    ] = None,
-    pipeline_ref: Annotated[
-        Optional[str], typer.Option("--pipeline", help="module:attribute of your Pipeline; its first device-bound call's candidates set the flavor order.")
-    ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Pods (nodes) of the multi-worker train job; 0: no job.")] = 2,
-    image: Annotated[Optional[str], typer.Option(help="Container image for the train job (default: the profile's image per device kind).")] = None,
-    namespace: Annotated[str, typer.Option(help="Namespace of the train job.")] = "default",
-    command: Annotated[
-        str, typer.Option(help="The train job's container command (split like a shell would).")
-    ] = "heteroflow step train",
-) -> None:
-    """Render Volcano Queues, Kueue ResourceFlavors/ClusterQueues/LocalQueues and a gang-scheduled multi-worker
-    train job (TrainJob or PyTorchJob, per the profile), each validated against its real schema."""
-    from heteroflow.cache.errors import HeteroflowError
-    from heteroflow.components.resources import Candidates
-    from heteroflow.pipelines.manifests import load_inventory, render_all, write_manifests
-
-    try:
-        from heteroflow.components.cluster import DEFAULT_PROFILE, load_profile
-
-        cluster = load_profile(profile) if profile is not None else DEFAULT_PROFILE
-        inv = load_inventory(inventory)
-        if candidate and pipeline_ref:
-            raise HeteroflowError("give --candidate or --pipeline, not both")
-        if candidate:
-            cands = Candidates(candidate)
-        else:
-            if pipeline_ref:
-                from heteroflow.pipelines.graph import load_pipeline
-
-                pipeline = load_pipeline(pipeline_ref)
-            else:
-                from heteroflow.pipelines.default import default_pipeline
-
-                pipeline = default_pipeline()
-            placed = pipeline.placed_calls
-            if not placed:
-                raise HeteroflowError(f"pipeline {pipeline.name!r} has no device-bound call to take candidates from; pass --candidate")
-            cands = placed[0].candidates
-        import shlex
-
-        argv = shlex.split(command)
-        if not argv:
-            raise HeteroflowError("--command is empty; valid: a command line such as 'heteroflow step train'")
-        files = render_all(inv, cands, cluster, workers=workers, namespace=namespace, image=image, command=argv)
-        if not files:
-            raise HeteroflowError(f"{inventory}: nothing to render (no queues, no CPU/memory capacity, no accelerator candidate with an image)")
-        written = write_manifests(files, output)
-    except (HeteroflowError, OSError) as exc:
-        text = f"{exc.filename}: {exc.strerror or exc}" if isinstance(exc, OSError) and getattr(exc, "filename", None) else str(exc)
-        err_console.print(f"[bold red]error:[/] {escape(' '.join(text.split()))}", highlight=False)
-        raise typer.Exit(code=2) from None
-    for path in written:
-        kinds = sorted({d["kind"] for d in files[path.name]})
-        console.print(f"wrote {escape(str(path))} ({len(files[path.name])}: {', '.join(kinds)})", highlight=False)
-    queues = {q.name for q in inv.queues}
-    for setting, name in (("queue.kueue", cluster.kueue_queue), ("queue.volcano", cluster.volcano_queue)):
-        if name is not None and queues and name not in queues:
-            err_console.print(
-                f"note: the profile's {setting}={name!r} names no queue of the inventory ({', '.join(sorted(queues))}); "
-                "pods annotated with it wait for a queue someone else creates",
-                highlight=False,
-            )
-    if workers >= 1:
-        for i, res in enumerate(cands):
-            kind = str(getattr(res.kind, "value", res.kind))
-            if res.accelerator_spec is not None and not (image or cluster.image_for(kind)):
-                err_console.print(
-                    f"note: no train-{i}-{kind}.yaml: the profile names no image for {kind} (images.{kind}); give --image "
-                    "or add it to the profile",
-                    highlight=False,
-                )
-    if "kueue.yaml" not in files:
-        err_console.print("note: no kueue.yaml: the inventory states no CPU and memory capacity (list nodes, or cpu_cores and memory)", highlight=False)
+warnings.warn("heteroflow.pipelines.cli_manifests is deprecated; import heteroflow.pipelines.cli.manifests", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = importlib.import_module("heteroflow.pipelines.cli.manifests")

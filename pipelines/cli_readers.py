@@ -1,42 +1,11 @@
-"""The file readers on the command line: ``heteroflow readers`` lists every registered reader (built-in and from the
-entry-point group ``heteroflow.readers``): its name, data kind, suffixes, description and where it came from.
+"""Deprecated module path: this module is now :mod:`heteroflow.pipelines.cli.readers`.
 
-Registered in :mod:`heteroflow.pipelines.cli` with ``app.command("readers")(readers_command)``.
-"""
+``heteroflow.pipelines.cli_readers`` keeps working (it is the same module object) for one release, with a DeprecationWarning;
+import the new path. Saved references to it (compiled pipelines, archives) keep resolving."""
 
-from __future__ import annotations
+import importlib
+import sys
+import warnings
 
-import json
-from typing import Annotated
-
-import typer
-from rich.console import Console
-from rich.table import Table
-
-__all__ = ["readers_command", "readers_facts"]
-
-
-def readers_facts() -> list[dict[str, object]]:
-    """One JSON-ready dict per registered reader: ``name``, ``kind``, ``suffixes`` (list), ``description``,
-    ``origin`` (``registered in code`` or ``entry point NAME = module:attr``), in lookup order."""
-    from heteroflow.components.formats import REGISTRY
-
-    return [
-        {"name": r.name, "kind": r.kind, "suffixes": list(r.suffixes), "description": r.describe(), "origin": REGISTRY.origin(r.name)}
-        for r in REGISTRY.readers()
-    ]
-
-
-def readers_command(
-    as_json: Annotated[bool, typer.Option("--json", help="Print the readers as a JSON list.")] = False,
-) -> None:
-    """List the file readers: which formats a data set may hold (third-party readers install through the
-    entry-point group heteroflow.readers)."""
-    facts = readers_facts()
-    if as_json:
-        print(json.dumps(facts, indent=1))
-        return
-    table = Table("reader", "kind", "suffixes", "reads", "from")
-    for f in facts:
-        table.add_row(str(f["name"]), str(f["kind"]), " ".join(f["suffixes"]), str(f["description"]), str(f["origin"]))  # type: ignore[arg-type]
-    Console(soft_wrap=True).print(table)
+warnings.warn("heteroflow.pipelines.cli_readers is deprecated; import heteroflow.pipelines.cli.readers", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = importlib.import_module("heteroflow.pipelines.cli.readers")

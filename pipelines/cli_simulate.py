@@ -1,96 +1,11 @@
-"""``heteroflow simulate``: replay a job trace on an inventory under one or more placement policies.
+"""Deprecated module path: this module is now :mod:`heteroflow.pipelines.cli.simulate`.
 
-Registered in :mod:`heteroflow.pipelines.cli` with::
+``heteroflow.pipelines.cli_simulate`` keeps working (it is the same module object) for one release, with a DeprecationWarning;
+import the new path. Saved references to it (compiled pipelines, archives) keep resolving."""
 
-    from heteroflow.pipelines.cli_simulate import simulate_command
-    app.command("simulate")(simulate_command)
+import importlib
+import sys
+import warnings
 
-Bad input (a trace or inventory with unknown models, negative counts, duplicate names, guarantees above
-capacity) prints one line naming the file and line and exits 2.
-"""
-
-from __future__ import annotations
-
-import json
-from pathlib import Path
-from typing import Annotated, Optional
-
-import typer
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
-
-__all__ = ["simulate_command"]
-
-console = Console(soft_wrap=True)
-err_console = Console(stderr=True, soft_wrap=True)
-
-
-def _inventory(spec: str):  # type: ignore[no-untyped-def]
-    from heteroflow.components.inventory import load_inventory
-    from heteroflow.components.placement import pai_inventory, uniform_inventory
-
-    if spec == "gavel":
-        return uniform_inventory({"k80": 36, "p100": 36, "v100": 36}, source="gavel (36 K80 + 36 P100 + 36 V100)")
-    if spec == "pai":
-        return pai_inventory()
-    return load_inventory(spec).for_placement()
-
-
-def _trace(spec: str, table, inventory):  # type: ignore[no-untyped-def]
-    from heteroflow.components.placement import InvalidTrace
-    from heteroflow.pipelines.simulate import generate_gavel_trace, read_trace
-
-    if spec.startswith("gavel:"):
-        parts = spec.split(":")
-        try:
-            n, rate, seed = int(parts[1]), float(parts[2]), int(parts[3])
-        except (IndexError, ValueError):
-            raise InvalidTrace(f"--trace {spec!r}: valid: a file, or gavel:JOBS:JOBS_PER_HOUR:SEED (e.g. gavel:300:6:0)") from None
-        if n <= 0 or rate <= 0:
-            raise InvalidTrace(f"--trace {spec!r}: JOBS and JOBS_PER_HOUR must be positive")
-        return generate_gavel_trace(n, jobs_per_hour=rate, seed=seed, table=table, models=[m for m in table.models if m in inventory.models])
-    return read_trace(spec, table=table, inventory=inventory)
-
-
-def simulate_command(
-    trace: Annotated[str, typer.Option("--trace", help="Trace file (CSV with a header, or Gavel's TSV), or gavel:JOBS:JOBS_PER_HOUR:SEED to generate one with Gavel's arrival process.")],
-    inventory: Annotated[str, typer.Option("--inventory", help="Inventory YAML, or 'gavel' (36 K80 + 36 P100 + 36 V100) or 'pai' (the Alibaba PAI machine list).")] = "gavel",
-    policy: Annotated[Optional[list[str]], typer.Option("--policy", help="Policy name or module:attribute; repeat to compare (default: every baseline and throughput).")] = None,
-    throughputs: Annotated[Optional[Path], typer.Option("--throughputs", help="Throughput table CSV (model,scale_factor,<model>_steps_per_s...). Default: Gavel's measurements.")] = None,
-    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a utilization-over-time plot (PNG; needs matplotlib, the 'sim' extra).")] = None,
-    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every policy's summary as JSON.")] = None,
-    explain: Annotated[int, typer.Option("--explain", help="Print the first N placement explanations of each policy.")] = 0,
-) -> None:
-    """Replay a trace: average and p99 JCT, makespan, utilization per device model, queueing delay, cost, energy."""
-    from heteroflow.components.errors import HeteroflowError
-    from heteroflow.components.placement import gavel_throughputs
-    from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization, simulate
-
-    try:
-        table = gavel_throughputs(throughputs)
-        inv = _inventory(inventory)
-        jobs = _trace(trace, table, inv)
-        names = policy or ["static", "least-loaded", "gavel", "throughput", "power-aware"]
-        results = [simulate(jobs, inv, table, name) for name in names]
-    except (HeteroflowError, ValueError) as exc:
-        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
-        raise typer.Exit(code=2) from None
-    bound = lower_bound_makespan(jobs, inv, table)
-    models = [m for m in inv.models if m != "cpu"]
-    t = Table(title=f"{len(jobs)} jobs on {inv.source}; makespan lower bound {bound / 3600:.1f} h")
-    for col in ("policy", "avg JCT h", "p99 JCT h", "makespan h", "/bound", "queueing h", *(f"util {m.removeprefix('nvidia-')}" for m in models), "cost", "energy kWh"):
-        t.add_column(col, justify="left" if col == "policy" else "right")
-    for r in results:
-        t.add_row(r.policy, f"{r.avg_jct / 3600:.2f}", f"{r.p99_jct / 3600:.1f}", f"{r.makespan / 3600:.1f}",
-                  f"{r.makespan / bound:.2f}" if bound else "-", f"{r.avg_queueing / 3600:.2f}",
-                  *(f"{r.utilization.get(m, 0.0):.0%}" for m in models), f"{r.cost:,.0f}", f"{r.energy_kwh:,.0f}")
-    console.print(t)
-    for r in results:
-        for line in r.explanations[:explain]:
-            console.print(f"  {r.policy}: {escape(line)}", highlight=False)
-    if plot is not None:
-        plot_utilization(results, plot, title=f"{len(jobs)} jobs, {inv.source}")
-        console.print(f"plot: {plot}")
-    if json_out is not None:
-        json_out.write_text(json.dumps({"bound_h": bound / 3600, "results": [r.summary() for r in results]}, indent=2), encoding="utf-8")
+warnings.warn("heteroflow.pipelines.cli_simulate is deprecated; import heteroflow.pipelines.cli.simulate", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = importlib.import_module("heteroflow.pipelines.cli.simulate")

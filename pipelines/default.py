@@ -73,9 +73,9 @@ def build_default_pipeline(
 
     Args:
         candidates: train candidates, first preferred; default the train step's.
-        image: container image with heteroflow installed; default :data:`~heteroflow.pipelines.kfp_render.DEFAULT_IMAGE`.
+        image: container image with heteroflow installed; default :data:`~heteroflow.pipelines.kfp.render.DEFAULT_IMAGE`.
         name: pipeline name.
     """
-    from heteroflow.pipelines.kfp_render import DEFAULT_IMAGE, to_kfp
+    from heteroflow.pipelines.kfp.render import DEFAULT_IMAGE, to_kfp
 
     return to_kfp(default_pipeline(train_candidates=candidates, name=name), image=image or DEFAULT_IMAGE)

@@ -1,6 +1,6 @@
 """The environment contract between a runner and its step processes, in one place.
 
-Every engine runs a step attempt through :func:`heteroflow.components.runtime.run_step` (in its own process:
+Every engine runs a step attempt through :func:`heteroflow.components.core.runtime.run_step` (in its own process:
 kfp.local and cluster pods, ``heteroflow step``; in the runner's process: the in-process runner and Airflow's local
 mode). What a step attempt learns from its runner comes through these environment variables:
 
@@ -27,12 +27,12 @@ import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
-from heteroflow.components.archive import RUN_ID_ENV
+from heteroflow.components.models.archive import RUN_ID_ENV
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV, parse_faults, simulated_devices
+from heteroflow.components.core.failures import FAULT_ENV, SIMULATE_ENV, parse_faults, simulated_devices
 from heteroflow.components.resources import DeviceKind
-from heteroflow.components.runtime import DRIVER_PID_ENV
-from heteroflow.components.telemetry import RUN_DIR_ENV
+from heteroflow.components.core.runtime import DRIVER_PID_ENV
+from heteroflow.components.core.telemetry import RUN_DIR_ENV
 from heteroflow.pipelines.graph import Pipeline
 
 __all__ = ["CONTRACT", "environ", "step_environment", "testing_environment"]
@@ -84,7 +84,7 @@ def testing_environment(
             pipeline.planner is not None and spec.step in {c.name for c in pipeline.placed_calls}
         )
         if planned and DeviceKind.parse(spec.kind).has_devices and spec.kind not in simulated:
-            from heteroflow.components.plan import local_inventory
+            from heteroflow.components.placement.plan import local_inventory
 
             if local_inventory().devices.get(DeviceKind(spec.kind), 0) == 0:
                 warnings.warn(

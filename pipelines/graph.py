@@ -1,12 +1,12 @@
 """A pipeline, defined once: a graph of step calls, in plain Python.
 
 A :class:`Pipeline` holds its calls in order; each :class:`Call` is one use of a
-:class:`~heteroflow.components.step.Step` with its inputs bound to earlier calls' outputs, and its parameters
+:class:`~heteroflow.components.core.step.Step` with its inputs bound to earlier calls' outputs, and its parameters
 bound to pipeline parameters or constants. A step parameter the pipeline does not bind becomes a pipeline
 parameter of the same name, with the step's type, default, unit and help (two calls that leave the same name
 unbound share one pipeline parameter, e.g. ``seed``). Renderers take a Pipeline: KFP
-(:mod:`heteroflow.pipelines.kfp_render`), Airflow (:mod:`heteroflow.dags`), the in-process runner
-(:mod:`heteroflow.pipelines.inprocess`) and ``heteroflow params``.
+(:mod:`heteroflow.pipelines.kfp.render`), Airflow (:mod:`heteroflow.dags`), the in-process runner
+(:mod:`heteroflow.pipelines.engines.inprocess`) and ``heteroflow params``.
 
 Example::
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
-from heteroflow.components.step import Param, Step
+from heteroflow.components.core.step import Param, Step
 
 __all__ = ["Call", "Const", "OutputRef", "ParamRef", "Pipeline", "SecretEnv", "load_pipeline"]
 
@@ -527,7 +527,7 @@ def load_pipeline(ref: str) -> Pipeline:
     import os
     import sys
 
-    from heteroflow.components.step import Step, import_object
+    from heteroflow.components.core.step import Step, import_object
 
     if os.getcwd() not in sys.path and "" not in sys.path:  # a module beside the user, as `python -m` finds it
         sys.path.insert(0, os.getcwd())

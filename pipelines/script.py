@@ -1,59 +1,11 @@
-"""The ``heteroflow`` console script: the command line (:mod:`heteroflow.pipelines.cli`), started so that a kfp.local
-run's step processes start first.
+"""Deprecated module path: this module is now :mod:`heteroflow.pipelines.cli.script`.
 
-``heteroflow run`` on kfp.local, its default engine, starts its prestarted step processes
-(:func:`heteroflow.pipelines.prestart.start_early`) before the command line is imported: importing and parsing it
-(typer, rich, and typer's pydantic) takes about 0.4 s of the driver's start, which those processes' own start
-overlaps on another core. The command line is read here as plain words, before typer parses it
-(:func:`runs_on_kfp_local`); a wrong guess, such as a usage error that typer reports next, only starts processes that
-the exit kills.
-"""
+``heteroflow.pipelines.script`` keeps working (it is the same module object) for one release, with a DeprecationWarning;
+import the new path. Saved references to it (compiled pipelines, archives) keep resolving."""
 
-from __future__ import annotations
-
+import importlib
 import sys
-from collections.abc import Sequence
+import warnings
 
-__all__ = ["console_script", "runs_on_kfp_local"]
-
-
-def runs_on_kfp_local(args: Sequence[str]) -> bool:
-    """Whether the command line ``args`` (without the program name) asks for ``heteroflow run`` on kfp.local: the
-    command ``run`` after the global options (``--debug``), without ``--help``, and an ``--engine`` that is
-    ``kfp-local``, or absent while ``kfp-local`` is the default engine
-    (:data:`heteroflow.pipelines.engines.DEFAULT_ENGINE`)."""
-    words = list(args)
-    while words and words[0] == "--debug":
-        words.pop(0)
-    if not words or words[0] != "run":
-        return False
-    from heteroflow.pipelines.engines import DEFAULT_ENGINE  # a light module: names only, no engine's runner
-
-    engine = DEFAULT_ENGINE
-    rest = words[1:]
-    for i, word in enumerate(rest):
-        if word == "--":
-            break
-        if word == "--help":
-            return False
-        if word == "--engine" and i + 1 < len(rest):
-            engine = rest[i + 1]
-        elif word.startswith("--engine="):
-            engine = word.partition("=")[2]
-    return engine == "kfp-local"
-
-
-def console_script() -> None:
-    """The ``heteroflow`` console script: starts a kfp.local run's step processes when the command line asks for one
-    (:func:`runs_on_kfp_local`), then runs :func:`heteroflow.pipelines.cli.console_script`."""
-    if runs_on_kfp_local(sys.argv[1:]):
-        from heteroflow.pipelines.prestart import start_early
-
-        start_early()  # HETEROFLOW_PRESTART=0 starts none; a bad value starts none here and the run reports it
-    from heteroflow.pipelines.cli import console_script as cli_console_script
-
-    cli_console_script()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    console_script()
+warnings.warn("heteroflow.pipelines.script is deprecated; import heteroflow.pipelines.cli.script", DeprecationWarning, stacklevel=2)
+sys.modules[__name__] = importlib.import_module("heteroflow.pipelines.cli.script")

@@ -2,7 +2,7 @@
 
 Events are arrivals and completions (and, for a preemptive policy, re-allocations at each of them); between two
 events nothing changes, so the replay costs O(events x placement round), not O(simulated time). Every policy in
-:mod:`heteroflow.components.placement` runs here through the same :func:`~heteroflow.components.placement.place_round`
+:mod:`heteroflow.components.placement.policies` runs here through the same :func:`~heteroflow.components.placement.policies.place_round`
 the plan step calls; the Gavel-style policy runs its fluid allocation (:func:`max_min_allocation`).
 
 Model (stated so results can be judged):
@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from heteroflow.components.placement import (
+from heteroflow.components.placement.policies import (
     ClusterInventory,
     InvalidTrace,
     Job,
@@ -207,7 +207,7 @@ def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterIn
             or zero count, a job type or scale factor not in the throughput table, a model not in the registry or
             the inventory, a queue not in the inventory, a duplicate job name.
     """
-    from heteroflow.components.inventory import InvalidInventory, model_key
+    from heteroflow.components.placement.inventory import InvalidInventory, model_key
 
     path = Path(path)
     try:
@@ -380,7 +380,7 @@ def _throughputs(jobs: Sequence[SimJob], models: Sequence[str], table: Throughpu
 
 def simulate(jobs: Sequence[SimJob], inventory: ClusterInventory, table: ThroughputTable, policy: str = "throughput") -> SimResult:
     """Replay ``jobs`` on ``inventory`` under ``policy`` (a name in
-    :data:`~heteroflow.components.placement.POLICIES` or ``module:attribute``).
+    :data:`~heteroflow.components.placement.policies.POLICIES` or ``module:attribute``).
 
     Deterministic: the same inputs give the same result (ties broken by name and index).
 

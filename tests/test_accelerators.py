@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from heteroflow.components.accelerators import (
+from heteroflow.components.devices.accelerators import (
     ACCELERATORS,
     ASCEND_310P,
     ASCEND_910,
@@ -196,7 +196,7 @@ def test_importing_the_registry_stays_light():
     import sys
 
     code = (
-        "import sys, heteroflow.components.resources, heteroflow.components.accelerators, heteroflow.components.cluster;"
+        "import sys, heteroflow.components.resources, heteroflow.components.devices.accelerators, heteroflow.components.devices.cluster;"
         "heavy = [m for m in ('torch', 'kfp', 'airflow', 'kubernetes', 'pandas', 'yaml') if m in sys.modules];"
         "print(heavy)"
     )

@@ -26,7 +26,7 @@ import pytest
 
 pytest.importorskip("airflow", reason="the airflow extra is not installed")
 
-from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV  # noqa: E402
+from heteroflow.components.core.failures import FAULT_ENV, SIMULATE_ENV  # noqa: E402
 from heteroflow.dags.pools import POOLS_VARIABLE  # noqa: E402
 
 BIN = Path(sys.executable).parent

@@ -1,5 +1,5 @@
-"""`heteroflow prewarm` and `heteroflow cache status` (pipelines/cli_cache.py), through typer's CliRunner on an
-app registered the way pipelines/cli.py registers them."""
+"""`heteroflow prewarm` and `heteroflow cache status` (pipelines/cli/cache.py), through typer's CliRunner on an
+app registered the way pipelines/cli/main.py registers them."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import typer
 from typer.testing import CliRunner
 
 from heteroflow.cache.manifest import MANIFEST_NAME, Manifest
-from heteroflow.pipelines.cli_cache import cache_app, prewarm_command
+from heteroflow.pipelines.cli.cache import cache_app, prewarm_command
 
 app = typer.Typer()
 app.command("prewarm")(prewarm_command)

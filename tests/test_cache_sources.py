@@ -393,9 +393,9 @@ def test_a_relative_prewarm_is_the_entry_a_run_reuses(tmp_path: Path, digits_dir
     """The input: `heteroflow prewarm data/x` made a cache entry `heteroflow run --dataset data/x` did not reuse."""
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.records import prepare_arguments
+    from heteroflow.pipelines.runs.records import prepare_arguments
 
     work = tmp_path / "work"
     shutil.copytree(digits_dir, work / "data" / "x")
@@ -464,7 +464,7 @@ def test_a_signed_folder_without_data_names_no_signature(www: Path, tmp_path: Pa
 
 def test_an_archived_version_is_readable_to_the_team(tmp_path: Path):
     """The input of #16.13 itself: an archive version folder gets the umask's mode (0775 under umask 002), not 0700."""
-    from heteroflow.components.archive import archive
+    from heteroflow.components.models.archive import archive
 
     model = tmp_path / "model"
     model.mkdir()

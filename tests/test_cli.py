@@ -1,4 +1,4 @@
-"""The ``heteroflow`` command line: through typer's CliRunner on ``heteroflow.pipelines.cli.app``, and through
+"""The ``heteroflow`` command line: through typer's CliRunner on ``heteroflow.pipelines.cli.main.app``, and through
 the installed console script in a subprocess (what a user runs).
 
 User errors must exit with status 2 and print one clear ``error:`` line without a traceback; the subprocess
@@ -21,7 +21,7 @@ import yaml
 
 from typer.testing import CliRunner  # noqa: E402
 
-from heteroflow.pipelines.cli import app  # noqa: E402
+from heteroflow.pipelines.cli.main import app  # noqa: E402
 from heteroflow.pipelines.default import PIPELINE_NAME, default_pipeline  # noqa: E402
 
 PARAM_NAMES = sorted(default_pipeline().params)
@@ -298,7 +298,7 @@ def test_the_console_script_skips_teardown_but_runs_exit_functions_and_flushes(a
 
     script = (
         "import atexit, sys\n"
-        "from heteroflow.pipelines import cli\n"
+        "from heteroflow.pipelines.cli import main as cli\n"
         "atexit.register(lambda: print('exit functions ran', flush=True))\n"
         f"sys.argv = {argv!r}\n"
         "try:\n"

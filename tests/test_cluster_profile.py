@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from heteroflow.components.cluster import (
+from heteroflow.components.devices.cluster import (
     DEFAULT_PROFILE,
     ClusterProfile,
     InvalidProfile,

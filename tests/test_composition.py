@@ -16,14 +16,14 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from heteroflow.pipelines.cli import app
+from heteroflow.pipelines.cli.main import app
 
 TOY_MODULE = '''
 """A user's own step: writes a calibration report of a trained model."""
 import json
 from pathlib import Path
 
-from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
 from heteroflow.pipelines.default import default_pipeline
 
 
@@ -96,7 +96,7 @@ def test_the_new_parameter_is_in_the_compiled_yaml(toy_module: str, tmp_path: Pa
 @pytest.mark.slow
 def test_the_new_step_runs_on_kfp_local_with_the_parameter(toy_module: str, digits_dir: Path, tmp_path: Path) -> None:
     from heteroflow.pipelines.graph import load_pipeline
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.kfp.local import run_local
 
     pipeline = load_pipeline(f"{toy_module}:with_calibration")
     record = run_local(

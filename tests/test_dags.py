@@ -25,11 +25,11 @@ from airflow.sdk.definitions.retry_policy import RetryAction  # noqa: E402
 from airflow.sdk.exceptions import AirflowFailException, DownstreamTasksSkipped  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from heteroflow.components.cluster import load_profile  # noqa: E402
+from heteroflow.components.devices.cluster import load_profile  # noqa: E402
 from heteroflow.components.errors import InvalidParameter, InvalidResources  # noqa: E402
-from heteroflow.components.plan import Inventory  # noqa: E402
+from heteroflow.components.placement.plan import Inventory  # noqa: E402
 from heteroflow.components.resources import Resources, RetryPolicy  # noqa: E402
-from heteroflow.components.runtime import TransientStepFailure  # noqa: E402
+from heteroflow.components.core.runtime import TransientStepFailure  # noqa: E402
 from heteroflow.dags.factory import build_dag  # noqa: E402
 from heteroflow.dags.layout import (  # noqa: E402
     FAILURE_KEY,
@@ -46,7 +46,7 @@ from heteroflow.dags.operators import FallbackGateOperator, StepRetryPolicy, ret
 from heteroflow.dags.pods import PodStepOperator, route_of_pod, step_command  # noqa: E402
 from heteroflow.dags.pools import load_inventory  # noqa: E402
 from heteroflow.pipelines.default import default_pipeline  # noqa: E402
-from heteroflow.pipelines.k8s_resources import build_pod_resources  # noqa: E402
+from heteroflow.pipelines.k8s.resources import build_pod_resources  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "examples" / "profiles"
@@ -154,7 +154,7 @@ def test_params_come_from_the_pipeline() -> None:
 
 
 TOY = '''
-from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
 
 
 def calibrate(model_dir: str, report_path: str, *, temperature_scale: float = 1.5) -> dict:
@@ -502,7 +502,7 @@ def test_the_pod_command_renders_to_a_heteroflow_step_command(kubeconfig: Path) 
     context = {"ti": _TI({"run_dir": "/mnt/r/1", "run_id": "r1", "args": args})}
     rendered = op.render_template(op.arguments, context)
     pairs = dict(zip(rendered[::2], rendered[1::2]))
-    assert op.cmds == ["heteroflow", "step", "heteroflow.components.train:TRAIN"]
+    assert op.cmds == ["heteroflow", "step", "heteroflow.components.training.step:TRAIN"]
     assert pairs["--call"] == "train" and pairs["--run-dir"] == "/mnt/r/1"
     assert pairs["--outcome"] == "/airflow/xcom/return.json"
     params = dict(v.split("=", 1) for f, v in zip(rendered[::2], rendered[1::2]) if f == "--param")
@@ -525,7 +525,7 @@ def test_a_constant_bound_at_the_call_is_passed_literally() -> None:
     data = p.add(PREWARM, source_uri=p.param("dataset_uri"))
     p.add(PREPROCESS, dataset=data.outputs.dataset, test_fraction=0.2)
     cmds, args = step_command(p, p["preprocess"], None)
-    assert cmds[-1] == "heteroflow.components.preprocess:PREPROCESS" and "--candidate" not in args
+    assert cmds[-1] == "heteroflow.components.data.preprocess:PREPROCESS" and "--candidate" not in args
     op = build_dag(p, "hf-const", mode="kubernetes", image=IMAGE, run_root="/r", pod_kwargs=POD_KWARGS).task_dict["preprocess"]
     rendered = op.render_template(op.arguments, {"ti": _TI({"run_dir": "/r/1", "run_id": "1", "args": p.arguments({"dataset_uri": "x"})})})
     assert "test_fraction=0.2" in rendered and "test_fraction" not in p.params
@@ -685,7 +685,7 @@ def _kfp_tasks(path: Path, call: str) -> dict[int, dict[str, Any]]:
 @pytest.mark.parametrize("profile", PROFILE_NAMES)
 def test_the_same_candidates_ask_the_same_in_kfp_and_in_airflow(profile: str, kubeconfig: Path, tmp_path: Path) -> None:
     pytest.importorskip("kfp", reason="the kfp extra is not installed")
-    from heteroflow.pipelines.kfp_render import compile_pipeline
+    from heteroflow.pipelines.kfp.render import compile_pipeline
 
     pipeline = _pipeline()
     with warnings.catch_warnings():
@@ -747,7 +747,7 @@ def test_plugins_are_loaded_only_when_the_command_line_may_name_one(args: list[s
         "import atexit, sys\n"
         "atexit.register(lambda: print('LOADED', 'heteroflow.dags.cli' in sys.modules))\n"
         f"sys.argv = ['heteroflow', *{args!r}]\n"
-        "from heteroflow.pipelines.script import console_script\n"
+        "from heteroflow.pipelines.cli.script import console_script\n"
         "console_script()\n"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

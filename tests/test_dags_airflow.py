@@ -27,7 +27,7 @@ import pytest
 
 pytest.importorskip("airflow", reason="the airflow extra is not installed")
 
-from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV  # noqa: E402
+from heteroflow.components.core.failures import FAULT_ENV, SIMULATE_ENV  # noqa: E402
 from heteroflow.dags.layout import DECISION_KEY, FAILURE_KEY, safe_run_id  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -41,7 +41,7 @@ from heteroflow.dags.example_default import dag
 
 VARIANTS = """\
 # Airflow DAG file for the tests: the default pipeline with a short retry backoff on train
-from heteroflow.components.retry import RetryPolicy
+from heteroflow.components.core.retry import RetryPolicy
 from heteroflow.dags.factory import build_dag
 from heteroflow.pipelines.default import default_pipeline
 

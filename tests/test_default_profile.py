@@ -12,10 +12,10 @@ import pytest
 import yaml
 from typer.testing import CliRunner
 
-from heteroflow.components.cluster import DEFAULT_PROFILE, load_profile
+from heteroflow.components.devices.cluster import DEFAULT_PROFILE, load_profile
 from heteroflow.components.resources import Resources
-from heteroflow.pipelines.cli import app
-from heteroflow.pipelines.k8s_resources import DefaultProfileWarning, build_pod_resources, plan_pod
+from heteroflow.pipelines.cli.main import app
+from heteroflow.pipelines.k8s.resources import DefaultProfileWarning, build_pod_resources, plan_pod
 
 PROFILES = Path(__file__).resolve().parents[1] / "examples" / "profiles"
 
@@ -120,7 +120,7 @@ def test_no_warning_where_nothing_is_assumed(spec: str) -> None:
 def test_a_local_run_renders_without_the_warning() -> None:
     """kfp.local ignores resources, so its rendering assumes nothing about a cluster."""
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.kfp_render import to_kfp
+    from heteroflow.pipelines.kfp.render import to_kfp
 
     pipeline = default_pipeline(train_candidates=["gpu:accelerator=t4", "cpu"])
     with warnings.catch_warnings():

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
-from heteroflow.components.failures import (
+from heteroflow.components.core.failures import (
     FailureClass,
     InjectedDeviceFault,
     classify,
@@ -24,10 +24,10 @@ from heteroflow.components.failures import (
     simulated_devices,
 )
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
-from heteroflow.components.runtime import EXIT_CODES, LocalArtifact, run_step
-from heteroflow.components.step import ArtifactSpec, ArtifactType, step, step_ref
+from heteroflow.components.core.runtime import EXIT_CODES, LocalArtifact, run_step
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step, step_ref
 from heteroflow.components.steps import DEFAULT_STEPS, EVALUATE, PLAN, PREWARM, TRAIN
-from heteroflow.components.telemetry import read_step_records
+from heteroflow.components.core.telemetry import read_step_records
 from heteroflow.pipelines.default import default_pipeline
 from heteroflow.pipelines.graph import Pipeline
 
@@ -85,7 +85,7 @@ def test_step_params_come_from_the_signature_and_the_docstring() -> None:
 
 
 def test_shipped_steps_take_their_parameters_from_their_functions() -> None:
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     signature = inspect.signature(train)
     for p in TRAIN.params:
@@ -126,7 +126,7 @@ def test_a_parameter_of_an_unsupported_type_is_refused() -> None:
 
 def test_step_ref_finds_the_module_level_name() -> None:
     assert step_ref(SCALE) == f"{__name__}:SCALE"
-    assert step_ref(TRAIN) == "heteroflow.components.train:TRAIN"
+    assert step_ref(TRAIN) == "heteroflow.components.training.step:TRAIN"
 
 
 # --- Pipeline --------------------------------------------------------------------------------------------
@@ -180,7 +180,7 @@ def test_parameters_are_per_call_unless_shared_on_purpose() -> None:
 
 def test_qualified_parameters_reach_kfp_as_identifiers(tmp_path: Path) -> None:
     pytest.importorskip("kfp", reason="kfp is not installed (extra heteroflow[kfp])")
-    from heteroflow.pipelines.kfp_render import compile_pipeline, kfp_arguments
+    from heteroflow.pipelines.kfp.render import compile_pipeline, kfp_arguments
 
     p = default_pipeline()
     out = compile_pipeline(p, tmp_path / "p.yaml")
@@ -390,7 +390,7 @@ def test_heteroflow_step_runs_a_step_and_exits_with_its_failure_class(digits_dir
 def test_heteroflow_step_runs_a_user_step_by_reference(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     src = tmp_path / "values"
     src.write_text("2\n")
@@ -406,7 +406,7 @@ def test_heteroflow_step_runs_a_user_step_by_reference(tmp_path: Path) -> None:
 
 
 def test_inprocess_device_failure_falls_back_and_the_run_succeeds(tmp_path: Path) -> None:
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     record = run_inprocess(_toy(), run_dir=tmp_path / "run", inject_faults="scale@npu=device")
     assert record.status == "succeeded"
@@ -416,7 +416,7 @@ def test_inprocess_device_failure_falls_back_and_the_run_succeeds(tmp_path: Path
 
 
 def test_inprocess_permanent_failure_stops_without_retry_or_fallback(tmp_path: Path) -> None:
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     waits: list[float] = []
     p = _toy()
@@ -428,7 +428,7 @@ def test_inprocess_permanent_failure_stops_without_retry_or_fallback(tmp_path: P
 
 
 def test_inprocess_transient_failure_is_retried_with_backoff(tmp_path: Path) -> None:
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     waits: list[float] = []
     p = _toy()
@@ -440,7 +440,7 @@ def test_inprocess_transient_failure_is_retried_with_backoff(tmp_path: Path) -> 
 
 
 def test_inprocess_upstream_failure_never_starts_a_fallback(tmp_path: Path) -> None:
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     record = run_inprocess(_toy(), run_dir=tmp_path / "run", inject_faults="make@cpu=permanent,scale@npu=device")
     assert record.status == "failed"

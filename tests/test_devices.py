@@ -15,11 +15,11 @@ from pathlib import Path
 
 import pytest
 
-from heteroflow.components import accelerators
+from heteroflow.components.devices import accelerators
 from heteroflow.components.devices import DeviceKind, FailurePattern, all_kinds, for_torch_device_type, get, register
 from heteroflow.components.devices import registry as _registry
 from heteroflow.components.errors import InvalidResources
-from heteroflow.components.failures import FailureClass, classify, simulated_devices
+from heteroflow.components.core.failures import FailureClass, classify, simulated_devices
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import Resources
 
@@ -155,7 +155,7 @@ def test_a_registered_kind_works_where_kinds_are_accepted(clean_registry: None) 
     failure = classify(RuntimeError("UR_RESULT_ERROR_DEVICE_LOST on device 0"))
     assert (failure.cls, failure.rule) == (FailureClass.DEVICE, "XPU runtime error")
     assert simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "xpu"}) == {"xpu": ""}
-    from heteroflow.components.plan import local_inventory
+    from heteroflow.components.placement.plan import local_inventory
 
     inv = local_inventory()  # no driver file, no probe hook: counted 0 without importing torch, and says why
     assert inv.devices[xpu] == 0 and "cannot detect xpu devices" in inv.notes[xpu]
@@ -225,7 +225,7 @@ def test_a_broken_entry_point_is_skipped_with_a_warning(tmp_path: Path) -> None:
 def test_the_gpu_probe_counts_cuda_devices_per_registry_model() -> None:
     from types import SimpleNamespace
 
-    from heteroflow.components.plan import _registry_models
+    from heteroflow.components.placement.plan import _registry_models
 
     names = ["NVIDIA H200", "NVIDIA H200", "Tesla T4"]
     cuda = SimpleNamespace(is_available=lambda: True, device_count=lambda: len(names), get_device_name=names.__getitem__)

@@ -1,4 +1,4 @@
-"""Several workers on one node (heteroflow.components.distributed): torchrun's environment, backends from the
+"""Several workers on one node (heteroflow.components.training.distributed): torchrun's environment, backends from the
 registry, failures classified like any step failure, rank-0 checkpoints that resume, and gradients weighted by
 per-rank batch size. Process-spawning tests run real gloo process groups on the CPU and are marked slow."""
 
@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from heteroflow.components.distributed import (
+from heteroflow.components.training.distributed import (
     DistributedContext,
     WorkerError,
     WorkerKilled,
@@ -30,7 +30,7 @@ from heteroflow.components.distributed import (
     worker_environment,
 )
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.failures import FailureClass, classify
+from heteroflow.components.core.failures import FailureClass, classify
 
 # --- a small CNN on the real digits images (8x8, 10 classes) -------------------------------------------------
 
@@ -382,7 +382,7 @@ def test_run_distributed_builds_the_callers_context_in_each_worker() -> None:
 
 
 def test_rank_batches_partition_the_single_process_batches() -> None:
-    from heteroflow.components.distributed import RankBatches
+    from heteroflow.components.training.distributed import RankBatches
 
     sizes = [5, 2, 3]
     ranks = [RankBatches(47, sizes, r, seed=3) for r in range(3)]
@@ -446,7 +446,7 @@ def test_workers_die_with_a_killed_launcher(tmp_path: Path) -> None:
     script = (
         "import sys; sys.path.insert(0, %r)\n"
         "import test_distributed as t\n"
-        "from heteroflow.components.distributed import launch\n"
+        "from heteroflow.components.training.distributed import launch\n"
         "launch(t.record_pid_and_sleep, 2, kwargs={'folder': %r})\n"
     ) % (str(Path(__file__).parent), str(pids))
     launcher = subprocess.Popen([sys.executable, "-c", script])
@@ -487,7 +487,7 @@ def record_pid_and_sleep(ctx: DistributedContext, *, folder: str) -> None:
 def test_each_rank_takes_its_share_of_the_single_process_batches_and_the_shares_weigh_them_whole() -> None:
     """EpochBatches with world_size > 1: the ranks' parts of step i are step i of one process (a short last batch
     too), a rank with nothing of a batch gets a stand-in sample weighted 0, and the loss factors average to 1."""
-    from heteroflow.components.training import EpochBatches
+    from heteroflow.components.training.loop import EpochBatches
 
     n, batch, world = 10, 4, 3  # batches of 4, 4, 2: the last leaves rank 2 nothing
     one = list(EpochBatches(n, batch, seed=7))
@@ -512,7 +512,7 @@ def test_the_train_step_on_a_multi_device_candidate_runs_one_worker_per_device_l
     share of every batch; the losses, history and weights equal one process's (float rounding of the reduction
     aside: 1e-6)."""
     from heteroflow.components.resources import Resources
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     kwargs: dict[str, Any] = dict(epochs=2, batch_size=batch_size, checkpoint_every_steps=10, deterministic=True)
     single = train(digits_shards, tmp_path / "one", checkpoint_root=str(tmp_path / "ck1"), **kwargs)
@@ -552,7 +552,7 @@ def test_powersgd_compression_trains_and_keeps_the_replicas_equal() -> None:
 def test_per_rank_parts_partition_the_union_batches_and_weigh_them_whole() -> None:
     """EpochBatches with parts (48 on rank 0, 16 on rank 1): the ranks' slices of step i are step i of one process
     on batches of 64, a short last batch is split 3:1 too, and the loss factors average to 1."""
-    from heteroflow.components.training import EpochBatches
+    from heteroflow.components.training.loop import EpochBatches
 
     n, parts = 150, (48, 16)  # batches of 64, 64, 22: the last split 16.5:5.5 -> 17:5 (largest remainder)
     one = list(EpochBatches(n, 64, seed=3))
@@ -570,7 +570,7 @@ def test_per_rank_parts_partition_the_union_batches_and_weigh_them_whole() -> No
 def test_batch_sizes_bad_entries_name_the_field_and_the_union_keys_the_checkpoint(digits_shards: Path) -> None:
     """A bad entry names batch_sizes and what is valid; the union batch (not its split) keys the checkpoint folder,
     so '48,16' resumes a batch_size=64 training on any number of devices."""
-    from heteroflow.components.train import check_train_params, checkpoint_folder, parse_batch_sizes
+    from heteroflow.components.training.step import check_train_params, checkpoint_folder, parse_batch_sizes
 
     assert parse_batch_sizes(" 64, 32 ") == (64, 32) and parse_batch_sizes("") == ()
     for bad in ("64,x", "64,0", "64,,32", "-1"):
@@ -585,7 +585,7 @@ def test_unequal_per_device_batch_sizes_train_like_one_process_on_the_union_batc
     """train on a gpu x2 candidate (simulated: CPU workers over gloo) with batch_sizes '48,16': rank 0 takes 48
     samples of each step, rank 1 16, and the losses and weights equal one process's with batch_size 64 (1e-6)."""
     from heteroflow.components.resources import Resources
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     kwargs: dict[str, Any] = dict(epochs=2, checkpoint_every_steps=10, deterministic=True)
     single = train(digits_shards, tmp_path / "one", checkpoint_root=str(tmp_path / "ck1"), batch_size=64, **kwargs)

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from heteroflow.components.cluster import InvalidProfile, load_profile
+from heteroflow.components.devices.cluster import InvalidProfile, load_profile
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.keys import DuplicateKey, load_yaml, parse_pairs, unique_object
-from heteroflow.components.plan import Inventory
-from heteroflow.pipelines.cli import app
+from heteroflow.components.core.keys import DuplicateKey, load_yaml, parse_pairs, unique_object
+from heteroflow.components.placement.plan import Inventory
+from heteroflow.pipelines.cli.main import app
 
 
 def _flat(text: str) -> str:

@@ -1,4 +1,4 @@
-"""Engines behind one interface (heteroflow.pipelines.engines): the registry, an engine another package registers
+"""Engines behind one interface (heteroflow.pipelines.engines.registry): the registry, an engine another package registers
 through the ``heteroflow.engines`` entry point (a real dist-info on ``sys.path``), missing requirements, the ``kfp``
 engine's submission (kfp's client faked at its boundary), and the ``airflow`` engine on a real Airflow with SQLite
 (slow)."""
@@ -18,10 +18,10 @@ from typer.testing import CliRunner
 
 import heteroflow
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV
-from heteroflow.pipelines import engines
-from heteroflow.pipelines.cli import app
-from heteroflow.pipelines.engines import Engine, EngineUnavailable, engine_names, get_engine
+from heteroflow.components.core.failures import FAULT_ENV, SIMULATE_ENV
+from heteroflow.pipelines.engines import registry as engines
+from heteroflow.pipelines.cli.main import app
+from heteroflow.pipelines.engines.registry import Engine, EngineUnavailable, engine_names, get_engine
 
 PREWARM_ONLY = (
     "from heteroflow.components.steps import PREWARM\nfrom heteroflow.pipelines.graph import Pipeline\n\n"
@@ -29,7 +29,7 @@ PREWARM_ONLY = (
 )
 
 RECORDING_ENGINE = '''\
-from heteroflow.pipelines.engines import get_engine
+from heteroflow.pipelines.engines.registry import get_engine
 
 CALLS = []
 
@@ -98,8 +98,8 @@ def test_loading_the_registry_imports_no_engine_runner(fresh_registry: None) -> 
     import subprocess
 
     code = (
-        "import sys; from heteroflow.pipelines.engines import engine_names; engine_names(); "
-        "print(sorted(m for m in ('kfp', 'airflow', 'heteroflow.pipelines.local', 'heteroflow.pipelines.inprocess', 'typer') if m in sys.modules))"
+        "import sys; from heteroflow.pipelines.engines.registry import engine_names; engine_names(); "
+        "print(sorted(m for m in ('kfp', 'airflow', 'heteroflow.pipelines.kfp.local', 'heteroflow.pipelines.engines.inprocess', 'typer') if m in sys.modules))"
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]", done.stdout

@@ -1,10 +1,10 @@
 """One fallback rule, every engine: the same (failure, candidate, placement) cases give the same decisions in the
-rule itself (:func:`heteroflow.components.fallback.next_candidate`), the in-process runner, the KFP rendering run
+rule itself (:func:`heteroflow.components.core.fallback.next_candidate`), the in-process runner, the KFP rendering run
 on kfp.local, and the Airflow fallback gate.
 
 The step is a user's toy device-bound step (written into a temporary folder on ``PYTHONPATH``, as kfp.local's step
 processes import it by name); the plan step places it against a stated inventory, the npu and gpu kinds are
-simulated, and faults are injected per device kind (:mod:`heteroflow.components.failures`).
+simulated, and faults are injected per device kind (:mod:`heteroflow.components.core.failures`).
 """
 
 from __future__ import annotations
@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from heteroflow.components.fallback import Decision, next_candidate, retry_decision
+from heteroflow.components.core.fallback import Decision, next_candidate, retry_decision
 from heteroflow.components.resources import Candidates, RetryPolicy
-from heteroflow.components.telemetry import read_step_records
+from heteroflow.components.core.telemetry import read_step_records
 
 TOY = '''
 from pathlib import Path
 
-from heteroflow.components.plan import PLAN
+from heteroflow.components.placement.plan import PLAN
 from heteroflow.components.resources import RetryPolicy
-from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
 from heteroflow.pipelines.graph import Pipeline
 
 
@@ -150,7 +150,7 @@ def test_the_airflow_gate(case: str, faults: dict[str, str], placement: dict[str
 @pytest.mark.slow
 @pytest.mark.parametrize(("case", "faults", "placement", "ran", "end"), CASES, ids=IDS)
 def test_the_inprocess_runner(case: str, faults: dict[str, str], placement: dict[str, int], ran: list[int], end: str, toy: Any, tmp_path: Path) -> None:
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     record = run_inprocess(
         toy.table_pipeline(),
@@ -167,7 +167,7 @@ def test_the_inprocess_runner(case: str, faults: dict[str, str], placement: dict
 @pytest.mark.parametrize(("case", "faults", "placement", "ran", "end"), CASES, ids=IDS)
 def test_kfp_local(case: str, faults: dict[str, str], placement: dict[str, int], ran: list[int], end: str, toy: Any, tmp_path: Path) -> None:
     pytest.importorskip("kfp", reason="kfp is not installed (extra heteroflow[kfp])")
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.kfp.local import run_local
 
     record = run_local(
         {"device_inventory": json.dumps(placement)},

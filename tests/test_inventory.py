@@ -1,4 +1,4 @@
-"""The one inventory parser (heteroflow.components.inventory): every form, kubectl JSON, errors, and the views the
+"""The one inventory parser (heteroflow.components.placement.inventory): every form, kubectl JSON, errors, and the views the
 plan step, the manifests and the simulator take of one parsed value."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from heteroflow.components.accelerators import DeviceKind
+from heteroflow.components.devices.accelerators import DeviceKind
 from heteroflow.components.errors import InvalidParameter, InvalidResources
-from heteroflow.components.inventory import (
+from heteroflow.components.placement.inventory import (
     ANY_DEVICES,
     ClusterInventory,
     InvalidInventory,
@@ -125,7 +125,7 @@ def test_kubectl_get_nodes_json(tmp_path: Path) -> None:
 def test_kubernetes_api_nodes_share_the_kubectl_reading() -> None:
     from kubernetes.client import V1Node, V1NodeSpec, V1NodeStatus, V1ObjectMeta, V1Taint
 
-    from heteroflow.components.inventory import kubernetes_nodes
+    from heteroflow.components.placement.inventory import kubernetes_nodes
 
     assert kubernetes_nodes([]) == []
     node = V1Node(metadata=V1ObjectMeta(name="npu-1", labels={"node.kubernetes.io/npu.chip.name": "910B3"}),
@@ -169,9 +169,10 @@ def test_one_error_type_that_existing_except_clauses_catch() -> None:
 
 
 def test_the_legacy_entry_points_return_equal_values(tmp_path: Path) -> None:
-    from heteroflow.components import placement, plan
+    from heteroflow.components.placement import policies as placement
+    from heteroflow.components.placement import plan
     from heteroflow.dags import pools
-    from heteroflow.pipelines import manifests
+    from heteroflow.pipelines.k8s import manifests
 
     nodes = tmp_path / "nodes.yaml"
     nodes.write_text(NODES)

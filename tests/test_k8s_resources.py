@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from heteroflow.components.cluster import ClusterProfile, load_profile
+from heteroflow.components.devices.cluster import ClusterProfile, load_profile
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.resources import Resources, Toleration
-from heteroflow.pipelines.k8s_resources import build_pod_resources, plan_pod
+from heteroflow.pipelines.k8s.resources import build_pod_resources, plan_pod
 
 kubernetes = pytest.importorskip("kubernetes")
 kubernetes_validate = pytest.importorskip("kubernetes_validate")

@@ -13,7 +13,7 @@ from google.protobuf import json_format
 
 from heteroflow.components.resources import Candidates
 from heteroflow.pipelines.default import default_pipeline
-from heteroflow.pipelines.kfp_render import bookkeeping_function, to_kfp
+from heteroflow.pipelines.kfp.render import bookkeeping_function, to_kfp
 
 
 def _commands() -> dict[str, list[str]]:
@@ -82,7 +82,7 @@ def test_only_the_bookkeeping_functions_with_their_exact_source_are_found() -> N
 def test_a_skip_task_runs_in_this_process_with_kfps_executor(tmp_path: Path, no_process: list[list[str]]) -> None:
     from kfp.local import status
 
-    from heteroflow.pipelines.local import _bookkeeping_in_process
+    from heteroflow.pipelines.kfp.local import _bookkeeping_in_process
 
     skip = next(c for label, c in _commands().items() if "skip" in label)
     outputs = ["Output", "heteroflow_uri_model", "heteroflow_uri_metrics"]
@@ -99,7 +99,7 @@ def test_a_skip_task_runs_in_this_process_with_kfps_executor(tmp_path: Path, no_
 def test_a_failing_check_is_the_tasks_failure_with_its_message(tmp_path: Path, no_process: list[list[str]], capsys: pytest.CaptureFixture[str]) -> None:
     from kfp.local import status
 
-    from heteroflow.pipelines.local import _bookkeeping_in_process
+    from heteroflow.pipelines.kfp.local import _bookkeeping_in_process
 
     check = next(c for label, c in _commands().items() if "check" in label)
     routes = {f"route_{c}": "succeeded" for c in ("prewarm", "preprocess", "plan", "evaluate", "archive")}
@@ -112,7 +112,7 @@ def test_a_failing_check_is_the_tasks_failure_with_its_message(tmp_path: Path, n
 
 
 def test_step_tasks_and_everything_outside_the_context_start_their_process(tmp_path: Path, no_process: list[list[str]]) -> None:
-    from heteroflow.pipelines.local import _bookkeeping_in_process
+    from heteroflow.pipelines.kfp.local import _bookkeeping_in_process
 
     commands = _commands()
     train = next(c for label, c in commands.items() if label.startswith("exec-train"))
@@ -128,7 +128,7 @@ def test_step_tasks_and_everything_outside_the_context_start_their_process(tmp_p
 def test_a_chains_arguments_task_returns_the_parameters_as_one_json_object(tmp_path: Path, no_process: list[list[str]]) -> None:
     from kfp.local import status
 
-    from heteroflow.pipelines.local import _bookkeeping_in_process
+    from heteroflow.pipelines.kfp.local import _bookkeeping_in_process
 
     command = next(c for label, c in _commands().items() if "arguments" in label)
     given = {"epochs": 3, "learning_rate": 0.05, "model_factory": "my.models:build", "deterministic": True, "batch_size": 32}
@@ -149,7 +149,7 @@ def test_print_is_kfps_own_again_after_runs_whose_tasks_start_and_end_at_once(tm
 
     from kfp.local import logging_utils
 
-    from heteroflow.pipelines.local import _parallel_tasks
+    from heteroflow.pipelines.kfp.local import _parallel_tasks
 
     before = builtins.print
     barrier = threading.Barrier(8)
@@ -173,7 +173,7 @@ def test_print_is_kfps_own_again_after_runs_whose_tasks_start_and_end_at_once(tm
 TOY = '''
 from pathlib import Path
 
-from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
 
 
 def scale(out_path: str, *, factor: float = 2.0, count: int = 3, label: str = "x", flag: bool = False,
@@ -207,7 +207,7 @@ def test_a_user_chain_without_a_planner_gets_its_parameters_through_the_argument
     import warnings
 
     from heteroflow.pipelines.graph import Pipeline
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.kfp.local import run_local
 
     folder = tmp_path / "mod"
     folder.mkdir()

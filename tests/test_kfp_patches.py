@@ -1,4 +1,4 @@
-"""The kfp internals heteroflow replaces (:mod:`heteroflow.pipelines.kfp_patches`): each patch's assumptions about
+"""The kfp internals heteroflow replaces (:mod:`heteroflow.pipelines.kfp.patches`): each patch's assumptions about
 kfp still hold, the version gate, and that a run puts kfp's originals back (#27)."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
-from heteroflow.pipelines import kfp_patches
-from heteroflow.pipelines.kfp_patches import (
+from heteroflow.pipelines.kfp import patches as kfp_patches
+from heteroflow.pipelines.kfp.patches import (
     BOOKKEEPING_IN_PROCESS,
     CHEAP_CONTAINER_CHECK,
     LAZY_KFP_CLIENT,
@@ -170,7 +170,7 @@ def test_bookkeeping_in_process_subclasses_the_handler_kfp_picks_per_task() -> N
 def test_bookkeeping_tasks_get_executor_input_on_their_command_line() -> None:
     from heteroflow.components.resources import Candidates
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.kfp_render import bookkeeping_function, to_kfp
+    from heteroflow.pipelines.kfp.render import bookkeeping_function, to_kfp
 
     from google.protobuf import json_format
 
@@ -205,7 +205,7 @@ def test_lazy_kfp_client_skips_kfp_client_and_imports_it_on_first_use() -> None:
     ``kfp.dsl`` still work through the module ``__getattr__``."""
     code = (
         "import json, os, sys\n"
-        "from heteroflow.pipelines.kfp_patches import import_kfp, resolve\n"
+        "from heteroflow.pipelines.kfp.patches import import_kfp, resolve\n"
         "import_kfp()\n"
         "import kfp\n"
         "out = {'client_skipped': 'kfp.client' not in sys.modules, 'env': os.environ.get('_KFP_RUNTIME'),\n"
@@ -322,7 +322,7 @@ def _prewarm_only() -> Any:
 
 @pytest.mark.slow
 def test_a_run_puts_kfps_originals_back(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.kfp.local import run_local
 
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
     originals = {t: v for p in UNDONE for t, v in p.current().items()}
@@ -346,7 +346,7 @@ def test_an_untested_kfp_runs_the_default_pipeline_on_kfps_own_path(
 ) -> None:
     """One warning; no patch is applied; the default pipeline (a device fallback included, so the chain's
     arguments and skip tasks and the check run as kfp runs them: each in a process) succeeds."""
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.kfp.local import run_local
 
     kfp_version("2.99.1")
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
@@ -361,7 +361,7 @@ def test_an_untested_kfp_runs_the_default_pipeline_on_kfps_own_path(
 
     for name in ("parallel_tasks", "bookkeeping_in_process"):
         monkeypatch.setattr(kfp_patches, name, refuse(name))
-    from heteroflow.pipelines import local
+    from heteroflow.pipelines.kfp import local
 
     sizes: list[int] = []
     real_pool = local._warm_pool

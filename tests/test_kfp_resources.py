@@ -1,4 +1,4 @@
-"""Resources rendered onto KFP tasks (``heteroflow.pipelines.kfp_resources.apply_resources``), compiled with the real
+"""Resources rendered onto KFP tasks (``heteroflow.pipelines.kfp.resources.apply_resources``), compiled with the real
 KFP compiler.
 
 - Four public pipelines' resource intent, written once with heteroflow and once in plain KFP + kfp.kubernetes,
@@ -31,12 +31,12 @@ from kfp import compiler, dsl  # noqa: E402
 from kfp import kubernetes as kfp_k8s  # noqa: E402
 from kubernetes import client  # noqa: E402
 
-from heteroflow.components.cluster import ClusterProfile, load_profile  # noqa: E402
+from heteroflow.components.devices.cluster import ClusterProfile, load_profile  # noqa: E402
 from heteroflow.components.errors import InvalidResources  # noqa: E402
 from heteroflow.components.resources import Resources, RetryPolicy  # noqa: E402
-from heteroflow.pipelines.k8s_resources import build_pod_resources  # noqa: E402
-from heteroflow.pipelines.kfp_render import apply_retry  # noqa: E402
-from heteroflow.pipelines.kfp_resources import apply_resources, kfp_memory_text  # noqa: E402
+from heteroflow.pipelines.k8s.resources import build_pod_resources  # noqa: E402
+from heteroflow.pipelines.kfp.render import apply_retry  # noqa: E402
+from heteroflow.pipelines.kfp.resources import apply_resources, kfp_memory_text  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 PROFILES = ROOT / "examples" / "profiles"

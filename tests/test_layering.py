@@ -78,7 +78,7 @@ def test_every_layer_is_scanned() -> None:
 
 @pytest.mark.parametrize(("layer", "source", "found"), [
     ("cache", "from heteroflow.components.resources import Resources\n", "cache imports components: from heteroflow.components.resources import Resources"),
-    ("components", "def f():\n    import heteroflow.pipelines.manifests\n", "components imports pipelines: import heteroflow.pipelines.manifests"),
+    ("components", "def f():\n    import heteroflow.pipelines.k8s.manifests\n", "components imports pipelines: import heteroflow.pipelines.k8s.manifests"),
     ("components", "import importlib\nm = importlib.import_module('heteroflow.dags.pods')\n", "components imports dags: import_module('heteroflow.dags.pods')"),
     ("pipelines", "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from heteroflow.dags.factory import build_dag\n", "pipelines imports dags: from heteroflow.dags.factory import build_dag"),
     ("cache", "from heteroflow import run\n", "cache imports pipelines: from heteroflow import run"),
@@ -97,7 +97,7 @@ def test_an_upward_import_is_named_with_file_and_line(tmp_path: Path, layer: str
 def test_imports_down_or_sideways_pass(tmp_path: Path) -> None:
     for name in LAYERS:
         (tmp_path / name).mkdir()
-    (tmp_path / "dags" / "a.py").write_text("import heteroflow.pipelines.cli\nfrom heteroflow.cache import atomic\n")
+    (tmp_path / "dags" / "a.py").write_text("import heteroflow.pipelines.cli.main\nfrom heteroflow.cache import atomic\n")
     (tmp_path / "components" / "b.py").write_text("from heteroflow.components.errors import X\nfrom . import c\n"
                                                    "import importlib\nimportlib.import_module('heteroflow.cache.crds')\n")
     (tmp_path / "pipelines" / "c.py").write_text("from heteroflow import Resources\n")
@@ -105,11 +105,13 @@ def test_imports_down_or_sideways_pass(tmp_path: Path) -> None:
 
 
 def test_names_moved_down_stay_importable_from_where_they_were() -> None:
-    """components/trainjob.py rendered its job with pipelines.manifests (an import up); the renderer and the pod plan
+    """components/training/trainjob.py rendered its job with pipelines.manifests (an import up); the renderer and the pod plan
     moved down into components, and the old modules re-export the same objects."""
-    from heteroflow.components import podplan, trainjob
-    from heteroflow.pipelines import k8s_resources, manifests
+    from heteroflow.components.devices import podplan
+    from heteroflow.components.training import trainjob
+    from heteroflow.pipelines.k8s import resources as k8s_resources
 
+    from heteroflow.pipelines.k8s import manifests
     for name in ("training_job_manifests", "TRAINER_RUNTIME", "TRAINER_CONTAINER", "GROUP_ANNOTATION"):
         assert getattr(manifests, name) is getattr(trainjob, name), name
     for name in ("plan_pod", "PodPlan", "DefaultProfileWarning"):

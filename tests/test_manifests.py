@@ -1,4 +1,4 @@
-"""Queue, flavor and training-job manifests (heteroflow.pipelines.manifests, `heteroflow manifests`).
+"""Queue, flavor and training-job manifests (heteroflow.pipelines.k8s.manifests, `heteroflow manifests`).
 
 - Every manifest validates against its real schema: the shipped CRDs (Volcano v1.15.1, Kueue v0.19.2, Kubeflow
   Trainer v1.9.4 / v2.3.0) with unknown fields rejected, and kubernetes-validate for the core pod templates.
@@ -20,10 +20,10 @@ import pytest
 import yaml
 
 from heteroflow.cache.errors import InvalidCacheOption
-from heteroflow.components.cluster import DEFAULT_PROFILE, load_profile
+from heteroflow.components.devices.cluster import DEFAULT_PROFILE, load_profile
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.resources import Candidates
-from heteroflow.pipelines.manifests import (
+from heteroflow.pipelines.k8s.manifests import (
     CPU_FLAVOR,
     ClusterInventory,
     InvalidInventory,
@@ -297,7 +297,7 @@ def test_load_inventory_errors_name_the_file(tmp_path: Path) -> None:
 def test_cli_writes_valid_manifests(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     out = tmp_path / "out"
     args = ["manifests", "--inventory", str(INVENTORY), "--profile", str(PROFILES / "nvidia-gfd.yaml"), "-o", str(out)]

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from heteroflow.components.cluster import load_profile
+from heteroflow.components.devices.cluster import load_profile
 from heteroflow.components.resources import Candidates
-from heteroflow.pipelines.manifests import load_inventory, render_all
+from heteroflow.pipelines.k8s.manifests import load_inventory, render_all
 
 ROOT = Path(__file__).resolve().parent.parent
 KUBECONFIG = os.environ.get("HETEROFLOW_KUBECONFIG", "")

@@ -16,8 +16,8 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from heteroflow.components.cluster import ClusterProfile, InvalidProfile
-from heteroflow.pipelines.metrics import METRICS_DIR_ENV, registry_for, serve, write_textfile
+from heteroflow.components.devices.cluster import ClusterProfile, InvalidProfile
+from heteroflow.pipelines.runs.metrics import METRICS_DIR_ENV, registry_for, serve, write_textfile
 
 DOCUMENTED = {
     "heteroflow_run_info",
@@ -70,7 +70,7 @@ def _record(folder: Path) -> Path:
 
 
 def test_the_metrics_of_a_run_that_retried_and_fell_back(tmp_path: Path) -> None:
-    from heteroflow.pipelines.runs import load_run
+    from heteroflow.pipelines.runs.folders import load_run
 
     run = load_run(_record(tmp_path / "r"))
     profile = ClusterProfile.from_dict({"prices": {"currency": "EUR", "gpu": 2.0, "nvidia-a100": 3.6, "npu": 1.8}})
@@ -134,7 +134,7 @@ def test_metrics_serve_scraped_for_a_run_that_fell_back(tmp_path: Path) -> None:
     """A real run falls back from the (simulated) NPU to the GPU; ``heteroflow metrics serve`` (a subprocess) is
     scraped and parsed with prometheus-client's parser: the documented names, with that run's labels."""
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     record = run_inprocess(default_pipeline(), {"epochs": 1}, run_dir=tmp_path / "runs" / "fell-back", simulate_devices="npu,gpu",
                            inject_faults="train@npu=device")

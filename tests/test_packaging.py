@@ -133,7 +133,7 @@ def test_the_wheel_holds_no_test_servers(wheel_names: set[str]) -> None:
 def test_wheel_entry_point_is_the_cli(wheel: Path, wheel_names: set[str]) -> None:
     parser = configparser.ConfigParser()
     parser.read_string(_dist_info_file(wheel, wheel_names, "entry_points.txt"))
-    assert dict(parser["console_scripts"]) == {"heteroflow": "heteroflow.pipelines.script:console_script"}
+    assert dict(parser["console_scripts"]) == {"heteroflow": "heteroflow.pipelines.cli.script:console_script"}
 
 
 @pytest.mark.slow
@@ -207,14 +207,14 @@ def test_the_public_api_is_one_import(tmp_path: Path) -> None:
         tmp_path,
     )
     assert {"step", "Pipeline", "Resources", "Candidates", "RetryPolicy", "default_pipeline", "run", "compile"} <= set(facts["all"])
-    assert (facts["run"], facts["compile"]) == ("heteroflow.pipelines.runner", "compile_pipeline")
+    assert (facts["run"], facts["compile"]) == ("heteroflow.pipelines.engines.runner", "compile_pipeline")
     assert "airflow" not in facts["heavy"]
 
 
 def test_the_placement_data_and_their_licences_are_in_the_wheel(wheel_names: set[str]) -> None:
     for name in ("data/README.md", "data/gavel/LICENSE", "data/gavel/derived_isolated_throughputs.csv",
                  "data/alibaba_pai/LICENSE.CC-BY-4.0", "data/alibaba_pai/pai_machine_spec.csv"):
-        assert f"heteroflow/components/{name}" in wheel_names
+        assert f"heteroflow/components/placement/{name}" in wheel_names
 
 
 def test_defining_a_pipeline_and_starting_the_cli_import_no_numpy_pandas_torch_kfp_or_airflow(tmp_path: Path) -> None:
@@ -223,12 +223,12 @@ def test_defining_a_pipeline_and_starting_the_cli_import_no_numpy_pandas_torch_k
     start is on every run's critical path). The steps' functions import them when called."""
     facts = _python_facts(
         "import sys, json\n"
-        "import heteroflow.pipelines.cli, heteroflow.components.steps\n"
+        "import heteroflow.pipelines.cli.main, heteroflow.components.steps\n"
         "from heteroflow import Pipeline, default_pipeline\n"
         "p = default_pipeline()\n"
-        "from heteroflow.components.train import check_train_params\n"
+        "from heteroflow.components.training.step import check_train_params\n"
         "check_train_params(epochs=2)  # what a run checks before anything runs (it imports the training module)\n"
-        "from heteroflow.components.preprocess import stratified_split\n"
+        "from heteroflow.components.data.preprocess import stratified_split\n"
         "heavy = sorted(m for m in ('numpy', 'pandas', 'torch', 'kfp', 'airflow', 'matplotlib', 'sklearn') if m in sys.modules)\n"
         "split = stratified_split(__import__('numpy').array([0, 1] * 10), validation_fraction=0.2, test_fraction=0.2, seed=0,"
         " too_few=ValueError)\n"

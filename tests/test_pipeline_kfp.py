@@ -1,6 +1,6 @@
 """The default pipeline on kfp.local, and its compiled KFP IR.
 
-- Whole runs of the default pipeline with ``heteroflow.pipelines.local.run_local`` (kfp.local,
+- Whole runs of the default pipeline with ``heteroflow.pipelines.kfp.local.run_local`` (kfp.local,
   SubprocessRunner): every step, the run record, the archive and its lineage, a rerun that copies nothing
   and archives a new version, custom candidates, and the fallback routing under simulated devices and
   injected faults (device -> next candidate; permanent -> no retry, no fallback; transient -> retried).
@@ -43,11 +43,11 @@ from kfp import compiler  # noqa: E402
 
 from heteroflow.cache.prewarm import MANIFEST_NAME  # noqa: E402
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy  # noqa: E402
-from heteroflow.components.runtime import KFP_CANDIDATE, candidate_from_json  # noqa: E402
+from heteroflow.components.core.runtime import KFP_CANDIDATE, candidate_from_json  # noqa: E402
 from heteroflow.components.steps import DEFAULT_TRAIN_CANDIDATES  # noqa: E402
 from heteroflow.pipelines.default import build_default_pipeline, default_pipeline  # noqa: E402
-from heteroflow.pipelines.kfp_render import compile_pipeline, to_kfp  # noqa: E402
-from heteroflow.pipelines.local import RunRecord, run_local  # noqa: E402
+from heteroflow.pipelines.kfp.render import compile_pipeline, to_kfp  # noqa: E402
+from heteroflow.pipelines.kfp.local import RunRecord, run_local  # noqa: E402
 
 STEP_ORDER = tuple(c.name for c in default_pipeline().calls)
 GOLDEN = Path(__file__).parent / "golden" / "default_pipeline.yaml"
@@ -634,7 +634,7 @@ def test_the_written_pipeline_runs_on_kfp_local(
     the gpu and cpu levels both skip; with npu failing (a device error), gpu trains and the cpu level skips."""
     from kfp import components
 
-    from heteroflow.pipelines import kfp_render
+    from heteroflow.pipelines.kfp import render as kfp_render
 
     written = compile_pipeline(default_pipeline(), tmp_path / "written.yaml")
     loaded = components.load_component_from_file(str(written))
@@ -699,7 +699,7 @@ def test_two_runs_in_one_fresh_process(digits_dir: Path, tmp_path: Path) -> None
     own temporary folder, so a second run in the same (fresh, tempfile-unprimed) interpreter works."""
     code = (
         "import sys\n"
-        "from heteroflow.pipelines.local import run_local\n"
+        "from heteroflow.pipelines.kfp.local import run_local\n"
         "for i in range(2):\n"
         "    r = run_local({'epochs': 1, 'dataset_uri': sys.argv[1]}, run_dir=f'{sys.argv[2]}/run{i}')\n"
         "    print(r.status)\n"
@@ -743,7 +743,7 @@ def test_secret_env_errors(secret: str, env: dict, match: str) -> None:
 SLEEPY = '''
 import time
 
-from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
 
 
 @step(outputs=[ArtifactSpec(name="out", type=ArtifactType.ARTIFACT, param="out_path")])
@@ -764,7 +764,7 @@ def nap(out_path: str, *, seconds: float = 1.0) -> dict:
 
 @pytest.mark.slow
 def test_two_independent_calls_run_at_the_same_time_on_kfp_local(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from heteroflow.components.telemetry import read_step_records
+    from heteroflow.components.core.telemetry import read_step_records
     from heteroflow.pipelines.graph import Pipeline
 
     folder = tmp_path / "userpkg"
@@ -795,7 +795,7 @@ def test_the_engine_log_keeps_every_line_whole_when_parallel_tasks_print_at_once
     import logging
     import threading
 
-    from heteroflow.pipelines.local import _Redacting
+    from heteroflow.pipelines.kfp.local import _Redacting
 
     path = tmp_path / "kfp.log"
     lines_per_writer, writers = 4000, 4

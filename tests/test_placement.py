@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from heteroflow.components.placement import (
+from heteroflow.components.placement.policies import (
     InvalidInventory,
     Job,
     PlacementState,
@@ -138,7 +138,7 @@ def test_a_policy_named_module_attribute_is_a_users_own(monkeypatch: pytest.Monk
     import sys
     import types
 
-    from heteroflow.components.placement import Policy, ThroughputPolicy, get_policy
+    from heteroflow.components.placement.policies import Policy, ThroughputPolicy, get_policy
 
     class K80First(ThroughputPolicy):
         name = "k80-first"
@@ -252,7 +252,7 @@ def test_kubernetes_nodes_are_allocatable_minus_requested() -> None:
 
 @pytest.mark.skipif(not os.environ.get("HETEROFLOW_KUBECONFIG"), reason="needs a live cluster: set HETEROFLOW_KUBECONFIG to its kubeconfig")
 def test_live_kubernetes_inventory() -> None:
-    from heteroflow.components.placement import kubernetes_inventory
+    from heteroflow.components.placement.policies import kubernetes_inventory
 
     inv = kubernetes_inventory()
     assert inv.nodes and len({n.name for n in inv.nodes}) == len(inv.nodes)
@@ -262,9 +262,9 @@ def test_live_kubernetes_inventory() -> None:
 
 
 def test_plan_step_uses_the_policy_and_explains(tmp_path: Path) -> None:
-    from heteroflow.components.plan import PLAN
+    from heteroflow.components.placement.plan import PLAN
     from heteroflow.components.resources import Candidates
-    from heteroflow.components.runtime import LocalArtifact, run_step
+    from heteroflow.components.core.runtime import LocalArtifact, run_step
 
     inv = tmp_path / "inv.yaml"
     inv.write_text(GOOD)
@@ -281,7 +281,7 @@ def test_plan_step_uses_the_policy_and_explains(tmp_path: Path) -> None:
 
 def test_plan_step_rejects_a_bad_node_inventory(tmp_path: Path) -> None:
     from heteroflow.components.errors import InvalidParameter
-    from heteroflow.components.plan import check_plan_params
+    from heteroflow.components.placement.plan import check_plan_params
 
     inv = tmp_path / "inv.yaml"
     inv.write_text(GOOD.replace("name: k80", "name: v100-0"))

@@ -18,8 +18,8 @@ import psutil
 import pytest
 from kfp import dsl
 
-from heteroflow.pipelines import prestart
-from heteroflow.pipelines.prestart import WarmPool, lightweight_program, prestart_size
+from heteroflow.pipelines.kfp import prestart
+from heteroflow.pipelines.kfp.prestart import WarmPool, lightweight_program, prestart_size
 
 
 @dsl.component(base_image="python:3.11", install_kfp_package=False)
@@ -202,7 +202,7 @@ def test_prestart_size_from_the_environment() -> None:
 
 def test_a_bad_prestart_setting_is_refused_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from heteroflow.components.errors import InvalidParameter
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.kfp.local import run_local
 
     monkeypatch.setenv("HETEROFLOW_PRESTART", "many")
     with pytest.raises(InvalidParameter, match="HETEROFLOW_PRESTART"):
@@ -232,7 +232,7 @@ print(json.dumps(sorted(reads)))
 def test_no_preloaded_module_reads_a_task_variable_when_imported() -> None:
     """A prestarted process imports these before its task's variables are set: none may read one on import
     (``os.environ.get``, ``[]`` and ``in``, and ``os.getenv``, all go through the mapping recorded here)."""
-    modules = ["heteroflow.pipelines.prestart", "kfp.dsl.executor_main", *prestart.DEFAULT_PRELOAD]  # as a process imports them
+    modules = ["heteroflow.pipelines.kfp.prestart", "kfp.dsl.executor_main", *prestart.DEFAULT_PRELOAD]  # as a process imports them
     env = {k: v for k, v in os.environ.items() if k not in prestart.TASK_VARIABLES}
     env.update({"_KFP_RUNTIME": "true", "HETEROFLOW_RUN_DIR": "/nonexistent", "HETEROFLOW_RUN_ID": "r"})
     out = subprocess.run([sys.executable, "-c", _RECORD_READS, *modules], env=env, capture_output=True, text=True, check=True)
@@ -302,7 +302,7 @@ def test_the_command_line_runs_steps_and_a_fallback_in_prestarted_processes(tmp_
     ],
 )
 def test_the_console_script_reads_whether_it_runs_on_kfp_local_from_the_plain_words(args: list[str], expected: bool) -> None:
-    from heteroflow.pipelines.script import runs_on_kfp_local
+    from heteroflow.pipelines.cli.script import runs_on_kfp_local
 
     assert runs_on_kfp_local(args) is expected
 
@@ -313,12 +313,12 @@ def test_the_console_script_starts_the_step_processes_before_it_imports_the_comm
     parse is what the pool's start overlaps); a usage error typer reports next ends the process, and its pool."""
     code = (
         "import atexit, json, sys\n"
-        "from heteroflow.pipelines import prestart\n"
+        "from heteroflow.pipelines.kfp import prestart\n"
         "seen = []\n"
-        "prestart.start_early = lambda *a, **k: seen.append(sorted(m for m in ('typer', 'heteroflow.pipelines.cli') if m in sys.modules))\n"
+        "prestart.start_early = lambda *a, **k: seen.append(sorted(m for m in ('typer', 'heteroflow.pipelines.cli.main') if m in sys.modules))\n"
         "atexit.register(lambda: print('SEEN', json.dumps(seen)))\n"
         f"sys.argv = ['heteroflow', *{args!r}]\n"
-        "from heteroflow.pipelines.script import console_script\n"
+        "from heteroflow.pipelines.cli.script import console_script\n"
         "console_script()\n"
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)

@@ -1,4 +1,4 @@
-"""Issue #27 item 5: file readers in one registry (heteroflow.components.formats). Each built-in reader is found
+"""Issue #27 item 5: file readers in one registry (heteroflow.components.data.formats). Each built-in reader is found
 by suffix and by sniffing its content; a suffix no reader claims is an error that lists the readers; the cache tier
 asks the readers which files are data; a reader installed through the entry-point group ``heteroflow.readers`` is
 used by preprocess, end to end, for its suffix."""
@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 from heteroflow.cache.errors import DatasetError
-from heteroflow.components.formats import (
+from heteroflow.components.data.formats import (
     BUILTIN_READERS,
     ENTRY_POINT_GROUP,
     REGISTRY,
@@ -105,7 +105,7 @@ def test_text_that_is_no_table_and_missing_files_sniff_as_nothing(tmp_path: Path
 
 
 def test_an_unknown_suffix_lists_the_registered_readers(tmp_path: Path):
-    from heteroflow.components.datasets import read_table
+    from heteroflow.components.data.datasets import read_table
 
     f = tmp_path / "notes.txt"
     f.write_text("hello")
@@ -123,7 +123,7 @@ def test_an_unknown_suffix_lists_the_registered_readers(tmp_path: Path):
 def test_files_no_reader_reads_are_named_by_the_check_and_by_preprocess(tmp_path: Path):
     from heteroflow.cache.listing import list_dataset
     from heteroflow.cache.prewarm import prewarm
-    from heteroflow.components.preprocess import preprocess
+    from heteroflow.components.data.preprocess import preprocess
 
     src = tmp_path / "blobs"
     src.mkdir()
@@ -177,7 +177,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from heteroflow.components.datasets import RawTable, clean_column
+from heteroflow.components.data.datasets import RawTable, clean_column
 
 
 class JsonLinesReader:
@@ -234,7 +234,7 @@ class VectorReader:
 
     def read(self, view, /, *, split):
         import numpy as np
-        from heteroflow.components.formats import PreparedFiles
+        from heteroflow.components.data.formats import PreparedFiles
 
         rows = [line.split() for p in view.files if p.suffix == ".vec" for line in p.read_text().splitlines() if line.strip()]
         classes = sorted({r[0] for r in rows})
@@ -253,7 +253,7 @@ class VectorReader:
     def open_splits(self, dataset_dir, meta):
         import numpy as np
         import torch
-        from heteroflow.components.readers import DataSplits, TensorData
+        from heteroflow.components.data.readers import DataSplits, TensorData
 
         def part(s):
             with np.load(Path(dataset_dir) / f"{s}.npz") as d:
@@ -312,7 +312,7 @@ def _jsonl_dataset(folder: Path) -> int:
 
 
 def test_a_reader_from_an_entry_point_is_used_by_preprocess_end_to_end(plugin_entry_points, tmp_path: Path):
-    from heteroflow.components.preprocess import load_split, preprocess
+    from heteroflow.components.data.preprocess import load_split, preprocess
 
     src = tmp_path / "iris-jsonl"
     rows = _jsonl_dataset(src)
@@ -330,7 +330,7 @@ def test_a_reader_from_an_entry_point_is_used_by_preprocess_end_to_end(plugin_en
 
 
 def test_without_the_plugin_the_same_folder_is_refused(tmp_path: Path):
-    from heteroflow.components.preprocess import preprocess
+    from heteroflow.components.data.preprocess import preprocess
 
     src = tmp_path / "iris-jsonl"
     _jsonl_dataset(src)
@@ -384,7 +384,7 @@ def test_register_checks_the_reader():
 def test_heteroflow_readers_lists_every_reader_with_its_origin(plugin_entry_points):
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     plugin_entry_points.append(importlib.metadata.EntryPoint("jsonl", "hf_test_readers:JsonLinesReader", ENTRY_POINT_GROUP))
     result = CliRunner().invoke(app, ["readers", "--json"])
@@ -400,8 +400,8 @@ def test_heteroflow_readers_lists_every_reader_with_its_origin(plugin_entry_poin
 
 def test_a_reader_of_a_kind_of_its_own_is_prepared_by_preprocess_and_opened_for_training(plugin_entry_points, tmp_path: Path):
     pytest.importorskip("torch")
-    from heteroflow.components.preprocess import preprocess
-    from heteroflow.components.readers import open_splits
+    from heteroflow.components.data.preprocess import preprocess
+    from heteroflow.components.data.readers import open_splits
 
     plugin_entry_points.append(importlib.metadata.EntryPoint("vec", "hf_test_readers:VectorReader", ENTRY_POINT_GROUP))
     src = tmp_path / "vectors"

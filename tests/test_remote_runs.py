@@ -82,7 +82,7 @@ def test_a_run_from_s3_with_credentials_in_the_environment(digits_dir: Path, tmp
 def test_a_bad_http_source_is_refused_before_anything_runs(served: str, tmp_path: Path, path: str, message: str) -> None:
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     url = served.replace("http://", f"http://alice:{PASSWORD}@") + "/" + path
     result = CliRunner().invoke(app, ["run", "--dataset", url, "--output", str(tmp_path / "run")])
@@ -101,8 +101,8 @@ def test_bad_sources_are_permanent_failures_of_the_prewarm_step(
     served: str, tmp_path: Path, auth: bool, path: str, failure: str
 ) -> None:
     """On an engine without the CLI's up-front check (Airflow, a KFP server), the step itself fails at once."""
-    from heteroflow.components.prewarm import PREWARM
-    from heteroflow.components.runtime import run_step
+    from heteroflow.components.data.prewarm import PREWARM
+    from heteroflow.components.core.runtime import run_step
 
     userinfo = f"alice:{PASSWORD}@" if auth else "alice:wrong@"
     url = served.replace("http://", f"http://{userinfo}") + "/" + path
@@ -119,9 +119,9 @@ def test_bad_sources_are_permanent_failures_of_the_prewarm_step(
 
 def test_a_folder_without_readable_data_is_cached_and_the_reader_fails_permanently(served: str, tmp_path: Path) -> None:
     """Issue 14: the cache tier caches any files (bytes and versions); the reader names the format it cannot read."""
-    from heteroflow.components.preprocess import PREPROCESS
-    from heteroflow.components.prewarm import PREWARM
-    from heteroflow.components.runtime import run_step
+    from heteroflow.components.data.preprocess import PREPROCESS
+    from heteroflow.components.data.prewarm import PREWARM
+    from heteroflow.components.core.runtime import run_step
 
     url = served.replace("http://", f"http://alice:{PASSWORD}@") + "/notes/"
     out = run_step(PREWARM, params={"source_uri": url, "cache_root": str(tmp_path / "tier")},
@@ -136,7 +136,7 @@ def test_a_folder_without_readable_data_is_cached_and_the_reader_fails_permanent
 def test_an_unreachable_host_is_retried_as_transient_then_fails_clearly(tmp_path: Path) -> None:
     from heteroflow.components.resources import RetryPolicy
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     pipeline = default_pipeline()
     pipeline.replace("prewarm", retry=RetryPolicy(retries=2, backoff_seconds=1, max_delay_seconds=1))

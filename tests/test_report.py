@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from typer.testing import CliRunner
 
-from heteroflow.pipelines.report import REPORT_FILE, render_report, write_report, write_report_quietly
+from heteroflow.pipelines.runs.report import REPORT_FILE, render_report, write_report, write_report_quietly
 
 
 def _record(tmp_path: Path, **changes: Any) -> Path:
@@ -125,7 +125,7 @@ def test_write_report_is_atomic_and_quiet_failures_warn(tmp_path: Path) -> None:
 
 
 def test_report_command(tmp_path: Path) -> None:
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     folder = _record(tmp_path / "run")
     result = CliRunner().invoke(app, ["report", str(folder), "-o", str(tmp_path / "out.html")])
@@ -139,7 +139,7 @@ def test_report_command(tmp_path: Path) -> None:
 def test_every_run_writes_its_report(tmp_path: Path) -> None:
     """The in-process engine (and kfp.local and Airflow, through the same record writer) leaves report.html."""
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     record = run_inprocess(default_pipeline(), {"epochs": 1}, run_dir=tmp_path / "run", simulate_devices="npu,gpu",
                            inject_faults="train@npu=transient:1", sleep=lambda s: None)
@@ -185,7 +185,7 @@ def test_prewarm_imports_matplotlib_in_the_background_and_the_report_waits_for_i
 
     code = (
         "import sys, threading\n"
-        "from heteroflow.pipelines import report\n"
+        "from heteroflow.pipelines.runs import report\n"
         "assert 'matplotlib.figure' not in sys.modules\n"
         "report.prewarm(); t = report._PREWARM\n"
         "assert t is not None and t is not threading.current_thread() and t.daemon\n"
@@ -203,7 +203,7 @@ def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_
     import threading
     import time
 
-    from heteroflow.pipelines import report
+    from heteroflow.pipelines.runs import report
     from heteroflow.pipelines.graph import Pipeline
 
     history = [{"epoch": 1, "loss": 1.2, "validation_accuracy": 0.5}, {"epoch": 2, "loss": 0.7, "validation_accuracy": 0.8}]
@@ -242,7 +242,7 @@ def test_plots_keep_every_text_inside_the_figure_without_a_layout_engine(tmp_pat
     is placed); the axes are not squeezed (long texts make the figure larger)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from heteroflow.pipelines import report
+    from heteroflow.pipelines.runs import report
 
     step = "a_user_step_with_a_really_quite_long_name_indeed" if case == "long names" else "train"
     classes = {

@@ -193,7 +193,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     """Three real runs of the default pipeline (in-process engine, 2 epochs): one that succeeded, one whose train
     failed permanently, one whose train fell back from the (simulated) NPU to the GPU after a device failure."""
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     root = tmp_path_factory.mktemp("report-runs")
     out = {}
@@ -251,7 +251,7 @@ def test_report_of_a_run_that_succeeded(browser: Browser, runs: dict[str, Path],
     plots = _plots(page)
     assert {"timeline", "evaluate confusion", "evaluate per class"} <= set(plots)
     assert all(w > 200 and h > 100 for w, h in plots.values()), plots
-    from heteroflow.pipelines.runs import history_of, load_run
+    from heteroflow.pipelines.runs.folders import history_of, load_run
 
     for call in history_of(load_run(runs["ok"])):  # the per-epoch curves of whatever history the record holds
         assert f"{call} loss" in plots

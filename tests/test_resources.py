@@ -511,7 +511,7 @@ def test_retry_policy_invalid(kwargs, pattern):
     ids=["zero", "sub-second", "half", "round-down", "round-up", "hour"],
 )
 def test_kfp_duration_rounds_and_never_truncates_to_zero(seconds, text):
-    from heteroflow.components.retry import kfp_duration
+    from heteroflow.components.core.retry import kfp_duration
 
     assert kfp_duration(seconds) == text
 

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from heteroflow.components.errors import InvalidResources
-from heteroflow.components.retry import RetryPolicy, RetryWindowWarning
+from heteroflow.components.core.retry import RetryPolicy, RetryWindowWarning
 
 
 def test_the_issues_policy_is_refused_with_what_would_start_and_the_ways_out() -> None:
@@ -66,7 +66,7 @@ def test_compiling_for_a_cluster_warns_when_argo_would_start_fewer_retries(tmp_p
     """Sibling: RetryPolicy(retries=10) is valid where waits are capped (5..160 s, then 300 s: 1,515 s in all),
     but Argo waits 5 x 2^n uncapped (5,115 s for 10 retries), so only 9 fit KFP's default hour on a cluster."""
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.kfp_render import compile_pipeline
+    from heteroflow.pipelines.kfp.render import compile_pipeline
 
     pipeline = default_pipeline()
     pipeline.replace("train", retry=RetryPolicy(retries=10))

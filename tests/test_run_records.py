@@ -1,4 +1,4 @@
-"""Run records and run folders (heteroflow.pipelines.records), the same for every engine: one truth about how a run
+"""Run records and run folders (heteroflow.pipelines.runs.records), the same for every engine: one truth about how a run
 ended (#16.19), no pointer to an engine log that does not exist (#16.21), and the module layout (#15.3).
 """
 
@@ -31,7 +31,7 @@ def _prewarm_only() -> Pipeline:
 def _signal_while_recording(monkeypatch: pytest.MonkeyPatch, signum: int) -> None:
     """Deliver ``signum`` to this process while the run's record is built: the moment the last step has finished
     and the run is being recorded (the race of #16.19, made certain)."""
-    from heteroflow.pipelines import records
+    from heteroflow.pipelines.runs import records
 
     original = records.build_record
 
@@ -55,7 +55,7 @@ def sigterm_stops_like_the_cli() -> Any:
 
 
 def _assert_one_truth(record: Any) -> None:
-    from heteroflow.pipelines.records import prepare_run_dir
+    from heteroflow.pipelines.runs.records import prepare_run_dir
 
     on_disk = json.loads(Path(record.run_dir, "run.json").read_text())
     assert record.status == on_disk["status"] == "succeeded"
@@ -68,7 +68,7 @@ def test_sigterm_as_the_kfp_local_run_is_recorded_ends_it_succeeded(
     digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, sigterm_stops_like_the_cli: Any
 ) -> None:
     pytest.importorskip("kfp", reason="kfp is not installed (extra heteroflow[kfp])")
-    from heteroflow.pipelines import local
+    from heteroflow.pipelines.kfp import local
 
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
     _signal_while_recording(monkeypatch, signal.SIGTERM)
@@ -80,7 +80,7 @@ def test_sigterm_as_the_kfp_local_run_is_recorded_ends_it_succeeded(
 def test_ctrl_c_as_the_inprocess_run_is_recorded_ends_it_succeeded(
     digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from heteroflow.pipelines import inprocess
+    from heteroflow.pipelines.engines import inprocess
 
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
     _signal_while_recording(monkeypatch, signal.SIGINT)
@@ -92,7 +92,7 @@ def test_ctrl_c_as_the_inprocess_run_is_recorded_ends_it_succeeded(
 def test_ctrl_c_during_an_inprocess_step_records_the_run_interrupted(
     digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from heteroflow.pipelines import inprocess
+    from heteroflow.pipelines.engines import inprocess
 
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
 
@@ -111,7 +111,7 @@ def test_ctrl_c_during_an_inprocess_step_records_the_run_interrupted(
 def test_a_failed_run_names_an_engine_log_only_if_there_is_one(engine: str, digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     if engine == "kfp-local":
         pytest.importorskip("kfp", reason="kfp is not installed (extra heteroflow[kfp])")
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     module = tmp_path / "userpkg"
     module.mkdir()
@@ -154,14 +154,14 @@ def test_only_the_kfp_local_entry_points_import_the_kfp_local_runner() -> None:
         str(p.relative_to(ROOT))
         for folder in ("cache", "components", "pipelines", "dags")
         for p in (ROOT / folder).rglob("*.py")
-        if "heteroflow.pipelines.local" in _imports(p)
+        if "heteroflow.pipelines.kfp.local" in _imports(p)
     )
-    assert users == ["pipelines/engines.py"], users  # the kfp-local engine (registry); records live in records.py
+    assert users == ["pipelines/engines/registry.py"], users  # the kfp-local engine (registry); records live in records.py
 
 
 @pytest.mark.slow
 def test_a_stop_while_a_failed_run_is_recorded_leaves_it_failed(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from heteroflow.pipelines import inprocess
+    from heteroflow.pipelines.engines import inprocess
 
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
     _signal_while_recording(monkeypatch, signal.SIGINT)
@@ -172,5 +172,5 @@ def test_a_stop_while_a_failed_run_is_recorded_leaves_it_failed(digits_dir: Path
 
 
 def test_every_engine_writes_its_record_through_the_records_module() -> None:
-    for module in ("pipelines/local.py", "pipelines/inprocess.py", "dags/operators.py"):
-        assert "heteroflow.pipelines.records" in _imports(ROOT / module), module
+    for module in ("pipelines/kfp/local.py", "pipelines/engines/inprocess.py", "dags/operators.py"):
+        assert "heteroflow.pipelines.runs.records" in _imports(ROOT / module), module

@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner
 
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.pipelines.runs import find_runs, load_run, resolve_run, retries
+from heteroflow.pipelines.runs.folders import find_runs, load_run, resolve_run, retries
 
 
 def _run(folder: Path, run_id: str, started: float, **changes: Any) -> Path:
@@ -84,7 +84,7 @@ def test_retries_and_their_waits_come_from_the_attempt_records(tmp_path: Path) -
 
 
 def _cli(*args: str) -> Any:
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     return CliRunner().invoke(app, list(args), env={"COLUMNS": "200"})
 
@@ -124,7 +124,7 @@ def test_runs_list_show_compare(tmp_path: Path) -> None:
 
 
 def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env: dict[str, str]) -> str:
-    from heteroflow.components.failures import FAULT_ENV, SIMULATE_ENV
+    from heteroflow.components.core.failures import FAULT_ENV, SIMULATE_ENV
 
     full = {k: v for k, v in os.environ.items() if k not in (SIMULATE_ENV, FAULT_ENV)}
     full.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **env})
@@ -143,8 +143,8 @@ def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeyp
     pytest.importorskip("airflow", reason="the airflow extra is not installed")
     pytest.importorskip("kfp", reason="the kfp extra is not installed")
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.inprocess import run_inprocess
-    from heteroflow.pipelines.local import run_local
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+    from heteroflow.pipelines.kfp.local import run_local
 
     monkeypatch.chdir(tmp_path)  # ./heteroflow-runs is a default root
     params = {"dataset_uri": str(digits_dir), "epochs": 1}
@@ -178,17 +178,17 @@ def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeyp
 
 
 def test_summary_text_of_a_failed_run(tmp_path: Path) -> None:
-    from heteroflow.pipelines.cli_runs import summary_text
+    from heteroflow.pipelines.cli.runs import summary_text
 
     folder = _run(tmp_path / "f", "f", 1.0, status="failed", steps=[
         {"name": "train", "status": "failed", "kind": "npu", "device": "cpu", "simulated": True, "candidate": 0, "attempts": 3,
-         "seconds": 0.25, "failure": "transient", "error": "heteroflow.components.failures.InjectedTransientFault: storage timed out"},
+         "seconds": 0.25, "failure": "transient", "error": "heteroflow.components.core.failures.InjectedTransientFault: storage timed out"},
     ])
     (folder / "steps" / "train").mkdir(parents=True)
     for n, (start, end) in enumerate([(10.0, 11.0), (16.0, 17.0), (27.0, 28.0)], 1):
         (folder / "steps" / "train" / f"attempt-{n}.json").write_text(json.dumps(
             {"attempt": n, "status": "failed", "failure": "transient", "candidate": 0, "kind": "npu", "started_at": start, "ended_at": end,
-             "error": "heteroflow.components.failures.InjectedTransientFault: storage timed out"}))
+             "error": "heteroflow.components.core.failures.InjectedTransientFault: storage timed out"}))
     text = summary_text(load_run(folder))
     assert re.search(r"│ train +│ failed +│ npu \(simulated, on cpu\) +│ +3 │ +0\.25 │", text)
     assert "retries: 2, 15.0 s spent waiting of the run's 5.0 s" in text
@@ -199,7 +199,7 @@ def test_summary_text_of_a_failed_run(tmp_path: Path) -> None:
 
 def test_run_ids_are_listed_whole_on_a_narrow_terminal(tmp_path: Path) -> None:
     """A fresh-user trial saw `202612…` at 80 columns: the id `runs show` takes was cut. It is never cut or wrapped."""
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     run_id = "20261201-211808-e313"
     _run(tmp_path / run_id, run_id, 100.0)

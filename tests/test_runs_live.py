@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from heteroflow.components.retry import RetryPolicy
-from heteroflow.pipelines.cli_runs import live_state
+from heteroflow.components.core.retry import RetryPolicy
+from heteroflow.pipelines.cli.runs import live_state
 
 
 def _step(status: str = "failed", seconds: float | None = 0.5) -> types.SimpleNamespace:
@@ -56,7 +56,7 @@ def test_seconds_tick_while_a_step_runs() -> None:
 
 
 QUICK = """\
-from heteroflow.components.retry import RetryPolicy
+from heteroflow.components.core.retry import RetryPolicy
 from heteroflow.pipelines.default import default_pipeline
 
 

@@ -13,11 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.pipelines.runs import prune_archive, prune_cache
+from heteroflow.pipelines.runs.folders import prune_archive, prune_cache
 
 
 def _cli(*args: str) -> Any:
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     return CliRunner().invoke(app, list(args), env={"COLUMNS": "250"})
 
@@ -109,9 +109,9 @@ def test_bracketed_class_names_archive_show_and_load_by_name(tmp_path: Path, mon
     ``load_archived("iris-mlp:v1")`` predicts them, and ``archive prune`` keeps the version the run names."""
     from sklearn.datasets import load_iris
 
-    from heteroflow.components.predict import load_archived
+    from heteroflow.components.models.predict import load_archived
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     data = tmp_path / "iris"
     data.mkdir()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from heteroflow.components.placement import InvalidTrace, gavel_throughputs, load_inventory, uniform_inventory
+from heteroflow.components.placement.policies import InvalidTrace, gavel_throughputs, load_inventory, uniform_inventory
 from heteroflow.pipelines.simulate import (
     SimJob,
     generate_gavel_trace,

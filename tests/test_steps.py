@@ -51,7 +51,7 @@ def _tree_bytes(root: Path) -> dict[str, bytes]:
 # components.datasets
 # ==========================================================================================================
 
-from heteroflow.components.datasets import digits_source_dir, export_digits, read_table  # noqa: E402
+from heteroflow.components.data.datasets import digits_source_dir, export_digits, read_table  # noqa: E402
 
 
 def test_read_csv_string_labels(tmp_path: Path):
@@ -220,12 +220,12 @@ def test_export_digits_replaces_an_interrupted_export(tmp_path: Path):
 # components.preprocess
 # ==========================================================================================================
 
-from heteroflow.components.preprocess import SPLITS, load_split, preprocess, read_meta  # noqa: E402
+from heteroflow.components.data.preprocess import SPLITS, load_split, preprocess, read_meta  # noqa: E402
 
 
 def _scaler_of(out: Path) -> tuple[np.ndarray, np.ndarray]:
     """Mean and scale of the saved transformation's StandardScaler (digits: every column is a number)."""
-    from heteroflow.components.tabular import load_transform
+    from heteroflow.components.data.tabular import load_transform
 
     transform, schema = load_transform(out)
     assert [c["kind"] for c in schema["columns"]] == ["number"] * DIGITS_FEATURES
@@ -444,7 +444,7 @@ def test_load_split_and_read_meta_errors(digits_shards: Path, tmp_path: Path):
 # components.plan
 # ==========================================================================================================
 
-from heteroflow.components.plan import Inventory, Placement, local_inventory, plan  # noqa: E402
+from heteroflow.components.placement.plan import Inventory, Placement, local_inventory, plan  # noqa: E402
 
 GPU_CPU = Candidates([Resources(kind="gpu", count=1, memory="16Gi"), Resources(kind="cpu", cpu="4")])
 
@@ -561,7 +561,7 @@ def test_the_local_inventory_does_not_import_torch_without_a_driver_device_file(
 
     code = (
         "import sys, os\n"
-        "from heteroflow.components.plan import local_inventory, _GPU_DEVICE_FILES, _NPU_DEVICE_FILES\n"
+        "from heteroflow.components.placement.plan import local_inventory, _GPU_DEVICE_FILES, _NPU_DEVICE_FILES\n"
         "inv = local_inventory()\n"
         "driver = any(os.path.exists(p) for p in _GPU_DEVICE_FILES + _NPU_DEVICE_FILES)\n"
         "print(driver, 'torch' in sys.modules)\n"
@@ -575,8 +575,8 @@ def test_the_local_inventory_does_not_import_torch_without_a_driver_device_file(
 # components.train / components.evaluate
 # ==========================================================================================================
 
-from heteroflow.components.evaluate import classification_report, evaluate  # noqa: E402
-from heteroflow.components.train import load_model, train  # noqa: E402
+from heteroflow.components.models.evaluate import classification_report, evaluate  # noqa: E402
+from heteroflow.components.training.step import load_model, train  # noqa: E402
 
 
 @pytest.fixture(scope="module")
@@ -749,8 +749,8 @@ def test_evaluate_missing_model(digits_shards: Path, tmp_path: Path):
 # components.archive
 # ==========================================================================================================
 
-from heteroflow.components import archive as archive_mod  # noqa: E402
-from heteroflow.components.archive import archive, code_version, list_versions  # noqa: E402
+from heteroflow.components.models import archive as archive_mod  # noqa: E402
+from heteroflow.components.models.archive import archive, code_version, list_versions  # noqa: E402
 
 
 @pytest.fixture
@@ -888,7 +888,7 @@ def test_archive_a_trained_model(trained_30, tmp_path: Path):
 # components.telemetry
 # ==========================================================================================================
 
-from heteroflow.components.telemetry import RUN_DIR_ENV, read_step_records, step_attempt  # noqa: E402
+from heteroflow.components.core.telemetry import RUN_DIR_ENV, read_step_records, step_attempt  # noqa: E402
 
 
 def test_step_attempt_records_each_attempt(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
@@ -946,8 +946,8 @@ def test_step_attempt_writes_nothing_without_run_dir(tmp_path: Path, monkeypatch
 # the shipped Steps, run through the shared runtime (what every engine calls)
 # ==========================================================================================================
 
-from heteroflow.components.plan import plan_step  # noqa: E402
-from heteroflow.components.runtime import LocalArtifact, run_step  # noqa: E402
+from heteroflow.components.placement.plan import plan_step  # noqa: E402
+from heteroflow.components.core.runtime import LocalArtifact, run_step  # noqa: E402
 from heteroflow.components.steps import PLAN, PREPROCESS, PREWARM  # noqa: E402
 
 
@@ -1033,7 +1033,7 @@ def test_preprocess_step(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_preprocess_step_zero_workers_means_all_cores(digits_dir: Path, tmp_path: Path):
-    from heteroflow.components.preprocess import available_cpus
+    from heteroflow.components.data.preprocess import available_cpus
 
     dataset = _prewarmed(digits_dir, tmp_path)
     out = run_step(
@@ -1087,7 +1087,7 @@ def test_preprocess_rejects_a_class_too_small_for_the_test_split(tmp_path: Path)
 
 
 def test_archive_skips_a_stray_file_named_like_a_version(tmp_path: Path):
-    from heteroflow.components.archive import archive
+    from heteroflow.components.models.archive import archive
 
     model = tmp_path / "model"
     model.mkdir()
@@ -1205,7 +1205,7 @@ def test_inventory_models_rejected(text: str, match: str) -> None:
 
 
 def test_a_simulated_model_is_placed_by_its_model(monkeypatch: pytest.MonkeyPatch) -> None:
-    from heteroflow.components.plan import current_inventory
+    from heteroflow.components.placement.plan import current_inventory
 
     monkeypatch.setenv("HETEROFLOW_SIMULATE_DEVICES", "npu:ascend-310p")
     inv = current_inventory("")

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from heteroflow.pipelines.cli import app
+from heteroflow.pipelines.cli.main import app
 from heteroflow.pipelines.default import default_pipeline
-from heteroflow.pipelines.kfp_render import compile_pipeline
-from heteroflow.pipelines.submit import SubmitError, submit_package
+from heteroflow.pipelines.kfp.render import compile_pipeline
+from heteroflow.pipelines.kfp.submit import SubmitError, submit_package
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ import pytest
 from heteroflow.cache.errors import DatasetError
 from heteroflow.cache.prewarm import prewarm
 from heteroflow.components.errors import HeteroflowError, InvalidParameter, NonFiniteError
-from heteroflow.components.preprocess import PreprocessResult, load_split, preprocess, read_meta, split_rows
+from heteroflow.components.data.preprocess import PreprocessResult, load_split, preprocess, read_meta, split_rows
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -48,8 +48,8 @@ def _prep(src: Path, tmp: Path, **params: Any) -> PreprocessResult:
 
 
 def _accuracy(result: PreprocessResult, tmp: Path, epochs: int = 30) -> float:
-    from heteroflow.components.evaluate import evaluate
-    from heteroflow.components.train import train
+    from heteroflow.components.models.evaluate import evaluate
+    from heteroflow.components.training.step import train
 
     model = train(result.output_dir, tmp / "model", epochs=epochs, checkpoint_root=tmp / "ckpt").model_dir
     return evaluate(result.output_dir, model).accuracy
@@ -344,8 +344,8 @@ def test_delimiters_and_decimal_marks(tmp_path: Path, delimiter: str, name: str,
     assert r.report["rows_used"] == 40
     x, _ = load_split(r.output_dir, "train")
     assert x.shape[1] == r.num_features
-    from heteroflow.components.predict import ArchivedModel  # noqa: F401  (importable beside the data)
-    from heteroflow.components.tabular import load_transform
+    from heteroflow.components.models.predict import ArchivedModel  # noqa: F401  (importable beside the data)
+    from heteroflow.components.data.tabular import load_transform
 
     transform, _ = load_transform(r.output_dir)
     scaler = transform.named_transformers_["number"].named_steps["scale"]
@@ -546,10 +546,10 @@ def test_a_titanic_like_table_trains_after_following_the_messages(tmp_path: Path
 
 
 def test_the_archive_alone_predicts_raw_rows_and_reproduces_the_test_accuracy(tmp_path: Path) -> None:
-    from heteroflow.components.archive import archive
-    from heteroflow.components.evaluate import evaluate
-    from heteroflow.components.predict import load_archived
-    from heteroflow.components.train import train
+    from heteroflow.components.models.archive import archive
+    from heteroflow.components.models.evaluate import evaluate
+    from heteroflow.components.models.predict import load_archived
+    from heteroflow.components.training.step import train
 
     text, _ = _titanic_like(seed=13)
     src = tmp_path / "titanic"
@@ -585,8 +585,8 @@ def test_the_archive_alone_predicts_raw_rows_and_reproduces_the_test_accuracy(tm
 
 
 def test_a_model_trained_without_imputation_refuses_a_missing_value(tmp_path: Path) -> None:
-    from heteroflow.components.predict import load_archived
-    from heteroflow.components.train import train
+    from heteroflow.components.models.predict import load_archived
+    from heteroflow.components.training.step import train
 
     rows = _iris_like()
     src = tmp_path / "iris"
@@ -681,7 +681,7 @@ def test_non_finite_values_in_npz_and_numbers_too_large_to_standardise(tmp_path:
     ids=["lr-nan", "lr-inf"],
 )
 def test_non_finite_train_parameters(kwargs: dict, pattern: str) -> None:
-    from heteroflow.components.train import check_train_params
+    from heteroflow.components.training.step import check_train_params
 
     params = dict(epochs=1, batch_size=8, learning_rate=1e-3, hidden_units=4, checkpoint_every_steps=1) | kwargs
     with pytest.raises(InvalidParameter, match=pattern):
@@ -698,14 +698,14 @@ def test_non_finite_train_parameters(kwargs: dict, pattern: str) -> None:
     ids=["val-nan", "test-inf", "test-str"],
 )
 def test_non_finite_split_parameters(kwargs: dict, pattern: str) -> None:
-    from heteroflow.components.preprocess import check_split_params
+    from heteroflow.components.data.preprocess import check_split_params
 
     with pytest.raises(InvalidParameter, match=pattern):
         check_split_params(**({"validation_fraction": 0.1, "test_fraction": 0.1} | kwargs))
 
 
 def test_a_diverging_loss_stops_training_naming_epoch_and_step(digits_shards: Path, tmp_path: Path) -> None:
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     with pytest.raises(NonFiniteError) as info:
         train(digits_shards, tmp_path / "model", epochs=2, learning_rate=1e30, checkpoint_every_steps=1, checkpoint_root=tmp_path / "c")
@@ -722,8 +722,8 @@ def test_a_diverging_loss_stops_training_naming_epoch_and_step(digits_shards: Pa
 def test_evaluate_refuses_non_finite_outputs_and_metrics(digits_shards: Path, tmp_path: Path) -> None:
     import torch
 
-    from heteroflow.components.evaluate import check_finite_metrics, evaluate
-    from heteroflow.components.train import train
+    from heteroflow.components.models.evaluate import check_finite_metrics, evaluate
+    from heteroflow.components.training.step import train
 
     model_dir = train(digits_shards, tmp_path / "model", epochs=1, checkpoint_root=tmp_path / "c").model_dir
     weights = torch.load(model_dir / "model.pt", weights_only=True)
@@ -781,7 +781,7 @@ def test_blank_labels_are_an_error_listing_the_first_rows(tmp_path: Path, blank:
     ids=["header", "categorical", "missing", "max-categories", "delimiter", "drop-columns", "shard-size"],
 )
 def test_preprocess_parameters_are_checked_first(tmp_path: Path, kwargs: dict, pattern: str) -> None:
-    from heteroflow.components.preprocess import check_preprocess_params
+    from heteroflow.components.data.preprocess import check_preprocess_params
 
     with pytest.raises(InvalidParameter, match=pattern):
         check_preprocess_params(**kwargs)
@@ -812,7 +812,7 @@ def test_a_column_that_turns_to_text_late_in_a_large_file_is_one_text_column(tmp
     lines = [f"{i % 7},{i % 100 if i < n - 10 else 'x' + str(i % 3)},{i % 2}\n" for i in range(n)]
     src = tmp_path / "late"
     _write(src, "t.csv", "a,b,label\n" + "".join(lines))
-    from heteroflow.components.datasets import read_table
+    from heteroflow.components.data.datasets import read_table
 
     t = read_table(src / "t.csv")
     assert t.kinds["b"] == "text"
@@ -827,7 +827,7 @@ def test_one_stratified_split_for_tables_and_the_image_and_tensor_readers() -> N
     table, and gives one test row in the readers; the same seed gives the same permutation either way."""
     import numpy as np
 
-    from heteroflow.components.preprocess import stratified_split
+    from heteroflow.components.data.preprocess import stratified_split
 
     labels = np.array([0] * 20 + [1] * 3)  # class 1: round(3 * 0.15) = 0 test rows
     with pytest.raises(LookupError, match="class 1 has 3"):

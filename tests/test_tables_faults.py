@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from heteroflow.cache.errors import DatasetError
-from heteroflow.components.datasets import read_table, sniff_csv
+from heteroflow.components.data.datasets import read_table, sniff_csv
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.preprocess import CLASS_COLUMN_NAMES, PreprocessResult, preprocess
+from heteroflow.components.data.preprocess import CLASS_COLUMN_NAMES, PreprocessResult, preprocess
 
 
 def _write(folder: Path, name: str, text: str) -> Path:
@@ -59,7 +59,7 @@ def test_a_first_column_named_class_is_the_class_and_the_guess_is_said_before_tr
 ) -> None:
     src = tmp_path / "mushroom"
     _write(src, "agaricus-lepiota.csv", _mushroom_like())
-    with caplog.at_level(logging.WARNING, logger="heteroflow.components.preprocess"):
+    with caplog.at_level(logging.WARNING, logger="heteroflow.components.data.preprocess"):
         r = _prep(src, tmp_path / "out")
     assert r.report["class_column"] == "class"
     assert r.classes == ("e", "p")
@@ -191,7 +191,7 @@ def test_files_with_the_same_columns_in_another_order_keep_each_column_its_kind(
     ids=["seed-negative", "seed-too-big", "seed-fraction", "shard-size-fraction", "max-categories-bool"],
 )
 def test_integer_parameters_of_preprocess_are_checked_before_reading(tmp_path: Path, kwargs: dict, pattern: str) -> None:
-    from heteroflow.components.preprocess import PREPROCESS, check_preprocess_params
+    from heteroflow.components.data.preprocess import PREPROCESS, check_preprocess_params
 
     with pytest.raises(InvalidParameter, match=pattern):
         check_preprocess_params(**kwargs)
@@ -203,7 +203,7 @@ def test_integer_parameters_of_preprocess_are_checked_before_reading(tmp_path: P
 
 def test_train_checks_its_seed_too() -> None:
     # the sibling: train seeds numpy's default_rng with seed + epoch, which refuses a negative seed mid-run
-    from heteroflow.components.train import TRAIN, check_train_params
+    from heteroflow.components.training.step import TRAIN, check_train_params
 
     with pytest.raises(InvalidParameter, match=r"^seed=-5 is out of range; valid: an integer from 0 to 4294967295$"):
         check_train_params(seed=-5)
@@ -216,7 +216,7 @@ def test_train_checks_its_seed_too() -> None:
 def test_the_cli_refuses_a_negative_seed_before_any_step_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(app, ["run", "--param", "seed=-5", "--output", str(tmp_path / "run")])
@@ -380,7 +380,7 @@ def _rooms_table(folder: Path, n: int = 300, seed: int = 0) -> Path:
 
 @pytest.fixture(scope="module")
 def rooms_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     root = tmp_path_factory.mktemp("rooms")
     r = preprocess(_rooms_table(root / "src"), root / "shards", num_workers=1, missing="impute")
@@ -390,7 +390,7 @@ def rooms_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_room_101_is_predicted_the_same_whatever_else_is_in_the_batch(rooms_model: Path) -> None:
     import pandas as pd
 
-    from heteroflow.components.predict import load_archived
+    from heteroflow.components.models.predict import load_archived
 
     model = load_archived(rooms_model)
     assert model.schema["columns"][1] == {"name": "room", "kind": "text", "categories": ["101", "102", "A1"]}
@@ -410,7 +410,7 @@ def test_room_101_is_predicted_the_same_whatever_else_is_in_the_batch(rooms_mode
 
 
 def _features(model_dir: Path, rows: Any) -> np.ndarray:
-    from heteroflow.components.tabular import load_transform, prepare_rows
+    from heteroflow.components.data.tabular import load_transform, prepare_rows
 
     transform, schema = load_transform(model_dir)
     return np.asarray(transform.transform(prepare_rows(rows, schema)), dtype=np.float32)
@@ -433,7 +433,7 @@ def test_a_true_false_cell_keeps_its_features_beside_a_value_never_seen(rooms_mo
 
 def test_a_file_whose_room_cells_are_all_numbers_reads_them_as_the_trained_text(rooms_model: Path, tmp_path: Path) -> None:
     # the sibling in files: read_table turns a column of numbers into floats; one file with an A1 kept it text
-    from heteroflow.components.predict import load_archived
+    from heteroflow.components.models.predict import load_archived
 
     model = load_archived(rooms_model)
     only_numbers = _write(tmp_path, "a.csv", "x,room,flag\n0.1,101,true\n0.2,,false\n")  # floats: 101.0, NaN
@@ -452,7 +452,7 @@ def test_a_number_column_given_as_text_or_beside_a_gap_keeps_each_row(rooms_mode
 
 
 def test_text_cells_match_a_trained_value_by_meaning_only_when_one_fits() -> None:
-    from heteroflow.components.tabular import text_cells
+    from heteroflow.components.data.tabular import text_cells
 
     got = text_cells([101.0, "1.50", "7", None, "NA", "x"], ["101", "1.5", "07", "7.0", "x"]).tolist()
     # "7" stays "7": two trained values ("07" and "7.0") have its value, so neither is chosen
@@ -469,7 +469,7 @@ def test_text_cells_match_a_trained_value_by_meaning_only_when_one_fits() -> Non
 def test_one_hot_codes_transforms_exactly_as_scikit_learns_encoder() -> None:
     from sklearn.preprocessing import OneHotEncoder
 
-    from heteroflow.components.tabular import OneHotCodes
+    from heteroflow.components.data.tabular import OneHotCodes
 
     rng = np.random.default_rng(7)
     train = np.stack([rng.integers(0, 5, 500), rng.choice([0, 2, 9], 500), rng.integers(0, 1, 500)], axis=1)

@@ -1,6 +1,6 @@
 """Train resumes from its checkpoint after being killed, and a damaged checkpoint fails with a clear message.
 
-The kill test runs ``heteroflow.components.train.train`` in a child process that SIGKILLs itself right after
+The kill test runs ``heteroflow.components.training.step.train`` in a child process that SIGKILLs itself right after
 writing its first checkpoint at step >= 20 (an observable point, not a time: a fast machine cannot finish
 training first), and reruns train in this process with the same arguments. The resumed run must start
 from the checkpointed step, finish the full number of steps, remove its checkpoint folder, and end with the
@@ -22,8 +22,8 @@ from typing import Any
 import pytest
 
 from heteroflow.components.errors import CheckpointError
-from heteroflow.components.preprocess import read_meta
-from heteroflow.components.train import MODEL_CONFIG, MODEL_WEIGHTS, train
+from heteroflow.components.data.preprocess import read_meta
+from heteroflow.components.training.step import MODEL_CONFIG, MODEL_WEIGHTS, train
 
 torch = pytest.importorskip("torch", reason="train needs PyTorch (the 'torch' extra)")
 
@@ -34,8 +34,8 @@ _KILL_AT_STEP = 20  # the first checkpoint: one is all the test needs
 # after checkpoint.json of a step >= argv[4] is written (like a crash at that point).
 _CHILD = """
 import json, os, signal, sys
-import heteroflow.components.train as t
-import heteroflow.components.training as checkpoints  # Checkpoint.save writes checkpoint.json with it
+import heteroflow.components.training.step as t
+import heteroflow.components.training.loop as checkpoints  # Checkpoint.save writes checkpoint.json with it
 real = checkpoints.atomic_write_bytes
 def write(path, data, **kwargs):
     real(path, data, **kwargs)
@@ -202,7 +202,7 @@ def test_a_second_training_of_the_same_job_waits_for_the_first_then_runs(
     import fcntl
     import threading
 
-    from heteroflow.components.train import checkpoint_folder
+    from heteroflow.components.training.step import checkpoint_folder
 
     kwargs = dict(epochs=1, batch_size=64, seed=0, checkpoint_every_steps=5, checkpoint_root=str(tmp_path / "ckpt"))
     folder = checkpoint_folder(digits_shards, **kwargs)
@@ -237,9 +237,9 @@ def test_a_second_training_of_the_same_job_waits_for_the_first_then_runs(
 def test_a_lock_wait_limit_refuses_with_a_clear_message(digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import fcntl
 
-    import heteroflow.components.train as train_module
+    import heteroflow.components.training.step as train_module
     from heteroflow.components.errors import CheckpointLocked
-    from heteroflow.components.train import checkpoint_folder
+    from heteroflow.components.training.step import checkpoint_folder
 
     monkeypatch.setattr(train_module, "LOCK_WAIT_SECONDS", 0.3)
     kwargs = dict(epochs=1, batch_size=64, seed=0, checkpoint_root=str(tmp_path / "ckpt"))

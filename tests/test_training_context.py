@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from heteroflow.components.errors import CheckpointError, DeviceUnavailable, InvalidParameter
-from heteroflow.components.train import MODEL_WEIGHTS, check_train_params, checkpoint_folder, train
+from heteroflow.components.training.step import MODEL_WEIGHTS, check_train_params, checkpoint_folder, train
 
 torch = pytest.importorskip("torch", reason="train needs PyTorch (the 'torch' extra)")
 
@@ -56,7 +56,7 @@ def test_a_user_model_factory_trains_and_the_model_json_records_the_factory_and_
     assert [h["epoch"] for h in result.history] == [1, 2, 3, 4]
     assert result.history[-1]["loss"] == result.final_loss < result.history[0]["loss"]
     assert result.validation_accuracy is not None and result.validation_accuracy > 0.8
-    from heteroflow.components.train import load_model
+    from heteroflow.components.training.step import load_model
 
     model, _ = load_model(tmp_path / "m")
     assert model[1].out_features == 32  # the factory rebuilt it with its recorded arguments
@@ -97,7 +97,7 @@ def test_a_training_function_gets_the_context_and_its_reports_become_the_history
 
 _CHILD = """
 import json, sys
-from heteroflow.components.train import train
+from heteroflow.components.training.step import train
 train(sys.argv[1], sys.argv[2], **json.loads(sys.argv[3]))
 """
 
@@ -150,7 +150,7 @@ def test_bf16_autocast_on_the_cpu_when_asked(digits_shards: Path, tmp_path: Path
     ],
 )
 def test_precision_follows_the_registry(precision: str, device: str, bf16: bool | None, expected: str | None) -> None:
-    from heteroflow.components.training import make_scaler, resolve_precision
+    from heteroflow.components.training.loop import make_scaler, resolve_precision
 
     dtype = resolve_precision(precision, torch.device(device), bf16=bf16)
     assert (None if dtype is None else str(dtype).replace("torch.", "")) == expected
@@ -159,8 +159,8 @@ def test_precision_follows_the_registry(precision: str, device: str, bf16: bool 
 
 
 def test_the_registry_says_which_chips_compute_in_bf16() -> None:
-    from heteroflow.components.accelerators import find_accelerator
-    from heteroflow.components.training import resolve_precision
+    from heteroflow.components.devices.accelerators import find_accelerator
+    from heteroflow.components.training.loop import resolve_precision
 
     gpu = torch.device("cuda")
     assert resolve_precision("auto", gpu, bf16=find_accelerator("nvidia-t4").bf16) == torch.float16
@@ -168,7 +168,7 @@ def test_the_registry_says_which_chips_compute_in_bf16() -> None:
 
 
 def _checkpoint(folder: Path, model_spec: dict[str, Any], amp: str = "float32") -> Any:
-    from heteroflow.components.training import Checkpoint
+    from heteroflow.components.training.loop import Checkpoint
 
     return Checkpoint(folder, every_steps=10, model=model_spec, amp_dtype=amp, total_steps=100)
 
@@ -267,7 +267,7 @@ def test_a_factory_that_builds_no_module_fails_before_the_device_is_touched(
 
 
 def test_the_after_steps_fault_parses_and_fires_only_after_n_steps() -> None:
-    from heteroflow.components.failures import FAULT_ENV, fault_after_steps, injected_fault, parse_faults
+    from heteroflow.components.core.failures import FAULT_ENV, fault_after_steps, injected_fault, parse_faults
 
     (spec,) = parse_faults("train@npu=device:after_steps=40")
     assert spec.after_steps == 40 and str(spec) == "train@npu=device:after_steps=40"
@@ -284,7 +284,7 @@ def test_the_after_steps_fault_parses_and_fires_only_after_n_steps() -> None:
 def test_heteroflow_run_refuses_a_factory_it_cannot_import_before_anything_runs(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     result = CliRunner().invoke(app, ["run", "--param", "model=no_such_module_xyz:cnn", "--output", str(tmp_path / "run")])
     assert result.exit_code == 2, result.output
@@ -308,7 +308,7 @@ def test_a_checkpoint_restores_every_rng_state(tmp_path: Path) -> None:
 def test_the_training_leaves_a_core_to_each_loader_worker(digits_shards: Path, tmp_path: Path) -> None:
     """torch's OpenMP threads spin between operations and took the cores DataLoader workers decode on (2 workers on
     2 cores: 0.67x of no workers, benchmarks/training.py): train uses the cores it may use less one per worker."""
-    from heteroflow.components.preprocess import available_cpus
+    from heteroflow.components.data.preprocess import available_cpus
 
     before = torch.get_num_threads()
     try:

@@ -43,9 +43,9 @@ def examples_on_path(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_a_user_cnn_on_an_image_folder_through_the_default_pipeline_archives_and_predicts(
     digits_images: Path, tmp_path: Path, examples_on_path: None, heteroflow_home: Path
 ) -> None:
-    from heteroflow.components.predict import load_archived
+    from heteroflow.components.models.predict import load_archived
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     record = run_inprocess(
         default_pipeline(train_candidates=["cpu:cpu=1"]),
@@ -93,7 +93,7 @@ def test_prewarm_caches_a_folder_of_arbitrary_binary_files(tmp_path: Path) -> No
     assert (cached / "a" / "x.bin").read_bytes() == (src / "a" / "x.bin").read_bytes()
 
     # the reader, not the cache tier, says what it cannot read, naming the format
-    from heteroflow.components.preprocess import preprocess
+    from heteroflow.components.data.preprocess import preprocess
 
     with pytest.raises(DatasetError, match=r"no reader reads \.bin files; readers: tables .* image folders"):
         preprocess(result.manifest_path, tmp_path / "shards", num_workers=1)
@@ -102,7 +102,7 @@ def test_prewarm_caches_a_folder_of_arbitrary_binary_files(tmp_path: Path) -> No
 def test_the_cli_prewarm_takes_binary_files(tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     src = tmp_path / "blobs"
     src.mkdir()
@@ -122,7 +122,7 @@ def _image_folder(root: Path, classes: dict[str, int]) -> Path:
 
 
 def test_an_undecodable_image_is_named_before_training(tmp_path: Path) -> None:
-    from heteroflow.components.preprocess import preprocess
+    from heteroflow.components.data.preprocess import preprocess
 
     root = _image_folder(tmp_path / "imgs", {"cat": 10, "dog": 10})
     (root / "dog" / "broken.png").write_bytes(b"not a png at all")
@@ -131,7 +131,7 @@ def test_an_undecodable_image_is_named_before_training(tmp_path: Path) -> None:
 
 
 def test_a_class_folder_with_no_images_is_named(tmp_path: Path) -> None:
-    from heteroflow.components.preprocess import preprocess
+    from heteroflow.components.data.preprocess import preprocess
 
     root = _image_folder(tmp_path / "imgs", {"cat": 10, "dog": 10})
     (root / "bird").mkdir()
@@ -141,9 +141,9 @@ def test_a_class_folder_with_no_images_is_named(tmp_path: Path) -> None:
 
 
 def test_an_image_folder_splits_stratified_and_trains_with_the_builtin_mlp(tmp_path: Path) -> None:
-    from heteroflow.components.evaluate import evaluate
-    from heteroflow.components.preprocess import preprocess
-    from heteroflow.components.train import train
+    from heteroflow.components.models.evaluate import evaluate
+    from heteroflow.components.data.preprocess import preprocess
+    from heteroflow.components.training.step import train
 
     root = _image_folder(tmp_path / "imgs", {"cat": 20, "dog": 20})
     result = preprocess(str(root), tmp_path / "shards", num_workers=1, seed=3)
@@ -158,9 +158,9 @@ def test_an_image_folder_splits_stratified_and_trains_with_the_builtin_mlp(tmp_p
 
 
 def test_pt_tensors_and_a_dataset_factory_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from heteroflow.components.preprocess import preprocess
-    from heteroflow.components.readers import open_splits
-    from heteroflow.components.train import train
+    from heteroflow.components.data.preprocess import preprocess
+    from heteroflow.components.data.readers import open_splits
+    from heteroflow.components.training.step import train
 
     g = torch.Generator().manual_seed(0)
     x = torch.randn(60, 2, 3, generator=g)

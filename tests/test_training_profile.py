@@ -16,7 +16,7 @@ pytest.importorskip("torch", reason="profiling needs PyTorch (the 'torch' extra)
 def test_the_profile_command_writes_operator_shares_key_operators_memory_and_throughput(digits_shards: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     out = tmp_path / "profile.json"
     result = CliRunner().invoke(app, ["profile", "--dataset", str(digits_shards), "--steps", "5", "-o", str(out)])
@@ -36,7 +36,7 @@ def test_the_profile_command_writes_operator_shares_key_operators_memory_and_thr
 def test_the_profile_command_refuses_bad_parameters_in_one_line(digits_shards: Path, tmp_path: Path) -> None:
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     result = CliRunner().invoke(app, ["profile", "--dataset", str(digits_shards), "-p", "batch_size=0", "-o", str(tmp_path / "p.json")])
     assert result.exit_code == 2 and "batch_size=0 is out of range" in result.output
@@ -44,8 +44,8 @@ def test_the_profile_command_refuses_bad_parameters_in_one_line(digits_shards: P
 
 
 def test_the_plan_step_accepts_and_records_a_profile(digits_shards: Path, tmp_path: Path) -> None:
-    from heteroflow.components.plan import check_plan_params, plan_step
-    from heteroflow.components.profiling import profile_training
+    from heteroflow.components.placement.plan import check_plan_params, plan_step
+    from heteroflow.components.training.profiling import profile_training
 
     profile_training(digits_shards, tmp_path / "p.json", steps=3, warmup_steps=1)
     result = plan_step(str(tmp_path / "placement.json"), placements="{}", training_profile=str(tmp_path / "p.json"))
@@ -63,7 +63,7 @@ def test_the_profile_command_takes_trains_parameters_with_their_types_from_the_s
     value of the wrong type and a name train does not have are one line each, exit 2."""
     from typer.testing import CliRunner
 
-    from heteroflow.pipelines.cli import app
+    from heteroflow.pipelines.cli.main import app
 
     out = tmp_path / "p.json"
     base = ["profile", "--dataset", str(digits_shards), "--steps", "2", "-o", str(out)]
@@ -75,6 +75,6 @@ def test_the_profile_command_takes_trains_parameters_with_their_types_from_the_s
     unknown = CliRunner().invoke(app, [*base, "--param", "hiden_units=8"])
     assert unknown.exit_code == 2 and "hiden_units: not a parameter of train; valid: " in unknown.output
     with pytest.raises(InvalidParameter, match=r"^hiden: not a parameter of train"):
-        from heteroflow.components.profiling import profile_training
+        from heteroflow.components.training.profiling import profile_training
 
         profile_training(digits_shards, out, steps=1, hiden=3)

@@ -1,5 +1,5 @@
-"""A multi-node train (a candidate with ``nodes > 1``): the launcher (heteroflow.components.trainjob), the nodes'
-rendezvous (heteroflow.components.distributed.node_role / launch(nodes=...)), and the job's manifests.
+"""A multi-node train (a candidate with ``nodes > 1``): the launcher (heteroflow.components.training.trainjob), the nodes'
+rendezvous (heteroflow.components.training.distributed.node_role / launch(nodes=...)), and the job's manifests.
 
 - On CPU, for real: two ``heteroflow step train`` processes as the two nodes of a job (the environment a TrainJob's
   operator sets), gloo over the loopback, a shared checkpoint folder; their model equals one process's.
@@ -22,10 +22,10 @@ from typing import Any
 import pytest
 import torch
 
-from heteroflow.components.distributed import NODES_ENV, free_port, node_role
+from heteroflow.components.training.distributed import NODES_ENV, free_port, node_role
 from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
 from heteroflow.components.resources import Resources
-from heteroflow.components.trainjob import (
+from heteroflow.components.training.trainjob import (
     PROFILE_ENV,
     JobPermanentFailure,
     JobTransientFailure,
@@ -87,8 +87,8 @@ def _profile(tmp_path: Path, training_job: str = "trainjob", **extra: Any) -> di
 
 @pytest.mark.parametrize("training_job", ["trainjob", "pytorchjob"])
 def test_the_job_mounts_the_shared_claim_and_runs_the_step_on_each_node_and_validates(tmp_path: Path, training_job: str) -> None:
-    from heteroflow.components.cluster import ClusterProfile
-    from heteroflow.pipelines.manifests import training_job_manifests, validate
+    from heteroflow.components.devices.cluster import ClusterProfile
+    from heteroflow.pipelines.k8s.manifests import training_job_manifests, validate
 
     profile = ClusterProfile.from_dict(_profile(tmp_path, training_job, queue={"volcano": "training"}))
     cmd = job_command(call="train", candidate=Resources.parse_spec(TWO_NODES), values={"epochs": 2, "deterministic": True},
@@ -110,7 +110,7 @@ def test_the_job_mounts_the_shared_claim_and_runs_the_step_on_each_node_and_vali
 
 
 def test_bad_shared_storage_in_a_profile_names_the_field() -> None:
-    from heteroflow.components.cluster import ClusterProfile, InvalidProfile
+    from heteroflow.components.devices.cluster import ClusterProfile, InvalidProfile
 
     with pytest.raises(InvalidProfile, match="shared_storage.claim='Not_A_Name' is not a PersistentVolumeClaim name"):
         ClusterProfile.from_dict({"shared_storage": {"claim": "Not_A_Name"}})
@@ -121,8 +121,8 @@ def test_bad_shared_storage_in_a_profile_names_the_field() -> None:
 def test_without_a_cluster_a_multi_node_candidate_is_a_device_failure_that_says_what_is_missing(digits_shards: Path, tmp_path: Path,
                                                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     """So the step falls back to its next candidate (not a permanent failure that ends the run)."""
-    from heteroflow.components.failures import FailureClass, classify
-    from heteroflow.components.train import train
+    from heteroflow.components.core.failures import FailureClass, classify
+    from heteroflow.components.training.step import train
 
     for var in ("KUBERNETES_SERVICE_HOST", "HETEROFLOW_KUBECONFIG", "PET_NNODES", NODES_ENV):
         monkeypatch.delenv(var, raising=False)
@@ -178,7 +178,7 @@ def test_two_nodes_train_like_one_process(digits_shards: Path, tmp_path: Path) -
     """Two ``heteroflow step train`` processes with a TrainJob's node environment (simulated gpu, one device
     each: a 2-rank gloo group over the loopback) share a checkpoint folder; both write the model of one process
     with the same batch size (1e-6), the first node's outcome says 2 processes."""
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     params = {"epochs": 2, "batch_size": 64, "checkpoint_every_steps": 10, "deterministic": True,
               "checkpoint_root": str(tmp_path / "shared-ckpt")}
@@ -262,11 +262,11 @@ def _launcher_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, **profile: An
 @pytest.mark.slow
 def test_the_launcher_submits_the_gang_waits_and_returns_node_0s_model(digits_shards: Path, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     _launcher_env(tmp_path, monkeypatch, queue={"volcano": "training"})
     operator = LocalOperator(tmp_path / "home")
-    import heteroflow.components.trainjob as trainjob
+    import heteroflow.components.training.trainjob as trainjob
 
     monkeypatch.setattr(trainjob, "_cluster", lambda environ, what: operator)
     monkeypatch.setattr(trainjob, "POLL_SECONDS", 0.2)
@@ -290,8 +290,8 @@ def failing_loop(ctx: Any) -> None:
 @pytest.mark.slow
 def test_a_lost_pod_is_transient_a_bug_permanent_and_a_gang_never_admitted_falls_back(
         digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import heteroflow.components.trainjob as trainjob
-    from heteroflow.components.failures import FailureClass, classify
+    import heteroflow.components.training.trainjob as trainjob
+    from heteroflow.components.core.failures import FailureClass, classify
 
     _launcher_env(tmp_path, monkeypatch)
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
@@ -320,7 +320,7 @@ def test_a_lost_pod_is_transient_a_bug_permanent_and_a_gang_never_admitted_falls
                            "and mount the claim here")
 def test_on_a_real_cluster_the_job_trains_and_the_model_comes_back(digits_shards: Path, tmp_path: Path,
                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     monkeypatch.setenv("HETEROFLOW_KUBECONFIG", os.environ["HETEROFLOW_TEST_KUBECONFIG"])
     result = train(digits_shards, tmp_path / "model", epochs=1, resources=Resources.parse_spec(TWO_NODES))
@@ -340,8 +340,8 @@ def _two_node_pipeline() -> Any:
 def test_kfp_renders_the_launcher_task_cpu_only_with_the_profile_and_the_shared_claim(tmp_path: Path) -> None:
     import yaml
 
-    from heteroflow.components.cluster import ClusterProfile
-    from heteroflow.pipelines.kfp_render import compile_pipeline
+    from heteroflow.components.devices.cluster import ClusterProfile
+    from heteroflow.pipelines.kfp.render import compile_pipeline
 
     profile = ClusterProfile.from_dict({"name": "mn", "shared_storage": {"claim": "heteroflow-shared"}, "images": {"gpu": "img:cuda"}})
     out = compile_pipeline(_two_node_pipeline(), tmp_path / "p.yaml", profile=profile)
@@ -388,7 +388,7 @@ def test_airflow_pods_render_the_launcher_with_the_profile_and_the_shared_claim(
 def test_on_a_node_inventory_a_multi_node_candidate_needs_a_gang_of_its_nodes(tmp_path: Path, replicas: int, index: int) -> None:
     """The plan step with a node inventory asks for nodes x count devices of one model (a gang across nodes): two
     8-GPU nodes hold gpu:count=8,nodes=2; one does not, and the plan takes the next candidate."""
-    from heteroflow.components.plan import plan_step
+    from heteroflow.components.placement.plan import plan_step
     from heteroflow.components.resources import Candidates
 
     inventory = f"nodes:\n  - {{name: a100, replicas: {replicas}, devices: {{model: a100-80gb, count: 8}}}}\n  - {{name: cpu, cpu: 32, memory: 128Gi}}\n"
@@ -403,9 +403,9 @@ def test_on_a_node_inventory_a_multi_node_candidate_needs_a_gang_of_its_nodes(tm
 
 
 def test_compiling_a_multi_node_candidate_for_a_cluster_without_shared_storage_warns(tmp_path: Path) -> None:
-    from heteroflow.components.cluster import ClusterProfile
-    from heteroflow.components.trainjob import MultiNodeWarning
-    from heteroflow.pipelines.kfp_render import compile_pipeline
+    from heteroflow.components.devices.cluster import ClusterProfile
+    from heteroflow.components.training.trainjob import MultiNodeWarning
+    from heteroflow.pipelines.kfp.render import compile_pipeline
 
     with pytest.warns(MultiNodeWarning, match="names no shared_storage, so its train task cannot launch the job"):
         compile_pipeline(_two_node_pipeline(), tmp_path / "a.yaml", profile=ClusterProfile.from_dict({"name": "nfs-less"}))
@@ -422,7 +422,7 @@ def test_a_planned_call_with_one_candidate_waits_for_the_plan(tmp_path: Path) ->
 
     from heteroflow.components.resources import Candidates
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.kfp_render import compile_pipeline
+    from heteroflow.pipelines.kfp.render import compile_pipeline
 
     out = compile_pipeline(default_pipeline(train_candidates=Candidates(["cpu"])), tmp_path / "one.yaml")
     root = next(yaml.safe_load_all(out.read_text()))["root"]["dag"]["tasks"]
@@ -434,7 +434,7 @@ def test_a_planned_call_with_one_candidate_waits_for_the_plan(tmp_path: Path) ->
 @pytest.mark.slow
 def test_batch_sizes_for_another_number_of_workers_says_it_splits_the_union_evenly(digits_shards: Path, tmp_path: Path,
                                                                                    capfd: pytest.CaptureFixture[str]) -> None:
-    from heteroflow.components.train import train
+    from heteroflow.components.training.step import train
 
     result = train(digits_shards, tmp_path / "m", epochs=1, batch_sizes="64,32", checkpoint_root=str(tmp_path / "ck"))
     assert result.batch_size == 96 and result.steps == -(-1259 // 96) and result.processes == 1

@@ -22,7 +22,7 @@ import psutil
 import pytest
 from typer.testing import CliRunner
 
-from heteroflow.pipelines.cli import app
+from heteroflow.pipelines.cli.main import app
 
 HETEROFLOW = Path(sys.executable).with_name("heteroflow")
 
@@ -91,7 +91,7 @@ def _iris_like(folder: Path, copies: int = 12) -> Path:
 
 
 def test_model_name_default_is_one_rule_in_params_and_the_compiled_pipeline(tmp_path: Path) -> None:
-    from heteroflow.components.archive import default_model_name
+    from heteroflow.components.models.archive import default_model_name
     from heteroflow.pipelines.default import default_pipeline
 
     listed = json.loads(CliRunner().invoke(app, ["params", "--json"]).stdout)["model_name"]
@@ -108,7 +108,7 @@ def test_model_name_default_is_one_rule_in_params_and_the_compiled_pipeline(tmp_
 def test_the_python_api_pipeline_archives_under_the_data_sets_name(tmp_path: Path) -> None:
     """Issue input: the README's "Compose in Python" pipeline run on an iris folder archived as digits-mlp."""
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.inprocess import run_inprocess
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     iris = _iris_like(tmp_path / "iris")
     record = run_inprocess(
@@ -221,7 +221,7 @@ def _lock_holder(home: Path) -> int:
 
 def test_a_killed_archive_leaves_no_incoming_folder_for_good(tmp_path: Path) -> None:
     """Issue input: SIGKILL of the archive step mid-copy left an `.incoming-*` folder for good."""
-    from heteroflow.components.archive import archive
+    from heteroflow.components.models.archive import archive
 
     model = tmp_path / "model"
     model.mkdir()
@@ -244,9 +244,9 @@ def test_a_killed_archive_leaves_no_incoming_folder_for_good(tmp_path: Path) -> 
 
 def test_a_stop_after_the_last_step_completed_records_the_run_as_succeeded(tmp_path: Path) -> None:
     """Issue input: SIGTERM while archive was finishing: the version was archived but the run said interrupted."""
-    from heteroflow.components.telemetry import RUN_DIR_ENV, step_attempt
+    from heteroflow.components.core.telemetry import RUN_DIR_ENV, step_attempt
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.records import build_record
+    from heteroflow.pipelines.runs.records import build_record
 
     pipeline = default_pipeline()
     os.environ[RUN_DIR_ENV] = str(tmp_path)
@@ -268,7 +268,7 @@ def test_a_stop_after_the_last_step_completed_records_the_run_as_succeeded(tmp_p
 
 @pytest.fixture()
 def archived(tmp_path: Path) -> Path:
-    from heteroflow.components.archive import archive
+    from heteroflow.components.models.archive import archive
 
     model = tmp_path / "model"
     model.mkdir()
@@ -317,7 +317,7 @@ def test_archive_show_errors_list_what_exists(archived: Path, target: str, messa
 def test_rerunning_into_an_unfinished_runs_folder_sets_it_aside(tmp_path: Path) -> None:
     """Trial input: after Ctrl-C, `heteroflow run -o DIR` said "rerun the same command", and the same command
     then failed with "already holds a run"."""
-    from heteroflow.pipelines.records import prepare_run_dir
+    from heteroflow.pipelines.runs.records import prepare_run_dir
 
     interrupted = tmp_path / "int"
     (interrupted / "steps").mkdir(parents=True)
@@ -342,7 +342,7 @@ def test_rerunning_into_an_unfinished_runs_folder_sets_it_aside(tmp_path: Path) 
 
 def test_a_finished_or_live_run_is_never_set_aside(tmp_path: Path) -> None:
     from heteroflow.components.errors import InvalidParameter
-    from heteroflow.pipelines.records import prepare_run_dir
+    from heteroflow.pipelines.runs.records import prepare_run_dir
 
     done = tmp_path / "done"
     done.mkdir()

@@ -11,8 +11,13 @@ Owns:
       :func:`for_torch_device_type`; third-party kinds load from the entry-point group ``heteroflow.devices``
       (:data:`ENTRY_POINT_GROUP`), lazily, once.
     - the three built-in registrations (``builtin.py``): :data:`CPU`, :data:`GPU`, :data:`NPU`.
+    - the accelerator-model registry (``accelerators.py``: every model, its extended resource per device plugin,
+      node labels, memory), the cluster profile's device-plugin and label conventions (``cluster.py``) and a
+      candidate's pod plan (``podplan.py``: requests, limits, node selector and tolerations).
 
-May import: :mod:`heteroflow.components.errors` and the standard library only. PyTorch (and ``torch_npu``)
+May import: :mod:`heteroflow.components.errors`, :mod:`heteroflow.components.resources`,
+:mod:`heteroflow.components.core.keys` and the standard library (``podplan`` also asks
+:mod:`heteroflow.components.training.trainjob`, inside a function, for a multi-node candidate's job). PyTorch (and ``torch_npu``)
 are imported lazily, inside the methods that need them. Nothing else in heteroflow branches on a kind's name:
 it asks the kind object.
 """

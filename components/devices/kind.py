@@ -24,7 +24,7 @@ from heteroflow.components.errors import DeviceUnavailable, InvalidResources
 __all__ = ["DeviceKind", "FailurePattern", "Probe", "device_bf16"]
 
 FAILURE_CLASSES = ("device", "transient", "permanent")
-"""The failure classes a pattern may name (the values of :class:`heteroflow.components.failures.FailureClass`)."""
+"""The failure classes a pattern may name (the values of :class:`heteroflow.components.core.failures.FailureClass`)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -40,9 +40,9 @@ __all__ = [
 
 _WHERE = {
     **{name: ("heteroflow.components.steps", name) for name in ("ARCHIVE", "EVALUATE", "PLAN", "PREPROCESS", "PREWARM", "TRAIN")},
-    "step": ("heteroflow.components.step", "step"),
-    "ArtifactSpec": ("heteroflow.components.step", "ArtifactSpec"),
-    "ArtifactType": ("heteroflow.components.step", "ArtifactType"),
+    "step": ("heteroflow.components.core.step", "step"),
+    "ArtifactSpec": ("heteroflow.components.core.step", "ArtifactSpec"),
+    "ArtifactType": ("heteroflow.components.core.step", "ArtifactType"),
     "Resources": ("heteroflow.components.resources", "Resources"),
     "Candidates": ("heteroflow.components.resources", "Candidates"),
     "RetryPolicy": ("heteroflow.components.resources", "RetryPolicy"),
@@ -50,18 +50,18 @@ _WHERE = {
     "SecretEnv": ("heteroflow.pipelines.graph", "SecretEnv"),
     "load_pipeline": ("heteroflow.pipelines.graph", "load_pipeline"),
     "default_pipeline": ("heteroflow.pipelines.default", "default_pipeline"),
-    "run": ("heteroflow.pipelines.runner", "run"),
-    "compile": ("heteroflow.pipelines.kfp_render", "compile_pipeline"),
+    "run": ("heteroflow.pipelines.engines.runner", "run"),
+    "compile": ("heteroflow.pipelines.kfp.render", "compile_pipeline"),
 }
 
 if TYPE_CHECKING:
     from heteroflow.components.resources import Candidates, Resources, RetryPolicy
-    from heteroflow.components.step import ArtifactSpec, ArtifactType, step
+    from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
     from heteroflow.components.steps import ARCHIVE, EVALUATE, PLAN, PREPROCESS, PREWARM, TRAIN
     from heteroflow.pipelines.default import default_pipeline
     from heteroflow.pipelines.graph import Pipeline, SecretEnv, load_pipeline
-    from heteroflow.pipelines.kfp_render import compile_pipeline as compile  # noqa: A001
-    from heteroflow.pipelines.runner import run
+    from heteroflow.pipelines.kfp.render import compile_pipeline as compile  # noqa: A001
+    from heteroflow.pipelines.engines.runner import run
 
 
 def __getattr__(name: str) -> Any:

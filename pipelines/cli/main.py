@@ -1,7 +1,7 @@
 """The ``heteroflow`` command line.
 
 - ``heteroflow run``: run the default pipeline on this machine (kfp.local; ``--engine`` picks another registered
-  engine, :mod:`heteroflow.pipelines.engines`); a live table per step (status,
+  engine, :mod:`heteroflow.pipelines.engines.registry`); a live table per step (status,
   device, attempts, progress), then where each device-bound step ran and why, the metrics, the archived model;
   ``run.json`` in the run's folder.
 - ``heteroflow compile -o FILE``: the default pipeline as KFP IR YAML for the Kubeflow UI.
@@ -9,7 +9,7 @@
 - ``heteroflow engines``: the registered engines, what each needs installed.
 - ``heteroflow params``: every pipeline parameter with its type, default, unit and help.
 - ``heteroflow step NAME``: run one step in this process (what pods and Airflow tasks run); exit status per
-  failure class (:data:`heteroflow.components.runtime.EXIT_CODES`).
+  failure class (:data:`heteroflow.components.core.runtime.EXIT_CODES`).
 
 User errors (bad parameters, a missing data set, invalid resources, a path that cannot be written) print one
 line that says what is wrong and what is valid, and exit with status 2; a failed run exits with status 1. An
@@ -35,7 +35,7 @@ from rich.table import Table
 from heteroflow.components.devices import has_devices as _is_device_kind
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.resources import Candidates
-from heteroflow.pipelines.engines import DEFAULT_ENGINE
+from heteroflow.pipelines.engines.registry import DEFAULT_ENGINE
 
 app = typer.Typer(
     add_completion=False,
@@ -88,7 +88,7 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
 
 
 def _parse_pairs(pairs: list[str], *, option: str = "--param") -> dict[str, str]:
-    from heteroflow.components.keys import parse_pairs  # a name given twice is an error (#16.17)
+    from heteroflow.components.core.keys import parse_pairs  # a name given twice is an error (#16.17)
 
     return parse_pairs(pairs, option=option)
 
@@ -122,12 +122,12 @@ def _progress_text(details: dict[str, Any]) -> str:
 
 def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
     """The steps table; with ``pipeline`` (while a run goes on) seconds tick and a transient failure waiting for
-    its retry shows ``retrying in N s (attempt k of n)`` (:func:`heteroflow.pipelines.cli_runs.live_state`)."""
+    its retry shows ``retrying in N s (attempt k of n)`` (:func:`heteroflow.pipelines.cli.runs.live_state`)."""
     import os
     import time
 
-    from heteroflow.components.telemetry import RUN_DIR_ENV
-    from heteroflow.pipelines.cli_runs import live_state, read_attempts
+    from heteroflow.components.core.telemetry import RUN_DIR_ENV
+    from heteroflow.pipelines.cli.runs import live_state, read_attempts
 
     records = read_attempts(os.environ.get(RUN_DIR_ENV)) if pipeline is not None else {}
     now = time.time()
@@ -194,7 +194,7 @@ def _pipeline(ref: str | None, candidate: list[str] | None = None) -> Any:
 def _engine_help() -> str:
     """``--engine``'s help, from the registry: the builtin engines (entry-point ones are not loaded at start-up;
     ``heteroflow engines`` lists every one)."""
-    from heteroflow.pipelines.engines import BUILTIN_ENGINES, get_engine
+    from heteroflow.pipelines.engines.registry import BUILTIN_ENGINES, get_engine
 
     listed = "; ".join(f"{name}: {get_engine(name, check=False).description}" for name in BUILTIN_ENGINES)
     return f"The engine: {listed}; or one an installed package registers (`heteroflow engines` lists them all)."
@@ -245,14 +245,14 @@ def run(
 ) -> None:
     """Run the default pipeline (prewarm, preprocess, plan, train, evaluate, archive), or --pipeline, on this machine."""
     if engine == "kfp-local" and _state["console_script"]:
-        from heteroflow.pipelines.prestart import start_early
+        from heteroflow.pipelines.kfp.prestart import start_early
 
         # step processes start while this one imports and renders the pipeline (the console script only: code
         # that calls main() in its own process gets run_local's pool, which ends with the run). The console script
-        # (heteroflow.pipelines.script) has started them already when it read `run` on its command line.
+        # (heteroflow.pipelines.cli.script) has started them already when it read `run` on its command line.
         start_early()
-    from heteroflow.pipelines.engines import get_engine
-    from heteroflow.pipelines.runner import DEFAULT_PIPELINE_SOURCE, run as run_pipeline
+    from heteroflow.pipelines.engines.registry import get_engine
+    from heteroflow.pipelines.engines.runner import DEFAULT_PIPELINE_SOURCE, run as run_pipeline
 
     def on_sigterm(signum: int, frame: object) -> None:
         raise KeyboardInterrupt  # stop like Ctrl-C: the step subprocesses are stopped and the run recorded
@@ -326,7 +326,7 @@ def _print_record(record: Any, pipeline: Any) -> None:
             f"failure: {escape(_short_error(f['reason']))}",
             highlight=False,
         )
-    from heteroflow.pipelines.cli_runs import retry_lines  # retries and the time spent waiting (#17)
+    from heteroflow.pipelines.cli.runs import retry_lines  # retries and the time spent waiting (#17)
 
     for line in retry_lines(record.run_dir):
         console.print(escape(line), highlight=False)
@@ -353,7 +353,7 @@ def _print_record(record: Any, pipeline: Any) -> None:
 @app.command()
 def engines(as_json: Annotated[bool, typer.Option("--json", help="Print the engines as JSON.")] = False) -> None:
     """List the engines `heteroflow run --engine` takes: the builtin ones and those installed packages register."""
-    from heteroflow.pipelines.engines import EngineUnavailable, check_installed, engine_names, get_engine
+    from heteroflow.pipelines.engines.registry import EngineUnavailable, check_installed, engine_names, get_engine
 
     rows = []
     for name in engine_names():
@@ -393,7 +393,7 @@ def compile_(
     ] = None,
 ) -> None:
     """Compile the default pipeline to KFP IR YAML (upload it in the Kubeflow UI or with `heteroflow submit`)."""
-    from heteroflow.pipelines.kfp_render import DEFAULT_IMAGE, compile_pipeline
+    from heteroflow.pipelines.kfp.render import DEFAULT_IMAGE, compile_pipeline
 
     try:
         if output.is_dir() or output.suffix not in (".yaml", ".yml"):
@@ -401,7 +401,7 @@ def compile_(
         pipeline = _pipeline(pipeline_ref, candidate)
         cluster = None
         if profile is not None:
-            from heteroflow.components.cluster import load_profile
+            from heteroflow.components.devices.cluster import load_profile
 
             cluster = load_profile(profile)
         output.parent.mkdir(parents=True, exist_ok=True)
@@ -462,7 +462,7 @@ def _print_params(pipeline: Any, *, as_json: bool) -> None:
 
 
 def _resolve_step(name: str) -> Any:
-    from heteroflow.components.step import load_step
+    from heteroflow.components.core.step import load_step
     from heteroflow.components.steps import DEFAULT_STEPS
 
     if ":" in name:
@@ -498,7 +498,7 @@ def step_(
     next candidate), 5 transient failure (retry with backoff), 130 interrupted. The outcome (status, failure
     class, reason, candidate, facts, output metadata) is printed as one JSON line on stdout.
     """
-    from heteroflow.components.runtime import LocalArtifact, candidate_from_json, run_step
+    from heteroflow.components.core.runtime import LocalArtifact, candidate_from_json, run_step
 
     try:
         the_step = _resolve_step(name)
@@ -536,23 +536,23 @@ def step_(
     raise typer.Exit(code=outcome.exit_code)
 
 
-# --- the cache tier (pipelines/cli_cache.py) ---------------------------------------------------------------
+# --- the cache tier (pipelines/cli/cache.py) ---------------------------------------------------------------
 
-from heteroflow.pipelines.cli_cache import cache_app, prewarm_command  # noqa: E402
+from heteroflow.pipelines.cli.cache import cache_app, prewarm_command  # noqa: E402
 
 app.command("prewarm")(prewarm_command)
 app.add_typer(cache_app, name="cache")
 
-from heteroflow.pipelines.cli_simulate import simulate_command  # noqa: E402  (pipelines/cli_simulate.py)
+from heteroflow.pipelines.cli.simulate import simulate_command  # noqa: E402  (pipelines/cli/simulate.py)
 
 app.command("simulate")(simulate_command)
-from heteroflow.pipelines.cli_manifests import manifests_command  # noqa: E402  (pipelines/cli_manifests.py)
+from heteroflow.pipelines.cli.manifests import manifests_command  # noqa: E402  (pipelines/cli/manifests.py)
 
 app.command("manifests")(manifests_command)
-from heteroflow.pipelines.cli_train import profile_command  # noqa: E402  (pipelines/cli_train.py)
+from heteroflow.pipelines.cli.train import profile_command  # noqa: E402  (pipelines/cli/train.py)
 
 app.command("profile")(profile_command)
-from heteroflow.pipelines.cli_readers import readers_command  # noqa: E402  (pipelines/cli_readers.py)
+from heteroflow.pipelines.cli.readers import readers_command  # noqa: E402  (pipelines/cli/readers.py)
 
 app.command("readers")(readers_command)
 
@@ -575,7 +575,7 @@ def archive_list(
     root: Annotated[Optional[Path], _ROOT_OPTION] = None,
 ) -> None:
     """List archived models and versions (newest last): when, test accuracy, device, data set, run."""
-    from heteroflow.components.archive import archive_root_dir, list_models, list_versions, read_version
+    from heteroflow.components.models.archive import archive_root_dir, list_models, list_versions, read_version
 
     folder = archive_root_dir(root)
     try:
@@ -613,7 +613,7 @@ def archive_show(
     root: Annotated[Optional[Path], _ROOT_OPTION] = None,
 ) -> None:
     """One archived version: its path, metrics, and lineage (data set, parameters, device, code, the run that made it)."""
-    from heteroflow.components.archive import archive_root_dir, read_version
+    from heteroflow.components.models.archive import archive_root_dir, read_version
 
     name, _, version_text = model.partition(":")
     try:
@@ -658,7 +658,7 @@ def archive_show(
     console.print(scores)
 
 
-from heteroflow.pipelines.cli_runs import register as _register_runs  # noqa: E402  report, runs, metrics, prune (#17)
+from heteroflow.pipelines.cli.runs import register as _register_runs  # noqa: E402  report, runs, metrics, prune (#17)
 
 _register_runs(app)
 
@@ -676,7 +676,7 @@ def submit(
     namespace: Annotated[Optional[str], typer.Option(help="Kubernetes namespace (multi-user Kubeflow).")] = None,
 ) -> None:
     """Send a compiled pipeline to a Kubeflow Pipelines endpoint as a new run (kfp.Client)."""
-    from heteroflow.pipelines.submit import submit_package
+    from heteroflow.pipelines.kfp.submit import submit_package
 
     try:
         result = submit_package(
@@ -732,7 +732,7 @@ def _exit_now(code: Any) -> None:
     functions run (logging's flush, ``atexit`` and ``weakref.finalize`` callbacks, multiprocessing's), output is
     flushed, then ``os._exit`` skips the interpreter's teardown of every module (kfp, protobuf, matplotlib:
     0.3-0.4 s after ``heteroflow run`` here), which has nothing left to do; step processes end the same way
-    (:mod:`heteroflow.components.runtime`)."""
+    (:mod:`heteroflow.components.core.runtime`)."""
     import atexit
     import os
 
@@ -751,7 +751,7 @@ def _exit_now(code: Any) -> None:
 
 
 def console_script() -> None:
-    """The ``heteroflow`` console script (entered through :func:`heteroflow.pipelines.script.console_script`):
+    """The ``heteroflow`` console script (entered through :func:`heteroflow.pipelines.cli.script.console_script`):
     :func:`main`, then the process ends without the interpreter's teardown (:func:`_exit_now`). Code that calls the CLI in its own process (a notebook, a test) calls :func:`main`,
     which ends with :class:`SystemExit` as usual."""
     _state["console_script"] = True

@@ -23,8 +23,8 @@ atomic, device-portable checkpoints (:class:`Checkpoint`). The built-in classifi
             ctx.report(epoch=epoch + 1, loss=...)        # live progress and the per-epoch history in run.json
         return model
 
-Several devices (a candidate with ``count > 1``): :func:`heteroflow.components.train.train` starts one worker
-per device (:func:`heteroflow.components.distributed.launch`, the registry's backend) and builds this context in
+Several devices (a candidate with ``count > 1``): :func:`heteroflow.components.training.step.train` starts one worker
+per device (:func:`heteroflow.components.training.distributed.launch`, the registry's backend) and builds this context in
 each with ``rank``/``world_size`` set. The same training function then runs unchanged: :meth:`TrainContext.build_model`
 wraps the model in DDP, :meth:`TrainContext.batches` yields this rank's share of each batch of ``batch_size``
 samples (the batches one process would see, split), :meth:`TrainContext.loss_fn` scales the rank's mean loss by
@@ -90,7 +90,7 @@ def mlp(in_features: int, num_classes: int, hidden_units: int = 128, input_shape
     return nn.Sequential(nn.Flatten(), body) if len(input_shape) > 1 else body
 
 
-BUILTIN_MODEL = "heteroflow.components.training:mlp"
+BUILTIN_MODEL = "heteroflow.components.training.loop:mlp"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,7 +151,7 @@ class ModelSpec:
 
 
 def _import_callable(ref: str, *, what: str) -> Callable[..., Any]:
-    from heteroflow.components.step import import_object
+    from heteroflow.components.core.step import import_object
 
     fn = import_object(ref, what=what, example="mypkg.models:make_model")
     if not callable(fn):
@@ -166,7 +166,7 @@ def resolve_precision(precision: str, device: torch.device, *, bf16: bool | None
     """The autocast dtype for ``precision`` on ``device`` (None: fp32, no autocast).
 
     ``auto``: fp32 on the CPU; on an accelerator bf16 when it computes in bf16 (``bf16`` from the accelerator
-    registry, :mod:`heteroflow.components.accelerators`; unknown: asked of torch), else fp16 (with a GradScaler).
+    registry, :mod:`heteroflow.components.devices.accelerators`; unknown: asked of torch), else fp16 (with a GradScaler).
 
     Raises:
         InvalidParameter: an unknown precision, or bf16/fp16 asked of a device that lacks it.
@@ -457,7 +457,7 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
     import torch
     from torch.utils.data import DataLoader
 
-    from heteroflow.components.readers import batch_collate
+    from heteroflow.components.data.readers import batch_collate
 
     sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size, parts=parts)
     return DataLoader(
@@ -493,7 +493,7 @@ class TrainContext:
         checkpoint: the run's :class:`Checkpoint` (save / load).
         model_spec: the model factory and its arguments.
         rank / world_size: this worker's rank and the number of workers (one per device of the candidate).
-        distributed: the worker's :class:`heteroflow.components.distributed.DistributedContext` (None in one
+        distributed: the worker's :class:`heteroflow.components.training.distributed.DistributedContext` (None in one
             process): its ``ddp``, ``barrier`` and backend.
         history: the per-epoch metrics :meth:`report` collected (into ``run.json``).
     """
@@ -780,7 +780,7 @@ def auto_workers(in_memory: bool, requested: int) -> int:
         return requested
     if in_memory:
         return 0
-    from heteroflow.components.preprocess import available_cpus
+    from heteroflow.components.data.preprocess import available_cpus
 
     return max(0, min(4, available_cpus() - 1))
 

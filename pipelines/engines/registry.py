@@ -4,11 +4,11 @@
 engine         what runs each step attempt                                                            needs
 =============  =====================================================================================  ===============
 ``kfp-local``  kfp.local's SubprocessRunner: one process per task, the KFP rendering of the            ``[kfp]``
-               pipeline (the same graph a cluster runs); :func:`heteroflow.pipelines.local.run_local`
+               pipeline (the same graph a cluster runs); :func:`heteroflow.pipelines.kfp.local.run_local`
 ``inprocess``  this process, one call after another (quick iteration, tests);                         (nothing)
-               :func:`heteroflow.pipelines.inprocess.run_inprocess`
+               :func:`heteroflow.pipelines.engines.inprocess.run_inprocess`
 ``kfp``        a Kubeflow Pipelines backend: the pipeline is compiled and submitted                   ``[kfp]``
-               (:func:`heteroflow.pipelines.submit.submit_package`); the record is the submission's
+               (:func:`heteroflow.pipelines.kfp.submit.submit_package`); the record is the submission's
 ``airflow``    a real Airflow 3 on SQLite, ``airflow dags test`` style (:mod:`heteroflow.dags.engine`;    ``[airflow]``
                registered through the entry point, as imports go ``dags -> pipelines``)
 =============  =====================================================================================  ===============
@@ -33,7 +33,7 @@ from heteroflow.components.errors import HeteroflowError, InvalidParameter
 
 if TYPE_CHECKING:
     from heteroflow.pipelines.graph import Pipeline
-    from heteroflow.pipelines.records import RunRecord, StepSummary
+    from heteroflow.pipelines.runs.records import RunRecord, StepSummary
 
 __all__ = [
     "BUILTIN_ENGINES",
@@ -111,7 +111,7 @@ class Engine(Protocol):
 
         Raises:
             InvalidParameter / DatasetError: bad arguments, checked before anything runs.
-            KeyboardInterrupt: see :func:`heteroflow.pipelines.runner.run`.
+            KeyboardInterrupt: see :func:`heteroflow.pipelines.engines.runner.run`.
         """
         ...
 
@@ -143,7 +143,7 @@ def _no_options(engine: str, options: Mapping[str, Any], known: Sequence[str] = 
 
 
 class KfpLocalEngine:
-    """``kfp-local``: :func:`heteroflow.pipelines.local.run_local` (options: ``parallel``, ``prestart``)."""
+    """``kfp-local``: :func:`heteroflow.pipelines.kfp.local.run_local` (options: ``parallel``, ``prestart``)."""
 
     name = "kfp-local"
     description = "kfp.local's SubprocessRunner: the steps as KFP components, one process each"
@@ -154,7 +154,7 @@ class KfpLocalEngine:
     def run(self, pipeline: Pipeline, params: Mapping[str, Any] | None, *, run_dir: Any, simulate_devices: Any, inject_faults: Any,
             on_progress: Any, echo_engine_output: bool, source: str | None = None, **options: Any) -> RunRecord:
         _no_options(self.name, options, ("parallel", "prestart"))
-        from heteroflow.pipelines.local import run_local
+        from heteroflow.pipelines.kfp.local import run_local
 
         return run_local(
             params,
@@ -169,7 +169,7 @@ class KfpLocalEngine:
 
 
 class InprocessEngine:
-    """``inprocess``: :func:`heteroflow.pipelines.inprocess.run_inprocess` (option: ``sleep``, how to wait between
+    """``inprocess``: :func:`heteroflow.pipelines.engines.inprocess.run_inprocess` (option: ``sleep``, how to wait between
     retries)."""
 
     name = "inprocess"
@@ -181,14 +181,14 @@ class InprocessEngine:
     def run(self, pipeline: Pipeline, params: Mapping[str, Any] | None, *, run_dir: Any, simulate_devices: Any, inject_faults: Any,
             on_progress: Any, echo_engine_output: bool, source: str | None = None, **options: Any) -> RunRecord:
         _no_options(self.name, options, ("sleep",))
-        from heteroflow.pipelines.inprocess import run_inprocess
+        from heteroflow.pipelines.engines.inprocess import run_inprocess
 
         return run_inprocess(pipeline, params, run_dir=run_dir, simulate_devices=simulate_devices, inject_faults=inject_faults, **options)
 
 
 class KfpEngine:
     """``kfp``: compile the pipeline into the run folder (``pipeline.yaml``) and submit it to a Kubeflow Pipelines
-    backend (:func:`heteroflow.pipelines.submit.submit_package`).
+    backend (:func:`heteroflow.pipelines.kfp.submit.submit_package`).
 
     Options: ``host`` (default ``$HETEROFLOW_KFP_HOST``), ``experiment``, ``run_name``, ``namespace``, ``image``
     (the step image; default the rendering's). The returned record is the submission's: status ``submitted``, no
@@ -220,9 +220,9 @@ class KfpEngine:
             )
         if simulate_devices or inject_faults:
             raise InvalidParameter("engine='kfp' runs on the cluster's devices: simulate_devices and inject_faults are local testing settings")
-        from heteroflow.pipelines.kfp_render import compile_pipeline, kfp_arguments
-        from heteroflow.pipelines.records import RunRecord, new_run_id, prepare_run_dir
-        from heteroflow.pipelines.submit import submit_package
+        from heteroflow.pipelines.kfp.render import compile_pipeline, kfp_arguments
+        from heteroflow.pipelines.runs.records import RunRecord, new_run_id, prepare_run_dir
+        from heteroflow.pipelines.kfp.submit import submit_package
 
         args = pipeline.arguments(dict(params or {}))
         pipeline.check(args)
@@ -235,7 +235,7 @@ class KfpEngine:
         if not compile_kwargs:
             import warnings
 
-            from heteroflow.pipelines.kfp_render import DEFAULT_IMAGE
+            from heteroflow.pipelines.kfp.render import DEFAULT_IMAGE
 
             warnings.warn(
                 f"engine 'kfp': every step uses the placeholder image {DEFAULT_IMAGE}, which a cluster cannot pull; "

@@ -7,8 +7,8 @@ each device type, the queue's water level, data locality, cost, power) and *pick
 (placed or waiting) carries a one-line explanation. Policies are pluggable: :data:`POLICIES` maps a name to a
 :class:`Policy`, and ``module:attribute`` names a user's own.
 
-The inventory (nodes, queues, throughputs, a default policy) is read by :mod:`heteroflow.components.inventory`;
-placement takes its view with one model per node (:class:`~heteroflow.components.inventory.PlacementInventory`,
+The inventory (nodes, queues, throughputs, a default policy) is read by :mod:`heteroflow.components.placement.inventory`;
+placement takes its view with one model per node (:class:`~heteroflow.components.placement.inventory.PlacementInventory`,
 aliased here as ``ClusterInventory``, ``Node`` and ``Queue``).
 
 Queues follow Volcano's ``Queue`` (scheduling.volcano.sh/v1beta1). Sources: the Queue documentation
@@ -37,15 +37,15 @@ from pathlib import Path
 
 import numpy as np
 
-from heteroflow.components.inventory import (
+from heteroflow.components.placement.inventory import (
     InvalidInventory,
     PlacementInputError,
     kubernetes_nodes,
 )
-from heteroflow.components.inventory import PlacementInventory as ClusterInventory
-from heteroflow.components.inventory import PlacementNode as Node
-from heteroflow.components.inventory import PlacementQueue as Queue
-from heteroflow.components.inventory import model_key as _model_key
+from heteroflow.components.placement.inventory import PlacementInventory as ClusterInventory
+from heteroflow.components.placement.inventory import PlacementNode as Node
+from heteroflow.components.placement.inventory import PlacementQueue as Queue
+from heteroflow.components.placement.inventory import model_key as _model_key
 
 __all__ = [
     "ClusterInventory",
@@ -165,7 +165,7 @@ def gavel_throughputs(path: str | Path | None = None) -> ThroughputTable:
     """Gavel's measured isolated throughputs (steps/s) of 26 job types with 1/2/4/8 workers on K80, P100, V100.
 
     Source: stanford-futuredata/gavel ``scheduler/simulation_throughputs.json`` (commit c4fa400, MIT), reduced to
-    the isolated (``null``) entries; shipped as ``heteroflow/components/data/gavel/derived_isolated_throughputs.csv``.
+    the isolated (``null``) entries; shipped as ``heteroflow/components/placement/data/gavel/derived_isolated_throughputs.csv``.
 
     Raises:
         InvalidTrace: a row that is not ``model,scale_factor,k80,p100,v100`` numbers (the message names the line).
@@ -186,13 +186,13 @@ def gavel_throughputs(path: str | Path | None = None) -> ThroughputTable:
     return ThroughputTable(models=models, rows=rows)
 
 
-# --- the inventory (parsed by heteroflow.components.inventory) ----------------------------------------------
+# --- the inventory (parsed by heteroflow.components.placement.inventory) ----------------------------------------------
 
 
 def load_inventory(source: str | Path, *, text: str | None = None) -> ClusterInventory:
     """Read an inventory file (or ``text``, ``source`` naming it) and return its placement view
-    (:func:`heteroflow.components.inventory.load_inventory`, then
-    :meth:`~heteroflow.components.inventory.ClusterInventory.for_placement`).
+    (:func:`heteroflow.components.placement.inventory.load_inventory`, then
+    :meth:`~heteroflow.components.placement.inventory.ClusterInventory.for_placement`).
 
     Raises:
         InvalidInventory: the message starts ``FILE:LINE:`` and names the node or queue, the field and what is
@@ -200,14 +200,14 @@ def load_inventory(source: str | Path, *, text: str | None = None) -> ClusterInv
             queue guarantee above its capability or guarantees above the cluster's capacity, throughputs for
             unknown models, more than one model on a node.
     """
-    from heteroflow.components import inventory
+    from heteroflow.components.placement import inventory
 
     return inventory.load_inventory(source, text=text).for_placement()
 
 
 def inventory_from_mapping(data: object, *, source: str = "inventory") -> ClusterInventory:
     """The placement view of an inventory from parsed YAML/JSON (see :func:`load_inventory`; same errors)."""
-    from heteroflow.components import inventory
+    from heteroflow.components.placement import inventory
 
     return inventory.from_mapping(data, source=source).for_placement()
 
@@ -232,7 +232,7 @@ def uniform_inventory(per_model: Mapping[str, int], *, devices_per_node: int = 4
     Raises:
         InvalidInventory: unknown model, or a count that is not a multiple of ``devices_per_node``.
     """
-    from heteroflow.components.accelerators import ACCELERATORS
+    from heteroflow.components.devices.accelerators import ACCELERATORS
 
     nodes: list[Node] = []
     for name, n in per_model.items():
@@ -535,7 +535,7 @@ def _allowed_models(job: Job, state: PlacementState) -> np.ndarray:
         elif job.throughput is not None and job.throughput.get(m, 0.0) <= 0:
             ok[i] = False
     if job.kind not in (None, "cpu"):
-        from heteroflow.components.accelerators import ACCELERATORS
+        from heteroflow.components.devices.accelerators import ACCELERATORS
 
         for i, m in enumerate(state.models):
             if ok[i] and ACCELERATORS[m].kind.value != job.kind:

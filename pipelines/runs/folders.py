@@ -287,7 +287,7 @@ def prune_archive(
     Raises:
         InvalidParameter: ``keep`` < 1, or an unknown ``model`` (the archived ones are listed).
     """
-    from heteroflow.components.archive import archive_root_dir, list_models, list_versions, read_version
+    from heteroflow.components.models.archive import archive_root_dir, list_models, list_versions, read_version
 
     _check_keep(keep)
     root = archive_root_dir(archive_root)
@@ -342,7 +342,7 @@ def prune_cache(
     from heteroflow.cache.errors import CacheLockTimeout
     from heteroflow.cache.prewarm import LOCK_NAME, VERSIONS_DIR
     from heteroflow.cache.status import cache_status
-    from heteroflow.components.archive import archive_root_dir, list_models, list_versions
+    from heteroflow.components.models.archive import archive_root_dir, list_models, list_versions
 
     _check_keep(keep)
     _, named = _named_by_runs(roots)

@@ -1,0 +1,103 @@
+"""One rule for every list of keys a user writes: a key given twice is an error, never "the last one wins".
+
+Where it applies (issue #16.17): candidate specs (``-c cpu:cpu=2,cpu=4``), the CLI's ``NAME=VALUE`` options
+(``--param``, ``--input``, ``--output``), and the YAML or JSON files a user writes (cluster profiles, device
+inventories). YAML 1.2 (section 3.2.1.1) and RFC 8259 (section 4) both say mapping keys "should be unique", but
+PyYAML and Python's ``json`` silently keep the last value; this module refuses instead, naming the key, both
+values or lines, and the place it was written.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from heteroflow.components.errors import InvalidParameter
+
+__all__ = ["DuplicateKey", "load_yaml", "parse_pairs", "unique_object"]
+
+
+class DuplicateKey(InvalidParameter):
+    """A key is given twice in one list or mapping; the message names the key, both values (or lines) and where."""
+
+
+def parse_pairs(pairs: Iterable[str], *, option: str = "--param", example: str = "epochs=3") -> dict[str, str]:
+    """``["a=1", "b=2"]`` -> ``{"a": "1", "b": "2"}`` (names and values stripped of surrounding blanks).
+
+    Args:
+        pairs: the ``NAME=VALUE`` texts as given, one per repetition of the option.
+        option: the option's name, for messages (``--param``, ``--input``, ``--output``).
+        example: a valid ``NAME=VALUE`` shown in messages.
+
+    Raises:
+        InvalidParameter: an item is not ``NAME=VALUE`` with a non-empty name.
+        DuplicateKey: a name is given twice (even with the same value: one of them is a slip).
+    """
+    out: dict[str, str] = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        name, value = name.strip(), value.strip()
+        if not sep or not name:
+            raise InvalidParameter(f"{option} {pair!r} is not NAME=VALUE (e.g. {option} {example})")
+        if name in out:
+            raise DuplicateKey(
+                f"{option} {name} is given twice ({name}={out[name]} and {name}={value}); give each name once"
+            )
+        out[name] = value
+    return out
+
+
+def unique_object(where: str):  # type: ignore[no-untyped-def]
+    """A ``json.loads(..., object_pairs_hook=unique_object(where))`` hook that refuses a key given twice in one
+    JSON object (Python's ``json`` keeps the last one silently).
+
+    Raises (from ``json.loads``):
+        DuplicateKey: names the key, both values and ``where``.
+    """
+
+    def hook(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:
+                raise DuplicateKey(f"{where}: key {key!r} is given twice ({out[key]!r} and {value!r}); give each key once")
+            out[key] = value
+        return out
+
+    return hook
+
+
+def load_yaml(text: str, *, where: str) -> Any:
+    """Parse YAML (or JSON) like ``yaml.safe_load``, but refuse a mapping key given twice.
+
+    Merge keys (``<<: *defaults``) may still be overridden by the mapping's own keys, as YAML intends.
+
+    Args:
+        text: the document.
+        where: what the text is (``cluster profile p.yaml``), for messages.
+
+    Raises:
+        DuplicateKey: a key is given twice in one mapping (the message gives both line numbers).
+        yaml.YAMLError: not valid YAML.
+    """
+    import yaml
+
+    class UniqueKeyLoader(yaml.SafeLoader):
+        def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                line = key_node.start_mark.line + 1
+                try:
+                    if key in first_line:
+                        raise DuplicateKey(
+                            f"{where}: key {key!r} is given twice (lines {first_line[key]} and {line}); "
+                            "give each key once"
+                        )
+                    first_line[key] = line
+                except TypeError:  # an unhashable key: safe_load rejects it with its own message
+                    continue
+            return super().construct_mapping(node, deep=deep)
+
+    return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass

@@ -1,0 +1,162 @@
+"""Per-attempt step records, so a local run can show each step's device, attempts and seconds.
+
+When ``$HETEROFLOW_RUN_DIR`` is set (``heteroflow run`` sets it for its steps), every attempt of a step
+writes ``$HETEROFLOW_RUN_DIR/steps/<step>/attempt-<n>.json``: first with status ``running``, then
+``succeeded`` or ``failed``. A killed attempt stays ``running``, which is how a rerun counts it. Unset (on
+a cluster), nothing is written; the same facts go into the output artifacts' metadata for the Kubeflow UI.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+from heteroflow.cache.atomic import atomic_write_bytes
+from heteroflow.cache.redact import redact_url
+
+__all__ = ["RUN_DIR_ENV", "AttemptRecord", "process_alive", "progress_reporter", "read_step_records", "step_attempt"]
+
+RUN_DIR_ENV = "HETEROFLOW_RUN_DIR"
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class AttemptRecord:
+    """One attempt of one step.
+
+    Attributes:
+        step: step name (``train``).
+        attempt: 1-based attempt number within the run.
+        status: ``running``, ``succeeded``, ``failed`` or ``interrupted`` (Ctrl-C).
+        device: device the attempt ran on (``cpu``, ``cuda``, ``npu``), or ``cpu`` for CPU-only steps.
+        started_at / ended_at: Unix time, seconds.
+        seconds: wall time of the attempt inside the step process, seconds.
+        compute_seconds: time spent in the step's own work (excludes imports and artifact I/O), seconds.
+        call_seconds: wall time of the call of the step's function (its own imports included), seconds.
+        error: the exception line when failed.
+        failure: the failure class when failed (``device``, ``transient``, ``permanent``; see
+            :mod:`heteroflow.components.core.failures`).
+        candidate: index of the candidate the attempt ran on (0 = preferred), None for a step without.
+        kind: device kind of that candidate (``cpu``, ``gpu``, ``npu``).
+        accelerator: accelerator model of that candidate, if any.
+        simulated: the device kind was simulated (``HETEROFLOW_SIMULATE_DEVICES``) and the work ran on the CPU.
+        pid: the process that ran the attempt (a ``running`` record whose process is gone was killed).
+        details: step-specific facts (samples/s, files copied...).
+    """
+
+    step: str
+    attempt: int
+    status: str = "running"
+    device: str = "cpu"
+    started_at: float = 0.0
+    ended_at: float | None = None
+    seconds: float | None = None
+    compute_seconds: float | None = None
+    call_seconds: float | None = None
+    error: str | None = None
+    failure: str | None = None
+    candidate: int | None = None
+    kind: str = "cpu"
+    accelerator: str | None = None
+    simulated: bool = False
+    pid: int | None = None
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def process_alive(pid: int | None) -> bool:
+    """Whether a process with this pid exists (on this machine); False for None or 0."""
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
+
+
+def _step_dir(step: str) -> Path | None:
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    return Path(run_dir, "steps", step) if run_dir else None
+
+
+def _write(path: Path | None, record: AttemptRecord) -> None:
+    if path is not None:
+        # visible complete or not at all (rename); no fsync: a record lost to a power cut costs nothing. Credentials
+        # in a URL (an error message, a fact) never reach the file.
+        text = redact_url(json.dumps(dataclasses.asdict(record), indent=2, default=str))
+        atomic_write_bytes(path, text.encode(), durable=False)
+
+
+@contextlib.contextmanager
+def step_attempt(step: str, *, device: str = "cpu", **fields: Any) -> Iterator[AttemptRecord]:
+    """Record one attempt of ``step`` around the ``with`` body; re-raises what the body raises.
+
+    Args:
+        step: the step's (call's) name in the pipeline.
+        device: the device the attempt runs on.
+        fields: other :class:`AttemptRecord` fields known at the start (``candidate``, ``kind``...).
+    """
+    folder = _step_dir(step)
+    number = 1
+    if folder is not None:
+        folder.mkdir(parents=True, exist_ok=True)
+        number = len(list(folder.glob("attempt-*.json"))) + 1
+    path = folder / f"attempt-{number}.json" if folder is not None else None
+    record = AttemptRecord(step=step, attempt=number, device=device, started_at=time.time(), pid=os.getpid(), **fields)
+    _write(path, record)
+    t0 = time.perf_counter()
+    try:
+        yield record
+    except BaseException as exc:
+        # Ctrl-C reaches the step processes too (the terminal signals the whole process group)
+        record.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
+        record.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        raise
+    else:
+        record.status = "succeeded"
+    finally:
+        record.ended_at = time.time()
+        record.seconds = time.perf_counter() - t0
+        _write(path, record)
+
+
+def progress_reporter(record: AttemptRecord, *, min_interval_seconds: float = 0.5) -> Callable[..., None]:
+    """A callback ``report(**facts)`` for a running attempt: it keeps the latest facts in
+    ``record.details["progress"]`` and rewrites the attempt's record file at most every ``min_interval_seconds``
+    (so ``heteroflow run`` can show them live). Without a run folder it only keeps them in memory."""
+    path = _step_dir(record.step)
+    target = path / f"attempt-{record.attempt}.json" if path is not None else None
+    last = [0.0]
+
+    def report(**facts: Any) -> None:
+        record.details["progress"] = facts
+        now = time.monotonic()
+        if target is not None and now - last[0] >= min_interval_seconds:
+            last[0] = now
+            _write(target, record)
+
+    return report
+
+
+def read_step_records(run_dir: str | os.PathLike[str]) -> dict[str, list[AttemptRecord]]:
+    """All attempt records of a run, by step name, each list in attempt order."""
+    out: dict[str, list[AttemptRecord]] = {}
+    root = Path(run_dir, "steps")
+    if not root.is_dir():
+        return out
+    for step_dir in sorted(p for p in root.iterdir() if p.is_dir()):
+        records = []
+        for f in step_dir.glob("attempt-*.json"):
+            data = json.loads(f.read_text(encoding="utf-8"))
+            known = {field.name for field in dataclasses.fields(AttemptRecord)}
+            records.append(AttemptRecord(**{k: v for k, v in data.items() if k in known}))
+        out[step_dir.name] = sorted(records, key=lambda r: r.attempt)
+    return out

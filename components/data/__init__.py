@@ -1,0 +1,9 @@
+"""Data: reading files, the bundled sample data sets, preprocessing into features, and the prewarm step.
+
+Owns: the reader registry (``formats``; third-party readers through the ``heteroflow.readers`` entry-point
+group), the readers themselves (``readers``, ``datasets``), the preprocess step (``preprocess``) and its fitted
+table transform (``tabular``), and the prewarm step (``prewarm``, over :mod:`heteroflow.cache`). The folders
+beside these modules hold the bundled data sets with their licences (README.md).
+May import: ``heteroflow.components.core``, ``heteroflow.components.devices``, ``heteroflow.components.errors``,
+``heteroflow.cache``.
+"""

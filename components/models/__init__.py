@@ -1,0 +1,4 @@
+"""Trained models after training: the evaluate step, the archive step (versioned model store), prediction.
+
+May import: ``heteroflow.components.core``, ``devices``, ``data``, ``training``, ``errors``, ``heteroflow.cache``.
+"""

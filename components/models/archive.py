@@ -1,0 +1,355 @@
+"""Archive: store a model with its metrics and lineage under an immutable, versioned path.
+
+Layout: ``<archive_root>/<name>/v<N>/`` holding the model files, ``metrics.json`` and ``lineage.json``
+(data set manifest hash, code version, parameters, device used, time). A version is assembled in a
+temporary folder and renamed into place, so it is visible complete or not at all; ``os.rename`` onto an
+existing non-empty version fails, and heteroflow then takes the next number, so an existing version is
+never overwritten. Archived files are made read-only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import errno
+import json
+import os
+import re
+import shutil
+import stat
+import subprocess
+import time
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from heteroflow.cache.atomic import make_temp_dir
+from heteroflow.components.errors import ArchiveError, InvalidParameter
+from heteroflow.components.core.telemetry import process_alive
+from heteroflow.components.resources import Resources, RetryPolicy
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step
+
+__all__ = [
+    "ArchiveResult",
+    "RUN_ID_ENV",
+    "archive",
+    "archive_step",
+    "check_model_name",
+    "code_version",
+    "default_model_name",
+    "archive_root_dir",
+    "list_models",
+    "list_versions",
+    "read_version",
+]
+
+RUN_ID_ENV = "HETEROFLOW_RUN_ID"
+"""The run id recorded in the lineage (``heteroflow run`` sets it; on KFP, the pipeline job's name)."""
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
+_VERSION = re.compile(r"^v(\d+)$")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ArchiveResult:
+    """Where the model was archived.
+
+    Attributes:
+        name: model name.
+        version: the version number written (1, 2, ...).
+        path: ``<archive_root>/<name>/v<version>``.
+        lineage: the lineage record written to ``lineage.json``.
+    """
+
+    name: str
+    version: int
+    path: Path
+    lineage: dict[str, Any]
+
+
+def code_version() -> dict[str, str | None]:
+    """heteroflow's installed version and, when run from a git checkout, its commit (``-dirty`` if modified)."""
+    try:
+        version = metadata.version("heteroflow")
+    except metadata.PackageNotFoundError:  # pragma: no cover - always installed
+        version = None
+    commit = None
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "-C", str(here), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(here), "status", "--porcelain", "--untracked-files=no"],
+            capture_output=True, text=True, timeout=5, check=True,
+        ).stdout.strip()
+        commit = sha + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return {"heteroflow": version, "git_commit": commit}
+
+
+def archive_root_dir(archive_root: str | os.PathLike[str] | None = None) -> Path:
+    """The archive folder: ``archive_root``, else ``<heteroflow home>/archive``."""
+    from heteroflow.cache.locations import home_dir
+
+    return Path(archive_root).expanduser() if archive_root else home_dir() / "archive"
+
+
+def list_models(archive_root: str | os.PathLike[str]) -> list[str]:
+    """Model names with at least one archived version, sorted."""
+    root = Path(archive_root)
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if p.is_dir() and _NAME.match(p.name) and list_versions(root, p.name))
+
+
+def read_version(archive_root: str | os.PathLike[str], name: str, version: int | None = None) -> dict[str, Any]:
+    """One archived version: ``{"name", "version", "path", "metrics", "lineage"}`` (the latest without ``version``).
+
+    Raises:
+        InvalidParameter: no such model (the message lists the archived ones) or version (lists the versions).
+    """
+    root = Path(archive_root)
+    versions = list_versions(root, name)
+    if not versions:
+        models = list_models(root)
+        raise InvalidParameter(
+            f"no archived model {name!r} under {root}; archived: {', '.join(models) if models else 'none yet'}"
+        )
+    chosen = versions[-1] if version is None else version
+    if chosen not in versions:
+        raise InvalidParameter(f"{name} has no version v{chosen}; versions: {', '.join(f'v{v}' for v in versions)}")
+    folder = root / name / f"v{chosen}"
+    out: dict[str, Any] = {"name": name, "version": chosen, "path": str(folder)}
+    for key in ("metrics", "lineage"):
+        try:
+            out[key] = json.loads((folder / f"{key}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            out[key] = {}
+    return out
+
+
+def list_versions(archive_root: str | os.PathLike[str], name: str) -> list[int]:
+    """Version numbers archived under ``name``, ascending."""
+    folder = Path(archive_root, name)
+    if not folder.is_dir():
+        return []
+    return sorted(int(m[1]) for p in folder.iterdir() if (m := _VERSION.match(p.name)) and p.is_dir())
+
+
+def _make_read_only(root: Path) -> None:
+    for p in root.rglob("*"):
+        if p.is_file():
+            p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+
+
+def default_model_name(source_uri: str, model_factory: str = "") -> str:
+    """The model name when none is given: ``<data set folder name>-<model>``, made a valid model name, where
+    ``<model>`` is the model factory's function name (``mlp`` for the built-in model: ``digits-mlp`` for the
+    built-in sample; ``digits-images-cnn`` for ``digits_models:cnn`` on a folder ``digits-images``). The one rule
+    for the CLI, the Python API and compiled pipelines."""
+    base = Path(source_uri.rstrip("/").split("://")[-1].split("?")[0]).stem.lower()
+    func = model_factory.rpartition(":")[2].rpartition(".")[2].lower() if model_factory else "mlp"
+    func = "".join(c if c.isalnum() or c in "._-" else "-" for c in func).strip("-._")[:20] or "model"
+    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")[: 62 - len(func)]
+    return f"{safe or 'model'}-{func}"
+
+
+def _remove_dead_incoming(folder: Path) -> None:
+    """Remove ``.incoming-<pid>-*`` folders whose writer is gone (a killed archive step leaves one)."""
+    for path in folder.glob(".incoming-*"):
+        parts = path.name.split("-")
+        pid = int(parts[1]) if len(parts) > 2 and parts[1].isdigit() else None
+        if pid is not None and process_alive(pid):
+            continue
+        if pid is None and time.time() - path.stat().st_mtime < 24 * 3600:
+            continue  # an old-style name: only when clearly abandoned
+        for p in path.rglob("*"):
+            with contextlib.suppress(OSError):
+                p.chmod(0o700 if p.is_dir() else 0o600)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def check_model_name(name: str) -> None:
+    """Check an archive model name (the check :func:`archive` makes; callers use it to fail before a run).
+
+    Raises:
+        InvalidParameter: not 1-63 characters of lowercase letters, digits, ``.``, ``_``, ``-``, starting
+            with a letter or digit.
+    """
+    if name == "":  # the default: derived from the data set folder by default_model_name
+        return
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise InvalidParameter(
+            f"model_name={name!r} is not a valid model name; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters"
+        )
+
+
+def archive(
+    model_dir: str | os.PathLike[str],
+    archive_root: str | os.PathLike[str],
+    *,
+    name: str,
+    metrics: dict[str, Any],
+    lineage: dict[str, Any],
+) -> ArchiveResult:
+    """Copy ``model_dir`` into the next free version ``<archive_root>/<name>/v<N>``.
+
+    Args:
+        model_dir: train output.
+        archive_root: local folder of the archive.
+        name: model name: lowercase letters, digits, ``.``, ``_``, ``-``; 1-63 characters.
+        metrics: JSON-ready metrics (written to ``metrics.json``).
+        lineage: JSON-ready lineage facts (data set hash, parameters, device...); ``code`` and
+            ``archived_at`` are added.
+
+    Returns:
+        An :class:`ArchiveResult`.
+
+    Raises:
+        InvalidParameter: a bad ``name``.
+        ArchiveError: ``model_dir`` is missing, or no free version could be claimed.
+    """
+    if not name:
+        raise InvalidParameter("name is empty; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters")
+    check_model_name(name)
+    src = Path(model_dir)
+    if not src.is_dir():
+        raise ArchiveError(f"model folder {src} does not exist; nothing to archive")
+    folder = Path(archive_root, name)
+    folder.mkdir(parents=True, exist_ok=True)
+    record = {**lineage, "code": code_version(), "archived_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    _remove_dead_incoming(folder)
+    tmp = make_temp_dir(folder, prefix=f".incoming-{os.getpid()}-")  # umask-respecting mode, not mkdtemp's 0700
+    try:
+        shutil.copytree(src, tmp / "model")
+        (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str), encoding="utf-8")
+        for attempt in range(100):
+            # Every entry named v<N> counts, folder or not, so a stray file cannot block the numbering.
+            taken = [int(m[1]) for p in folder.iterdir() if (m := _VERSION.match(p.name))]
+            version = max(taken, default=0) + 1
+            target = folder / f"v{version}"
+            record["version"] = version
+            lineage_path = tmp / "lineage.json"
+            lineage_path.unlink(missing_ok=True)  # allowed on a read-only file: the folder is writable
+            lineage_path.write_text(json.dumps(record, indent=2, sort_keys=True, default=str), encoding="utf-8")
+            _make_read_only(tmp)
+            try:
+                os.rename(tmp, target)
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    continue  # another writer claimed v<version> first: take the next number
+                raise
+            return ArchiveResult(name=name, version=version, path=target, lineage=record)
+        raise ArchiveError(f"could not claim a free version under {folder} after {attempt + 1} tries")
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def archive_step(
+    dataset_dir: str,
+    shards_dir: str,
+    model_dir: str,
+    eval_metrics_path: str,
+    archived_path: str,
+    *,
+    archive_root: str = "",
+    model_name: str = "",
+) -> ArchiveResult:
+    """Archive the trained model with its test metrics and lineage under an immutable, versioned path.
+
+    Lineage: the data set (source, sha256, files, bytes) from the prewarm manifest, the preprocess and train
+    parameters (read from the artifacts themselves), the device that trained, the run id and the code version.
+
+    Args:
+        dataset_dir: prewarm output (holds the data set's manifest).
+        shards_dir: preprocess output (``meta.json``).
+        model_dir: train output.
+        eval_metrics_path: evaluate's metrics (JSON).
+        archived_path: file to write ``{"path", "version", "name"}`` to.
+        archive_root: archive folder; empty: <heteroflow home>/archive.
+        model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp for the built-in model, <data set folder name>-<factory function name> for yours.
+
+    Returns:
+        An :class:`ArchiveResult`.
+
+    Raises:
+        InvalidParameter: a bad ``model_name``.
+        ArchiveError: the model folder is missing, or no free version could be claimed.
+        DatasetError: ``dataset_dir`` or ``shards_dir`` is not prewarm / preprocess output.
+    """
+    from heteroflow.cache.prewarm import MANIFEST_NAME, Manifest
+
+    manifest = Manifest.load(Path(dataset_dir) / MANIFEST_NAME)
+    try:
+        meta = json.loads(Path(shards_dir, "meta.json").read_text(encoding="utf-8"))
+        config = json.loads(Path(model_dir, "model.json").read_text(encoding="utf-8"))
+        report = json.loads(Path(eval_metrics_path).read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ArchiveError(
+            f"{exc.filename} does not exist; archive needs preprocess's shards, train's model and evaluate's metrics"
+        ) from None
+    factory = (config.get("model") or {}).get("factory", "")
+    name = model_name or default_model_name(manifest.source_uri, "" if factory == "heteroflow.components.training.loop:mlp" else factory)
+    lineage = {
+        "run_id": os.environ.get(RUN_ID_ENV) or None,
+        "dataset": {
+            "source_uri": manifest.source_uri,
+            # the version preprocess actually read (checked against its manifest), else the one prewarm wrote
+            "version": meta.get("dataset_version") or getattr(manifest, "version", None),
+            "dataset_sha256": meta.get("dataset_sha256") or manifest.dataset_sha256,
+            "files": len(manifest.files),
+            "total_bytes": manifest.total_bytes,
+        },
+        "preprocess": {k: meta[k] for k in ("seed", "validation_fraction", "test_fraction", "counts") if k in meta},
+        "data": meta.get("report", {}),
+        "train": config["params"],
+        "device": report.get("device") or config.get("device") or config["params"].get("device_type"),
+        "model": config.get("model"),  # the factory reference and its arguments (load_archived rebuilds it)
+    }
+    root = archive_root_dir(archive_root)
+    result = archive(model_dir, root, name=name, metrics=report, lineage=lineage)
+    Path(archived_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(archived_path).write_text(
+        json.dumps({"path": str(result.path), "version": result.version, "name": name}), encoding="utf-8"
+    )
+    return result
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+def _archive_facts(result: Any) -> dict[str, Any]:
+    return {"path": str(result.path), "version": result.version, "name": result.name}
+
+
+ARCHIVE: Step = step(
+    archive_step,
+    name="archive",
+    inputs=[
+        ArtifactSpec(name="dataset", type=ArtifactType.DATASET, param="dataset_dir"),
+        ArtifactSpec(name="shards", type=ArtifactType.DATASET, param="shards_dir"),
+        ArtifactSpec(name="model", type=ArtifactType.MODEL, param="model_dir"),
+        ArtifactSpec(name="eval_metrics", type=ArtifactType.METRICS, param="eval_metrics_path"),
+    ],
+    outputs=[
+        ArtifactSpec(
+            name="archived",
+            type=ArtifactType.MODEL,
+            param="archived_path",
+            help="where the model was archived",
+            metadata=lambda f: dict(f),
+        )
+    ],
+    candidates=[Resources(kind="cpu", cpu="1", memory="2Gi")],
+    retry=RetryPolicy(retries=2, backoff_seconds=5, max_delay_seconds=60, window_seconds=_HOUR),
+    cacheable=False,  # each run archives a new version
+    check=lambda model_name="": check_model_name(model_name),
+    facts=_archive_facts,
+    summary=lambda f: [f"archived: {f['path']} (version {f['version']})"],
+    ref="heteroflow.components.models.archive:ARCHIVE",
+)

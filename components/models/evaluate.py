@@ -1,0 +1,189 @@
+"""Evaluate: accuracy, per-class precision and recall, and the confusion matrix on the test split, for any model a
+factory built (``model.json`` names the factory and its arguments) and any data kind the readers read."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.cache.errors import DatasetError
+from heteroflow.components.errors import NonFiniteError
+from heteroflow.components.training.step import load_model
+from heteroflow.components.resources import Resources, RetryPolicy
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step
+
+if TYPE_CHECKING:  # numpy is imported where it is used: the command line imports this module to define the step
+    import numpy as np
+
+__all__ = ["EvalResult", "check_finite_metrics", "classification_report", "evaluate"]
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class EvalResult:
+    """Test-split metrics.
+
+    Attributes:
+        accuracy: share of correct predictions, in [0, 1].
+        precision / recall: per class name, in [0, 1] (0.0 where the class is never predicted / present).
+        confusion_matrix: ``matrix[i][j]`` = samples of true class i predicted as class j, shape ``(k, k)``.
+        classes: class names, index = label id.
+        samples: test samples.
+        device: torch device used.
+        seconds: wall time, seconds.
+    """
+
+    accuracy: float
+    precision: dict[str, float]
+    recall: dict[str, float]
+    confusion_matrix: list[list[int]]
+    classes: tuple[str, ...]
+    samples: int
+    device: str
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def classification_report(y_true: np.ndarray, y_pred: np.ndarray, num_classes: int) -> tuple[float, np.ndarray, np.ndarray, np.ndarray]:
+    """Accuracy, precision ``(k,)``, recall ``(k,)`` and confusion matrix ``(k, k)`` of integer labels.
+
+    Precision of class c = TP / (TP + FP), recall = TP / (TP + FN); 0 when the denominator is 0 (the
+    ``zero_division=0`` convention of scikit-learn).
+    """
+    import numpy as np
+
+    cm = np.zeros((num_classes, num_classes), dtype=np.int64)
+    np.add.at(cm, (y_true, y_pred), 1)
+    tp = np.diag(cm).astype(np.float64)
+    predicted = cm.sum(axis=0)
+    actual = cm.sum(axis=1)
+    precision = np.divide(tp, predicted, out=np.zeros_like(tp), where=predicted > 0)
+    recall = np.divide(tp, actual, out=np.zeros_like(tp), where=actual > 0)
+    accuracy = float(tp.sum() / max(len(y_true), 1))
+    return accuracy, precision, recall, cm
+
+
+def check_finite_metrics(metrics: dict[str, float]) -> None:
+    """Every metric is a finite number (a NaN cannot be logged to KFP nor written as JSON).
+
+    Raises:
+        NonFiniteError: names the first metric that is NaN or infinite.
+    """
+    for name, value in metrics.items():
+        if not math.isfinite(value):
+            raise NonFiniteError(f"metric {name} is {value}, not a finite number")
+
+
+def evaluate(dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str], *, device: str = "cpu") -> EvalResult:
+    """Score a trained model on the ``test`` split.
+
+    Args:
+        dataset_dir: preprocess output.
+        model_dir: train output.
+        device: torch device string.
+
+    Raises:
+        DatasetError / CheckpointError: inputs are not preprocess / train output.
+        DeviceUnavailable: the device is absent.
+        NonFiniteError: the model's outputs on the test split, or a metric, are NaN or infinite.
+    """
+    import torch  # imported before the clock starts: seconds measure the evaluation, not the import
+
+    from heteroflow.components.data.readers import open_splits
+    from heteroflow.components.training.loop import auto_workers, make_loader
+
+    started = time.perf_counter()
+    model, config = load_model(model_dir, device)
+    dev = next(model.parameters()).device
+    splits = open_splits(dataset_dir, info=config.get("data"))
+    if splits.test is None:
+        raise DatasetError(f"{dataset_dir} has an empty test split; nothing to evaluate")
+    loader = make_loader(splits.test, batch_size=512, seed=0, shuffle=False,
+                         num_workers=auto_workers(splits.in_memory, -1), device=dev)
+    ys, preds, finites = [], [], []
+    with torch.no_grad():
+        for xb, yb in loader:
+            logits = model(xb.to(dev, non_blocking=True)).float()
+            finites.append(torch.isfinite(logits).all(dim=1).cpu())
+            preds.append(logits.argmax(dim=1).cpu())
+            ys.append(yb)
+    y = torch.cat(ys).numpy()
+    pred = torch.cat(preds).numpy()
+    finite = torch.cat(finites).numpy()
+    if not finite.all():
+        raise NonFiniteError(
+            f"the model's outputs are not finite numbers for {int((~finite).sum())} of {len(finite)} test samples "
+            f"(first: sample {int((~finite).argmax())}): its weights or the test features hold NaN or infinity; "
+            "train again with a lower learning_rate"
+        )
+    classes = tuple(config["classes"])
+    accuracy, precision, recall, cm = classification_report(y, pred, len(classes))
+    check_finite_metrics({"accuracy": accuracy, **{f"precision_{c}": p for c, p in zip(classes, precision)},
+                          **{f"recall_{c}": r for c, r in zip(classes, recall)}})
+    return EvalResult(
+        accuracy=accuracy,
+        precision={c: float(p) for c, p in zip(classes, precision)},
+        recall={c: float(r) for c, r in zip(classes, recall)},
+        confusion_matrix=cm.tolist(),
+        classes=classes,
+        samples=int(len(y)),
+        device=str(dev),
+        seconds=time.perf_counter() - started,
+    )
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+def _eval_metrics(facts: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {"accuracy": facts["accuracy"]}
+    for c in facts["classes"]:
+        out[f"precision_{c}"] = facts["precision"][c]
+        out[f"recall_{c}"] = facts["recall"][c]
+    return out
+
+
+def _confusion_matrix(facts: dict[str, Any]) -> dict[str, Any]:
+    """KFP's ClassificationMetrics metadata (what ``log_confusion_matrix`` writes)."""
+    classes = list(facts["classes"])
+    return {
+        "confusionMatrix": {
+            "annotationSpecs": [{"displayName": c} for c in classes],
+            "rows": [{"row": list(row)} for row in facts["confusion_matrix"]],
+        }
+    }
+
+
+def _eval_summary(f: dict[str, Any]) -> list[str]:
+    per_class = ", ".join(f"{c}: {f['precision'][c]:.3f}/{f['recall'][c]:.3f}" for c in f["classes"])
+    return [
+        f"test accuracy: {f['accuracy']:.4f} on {f['samples']} samples",
+        f"per class (precision/recall): {per_class}",
+    ]
+
+
+EVALUATE: Step = step(
+    evaluate,
+    name="evaluate",
+    inputs=[
+        ArtifactSpec(name="shards", type=ArtifactType.DATASET, param="dataset_dir"),
+        ArtifactSpec(name="model", type=ArtifactType.MODEL, param="model_dir"),
+    ],
+    outputs=[
+        ArtifactSpec(name="metrics", type=ArtifactType.METRICS, help="accuracy, per-class precision and recall", metadata=_eval_metrics),
+        ArtifactSpec(name="classification", type=ArtifactType.CLASSIFICATION_METRICS, help="confusion matrix", metadata=_confusion_matrix),
+    ],
+    # Evaluation of the test split is small: on the CPU by default, as practitioners do.
+    candidates=[Resources(kind="cpu", cpu="2", memory="4Gi")],
+    retry=RetryPolicy(retries=1, backoff_seconds=5, max_delay_seconds=60, window_seconds=2 * _HOUR),
+    device_bound=True,
+    device_param="device",
+    summary=_eval_summary,
+    ref="heteroflow.components.models.evaluate:EVALUATE",
+)

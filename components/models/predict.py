@@ -1,0 +1,185 @@
+"""Predict with an archived (or freshly trained) model on raw rows of the original table.
+
+An archive version ``<archive_root>/<name>/v<N>/`` holds ``model/`` (the weights, ``model.json``, and the
+transformation preprocess fitted: ``transform.joblib`` and ``transform.json``), so it alone turns raw rows
+into classes::
+
+    from heteroflow.components.models.predict import load_archived
+
+    model = load_archived("~/.cache/heteroflow/archive/titanic-mlp/v1")
+    model.predict("passengers.csv")            # a file read the way training read its files
+    model.predict(frame)                        # a pandas DataFrame with the input columns (others ignored)
+    model.predict([{"Pclass": 3, "Sex": "male", "Age": 22}, ...])
+
+A model trained on an image folder takes images instead (file paths, a folder of images, PIL images, or
+uint8 arrays ``(n, H, W)`` / ``(n, H, W, C)``), decoded the way training decoded them; one trained on tensors or
+a dataset factory takes an array or tensor of samples ``(n, *input_shape)``::
+
+    model = load_archived("~/.cache/heteroflow/archive/digits-images-cnn/v1")
+    model.predict(["3.png", "7.png"])
+
+The transformation is a pickle (scikit-learn's own persistence, through joblib): load only archives you
+trust, with a scikit-learn close to the one recorded in ``transform.json`` (``versions``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from heteroflow.cache.errors import DatasetError
+from heteroflow.components.errors import CheckpointError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    import torch
+
+__all__ = ["ArchivedModel", "load_archived"]
+
+_MODEL_REF = re.compile(r"(?P<name>[a-z0-9][a-z0-9._-]{0,62})(?::v?(?P<version>\d+))?")
+"""``name``, ``name:vN`` or ``name:N``: an archived model as the CLI names it (``heteroflow archive show``)."""
+
+
+class ArchivedModel:
+    """A trained model with its transformation.
+
+    Attributes:
+        model_dir: the model folder.
+        classes: class names, index = the model's output index.
+        label_column: the class column of the training table.
+        columns: the input columns it reads, in order.
+        config: ``model.json``.
+        schema: ``transform.json``.
+    """
+
+    def __init__(self, model_dir: Path, model: torch.nn.Module, config: dict[str, Any], transform: Any, schema: dict[str, Any]) -> None:
+        self.model_dir = model_dir
+        self._model = model
+        self._transform = transform
+        self.config = config
+        self.schema = schema
+        self.kind: str = (config.get("data") or {}).get("kind", "table")
+        self.classes: tuple[str, ...] = tuple(config["classes"])
+        self.label_column: str = schema.get("label_column", "")
+        self.columns: tuple[str, ...] = tuple(c["name"] for c in schema.get("columns", ()))
+
+    @property
+    def model(self) -> torch.nn.Module:
+        """The ``torch.nn.Module`` (eval mode), as its factory built it."""
+        return self._model
+
+    def _image_features(self, images: Any) -> np.ndarray:
+        from heteroflow.components.data.readers import IMAGE_SUFFIXES, decode_image
+
+        data = self.config["data"]
+        mode, size = data["image_mode"], tuple(data["image_size"])
+        if isinstance(images, (str, os.PathLike)) and Path(images).is_dir():
+            images = sorted(p for p in Path(images).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+        elif isinstance(images, (str, os.PathLike)):
+            images = [images]
+        if isinstance(images, np.ndarray) and images.dtype != object:
+            arr = images.astype(np.float32) / (255.0 if images.dtype == np.uint8 else 1.0)
+            if arr.ndim == 3:
+                arr = arr[:, None]
+            elif arr.ndim == 4 and arr.shape[-1] in (1, 3) and arr.shape[1] not in (1, 3):
+                arr = arr.transpose(0, 3, 1, 2)
+            return np.ascontiguousarray(arr, dtype=np.float32)
+        out = []
+        for img in images:
+            if isinstance(img, (str, os.PathLike)):
+                out.append(decode_image(img, mode=mode, size=size))  # type: ignore[arg-type]
+            else:  # a PIL image
+                x = np.asarray(img.convert(mode).resize(size), dtype=np.float32) / 255.0
+                out.append(x[None] if x.ndim == 2 else x.transpose(2, 0, 1))
+        return np.stack(out).astype(np.float32)
+
+    def read(self, path: str | os.PathLike[str]) -> pd.DataFrame:
+        """A table file read (and cleaned) the way training read its files: every column, index = row position."""
+        from heteroflow.components.data.datasets import read_table
+
+        read = self.schema.get("read", {})
+        return read_table(path, header=read.get("header", "auto"), delimiter=read.get("delimiter", "auto")).frame
+
+    def features(self, rows: Any) -> np.ndarray:
+        """The model's input for raw rows: float32 ``(n, num_features)``.
+
+        Args:
+            rows: a file path (read with :meth:`read`), a DataFrame, a sequence of mappings, or a 2-D
+                sequence of the input columns in order (see
+                :func:`heteroflow.components.data.tabular.prepare_rows`).
+
+        Raises:
+            DatasetError: a column is absent, a cell is not of its column's kind, or a value is missing that the
+                transformation cannot fill.
+        """
+        if self.kind == "image_folder":
+            return self._image_features(rows)
+        if self.kind != "table":
+            import torch
+
+            return np.asarray(rows.numpy() if isinstance(rows, torch.Tensor) else rows, dtype=np.float32)
+        from heteroflow.components.data.tabular import prepare_rows
+
+        where = "rows"
+        if isinstance(rows, (str, os.PathLike)):
+            where, rows = str(rows), self.read(rows)
+        frame = prepare_rows(rows, self.schema, where=where)
+        with np.errstate(all="ignore"):
+            x = np.asarray(self._transform.transform(frame), dtype=np.float32)
+        if not np.isfinite(x).all():
+            r = int(np.flatnonzero(~np.isfinite(x).all(axis=1))[0])
+            raise DatasetError(f"{where}: row {r} gives features that are not finite numbers (a value far out of the training range)")
+        return x
+
+    def predict_proba(self, rows: Any) -> np.ndarray:
+        """Class probabilities (softmax of the model's outputs), float32 ``(n, len(classes))``."""
+        import torch
+
+        x = self.features(rows)
+        with torch.no_grad():
+            logits = self._model(torch.from_numpy(x).to(next(self._model.parameters()).device))
+            return torch.softmax(logits, dim=1).cpu().numpy()
+
+    def predict(self, rows: Any) -> np.ndarray:
+        """The predicted class of each row, shape ``(n,)``: integers (int64) when every class name is an integer
+        (the class column held numbers, such as ``Survived`` 0/1), else the class names as strings."""
+        labels: np.ndarray = np.asarray(self.classes, dtype=str)
+        if all(c.lstrip("-").isdigit() and str(int(c)) == c for c in self.classes):
+            labels = labels.astype(np.int64)
+        return labels[self.predict_proba(rows).argmax(axis=1)]
+
+
+def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_root: str | os.PathLike[str] | None = None) -> ArchivedModel:
+    """Load a model (any factory-built model: ``model.json`` names the factory and its arguments) and its
+    transformation (tables) from an archive version folder (``.../<name>/v<N>``), a model folder (train's output),
+    or an archived model named like the CLI does: ``name:vN`` (``name:N`` too) or ``name`` (its latest version),
+    looked up under ``archive_root`` (default ``$HETEROFLOW_HOME/archive``). The factory's module must be importable
+    here.
+
+    Raises:
+        InvalidParameter: ``name:version`` names no archived model or version (the message lists those there).
+        CheckpointError: the folder holds no heteroflow model.
+        DatasetError: the model was saved without its transformation.
+        DeviceUnavailable: ``device`` is absent.
+    """
+    from heteroflow.components.data.tabular import load_transform
+    from heteroflow.components.training.step import MODEL_CONFIG, load_model
+
+    folder = Path(path).expanduser()
+    if isinstance(path, str) and not folder.exists() and (ref := _MODEL_REF.fullmatch(path)):
+        from heteroflow.components.models.archive import archive_root_dir, read_version
+
+        version = int(ref["version"]) if ref["version"] else None
+        folder = Path(read_version(archive_root_dir(archive_root), ref["name"], version)["path"])
+    model_dir = folder / "model" if (folder / "model" / MODEL_CONFIG).is_file() else folder
+    if not (model_dir / MODEL_CONFIG).is_file():
+        raise CheckpointError(f"{folder} holds no heteroflow model (no {MODEL_CONFIG} in it or in its model/ folder)")
+    model, config = load_model(model_dir, device)
+    if (config.get("data") or {}).get("kind", "table") != "table":
+        return ArchivedModel(model_dir, model, config, None, {})
+    transform, schema = load_transform(model_dir)
+    return ArchivedModel(model_dir, model, config, transform, schema)

@@ -1,0 +1,494 @@
+"""Plan (placement): pick the first candidate whose device exists here, and record why others were passed over;
+with a node inventory, the policy module (:mod:`heteroflow.components.placement.policies`) chooses and explains.
+
+Inventory: stated by the user (``device_inventory``, JSON; on a cluster the plan pod has no accelerator of its
+own to probe), else the local one, as PyTorch sees it: ``cuda`` devices (``torch.cuda.device_count()``), Ascend
+``npu`` devices when ``torch_npu`` imports (``torch.npu.device_count()``), and the CPU (always). A candidate is
+usable when its device kind is present with at least ``count`` devices. A node inventory (``device_inventory`` names
+a YAML file or holds one with ``nodes``) is placed by :func:`plan_on_nodes` with the inventory's policy
+(``listed`` by default; ``throughput`` scores by the inventory's throughput table), and each placement carries a
+one-line explanation in the step's facts (and so in run.json).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from heteroflow.components.errors import InvalidParameter, InvalidResources, NoCandidateAvailable
+from heteroflow.components.resources import Candidates, DeviceKind, Resources, RetryPolicy
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step
+
+__all__ = ["Inventory", "PlanResult", "check_plan_params", "cluster_inventory", "plan_on_nodes", "Placement", "current_inventory", "local_inventory", "plan", "plan_step"]
+
+SIMULATED_DEVICE_COUNT = 8
+"""Devices of a simulated kind (``HETEROFLOW_SIMULATE_DEVICES``) in the inventory: one typical node's worth."""
+
+
+_INVENTORY_FORMS = 'e.g. {"gpu": 4, "npu": 0}, or per model {"gpu": {"a100-80gb": 2, "t4": 4}, "npu": {"910b3": 8}}'
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Inventory:
+    """Devices available to this process (or, stated, to the job on a cluster).
+
+    Attributes:
+        devices: device count per kind (``cpu`` is 1 when present).
+        models: per kind, device count per accelerator model (registry key, see
+            :mod:`heteroflow.components.devices.accelerators`) when the models are known; a kind missing here is
+            known only by its count.
+        notes: per kind, why it is absent (e.g. ``torch_npu is not installed``).
+        simulated: kinds present only by simulation (``HETEROFLOW_SIMULATE_DEVICES``).
+    """
+
+    devices: Mapping[DeviceKind, int]
+    models: Mapping[DeviceKind, Mapping[str, int]] = dataclasses.field(default_factory=dict)
+    notes: Mapping[DeviceKind, str] = dataclasses.field(default_factory=dict)
+    simulated: tuple[DeviceKind, ...] = ()
+
+    @classmethod
+    def from_json(cls, text: str, *, source: str = "device_inventory") -> Inventory:
+        """An inventory stated by the user: per device kind, a count, or a count per accelerator model
+        (``{"gpu": {"a100-80gb": 2, "t4": 4}}``; models as :func:`~heteroflow.components.devices.accelerators.find_accelerator`
+        reads them, families excluded). The CPU is always present. Used on a cluster, where the plan pod itself
+        has no accelerator to probe.
+
+        Raises:
+            InvalidParameter: not a JSON object of device kind -> count >= 0 or model -> count >= 0, an unknown
+                model, a family where a model is needed, or a model of another kind.
+        """
+        from heteroflow.components.core.keys import DuplicateKey, unique_object
+
+        try:
+            data = json.loads(text, object_pairs_hook=unique_object(source))
+        except DuplicateKey:
+            raise
+        except ValueError as exc:
+            raise InvalidParameter(f"{source}={text!r} is not JSON ({exc}); valid: {_INVENTORY_FORMS}") from None
+        if not isinstance(data, dict):
+            raise InvalidParameter(f"{source}={text!r} is not a JSON object; valid: {_INVENTORY_FORMS}")
+        return cls.from_mapping(data, source=source)
+
+    @classmethod
+    def from_mapping(cls, data: Mapping[str, Any], *, source: str = "device_inventory") -> Inventory:
+        """The plan step's view of an inventory given as parsed YAML/JSON (any form
+        :mod:`heteroflow.components.placement.inventory` reads): devices per kind and per model, the CPU always present.
+
+        Raises:
+            InvalidParameter: the inventory is invalid (the message names the source, the field and what is valid).
+        """
+        from heteroflow.components.placement.inventory import InvalidInventory, from_mapping
+
+        try:
+            parsed = from_mapping(data, source=source)
+        except InvalidInventory as exc:
+            raise InvalidParameter(str(exc)) from None
+        devices = parsed.devices_per_kind()
+        notes = {k: f"{source} lists {n} {k.value} device(s)" for k, n in devices.items() if n == 0}
+        return cls(devices=devices, models=parsed.models_per_kind(), notes=notes)
+
+    def describe(self, kind: DeviceKind) -> str:
+        """What is here of ``kind``, e.g. ``4 gpu device(s): 2 x nvidia-a100-80gb, 2 x nvidia-t4``."""
+        n = self.devices.get(kind, 0)
+        per_model = self.models.get(kind)
+        text = f"{n} {kind.value} device(s)"
+        if per_model:
+            text += ": " + ", ".join(f"{c} x {m}" for m, c in sorted(per_model.items()))
+        return text
+
+
+_GPU_DEVICE_FILES = DeviceKind.GPU.device_files
+"""The gpu kind's driver device files (kept for callers; the kind object owns them)."""
+_NPU_DEVICE_FILES = DeviceKind.NPU.device_files
+"""The npu kind's driver device files (kept for callers; the kind object owns them)."""
+
+
+def local_inventory() -> Inventory:
+    """Probe the devices PyTorch can use in this process, kind by registered kind (:meth:`DeviceKind.probe`).
+
+    PyTorch is imported only when a device file of an accelerator driver exists (``/dev/nvidiactl`` for
+    NVIDIA, ``/dev/kfd`` for AMD ROCm, ``/dev/davinci_manager`` for Ascend: each kind names its own): without
+    one no device of that kind can be opened, and the probe answers at once without the ~1.5 s import.
+    """
+    devices: dict[DeviceKind, int] = {}
+    notes: dict[DeviceKind, str] = {}
+    models: dict[DeviceKind, dict[str, int]] = {}
+    for kind in DeviceKind:
+        found = kind.probe()
+        devices[kind] = found.count
+        if found.note:
+            notes[kind] = found.note
+        if found.names is not None:
+            per_model = _registry_models(found.names)
+            if per_model is not None:
+                models[kind] = per_model
+    return Inventory(devices=devices, models=models, notes=notes)
+
+
+def _registry_models(names: tuple[str, ...]) -> dict[str, int] | None:
+    """Count per registry model of devices named as torch names them (``torch.cuda.get_device_name``, e.g.
+    ``NVIDIA H200``), or None when one of them is not in the registry (then only the count is known)."""
+    from heteroflow.components.devices.accelerators import find_accelerator
+
+    out: dict[str, int] = {}
+    for name in names:
+        try:
+            accel = find_accelerator(name)
+        except InvalidResources:
+            try:
+                accel = find_accelerator(name.removeprefix("NVIDIA ").removeprefix("Tesla "))
+            except InvalidResources:
+                return None
+        if accel.is_family:
+            return None
+        out[accel.name] = out.get(accel.name, 0) + 1
+    return out
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """The plan's choice.
+
+    Attributes:
+        index: position of the chosen candidate in the list (0 = preferred).
+        resources: the chosen candidate.
+        device_kind: its kind (``cpu``, ``gpu``, ``npu``).
+        torch_device: the ``torch.device`` type to train on (``cpu``, ``cuda``, ``npu``).
+        passed_over: for each earlier candidate, why it was not chosen.
+    """
+
+    index: int
+    resources: Resources
+    device_kind: str
+    torch_device: str
+    passed_over: tuple[str, ...]
+    explanation: str = ""
+    nodes: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = {
+            "index": self.index,
+            "resources": self.resources.to_dict(),
+            "device_kind": self.device_kind,
+            "torch_device": self.torch_device,
+            "passed_over": list(self.passed_over),
+            "explanation": self.explanation,
+        }
+        if self.nodes:
+            out["nodes"] = list(self.nodes)
+        return out
+
+
+def _fits(res: Resources, inv: Inventory) -> tuple[bool, str]:
+    """Whether ``res`` can run on ``inv``, and if not, why (one clause). A multi-node candidate runs as a training
+    job this machine launches (:mod:`heteroflow.components.training.trainjob`): it fits where cluster credentials are (in a
+    pod, or ``HETEROFLOW_KUBECONFIG``); the cluster's gang scheduler decides the rest."""
+    if res.nodes > 1:
+        from heteroflow.components.training.trainjob import KUBECONFIG_ENV
+
+        if os.environ.get("KUBERNETES_SERVICE_HOST") or os.environ.get(KUBECONFIG_ENV):
+            return True, ""
+        return False, (f"needs {res.nodes} nodes: a Kubernetes cluster with the Kubeflow Trainer, and this machine has "
+                       f"none (no in-cluster service account, {KUBECONFIG_ENV} unset)")
+    kind = DeviceKind(res.kind)
+    need = max(res.count or 0, 1)
+    have = inv.devices.get(kind, 0)
+    if have < need:
+        return False, f"needs {need} {kind.value} device(s); " + (inv.notes.get(kind) or f"{have} {kind.value} device(s) here")
+    per_model = inv.models.get(kind)
+    if not kind.has_devices or not per_model:
+        return True, ""
+    wanted = {m.name for m in res.accelerator_models}
+    usable = {m: c for m, c in per_model.items() if m in wanted and c >= need}
+    if usable:
+        return True, ""
+    accel = res.accelerator_spec
+    memory = f" with >= {res.device_memory} device memory" if res.device_memory is not None else ""
+    precision = f" that compute in {res.precision}" if getattr(res, "precision", None) else ""
+    asked = accel.display_name if accel is not None else kind.value
+    return False, f"needs {need} x {asked}{memory}{precision} on one model; here: {inv.describe(kind)}"
+
+
+def plan(candidates: Candidates, *, inventory: Inventory | Callable[[], Inventory] = local_inventory) -> Placement:
+    """Choose the first candidate that can run here: its device kind is present with ``count`` devices and, when
+    the inventory names models, one model the candidate accepts (its accelerator or a member of its family, with
+    at least its ``device_memory`` and, for ``precision="bf16"``, bf16 support) has ``count`` devices.
+
+    Args:
+        candidates: in preference order.
+        inventory: the devices present, or a function returning them (default: probe PyTorch).
+
+    Returns:
+        A :class:`Placement`.
+
+    Raises:
+        NoCandidateAvailable: no candidate fits; the message says why each was passed over.
+    """
+    inv = inventory() if callable(inventory) else inventory
+    reasons: list[str] = []
+    for i, res in enumerate(candidates):
+        ok, why = _fits(res, inv)
+        if ok:
+            kind = DeviceKind(res.kind)
+            skipped = f" ({len(reasons)} earlier passed over)" if reasons else ""
+            return Placement(
+                index=i,
+                resources=res,
+                device_kind=kind.value,
+                torch_device=res.torch_device_type,
+                passed_over=tuple(reasons),
+                explanation=f"candidate {i} ({res.describe()}): the first listed that fits here{skipped}; {inv.describe(kind)}",
+            )
+        reasons.append(f"candidate {i} ({res.describe()}): {why}")
+    raise NoCandidateAvailable("no candidate can run here:\n  " + "\n  ".join(reasons))
+
+
+def check_plan_params(*, device_inventory: str = "", training_profile: str = "") -> None:
+    """Check plan's parameters before a run (the checks :func:`plan_step` makes).
+
+    Raises:
+        InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count; ``training_profile``
+            is not a readable profile.
+    """
+    if device_inventory.strip():
+        if cluster_inventory(device_inventory) is None:
+            Inventory.from_json(device_inventory)
+    if training_profile:
+        from heteroflow.components.training.profiling import read_profile
+
+        read_profile(training_profile, field="training_profile")
+
+
+def cluster_inventory(device_inventory: str) -> Any:
+    """The node inventory ``device_inventory`` states, or None when it is the per-kind count form.
+
+    A node inventory (:mod:`heteroflow.components.placement.policies`: nodes with devices, CPU, memory, cost, power, cached
+    data sets; queues; throughputs; a policy) is given as a path to its YAML file, or inline as YAML/JSON with a
+    ``nodes`` key. The count form (``{"gpu": 4}``) stays as it was.
+
+    Raises:
+        InvalidParameter: the node inventory is invalid (the message names the file and line).
+    """
+    from heteroflow.components.placement.inventory import InvalidInventory, from_mapping, load_inventory, load_yaml_with_lines
+
+    text = device_inventory.strip()
+    try:
+        if text.endswith((".yaml", ".yml", ".json")) and "\n" not in text and not text.startswith("{"):
+            return load_inventory(text).for_placement()
+        if "nodes" not in text:
+            return None
+        try:
+            data = load_yaml_with_lines(text)
+        except Exception:  # not YAML: the count form reports it
+            return None
+        if not isinstance(data, dict) or "nodes" not in data:
+            return None
+        return from_mapping(data, source="device_inventory").for_placement()
+    except InvalidInventory as exc:
+        raise InvalidParameter(str(exc)) from None
+
+
+def current_inventory(device_inventory: str = "") -> Inventory:
+    """The inventory plan uses: ``device_inventory`` (JSON) when given, else the local one (probes PyTorch),
+    plus the device kinds simulated by ``HETEROFLOW_SIMULATE_DEVICES`` (:data:`SIMULATED_DEVICE_COUNT` each).
+
+    Raises:
+        InvalidParameter: ``device_inventory`` or the simulation setting does not parse.
+    """
+    from heteroflow.components.core.failures import simulated_devices
+
+    inv = Inventory.from_json(device_inventory) if device_inventory.strip() else local_inventory()
+    simulated = simulated_devices()
+    if not simulated:
+        return inv
+    from heteroflow.components.devices.accelerators import find_accelerator
+
+    devices = dict(inv.devices)
+    models = {k: dict(v) for k, v in inv.models.items()}
+    notes = dict(inv.notes)
+    for kind_name, model in simulated.items():
+        kind = DeviceKind(kind_name)
+        devices[kind] = max(devices.get(kind, 0), SIMULATED_DEVICE_COUNT)
+        notes.pop(kind, None)
+        if model:
+            try:
+                accel = find_accelerator(model, field=f"simulated {kind_name} model")
+            except InvalidResources as exc:
+                raise InvalidParameter(str(exc)) from None
+            models[kind] = {accel.name: SIMULATED_DEVICE_COUNT}
+        else:
+            models.pop(kind, None)
+    return Inventory(devices=devices, models=models, notes=notes, simulated=tuple(DeviceKind(k) for k in simulated))
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlanResult:
+    """What the plan step decided.
+
+    Attributes:
+        indices: per placed call, the index of the chosen candidate (0 = preferred).
+        placements: per placed call, the :class:`Placement` as a dict (chosen resources, passed-over reasons).
+        inventory: the device counts it placed against, by kind.
+        seconds: wall time, seconds.
+        explanations: per placed call, one line: what was chosen and why.
+        policy: the placement policy used (``listed``: the first candidate that fits).
+    """
+
+    indices: dict[str, int]
+    placements: dict[str, dict[str, Any]]
+    inventory: dict[str, int]
+    seconds: float
+    explanations: dict[str, str] = dataclasses.field(default_factory=dict)
+    policy: str = "listed"
+    training_profile: dict[str, Any] | None = None
+
+
+def plan_step(placement_path: str, *, placements: str, device_inventory: str = "", training_profile: str = "") -> PlanResult:
+    """Choose a candidate for each device-bound step: the first whose device is here.
+
+    Args:
+        placement_path: file to write the decision to (JSON: per call, the chosen candidate and why each
+            earlier one was passed over).
+        placements: ``{call: candidates JSON}`` of the calls to place (the engine passes it).
+        device_inventory: JSON {"gpu": N, "npu": M} of the devices the job may get, for plan; empty: probe with PyTorch where plan runs (set it on a cluster, where the plan pod has no accelerator).
+        training_profile: path of a training profile (JSON from heteroflow profile): checked and recorded with the placement; placement does not use it yet.
+
+    Returns:
+        A :class:`PlanResult`.
+
+    Raises:
+        InvalidParameter: ``placements`` or ``device_inventory`` is malformed.
+        NoCandidateAvailable: a call has no candidate that can run; the message says why each was passed over.
+    """
+    started = time.perf_counter()
+    recorded = None
+    if training_profile:
+        from heteroflow.components.training.profiling import read_profile
+
+        prof = read_profile(training_profile, field="training_profile")
+        recorded = {"path": training_profile, **{k: prof.get(k) for k in ("device", "samples_per_second", "key_operators",
+                                                                            "peak_memory_bytes", "peak_memory_of")}}
+    try:
+        wanted = json.loads(placements or "{}")
+        if not isinstance(wanted, dict):
+            raise TypeError("not an object")
+    except (ValueError, TypeError) as exc:
+        raise InvalidParameter(f"placements={placements!r} is not a JSON object of call -> candidates ({exc})") from None
+    nodes = cluster_inventory(device_inventory) if device_inventory.strip() else None
+    chosen: dict[str, Placement] = {}
+    if nodes is not None:
+        from heteroflow.components.placement.policies import PlacementState
+
+        state = PlacementState(nodes)
+        policy = nodes.policy or "listed"
+        for call, candidates_json in wanted.items():
+            try:
+                chosen[call] = plan_on_nodes(call, Candidates.from_json(candidates_json), state, policy=policy)
+            except NoCandidateAvailable as exc:
+                raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
+        counts: dict[str, int] = {"cpu": 1}
+        for n in nodes.nodes:
+            counts[n.kind] = counts.get(n.kind, 0) + n.devices if DeviceKind.parse(n.kind).has_devices else 1
+        inventory_counts = counts
+    else:
+        policy = "listed"
+        inventory = current_inventory(device_inventory)
+        for call, candidates_json in wanted.items():
+            try:
+                chosen[call] = plan(Candidates.from_json(candidates_json), inventory=inventory)
+            except NoCandidateAvailable as exc:
+                raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
+        inventory_counts = {k.value: n for k, n in inventory.devices.items()}
+    decision = {call: p.to_dict() for call, p in chosen.items()}
+    Path(placement_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(placement_path).write_text(json.dumps(decision, indent=2, sort_keys=True), encoding="utf-8")
+    return PlanResult(
+        indices={call: p.index for call, p in chosen.items()},
+        placements=decision,
+        inventory=inventory_counts,
+        seconds=time.perf_counter() - started,
+        explanations={call: p.explanation for call, p in chosen.items()},
+        policy=policy,
+        training_profile=recorded,
+    )
+
+
+def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str = "listed") -> Placement:
+    """Choose a candidate and node(s) on a node inventory with a placement policy (the simulator's policies).
+
+    Each candidate becomes a job (device kind, the models it accepts, count, device memory; the throughput of
+    ``call`` per model from the inventory's ``throughputs`` table); the ``listed`` policy takes the first candidate
+    that fits, any other takes the one whose chosen model has the highest throughput (ties: the listed order).
+    The chosen devices are taken from ``state`` (so the next call sees them used).
+
+    Raises:
+        NoCandidateAvailable: no candidate fits; each candidate's one-line reason is listed.
+    """
+    from heteroflow.components.placement.policies import Job, get_policy, place_round
+
+    pol = get_policy(policy)
+    table = state.inventory.throughputs.get(call)
+    reasons: list[str] = []
+    options: list[tuple[float, int, Any, Any]] = []
+    for i, res in enumerate(candidates):
+        kind = DeviceKind(res.kind).value
+        models = frozenset(m.name for m in res.accelerator_models) if res.accelerator_spec is not None else None
+        # a multi-node candidate: nodes x count devices of one model, a gang across nodes
+        job = Job(name=call, count=max(res.count or 0, 1) * res.nodes if DeviceKind(kind).has_devices else 0, kind=kind, models=models,
+                  device_memory_bytes=res.device_memory_bytes or 0, throughput=dict(table) if table else None)
+        trial = _copy_state(state)
+        decision = place_round([job], trial, pol)[0]
+        if not decision.placed:
+            reasons.append(f"candidate {i} ({res.describe()}): {decision.explanation.split(': ', 1)[-1]}")
+            continue
+        speed = (table or {}).get(decision.model or "", 0.0)
+        options.append((speed, i, decision, trial))
+        if pol.name == "listed":
+            break
+    if not options:
+        raise NoCandidateAvailable("no candidate can run on the node inventory:\n  " + "\n  ".join(reasons))
+    speed, i, decision, trial = max(options, key=lambda o: (o[0], -o[1]))
+    state.free[:] = trial.free
+    state.queue_used.clear()
+    state.queue_used.update(trial.queue_used)
+    res = candidates[i]
+    passed = tuple(r for r in reasons if int(r.split()[1]) < i)
+    others = [f"candidate {j} ({candidates[j].describe()}) {s:.3g} steps/s" for s, j, _, _ in options if j != i and s]
+    why = f"; preferred over {', '.join(others)}" if others else ""
+    return Placement(index=i, resources=res, device_kind=DeviceKind(res.kind).value, torch_device=res.torch_device_type,
+                     passed_over=passed, explanation=f"[{pol.name}] candidate {i}: {decision.explanation}{why}",
+                     nodes=decision.node_names)
+
+
+def _copy_state(state: Any) -> Any:
+    import copy
+
+    trial = copy.copy(state)
+    trial.free = state.free.copy()
+    trial.queue_used = dict(state.queue_used)
+    trial.device_free_at = {}
+    return trial
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+PLAN: Step = step(
+    plan_step,
+    name="plan",
+    outputs=[ArtifactSpec(name="placement", type=ArtifactType.ARTIFACT, param="placement_path", help="the placement (JSON)")],
+    candidates=[Resources(kind="cpu", cpu="500m", memory="512Mi")],
+    retry=RetryPolicy(retries=1, backoff_seconds=2, max_delay_seconds=30, window_seconds=_HOUR),
+    cacheable=False,  # its result depends on the live inventory
+    planner=True,
+    placements_param="placements",
+    check=check_plan_params,
+    ref="heteroflow.components.placement.plan:PLAN",
+)

@@ -1,0 +1,26 @@
+"""Training: the train step, its loop and context, AMP, checkpoints, distributed and multi-node launch, profiling.
+
+Owns: ``step`` (the train step), ``loop`` (``TrainingContext``, the built-in models and loop, checkpoints; its
+names are also this package's, so ``heteroflow.components.training:mlp`` resolves), ``distributed`` (DDP launch,
+hooks), ``trainjob`` (the multi-node launcher of a Kubeflow TrainJob / PyTorchJob), ``profiling`` (the step
+profile).
+May import: ``heteroflow.components.core``, ``devices``, ``data``, ``placement``, ``errors``, ``heteroflow.cache``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_NAMES_FROM = "heteroflow.components.training.loop"
+
+
+def __getattr__(name: str) -> Any:
+    """The names of :mod:`heteroflow.components.training.loop`, resolved on first use (PEP 562), so the module path
+    ``heteroflow.components.training`` that this package replaced keeps working (saved ``heteroflow.components.training:NAME`` strings included)."""
+    if name.startswith("__"):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    try:
+        return getattr(importlib.import_module(_NAMES_FROM), name)
+    except AttributeError:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None

@@ -1,0 +1,889 @@
+"""Train: your model (or the built-in MLP) on the chosen device, with atomic, device-portable checkpoints.
+
+:func:`train` is the train step. It opens the data with :mod:`heteroflow.components.data.readers` (tables, image
+folders, tensors or your dataset factory), builds the model with a factory (``model=package.module:function``,
+default :func:`heteroflow.components.training.loop.mlp`), and runs a training function
+(``train_function=package.module:function(ctx)``, default :func:`heteroflow.components.training.loop.classifier_loop`)
+with a :class:`~heteroflow.components.training.loop.TrainContext`. Every ``checkpoint_every_steps`` optimizer steps the
+model, optimizer, scaler, RNG states and data position are saved from CPU copies, atomically, in a folder keyed by
+data, parameters and model, never by device: a restarted train, or the next candidate after a device failure,
+resumes there. Batches come from per-epoch permutations seeded by ``seed + epoch``, so a resumed run sees the
+same batches and, on CPU, ends with the same weights as an uninterrupted one. The checkpoint folder is removed
+once the final model is written.
+
+A candidate with several devices (``count > 1`` on a GPU or NPU kind) trains with one worker process per device
+(:func:`heteroflow.components.training.distributed.launch`, torchrun's environment, the registry's backend); each runs the
+same training function on its share of every batch (see :mod:`heteroflow.components.training.loop`), so a step means
+the same with any number of devices and a checkpoint resumes across them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.cache.locations import home_dir
+from heteroflow.cache.atomic import atomic_directory
+from heteroflow.components.errors import CheckpointError, CheckpointLocked, DeviceUnavailable, InvalidParameter
+from heteroflow.components.data.preprocess import SEED_MAX, TRANSFORM_FILES, available_cpus, check_integer, read_meta
+from heteroflow.components.resources import Candidates, Resources, RetryPolicy
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
+
+if TYPE_CHECKING:
+    import torch
+
+__all__ = [
+    "MODEL_CONFIG",
+    "MODEL_WEIGHTS",
+    "TrainResult",
+    "build_model",
+    "check_train_params",
+    "checkpoint_folder",
+    "load_model",
+    "resolve_device",
+    "train",
+]
+
+MODEL_WEIGHTS = "model.pt"
+MODEL_CONFIG = "model.json"
+_CHECKPOINT = "checkpoint.pt"
+_CHECKPOINT_INFO = "checkpoint.json"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TrainResult:
+    """What train did.
+
+    Attributes:
+        model_dir: folder with ``model.pt`` (state dict), ``model.json`` (architecture, classes) and the
+            fitted transformation preprocess saved (``transform.joblib``, ``transform.json``).
+        device: the torch device it ran on (``cpu``, ``cuda:0``...).
+        steps: optimizer steps in the whole training (including steps done before a resume).
+        resumed_from_step: the checkpoint step it resumed from (0 for a fresh start).
+        checkpoints_written: checkpoints written by this call.
+        samples_per_second: training throughput of this call (samples / s of the training loop).
+        final_loss: mean train loss of the last epoch.
+        validation_accuracy: accuracy on the validation split after the last epoch (None without one).
+        seconds: wall time of this call, seconds.
+        history: per-epoch metrics (``epoch``, ``step``, ``loss``, ``validation_accuracy``...), the epochs before
+            a resume included.
+        precision: the autocast dtype used (``float32``, ``bfloat16``, ``float16``).
+        model: the model factory and its arguments.
+        device_kind: the candidate's device kind (``npu`` even when simulated on the CPU).
+        num_workers: DataLoader worker processes used (per training process).
+        processes: training processes, one per device (the candidate's ``count`` on an accelerator kind, else 1),
+            each its share of every batch, gradients combined by DDP with the registry's backend.
+        batch_size: samples per optimizer step (the sum of ``batch_sizes`` when given, else ``batch_size``).
+    """
+
+    model_dir: Path
+    device: str
+    steps: int
+    resumed_from_step: int
+    checkpoints_written: int
+    samples_per_second: float
+    final_loss: float
+    validation_accuracy: float | None
+    seconds: float
+    history: tuple[dict[str, Any], ...] = ()
+    precision: str = "float32"
+    model: dict[str, Any] = dataclasses.field(default_factory=dict)
+    device_kind: str = "cpu"
+    num_workers: int = 0
+    processes: int = 1
+    batch_size: int = 0
+
+
+def build_model(in_features: int, num_classes: int, hidden_units: int) -> torch.nn.Module:
+    """The MLP classifier: input ``(batch, in_features)`` float32, output logits ``(batch, num_classes)``
+    (:func:`heteroflow.components.training.loop.mlp`, the built-in model factory, for one-dimensional inputs)."""
+    from heteroflow.components.training.loop import mlp
+
+    return mlp(in_features, num_classes, hidden_units)
+
+
+def resolve_device(device: str) -> torch.device:
+    """Turn a device string (``cpu``, ``cuda``, ``cuda:1``, ``npu``) into a usable ``torch.device``.
+
+    Raises:
+        DeviceUnavailable: the device type is absent here (a device failure: the caller may fall back).
+        InvalidParameter: not a device string torch knows.
+    """
+    import torch
+
+    from heteroflow.components.devices import all_kinds, for_torch_device_type
+
+    if isinstance(device, str):
+        named = for_torch_device_type(device.partition(":")[0].strip())
+        if named is not None:  # e.g. torch_npu registers the "npu" device type; without it torch rejects the string
+            named.import_backend(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError):
+        valid = ", ".join(t for k in all_kinds() for t in ((k.torch_device_type, f"{k.torch_device_type}:N") if k.has_devices else (k.torch_device_type,)))
+        raise InvalidParameter(f"device={device!r} is not a torch device; valid: {valid}") from None
+    kind = for_torch_device_type(dev.type)
+    if kind is not None and kind.has_devices and kind.torch_namespace(torch) is not None:
+        if not kind.is_available(torch):
+            raise DeviceUnavailable(f"device={device!r}: no {kind.device_noun} is available to this process")
+    elif dev.type not in ("cpu", "meta"):
+        # other accelerators (xpu, hpu, mps, ...): torch's device-agnostic API (torch >= 2.6) says what is here
+        acc = getattr(torch, "accelerator", None)
+        current = acc.current_accelerator() if acc is not None and acc.is_available() else None
+        if current is None or current.type != dev.type:
+            raise DeviceUnavailable(f"device={device!r}: no {dev.type} device is available to this process")
+    if dev.type != "cpu" and dev.index is None:
+        # the process's current device of that type (the one CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave)
+        acc = getattr(torch, "accelerator", None)
+        if acc is not None and acc.is_available() and acc.current_accelerator().type == dev.type:
+            dev = torch.device(dev.type, acc.current_device_index())
+    return dev
+
+
+def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
+    """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
+    and its arguments among them), never the device: another device kind resumes from the same folder."""
+    blob = json.dumps({"data": meta, "params": params}, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:20]
+
+
+def _parse_model_args(text: str) -> dict[str, Any]:
+    if not text.strip():
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise InvalidParameter(f"model_args={text!r} is not JSON ({exc}); valid: a JSON object, e.g. '{{\"channels\": 16}}'") from None
+    if not isinstance(value, dict):
+        raise InvalidParameter(f"model_args={text!r} is not a JSON object; valid: e.g. '{{\"channels\": 16}}'")
+    return value
+
+
+def parse_batch_sizes(text: str) -> tuple[int, ...]:
+    """train's ``batch_sizes`` (``"64,32"``) as integers, () for an empty text.
+
+    Raises:
+        InvalidParameter: an entry that is not an integer >= 1 (names it, with what is valid).
+    """
+    if not isinstance(text, str):
+        raise InvalidParameter(f"batch_sizes={text!r} is not text; valid: comma-separated integers >= 1, e.g. '64,32'")
+    if not text.strip():
+        return ()
+    out = []
+    for i, item in enumerate(text.split(",")):
+        try:
+            size = int(item.strip())
+        except ValueError:
+            size = 0
+        if size < 1:
+            raise InvalidParameter(
+                f"batch_sizes={text!r}: entry {i} ({item.strip()!r}) is not a batch size; valid: comma-separated "
+                "integers >= 1, one per worker (samples per step), e.g. '64,32'"
+            )
+        out.append(size)
+    return tuple(out)
+
+
+def union_batch_size(values: Mapping[str, Any]) -> int:
+    """The samples of one optimizer step: the sum of ``batch_sizes`` when given, else ``batch_size``."""
+    return sum(parse_batch_sizes(values["batch_sizes"])) or int(values["batch_size"])
+
+
+def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
+    """Check train's parameters (the checks :func:`train` makes first; callers use it to fail before a run).
+
+    Checks ranges, and that the model, loss, optimizer, training function and dataset factories can be imported
+    (a model factory's module is imported, not called).
+
+    Args:
+        values / given: parameter values by name (``train``'s defaults for the others).
+
+    Raises:
+        InvalidParameter: the first parameter out of range, not a finite number, or a factory that cannot be
+            imported, named, with what is valid.
+    """
+    from heteroflow.components.training.loop import PRECISIONS, _import_callable
+
+    v = with_defaults(train, values, **given)
+    learning_rate = v["learning_rate"]
+    for name in ("epochs", "batch_size", "hidden_units", "checkpoint_every_steps"):
+        value, low = v[name], 1
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
+    check_integer("seed", v["seed"], 0, high=SEED_MAX)  # numpy's default_rng refuses a negative seed mid-run
+    workers = v["loader_workers"]
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < -1:
+        raise InvalidParameter(f"loader_workers={workers!r} is out of range; valid: -1 (auto), 0 (load in the training process) or more")
+    if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate):
+        raise InvalidParameter(f"learning_rate={learning_rate!r} is not a finite number; valid: a number > 0")
+    if not learning_rate > 0:
+        raise InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0")
+    if v["precision"] not in PRECISIONS:
+        raise InvalidParameter(f"precision={v['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}")
+    _parse_model_args(v["model_args"])
+    parse_batch_sizes(v["batch_sizes"])
+    for name in ("model_factory", "loss", "optimizer", "train_function", "dataset_factory"):
+        if v[name]:
+            _import_callable(v[name], what=name)
+
+
+LOCK_WAIT_SECONDS: float | None = None
+"""How long train waits for a checkpoint folder's lock; None: as long as its holder lives (the kernel releases a
+``flock`` when its holder ends, so a held lock always has a live holder)."""
+
+
+@contextlib.contextmanager
+def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``<ckpt_dir>/.lock``: two trainings never share one checkpoint folder.
+
+    A second identical training waits while the first lives (it then resumes from, or finds gone, the first's
+    checkpoints), saying once whom it waits for; it never fails for a lock and spends no retry on one. A lock
+    file removed by its holder while we waited (the holder finished and removed the folder) is taken afresh.
+
+    Raises:
+        CheckpointLocked: only with ``wait_seconds`` (or :data:`LOCK_WAIT_SECONDS`) set and exceeded.
+    """
+    limit = LOCK_WAIT_SECONDS if wait_seconds is None else wait_seconds
+    deadline = None if limit is None else time.monotonic() + limit
+    told = False
+    while True:
+        ckpt_dir.mkdir(parents=True, exist_ok=True)
+        fh = open(ckpt_dir / ".lock", "a+")
+        try:
+            while True:
+                try:
+                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    fh.seek(0)
+                    holder = fh.read().strip() or "another process"
+                    if deadline is not None and time.monotonic() >= deadline:
+                        raise CheckpointLocked(
+                            f"checkpoint folder {ckpt_dir} is in use by {holder}: the same training (same data, "
+                            "parameters and model) is running already; wait for it or stop it, then rerun to resume"
+                        ) from None
+                    if not told and say is not None:
+                        say(f"train: waiting for {holder}, which runs the same training (checkpoint folder {ckpt_dir})")
+                        told = True
+                    time.sleep(0.2)
+            try:
+                same = os.fstat(fh.fileno()).st_ino == os.stat(ckpt_dir / ".lock").st_ino
+            except FileNotFoundError:
+                same = False
+            if not same:  # the holder finished and removed the folder while we waited: lock the new one
+                fcntl.flock(fh, fcntl.LOCK_UN)
+                continue
+            fh.seek(0)
+            fh.truncate()
+            fh.write(f"pid {os.getpid()}")
+            fh.flush()
+            try:
+                yield
+            finally:
+                fcntl.flock(fh, fcntl.LOCK_UN)
+            return
+        finally:
+            fh.close()
+
+
+def _kind_of_type(device_type: str) -> str | None:
+    """The kind name whose torch device type is ``device_type`` (``cuda`` -> ``gpu``), or None."""
+    from heteroflow.components.devices import for_torch_device_type
+
+    kind = for_torch_device_type(device_type)
+    return None if kind is None else kind.value
+
+
+def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Path]:
+    """Open the data, resolve the model factory's arguments, and key the checkpoint folder (no device touched)."""
+    from heteroflow.components.data.readers import open_splits
+
+    v = with_defaults(train, values)
+    splits = open_splits(dataset_dir, dataset_factory=v["dataset_factory"])
+    spec = model_spec(splits, v)
+    keys = ("epochs", "batch_size", "learning_rate", "hidden_units", "seed", "loss", "optimizer", "train_function",
+            "dataset_factory", "precision", "deterministic")
+    # the union batch keys the folder, not its split over workers: the same steps resume on any number of devices
+    params = {k: v[k] for k in keys} | {"model": spec.to_dict(), "batch_size": union_batch_size(v)}
+    root = Path(v["checkpoint_root"]).expanduser() if v["checkpoint_root"] else home_dir() / "checkpoints"
+    return splits, spec, params, root / _fingerprint({"data": splits.fingerprint}, params)
+
+
+def model_spec(splits: Any, values: Mapping[str, Any]) -> Any:
+    """The model train builds for ``splits`` with train's parameters ``values`` (``model_factory``, ``model_args``,
+    ``hidden_units``): a :class:`~heteroflow.components.training.loop.ModelSpec` offered ``in_features`` (the product of
+    one sample's shape), ``num_classes``, ``input_shape`` and ``hidden_units``.
+
+    Raises:
+        InvalidParameter: a factory that cannot be imported, or ``model_args`` that is not a JSON object.
+    """
+    from heteroflow.components.training.loop import BUILTIN_MODEL, ModelSpec
+
+    offered = {
+        "in_features": math.prod(splits.input_shape),
+        "num_classes": len(splits.classes),
+        "input_shape": list(splits.input_shape),
+        "hidden_units": values["hidden_units"],
+    }
+    return ModelSpec.resolve(values["model_factory"] or BUILTIN_MODEL, offered=offered, given=_parse_model_args(values["model_args"]))
+
+
+def checkpoint_folder(dataset_dir: str | os.PathLike[str], **values: Any) -> Path:
+    """The checkpoint folder :func:`train` uses for these arguments (``train``'s defaults for the others): keyed by
+    the data, the parameters and the model, never by the device.
+
+    Raises:
+        DatasetError / InvalidParameter: as :func:`train` before it trains.
+    """
+    return _plan(dataset_dir, values)[3]
+
+
+def train(
+    dataset_dir: str | os.PathLike[str],
+    model_dir: str | os.PathLike[str],
+    *,
+    device: str = "cpu",
+    resources: Resources | None = None,
+    epochs: int = 30,
+    batch_size: int = 64,
+    learning_rate: float = 1e-3,
+    hidden_units: int = 128,
+    seed: int = 0,
+    checkpoint_every_steps: int = 50,
+    checkpoint_root: str = "",
+    model_factory: str = "",
+    model_args: str = "",
+    loss: str = "",
+    optimizer: str = "",
+    train_function: str = "",
+    dataset_factory: str = "",
+    precision: str = "auto",
+    loader_workers: int = -1,
+    deterministic: bool = False,
+    batch_sizes: str = "",
+    progress: Callable[..., None] | None = None,
+) -> TrainResult:
+    """Train a model (yours, or the built-in MLP) on the preprocessed data, resumable on any device.
+
+    Args:
+        dataset_dir: preprocess output (``meta.json``: table shards, an image folder's split, or tensors).
+        model_dir: folder to write; it appears complete or not at all (written beside it, then renamed).
+        device: torch device string: ``cpu``, ``cuda``, ``cuda:N``, ``npu``.
+        resources: the candidate it runs on (the engine passes it; its kind names the device in records and faults;
+            a ``count`` above 1 on an accelerator kind trains with one worker process per device, see
+            :func:`distributed_workers`).
+        epochs: passes over the train split, >= 1 (unit: passes).
+        batch_size: samples per optimizer step, >= 1 (unit: samples).
+        learning_rate: the optimizer's step size, > 0.
+        hidden_units: width of the built-in MLP's two hidden layers, >= 1; passed to a model factory that takes it (unit: neurons).
+        seed: seed of the initial weights and the batch order.
+        checkpoint_every_steps: optimizer steps between checkpoints, >= 1 (unit: optimizer steps).
+        checkpoint_root: checkpoint folder (shared storage on a cluster); empty: <heteroflow home>/checkpoints; the folder used is <root>/<fingerprint of data, parameters and model> (not the device: a fallback resumes there).
+        model_factory: model factory package.module:function returning a torch.nn.Module; empty: the built-in MLP (the default pipeline's parameter 'model').
+        model_args: JSON object of keyword arguments for the model factory (besides in_features, num_classes, input_shape, hidden_units, passed when it takes them).
+        loss: loss factory package.module:function() returning loss(output, target); empty: cross-entropy.
+        optimizer: optimizer factory package.module:function(params, lr) returning a torch optimizer; empty: Adam.
+        train_function: your training function package.module:function(ctx) (heteroflow.components.training.loop.TrainContext); empty: the built-in classifier loop.
+        dataset_factory: package.module:function(split) returning a torch Dataset of (x, y); empty: the preprocessed data.
+        precision: autocast: auto (bf16 where the device supports it, else fp16 with a GradScaler; fp32 on the CPU), fp32, bf16 or fp16.
+        loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables, up to 4 for files to decode) (unit: processes).
+        deterministic: torch.use_deterministic_algorithms for bit-identical reruns (slower on GPUs).
+        batch_sizes: per-device batch sizes on a candidate with several devices, comma-separated, one per worker in rank order (e.g. '64,32' when the second device holds half as much); their sum is the optimizer step's batch and replaces batch_size, each worker's loss is weighted by its share so one update is one process's gradient over that union batch (a candidate with another number of workers splits it evenly); the learning rate applies to the union batch (scale it with it: Goyal et al. 2017, arXiv:1706.02677, linear scaling rule); empty: batch_size split evenly (unit: samples).
+        progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss``,
+            ``validation_accuracy`` and ``samples_per_second`` (the engine shows them live).
+
+    Sets torch's intra-op thread count (process-wide) to the CPU cores this process may use
+    (:func:`~heteroflow.components.data.preprocess.available_cpus`: affinity and cgroup quota) less one per DataLoader
+    worker process (at least 1).
+
+    Returns:
+        A :class:`TrainResult`.
+
+    Raises:
+        InvalidParameter: a parameter out of range, a factory that cannot be imported or returns the wrong type.
+        DeviceUnavailable: the device is absent (fall back to another candidate).
+        CheckpointError: the checkpoint found cannot be loaded or belongs to another model.
+        NonFiniteError: a training loss is NaN or infinite (names the epoch and step).
+        DatasetError: ``dataset_dir`` is not preprocess output.
+    """
+    import torch  # imported before the clock starts: seconds measure the training, not the import
+
+    from heteroflow.components.training.loop import auto_workers, resolve_precision
+
+    started = time.perf_counter()
+    check_train_params(locals())
+    # Everything that can be wrong with the input is checked before the device is touched.
+    splits, spec, params, ckpt_dir = _plan(dataset_dir, locals())
+    spec.build()  # a factory that does not return a Module fails here, before any device time
+    loop = _training_function(train_function)
+
+    role = None
+    if resources is not None and resources.nodes > 1:
+        from heteroflow.components.training.distributed import node_role
+
+        role = node_role()
+        if role is None:  # this task launches the multi-node job and waits for it (heteroflow.components.training.trainjob)
+            return _train_as_job(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=_given(locals()),
+                                 key=ckpt_dir.name, started=started, progress=progress)
+    dev = resolve_device(device)
+    kind = resources.kind if resources is not None else (_kind_of_type(dev.type) or dev.type)
+    kind = getattr(kind, "value", kind)
+    accel = resources.accelerator_spec if resources is not None else None
+    bf16 = getattr(accel, "bf16", None)
+    dtype = resolve_precision(precision, dev, bf16=bf16)
+    world = distributed_workers(resources)
+    workers = auto_workers(splits.in_memory, loader_workers)
+    # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given,
+    # less one core per DataLoader worker (the training's OpenMP threads spin between operations and took the
+    # cores the workers decode on: 2 workers on 2 cores went from 0.67x to 1.0x of no workers, benchmarks/training.py)
+    torch.set_num_threads(max(1, available_cpus() - workers))
+
+    say = _sayer(progress)
+    sizes = parse_batch_sizes(batch_sizes)
+    union = sum(sizes) or batch_size  # samples per optimizer step
+    workers_total = world * (role.nodes if role is not None else 1)
+    if sizes and len(sizes) != workers_total:
+        say(f"train: batch_sizes lists {len(sizes)} size(s) for {workers_total} worker(s) on this candidate: each optimizer "
+            f"step takes the union batch of {union} samples, split evenly")
+    previous_determinism = torch.are_deterministic_algorithms_enabled()
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+        torch.use_deterministic_algorithms(True)
+    # the nodes of a multi-node job share one checkpoint folder: node 0 holds its lock (the others would wait for
+    # it while it waits for them at the rendezvous)
+    lock = _exclusive(ckpt_dir, say=say) if role is None or role.node_rank == 0 else contextlib.nullcontext()
+    try:
+        with lock:
+            amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
+            total_steps = epochs * math.ceil(len(splits.train) / union)
+            ctx = _make_context(splits, spec, params, ckpt_dir, locals(), device=dev, kind=str(kind), dtype=dtype,
+                                loader_workers=workers, progress=progress)
+            loop_started = time.perf_counter()
+            if world > 1 or role is not None:
+                # one worker process per device (of this node, in a multi-node job); the first worker's model,
+                # history and counters come back (the replicas are equal)
+                raw = _train_on_workers(world, dev, dataset_dir=dataset_dir, values=_given(locals()), kind=str(kind),
+                                        bf16=bf16, deterministic=deterministic, ctx=ctx, progress=progress, role=role)
+                loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
+            else:
+                trained = loop(ctx)
+                loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
+                raw = _trained_module(trained, ctx, train_function)
+            val_acc = ctx.evaluate_accuracy(raw)
+            last = ctx.history[-1] if ctx.history else {}
+            steps_done = int(last.get("step", total_steps))
+            out = _write_model(model_dir, raw, dataset_dir=dataset_dir, splits=splits, spec=spec, params=params,
+                               steps=steps_done, precision=amp_name, device=str(dev), device_kind=str(kind))
+        if role is None or role.node_rank == 0:
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+    finally:
+        if deterministic:
+            torch.use_deterministic_algorithms(previous_determinism)
+    final_loss = last.get("loss")
+    return TrainResult(
+        model_dir=out,
+        device=str(dev),
+        steps=steps_done,
+        resumed_from_step=ctx.checkpoint.resumed_from_step,
+        checkpoints_written=ctx.checkpoint.written,
+        samples_per_second=ctx.samples_seen / loop_seconds if loop_seconds > 0 and ctx.samples_seen else 0.0,
+        final_loss=float(final_loss) if final_loss is not None else float("nan"),
+        validation_accuracy=val_acc,
+        seconds=time.perf_counter() - started,
+        history=tuple(ctx.history),
+        precision=amp_name,
+        model=spec.to_dict(),
+        device_kind=str(kind),
+        num_workers=workers,
+        processes=workers_total,
+        batch_size=union,
+    )
+
+
+def _sayer(progress: Callable[..., None] | None) -> Callable[[str], None]:
+    """Print a line of train's to stderr (the step's log) and show it live in the steps table while it waits."""
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+        if progress is not None:
+            progress(waiting=line.removeprefix("train: "))
+
+    return say
+
+
+def _train_as_job(resources: Resources, *, dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str],
+                  values: dict[str, Any], key: str, started: float, progress: Callable[..., None] | None) -> TrainResult:
+    """A multi-node candidate: submit the training job, wait, and return node 0's result (its model copied into
+    ``model_dir``). Raises what :func:`heteroflow.components.training.trainjob.run_training_job` raises."""
+    from heteroflow.components.training.trainjob import run_training_job
+
+    facts = run_training_job(resources, call="train", dataset_dir=dataset_dir, model_dir=model_dir, values=values,
+                             key=key, say=_sayer(progress))
+    return TrainResult(
+        model_dir=Path(model_dir),
+        device=str(facts.get("device", "")),
+        steps=int(facts.get("steps", 0)),
+        resumed_from_step=int(facts.get("resumed_from_step", 0)),
+        checkpoints_written=int(facts.get("checkpoints_written", 0)),
+        samples_per_second=float(facts.get("samples_per_second", 0.0)),
+        final_loss=float(facts.get("final_loss", float("nan"))),
+        validation_accuracy=facts.get("validation_accuracy"),
+        seconds=time.perf_counter() - started,
+        history=tuple(facts.get("history") or ()),
+        precision=str(facts.get("precision", "float32")),
+        model={"factory": facts.get("model"), "args": facts.get("model_args")},
+        device_kind=str(facts.get("device_kind", getattr(resources.kind, "value", resources.kind))),
+        num_workers=int(facts.get("num_workers", 0)),
+        processes=int(facts.get("processes", resources.nodes)),
+        batch_size=int(facts.get("batch_size", 0)),
+    )
+
+
+def _given(values: Mapping[str, Any]) -> dict[str, Any]:
+    """train's step parameters (:data:`TRAIN`'s, taken from its signature) out of its ``locals()``: picklable,
+    for the workers."""
+    return {name: values[name] for name in TRAIN.param_names}
+
+
+def distributed_workers(resources: Resources | None) -> int:
+    """Worker processes train starts for a candidate: its device ``count`` when that is more than 1 on an
+    accelerator kind (one process per device, :func:`heteroflow.components.training.distributed.launch`), else 1 (this
+    process). A CPU candidate's ``cpu`` is threads of one process."""
+    if resources is None:
+        return 1
+    from heteroflow.components.devices import DeviceKind
+
+    count = int(resources.count or 0)
+    return count if DeviceKind.parse(resources.kind).has_devices and count > 1 else 1
+
+
+def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path, v: Mapping[str, Any], *,
+                  device: torch.device, kind: str, dtype: Any, loader_workers: int, progress: Callable[..., None] | None,
+                  distributed: Any = None) -> Any:
+    """The :class:`~heteroflow.components.training.loop.TrainContext` of one process (``distributed``: a worker's
+    :class:`~heteroflow.components.training.distributed.DistributedContext`, which sets rank and world size)."""
+    from heteroflow.components.core.failures import fault_after_steps
+    from heteroflow.components.training.loop import Checkpoint, TrainContext, make_loader, make_scaler
+
+    rank = distributed.rank if distributed is not None else 0
+    world = distributed.world_size if distributed is not None else 1
+    batch_size, seed = union_batch_size(v), v["seed"]
+    train_loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=loader_workers,
+                               device=device, rank=rank, world_size=world, parts=parse_batch_sizes(v["batch_sizes"]))
+    val_loader = None
+    if splits.validation is not None:
+        val_loader = make_loader(splits.validation, batch_size=max(batch_size, 256), seed=seed, shuffle=False,
+                                 num_workers=loader_workers, device=device)
+
+    def fault_check(step: int) -> None:
+        fault = fault_after_steps("train", kind, step)
+        if fault is not None:
+            raise fault
+
+    amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
+    total_steps = v["epochs"] * math.ceil(len(splits.train) / batch_size)
+    return TrainContext(
+        device=device,
+        device_kind=kind,
+        autocast_dtype=dtype,
+        scaler=make_scaler(dtype, device),
+        train_loader=train_loader,
+        val_loader=val_loader,
+        classes=splits.classes,
+        input_shape=splits.input_shape,
+        epochs=v["epochs"],
+        batch_size=batch_size,
+        learning_rate=v["learning_rate"],
+        seed=seed,
+        params=params,
+        checkpoint=Checkpoint(ckpt_dir, every_steps=v["checkpoint_every_steps"], model=spec.to_dict(),
+                              amp_dtype=amp_name, total_steps=total_steps),
+        model_spec=spec,
+        loss_ref=v["loss"],
+        optimizer_ref=v["optimizer"],
+        progress=progress,
+        fault_check=fault_check,
+        rank=rank,
+        world_size=world,
+        distributed=distributed,
+    )
+
+
+def _training_function(ref: str) -> Callable[..., Any]:
+    """The training function ``ref`` names, or the built-in classifier loop for ``""``.
+
+    Raises:
+        InvalidParameter: ``ref`` cannot be imported or is not callable.
+    """
+    from heteroflow.components.training.loop import _import_callable, classifier_loop
+
+    return _import_callable(ref, what="train_function") if ref else classifier_loop
+
+
+def _trained_module(trained: Any, ctx: Any, train_function: str) -> torch.nn.Module:
+    """The plain module a training function trained (its return value, else ``ctx.model``; DDP unwrapped).
+
+    Raises:
+        InvalidParameter: it returned something that is not a ``torch.nn.Module``.
+    """
+    import torch
+
+    trained = trained if trained is not None else ctx.model
+    if not isinstance(trained, torch.nn.Module):
+        raise InvalidParameter(
+            f"train_function={train_function!r} returned {type(trained).__name__}; return the trained model "
+            "(or build it with ctx.build_model())"
+        )
+    return trained.module if hasattr(trained, "module") else trained
+
+
+_PROGRESS_FILE_ENV = "HETEROFLOW_TRAIN_PROGRESS_FILE"
+
+
+def _train_worker(dctx: Any, *, dataset_dir: str, values: dict[str, Any], kind: str, bf16: bool | None) -> dict[str, Any] | None:
+    """One worker of a multi-device train (run by :func:`~heteroflow.components.training.distributed.launch`): the same
+    context and training function as in one process, on this rank's device and share of each batch."""
+    import torch
+    import torch.distributed as dist
+
+    from heteroflow.cache.atomic import atomic_write_bytes
+    from heteroflow.components.training.loop import _to_cpu, auto_workers, resolve_precision
+
+    splits, spec, params, ckpt_dir = _plan(dataset_dir, values)
+    device = dctx.device
+    dtype = resolve_precision(values["precision"], device, bf16=bf16)
+    progress_file = os.environ.get(_PROGRESS_FILE_ENV)
+
+    def progress(**facts: Any) -> None:  # rank 0's live progress, read back by the launching process
+        if progress_file:
+            atomic_write_bytes(progress_file, json.dumps(facts, default=str).encode())
+
+    ctx = _make_context(splits, spec, params, ckpt_dir, values, device=device, kind=kind, dtype=dtype,
+                        loader_workers=auto_workers(splits.in_memory, values["loader_workers"]),
+                        progress=progress if dctx.rank == 0 else None, distributed=dctx)
+    loop = _training_function(values["train_function"])
+    started = time.perf_counter()
+    raw = _trained_module(loop(ctx), ctx, values["train_function"])
+    seconds = ctx.loop_seconds or (time.perf_counter() - started)
+    samples = torch.tensor([float(ctx.samples_seen)], dtype=torch.float64)
+    dist.all_reduce(samples)  # samples/s of the whole candidate, every rank's share
+    if dctx.local_rank != 0:  # each node's first worker answers (DDP keeps the replicas equal)
+        return None
+    return {"model": _to_cpu(raw.state_dict()), "history": list(ctx.history), "samples_seen": int(samples.item()),
+            "loop_seconds": seconds, "resumed_from_step": ctx.checkpoint.resumed_from_step,
+            "checkpoints_written": ctx.checkpoint.written}
+
+
+def _node_arguments(role: Any) -> dict[str, Any]:
+    """:func:`~heteroflow.components.training.distributed.launch`'s node arguments for a pod of a multi-node job."""
+    if role is None:
+        return {}
+    return {"nodes": role.nodes, "node_rank": role.node_rank, "master_addr": role.master_addr, "master_port": role.master_port}
+
+
+def _train_on_workers(world: int, device: torch.device, *, dataset_dir: str | os.PathLike[str], values: dict[str, Any],
+                      kind: str, bf16: bool | None, deterministic: bool, ctx: Any,
+                      progress: Callable[..., None] | None, role: Any = None) -> torch.nn.Module:
+    """Train on ``world`` devices, one worker process each, and return rank 0's model (on ``device``, plain).
+
+    Rank 0's history, samples, loop time and checkpoint counters are copied into ``ctx`` (this process's context,
+    which evaluates and writes the model). Its live progress is relayed to ``progress`` every 0.5 s.
+
+    Raises:
+        whatever :func:`heteroflow.components.training.distributed.launch` raises: a worker's own exception (classified as
+        in one process: an injected device fault, a CUDA error), ``WorkerKilled`` (transient), ``WorkerError``.
+    """
+    import tempfile
+    import threading
+
+    from heteroflow.components.training.distributed import launch
+
+    with tempfile.TemporaryDirectory(prefix="heteroflow-train-") as tmp:
+        progress_file = Path(tmp, "progress.json")
+        stop = threading.Event()
+
+        def relay() -> None:
+            seen = None
+            while not stop.wait(0.5):
+                with contextlib.suppress(OSError, ValueError):
+                    text = progress_file.read_text(encoding="utf-8")
+                    if text != seen and progress is not None:
+                        seen = text
+                        progress(**json.loads(text), workers=world)
+
+        watcher = threading.Thread(target=relay, daemon=True)
+        watcher.start()
+        try:
+            results = launch(_train_worker, world, kwargs={"dataset_dir": str(dataset_dir), "values": values, "kind": kind,
+                                                          "bf16": bf16},
+                             device_type=device.type, deterministic=deterministic,
+                             env={_PROGRESS_FILE_ENV: str(progress_file)}, **_node_arguments(role))
+        finally:
+            stop.set()
+            watcher.join()
+    out = results[0]
+    ctx.history[:] = out["history"]
+    ctx.samples_seen = out["samples_seen"]
+    ctx.loop_seconds = out["loop_seconds"]
+    ctx.checkpoint.resumed_from_step = out["resumed_from_step"]
+    ctx.checkpoint.written = out["checkpoints_written"]
+    model = ctx.model_spec.build()
+    model.load_state_dict(out["model"])
+    return model.to(device)
+
+
+def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, dataset_dir: str | os.PathLike[str],
+                 splits: Any, spec: Any, params: dict[str, Any], steps: int, precision: str,
+                 device: str = "cpu", device_kind: str = "cpu") -> Path:
+    """Write ``model.pt`` (CPU state dict), ``model.json`` and the table transformation, atomically."""
+    import torch
+
+    from heteroflow.components.training.loop import BUILTIN_MODEL
+
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(Exception):
+        meta = read_meta(dataset_dir)
+    out = Path(model_dir)
+    with atomic_directory(out) as tmp:
+        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / MODEL_WEIGHTS)
+        transform_files = [name for name in TRANSFORM_FILES if Path(dataset_dir, name).is_file()]
+        for name in transform_files:  # the fitted transformation travels with the model (and into the archive)
+            shutil.copyfile(Path(dataset_dir, name), tmp / name)
+        config = {
+            "format": 2,
+            "model": spec.to_dict(),
+            "architecture": "mlp" if spec.ref == BUILTIN_MODEL else spec.ref,
+            "in_features": math.prod(splits.input_shape),
+            "input_shape": list(splits.input_shape),
+            "hidden_units": params["hidden_units"],
+            "num_classes": len(splits.classes),
+            "classes": list(splits.classes),
+            "data": splits.info,
+            "label_column": meta.get("label_column"),
+            "transformation": TRANSFORM_FILES[0] if transform_files else None,
+            "params": params,
+            "precision": precision,
+            "device": device,  # where it trained (lineage); not part of params: the checkpoint key ignores devices
+            "device_kind": device_kind,
+            "steps": steps,
+        }
+        (tmp / MODEL_CONFIG).write_text(json.dumps(config, indent=2, default=str), encoding="utf-8")
+    return out
+
+
+def load_model(model_dir: str | os.PathLike[str], device: str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
+    """Load what :func:`train` wrote, for any factory-built model: the model in eval mode on ``device``, and its
+    ``model.json`` config (the factory and its arguments rebuild the model; the state dict fills it).
+
+    Raises:
+        CheckpointError: the folder is not a heteroflow model, or its weights do not fit the factory's model.
+        InvalidParameter: the model factory cannot be imported where the model is loaded.
+    """
+    import torch
+
+    from heteroflow.components.training.loop import ModelSpec
+
+    try:
+        config = json.loads(Path(model_dir, MODEL_CONFIG).read_text(encoding="utf-8"))
+        state = torch.load(Path(model_dir, MODEL_WEIGHTS), map_location="cpu", weights_only=True)
+    except (FileNotFoundError, ValueError) as exc:
+        raise CheckpointError(f"{model_dir} is not a heteroflow model ({exc}); run train first") from None
+    if "model" in config:
+        net = ModelSpec(ref=config["model"]["factory"], args=config["model"]["args"]).build()
+    else:  # written before model factories (heteroflow <= format 1): the MLP
+        net = build_model(config["in_features"], config["num_classes"], config["hidden_units"])
+    try:
+        net.load_state_dict(state)
+    except RuntimeError as exc:
+        raise CheckpointError(f"{model_dir}: the weights do not fit the model its factory builds ({' '.join(str(exc).split())[:300]})") from None
+    return net.to(resolve_device(device)).eval(), config
+
+
+# --- the step definition ----------------------------------------------------------------------------------
+
+_HOUR = 3600.0
+
+
+DEFAULT_TRAIN_CANDIDATES = Candidates(
+    [
+        Resources(kind="npu", accelerator="ascend-910", count=1, cpu="8", memory="32Gi"),
+        Resources(kind="gpu", accelerator="nvidia-gpu", count=1, cpu="8", memory="32Gi"),
+        Resources(kind="cpu", cpu="8", memory="16Gi"),
+    ]
+)
+"""Ascend 910 x1, else NVIDIA GPU x1, else 8 CPUs."""
+
+def _train_facts(result: Any) -> dict[str, Any]:
+    return {
+        "device": result.device,
+        "device_kind": result.device_kind,
+        "precision": result.precision,
+        "model": result.model.get("factory"),
+        "model_args": result.model.get("args"),
+        "num_workers": result.num_workers,
+        "processes": result.processes,
+        "batch_size": result.batch_size,
+        "history": list(result.history),
+        "steps": result.steps,
+        "resumed_from_step": result.resumed_from_step,
+        "checkpoints_written": result.checkpoints_written,
+        "samples_per_second": round(result.samples_per_second, 1),
+        "final_loss": result.final_loss,
+        "validation_accuracy": result.validation_accuracy,
+        "seconds": result.seconds,
+    }
+
+
+def _train_metrics(facts: dict[str, Any]) -> dict[str, Any]:
+    keys = ("samples_per_second", "final_loss", "validation_accuracy", "steps", "resumed_from_step")
+    return {k: facts[k] for k in keys if facts.get(k) is not None}
+
+
+def _train_summary(f: dict[str, Any]) -> list[str]:
+    va = f.get("validation_accuracy")
+    resumed = f" (resumed from step {f['resumed_from_step']})" if f.get("resumed_from_step") else ""
+    precision = f", {f['precision']}" if f.get("precision") not in (None, "float32") else ""
+    return [
+        f"train: {f['steps']} steps on {f['device']}{precision}{resumed} in {f['seconds']:.1f} s "
+        f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {f['final_loss']:.4f}"
+        + (f", validation accuracy {va:.4f}" if va is not None else "")
+    ]
+
+
+TRAIN: Step = step(
+    train,
+    name="train",
+    inputs=[ArtifactSpec(name="shards", type=ArtifactType.DATASET, param="dataset_dir")],
+    outputs=[
+        ArtifactSpec(
+            name="model",
+            type=ArtifactType.MODEL,
+            param="model_dir",
+            help="the trained model (model.pt, model.json)",
+            metadata=lambda f: {"framework": "pytorch", "device": f["device"]},
+        ),
+        ArtifactSpec(name="metrics", type=ArtifactType.METRICS, help="throughput, loss, validation accuracy", metadata=_train_metrics),
+    ],
+    candidates=DEFAULT_TRAIN_CANDIDATES,
+    # An attempt may run for hours: the total window (Argo backoff.maxDuration) must outlast the retries.
+    retry=RetryPolicy(retries=2, backoff_seconds=10, max_delay_seconds=120, window_seconds=24 * _HOUR),
+    device_bound=True,
+    device_param="device",
+    resources_param="resources",
+    progress_param="progress",
+    check=check_train_params,
+    facts=_train_facts,
+    summary=_train_summary,
+    ref="heteroflow.components.training.step:TRAIN",
+)

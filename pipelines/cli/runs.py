@@ -1,0 +1,556 @@
+"""Runs on the command line: ``heteroflow report``, ``heteroflow runs [show ID | compare ID ID]`` and
+``heteroflow metrics [write RUN_DIR | serve]``.
+
+Registered in :mod:`heteroflow.pipelines.cli.main` with ``register(app)``. Run folders of every engine are read as
+plain JSON (:mod:`heteroflow.pipelines.runs.folders`). A user error (a run that does not exist, an ambiguous id, an
+unwritable output) prints one line and exits 2.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import sys
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from heteroflow.components.devices import has_devices as _is_device_kind
+
+__all__ = ["register"]
+
+console = Console(soft_wrap=True)
+err_console = Console(stderr=True, soft_wrap=True)
+
+runs_app = typer.Typer(
+    add_completion=False,
+    invoke_without_command=True,
+    help="Runs of every engine (kfp.local, in-process, Airflow): list them, show one, compare two.",
+)
+metrics_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run metrics in Prometheus' text format.")
+
+_ROOTS = typer.Option(
+    "--root",
+    help="A folder holding run folders (searched 3 levels deep; repeatable). Default: ./heteroflow-runs and "
+    "$HETEROFLOW_HOME/airflow-runs.",
+)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report``, ``runs`` and ``metrics`` to the ``heteroflow`` app, and ``prune`` to its ``archive`` and
+    ``cache`` groups (call it after those are added)."""
+    app.command("report")(report_command)
+    groups = {g.name: g.typer_instance for g in app.registered_groups}
+    if "archive" in groups:
+        groups["archive"].command("prune")(archive_prune)
+    if "cache" in groups:
+        groups["cache"].command("prune")(cache_prune)
+    app.add_typer(runs_app, name="runs")
+    if metrics_app.registered_commands:
+        app.add_typer(metrics_app, name="metrics")
+
+
+def _fail(exc: BaseException) -> None:
+    from heteroflow.cache.redact import redact_url
+
+    if isinstance(exc, OSError) and exc.filename is not None:
+        text = f"cannot use {exc.filename}: {exc.strerror or exc}"
+    else:
+        text = " ".join(str(exc).split())
+    err_console.print(f"[bold red]error:[/] {escape(redact_url(text))}", highlight=False)
+    raise typer.Exit(code=2)
+
+
+# --- report ---------------------------------------------------------------------------------------------------
+
+
+def report_command(
+    run_dir: Annotated[str, typer.Argument(help="A run folder (holding run.json), or a run id under the default roots.")],
+    output: Annotated[Optional[str], typer.Option("-o", "--output", help="The HTML file to write. Default: <run folder>/report.html.")] = None,
+) -> None:
+    """Write a run's report: one self-contained HTML file (steps, attempts, retries, fallbacks, plots, lineage)."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs.report import REPORT_FILE, render_report
+    from heteroflow.pipelines.runs.folders import resolve_run
+    from heteroflow.cache.atomic import atomic_write_bytes
+    from heteroflow.cache.redact import redact_url
+
+    try:
+        run = resolve_run(run_dir)
+        target = Path(output).expanduser() if output else Path(run["run_dir"]) / REPORT_FILE
+        atomic_write_bytes(target, redact_url(render_report(run)).encode("utf-8"), durable=False)
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+    console.print(f"report: {escape(str(target))}", highlight=False)
+
+
+# --- runs -------------------------------------------------------------------------------------------------
+
+
+def _when(ts: Any) -> str:
+    if not isinstance(ts, (int, float)) or ts <= 0:
+        return "-"
+    return _dt.datetime.fromtimestamp(ts, tz=_dt.timezone.utc).strftime("%m-%d %H:%M")
+
+
+def _secs(value: Any) -> str:
+    return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
+
+
+def _devices(run: dict[str, Any]) -> str:
+    """``call: kind (accelerator)`` per device-bound call (those with a candidate index)."""
+    from heteroflow.pipelines.runs.folders import device_of
+
+    # device-bound: the calls the planner placed (or that fell back); a record without placement: those with a
+    # candidate index (kfp.local records one for every call, the in-process engine only for device-bound ones)
+    bound = set(run.get("placement") or {}) | {f.get("step") for f in run.get("fallbacks") or []}
+    parts = []
+    for s in run.get("steps") or []:
+        if (s.get("name") not in bound) if bound else s.get("candidate") is None:
+            continue
+        kind = "-" if s.get("status") == "not run" else str(s.get("kind") or s.get("device") or "-")
+        parts.append(f"{s.get('name')} {kind}{' (sim)' if s.get('simulated') else ''}")
+    return ", ".join(parts)
+
+
+def _summary(run: dict[str, Any]) -> dict[str, Any]:
+    from heteroflow.pipelines.runs.folders import headline_metric
+
+    metric = headline_metric(run)
+    return {
+        "run_id": run.get("run_id"),
+        "started": _when(run.get("started_at")),
+        "status": run.get("status"),
+        "pipeline": run.get("pipeline"),
+        "devices": _devices(run),
+        "accuracy": metric[1] if metric else None,
+        "seconds": run.get("wall_seconds"),
+        "fallbacks": [f"{f.get('step')} left {f.get('kind')} ({f.get('failure')})" for f in run.get("fallbacks") or []],
+        "run_dir": run.get("run_dir"),
+    }
+
+
+@runs_app.callback()
+def runs_list(
+    ctx: typer.Context,
+    root: Annotated[Optional[list[str]], _ROOTS] = None,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Show at most this many runs, newest first.")] = 20,
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False,
+) -> None:
+    """List runs, newest first: status, pipeline, device per device-bound step, accuracy, duration, fallbacks."""
+    ctx.obj = {"roots": root}
+    if ctx.invoked_subcommand is not None:
+        return
+    from heteroflow.pipelines.runs.folders import default_roots, find_runs
+
+    runs = find_runs(root)
+    rows = [_summary(r) for r in runs[:limit]]
+    if as_json:
+        console.print_json(json.dumps(rows, default=str))
+        return
+    if not rows:
+        where = ", ".join(str(r) for r in (root or default_roots()))
+        console.print(f"no runs in {escape(where)} (give --root FOLDER)", highlight=False)
+        return
+    table = Table(title=f"runs ({len(rows)} of {len(runs)})")
+    for col in ("run", "started UTC", "status", "pipeline", "device", "accuracy", "seconds", "fallbacks"):
+        # the run id is what `runs show` takes: never cut or wrapped
+        table.add_column(col, justify="right" if col in ("accuracy", "seconds") else "left", no_wrap=col == "run",
+                         min_width=len(rows[0]["run_id"]) if col == "run" else None)
+    for row in rows:
+        table.add_row(
+            escape(str(row["run_id"])),
+            row["started"],
+            escape(str(row["status"])),
+            escape(str(row["pipeline"])),
+            escape(row["devices"] or "-"),
+            f"{row['accuracy']:.4f}" if row["accuracy"] is not None else "-",
+            _secs(row["seconds"]),
+            escape("; ".join(row["fallbacks"]) or "-"),
+        )
+    console.print(table)
+
+
+def _roots(ctx: typer.Context, own: list[str] | None = None) -> Any:
+    return own or ((ctx.obj or {}).get("roots") if ctx.obj else None)
+
+
+def _resolve(ctx: typer.Context, ref: str, own: list[str] | None = None) -> dict[str, Any]:
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs.folders import resolve_run
+
+    try:
+        return resolve_run(ref, _roots(ctx, own))
+    except HeteroflowError as exc:
+        _fail(exc)
+        raise  # unreachable: _fail exits
+
+
+def _scalars(run: dict[str, Any]) -> dict[str, Any]:
+    """``call.metric`` -> value for every scalar metric of the run."""
+    out: dict[str, Any] = {}
+    for call, values in (run.get("metrics") or {}).items():
+        if isinstance(values, dict):
+            for k, v in values.items():
+                if isinstance(v, (int, float, str)) and not isinstance(v, bool):
+                    out[f"{call}.{k}"] = v
+    return out
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if value is None:
+        return "-"
+    return str(value)
+
+
+@runs_app.command("show")
+def runs_show(
+    ctx: typer.Context,
+    run_id: Annotated[str, typer.Argument(help="A run id (a unique prefix is enough) or a run folder.")],
+    as_json: Annotated[bool, typer.Option("--json", help="The run record (with its attempts) as JSON.")] = False,
+    root: Annotated[Optional[list[str]], _ROOTS] = None,
+) -> None:
+    """One run: its steps (status, device, candidate, attempts, seconds), retries, fallbacks, metrics, parameters."""
+    from heteroflow.pipelines.runs.folders import device_of, retries
+
+    run = _resolve(ctx, run_id, root)
+    if as_json:
+        console.print_json(json.dumps(run, default=str))
+        return
+    s = _summary(run)
+    console.print(
+        f"run {escape(str(s['run_id']))}: {escape(str(s['status']))}, pipeline {escape(str(s['pipeline']))}, "
+        f"started {_when(run.get('started_at'))} UTC, {_secs(s['seconds'])} s; folder {escape(str(s['run_dir']))}",
+        highlight=False,
+    )
+    if run.get("error"):
+        console.print(f"stopped by: {escape(str(run['error']))}", highlight=False)
+    table = Table(title="steps")
+    for col in ("step", "status", "device", "candidate", "attempts", "seconds", "error"):
+        table.add_column(col, justify="right" if col in ("attempts", "seconds", "candidate") else "left")
+    for step in run.get("steps") or []:
+        table.add_row(
+            escape(str(step.get("name"))),
+            escape(str(step.get("status"))),
+            escape(device_of(step)),
+            _fmt(step.get("candidate")),
+            _fmt(step.get("attempts")),
+            _secs(step.get("seconds")),
+            escape(str(step.get("error") or "")),
+        )
+    console.print(table)
+    items = retries(run)
+    if items:
+        total = sum(r["wait_seconds"] or 0.0 for r in items)
+        console.print(f"retries: {len(items)}, {total:.1f} s spent waiting", highlight=False)
+        for r in items:
+            console.print(f"  {escape(str(r['step']))} attempt {r['attempt']} after a {escape(str(r['after']))} failure, waited {_secs(r['wait_seconds'])} s", highlight=False)
+    for f in run.get("fallbacks") or []:
+        console.print(
+            f"fallback: {escape(str(f.get('step')))} left candidate {f.get('candidate')} ({escape(str(f.get('kind')))}) after a "
+            f"{escape(str(f.get('failure')))} failure: {escape(str(f.get('reason')))}",
+            highlight=False,
+        )
+    metrics = _scalars(run)
+    if metrics:
+        console.print("metrics: " + ", ".join(f"{escape(k)} {_fmt(v)}" for k, v in metrics.items()), highlight=False)
+    report = Path(str(run.get("run_dir")), "report.html")
+    if report.is_file():
+        console.print(f"report: {escape(str(report))}", highlight=False)
+
+
+@runs_app.command("compare")
+def runs_compare(
+    ctx: typer.Context,
+    first: Annotated[str, typer.Argument(help="A run id or run folder.")],
+    second: Annotated[str, typer.Argument(help="Another run id or run folder.")],
+    all_params: Annotated[bool, typer.Option("--all", help="List every parameter (not only those that differ) and per-class metrics.")] = False,
+    root: Annotated[Optional[list[str]], _ROOTS] = None,
+) -> None:
+    """Two runs side by side: status, duration, parameters (those that differ), steps' devices and seconds, metrics."""
+    from heteroflow.pipelines.runs.folders import device_of
+
+    a, b = _resolve(ctx, first, root), _resolve(ctx, second, root)
+    table = Table(title=f"{a.get('run_id')} vs {b.get('run_id')}")
+    table.add_column("")
+    table.add_column(escape(str(a.get("run_id"))))
+    table.add_column(escape(str(b.get("run_id"))))
+    table.add_column("differs")
+
+    def row(name: str, x: Any, y: Any) -> None:
+        table.add_row(escape(name), escape(_fmt(x)), escape(_fmt(y)), "*" if x != y else "")
+
+    row("status", a.get("status"), b.get("status"))
+    row("pipeline", a.get("pipeline"), b.get("pipeline"))
+    row("seconds", round(a.get("wall_seconds") or 0.0, 1), round(b.get("wall_seconds") or 0.0, 1))
+    row("fallbacks", len(a.get("fallbacks") or []), len(b.get("fallbacks") or []))
+    pa, pb = a.get("params") or {}, b.get("params") or {}
+    for key in list(pa) + [k for k in pb if k not in pa]:
+        if all_params or pa.get(key) != pb.get(key):
+            row(f"param {key}", pa.get(key), pb.get(key))
+    sa = {s.get("name"): s for s in a.get("steps") or []}
+    sb = {s.get("name"): s for s in b.get("steps") or []}
+    for name in list(sa) + [n for n in sb if n not in sa]:
+        x, y = sa.get(name, {}), sb.get(name, {})
+        row(f"{name} status", x.get("status"), y.get("status"))
+        if x.get("candidate") is not None or y.get("candidate") is not None:
+            row(f"{name} device", device_of(x) if x else None, device_of(y) if y else None)
+        row(f"{name} seconds", round(x["seconds"], 2) if isinstance(x.get("seconds"), (int, float)) else None,
+            round(y["seconds"], 2) if isinstance(y.get("seconds"), (int, float)) else None)
+    ma, mb = _scalars(a), _scalars(b)
+    for key in list(ma) + [k for k in mb if k not in ma]:
+        if not all_params and key.split(".")[-1].startswith(("precision_", "recall_")):
+            continue  # per-class figures: with --all
+        row(key, ma.get(key), mb.get(key))
+    console.print(table)
+
+
+# --- metrics ------------------------------------------------------------------------------------------------
+
+_PROFILE = typer.Option("--profile", help="Cluster profile YAML whose `prices` (per device-hour) cost the device time. Default: $HETEROFLOW_CLUSTER_PROFILE.")
+
+
+@metrics_app.command("write")
+def metrics_write(
+    run_dir: Annotated[str, typer.Argument(help="A run folder, or a run id under the default roots.")],
+    output: Annotated[Optional[str], typer.Option("-o", "--output", help="The file to write. Default: <run folder>/metrics.prom.")] = None,
+    profile: Annotated[Optional[str], _PROFILE] = None,
+) -> None:
+    """Write a run's metrics as a Prometheus textfile-collector file (what every run writes when it ends)."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs.metrics import write_textfile
+    from heteroflow.pipelines.runs.folders import resolve_run
+
+    try:
+        written = write_textfile(resolve_run(run_dir)["run_dir"], output, profile=profile)
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+    for path in written:
+        console.print(f"metrics: {escape(str(path))}", highlight=False)
+
+
+@metrics_app.command("serve")
+def metrics_serve(
+    root: Annotated[Optional[list[str]], _ROOTS] = None,
+    port: Annotated[int, typer.Option("--port", min=0, max=65535, help="TCP port; 0 picks a free one (printed).")] = 9464,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    profile: Annotated[Optional[str], _PROFILE] = None,
+) -> None:
+    """Serve /metrics (Prometheus text format) for every run under the run roots, read at each scrape; Ctrl-C stops."""
+    import threading
+
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs.metrics import serve
+
+    try:
+        server, _thread = serve(root, port=port, host=host, profile=profile)
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+    console.print(f"serving http://{host}:{server.server_port}/metrics (Ctrl-C stops)", highlight=False)
+    sys.stdout.flush()
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        server.shutdown()
+
+
+# --- prune (registered into `heteroflow archive` and `heteroflow cache`) ----------------------------------------
+
+
+def _print_pruned(entries: list[dict[str, Any]], what: str, key: str, dry_run: bool) -> None:
+    if not entries:
+        console.print(f"nothing to prune: no {what} beyond the newest kept", highlight=False)
+        return
+    for e in entries:
+        label = f"{e[key]}:v{e['version']}" if key == "model" else f"{e[key]} version {e['version']}"
+        reason = f" ({e['reason']})" if e.get("reason") else ""
+        console.print(f"{e['action']}: {escape(label)} {escape(e['path'])}{escape(reason)}", highlight=False)
+    removed = sum(e["action"] in ("removed", "would remove") for e in entries)
+    kept = sum(e["action"] == "kept" for e in entries)
+    console.print(f"{'would remove' if dry_run else 'removed'} {removed}, kept {kept} that runs name", highlight=False)
+
+
+def archive_prune(
+    model: Annotated[Optional[str], typer.Argument(help="Only this model (default: every model).")] = None,
+    keep: Annotated[int, typer.Option("--keep", "-k", help="Versions to keep per model, newest first (>= 1).")] = 3,
+    force: Annotated[bool, typer.Option("--force", help="Also remove versions a kept run's lineage names.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")] = False,
+    root: Annotated[Optional[Path], typer.Option("--root", help="Archive folder. Default: $HETEROFLOW_HOME/archive.")] = None,
+    runs_root: Annotated[Optional[list[str]], typer.Option("--runs-root", help="Run folders whose lineage protects versions (repeatable). Default: ./heteroflow-runs and $HETEROFLOW_HOME/airflow-runs.")] = None,
+) -> None:
+    """Remove archived versions beyond the newest N of each model; never one a kept run archived (without --force)."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs.folders import prune_archive
+
+    try:
+        entries = prune_archive(keep, model=model, archive_root=root, roots=runs_root, force=force, dry_run=dry_run)
+    except (HeteroflowError, OSError) as exc:
+        _fail(exc)
+    _print_pruned(entries, "archived version", "model", dry_run)
+
+
+def cache_prune(
+    dataset: Annotated[Optional[str], typer.Argument(help="Only this data set: its source URI or cache key (prefix).")] = None,
+    keep: Annotated[int, typer.Option("--keep", "-k", help="Versions to keep per data set, newest first, the current one always (>= 1).")] = 1,
+    force: Annotated[bool, typer.Option("--force", help="Also remove versions a kept run or archived model names.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Say what would be removed; remove nothing.")] = False,
+    cache: Annotated[str, typer.Option("--cache", help="The cache tier's folder. Default: the local cache under HETEROFLOW_HOME.")] = "",
+    runs_root: Annotated[Optional[list[str]], typer.Option("--runs-root", help="Run folders whose lineage protects versions (repeatable).")] = None,
+) -> None:
+    """Remove cached data set versions beyond the newest N; never the current one, nor one a kept run or archived model names (without --force)."""
+    from heteroflow.cache.errors import HeteroflowError as CacheError
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs.folders import prune_cache
+
+    try:
+        entries = prune_cache(keep, dataset=dataset or "", cache_root=cache, roots=runs_root, force=force, dry_run=dry_run)
+    except (HeteroflowError, CacheError, OSError) as exc:
+        _fail(exc)
+    _print_pruned(entries, "cached version", "dataset", dry_run)
+
+
+# --- the live table of `heteroflow run` and the summary's retries ----------------------------------------------
+
+
+def live_state(step: Any, records: list[dict[str, Any]], retry: Any, now: float) -> tuple[str, float | None, str]:
+    """What the live table shows for one call while a run goes on: ``(status, seconds, note)``.
+
+    - a call whose last attempt failed with a *transient* failure and has retries left on its candidate (per
+      ``retry``, a :class:`~heteroflow.components.core.retry.RetryPolicy`, within its window) is ``retrying``, with
+      the note ``retrying in N s (attempt k of n)``: N counts down from the policy's delay for that retry, k and
+      n count attempts on the candidate;
+    - a running call's seconds tick (now - the attempt's start);
+    - else the summary's status and seconds.
+
+    Args:
+        step: the call's summary (``name``, ``status``, ``failure``, ``seconds``).
+        records: its attempt records (dicts, in order), from ``steps/<call>/``.
+        retry: its retry policy, or None when unknown.
+        now: the time, Unix seconds.
+    """
+    last = records[-1] if records else None
+    if last is not None and last.get("status") == "running" and isinstance(last.get("started_at"), (int, float)):
+        return step.status, max(now - last["started_at"], 0.0), ""
+    if (
+        retry is not None
+        and last is not None
+        and last.get("status") == "failed"
+        and last.get("failure") == "transient"
+        and isinstance(last.get("ended_at"), (int, float))
+    ):
+        on_candidate = [r for r in records if r.get("candidate") == last.get("candidate")]
+        done = len(on_candidate)  # attempts made on this candidate
+        first = on_candidate[0].get("started_at")
+        delay = retry.delay_seconds(done - 1)
+        inside = not isinstance(first, (int, float)) or last["ended_at"] + delay - first <= retry.window_seconds
+        if done <= retry.retries and inside:
+            left = max(last["ended_at"] + delay - now, 0.0)
+            return "retrying", step.seconds, f"retrying in {left:.0f} s (attempt {done + 1} of {retry.retries + 1})"
+    return step.status, step.seconds, ""
+
+
+def read_attempts(run_dir: str | None) -> dict[str, list[dict[str, Any]]]:
+    """The attempt records of a run folder so far (empty without one)."""
+    if not run_dir:
+        return {}
+    from heteroflow.pipelines.runs.folders import _read_attempts
+
+    return _read_attempts(Path(run_dir))
+
+
+def _short(error: Any) -> str:
+    """``heteroflow.x.SomeError: message`` -> ``message`` (our errors' messages say it all)."""
+    kind, sep, message = str(error or "").partition(": ")
+    return message if sep and kind.startswith("heteroflow.") else str(error or "")
+
+
+def retry_lines(run_dir: str | Path) -> list[str]:
+    """The summary's retry lines: each retry (step, attempt, the failure before it, the wait) and the time spent
+    waiting against the run's wall time; empty when the run retried nothing."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.runs.folders import load_run, retries
+
+    try:
+        run = load_run(run_dir)
+    except HeteroflowError:
+        return []
+    items = retries(run)
+    if not items:
+        return []
+    total = sum(r["wait_seconds"] or 0.0 for r in items)
+    wall = run.get("wall_seconds")
+    share = f" of the run's {wall:.1f} s" if isinstance(wall, (int, float)) else ""
+    lines = [f"retries: {len(items)}, {total:.1f} s spent waiting{share}"]
+    for r in items:
+        lines.append(
+            f"  {r['step']} attempt {r['attempt']} on {r['kind']} (candidate {r['candidate']}) after a {r['after']} failure, "
+            f"waited {_secs(r['wait_seconds'])} s: {_short(r['error'])}"
+        )
+    return lines
+
+
+# --- the one-screen summary of a run, from its record (Airflow's record-run logs it) ----------------------------
+
+
+def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120) -> str:
+    """The one-screen summary ``heteroflow run`` prints, from a run record of any engine (a dict as
+    :func:`heteroflow.pipelines.runs.folders.load_run` returns it): the steps table, placement, fallbacks, retries, what
+    each step reported (with ``pipeline``: its steps' own summary lines) or why the run failed, the outcome, and
+    where the record and report are. Plain text, no colour."""
+    import io
+
+    out = Console(file=io.StringIO(), width=width, no_color=True, highlight=False, soft_wrap=True, force_terminal=False)
+    table = Table(title="steps", title_justify="left")
+    for col in ("step", "status", "device", "attempts", "seconds"):
+        table.add_column(col, justify="right" if col in ("attempts", "seconds") else "left")
+    for s in run.get("steps") or []:
+        device = str(s.get("device") or "-")  # as `heteroflow run` shows it
+        if s.get("kind") and _is_device_kind(s["kind"]):
+            device = f"{s['kind']}{' (simulated, on cpu)' if s.get('simulated') else ' ' + device}"
+        if s.get("candidate"):
+            device += f" [candidate {s['candidate']}]"
+        table.add_row(escape(str(s.get("name"))), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None),
+                      f"{s['seconds']:.2f}" if isinstance(s.get("seconds"), (int, float)) else "-")
+    out.print(table)
+    for call, decision in (run.get("placement") or {}).items():
+        if isinstance(decision, dict):
+            out.print(
+                f"placement of {escape(call)}: candidate {decision.get('index')} (0 = preferred) -> "
+                f"{escape(str(decision.get('device_kind')))} ({escape(str(decision.get('torch_device')))})"
+            )
+            for why in decision.get("passed_over") or []:
+                out.print(f"  passed over: {escape(str(why))}")
+    for f in run.get("fallbacks") or []:
+        accel = f" ({f['accelerator']})" if f.get("accelerator") else ""
+        out.print(escape(f"fallback: {f.get('step')} left candidate {f.get('candidate')} ({f.get('kind')}{accel}) after a {f.get('failure')} failure: {_short(f.get('reason'))}"))
+    if run.get("run_dir"):
+        for line in retry_lines(run["run_dir"]):
+            out.print(escape(line))
+    if run.get("status") == "succeeded":
+        if pipeline is not None:
+            for call in pipeline.calls:
+                try:
+                    lines = call.step.summarize((run.get("results") or {}).get(call.name, {}))
+                except Exception:  # a summary must never fail the task that prints it
+                    lines = []
+                for line in lines:
+                    out.print(escape(line))
+    else:
+        for s in run.get("steps") or []:
+            if s.get("status") in ("failed", "killed"):
+                kind = f" ({s['failure']} failure)" if s.get("failure") else ""
+                out.print(escape(f"step {s.get('name')} {s.get('status')}{kind}: {_short(s.get('error'))}"))
+        if run.get("error"):
+            out.print(escape(f"stopped by: {run['error']}"))
+    wall = run.get("wall_seconds")
+    folder = run.get("run_dir", "")
+    out.print(escape(f"run {run.get('status')} in {wall:.1f} s; record: {folder}/run.json" if isinstance(wall, (int, float)) else f"run {run.get('status')}; record: {folder}/run.json"))
+    if folder and Path(folder, "report.html").is_file():
+        out.print(escape(f"report: {folder}/report.html"))
+    return out.file.getvalue()  # type: ignore[attr-defined]

@@ -1,0 +1,8 @@
+"""Kubeflow Pipelines: rendering a Pipeline to KFP IR, Kubernetes settings per task, and the kfp.local driver.
+
+Owns: ``render`` (``compile_pipeline``), ``resources`` (kfp-kubernetes settings of a call), ``local`` (the
+``kfp-local`` engine), ``patches`` (every replacement of a kfp.local internal, with the version check),
+``prestart`` (prestarted step processes), ``submit`` (the ``kfp`` engine: a KFP backend).
+May import: ``heteroflow.pipelines`` (graph, environment, runs, engines.base), ``heteroflow.components``,
+``heteroflow.cache``, kfp.
+"""

@@ -1,0 +1,555 @@
+"""Run records and run folders, for every engine (kfp.local, in-process, Airflow).
+
+A run gets a folder (default ``./heteroflow-runs/<run id>``; Airflow: ``<run root>/<dag id>/<run id>``) holding:
+
+- ``run.json``: the run record (:class:`RunRecord`), written atomically when the run ends, whatever the end
+  (succeeded, failed, interrupted, or an engine crash); its format only ever gains fields;
+- ``steps/<call>/attempt-<n>.json``: one record per attempt, written by the steps themselves
+  (:mod:`heteroflow.components.core.telemetry`);
+- ``driver.json``: the driver's pid, run id, pipeline and parameters, written when the run starts (a folder with it
+  and no ``run.json`` whose pid is gone was killed: :func:`recover_killed_runs`);
+- engine files: kfp.local's ``kfp/`` (its pipeline root) and ``kfp.log``.
+
+This module is what every engine uses to check a run's arguments (:func:`prepare_arguments`), set up its folder
+(:func:`prepare_run_dir`, :func:`start_run`) and write its record (:func:`build_record`, :func:`write_record`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import secrets
+import shutil
+import signal
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from heteroflow.cache.atomic import atomic_write_bytes
+from heteroflow.cache.redact import redact_url
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.core.step import ArtifactType
+from heteroflow.components.core.telemetry import AttemptRecord, process_alive, read_step_records
+from heteroflow.pipelines.graph import Pipeline
+
+__all__ = [
+    "DATASET_PARAM",
+    "DRIVER_FILE",
+    "RunInProgress",
+    "RunRecord",
+    "StepSummary",
+    "build_record",
+    "collect",
+    "begin_run",
+    "fallbacks",
+    "finish_run",
+    "new_run_id",
+    "prepare_arguments",
+    "prepare_run_dir",
+    "recover_killed_runs",
+    "start_run",
+    "uninterrupted",
+]
+
+DATASET_PARAM = "dataset_uri"
+"""A pipeline parameter of this name, left empty, takes the built-in digits sample (exported on first use)."""
+
+
+# --- the run record ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class StepSummary:
+    """One call of a run.
+
+    Attributes:
+        name: the call's name.
+        status: ``succeeded``, ``failed``, ``running``, ``killed`` (its process died mid-attempt) or ``not run``.
+        device: the device of its last attempt (``cpu``, ``cuda``...).
+        kind / accelerator / candidate / simulated: the candidate its last attempt ran on.
+        attempts: attempts over all candidates.
+        seconds: wall time of the last attempt inside the step process, seconds.
+        compute_seconds: the step's own work in the last attempt, seconds.
+        error: the last error; failure: its class.
+        details: the facts of the last attempt.
+    """
+
+    name: str
+    status: str
+    device: str | None = None
+    kind: str | None = None
+    accelerator: str | None = None
+    candidate: int | None = None
+    simulated: bool = False
+    attempts: int = 0
+    seconds: float | None = None
+    compute_seconds: float | None = None
+    error: str | None = None
+    failure: str | None = None
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_records(cls, name: str, records: list[AttemptRecord], *, finished: bool = False) -> StepSummary:
+        if not records:
+            return cls(name=name, status="not run")
+        last = records[-1]
+        status = last.status
+        if status == "running" and (finished or not process_alive(last.pid)):
+            status = "killed"
+        failed = next((r for r in reversed(records) if r.status == "failed"), None)
+        return cls(
+            name=name,
+            status=status,
+            device=last.device,
+            kind=last.kind,
+            accelerator=last.accelerator,
+            candidate=last.candidate,
+            simulated=last.simulated,
+            attempts=len(records),
+            seconds=last.seconds,
+            compute_seconds=last.compute_seconds,
+            error=failed.error if failed and status != "succeeded" else (last.error if status != "succeeded" else None),
+            failure=failed.failure if failed and status != "succeeded" else None,
+            details=last.details,
+        )
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class RunRecord:
+    """The record of one run, written to ``<run_dir>/run.json``.
+
+    Attributes:
+        run_id: ``YYYYmmdd-HHMMSS-xxxx`` (or the run folder's name).
+        pipeline: the pipeline's name.
+        status: ``succeeded`` when every call succeeded (even if a stop came after that), ``interrupted`` after
+            Ctrl-C or SIGTERM, ``killed`` when the run's process died without a record (written by the next run,
+            :func:`recover_killed_runs`), else ``failed``.
+        run_dir: the run's folder.
+        started_at: Unix time, seconds.
+        wall_seconds: wall time of the whole run, seconds.
+        params: the pipeline arguments used.
+        steps: one summary per call, in pipeline order.
+        fallbacks: one entry per candidate a device-bound call left: ``step``, ``candidate`` (index), ``kind``,
+            ``accelerator``, ``failure`` and ``reason``.
+        metrics: per call, the metrics of its Metrics outputs.
+        results: per call, the facts of its successful attempt.
+        placement: per placed call, the planner's decision (chosen resources, why earlier ones were passed over).
+        testing: the testing settings in force (simulated devices, injected faults), if any.
+        error: what stopped the run when it was not a step (an engine crash), else None.
+    """
+
+    run_id: str
+    pipeline: str
+    status: str
+    run_dir: str
+    started_at: float
+    wall_seconds: float
+    params: dict[str, Any]
+    steps: list[StepSummary]
+    fallbacks: list[dict[str, Any]]
+    metrics: dict[str, dict[str, Any]]
+    results: dict[str, dict[str, Any]]
+    placement: dict[str, Any]
+    testing: dict[str, str] = dataclasses.field(default_factory=dict)
+    error: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def step(self, name: str) -> StepSummary:
+        return next(s for s in self.steps if s.name == name)
+
+    @property
+    def compute_seconds(self) -> float:
+        """Sum of the steps' own compute time (their work, without process start, imports and orchestration)."""
+        return sum(s.compute_seconds or 0.0 for s in self.steps)
+
+    def write(self) -> Path:
+        """Write ``<run_dir>/run.json`` atomically, credentials in URLs redacted."""
+        path = Path(self.run_dir) / "run.json"
+        atomic_write_bytes(path, redact_url(json.dumps(self.to_dict(), indent=2, default=str)).encode())
+        from heteroflow.pipelines.runs.report import write_run_outputs  # report.html, metrics.prom beside run.json (#17)
+
+        write_run_outputs(path.parent)
+        return path
+
+
+def collect(run_dir: str | os.PathLike[str], pipeline: Pipeline, *, finished: bool = False) -> list[StepSummary]:
+    """Summaries of the calls recorded so far under ``run_dir``, in pipeline order (then any others)."""
+    records = read_step_records(run_dir)
+    names = [c.name for c in pipeline.calls] + sorted(set(records) - {c.name for c in pipeline.calls})
+    return [StepSummary.from_records(n, records.get(n, []), finished=finished) for n in names]
+
+
+def fallbacks(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The candidates that device-bound calls left after a device failure, in the order they were left."""
+    out = []
+    for call, records in read_step_records(run_dir).items():
+        for r in records:
+            if r.status == "failed" and r.failure == "device" and r.candidate is not None:
+                later = [x for x in records if x.candidate is not None and x.candidate > r.candidate]
+                if later:
+                    out.append(
+                        {
+                            "step": call,
+                            "candidate": r.candidate,
+                            "kind": r.kind,
+                            "accelerator": r.accelerator,
+                            "failure": r.failure,
+                            "reason": r.error,
+                            "at": r.ended_at,
+                        }
+                    )
+    return sorted(out, key=lambda f: f["at"] or 0)
+
+
+def build_record(
+    pipeline: Pipeline,
+    *,
+    run_id: str,
+    folder: Path,
+    started: float,
+    wall_seconds: float,
+    args: Mapping[str, Any],
+    interrupted: bool,
+    error: str | None = None,
+    testing: Mapping[str, str] | None = None,
+) -> RunRecord:
+    """The :class:`RunRecord` of a finished run, from its attempt records."""
+    steps = collect(folder, pipeline, finished=True)
+    by_name = {s.name: s for s in steps}
+    if error is None and all(by_name[c.name].status == "succeeded" for c in pipeline.calls):
+        status = "succeeded"  # even if a stop came after the last step had completed: say what completed
+    elif interrupted:
+        status = "interrupted"
+    else:
+        status = "failed"
+    metrics: dict[str, dict[str, Any]] = {}
+    results: dict[str, dict[str, Any]] = {}
+    placement: dict[str, Any] = {}
+    for call in pipeline.calls:
+        summary = by_name[call.name]
+        if summary.status != "succeeded":
+            continue
+        results[call.name] = dict(summary.details)
+        for spec in call.step.outputs:
+            if spec.type is ArtifactType.METRICS:
+                try:
+                    metrics.setdefault(call.name, {}).update(spec.metadata_for(summary.details))
+                except (KeyError, TypeError, ValueError):  # facts without the metrics (an older record)
+                    pass
+        if call.step.planner:
+            placement = dict(summary.details.get("placements", {}))
+    return RunRecord(
+        run_id=run_id,
+        pipeline=pipeline.name,
+        status=status,
+        run_dir=str(folder),
+        started_at=started,
+        wall_seconds=wall_seconds,
+        params={k: redact_url(v) if isinstance(v, str) else v for k, v in args.items()},
+        steps=steps,
+        fallbacks=[{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
+        metrics=metrics,
+        results=results,
+        placement=placement,
+        testing=dict(testing or {}),
+        error=error,
+    )
+
+
+# --- preparing a run ---------------------------------------------------------------------------------------
+
+
+def check_dataset(uri: str) -> None:
+    """Fail early, with a message that says what to do, when a data set source is missing, refused, empty or
+    needs a driver that is not installed (the same listing prewarm uses: :func:`heteroflow.cache.prewarm.check_source`).
+    A host that does not answer is left to the prewarm step, which retries it.
+
+    Raises:
+        DatasetError: see :func:`~heteroflow.cache.prewarm.check_source`.
+    """
+    from heteroflow.cache.errors import SourceUnavailable
+    from heteroflow.cache.prewarm import check_source
+
+    try:
+        check_source(uri)
+    except SourceUnavailable:
+        pass
+
+
+def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every argument of a run of ``pipeline``, checked before anything runs.
+
+    A ``dataset_uri`` parameter left empty takes the built-in digits sample; a local data set path is made
+    absolute and checked.
+
+    Raises:
+        InvalidParameter: an unknown parameter, a value of the wrong type or out of range (the steps' checks).
+        DatasetError: a local data set folder that is missing, empty or holds no supported file.
+    """
+    given = dict(params or {})
+    if DATASET_PARAM in pipeline.params:
+        uri = given.get(DATASET_PARAM)
+        if not uri:
+            from heteroflow.components.data.datasets import export_digits
+
+            uri = str(export_digits())
+        elif "://" not in uri:
+            uri = str(Path(uri).expanduser().resolve())
+        check_dataset(uri)
+        given[DATASET_PARAM] = uri
+    args = pipeline.arguments(given)
+    pipeline.check(args)
+    return args
+
+
+DRIVER_FILE = "driver.json"
+"""Written into a run folder when the run starts (pid, run id, pipeline, parameters); a folder with it and no
+``run.json`` whose pid is gone is a run that was killed (:func:`recover_killed_runs`)."""
+
+
+_RUN_FILES = ("run.json", "steps", "kfp", DRIVER_FILE)
+
+
+def prepare_run_dir(folder: Path) -> Path:
+    """Create the run folder, so that rerunning the same command resumes an unfinished run.
+
+    A folder that holds an earlier run which did not succeed (failed, interrupted, or killed: its driver process is
+    gone) is moved aside to ``<folder>.previous-<n>`` (a killed one first gets its ``run.json``), and the new run
+    starts in an empty ``<folder>``; train resumes from its checkpoint and prewarm reuses what is cached.
+
+    Raises:
+        InvalidParameter: ``folder`` is a file, cannot be created, holds a run that succeeded (a run's records are
+            never overwritten), or holds a run that is still going.
+    """
+    if folder.exists() and not folder.is_dir():
+        raise InvalidParameter(f"run folder {folder} is a file; give --output a new or empty folder")
+    if folder.is_dir() and any((folder / name).exists() for name in _RUN_FILES):
+        _set_aside_unfinished(folder)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidParameter(
+            f"cannot create the run folder {folder}: {exc.strerror or exc}; give --output a folder you can write"
+        ) from None
+    return folder.resolve()
+
+
+def _set_aside_unfinished(folder: Path) -> None:
+    try:
+        driver = json.loads((folder / DRIVER_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        driver = {}
+    if not (folder / "run.json").exists():
+        if process_alive(driver.get("pid")):
+            raise InvalidParameter(f"run folder {folder} holds a run that is still going (pid {driver['pid']}); give --output another folder")
+        recover_killed_runs(folder.parent, only=folder)
+    try:
+        status = json.loads((folder / "run.json").read_text(encoding="utf-8")).get("status")
+    except (OSError, ValueError):
+        status = None
+    if status == "succeeded":
+        raise InvalidParameter(f"run folder {folder} already holds a run that succeeded; give --output a new or empty folder")
+    n = 1
+    while folder.with_name(f"{folder.name}.previous-{n}").exists():
+        n += 1
+    folder.rename(folder.with_name(f"{folder.name}.previous-{n}"))
+
+
+def recover_killed_runs(root: Path, *, only: Path | None = None) -> list[Path]:
+    """Give every killed run under ``root`` (a run folder with ``driver.json`` but no ``run.json``, whose driver
+    process is gone) its ``run.json``: status ``killed``, each step as its attempt records left it (a ``running``
+    attempt of a dead process reads ``killed``). Returns the folders recovered."""
+    recovered = []
+    if not root.is_dir():
+        return recovered
+    for folder in sorted(p for p in root.iterdir() if p.is_dir() and (only is None or p == only)):
+        driver, record = folder / DRIVER_FILE, folder / "run.json"
+        if not driver.is_file() or record.exists():
+            continue
+        try:
+            info = json.loads(driver.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        if process_alive(info.get("pid")):
+            continue
+        records = read_step_records(folder)
+        steps = [StepSummary.from_records(name, recs, finished=True) for name, recs in records.items()]
+        steps.sort(key=lambda s: min((r.started_at for r in records[s.name]), default=0.0))
+        RunRecord(
+            run_id=info.get("run_id", folder.name),
+            pipeline=info.get("pipeline", ""),
+            status="killed",
+            run_dir=str(folder),
+            started_at=info.get("started_at", 0.0),
+            wall_seconds=max((r.ended_at or r.started_at for rs in records.values() for r in rs), default=0.0)
+            - info.get("started_at", 0.0),
+            params=info.get("params", {}),
+            steps=steps,
+            fallbacks=[{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
+            metrics={},
+            results={},
+            placement={},
+            error=f"the run's process (pid {info.get('pid')}) ended without writing its record (killed)",
+        ).write()
+        shutil.rmtree(folder / "tmp", ignore_errors=True)  # the steps' scratch folder
+        recovered.append(folder)
+    return recovered
+
+
+def new_run_id() -> str:
+    return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
+
+
+
+
+def start_run(pipeline: Pipeline, run_dir: str | os.PathLike[str] | None, args: Mapping[str, Any]) -> tuple[Path, str, float]:
+    """Set up a run's folder (:func:`prepare_run_dir`; default ``./heteroflow-runs/<run id>``), give earlier killed
+    runs beside it their record, and write ``driver.json``. Returns ``(folder, run id, started at)`` (Unix time).
+
+    Raises:
+        InvalidParameter: see :func:`prepare_run_dir`.
+    """
+    run_id = new_run_id()
+    folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
+    run_id = folder.name if run_dir is not None else run_id
+    recover_killed_runs(folder.parent)
+    started = time.time()
+    driver = {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": dict(args), "started_at": started}
+    atomic_write_bytes(folder / DRIVER_FILE, redact_url(json.dumps(driver, default=str)).encode(), durable=False)
+    return folder, run_id, started
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RunInProgress:
+    """A run an engine has started (:func:`begin_run`): what :meth:`finish` needs to write its record, so every
+    engine ends a run the same way.
+
+    Attributes:
+        pipeline: the pipeline that runs.
+        run_id / folder / started: as :func:`start_run` returns them (``started``: Unix time, seconds).
+        args: the run's checked arguments (:func:`prepare_arguments`).
+        testing: the testing settings in force (:func:`heteroflow.pipelines.environment.testing_environment`).
+    """
+
+    pipeline: Pipeline
+    run_id: str
+    folder: Path
+    started: float
+    args: Mapping[str, Any]
+    testing: Mapping[str, str] | None = None
+
+    def finish(self, *, wall_seconds: float, interrupted: bool, error: str | None = None) -> RunRecord:
+        """Write and return the run's record (:func:`finish_run`).
+
+        Args:
+            wall_seconds: the engine's wall time for the run, seconds.
+            interrupted: the engine was stopped (Ctrl-C, or SIGTERM through the CLI) before it finished.
+            error: what stopped the run when it was not a step (an engine crash), else None.
+
+        Raises:
+            KeyboardInterrupt: see :func:`finish_run`.
+        """
+        return finish_run(
+            self.pipeline,
+            run_id=self.run_id,
+            folder=self.folder,
+            started=self.started,
+            wall_seconds=wall_seconds,
+            args=self.args,
+            interrupted=interrupted,
+            error=error,
+            testing=self.testing,
+        )
+
+
+def begin_run(
+    pipeline: Pipeline,
+    run_dir: str | os.PathLike[str] | None,
+    args: Mapping[str, Any],
+    *,
+    testing: Mapping[str, str] | None = None,
+) -> RunInProgress:
+    """Start a run (:func:`start_run`: its folder, ``driver.json``) and return what ends it
+    (:meth:`RunInProgress.finish`).
+
+    Raises:
+        InvalidParameter: see :func:`prepare_run_dir`.
+    """
+    folder, run_id, started = start_run(pipeline, run_dir, args)
+    return RunInProgress(pipeline=pipeline, run_id=run_id, folder=folder, started=started, args=args, testing=testing)
+
+
+@contextlib.contextmanager
+def uninterrupted() -> Iterator[list[int]]:
+    """Hold Ctrl-C and SIGTERM while a run's record is written, so the record, the message and the exit status
+    tell one story; a signal that came meanwhile is raised as ``KeyboardInterrupt`` afterwards, unless the
+    caller clears the yielded list (a run that had already succeeded). Outside the main thread, does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield []
+        return
+    held: list[int] = []
+    previous = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def hold(signum: int, frame: object) -> None:
+        held.append(signum)
+
+    for s in previous:
+        signal.signal(s, hold)
+    try:
+        yield held
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if held:
+        raise KeyboardInterrupt
+
+
+def finish_run(
+    pipeline: Pipeline,
+    *,
+    run_id: str,
+    folder: Path,
+    started: float,
+    wall_seconds: float,
+    args: Mapping[str, Any],
+    interrupted: bool,
+    error: str | None = None,
+    testing: Mapping[str, str] | None = None,
+) -> RunRecord:
+    """Write the run's record (:func:`build_record`) with Ctrl-C and SIGTERM held (:func:`uninterrupted`), so the
+    record, the message and the exit status tell one story: a stop that comes once the engine has finished
+    changes nothing (the run ended as recorded: succeeded or failed); a run stopped before its steps completed is
+    ``interrupted``, and only then is the stop raised.
+
+    Args:
+        interrupted: the engine was stopped (Ctrl-C, or SIGTERM through the CLI) before it finished.
+
+    Raises:
+        KeyboardInterrupt: ``interrupted`` and not every step succeeded; its ``record`` attribute is the record
+            written (what the CLI shows).
+    """
+    with uninterrupted() as held:
+        record = build_record(
+            pipeline,
+            run_id=run_id,
+            folder=folder,
+            started=started,
+            wall_seconds=wall_seconds,
+            args=args,
+            interrupted=interrupted,
+            error=error,
+            testing=testing,
+        )
+        record.write()
+        held.clear()  # a stop that came once the engine had finished: the run had ended as its record says
+    if interrupted and record.status != "succeeded":
+        stop = KeyboardInterrupt()
+        stop.record = record  # type: ignore[attr-defined]
+        raise stop
+    return record
