@@ -73,7 +73,7 @@ from typing import Any
 
 from heteroflow.components.devices.accelerators import ACCELERATORS, Accelerator, DeviceKind, find_accelerator
 from heteroflow.components.errors import HeteroflowError, InvalidResources
-from heteroflow.components.resources import format_cpu, format_memory, parse_cpu, parse_memory
+from heteroflow.components.devices.quantities import format_cpu, format_memory, parse_cpu, parse_memory
 
 __all__ = [
     "ANY_DEVICES",
