@@ -207,7 +207,8 @@ def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterIn
             or zero count, a job type or scale factor not in the throughput table, a model not in the registry or
             the inventory, a queue not in the inventory, a duplicate job name.
     """
-    from heteroflow.components.placement.inventory import InvalidInventory, model_key
+    from heteroflow.components.placement.fields import model_key
+    from heteroflow.components.placement.views import InvalidInventory
 
     path = Path(path)
     try:

@@ -14,6 +14,10 @@ Owns:
     - the accelerator-model registry (``accelerators.py``: every model, its extended resource per device plugin,
       node labels, memory), the cluster profile's device-plugin and label conventions (``cluster.py``) and a
       candidate's pod plan (``podplan.py``: requests, limits, node selector and tolerations).
+    - the parts of the resource model the pod plan and the cluster conventions build on (re-exported by
+      :mod:`heteroflow.components.resources`): Kubernetes quantities (``quantities.py``: parsing and rendering
+      CPU and memory exactly) and the pod's scheduling fields (``scheduling.py``: :class:`FrozenMap`, qualified
+      names and label values, tolerations, affinity).
 
 May import: :mod:`heteroflow.components.errors`, :mod:`heteroflow.components.resources`,
 :mod:`heteroflow.components.core.keys` and the standard library (``podplan`` also asks

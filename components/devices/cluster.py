@@ -71,7 +71,7 @@ from heteroflow.components.devices.accelerators import (
     label_conventions_for,
 )
 from heteroflow.components.errors import InvalidResources
-from heteroflow.components.resources import FrozenMap, Toleration, check_label_value, check_qualified_name
+from heteroflow.components.devices.scheduling import FrozenMap, Toleration, check_label_value, check_qualified_name
 
 __all__ = [
     "DEFAULT_PROFILE",

@@ -45,8 +45,9 @@ from heteroflow.components.devices.cluster import (
     VOLCANO_QUEUE_ANNOTATION,
     ClusterProfile,
 )
+from heteroflow.components.devices.scheduling import Toleration, thaw
 from heteroflow.components.errors import InvalidResources
-from heteroflow.components.resources import Resources, Toleration, thaw
+from heteroflow.components.resources import Resources
 
 __all__ = ["DefaultProfileWarning", "PodPlan", "plan_pod"]
 

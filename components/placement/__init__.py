@@ -1,6 +1,8 @@
 """Placement: the cluster inventory, the placement policies and their simulator core, and the plan step.
 
-Owns: ``inventory`` (the one parser of cluster inventories: inventory files and ``kubectl get nodes -o json``),
+Owns: ``inventory`` (the one parser of cluster inventories: inventory files and ``kubectl get nodes -o json``;
+re-exports the names of the three modules it builds on: ``views``, the parsed inventory and its views per
+consumer; ``fields``, YAML with line numbers and the field checks; ``k8s_nodes``, Kubernetes nodes),
 ``policies`` (policies, placement rounds, the simulator's state; its names are also this package's), ``plan``
 (the plan step).
 May import: ``heteroflow.components.core``, ``devices``, ``errors``, ``heteroflow.cache``.

@@ -82,7 +82,8 @@ class Inventory:
         Raises:
             InvalidParameter: the inventory is invalid (the message names the source, the field and what is valid).
         """
-        from heteroflow.components.placement.inventory import InvalidInventory, from_mapping
+        from heteroflow.components.placement.inventory import from_mapping
+        from heteroflow.components.placement.views import InvalidInventory
 
         try:
             parsed = from_mapping(data, source=source)
@@ -274,7 +275,9 @@ def cluster_inventory(device_inventory: str) -> Any:
     Raises:
         InvalidParameter: the node inventory is invalid (the message names the file and line).
     """
-    from heteroflow.components.placement.inventory import InvalidInventory, from_mapping, load_inventory, load_yaml_with_lines
+    from heteroflow.components.placement.fields import load_yaml_with_lines
+    from heteroflow.components.placement.inventory import from_mapping, load_inventory
+    from heteroflow.components.placement.views import InvalidInventory
 
     text = device_inventory.strip()
     try:

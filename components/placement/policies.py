@@ -37,15 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
-from heteroflow.components.placement.inventory import (
-    InvalidInventory,
-    PlacementInputError,
-    kubernetes_nodes,
-)
-from heteroflow.components.placement.inventory import PlacementInventory as ClusterInventory
-from heteroflow.components.placement.inventory import PlacementNode as Node
-from heteroflow.components.placement.inventory import PlacementQueue as Queue
-from heteroflow.components.placement.inventory import model_key as _model_key
+from heteroflow.components.placement.fields import model_key as _model_key
+from heteroflow.components.placement.k8s_nodes import kubernetes_nodes
+from heteroflow.components.placement.views import InvalidInventory, PlacementInputError
+from heteroflow.components.placement.views import PlacementInventory as ClusterInventory
+from heteroflow.components.placement.views import PlacementNode as Node
+from heteroflow.components.placement.views import PlacementQueue as Queue
 
 __all__ = [
     "ClusterInventory",

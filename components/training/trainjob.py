@@ -374,7 +374,7 @@ _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 def _quantity_sum(values: Iterable[str], resource: str) -> str:
     from fractions import Fraction
 
-    from heteroflow.components.resources import format_cpu, format_memory, parse_cpu, parse_memory
+    from heteroflow.components.devices.quantities import format_cpu, format_memory, parse_cpu, parse_memory
 
     if resource == "cpu":
         return format_cpu(sum(parse_cpu(v, field=resource) for v in values))

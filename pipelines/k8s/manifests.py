@@ -64,12 +64,13 @@ from typing import Any
 from heteroflow.components.placement import inventory as _inventory
 from heteroflow.components.devices.accelerators import ACCELERATORS, Accelerator, DeviceKind
 from heteroflow.components.devices.cluster import DEFAULT_PROFILE, ClusterProfile
+from heteroflow.components.devices.quantities import format_cpu, format_memory, parse_cpu, parse_memory
 from heteroflow.components.errors import InvalidResources
-from heteroflow.components.placement.inventory import ANY_DEVICES, ClusterInventory, InvalidInventory, Node, QueueSpec
-from heteroflow.components.placement.inventory import dns_label as _name
-from heteroflow.components.placement.inventory import kind_of as _kind_of
-from heteroflow.components.placement.inventory import show_amount as _show
-from heteroflow.components.resources import Candidates, Resources, format_cpu, format_memory, parse_cpu, parse_memory
+from heteroflow.components.placement.fields import dns_label as _name
+from heteroflow.components.placement.views import ANY_DEVICES, ClusterInventory, InvalidInventory, Node, QueueSpec
+from heteroflow.components.placement.views import kind_of as _kind_of
+from heteroflow.components.placement.views import show_amount as _show
+from heteroflow.components.resources import Candidates, Resources
 # the multi-node train's job (rendered in components, where the train step's launcher needs it); importable here too
 from heteroflow.components.training.trainjob import GROUP_ANNOTATION, TRAINER_CONTAINER, TRAINER_RUNTIME, training_job_manifests
 

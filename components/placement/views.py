@@ -1,0 +1,384 @@
+"""The parsed cluster inventory and the views its consumers take of it.
+
+:class:`ClusterInventory` is the one value the parser (:mod:`heteroflow.components.placement.inventory`) reads
+every form into: its devices, CPU and memory, :class:`Node` values and :class:`QueueSpec` queues. Its views: the
+plan step's devices per kind and per model, and placement's :class:`PlacementInventory` (nodes of one model each,
+:class:`PlacementNode`, :class:`PlacementQueue`). The errors every inventory reader raises
+(:class:`InvalidInventory`, :class:`PlacementInputError`) live here too.
+
+Moved here from :mod:`heteroflow.components.placement.inventory`, which re-exports the public names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from heteroflow.components.devices.accelerators import ACCELERATORS, DeviceKind
+from heteroflow.components.devices.quantities import format_cpu, format_memory
+from heteroflow.components.errors import HeteroflowError, InvalidResources
+
+__all__ = [
+    "ANY_DEVICES",
+    "DEFAULT_QUEUE",
+    "ClusterInventory",
+    "InvalidInventory",
+    "Node",
+    "PlacementInputError",
+    "PlacementInventory",
+    "PlacementNode",
+    "PlacementQueue",
+    "QueueSpec",
+    "kind_of",
+    "show_amount",
+]
+
+
+class PlacementInputError(HeteroflowError, ValueError):
+    """Bad placement input; the message starts with ``FILE:LINE:`` where a line is known."""
+
+
+class InvalidInventory(PlacementInputError, InvalidResources):
+    """An inventory (nodes, queues, throughputs) that cannot be used; the message names the source (and line),
+    the node or queue, the field and what is valid. Both bases of the former per-module classes
+    (:class:`PlacementInputError` and :class:`~heteroflow.components.errors.InvalidResources`), so existing
+    ``except`` clauses keep catching it."""
+
+
+ANY_DEVICES = "accelerators"
+"""The amount key of a guarantee or capability given as a bare number: accelerator devices of any model."""
+
+
+def _kinds() -> tuple[str, ...]:
+    return tuple(k.value for k in DeviceKind)
+
+
+def _accelerator_kinds() -> tuple[str, ...]:
+    return tuple(k.value for k in DeviceKind if k.has_devices)
+
+
+def _where(source: str, line: int) -> str:
+    """The start of an :class:`InvalidInventory` message: ``FILE:LINE: `` (``FILE: `` where no line is known)."""
+    return f"{source}:{line}: " if line else f"{source}: "
+
+
+# --- values ---------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Node:
+    """One node.
+
+    Attributes:
+        name: unique in the inventory.
+        devices: accelerator devices per registry model (empty for a CPU-only node).
+        cpu_millicores, memory_bytes: allocatable CPU (millicores) and memory (bytes), or None where not stated.
+        device_memory_bytes: memory per device, bytes (the one-model form's ``memory``, else the registry's
+            figure; the smallest over the node's models; 0 for a CPU-only node).
+        labels: Kubernetes node labels.
+        taints: Kubernetes taints, each ``{key, value?, effect}``.
+        cost_per_hour: whole node, per hour (any currency).
+        idle_watts: power with no device busy, W; busy_watts: power added per busy device, W.
+        datasets: data sets cached on the node.
+        index, line: where it was listed (``nodes[index]``, the file line or 0), for messages.
+    """
+
+    name: str
+    devices: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    cpu_millicores: int | None = None
+    memory_bytes: int | None = None
+    device_memory_bytes: int = 0
+    labels: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    taints: tuple[Mapping[str, str], ...] = ()
+    cost_per_hour: float = 0.0
+    idle_watts: float = 0.0
+    busy_watts: float = 0.0
+    datasets: frozenset[str] = frozenset()
+    index: int = dataclasses.field(default=0, compare=False, repr=False)
+    line: int = dataclasses.field(default=0, compare=False, repr=False)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class QueueSpec:
+    """One queue (a device kind's or a team's).
+
+    Attributes:
+        name: DNS label; the name of its Volcano Queue, Kueue ClusterQueue and LocalQueues.
+        kind: the device kind it serves, or None; team: the team it serves, or None (documentation only).
+        guarantee, capability: per key (a registry model, a device kind value, :data:`ANY_DEVICES` for a bare
+            number, ``cpu`` in millicores, ``memory`` in bytes) the amount guaranteed and the elastic maximum (a
+            key missing from ``capability`` has no limit).
+        reclaimable: whether what it uses above its guarantee may be taken back.
+        weight: Volcano's share weight (>= 1).
+        priority: the queue's priority (higher is served first and reclaimed last), or None.
+        namespaces: namespaces that get a LocalQueue pointing at its ClusterQueue.
+    """
+
+    name: str
+    kind: str | None = None
+    team: str | None = None
+    guarantee: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    capability: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    reclaimable: bool = True
+    weight: int = 1
+    priority: int | None = None
+    namespaces: tuple[str, ...] = ("default",)
+
+
+def kind_of(key: str) -> str:
+    """The device kind value of an amount key (a model, a kind value, or :data:`ANY_DEVICES`, returned as is)."""
+    return key if key in _kinds() or key == ANY_DEVICES else ACCELERATORS[key].kind.value
+
+
+def show_amount(key: str, amount: int) -> str:
+    """An amount as the file writes it: CPU as cores, memory as a quantity, devices as a number."""
+    if key == "cpu":
+        return format_cpu(amount)
+    if key == "memory":
+        return format_memory(amount)
+    return str(amount)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ClusterInventory:
+    """A cluster's devices, nodes and queues: the one parsed value (the forms are in the module docstring).
+
+    Attributes:
+        devices: accelerator count per registry model (``nvidia-a100-80gb``) or, where only the kind is known
+            (``{"gpu": 4}``), per device kind value (``gpu``).
+        cpu_millicores, memory_bytes: the CPU and memory of the cluster, or None where not stated.
+        nodes: the nodes, when the inventory lists them.
+        queues: the queues, in file order.
+        cohort: the Kueue cohort every ClusterQueue joins.
+        source: where it was read from (for messages).
+        policy: the default placement policy, or None.
+        throughputs: job type -> model -> steps/s (the plan step's profile table); may be empty.
+        stated: the per-kind form as given (kind value -> count, or model -> count); empty for the node form.
+    """
+
+    devices: Mapping[str, int]
+    cpu_millicores: int | None = None
+    memory_bytes: int | None = None
+    nodes: tuple[Node, ...] = ()
+    queues: tuple[QueueSpec, ...] = ()
+    cohort: str = "heteroflow"
+    source: str = "inventory"
+    policy: str | None = None
+    throughputs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    stated: Mapping[str, int | Mapping[str, int]] = dataclasses.field(default_factory=dict)
+
+    def capacity(self, key: str) -> int | None:
+        """Capacity of a key (model, device kind value, :data:`ANY_DEVICES`, ``cpu`` millicores, ``memory``
+        bytes); None if unknown."""
+        if key == "cpu":
+            return self.cpu_millicores
+        if key == "memory":
+            return self.memory_bytes
+        if key == ANY_DEVICES:
+            return sum(self.devices.values())
+        if key in _kinds():
+            return sum(n for k, n in self.devices.items() if kind_of(k) == key)
+        return self.devices.get(key, 0)
+
+    @classmethod
+    def from_dict(cls, data: Any, *, source: str = "inventory") -> ClusterInventory:
+        """Build from parsed YAML/JSON (:func:`from_mapping`; same errors)."""
+        from heteroflow.components.placement.inventory import from_mapping  # the parser builds on these values
+
+        return from_mapping(data, source=source)
+
+    # --- the plan step's view
+
+    def devices_per_kind(self) -> dict[DeviceKind, int]:
+        """Devices per kind, the CPU always present (its stated count, at least 1); a kind the per-kind form
+        names with 0 devices is present with 0."""
+        cpu = self.stated.get(DeviceKind.CPU.value)
+        out: dict[DeviceKind, int] = {DeviceKind.CPU: max(cpu, 1) if isinstance(cpu, int) else 1}
+        for key in self.stated:
+            out.setdefault(DeviceKind.parse(key), 0)
+        for key, n in self.devices.items():
+            kind = DeviceKind.parse(kind_of(key))
+            out[kind] = out.get(kind, 0) + n
+        return out
+
+    def models_per_kind(self) -> dict[DeviceKind, dict[str, int]]:
+        """Per kind, devices per registry model, for the kinds whose models are known (all of the node form; the
+        per-kind form's kinds given per model)."""
+        out: dict[DeviceKind, dict[str, int]] = {}
+        for key, value in self.stated.items():
+            if isinstance(value, Mapping):
+                out[DeviceKind.parse(key)] = {}
+        for key, n in self.devices.items():
+            if key in _kinds():
+                continue
+            per_model = out.setdefault(DeviceKind.parse(kind_of(key)), {})
+            per_model[key] = per_model.get(key, 0) + n
+        return out
+
+    # --- the placement view
+
+    def for_placement(self) -> PlacementInventory:
+        """The simulator's and node placement's view: one model per node, queues counting devices of any model.
+
+        Raises:
+            InvalidInventory: no nodes, a node with devices of several models, or a queue whose guarantee or
+                capability is not a bare device count (each message names the node or queue and the field).
+        """
+        if not self.nodes:
+            raise InvalidInventory(f"{self.source}: placement needs the node form; valid: an inventory with a 'nodes' list")
+        nodes: list[PlacementNode] = []
+        for n in self.nodes:
+            where = _where(self.source, n.line)
+            if len(n.devices) > 1:
+                raise InvalidInventory(
+                    f"{where}nodes[{n.index}] ({n.name}).devices has {len(n.devices)} models ({', '.join(n.devices)}); "
+                    "valid for placement: one model per node (list a node per model)"
+                )
+            if n.devices:
+                [(model, count)] = n.devices.items()
+                kind = ACCELERATORS[model].kind.value
+            else:
+                model, count, kind = DeviceKind.CPU.value, 0, DeviceKind.CPU.value
+            nodes.append(PlacementNode(
+                name=n.name, kind=kind, model=model, devices=count, device_memory_bytes=n.device_memory_bytes,
+                cpu_millicores=n.cpu_millicores or 0, memory_bytes=n.memory_bytes or 0, cost_per_hour=n.cost_per_hour,
+                idle_watts=n.idle_watts, busy_watts=n.busy_watts, datasets=n.datasets,
+            ))
+        queues: dict[str, PlacementQueue] = {}
+        for i, q in enumerate(self.queues):
+            amounts = {}
+            for what, value in (("guarantee", q.guarantee), ("capability", q.capability)):
+                if set(value) - {ANY_DEVICES}:
+                    raise InvalidInventory(
+                        f"{self.source}: queues[{i}] ({q.name}).{what}={dict(value)!r}; valid for placement: a bare "
+                        "count of devices of any model"
+                    )
+                amounts[what] = value.get(ANY_DEVICES)
+            queues[q.name] = PlacementQueue(name=q.name, guarantee=amounts["guarantee"] or 0, capability=amounts["capability"],
+                                            priority=q.priority or 0, reclaimable=q.reclaimable)
+        return PlacementInventory(nodes=tuple(nodes), queues=queues, throughputs=self.throughputs, policy=self.policy,
+                                  source=self.source)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementNode:
+    """One machine as placement sees it (:meth:`ClusterInventory.for_placement`).
+
+    Attributes:
+        name: unique in the inventory.
+        kind: the device kind value of its accelerators, or ``cpu`` (a node without accelerators).
+        model: accelerator registry key (``nvidia-v100``), or ``cpu`` for a node without accelerators.
+        devices: accelerator devices on the node (0 for a CPU-only node).
+        device_memory_bytes: memory per device, bytes.
+        cpu_millicores, memory_bytes: allocatable CPU (millicores) and memory (bytes).
+        cost_per_hour: whole node, per hour (any currency; the simulator reports the same unit).
+        idle_watts: power of the node when on and no device is busy, W.
+        busy_watts: power added per busy device, W.
+        datasets: data sets cached on the node.
+    """
+
+    name: str
+    kind: str
+    model: str
+    devices: int
+    device_memory_bytes: int = 0
+    cpu_millicores: int = 0
+    memory_bytes: int = 0
+    cost_per_hour: float = 0.0
+    idle_watts: float = 0.0
+    busy_watts: float = 0.0
+    datasets: frozenset[str] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementQueue:
+    """A Volcano-style queue as placement sees it (see :mod:`heteroflow.components.placement.policies` for the semantics).
+
+    Attributes:
+        name: the queue's name.
+        guarantee: accelerator devices reserved for the queue (its minimum).
+        capability: the most devices the queue may use (its elastic maximum); None: the whole cluster.
+        priority: higher wins contended capacity and may reclaim borrowed capacity of lower ones.
+        reclaimable: whether devices it borrowed beyond its guarantee may be reclaimed.
+    """
+
+    name: str
+    guarantee: int = 0
+    capability: int | None = None
+    priority: int = 0
+    reclaimable: bool = True
+
+
+DEFAULT_QUEUE = PlacementQueue(name="default")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PlacementInventory:
+    """Nodes of one model each, and queues (the placement view of :class:`ClusterInventory`).
+
+    Attributes:
+        nodes: the nodes, names unique.
+        queues: by name; a job naming no queue goes to ``default`` (created when absent, no guarantee).
+        throughputs: job type -> model -> steps/s (the plan step's profile table); may be empty.
+        policy: the default policy name, or None.
+        source: where it was read from (for messages).
+    """
+
+    nodes: tuple[PlacementNode, ...]
+    queues: Mapping[str, PlacementQueue] = dataclasses.field(default_factory=dict)
+    throughputs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    policy: str | None = None
+    source: str = "inventory"
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """Device models present, in first-seen order (``cpu`` for CPU-only nodes)."""
+        return tuple(dict.fromkeys(n.model for n in self.nodes))
+
+    def capacity(self) -> dict[str, int]:
+        """Accelerator devices per model."""
+        out: dict[str, int] = {}
+        for n in self.nodes:
+            out[n.model] = out.get(n.model, 0) + n.devices
+        return out
+
+    def total_devices(self) -> int:
+        return sum(n.devices for n in self.nodes)
+
+    def queue(self, name: str) -> PlacementQueue:
+        """The queue ``name`` (``default`` exists even when not listed).
+
+        Raises:
+            InvalidTrace: no such queue.
+        """
+        if name in self.queues:
+            return self.queues[name]
+        if name == "default":
+            return DEFAULT_QUEUE
+        from heteroflow.components.placement.policies import InvalidTrace
+
+        raise InvalidTrace(f"queue={name!r} is not in {self.source}; valid: {', '.join(sorted(self.queues) or ['default'])}")
+
+
+def _assemble(nodes: Sequence[Node], *, source: str, stated: Mapping[str, Any] | None = None,
+              cpu_millicores: int | None = None, memory_bytes: int | None = None, cohort: str = "heteroflow") -> ClusterInventory:
+    """Devices and (where every node states them) CPU and memory totals from the nodes and the per-kind form."""
+    devices: dict[str, int] = {}
+    for n in nodes:
+        for model, c in n.devices.items():
+            devices[model] = devices.get(model, 0) + c
+    for kind, value in (stated or {}).items():
+        if kind not in _accelerator_kinds():
+            continue
+        if isinstance(value, Mapping):
+            for model, c in value.items():
+                devices[model] = devices.get(model, 0) + c
+        else:
+            devices[kind] = value
+    if nodes and cpu_millicores is None and all(n.cpu_millicores is not None for n in nodes):
+        cpu_millicores = sum(n.cpu_millicores or 0 for n in nodes)
+    if nodes and memory_bytes is None and all(n.memory_bytes is not None for n in nodes):
+        memory_bytes = sum(n.memory_bytes or 0 for n in nodes)
+    return ClusterInventory(devices=devices, cpu_millicores=cpu_millicores, memory_bytes=memory_bytes, nodes=tuple(nodes),
+                            cohort=cohort, source=source, stated=dict(stated or {}))
