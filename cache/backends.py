@@ -135,7 +135,7 @@ def _host_port(netloc: str, default: int, cache_root: str, forms: str) -> tuple[
 
 
 def _record_dir(location: str) -> Path:
-    from heteroflow.cache.prewarm import cache_key
+    from heteroflow.cache.layout import cache_key
 
     return local_cache_dir() / "alluxio" / cache_key(location)
 
@@ -189,7 +189,7 @@ def _finish(listing: DatasetListing, entries: list[ManifestEntry], *, source: st
 
 
 def _workers(workers: int, n: int) -> int:
-    from heteroflow.cache.prewarm import default_workers
+    from heteroflow.cache.copying import default_workers
 
     return workers or default_workers(remote=True, files=n)
 

@@ -32,24 +32,26 @@ A killed prewarm therefore never changes the current version: readers keep readi
 and a rerun resumes. A changed source makes a new version (new folder); an unchanged one is reused as is.
 Cached files get ``0o666 & ~umask`` permissions. A published version is never written again, except that a
 repaired copy of the same content may replace it as a whole.
+
+This module holds the steps above (:func:`prewarm`, :func:`prewarm_dataset`, :func:`check_source`,
+:class:`PrewarmResult`); the rest moved out and is re-exported here: the data set folder's parts, its lock,
+housekeeping and :func:`cache_key` / :func:`dataset_cache_dir` to :mod:`heteroflow.cache.layout`, the file copy
+(hashing, ``copy_file_range``, the thread pool, the journal) and :func:`default_workers` to
+:mod:`heteroflow.cache.copying`.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import datetime
-import hashlib
 import json
 import logging
-import mmap
 import os
 import posixpath
 import shutil
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -60,16 +62,31 @@ from heteroflow.cache.atomic import (
     recover_leftovers,
     sync_filesystem,
 )
+from heteroflow.cache.copying import _copy_all, _link_or_copy, _open_source, default_workers
 from heteroflow.cache.errors import (
-    CacheIntegrityError,
-    CacheLockTimeout,
-    CacheSpaceError,
     DatasetError,
     InvalidCacheOption,
     SourceChanged,
 )
+from heteroflow.cache.layout import (
+    JOURNAL_NAME,
+    LOCK_NAME,
+    STAGING_NAME,
+    STAT_NAME,
+    VERSIONS_DIR,
+    _check_space,
+    _dataset_lock,
+    _gc_versions,
+    _journal_ok,
+    _load_current,
+    _prune_staging,
+    _read_journal,
+    _read_json,
+    _remove_legacy_files,
+    cache_key,
+    dataset_cache_dir,
+)
 from heteroflow.cache.listing import DatasetListing, ListedFile, list_dataset
-from heteroflow.cache.locations import local_cache_dir
 from heteroflow.cache.manifest import (
     MANIFEST_NAME,
     Manifest,
@@ -77,9 +94,9 @@ from heteroflow.cache.manifest import (
     dataset_digest,
     sha256_file,
 )
-from heteroflow.cache.progress import ProgressCallback, Reporter, current_progress_callback, format_bytes
+from heteroflow.cache.progress import ProgressCallback, Reporter, current_progress_callback
 from heteroflow.cache.redact import redact_url, warn_if_credentials
-from heteroflow.cache.sources import classify, dataset_identity, filesystem_for, normalize_source, source_errors
+from heteroflow.cache.sources import normalize_source, source_errors
 
 __all__ = [
     "LOCK_NAME",
@@ -99,14 +116,7 @@ __all__ = [
     "sha256_file",
 ]
 
-VERSIONS_DIR = "versions"
-STAGING_NAME = ".staging"
-LOCK_NAME = ".lock"
-STAT_NAME = ".heteroflow-stat.json"  # per version: (bytes, mtime_ns) of each file when it was verified
-JOURNAL_NAME = ".heteroflow-journal.jsonl"  # in .staging: one line per finished file
 VERIFY_MODES = ("size", "stat", "sha256")
-_BATCH_FILES = 64  # small files per thread-pool task (cuts per-task overhead on trees of many small files)
-_BATCH_BYTES = 8 << 20
 _COPY_ROUNDS = 3  # copies of a data set whose files keep changing at the source before prewarm gives up
 _log = logging.getLogger("heteroflow.cache")
 
@@ -162,36 +172,6 @@ class PrewarmResult:
         }
 
 
-def cache_key(source_uri: str) -> str:
-    """Folder name of a source in the cache tier: ``<basename>-<12 hex of sha256(identity)>``.
-
-    The identity is :func:`heteroflow.cache.sources.dataset_identity`: a local path absolute with symlinks
-    resolved (``data/x`` from any spelling, as ``heteroflow run --dataset`` resolves it), a URL without
-    credentials, signing parameters or trailing ``/``. The basename is that of the path (query and fragment
-    dropped), made filesystem-safe. Every cache key (prewarm, ``cache status``, Alluxio records) is this one.
-    """
-    canonical = dataset_identity(source_uri)
-    path = canonical.split("://", 1)[-1]
-    path = path.split("?", 1)[0].split("#", 1)[0] if "://" in canonical else path
-    base = posixpath.basename(path.rstrip("/")) or "dataset"
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in base).strip(".")[:48] or "dataset"
-    return f"{safe}-{hashlib.sha256(canonical.encode()).hexdigest()[:12]}"
-
-
-def dataset_cache_dir(source_uri: str, cache_root: str = "") -> Path:
-    """``<cache_root or the local cache tier>/<cache_key(source_uri)>``."""
-    root = Path(cache_root.removeprefix("file://")).expanduser() if cache_root else local_cache_dir()
-    return root / cache_key(source_uri)
-
-
-def default_workers(*, remote: bool, files: int) -> int:
-    """Copy threads for ``files`` files: 4 per CPU core for a remote source (network-bound), 2 per core for a
-    local one (disk-bound), at least 4 and at most 32, never more than the files."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    n = max(4, min(32, cpus * (4 if remote else 2)))
-    return max(1, min(n, files))
-
-
 def _verify_mode(verify: bool | str) -> str:
     if verify is True:
         return "sha256"
@@ -201,257 +181,6 @@ def _verify_mode(verify: bool | str) -> str:
         raise InvalidCacheOption(f"verify={verify!r} is not a verification mode; valid: {', '.join(VERIFY_MODES)}")
     return verify
 
-
-# --- the parts of a data set folder ------------------------------------------------------------------------
-
-
-def _load_current(dataset_dir: Path) -> Manifest | None:
-    path = dataset_dir / MANIFEST_NAME
-    if not path.exists():
-        return None
-    try:
-        return Manifest.load(path)
-    except DatasetError as exc:  # damaged or foreign: treated as no cache, everything is copied again
-        _log.warning("ignoring the cached manifest %s: %s", path, exc)
-        return None
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _read_journal(staging: Path) -> dict[str, dict[str, Any]]:
-    """Finished files of a killed prewarm: path -> {bytes, sha256, source_key, mtime_ns}. A torn last line
-    (the kill came mid-write) is ignored."""
-    out: dict[str, dict[str, Any]] = {}
-    try:
-        lines = (staging / JOURNAL_NAME).read_text(encoding="utf-8").splitlines()
-    except OSError:
-        return out
-    for line in lines:
-        try:
-            rec = json.loads(line)
-            out[rec["path"]] = rec
-        except (ValueError, KeyError, TypeError):
-            continue
-    return out
-
-
-@contextlib.contextmanager
-def _dataset_lock(dataset_dir: Path, timeout_s: float) -> Iterator[None]:
-    import filelock
-
-    lock = filelock.FileLock(str(dataset_dir / LOCK_NAME), timeout=timeout_s, preserve_lock_file=True)
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        raise CacheLockTimeout(
-            f"another prewarm of this data set holds {dataset_dir / LOCK_NAME} for more than {timeout_s:.0f} s; wait "
-            "for it to finish (or raise lock_timeout_s); a lock of a killed process is released by the kernel"
-        ) from None
-    try:
-        yield
-    finally:
-        lock.release()
-
-
-def _open_source(listing: DatasetListing, source_uri: str, storage_options: Mapping[str, Any] | None) -> Callable[[ListedFile], BinaryIO] | None:
-    """How to open a source file: None for a local data set (plain syscalls), else the fsspec driver's open."""
-    if listing.local:
-        return None
-    fs, _ = filesystem_for(source_uri, storage_options)
-    return lambda f: fs.open(f.source, "rb")
-
-
-_SMALL_FILE = 1 << 20  # files up to this size are read in one call
-_BIG_CHUNK = 8 << 20  # read/write unit for larger files (bytes); larger chunks measured 3-4x faster than 1 MiB here
-_O_NEW = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_CLOEXEC", 0)
-_local_buffers = threading.local()
-
-
-def _write_all(fd: int, data: memoryview | bytes) -> None:
-    view = memoryview(data)
-    while view:
-        n = os.write(fd, view)
-        view = view[n:]
-
-
-_SYNC_FILE_RANGE_WRITE = 2  # linux/fs.h: start writeback of dirty pages, do not wait
-
-
-def _start_writeback(fd: int) -> None:
-    """Ask the kernel to start writing ``fd``'s dirty pages now (``sync_file_range(2)``), without waiting; a
-    no-op where unavailable. Durability still comes from the one ``syncfs`` before publishing."""
-    global _sync_file_range
-    if _sync_file_range is None:
-        try:
-            import ctypes
-
-            fn = ctypes.CDLL(None, use_errno=True).sync_file_range
-            fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
-            _sync_file_range = fn
-        except (OSError, AttributeError):
-            _sync_file_range = False
-    if _sync_file_range:
-        _sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WRITE)
-
-
-_sync_file_range: Any = None
-
-
-def _kernel_copy(source: str, out: int) -> bool:
-    """Copy ``source`` into the open file ``out`` with ``copy_file_range(2)``; False (nothing written) where the
-    kernel or filesystem cannot, so the caller copies through user space."""
-    src = os.open(source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-    try:
-        total = 0
-        while True:
-            try:
-                n = os.copy_file_range(src, out, 1 << 30)
-            except OSError:
-                if total:
-                    raise
-                return False
-            if n == 0:
-                return True
-            total += n
-    finally:
-        os.close(src)
-
-
-def _copy_file(f: ListedFile, dest: str, open_src: Callable[[ListedFile], BinaryIO] | None) -> tuple[int, str, int]:
-    """Copy one file, hashing it on the way. ``open_src`` None: a local file, read with plain syscalls.
-    Returns (bytes, sha256 hex, mtime_ns of the copy). The copy gets ``0o666 & ~umask``."""
-    digest = hashlib.sha256()
-    written = 0
-    out = os.open(dest, _O_NEW, 0o666)
-    try:
-        if open_src is None and f.bytes is not None and f.bytes <= _SMALL_FILE:
-            src = os.open(f.source, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
-            try:
-                data = os.read(src, f.bytes + 1)
-                while len(data) <= f.bytes:  # a short read (rare): read on to the end
-                    more = os.read(src, f.bytes + 1 - len(data))
-                    if not more:
-                        break
-                    data += more
-            finally:
-                os.close(src)
-            digest.update(data)
-            _write_all(out, data)
-            written = len(data)
-        elif open_src is None and hasattr(os, "copy_file_range") and _kernel_copy(f.source, out):
-            # local to local: the kernel copies (as cp does), then the copy itself is hashed through a mapping,
-            # so the manifest describes exactly the bytes in the cache
-            written = os.fstat(out).st_size
-            _start_writeback(out)  # the disk writes while the copy is hashed; the final syncfs waits for less
-            if written:
-                with open(dest, "rb", buffering=0) as back, mmap.mmap(
-                    back.fileno(), 0, flags=mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), prot=mmap.PROT_READ
-                ) as mapped:
-                    digest.update(mapped)
-        else:
-            buf = getattr(_local_buffers, "buf", None)
-            if buf is None:
-                buf = _local_buffers.buf = bytearray(_BIG_CHUNK)
-            view = memoryview(buf)
-            with (open(f.source, "rb", buffering=0) if open_src is None else open_src(f)) as src_fh:
-                readinto = getattr(src_fh, "readinto", None)
-                while True:
-                    if readinto is not None:
-                        n = readinto(buf)
-                        if not n:
-                            break
-                        chunk: memoryview | bytes = view[:n]
-                    else:
-                        chunk = src_fh.read(_BIG_CHUNK)
-                        if not chunk:
-                            break
-                        n = len(chunk)
-                    digest.update(chunk)
-                    _write_all(out, chunk)
-                    written += n
-        mtime_ns = os.fstat(out).st_mtime_ns
-    finally:
-        os.close(out)
-    if f.bytes is not None and written != f.bytes:
-        os.unlink(dest)
-        raise CacheIntegrityError(
-            f"copied {written} bytes of {f.path!r} but the source has {f.bytes}; the source changed or the read was "
-            "cut short: rerun prewarm"
-        )
-    return written, digest.hexdigest(), mtime_ns
-
-
-def _link_or_copy(src: Path, dest: Path) -> None:
-    try:
-        os.link(src, dest)
-    except OSError:  # no hard links on this filesystem: a local copy (still no read from the source)
-        shutil.copyfile(src, dest)
-
-
-def _batches(files: list[ListedFile]) -> list[list[ListedFile]]:
-    out: list[list[ListedFile]] = []
-    cur: list[ListedFile] = []
-    size = 0
-    for f in files:
-        if cur and (len(cur) >= _BATCH_FILES or size + (f.bytes or _BATCH_BYTES) > _BATCH_BYTES):
-            out.append(cur)
-            cur, size = [], 0
-        cur.append(f)
-        size += f.bytes or _BATCH_BYTES
-    if cur:
-        out.append(cur)
-    return out
-
-
-def _check_space(dataset_dir: Path, needed: int) -> None:
-    free = shutil.disk_usage(dataset_dir).free
-    if needed > free:
-        raise CacheSpaceError(
-            f"not enough free space in the cache tier at {dataset_dir}: the copy needs {format_bytes(needed)} ({needed} bytes), "
-            f"{format_bytes(free)} ({free} bytes) are free; free space there, or give another cache root (--cache / cache_root)"
-        )
-
-
-def _gc_versions(dataset_dir: Path, current: str, keep: int) -> list[str]:
-    versions = dataset_dir / VERSIONS_DIR
-    if not versions.is_dir():
-        return []
-    found = []
-    for d in versions.iterdir():
-        if d.is_dir() and not d.name.startswith("."):
-            try:
-                found.append(((d / MANIFEST_NAME).stat().st_mtime, d))
-            except FileNotFoundError:
-                found.append((0.0, d))
-    found.sort(key=lambda t: t[0], reverse=True)
-    kept = [d for _, d in found if d.name == current][:1] + [d for _, d in found if d.name != current]
-    removed = []
-    for d in kept[max(1, keep):]:
-        shutil.rmtree(d, ignore_errors=True)
-        removed.append(d.name)
-    return removed
-
-
-def _remove_legacy_files(dataset_dir: Path, legacy: Manifest) -> None:
-    """Files of the format-1 layout (the data set's files directly in its cache folder), once migrated."""
-    for entry in legacy.files:
-        if entry.path.split("/", 1)[0] in (VERSIONS_DIR, STAGING_NAME, MANIFEST_NAME, LOCK_NAME):
-            continue
-        with contextlib.suppress(OSError):
-            (dataset_dir / entry.path).unlink()
-    for d in sorted((p for p in dataset_dir.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True):
-        if d.name in (VERSIONS_DIR, STAGING_NAME) or VERSIONS_DIR in d.relative_to(dataset_dir).parts[:1]:
-            continue
-        with contextlib.suppress(OSError):
-            d.rmdir()
-    for tmp in dataset_dir.glob("**/.*.part"):
-        with contextlib.suppress(OSError):
-            tmp.unlink()
 
 
 # --- prewarm -----------------------------------------------------------------------------------------------
@@ -715,25 +444,6 @@ def _prewarm_locked(
     )
 
 
-def _journal_ok(staging: Path, path: str, rec: Mapping[str, Any]) -> bool:
-    try:
-        st = staging.joinpath(*path.split("/")).stat()
-    except OSError:
-        return False
-    return st.st_size == rec.get("bytes") and st.st_mtime_ns == rec.get("mtime_ns")
-
-
-def _prune_staging(staging: Path, keep: set[str]) -> None:
-    """Remove every file in ``staging`` that is not a resumed one (partial files of a killed copy included)."""
-    for dirpath, dirnames, filenames in os.walk(staging):
-        rel_dir = os.path.relpath(dirpath, staging)
-        for name in filenames:
-            rel = name if rel_dir == "." else f"{rel_dir.replace(os.sep, '/')}/{name}"
-            if rel not in keep and name != JOURNAL_NAME:
-                with contextlib.suppress(FileNotFoundError):
-                    os.unlink(os.path.join(dirpath, name))
-
-
 def _verify_cached(
     items: list[tuple[ListedFile, ManifestEntry, Path]],
     stat_index: Mapping[str, Any],
@@ -762,66 +472,6 @@ def _verify_cached(
             out[item[0].path] = ok
             report.advance(1, item[1].bytes)
     return out
-
-
-def _copy_all(
-    files: list[ListedFile],
-    staging: Path,
-    open_src: Callable[[ListedFile], BinaryIO] | None,
-    workers: int,
-    report: Reporter,
-    failed: dict[str, BaseException] | None = None,
-    source_uri: str = "",
-) -> Iterator[tuple[ManifestEntry, int]]:
-    """Copy ``files`` into ``staging`` on ``workers`` threads; yield each finished file (on this thread).
-
-    With ``failed``, a file whose copy found the source moving under it (a size other than listed, an object
-    store's 412 to a read pinned to the listed ETag) is recorded there with its error instead of stopping the
-    copy: the caller compares a fresh listing and copies it again (or raises the error when nothing changed).
-    """
-
-    journal = open(staging / JOURNAL_NAME, "a", encoding="utf-8")  # noqa: SIM115 - closed below
-    journal_lock = threading.Lock()
-
-    base = str(staging)
-
-    def run(batch: list[ListedFile]) -> list[tuple[ManifestEntry, int]]:
-        out = []
-        for f in batch:
-            try:
-                n, sha, mtime_ns = _copy_file(f, os.path.join(base, f.path), open_src)
-            except Exception as exc:
-                if failed is None:
-                    raise
-                mapped = exc if isinstance(exc, CacheIntegrityError) else classify(exc, source_uri)
-                if not isinstance(mapped, (CacheIntegrityError, SourceChanged)):
-                    raise
-                with journal_lock:
-                    failed[f.path] = mapped
-                continue
-            entry = ManifestEntry(path=f.path, bytes=n, sha256=sha, source_key=f.key)
-            line = json.dumps({"path": f.path, "bytes": n, "sha256": sha, "source_key": f.key, "mtime_ns": mtime_ns})
-            with journal_lock:  # one line per finished file: a killed prewarm resumes file by file
-                journal.write(line + "\n")
-                journal.flush()
-            out.append((entry, mtime_ns))
-        return out
-
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="heteroflow-prewarm") as pool:
-        futures = [pool.submit(run, b) for b in _batches(files)]
-        try:
-            for fut in concurrent.futures.as_completed(futures):
-                done = fut.result()
-                for item in done:
-                    yield item
-                report.advance(len(done), sum(e.bytes for e, _ in done))
-        except BaseException:
-            for fut in futures:
-                fut.cancel()
-            raise
-        finally:
-            pool.shutdown(wait=True, cancel_futures=True)
-            journal.close()
 
 
 # --- the step-level function and the up-front check --------------------------------------------------------

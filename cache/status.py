@@ -7,9 +7,9 @@ import json
 from pathlib import Path
 
 from heteroflow.cache.errors import DatasetError
+from heteroflow.cache.layout import JOURNAL_NAME, STAGING_NAME, VERSIONS_DIR, cache_key
 from heteroflow.cache.locations import local_cache_dir
 from heteroflow.cache.manifest import MANIFEST_NAME, Manifest
-from heteroflow.cache.prewarm import JOURNAL_NAME, STAGING_NAME, VERSIONS_DIR, cache_key
 
 __all__ = ["DatasetStatus", "VersionStatus", "cache_status"]
 

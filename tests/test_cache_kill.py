@@ -23,11 +23,12 @@ from heteroflow.cache.prewarm import STAGING_NAME, VERSIONS_DIR, dataset_cache_d
 _CHILD = textwrap.dedent(
     """
     import json, os, signal, sys, threading, time
+    import heteroflow.cache.copying as copying
     import heteroflow.cache.prewarm as pm
 
     source, cache_root, out, kill_before, workers, delay = sys.argv[1:7]
     kill_before, workers, delay = int(kill_before), int(workers), float(delay)
-    real = pm._copy_file
+    real = copying._copy_file  # called by copying._copy_all
     lock = threading.Lock()
     calls = [0]
 
@@ -41,7 +42,7 @@ _CHILD = textwrap.dedent(
             time.sleep(delay)
         return real(*args, **kwargs)
 
-    pm._copy_file = copy
+    copying._copy_file = copy
     result = pm.prewarm_dataset(source, out, cache_root=cache_root, copy_threads=workers)
     print(json.dumps(result.facts()))
     """

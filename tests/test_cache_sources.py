@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+import heteroflow.cache.copying as copying  # _copy_file: what copying._copy_all calls
 import heteroflow.cache.prewarm as pm
 from heteroflow.cache.atomic import atomic_directory, atomic_write_bytes, make_temp_dir
 from heteroflow.cache.dataset import open_dataset
@@ -291,7 +292,7 @@ def changing(tmp_path: Path) -> Path:
 
 
 def _during_copy_of(monkeypatch: pytest.MonkeyPatch, path: str, action) -> list[str]:  # type: ignore[no-untyped-def]
-    real = pm._copy_file
+    real = copying._copy_file
     done: list[str] = []
 
     def copy_file(f, dest, open_src):  # type: ignore[no-untyped-def]
@@ -300,7 +301,7 @@ def _during_copy_of(monkeypatch: pytest.MonkeyPatch, path: str, action) -> list[
         done.append(f.path)
         return real(f, dest, open_src)
 
-    monkeypatch.setattr(pm, "_copy_file", copy_file)
+    monkeypatch.setattr(copying, "_copy_file", copy_file)
     return done
 
 
@@ -372,7 +373,7 @@ def test_a_file_that_keeps_changing_fails_clearly_and_the_current_version_stays(
 def test_a_short_read_of_an_unchanged_source_is_still_an_integrity_error(changing: Path, tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch):
     """Not every short copy is a change: when the fresh listing matches, the read was bad and nothing is published."""
-    real = pm._copy_file
+    real = copying._copy_file
 
     def short(f, dest, open_src):  # type: ignore[no-untyped-def]
         if f.path == "a.csv":
@@ -380,7 +381,7 @@ def test_a_short_read_of_an_unchanged_source_is_still_an_integrity_error(changin
             raise CacheIntegrityError(f"copied 1 bytes of {f.path!r} but the source has {f.bytes}")
         return real(f, dest, open_src)
 
-    monkeypatch.setattr(pm, "_copy_file", short)
+    monkeypatch.setattr(copying, "_copy_file", short)
     with pytest.raises(CacheIntegrityError, match="copied 1 bytes of 'a.csv'"):
         prewarm(str(changing), tmp_path / "cache", workers=1)
     assert not (tmp_path / "cache" / MANIFEST_NAME).exists()

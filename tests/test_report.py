@@ -185,12 +185,12 @@ def test_prewarm_imports_matplotlib_in_the_background_and_the_report_waits_for_i
 
     code = (
         "import sys, threading\n"
-        "from heteroflow.pipelines.runs import report\n"
+        "from heteroflow.pipelines.runs import prerendering, report\n"
         "assert 'matplotlib.figure' not in sys.modules\n"
-        "report.prewarm(); t = report._PREWARM\n"
+        "report.prewarm(); t = prerendering._PREWARM  # the thread is prerendering's state\n"
         "assert t is not None and t is not threading.current_thread() and t.daemon\n"
         "t.join(); assert 'matplotlib.figure' in sys.modules\n"
-        "report.prewarm(); assert report._PREWARM is t  # once\n"
+        "report.prewarm(); assert prerendering._PREWARM is t  # once\n"
         "print('ok')\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -203,8 +203,8 @@ def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_
     import threading
     import time
 
-    from heteroflow.pipelines.runs import report
     from heteroflow.pipelines.graph import Pipeline
+    from heteroflow.pipelines.runs import charts, prerendering, report
 
     history = [{"epoch": 1, "loss": 1.2, "validation_accuracy": 0.5}, {"epoch": 2, "loss": 0.7, "validation_accuracy": 0.8}]
     evaluate = {"accuracy": 0.7, "classes": ["a", "b"], "confusion_matrix": [[3, 1], [2, 4]],
@@ -220,15 +220,15 @@ def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_
     wake.set()  # what the runner does when a task ends
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        with report._CHARTS_LOCK:
-            drawn = sorted(k.partition("[")[0] for k in report._CHARTS)
+        with charts._CHARTS_LOCK:
+            drawn = sorted(k.partition("[")[0] for k in charts._CHARTS)
         if len(drawn) >= 3:
             break
         time.sleep(0.05)
     assert drawn == ["_confusion_plot", "_history_plots", "_per_class_plot"], drawn
     _record(folder, results={"train": {"history": history}, "evaluate": evaluate})
     written = write_report(folder).read_text(encoding="utf-8")
-    assert report._PRERENDER is None and report._CHARTS == {}, "the thread is stopped and the drawings dropped"
+    assert prerendering._PRERENDER is None and charts._CHARTS == {}, "the thread is stopped and the drawings dropped"
     assert 'data-plot="train loss"' in written and 'data-plot="evaluate confusion"' in written
     assert written == render_report(folder), "the report does not depend on what was drawn early"
 
@@ -236,13 +236,13 @@ def test_plots_of_finished_steps_are_drawn_while_the_run_goes_on_and_the_report_
 @pytest.mark.parametrize("case", ["short", "long names", "many classes"])
 def test_plots_keep_every_text_inside_the_figure_without_a_layout_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                           case: str) -> None:
-    """The plots are placed from their texts' sizes (report._fit), not by matplotlib's constrained layout: every
+    """The plots are placed from their texts' sizes (charts._fit), not by matplotlib's constrained layout: every
     tick label, axis label and title lies inside the figure, also with long step names (titles), long class names
     (turned x labels), and 10 classes whose last name is long (the y ticks the locator picks change once the axes
     is placed); the axes are not squeezed (long texts make the figure larger)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-    from heteroflow.pipelines.runs import report
+    from heteroflow.pipelines.runs import charts
 
     step = "a_user_step_with_a_really_quite_long_name_indeed" if case == "long names" else "train"
     classes = {
@@ -262,20 +262,20 @@ def test_plots_keep_every_text_inside_the_figure_without_a_layout_engine(tmp_pat
     (folder / "steps" / step / "attempt-1.json").write_text(json.dumps(
         {"step": step, "attempt": 1, "status": "succeeded", "started_at": 1_700_000_000.0, "ended_at": 1_700_000_000.5}))
     figures: dict[str, Any] = {}
-    real_svg = report._svg
+    real_svg = charts._svg
 
     def keep(fig: Any, label: str) -> str:
         figures[label] = fig
         assert fig.get_layout_engine() is None
         return real_svg(fig, label)
 
-    monkeypatch.setattr(report, "_svg", keep)
-    monkeypatch.setattr(report, "_CHARTS", {})  # draw every plot here, none from an earlier test's memo
+    monkeypatch.setattr(charts, "_svg", keep)  # the plots (in charts) call charts._svg
+    monkeypatch.setattr(charts, "_CHARTS", {})  # draw every plot here, none from an earlier test's memo
     render_report(folder)
     assert set(figures) == {"timeline", f"{step} loss", f"{step} metrics", "evaluate confusion", "evaluate per class"}
     for label, fig in figures.items():
         canvas = FigureCanvasAgg(fig)
-        with report._style(label):
+        with charts._style(label):
             renderer = canvas.get_renderer()
             fig.draw(renderer)
             box = fig.bbox

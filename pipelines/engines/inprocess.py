@@ -26,8 +26,8 @@ from heteroflow.components.core.fallback import next_candidate, retry_decision
 from heteroflow.components.core.runtime import LocalArtifact, Outcome, run_step
 from heteroflow.pipelines.graph import Call, Pipeline
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
+from heteroflow.pipelines.runs.prerendering import prewarm as prewarm_report
 from heteroflow.pipelines.runs.records import RunRecord, begin_run, prepare_arguments
-from heteroflow.pipelines.runs.report import prewarm as prewarm_report
 
 __all__ = ["run_call", "run_inprocess"]
 

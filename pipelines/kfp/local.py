@@ -34,8 +34,8 @@ from heteroflow.pipelines.kfp import patches as kfp_patches
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.graph import Pipeline
 from heteroflow.pipelines.kfp.prestart import WarmPool, prestart_size, take_early
-from heteroflow.pipelines.runs.report import prerender as prerender_report
-from heteroflow.pipelines.runs.report import stop_prerender
+from heteroflow.pipelines.runs.prerendering import prerender as prerender_report
+from heteroflow.pipelines.runs.prerendering import stop_prerender
 from heteroflow.pipelines.runs.records import (
     RunRecord,
     StepSummary,

@@ -348,7 +348,7 @@ def cheap_container_checks() -> Iterator[None]:
 
 TASK_ENDED = threading.Event()
 """Set when a task of the run has ended (:func:`_run_dag_in_parallel`): wakes the report's
-:func:`~heteroflow.pipelines.runs.report.prerender`. Never set on kfp's own loop."""
+:func:`~heteroflow.pipelines.runs.prerendering.prerender`. Never set on kfp's own loop."""
 
 STOPPING = threading.Event()
 """Set when a run is interrupted: kfp.local starts no task (and no retry of one) after it."""

@@ -1,7 +1,9 @@
 """Runs: run records and folders, reading them back, the HTML report and the Prometheus metrics.
 
 Owns: ``records`` (writing ``run.json`` and attempt records), ``folders`` (reading run folders of any engine), ``report``
-(``report.html``), ``metrics`` (``metrics.prom`` and ``heteroflow metrics serve``).
+(``report.html``; its ``sections``, ``charts`` (matplotlib plots as inline SVG), ``markup`` (style sheet, escaping,
+formats) and ``prerendering`` (matplotlib imported and plots drawn while a run goes on)), ``metrics`` (``metrics.prom``
+and ``heteroflow metrics serve``).
 May import: ``heteroflow.components``, ``heteroflow.cache``; not the engines or the CLI.
 """
 

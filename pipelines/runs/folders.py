@@ -340,7 +340,7 @@ def prune_cache(
     import filelock
 
     from heteroflow.cache.errors import CacheLockTimeout
-    from heteroflow.cache.prewarm import LOCK_NAME, VERSIONS_DIR
+    from heteroflow.cache.layout import LOCK_NAME, VERSIONS_DIR
     from heteroflow.cache.status import cache_status
     from heteroflow.components.models.archive import archive_root_dir, list_models, list_versions
 
