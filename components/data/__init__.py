@@ -1,7 +1,9 @@
 """Data: reading files, the bundled sample data sets, preprocessing into features, and the prewarm step.
 
 Owns: the reader registry (``formats``; third-party readers through the ``heteroflow.readers`` entry-point
-group), the readers themselves (``readers``, ``datasets``), the preprocess step (``preprocess``) and its fitted
+group), the readers themselves (``readers``, ``datasets``; cell cleaning in ``cells``, how a text table is read
+in ``csvformat``), the preprocess step (``preprocess``; its parameter checks in ``parameters``, the decisions on
+the class and feature columns in ``columns``, the split and the shards it writes in ``shards``) and its fitted
 table transform (``tabular``), and the prewarm step (``prewarm``, over :mod:`heteroflow.cache`). The folders
 beside these modules hold the bundled data sets with their licences (README.md).
 May import: ``heteroflow.components.core``, ``heteroflow.components.devices``, ``heteroflow.components.errors``,

@@ -183,18 +183,18 @@ def prepare_files(
         view: the :class:`~heteroflow.cache.dataset.DatasetView` of the data set (its cached files).
         output_dir: folder to write, replaced as a whole.
         split: the row indices per split (``train``, ``validation``, ``test``) of the samples' labels (shape
-            ``(n,)``), as preprocess splits them (:func:`heteroflow.components.data.preprocess.splitter`).
+            ``(n,)``), as preprocess splits them (:func:`heteroflow.components.data.shards.stratified_split`).
         settings: what ``meta.json`` records of how the data set was split (preprocess's seed and fractions).
 
     Returns:
-        A :class:`~heteroflow.components.data.preprocess.PreprocessResult` (``num_features`` = elements per sample).
+        A :class:`~heteroflow.components.data.shards.PreprocessResult` (``num_features`` = elements per sample).
 
     Raises:
         DatasetError: no readable format, a class folder with no images, an image Pillow cannot decode, a .pt
             file without ``x`` and ``y``.
     """
     from heteroflow.cache.atomic import atomic_directory
-    from heteroflow.components.data.preprocess import PreprocessResult
+    from heteroflow.components.data.shards import PreprocessResult
 
     started = time.perf_counter() if started is None else started
     kind = detect_kind(view.relative)
@@ -440,7 +440,7 @@ def open_splits(dataset_dir: str | os.PathLike[str], *, dataset_factory: str = "
             input_shape=shape, in_memory=False, info={"kind": "factory", "dataset_factory": factory}, fingerprint=key,
         )
 
-    from heteroflow.components.data.preprocess import load_split, read_meta
+    from heteroflow.components.data.shards import load_split, read_meta
 
     meta = read_meta(dataset_dir)
     kind = meta.get("data_kind", "table")

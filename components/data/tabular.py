@@ -33,8 +33,8 @@ from sklearn.preprocessing import OneHotEncoder
 
 from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.cache.errors import DatasetError
-from heteroflow.components.data.datasets import clean_column, text_cells
-from heteroflow.components.data.preprocess import SCHEMA_NAME, TRANSFORM_FILES, TRANSFORM_NAME
+from heteroflow.components.data.cells import clean_column, text_cells
+from heteroflow.components.data.shards import SCHEMA_NAME, TRANSFORM_FILES, TRANSFORM_NAME
 
 __all__ = [
     "SCHEMA_NAME",

@@ -36,7 +36,9 @@ from typing import TYPE_CHECKING, Any
 from heteroflow.cache.locations import home_dir
 from heteroflow.cache.atomic import atomic_directory
 from heteroflow.components.errors import CheckpointError, CheckpointLocked, DeviceUnavailable, InvalidParameter
-from heteroflow.components.data.preprocess import SEED_MAX, TRANSFORM_FILES, available_cpus, check_integer, read_meta
+from heteroflow.components.data.parameters import SEED_MAX, check_integer
+from heteroflow.components.data.preprocess import available_cpus
+from heteroflow.components.data.shards import TRANSFORM_FILES, read_meta
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 

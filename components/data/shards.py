@@ -1,0 +1,185 @@
+"""What preprocess writes: its result (:class:`PreprocessResult`), the stratified split, the shard files
+(``<split>-NNNNN.npz``), ``meta.json`` and the names of the transformation's files; written by
+:mod:`heteroflow.components.data.preprocess` and read back here (:func:`read_meta`, :func:`load_split`,
+:func:`split_rows`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.cache.errors import DatasetError
+from heteroflow.components.errors import InvalidParameter
+
+if TYPE_CHECKING:  # numpy is imported where it is used: pipeline definitions import the steps
+    import numpy as np
+
+__all__ = [
+    "META_NAME",
+    "SCHEMA_NAME",
+    "SPLITS",
+    "TRANSFORM_FILES",
+    "TRANSFORM_NAME",
+    "PreprocessResult",
+    "load_split",
+    "read_meta",
+    "split_rows",
+    "stratified_split",
+]
+
+SPLITS = ("train", "validation", "test")
+META_NAME = "meta.json"
+TRANSFORM_NAME = "transform.joblib"
+"""The fitted transformation (a scikit-learn ColumnTransformer written with :func:`joblib.dump`, a pickle:
+load only archives you trust)."""
+SCHEMA_NAME = "transform.json"
+"""What the transformation expects: the input columns and their kinds, the class column and classes."""
+TRANSFORM_FILES = (TRANSFORM_NAME, SCHEMA_NAME)
+"""The files that carry the transformation: preprocess writes them, train copies them into the model folder."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PreprocessResult:
+    """What preprocess wrote.
+
+    Attributes:
+        output_dir: folder with ``<split>-NNNNN.npz`` shards (arrays ``x`` float32 ``(n, d)``, ``y`` int64
+            ``(n,)``, ``source_file`` int32 ``(n,)``, ``source_row`` int64 ``(n,)``), ``meta.json``, ``transform.joblib``
+            and ``transform.json``.
+        counts: samples per split.
+        num_features: d, the width of ``x`` (numeric columns, one-hot columns, indicator columns).
+        classes: class names, index = label id.
+        num_workers: processes used to read files.
+        seconds: wall time, seconds.
+        report: the data report (JSON-ready): files and how each was read (delimiter, encoding, header,
+            decimal mark, with reasons), rows read and used, rows dropped and why, the class column and why,
+            class counts, columns used / dropped (with why) / encoded (categories) / imputed (count, strategy,
+            value), output features, the parameters as given, and the notices.
+        notices: decisions the user should know about (also in ``report["notices"]``, and logged).
+    """
+
+    output_dir: Path
+    counts: dict[str, int]
+    num_features: int
+    classes: tuple[str, ...]
+    num_workers: int
+    seconds: float
+    report: dict[str, Any] = dataclasses.field(default_factory=dict)
+    notices: tuple[str, ...] = ()
+
+
+def stratified_split(
+    labels: np.ndarray,
+    *,
+    validation_fraction: float,
+    test_fraction: float,
+    seed: int,
+    too_few: Callable[[Any, int], Exception],
+    at_least_one_test: bool = False,
+) -> dict[str, np.ndarray]:
+    """Row indices per split (``train``, ``validation``, ``test``), stratified by label: per class (in
+    ``np.unique`` order) a permutation from ``np.random.default_rng(seed)``, whose first ``round(n * test_fraction)``
+    rows go to test, the next ``round(n * validation_fraction)`` to validation and the rest to train. Each split's
+    indices are sorted (rows read in file order; train shuffles its batches anyway).
+
+    Args:
+        labels: ``(n,)`` integer labels.
+        too_few: the exception to raise for a class (its label, its sample count) left with no test or no train
+            row.
+        at_least_one_test: a class whose test share rounds to 0 gives 1 row to test instead (the image and tensor
+            readers) rather than being too few (tables).
+
+    Raises:
+        Exception: ``too_few(label, n)`` for the first class that cannot be split.
+    """
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    parts: dict[str, list[np.ndarray]] = {s: [] for s in SPLITS}
+    for label in np.unique(labels):
+        idx = rng.permutation(np.flatnonzero(labels == label))
+        n = len(idx)
+        n_test = int(round(n * test_fraction))
+        if at_least_one_test:
+            n_test = max(1, n_test)
+        n_val = int(round(n * validation_fraction))
+        if n_test < 1 or n - n_test - n_val < 1:
+            raise too_few(label, n)
+        parts["test"].append(idx[:n_test])
+        parts["validation"].append(idx[n_test:n_test + n_val])
+        parts["train"].append(idx[n_test + n_val:])
+    return {s: np.sort(np.concatenate(v)) if v else np.zeros(0, np.int64) for s, v in parts.items()}
+
+
+def _write_shards(folder: Path, split: str, per_shard: int, **arrays: np.ndarray) -> list[str]:
+    """Write one split as ``<split>-NNNNN.npz`` files of at most ``per_shard`` samples; their names."""
+    import numpy as np
+
+    n = len(arrays["x"])
+    names = []
+    for k, begin in enumerate(range(0, max(n, 1), per_shard)):
+        name = f"{split}-{k:05d}.npz"
+        chunk = {key: value[begin:begin + per_shard] for key, value in arrays.items()}
+        chunk["y"] = chunk["y"].astype(np.int64)
+        np.savez(folder / name, **chunk)
+        names.append(name)
+    return names
+
+
+def read_meta(dataset_dir: str | os.PathLike[str]) -> dict[str, Any]:
+    """The ``meta.json`` of a preprocessed data set.
+
+    Raises:
+        DatasetError: the folder is not preprocess output.
+    """
+    path = Path(dataset_dir, META_NAME)
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise DatasetError(f"{dataset_dir} is not a preprocessed data set (no {META_NAME}); run preprocess first") from None
+
+
+def load_split(dataset_dir: str | os.PathLike[str], split: str) -> tuple[np.ndarray, np.ndarray]:
+    """All shards of one split, concatenated: ``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``.
+
+    Raises:
+        InvalidParameter: ``split`` is not one of train, validation, test.
+        DatasetError: the folder is not preprocess output.
+    """
+    import numpy as np
+
+    if split not in SPLITS:
+        raise InvalidParameter(f"split={split!r} is unknown; valid: {', '.join(SPLITS)}")
+    meta = read_meta(dataset_dir)
+    xs, ys = [], []
+    for fname in meta["shards"][split]:
+        with np.load(Path(dataset_dir, fname)) as data:
+            xs.append(data["x"])
+            ys.append(data["y"])
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def split_rows(dataset_dir: str | os.PathLike[str], split: str) -> list[tuple[str, int]]:
+    """Where each sample of a split came from, in shard order: ``(file, position)`` with ``file`` as named in
+    ``meta.json`` (the user's path) and ``position`` the data row's 0-based position in it (blank rows
+    counted, the header not), the index of :attr:`~heteroflow.components.data.datasets.RawTable.frame`.
+
+    Raises:
+        InvalidParameter: ``split`` is not one of train, validation, test.
+        DatasetError: the folder is not preprocess output.
+    """
+    import numpy as np
+
+    if split not in SPLITS:
+        raise InvalidParameter(f"split={split!r} is unknown; valid: {', '.join(SPLITS)}")
+    meta = read_meta(dataset_dir)
+    out: list[tuple[str, int]] = []
+    for fname in meta["shards"][split]:
+        with np.load(Path(dataset_dir, fname)) as data:
+            out.extend((meta["files"][int(f)], int(r)) for f, r in zip(data["source_file"], data["source_row"]))
+    return out
