@@ -1,8 +1,9 @@
 """Placement: the cluster inventory, the placement policies and their simulator core, and the plan step.
 
 Owns: ``inventory`` (the one parser of cluster inventories: inventory files and ``kubectl get nodes -o json``),
-``policies`` (policies, placement rounds, the simulator's state; its names are also this package's), ``plan``
-(the plan step).
+``policies`` (the policies and Gavel's max-min allocation; it re-exports the three below, and its names are also
+this package's), ``state`` (jobs, decisions, the simulator's state), ``clusters`` (throughput tables and
+inventories to place on), ``rounds`` (placement rounds and reclaim), ``plan`` (the plan step).
 May import: ``heteroflow.components.core``, ``devices``, ``errors``, ``heteroflow.cache``.
 """
 

@@ -475,7 +475,7 @@ class PlacementInventory:
             return self.queues[name]
         if name == "default":
             return DEFAULT_QUEUE
-        from heteroflow.components.placement.policies import InvalidTrace
+        from heteroflow.components.placement.clusters import InvalidTrace
 
         raise InvalidTrace(f"queue={name!r} is not in {self.source}; valid: {', '.join(sorted(self.queues) or ['default'])}")
 
