@@ -28,15 +28,9 @@ import time
 
 import numpy as np
 
-from heteroflow.components.placement.policies import (
-    Job,
-    PlacementState,
-    _allowed_models,
-    gavel_throughputs,
-    pai_inventory,
-    place_round,
-    uniform_inventory,
-)
+from heteroflow.components.placement.clusters import gavel_throughputs, pai_inventory, uniform_inventory
+from heteroflow.components.placement.rounds import _allowed_models, place_round
+from heteroflow.components.placement.state import Job, PlacementState
 from heteroflow.pipelines.simulate import generate_gavel_trace, lower_bound_makespan, plot_utilization, simulate
 
 POLICIES = ("static", "least-loaded", "gavel", "throughput", "power-aware")

@@ -34,18 +34,11 @@ from typing import Any
 
 import numpy as np
 
-from heteroflow.components.placement.policies import (
-    ClusterInventory,
-    InvalidTrace,
-    Job,
-    PlacementState,
-    Running,
-    ThroughputTable,
-    get_policy,
-    max_min_allocation,
-    place_round,
-    reclaim,
-)
+from heteroflow.components.placement.clusters import InvalidTrace, ThroughputTable
+from heteroflow.components.placement.inventory import PlacementInventory as ClusterInventory
+from heteroflow.components.placement.policies import get_policy, max_min_allocation
+from heteroflow.components.placement.rounds import Running, place_round, reclaim
+from heteroflow.components.placement.state import Job, PlacementState
 
 __all__ = ["SimJob", "SimResult", "generate_gavel_trace", "philly_trace", "lower_bound_makespan", "plot_utilization", "read_trace",
            "simulate", "write_trace"]

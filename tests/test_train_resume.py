@@ -237,11 +237,11 @@ def test_a_second_training_of_the_same_job_waits_for_the_first_then_runs(
 def test_a_lock_wait_limit_refuses_with_a_clear_message(digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import fcntl
 
-    import heteroflow.components.training.step as train_module
+    import heteroflow.components.training.checkpoint_lock as checkpoint_lock
     from heteroflow.components.errors import CheckpointLocked
     from heteroflow.components.training.step import checkpoint_folder
 
-    monkeypatch.setattr(train_module, "LOCK_WAIT_SECONDS", 0.3)
+    monkeypatch.setattr(checkpoint_lock, "LOCK_WAIT_SECONDS", 0.3)  # _exclusive reads it there
     kwargs = dict(epochs=1, batch_size=64, seed=0, checkpoint_root=str(tmp_path / "ckpt"))
     folder = checkpoint_folder(digits_shards, **kwargs)
     folder.mkdir(parents=True)

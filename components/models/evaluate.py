@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from heteroflow.cache.errors import DatasetError
 from heteroflow.components.errors import NonFiniteError
-from heteroflow.components.training.step import load_model
+from heteroflow.components.training.model_files import load_model
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step
 

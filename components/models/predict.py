@@ -167,7 +167,7 @@ def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_
         DeviceUnavailable: ``device`` is absent.
     """
     from heteroflow.components.data.tabular import load_transform
-    from heteroflow.components.training.step import MODEL_CONFIG, load_model
+    from heteroflow.components.training.model_files import MODEL_CONFIG, load_model
 
     folder = Path(path).expanduser()
     if isinstance(path, str) and not folder.exists() and (ref := _MODEL_REF.fullmatch(path)):

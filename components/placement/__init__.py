@@ -3,8 +3,9 @@
 Owns: ``inventory`` (the one parser of cluster inventories: inventory files and ``kubectl get nodes -o json``;
 re-exports the names of the three modules it builds on: ``views``, the parsed inventory and its views per
 consumer; ``fields``, YAML with line numbers and the field checks; ``k8s_nodes``, Kubernetes nodes),
-``policies`` (policies, placement rounds, the simulator's state; its names are also this package's), ``plan``
-(the plan step).
+``policies`` (the policies and Gavel's max-min allocation; it re-exports the three below, and its names are also
+this package's), ``state`` (jobs, decisions, the simulator's state), ``clusters`` (throughput tables and
+inventories to place on), ``rounds`` (placement rounds and reclaim), ``plan`` (the plan step).
 May import: ``heteroflow.components.core``, ``devices``, ``errors``, ``heteroflow.cache``.
 """
 

@@ -385,7 +385,7 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
     nodes = cluster_inventory(device_inventory) if device_inventory.strip() else None
     chosen: dict[str, Placement] = {}
     if nodes is not None:
-        from heteroflow.components.placement.policies import PlacementState
+        from heteroflow.components.placement.state import PlacementState
 
         state = PlacementState(nodes)
         policy = nodes.policy or "listed"
@@ -432,7 +432,9 @@ def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str 
     Raises:
         NoCandidateAvailable: no candidate fits; each candidate's one-line reason is listed.
     """
-    from heteroflow.components.placement.policies import Job, get_policy, place_round
+    from heteroflow.components.placement.policies import get_policy
+    from heteroflow.components.placement.rounds import place_round
+    from heteroflow.components.placement.state import Job
 
     pol = get_policy(policy)
     table = state.inventory.throughputs.get(call)

@@ -76,7 +76,9 @@ def profile_training(
 
     from heteroflow.components.data.readers import open_splits
     from heteroflow.components.core.step import with_defaults
-    from heteroflow.components.training.step import TRAIN, check_train_params, model_spec, resolve_device, train, union_batch_size
+    from heteroflow.components.training.device import resolve_device
+    from heteroflow.components.training.params import model_spec, union_batch_size
+    from heteroflow.components.training.step import TRAIN, check_train_params, train
     from heteroflow.components.training.loop import (
         auto_workers,
         make_loader,

@@ -15,13 +15,21 @@ A candidate with several devices (``count > 1`` on a GPU or NPU kind) trains wit
 (:func:`heteroflow.components.training.distributed.launch`, torchrun's environment, the registry's backend); each runs the
 same training function on its share of every batch (see :mod:`heteroflow.components.training.loop`), so a step means
 the same with any number of devices and a checkpoint resumes across them.
+
+This module holds :func:`train`, its checks, its checkpoint folder's key, its multi-device and multi-node launch and
+the step definition (:data:`TRAIN`). The rest lives beside it, and its names are re-exported here:
+:mod:`~heteroflow.components.training.device` (:func:`resolve_device`, :func:`distributed_workers`),
+:mod:`~heteroflow.components.training.model_files` (``model.pt`` / ``model.json``: :func:`load_model`,
+:func:`build_model`), :mod:`~heteroflow.components.training.params` (``model_args``, ``batch_sizes``,
+:func:`model_spec`), :mod:`~heteroflow.components.training.checkpoint_lock` (the checkpoint folder's lock,
+:data:`~heteroflow.components.training.checkpoint_lock.LOCK_WAIT_SECONDS`) and
+:mod:`~heteroflow.components.training.context` (one process's ``TrainContext``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import fcntl
 import hashlib
 import json
 import math
@@ -29,18 +37,21 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.cache.locations import home_dir
-from heteroflow.cache.atomic import atomic_directory
-from heteroflow.components.errors import CheckpointError, CheckpointLocked, DeviceUnavailable, InvalidParameter
+from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.data.parameters import SEED_MAX, check_integer
 from heteroflow.components.data.preprocess import available_cpus
-from heteroflow.components.data.shards import TRANSFORM_FILES, read_meta
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
+from heteroflow.components.training.checkpoint_lock import LOCK_WAIT_SECONDS, _exclusive  # noqa: F401  (set it there: _exclusive reads it there)
+from heteroflow.components.training.context import _make_context, _trained_module, _training_function
+from heteroflow.components.training.device import _kind_of_type, distributed_workers, resolve_device
+from heteroflow.components.training.model_files import MODEL_CONFIG, MODEL_WEIGHTS, _write_model, build_model, load_model
+from heteroflow.components.training.params import _parse_model_args, model_spec, parse_batch_sizes, union_batch_size
 
 if TYPE_CHECKING:
     import torch
@@ -57,8 +68,6 @@ __all__ = [
     "train",
 ]
 
-MODEL_WEIGHTS = "model.pt"
-MODEL_CONFIG = "model.json"
 _CHECKPOINT = "checkpoint.pt"
 _CHECKPOINT_INFO = "checkpoint.json"
 
@@ -106,101 +115,11 @@ class TrainResult:
     processes: int = 1
     batch_size: int = 0
 
-
-def build_model(in_features: int, num_classes: int, hidden_units: int) -> torch.nn.Module:
-    """The MLP classifier: input ``(batch, in_features)`` float32, output logits ``(batch, num_classes)``
-    (:func:`heteroflow.components.training.loop.mlp`, the built-in model factory, for one-dimensional inputs)."""
-    from heteroflow.components.training.loop import mlp
-
-    return mlp(in_features, num_classes, hidden_units)
-
-
-def resolve_device(device: str) -> torch.device:
-    """Turn a device string (``cpu``, ``cuda``, ``cuda:1``, ``npu``) into a usable ``torch.device``.
-
-    Raises:
-        DeviceUnavailable: the device type is absent here (a device failure: the caller may fall back).
-        InvalidParameter: not a device string torch knows.
-    """
-    import torch
-
-    from heteroflow.components.devices import all_kinds, for_torch_device_type
-
-    if isinstance(device, str):
-        named = for_torch_device_type(device.partition(":")[0].strip())
-        if named is not None:  # e.g. torch_npu registers the "npu" device type; without it torch rejects the string
-            named.import_backend(device)
-    try:
-        dev = torch.device(device)
-    except (RuntimeError, TypeError):
-        valid = ", ".join(t for k in all_kinds() for t in ((k.torch_device_type, f"{k.torch_device_type}:N") if k.has_devices else (k.torch_device_type,)))
-        raise InvalidParameter(f"device={device!r} is not a torch device; valid: {valid}") from None
-    kind = for_torch_device_type(dev.type)
-    if kind is not None and kind.has_devices and kind.torch_namespace(torch) is not None:
-        if not kind.is_available(torch):
-            raise DeviceUnavailable(f"device={device!r}: no {kind.device_noun} is available to this process")
-    elif dev.type not in ("cpu", "meta"):
-        # other accelerators (xpu, hpu, mps, ...): torch's device-agnostic API (torch >= 2.6) says what is here
-        acc = getattr(torch, "accelerator", None)
-        current = acc.current_accelerator() if acc is not None and acc.is_available() else None
-        if current is None or current.type != dev.type:
-            raise DeviceUnavailable(f"device={device!r}: no {dev.type} device is available to this process")
-    if dev.type != "cpu" and dev.index is None:
-        # the process's current device of that type (the one CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave)
-        acc = getattr(torch, "accelerator", None)
-        if acc is not None and acc.is_available() and acc.current_accelerator().type == dev.type:
-            dev = torch.device(dev.type, acc.current_device_index())
-    return dev
-
-
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
     and its arguments among them), never the device: another device kind resumes from the same folder."""
     blob = json.dumps({"data": meta, "params": params}, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
-
-
-def _parse_model_args(text: str) -> dict[str, Any]:
-    if not text.strip():
-        return {}
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise InvalidParameter(f"model_args={text!r} is not JSON ({exc}); valid: a JSON object, e.g. '{{\"channels\": 16}}'") from None
-    if not isinstance(value, dict):
-        raise InvalidParameter(f"model_args={text!r} is not a JSON object; valid: e.g. '{{\"channels\": 16}}'")
-    return value
-
-
-def parse_batch_sizes(text: str) -> tuple[int, ...]:
-    """train's ``batch_sizes`` (``"64,32"``) as integers, () for an empty text.
-
-    Raises:
-        InvalidParameter: an entry that is not an integer >= 1 (names it, with what is valid).
-    """
-    if not isinstance(text, str):
-        raise InvalidParameter(f"batch_sizes={text!r} is not text; valid: comma-separated integers >= 1, e.g. '64,32'")
-    if not text.strip():
-        return ()
-    out = []
-    for i, item in enumerate(text.split(",")):
-        try:
-            size = int(item.strip())
-        except ValueError:
-            size = 0
-        if size < 1:
-            raise InvalidParameter(
-                f"batch_sizes={text!r}: entry {i} ({item.strip()!r}) is not a batch size; valid: comma-separated "
-                "integers >= 1, one per worker (samples per step), e.g. '64,32'"
-            )
-        out.append(size)
-    return tuple(out)
-
-
-def union_batch_size(values: Mapping[str, Any]) -> int:
-    """The samples of one optimizer step: the sum of ``batch_sizes`` when given, else ``batch_size``."""
-    return sum(parse_batch_sizes(values["batch_sizes"])) or int(values["batch_size"])
-
 
 def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
     """Check train's parameters (the checks :func:`train` makes first; callers use it to fail before a run).
@@ -239,74 +158,6 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
         if v[name]:
             _import_callable(v[name], what=name)
 
-
-LOCK_WAIT_SECONDS: float | None = None
-"""How long train waits for a checkpoint folder's lock; None: as long as its holder lives (the kernel releases a
-``flock`` when its holder ends, so a held lock always has a live holder)."""
-
-
-@contextlib.contextmanager
-def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callable[[str], None] | None = None) -> Iterator[None]:
-    """Hold an exclusive ``flock`` on ``<ckpt_dir>/.lock``: two trainings never share one checkpoint folder.
-
-    A second identical training waits while the first lives (it then resumes from, or finds gone, the first's
-    checkpoints), saying once whom it waits for; it never fails for a lock and spends no retry on one. A lock
-    file removed by its holder while we waited (the holder finished and removed the folder) is taken afresh.
-
-    Raises:
-        CheckpointLocked: only with ``wait_seconds`` (or :data:`LOCK_WAIT_SECONDS`) set and exceeded.
-    """
-    limit = LOCK_WAIT_SECONDS if wait_seconds is None else wait_seconds
-    deadline = None if limit is None else time.monotonic() + limit
-    told = False
-    while True:
-        ckpt_dir.mkdir(parents=True, exist_ok=True)
-        fh = open(ckpt_dir / ".lock", "a+")
-        try:
-            while True:
-                try:
-                    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    fh.seek(0)
-                    holder = fh.read().strip() or "another process"
-                    if deadline is not None and time.monotonic() >= deadline:
-                        raise CheckpointLocked(
-                            f"checkpoint folder {ckpt_dir} is in use by {holder}: the same training (same data, "
-                            "parameters and model) is running already; wait for it or stop it, then rerun to resume"
-                        ) from None
-                    if not told and say is not None:
-                        say(f"train: waiting for {holder}, which runs the same training (checkpoint folder {ckpt_dir})")
-                        told = True
-                    time.sleep(0.2)
-            try:
-                same = os.fstat(fh.fileno()).st_ino == os.stat(ckpt_dir / ".lock").st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # the holder finished and removed the folder while we waited: lock the new one
-                fcntl.flock(fh, fcntl.LOCK_UN)
-                continue
-            fh.seek(0)
-            fh.truncate()
-            fh.write(f"pid {os.getpid()}")
-            fh.flush()
-            try:
-                yield
-            finally:
-                fcntl.flock(fh, fcntl.LOCK_UN)
-            return
-        finally:
-            fh.close()
-
-
-def _kind_of_type(device_type: str) -> str | None:
-    """The kind name whose torch device type is ``device_type`` (``cuda`` -> ``gpu``), or None."""
-    from heteroflow.components.devices import for_torch_device_type
-
-    kind = for_torch_device_type(device_type)
-    return None if kind is None else kind.value
-
-
 def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Path]:
     """Open the data, resolve the model factory's arguments, and key the checkpoint folder (no device touched)."""
     from heteroflow.components.data.readers import open_splits
@@ -320,26 +171,6 @@ def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tup
     params = {k: v[k] for k in keys} | {"model": spec.to_dict(), "batch_size": union_batch_size(v)}
     root = Path(v["checkpoint_root"]).expanduser() if v["checkpoint_root"] else home_dir() / "checkpoints"
     return splits, spec, params, root / _fingerprint({"data": splits.fingerprint}, params)
-
-
-def model_spec(splits: Any, values: Mapping[str, Any]) -> Any:
-    """The model train builds for ``splits`` with train's parameters ``values`` (``model_factory``, ``model_args``,
-    ``hidden_units``): a :class:`~heteroflow.components.training.loop.ModelSpec` offered ``in_features`` (the product of
-    one sample's shape), ``num_classes``, ``input_shape`` and ``hidden_units``.
-
-    Raises:
-        InvalidParameter: a factory that cannot be imported, or ``model_args`` that is not a JSON object.
-    """
-    from heteroflow.components.training.loop import BUILTIN_MODEL, ModelSpec
-
-    offered = {
-        "in_features": math.prod(splits.input_shape),
-        "num_classes": len(splits.classes),
-        "input_shape": list(splits.input_shape),
-        "hidden_units": values["hidden_units"],
-    }
-    return ModelSpec.resolve(values["model_factory"] or BUILTIN_MODEL, offered=offered, given=_parse_model_args(values["model_args"]))
-
 
 def checkpoint_folder(dataset_dir: str | os.PathLike[str], **values: Any) -> Path:
     """The checkpoint folder :func:`train` uses for these arguments (``train``'s defaults for the others): keyed by
@@ -557,99 +388,6 @@ def _given(values: Mapping[str, Any]) -> dict[str, Any]:
     for the workers."""
     return {name: values[name] for name in TRAIN.param_names}
 
-
-def distributed_workers(resources: Resources | None) -> int:
-    """Worker processes train starts for a candidate: its device ``count`` when that is more than 1 on an
-    accelerator kind (one process per device, :func:`heteroflow.components.training.distributed.launch`), else 1 (this
-    process). A CPU candidate's ``cpu`` is threads of one process."""
-    if resources is None:
-        return 1
-    from heteroflow.components.devices import DeviceKind
-
-    count = int(resources.count or 0)
-    return count if DeviceKind.parse(resources.kind).has_devices and count > 1 else 1
-
-
-def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path, v: Mapping[str, Any], *,
-                  device: torch.device, kind: str, dtype: Any, loader_workers: int, progress: Callable[..., None] | None,
-                  distributed: Any = None) -> Any:
-    """The :class:`~heteroflow.components.training.loop.TrainContext` of one process (``distributed``: a worker's
-    :class:`~heteroflow.components.training.distributed.DistributedContext`, which sets rank and world size)."""
-    from heteroflow.components.core.failures import fault_after_steps
-    from heteroflow.components.training.loop import Checkpoint, TrainContext, make_loader, make_scaler
-
-    rank = distributed.rank if distributed is not None else 0
-    world = distributed.world_size if distributed is not None else 1
-    batch_size, seed = union_batch_size(v), v["seed"]
-    train_loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=loader_workers,
-                               device=device, rank=rank, world_size=world, parts=parse_batch_sizes(v["batch_sizes"]))
-    val_loader = None
-    if splits.validation is not None:
-        val_loader = make_loader(splits.validation, batch_size=max(batch_size, 256), seed=seed, shuffle=False,
-                                 num_workers=loader_workers, device=device)
-
-    def fault_check(step: int) -> None:
-        fault = fault_after_steps("train", kind, step)
-        if fault is not None:
-            raise fault
-
-    amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
-    total_steps = v["epochs"] * math.ceil(len(splits.train) / batch_size)
-    return TrainContext(
-        device=device,
-        device_kind=kind,
-        autocast_dtype=dtype,
-        scaler=make_scaler(dtype, device),
-        train_loader=train_loader,
-        val_loader=val_loader,
-        classes=splits.classes,
-        input_shape=splits.input_shape,
-        epochs=v["epochs"],
-        batch_size=batch_size,
-        learning_rate=v["learning_rate"],
-        seed=seed,
-        params=params,
-        checkpoint=Checkpoint(ckpt_dir, every_steps=v["checkpoint_every_steps"], model=spec.to_dict(),
-                              amp_dtype=amp_name, total_steps=total_steps),
-        model_spec=spec,
-        loss_ref=v["loss"],
-        optimizer_ref=v["optimizer"],
-        progress=progress,
-        fault_check=fault_check,
-        rank=rank,
-        world_size=world,
-        distributed=distributed,
-    )
-
-
-def _training_function(ref: str) -> Callable[..., Any]:
-    """The training function ``ref`` names, or the built-in classifier loop for ``""``.
-
-    Raises:
-        InvalidParameter: ``ref`` cannot be imported or is not callable.
-    """
-    from heteroflow.components.training.loop import _import_callable, classifier_loop
-
-    return _import_callable(ref, what="train_function") if ref else classifier_loop
-
-
-def _trained_module(trained: Any, ctx: Any, train_function: str) -> torch.nn.Module:
-    """The plain module a training function trained (its return value, else ``ctx.model``; DDP unwrapped).
-
-    Raises:
-        InvalidParameter: it returned something that is not a ``torch.nn.Module``.
-    """
-    import torch
-
-    trained = trained if trained is not None else ctx.model
-    if not isinstance(trained, torch.nn.Module):
-        raise InvalidParameter(
-            f"train_function={train_function!r} returned {type(trained).__name__}; return the trained model "
-            "(or build it with ctx.build_model())"
-        )
-    return trained.module if hasattr(trained, "module") else trained
-
-
 _PROGRESS_FILE_ENV = "HETEROFLOW_TRAIN_PROGRESS_FILE"
 
 
@@ -743,73 +481,6 @@ def _train_on_workers(world: int, device: torch.device, *, dataset_dir: str | os
     model = ctx.model_spec.build()
     model.load_state_dict(out["model"])
     return model.to(device)
-
-
-def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, dataset_dir: str | os.PathLike[str],
-                 splits: Any, spec: Any, params: dict[str, Any], steps: int, precision: str,
-                 device: str = "cpu", device_kind: str = "cpu") -> Path:
-    """Write ``model.pt`` (CPU state dict), ``model.json`` and the table transformation, atomically."""
-    import torch
-
-    from heteroflow.components.training.loop import BUILTIN_MODEL
-
-    meta: dict[str, Any] = {}
-    with contextlib.suppress(Exception):
-        meta = read_meta(dataset_dir)
-    out = Path(model_dir)
-    with atomic_directory(out) as tmp:
-        torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / MODEL_WEIGHTS)
-        transform_files = [name for name in TRANSFORM_FILES if Path(dataset_dir, name).is_file()]
-        for name in transform_files:  # the fitted transformation travels with the model (and into the archive)
-            shutil.copyfile(Path(dataset_dir, name), tmp / name)
-        config = {
-            "format": 2,
-            "model": spec.to_dict(),
-            "architecture": "mlp" if spec.ref == BUILTIN_MODEL else spec.ref,
-            "in_features": math.prod(splits.input_shape),
-            "input_shape": list(splits.input_shape),
-            "hidden_units": params["hidden_units"],
-            "num_classes": len(splits.classes),
-            "classes": list(splits.classes),
-            "data": splits.info,
-            "label_column": meta.get("label_column"),
-            "transformation": TRANSFORM_FILES[0] if transform_files else None,
-            "params": params,
-            "precision": precision,
-            "device": device,  # where it trained (lineage); not part of params: the checkpoint key ignores devices
-            "device_kind": device_kind,
-            "steps": steps,
-        }
-        (tmp / MODEL_CONFIG).write_text(json.dumps(config, indent=2, default=str), encoding="utf-8")
-    return out
-
-
-def load_model(model_dir: str | os.PathLike[str], device: str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
-    """Load what :func:`train` wrote, for any factory-built model: the model in eval mode on ``device``, and its
-    ``model.json`` config (the factory and its arguments rebuild the model; the state dict fills it).
-
-    Raises:
-        CheckpointError: the folder is not a heteroflow model, or its weights do not fit the factory's model.
-        InvalidParameter: the model factory cannot be imported where the model is loaded.
-    """
-    import torch
-
-    from heteroflow.components.training.loop import ModelSpec
-
-    try:
-        config = json.loads(Path(model_dir, MODEL_CONFIG).read_text(encoding="utf-8"))
-        state = torch.load(Path(model_dir, MODEL_WEIGHTS), map_location="cpu", weights_only=True)
-    except (FileNotFoundError, ValueError) as exc:
-        raise CheckpointError(f"{model_dir} is not a heteroflow model ({exc}); run train first") from None
-    if "model" in config:
-        net = ModelSpec(ref=config["model"]["factory"], args=config["model"]["args"]).build()
-    else:  # written before model factories (heteroflow <= format 1): the MLP
-        net = build_model(config["in_features"], config["num_classes"], config["hidden_units"])
-    try:
-        net.load_state_dict(state)
-    except RuntimeError as exc:
-        raise CheckpointError(f"{model_dir}: the weights do not fit the model its factory builds ({' '.join(str(exc).split())[:300]})") from None
-    return net.to(resolve_device(device)).eval(), config
 
 
 # --- the step definition ----------------------------------------------------------------------------------

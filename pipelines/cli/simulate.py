@@ -28,7 +28,7 @@ err_console = Console(stderr=True, soft_wrap=True)
 
 def _inventory(spec: str):  # type: ignore[no-untyped-def]
     from heteroflow.components.placement.inventory import load_inventory
-    from heteroflow.components.placement.policies import pai_inventory, uniform_inventory
+    from heteroflow.components.placement.clusters import pai_inventory, uniform_inventory
 
     if spec == "gavel":
         return uniform_inventory({"k80": 36, "p100": 36, "v100": 36}, source="gavel (36 K80 + 36 P100 + 36 V100)")
@@ -38,7 +38,7 @@ def _inventory(spec: str):  # type: ignore[no-untyped-def]
 
 
 def _trace(spec: str, table, inventory):  # type: ignore[no-untyped-def]
-    from heteroflow.components.placement.policies import InvalidTrace
+    from heteroflow.components.placement.clusters import InvalidTrace
     from heteroflow.pipelines.simulate import generate_gavel_trace, read_trace
 
     if spec.startswith("gavel:"):
@@ -64,7 +64,7 @@ def simulate_command(
 ) -> None:
     """Replay a trace: average and p99 JCT, makespan, utilization per device model, queueing delay, cost, energy."""
     from heteroflow.components.errors import HeteroflowError
-    from heteroflow.components.placement.policies import gavel_throughputs
+    from heteroflow.components.placement.clusters import gavel_throughputs
     from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization, simulate
 
     try:

@@ -1,0 +1,245 @@
+"""A placement round and reclaim: :func:`place_round` filters, scores and picks with a
+:class:`~heteroflow.components.placement.policies.Policy` for each pending job and explains each decision;
+:func:`reclaim` chooses the running jobs to preempt, Volcano-style. Split out of
+:mod:`heteroflow.components.placement.policies`, which resolves these names on first use (this module imports it)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+
+import numpy as np
+
+from heteroflow.components.placement.policies import Policy, get_policy
+from heteroflow.components.placement.state import Decision, Job, PlacementState, _relative_throughput
+
+__all__ = ["Running", "place_round", "reclaim"]
+
+
+# --- a round --------------------------------------------------------------------------------------------------
+
+
+def _allowed_models(job: Job, state: PlacementState) -> np.ndarray:
+    ok = np.ones(len(state.models), dtype=bool)
+    for i, m in enumerate(state.models):
+        if m == "cpu":
+            ok[i] = job.kind == "cpu"
+            continue
+        if job.kind == "cpu":
+            ok[i] = False
+        elif job.models is not None and m not in job.models:
+            ok[i] = False
+        elif job.throughput is not None and job.throughput.get(m, 0.0) <= 0:
+            ok[i] = False
+    if job.kind not in (None, "cpu"):
+        from heteroflow.components.devices.accelerators import ACCELERATORS
+
+        for i, m in enumerate(state.models):
+            if ok[i] and ACCELERATORS[m].kind.value != job.kind:
+                ok[i] = False
+    return ok
+
+
+def _take_nodes(job: Job, state: PlacementState, policy: Policy, model_idx: int, mask: np.ndarray) -> list[tuple[int, int]]:
+    """Nodes for ``job.count`` devices of one model: one node when one has room, else a gang across nodes."""
+    need = max(job.count, 1) if job.kind != "cpu" else 0
+    cand = np.flatnonzero(mask & (state.model_of == model_idx))
+    if need == 0:
+        if cand.size == 0:
+            return []
+        scores = policy.node_scores(job, state, cand)
+        return [(int(cand[int(np.argmax(scores))]), 0)]
+    whole = cand[state.free[cand] >= need]
+    if whole.size:
+        scores = policy.node_scores(job, state, whole)
+        return [(int(whole[int(np.argmax(scores))]), need)]
+    part = cand[state.free[cand] > 0]
+    if int(state.free[part].sum()) < need:
+        return []
+    order = part[np.argsort(-policy.node_scores(job, state, part), kind="stable")]
+    taken: list[tuple[int, int]] = []
+    for n in order:
+        k = int(min(state.free[n], need))
+        taken.append((int(n), k))
+        need -= k
+        if need == 0:
+            break
+    return taken
+
+
+def _fmt_s(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds:.0f} s"
+
+
+def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str = "throughput") -> list[Decision]:
+    """Place ``jobs`` on ``state`` (updated in place: free devices, queue usage, device free times).
+
+    Jobs are taken in :meth:`Policy.order`; later jobs backfill what earlier ones cannot use. For each job:
+    filter (model allowed by the job and its throughput, device memory, free devices, queue capability, other
+    queues' guarantees), score the models (:meth:`Policy.model_scores`, or the estimated finish time when the job
+    has ``steps`` and ``state.device_free_at`` is known), pick a model, then the best node(s)
+    (:meth:`Policy.node_scores`).
+
+    Returns:
+        One :class:`Decision` per job, in placement order.
+    """
+    policy = get_policy(policy)
+    out: list[Decision] = []
+    inv = state.inventory
+    total_free = int(state.free.sum())
+    for job in policy.order(jobs, state):
+        q = inv.queue(job.queue)
+        need = max(job.count, 1) if job.kind != "cpu" else 0
+        used = state.queue_used.get(q.name, 0)
+        if q.capability is not None and used + need > q.capability:
+            out.append(Decision(job=job.name, placed=False, model=None,
+                                explanation=f"{job.name} waits: queue {q.name} uses {used} of its capability {q.capability}, +{need} would exceed it"))
+            continue
+        allowed = _allowed_models(job, state)
+        mem_ok = state.mem >= job.device_memory_bytes if job.device_memory_bytes else np.ones(len(state.mem), dtype=bool)
+        room = state.free > 0 if need else np.ones(len(state.free), dtype=bool)
+        mask = mem_ok & room & allowed[state.model_of]
+        free_by_model = np.bincount(state.model_of[mask], weights=state.free[mask], minlength=len(state.models))
+        fits = allowed & (free_by_model >= need) if need else allowed & (np.bincount(state.model_of[mask], minlength=len(state.models)) > 0)
+        if not allowed.any():
+            why = "no model in the inventory can run it" + (f" (it names {job.requested_model})" if job.requested_model else "")
+            out.append(Decision(job=job.name, placed=False, model=None, explanation=f"{job.name} waits: {why}"))
+            continue
+        # quota: others' unmet guarantees stay free unless this queue's jobs are reclaimable
+        reserved = state.unmet_guarantees(excluding=q.name)
+        own_left = max(q.guarantee - used, 0)
+        borrowed = need > 0 and total_free - need < reserved and need > own_left
+        if borrowed and not q.reclaimable:
+            out.append(Decision(job=job.name, placed=False, model=None,
+                                explanation=f"{job.name} waits: {total_free} free devices, {reserved} guaranteed to other queues, and queue {q.name} is not reclaimable"))
+            continue
+        rel = _relative_throughput(job, state)
+        scores = policy.model_scores(job, state, allowed)
+        finish = None
+        if policy.wait_for_faster and job.steps is not None and job.throughput is not None and state.device_free_at and need:
+            finish = np.full(len(state.models), np.inf)
+            start = np.full(len(state.models), np.inf)
+            for i, m in enumerate(state.models):
+                times = state.device_free_at.get(m)
+                tp = job.throughput.get(m, 0.0)
+                if allowed[i] and times is not None and times.size >= need and tp > 0:
+                    start[i] = max(float(np.partition(times, need - 1)[need - 1]), state.now)
+                    finish[i] = start[i] + job.steps / tp
+            scores = np.where(np.isfinite(finish), -finish, -np.inf)
+        choice = int(np.argmax(scores)) if np.isfinite(scores).any() else -1
+        if choice < 0:
+            out.append(Decision(job=job.name, placed=False, model=None, explanation=f"{job.name} waits: no model it may use"))
+            continue
+        model = state.models[choice]
+        if finish is not None and not fits[choice]:
+            # wait for the faster model: hold its devices from their free time on (later jobs see them taken)
+            times = state.device_free_at[model]
+            k = np.argpartition(times, need - 1)[:need]
+            times[k] = finish[choice]
+            alt = np.where(fits & np.isfinite(finish), finish, np.inf)
+            alt_text = (f" vs {_fmt_s(float(alt.min()) - state.now)} on free {state.models[int(np.argmin(alt))]}"
+                        if np.isfinite(alt).any() else "")
+            out.append(Decision(job=job.name, placed=False, model=model, explanation=(
+                f"{job.name} waits for {model} (x{need} free in {_fmt_s(start[choice] - state.now)}): done in "
+                f"{_fmt_s(finish[choice] - state.now)} there{alt_text}")))
+            continue
+        if not fits[choice]:
+            # no finish estimate: take the best model that fits now
+            fit_scores = np.where(fits, scores, -np.inf)
+            if not np.isfinite(fit_scores).any():
+                best_free = int(free_by_model[allowed].max()) if allowed.any() else 0
+                mem_note = f" with >= {job.device_memory_bytes / 2**30:.0f} GiB device memory" if job.device_memory_bytes else ""
+                out.append(Decision(job=job.name, placed=False, model=model, explanation=(
+                    f"{job.name} waits: needs {need} free device(s){mem_note} of one model among "
+                    f"{', '.join(m for m, a in zip(state.models, allowed, strict=True) if a)}; most free: {best_free}")))
+                continue
+            choice = int(np.argmax(fit_scores))
+            model = state.models[choice]
+        taken = _take_nodes(job, state, policy, choice, mask)
+        if not taken:
+            out.append(Decision(job=job.name, placed=False, model=model, explanation=f"{job.name} waits: no {model} node fits"))
+            continue
+        for n, k in taken:
+            state.free[n] -= k
+        total_free -= need
+        state.queue_used[q.name] = used + need
+        if finish is not None and model in state.device_free_at:
+            times = state.device_free_at[model]
+            k = np.argpartition(times, need - 1)[:need]
+            times[k] = finish[choice]
+        names = tuple(inv.nodes[n].name for n, _ in taken)
+        where = names[0] if len(names) == 1 else f"{len(names)} nodes ({names[0]}, ...)"
+        tp_text = (f"{job.throughput.get(model, 0.0):.3g} steps/s = {rel[choice]:.2f} of its best"
+                   if job.throughput is not None else "throughput unknown")
+        reason = {
+            "static": "the model it names",
+            "least-loaded": "the least-loaded model",
+            "listed": "the first listed that fits",
+        }.get(policy.name, "finishes first" if finish is not None else "fastest that fits")
+        extras = []
+        if finish is not None:
+            extras.append(f"done in {_fmt_s(finish[choice] - state.now)}")
+        if job.dataset and any(job.dataset in inv.nodes[n].datasets for n, _ in taken):
+            extras.append(f"{job.dataset} cached")
+        if inv.queues:
+            cap_text = "" if q.capability is None else f", capability {q.capability}"
+            extras.append(f"queue {q.name} uses {used + need} (guarantee {q.guarantee}{cap_text})" + (", borrowed" if borrowed else ""))
+        node0 = taken[0][0]
+        extras.append(f"{state.cost[node0]:.2f}/device-h")
+        out.append(Decision(job=job.name, placed=True, model=model, nodes=tuple(taken), node_names=names, borrowed=borrowed,
+                            explanation=f"{job.name} -> {model if not need else f'{model} x{need}'} on {where}: {reason}, {tp_text}; " + ", ".join(extras)))
+    return out
+
+
+# --- reclaim --------------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Running:
+    """A running job, as :func:`reclaim` sees it: its nodes, queue, priority, start time and whether it borrowed."""
+
+    job: Job
+    nodes: tuple[tuple[int, int], ...]
+    started: float
+    borrowed: bool
+
+
+def reclaim(job: Job, running: Sequence[Running], state: PlacementState) -> tuple[list[Running], str]:
+    """Running jobs to preempt so ``job`` can start, Volcano's *reclaim* action: only jobs that borrowed capacity
+    (their queue beyond its guarantee) in a reclaimable queue, and only for a job whose queue is under its
+    guarantee or whose (queue priority, priority) is higher. Victims: lowest priority first, newest first.
+
+    Returns:
+        (victims, one-line explanation); no victims when that cannot make room.
+    """
+    inv = state.inventory
+    q = inv.queue(job.queue)
+    need = max(job.count, 1)
+    under = state.queue_used.get(q.name, 0) + need <= q.guarantee
+    mine = (q.priority, job.priority)
+    pool = [r for r in running
+            if r.job.queue != q.name and inv.queue(r.job.queue).reclaimable
+            and state.queue_used.get(r.job.queue, 0) > inv.queue(r.job.queue).guarantee
+            and (under or (inv.queue(r.job.queue).priority, r.job.priority) < mine)]
+    pool.sort(key=lambda r: (inv.queue(r.job.queue).priority, r.job.priority, -r.started))
+    allowed = _allowed_models(job, state)
+    free = state.free_per_model()
+    for i, m in enumerate(state.models):
+        if not allowed[i]:
+            continue
+        victims: list[Running] = []
+        got = int(free[i])
+        over = {name: state.queue_used.get(name, 0) - inv.queue(name).guarantee for name in inv.queues}
+        for r in pool:
+            if got >= need:
+                break
+            if not any(state.model_of[n] == i for n, _ in r.nodes) or over.get(r.job.queue, 0) <= 0:
+                continue
+            victims.append(r)
+            got += sum(k for n, k in r.nodes if state.model_of[n] == i)
+            over[r.job.queue] = over.get(r.job.queue, 0) - r.job.count
+        if got >= need and victims:
+            names = ", ".join(f"{v.job.name} ({v.job.queue})" for v in victims)
+            why = "its queue is under its guarantee" if under else "it has the higher priority"
+            return victims, f"{job.name} reclaims {m} from {names}: {why} and they borrowed capacity"
+    return [], f"{job.name}: nothing reclaimable makes room"
