@@ -31,7 +31,8 @@ import numpy as np
 from heteroflow.components.placement.clusters import gavel_throughputs, pai_inventory, uniform_inventory
 from heteroflow.components.placement.rounds import _allowed_models, place_round
 from heteroflow.components.placement.state import Job, PlacementState
-from heteroflow.pipelines.simulate import generate_gavel_trace, lower_bound_makespan, plot_utilization, simulate
+from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization, simulate
+from heteroflow.pipelines.traces import generate_gavel_trace
 
 POLICIES = ("static", "least-loaded", "gavel", "throughput", "power-aware")
 
@@ -73,7 +74,7 @@ def gavel_runs(n_jobs: int, rate: float, seeds: list[int], plot: str | None) -> 
 def philly_run(path: str, cluster: str, n_jobs: int) -> None:
     """The first ``n_jobs`` jobs of one Philly virtual cluster (real arrivals, durations, GPU counts) on the same
     cluster, every policy."""
-    from heteroflow.pipelines.simulate import philly_trace
+    from heteroflow.pipelines.traces import philly_trace
 
     table = gavel_throughputs()
     inv = uniform_inventory({"k80": 36, "p100": 36, "v100": 36}, source="gavel")

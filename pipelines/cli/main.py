@@ -14,6 +14,13 @@
 User errors (bad parameters, a missing data set, invalid resources, a path that cannot be written) print one
 line that says what is wrong and what is valid, and exit with status 2; a failed run exits with status 1. An
 unexpected error prints one line and the file that holds its traceback (``--debug`` prints the traceback).
+
+This module holds the typer app, ``run``, ``compile``, ``engines``, ``params``, ``submit`` and the entry points
+(:func:`main`, :func:`console_script`, the plugins' command groups); the rest went to sibling modules and is
+re-imported here: the consoles and the one-line error (:mod:`heteroflow.pipelines.cli.common`), the steps table and
+the run's summary (:mod:`heteroflow.pipelines.cli.summary`), ``heteroflow step`` (:mod:`heteroflow.pipelines.cli.step`),
+``heteroflow archive`` (:mod:`heteroflow.pipelines.cli.archive`), and the other command groups (``cache``, ``runs``,
+``simulate``, ...).
 """
 
 from __future__ import annotations
@@ -27,14 +34,22 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
-from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from heteroflow.components.devices import has_devices as _is_device_kind
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
-from heteroflow.components.resources import Candidates
+from heteroflow.pipelines.cli.common import (
+    _PIPELINE_OPTION,
+    _fail,
+    _one_line,
+    _parse_pairs,
+    _pipeline,
+    _show_warning,
+    console,
+    err_console,
+)
+from heteroflow.pipelines.cli.summary import _live_console, _print_record, _steps_table
 from heteroflow.pipelines.engines.registry import DEFAULT_ENGINE
 
 app = typer.Typer(
@@ -43,8 +58,6 @@ app = typer.Typer(
     no_args_is_help=True,
     help="heteroflow: ML training pipelines on heterogeneous compute (GPU, NPU, CPU).",
 )
-console = Console(soft_wrap=True)  # paths and messages stay on one line when piped; tables still fit
-err_console = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
 _state = {"debug": False, "console_script": False}
 
 
@@ -53,142 +66,6 @@ def _main(
     debug: Annotated[bool, typer.Option("--debug", help="Print the full traceback of an unexpected error.")] = False,
 ) -> None:
     _state["debug"] = debug
-
-
-def _fail(exc: BaseException) -> None:
-    """Print ``error: <message>`` (one line; a message that lists several problems as ``- `` bullets keeps them,
-    one per line) and exit 2."""
-    from heteroflow.cache.redact import redact_url
-
-    text = str(exc)
-    if "\n- " in text and not isinstance(exc, OSError):
-        first, *rest = redact_url(text).split("\n")
-        err_console.print(f"[bold red]error:[/] {escape(' '.join(first.split()))}", highlight=False)
-        for line in rest:
-            err_console.print(escape(line.rstrip()), highlight=False)
-    else:
-        err_console.print(f"[bold red]error:[/] {escape(_one_line(exc))}", highlight=False)
-    raise typer.Exit(code=2)
-
-
-def _one_line(exc: BaseException) -> str:
-    from heteroflow.cache.redact import redact_url
-
-    if isinstance(exc, OSError) and exc.filename is not None:
-        reason = exc.strerror or type(exc).__name__
-        return redact_url(f"cannot use {exc.filename}: {reason}")
-    return redact_url(" ".join(str(exc).split()))
-
-
-def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
-    """Warnings as one ``warning:`` line on stderr (no file and line of the code that warned), redacted."""
-    from heteroflow.cache.redact import redact_url
-
-    err_console.print(f"[yellow]warning:[/] {escape(redact_url(' '.join(str(message).split())))}", highlight=False)
-
-
-def _parse_pairs(pairs: list[str], *, option: str = "--param") -> dict[str, str]:
-    from heteroflow.components.core.keys import parse_pairs  # a name given twice is an error (#16.17)
-
-    return parse_pairs(pairs, option=option)
-
-
-def _short_error(error: str | None) -> str:
-    """``heteroflow.cache.errors.DatasetError: msg`` -> ``msg`` (our errors' messages say it all);
-    any other exception keeps its type name."""
-    if not error:
-        return ""
-    kind, sep, message = error.partition(": ")
-    return message if sep and kind.startswith("heteroflow.") else error
-
-
-def _progress_text(details: dict[str, Any]) -> str:
-    p = details.get("progress") or {}
-    if not p:
-        return ""
-    parts = []
-    if "epoch" in p:
-        parts.append(f"epoch {p['epoch']}/{p.get('epochs', '?')}")
-    if "loss" in p:
-        parts.append(f"loss {p['loss']:.4g}")  # significant digits: a loss of 3e-05 is not 0.0000
-    if "samples_per_second" in p:
-        parts.append(f"{p['samples_per_second']:,.0f} samples/s")
-    if "files" in p:
-        parts.append(f"{p['files']}/{p.get('files_total', '?')} files")
-    if "bytes" in p:
-        parts.append(f"{p['bytes'] / 2**20:,.1f} MiB")
-    return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in p.items())
-
-
-def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
-    """The steps table; with ``pipeline`` (while a run goes on) seconds tick and a transient failure waiting for
-    its retry shows ``retrying in N s (attempt k of n)`` (:func:`heteroflow.pipelines.cli.runs.live_state`)."""
-    import os
-    import time
-
-    from heteroflow.components.core.telemetry import RUN_DIR_ENV
-    from heteroflow.pipelines.cli.runs import live_state, read_attempts
-
-    records = read_attempts(os.environ.get(RUN_DIR_ENV)) if pipeline is not None else {}
-    now = time.time()
-    table = Table(title="steps", title_justify="left")
-    for col, justify in (
-        ("step", "left"),
-        ("status", "left"),
-        ("device", "left"),
-        ("attempts", "right"),
-        ("seconds", "right"),
-        ("progress", "left"),
-    ):
-        table.add_column(col, justify=justify)  # type: ignore[arg-type]
-    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "retrying": "yellow", "killed": "red", "interrupted": "yellow"}
-    for s in steps:
-        status, seconds, note = s.status, s.seconds, ""
-        if pipeline is not None:
-            retry = pipeline[s.name].retry if s.name in pipeline else None
-            status, seconds, note = live_state(s, records.get(s.name, []), retry, now)
-        colour = colours.get(status, "dim")
-        device = s.device or "-"
-        if s.kind and _is_device_kind(s.kind):
-            device = f"{s.kind}{' (simulated, on cpu)' if s.simulated else ' ' + device}"
-        if s.candidate:
-            device += f" [candidate {s.candidate}]"
-        table.add_row(
-            s.name,
-            f"[{colour}]{status}[/]",
-            escape(device),
-            str(s.attempts) if s.attempts else "-",
-            f"{seconds:.2f}" if seconds is not None else "-",
-            escape(note or (_progress_text(s.details) if s.status == "running" else "")),
-        )
-    return table
-
-
-def _live_console() -> Console:
-    """A console bound to the terminal as it is now: kfp.local's output is redirected into kfp.log during the
-    run, and a console that looks up ``sys.stdout`` at each write would follow it there."""
-    return Console(file=sys.stdout, soft_wrap=True)
-
-
-_PIPELINE_OPTION = typer.Option(
-    "--pipeline",
-    help="Your pipeline instead of the default: module:attribute of a heteroflow Pipeline, or of a function "
-    "returning one (the module must be importable, e.g. on PYTHONPATH).",
-)
-
-
-def _pipeline(ref: str | None, candidate: list[str] | None = None) -> Any:
-    """The pipeline a command works on: ``--pipeline`` or the default (with ``-c`` train candidates)."""
-    if ref:
-        from heteroflow.pipelines.graph import load_pipeline
-
-        pipeline = load_pipeline(ref)
-        if candidate:
-            raise InvalidParameter("-c/--candidate applies to the default pipeline; set candidates in your pipeline")
-        return pipeline
-    from heteroflow.pipelines.default import default_pipeline
-
-    return default_pipeline(train_candidates=Candidates(candidate) if candidate else None)
 
 
 def _engine_help() -> str:
@@ -309,47 +186,6 @@ def run(
         raise typer.Exit(code=1)
 
 
-def _print_record(record: Any, pipeline: Any) -> None:
-    console.print(_steps_table(record.steps))
-    for call, decision in record.placement.items():
-        console.print(
-            f"placement of {call}: candidate {decision.get('index')} (0 = preferred) -> "
-            f"[bold]{decision.get('device_kind')}[/] ({decision.get('torch_device')})",
-            highlight=False,
-        )
-        for why in decision.get("passed_over", []):
-            console.print(f"  passed over: {escape(why)}", highlight=False)
-    for f in record.fallbacks:
-        accel = f" ({f['accelerator']})" if f.get("accelerator") else ""
-        console.print(
-            f"fallback: {f['step']} left candidate {f['candidate']} ({f['kind']}{accel}) after a {f['failure']} "
-            f"failure: {escape(_short_error(f['reason']))}",
-            highlight=False,
-        )
-    from heteroflow.pipelines.cli.runs import retry_lines  # retries and the time spent waiting (#17)
-
-    for line in retry_lines(record.run_dir):
-        console.print(escape(line), highlight=False)
-    if record.status == "succeeded":
-        for call in pipeline.calls:
-            for line in call.step.summarize(record.results.get(call.name, {})):
-                console.print(escape(line), highlight=False)
-    else:
-        for s in record.steps:
-            if s.status in ("failed", "killed"):
-                kind = f" ({s.failure} failure)" if s.failure else ""
-                console.print(f"[red]step {s.name} {s.status}{kind}:[/] {escape(_short_error(s.error))}", highlight=False)
-        if record.error:
-            console.print(f"[red]engine error:[/] {escape(record.error)}", highlight=False)
-        engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none
-        if engine_log.is_file():
-            console.print(f"engine log: {engine_log}", highlight=False)
-    report = Path(record.run_dir, "report.html")
-    if report.is_file():
-        console.print(f"report: {report}", highlight=False)
-    console.print(f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False)
-
-
 @app.command()
 def engines(as_json: Annotated[bool, typer.Option("--json", help="Print the engines as JSON.")] = False) -> None:
     """List the engines `heteroflow run --engine` takes: the builtin ones and those installed packages register."""
@@ -458,82 +294,11 @@ def _print_params(pipeline: Any, *, as_json: bool) -> None:
         console.print(f"{short}=VALUE sets {' and '.join(names)} (each call has its own)", highlight=False)
 
 
-# --- one step ---------------------------------------------------------------------------------------------
+# --- one step (pipelines/cli/step.py) ---------------------------------------------------------------------
 
+from heteroflow.pipelines.cli.step import step_  # noqa: E402
 
-def _resolve_step(name: str) -> Any:
-    from heteroflow.components.core.step import load_step
-    from heteroflow.components.steps import DEFAULT_STEPS
-
-    if ":" in name:
-        return load_step(name)
-    for s in DEFAULT_STEPS:
-        if s.name == name:
-            return s
-    raise InvalidParameter(
-        f"step {name!r} is unknown; valid: {', '.join(s.name for s in DEFAULT_STEPS)}, or module:attribute of your own Step"
-    )
-
-
-@app.command("step")
-def step_(
-    name: Annotated[str, typer.Argument(help="A shipped step (prewarm, preprocess, plan, train, evaluate, archive) or module:attribute of a Step.")],
-    param: Annotated[Optional[list[str]], typer.Option("--param", "-p", help="Step parameter NAME=VALUE (repeatable).")] = None,
-    input_: Annotated[Optional[list[str]], typer.Option("--input", "-i", help="Input artifact NAME=PATH (repeatable).")] = None,
-    output: Annotated[Optional[list[str]], typer.Option("--output", "-o", help="Output artifact NAME=PATH (repeatable).")] = None,
-    candidate: Annotated[
-        Optional[str],
-        typer.Option(help='Candidate to run on: KIND[:key=value,...] or JSON {"index": k, "resources": {...}}. Default: the step\'s first.'),
-    ] = None,
-    call: Annotated[Optional[str], typer.Option(help="The call's name in its pipeline (names the attempt records).")] = None,
-    placements: Annotated[Optional[str], typer.Option(help="Planner steps: JSON {call: candidates JSON} to place.")] = None,
-    run_dir: Annotated[Optional[Path], typer.Option(help="Run folder for attempt records (default $HETEROFLOW_RUN_DIR).")] = None,
-    outcome_file: Annotated[
-        Optional[Path], typer.Option("--outcome", help="Write the outcome as JSON here (e.g. /airflow/xcom/return.json).")
-    ] = None,
-) -> None:
-    """Run one step in this process and exit with its failure class.
-
-    Exit status: 0 succeeded, 2 usage error, 3 permanent failure (do not retry), 4 device failure (fall back to the
-    next candidate), 5 transient failure (retry with backoff), 130 interrupted. The outcome (status, failure
-    class, reason, candidate, facts, output metadata) is printed as one JSON line on stdout.
-    """
-    from heteroflow.components.core.runtime import LocalArtifact, candidate_from_json, run_step
-
-    try:
-        the_step = _resolve_step(name)
-        inputs = _parse_pairs(input_ or [], option="--input")
-        outputs = {k: LocalArtifact(v) for k, v in _parse_pairs(output or [], option="--output").items()}
-        index, resources = candidate_from_json(candidate) if candidate else (None, None)
-        outcome = run_step(
-            the_step,
-            call=call,
-            params=_parse_pairs(param or []),
-            inputs=inputs,
-            outputs=outputs,
-            candidate=resources,
-            candidate_index=index,
-            placements=json.loads(placements) if placements else None,
-            run_dir=run_dir,
-        )
-    except (HeteroflowError, OSError, ValueError) as exc:
-        _fail(exc)
-        return
-    except KeyboardInterrupt:
-        raise typer.Exit(code=130) from None
-    data = outcome.to_dict()
-    data["outputs"] = {k: {"path": a.path, "metadata": a.metadata} for k, a in outputs.items()}
-    text = json.dumps(data, default=str, sort_keys=True)
-    if outcome_file is not None:
-        try:
-            outcome_file.parent.mkdir(parents=True, exist_ok=True)
-            outcome_file.write_text(text, encoding="utf-8")
-        except OSError as exc:
-            _fail(exc)
-    print(text)
-    if outcome.status != "succeeded":
-        err_console.print(f"step {outcome.call} failed ({outcome.failure}): {escape(outcome.reason or '')}", highlight=False)
-    raise typer.Exit(code=outcome.exit_code)
+app.command("step")(step_)
 
 
 # --- the cache tier (pipelines/cli/cache.py) ---------------------------------------------------------------
@@ -557,105 +322,11 @@ from heteroflow.pipelines.cli.readers import readers_command  # noqa: E402  (pip
 app.command("readers")(readers_command)
 
 
-# --- archive -----------------------------------------------------------------------------------------------
+# --- archive (pipelines/cli/archive.py) ------------------------------------------------------------------
 
-archive_app = typer.Typer(no_args_is_help=True, help="The archived models: every version, its metrics and lineage.")
+from heteroflow.pipelines.cli.archive import archive_app, archive_list, archive_show  # noqa: E402,F401  (archive_list, archive_show: re-exported)
+
 app.add_typer(archive_app, name="archive")
-_ROOT_OPTION = typer.Option("--root", help="Archive folder. Default: $HETEROFLOW_HOME/archive.")
-
-
-def _accuracy(metrics: dict[str, Any]) -> str:
-    value = metrics.get("accuracy")
-    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
-
-
-@archive_app.command("list")
-def archive_list(
-    model: Annotated[Optional[str], typer.Argument(help="Only this model's versions.")] = None,
-    root: Annotated[Optional[Path], _ROOT_OPTION] = None,
-) -> None:
-    """List archived models and versions (newest last): when, test accuracy, device, data set, run."""
-    from heteroflow.components.models.archive import archive_root_dir, list_models, list_versions, read_version
-
-    folder = archive_root_dir(root)
-    try:
-        names = [model] if model else list_models(folder)
-        if model:
-            read_version(folder, model)  # an unknown model: the error lists the archived ones
-    except HeteroflowError as exc:
-        _fail(exc)
-        return
-    if not names:
-        console.print(f"no archived model under {folder} yet (heteroflow run archives one)", highlight=False)
-        return
-    table = Table(title=f"archived models in {folder}", title_justify="left")
-    for col in ("model", "version", "archived at", "accuracy", "device", "data set", "run"):
-        table.add_column(col, no_wrap=col in ("model", "version", "archived at"), overflow="fold")
-    for name in names:
-        for v in list_versions(folder, name):
-            info = read_version(folder, name, v)
-            lineage = info["lineage"]
-            table.add_row(
-                name,
-                f"v{v}",
-                str(lineage.get("archived_at", "-")),
-                _accuracy(info["metrics"]),
-                str(lineage.get("device") or "-"),
-                str(lineage.get("dataset", {}).get("dataset_sha256", "-"))[:8],
-                str(lineage.get("run_id") or "-"),
-            )
-    console.print(table)
-
-
-@archive_app.command("show")
-def archive_show(
-    model: Annotated[str, typer.Argument(help="MODEL or MODEL:vN (default: the latest version).")],
-    root: Annotated[Optional[Path], _ROOT_OPTION] = None,
-) -> None:
-    """One archived version: its path, metrics, and lineage (data set, parameters, device, code, the run that made it)."""
-    from heteroflow.components.models.archive import archive_root_dir, read_version
-
-    name, _, version_text = model.partition(":")
-    try:
-        version = None
-        if version_text:
-            if not (version_text.startswith("v") and version_text[1:].isdigit()):
-                raise InvalidParameter(f"{model!r}: the version is written vN, e.g. {name}:v2")
-            version = int(version_text[1:])
-        info = read_version(archive_root_dir(root), name, version)
-    except HeteroflowError as exc:
-        _fail(exc)
-        return
-    lineage, metrics = info["lineage"], info["metrics"]
-    console.print(f"[bold]{escape(info['name'])} v{info['version']}[/]: {escape(info['path'])}", highlight=False)
-    facts = Table(title="lineage", title_justify="left", show_header=False)
-    facts.add_column("what")
-    facts.add_column("value", overflow="fold")
-    dataset = lineage.get("dataset", {})
-    rows = [
-        ("run", lineage.get("run_id")),
-        ("archived at", lineage.get("archived_at")),
-        ("data set", dataset.get("source_uri")),
-        ("data set sha256", dataset.get("dataset_sha256")),
-        ("data set files / bytes", f"{dataset.get('files')} / {dataset.get('total_bytes')}"),
-        ("device", lineage.get("device")),
-        ("preprocess", json.dumps(lineage.get("preprocess", {}), sort_keys=True)),
-        ("train", json.dumps(lineage.get("train", {}), sort_keys=True)),
-        ("code", json.dumps(lineage.get("code", {}), sort_keys=True)),
-    ]
-    for key, value in rows:
-        facts.add_row(key, escape(str(value if value is not None else "-")))
-    console.print(facts)
-    scores = Table(title="metrics (test)", title_justify="left")
-    scores.add_column("metric")
-    scores.add_column("value", justify="right")
-    for key, value in metrics.items():
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            scores.add_row(escape(key), f"{value:.4f}" if isinstance(value, float) else str(value))
-        elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
-            for k, v in value.items():
-                scores.add_row(escape(f"{key}[{k}]"), f"{v:.4f}")  # class names print literally ([setosa] is no markup)
-    console.print(scores)
 
 
 from heteroflow.pipelines.cli.runs import register as _register_runs  # noqa: E402  report, runs, metrics, prune (#17)

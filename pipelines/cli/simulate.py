@@ -39,7 +39,7 @@ def _inventory(spec: str):  # type: ignore[no-untyped-def]
 
 def _trace(spec: str, table, inventory):  # type: ignore[no-untyped-def]
     from heteroflow.components.placement.clusters import InvalidTrace
-    from heteroflow.pipelines.simulate import generate_gavel_trace, read_trace
+    from heteroflow.pipelines.traces import generate_gavel_trace, read_trace
 
     if spec.startswith("gavel:"):
         parts = spec.split(":")

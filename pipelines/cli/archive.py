@@ -1,0 +1,117 @@
+"""``heteroflow archive list|show``: the archived models, every version, its metrics and lineage.
+
+Registered in :mod:`heteroflow.pipelines.cli.main` with ``app.add_typer(archive_app, name="archive")``;
+``heteroflow archive prune`` is added by :func:`heteroflow.pipelines.cli.runs.register`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any, Optional
+
+import typer
+from rich.markup import escape
+from rich.table import Table
+
+from heteroflow.components.errors import HeteroflowError, InvalidParameter
+from heteroflow.pipelines.cli.common import _fail, console
+
+__all__ = ["archive_app", "archive_list", "archive_show"]
+
+archive_app = typer.Typer(no_args_is_help=True, help="The archived models: every version, its metrics and lineage.")
+_ROOT_OPTION = typer.Option("--root", help="Archive folder. Default: $HETEROFLOW_HOME/archive.")
+
+
+def _accuracy(metrics: dict[str, Any]) -> str:
+    value = metrics.get("accuracy")
+    return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
+
+
+@archive_app.command("list")
+def archive_list(
+    model: Annotated[Optional[str], typer.Argument(help="Only this model's versions.")] = None,
+    root: Annotated[Optional[Path], _ROOT_OPTION] = None,
+) -> None:
+    """List archived models and versions (newest last): when, test accuracy, device, data set, run."""
+    from heteroflow.components.models.archive import archive_root_dir, list_models, list_versions, read_version
+
+    folder = archive_root_dir(root)
+    try:
+        names = [model] if model else list_models(folder)
+        if model:
+            read_version(folder, model)  # an unknown model: the error lists the archived ones
+    except HeteroflowError as exc:
+        _fail(exc)
+        return
+    if not names:
+        console.print(f"no archived model under {folder} yet (heteroflow run archives one)", highlight=False)
+        return
+    table = Table(title=f"archived models in {folder}", title_justify="left")
+    for col in ("model", "version", "archived at", "accuracy", "device", "data set", "run"):
+        table.add_column(col, no_wrap=col in ("model", "version", "archived at"), overflow="fold")
+    for name in names:
+        for v in list_versions(folder, name):
+            info = read_version(folder, name, v)
+            lineage = info["lineage"]
+            table.add_row(
+                name,
+                f"v{v}",
+                str(lineage.get("archived_at", "-")),
+                _accuracy(info["metrics"]),
+                str(lineage.get("device") or "-"),
+                str(lineage.get("dataset", {}).get("dataset_sha256", "-"))[:8],
+                str(lineage.get("run_id") or "-"),
+            )
+    console.print(table)
+
+
+@archive_app.command("show")
+def archive_show(
+    model: Annotated[str, typer.Argument(help="MODEL or MODEL:vN (default: the latest version).")],
+    root: Annotated[Optional[Path], _ROOT_OPTION] = None,
+) -> None:
+    """One archived version: its path, metrics, and lineage (data set, parameters, device, code, the run that made it)."""
+    from heteroflow.components.models.archive import archive_root_dir, read_version
+
+    name, _, version_text = model.partition(":")
+    try:
+        version = None
+        if version_text:
+            if not (version_text.startswith("v") and version_text[1:].isdigit()):
+                raise InvalidParameter(f"{model!r}: the version is written vN, e.g. {name}:v2")
+            version = int(version_text[1:])
+        info = read_version(archive_root_dir(root), name, version)
+    except HeteroflowError as exc:
+        _fail(exc)
+        return
+    lineage, metrics = info["lineage"], info["metrics"]
+    console.print(f"[bold]{escape(info['name'])} v{info['version']}[/]: {escape(info['path'])}", highlight=False)
+    facts = Table(title="lineage", title_justify="left", show_header=False)
+    facts.add_column("what")
+    facts.add_column("value", overflow="fold")
+    dataset = lineage.get("dataset", {})
+    rows = [
+        ("run", lineage.get("run_id")),
+        ("archived at", lineage.get("archived_at")),
+        ("data set", dataset.get("source_uri")),
+        ("data set sha256", dataset.get("dataset_sha256")),
+        ("data set files / bytes", f"{dataset.get('files')} / {dataset.get('total_bytes')}"),
+        ("device", lineage.get("device")),
+        ("preprocess", json.dumps(lineage.get("preprocess", {}), sort_keys=True)),
+        ("train", json.dumps(lineage.get("train", {}), sort_keys=True)),
+        ("code", json.dumps(lineage.get("code", {}), sort_keys=True)),
+    ]
+    for key, value in rows:
+        facts.add_row(key, escape(str(value if value is not None else "-")))
+    console.print(facts)
+    scores = Table(title="metrics (test)", title_justify="left")
+    scores.add_column("metric")
+    scores.add_column("value", justify="right")
+    for key, value in metrics.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            scores.add_row(escape(key), f"{value:.4f}" if isinstance(value, float) else str(value))
+        elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
+            for k, v in value.items():
+                scores.add_row(escape(f"{key}[{k}]"), f"{v:.4f}")  # class names print literally ([setosa] is no markup)
+    console.print(scores)

@@ -1,0 +1,80 @@
+"""What every ``heteroflow`` command shares: the consoles, the one-line error (``error: ...``, exit 2), warnings as
+one line, ``--param``-style ``NAME=VALUE`` pairs, and ``--pipeline`` (the pipeline a command works on).
+
+Used by :mod:`heteroflow.pipelines.cli.main` and the command modules it registers.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.resources import Candidates
+
+__all__ = ["console", "err_console"]
+
+console = Console(soft_wrap=True)  # paths and messages stay on one line when piped; tables still fit
+err_console = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
+
+
+def _fail(exc: BaseException) -> None:
+    """Print ``error: <message>`` (one line; a message that lists several problems as ``- `` bullets keeps them,
+    one per line) and exit 2."""
+    from heteroflow.cache.redact import redact_url
+
+    text = str(exc)
+    if "\n- " in text and not isinstance(exc, OSError):
+        first, *rest = redact_url(text).split("\n")
+        err_console.print(f"[bold red]error:[/] {escape(' '.join(first.split()))}", highlight=False)
+        for line in rest:
+            err_console.print(escape(line.rstrip()), highlight=False)
+    else:
+        err_console.print(f"[bold red]error:[/] {escape(_one_line(exc))}", highlight=False)
+    raise typer.Exit(code=2)
+
+
+def _one_line(exc: BaseException) -> str:
+    from heteroflow.cache.redact import redact_url
+
+    if isinstance(exc, OSError) and exc.filename is not None:
+        reason = exc.strerror or type(exc).__name__
+        return redact_url(f"cannot use {exc.filename}: {reason}")
+    return redact_url(" ".join(str(exc).split()))
+
+
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: Any = None, line: str | None = None) -> None:
+    """Warnings as one ``warning:`` line on stderr (no file and line of the code that warned), redacted."""
+    from heteroflow.cache.redact import redact_url
+
+    err_console.print(f"[yellow]warning:[/] {escape(redact_url(' '.join(str(message).split())))}", highlight=False)
+
+
+def _parse_pairs(pairs: list[str], *, option: str = "--param") -> dict[str, str]:
+    from heteroflow.components.core.keys import parse_pairs  # a name given twice is an error (#16.17)
+
+    return parse_pairs(pairs, option=option)
+
+
+_PIPELINE_OPTION = typer.Option(
+    "--pipeline",
+    help="Your pipeline instead of the default: module:attribute of a heteroflow Pipeline, or of a function "
+    "returning one (the module must be importable, e.g. on PYTHONPATH).",
+)
+
+
+def _pipeline(ref: str | None, candidate: list[str] | None = None) -> Any:
+    """The pipeline a command works on: ``--pipeline`` or the default (with ``-c`` train candidates)."""
+    if ref:
+        from heteroflow.pipelines.graph import load_pipeline
+
+        pipeline = load_pipeline(ref)
+        if candidate:
+            raise InvalidParameter("-c/--candidate applies to the default pipeline; set candidates in your pipeline")
+        return pipeline
+    from heteroflow.pipelines.default import default_pipeline
+
+    return default_pipeline(train_candidates=Candidates(candidate) if candidate else None)

@@ -1,0 +1,137 @@
+"""What ``heteroflow run`` prints: the steps table (live while the run goes on: status, device, attempts, seconds,
+progress, a retry's countdown) and, once it ends, the run's summary (where each device-bound step ran and why, its
+fallbacks and retries, the steps' own summaries or what failed, the record's path)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from heteroflow.components.devices import has_devices as _is_device_kind
+from heteroflow.pipelines.cli.common import console
+
+__all__: list[str] = []
+
+
+def _short_error(error: str | None) -> str:
+    """``heteroflow.cache.errors.DatasetError: msg`` -> ``msg`` (our errors' messages say it all);
+    any other exception keeps its type name."""
+    if not error:
+        return ""
+    kind, sep, message = error.partition(": ")
+    return message if sep and kind.startswith("heteroflow.") else error
+
+
+def _progress_text(details: dict[str, Any]) -> str:
+    p = details.get("progress") or {}
+    if not p:
+        return ""
+    parts = []
+    if "epoch" in p:
+        parts.append(f"epoch {p['epoch']}/{p.get('epochs', '?')}")
+    if "loss" in p:
+        parts.append(f"loss {p['loss']:.4g}")  # significant digits: a loss of 3e-05 is not 0.0000
+    if "samples_per_second" in p:
+        parts.append(f"{p['samples_per_second']:,.0f} samples/s")
+    if "files" in p:
+        parts.append(f"{p['files']}/{p.get('files_total', '?')} files")
+    if "bytes" in p:
+        parts.append(f"{p['bytes'] / 2**20:,.1f} MiB")
+    return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in p.items())
+
+
+def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
+    """The steps table; with ``pipeline`` (while a run goes on) seconds tick and a transient failure waiting for
+    its retry shows ``retrying in N s (attempt k of n)`` (:func:`heteroflow.pipelines.cli.runs.live_state`)."""
+    import os
+    import time
+
+    from heteroflow.components.core.telemetry import RUN_DIR_ENV
+    from heteroflow.pipelines.cli.runs import live_state, read_attempts
+
+    records = read_attempts(os.environ.get(RUN_DIR_ENV)) if pipeline is not None else {}
+    now = time.time()
+    table = Table(title="steps", title_justify="left")
+    for col, justify in (
+        ("step", "left"),
+        ("status", "left"),
+        ("device", "left"),
+        ("attempts", "right"),
+        ("seconds", "right"),
+        ("progress", "left"),
+    ):
+        table.add_column(col, justify=justify)  # type: ignore[arg-type]
+    colours = {"succeeded": "green", "failed": "red", "running": "yellow", "retrying": "yellow", "killed": "red", "interrupted": "yellow"}
+    for s in steps:
+        status, seconds, note = s.status, s.seconds, ""
+        if pipeline is not None:
+            retry = pipeline[s.name].retry if s.name in pipeline else None
+            status, seconds, note = live_state(s, records.get(s.name, []), retry, now)
+        colour = colours.get(status, "dim")
+        device = s.device or "-"
+        if s.kind and _is_device_kind(s.kind):
+            device = f"{s.kind}{' (simulated, on cpu)' if s.simulated else ' ' + device}"
+        if s.candidate:
+            device += f" [candidate {s.candidate}]"
+        table.add_row(
+            s.name,
+            f"[{colour}]{status}[/]",
+            escape(device),
+            str(s.attempts) if s.attempts else "-",
+            f"{seconds:.2f}" if seconds is not None else "-",
+            escape(note or (_progress_text(s.details) if s.status == "running" else "")),
+        )
+    return table
+
+
+def _live_console() -> Console:
+    """A console bound to the terminal as it is now: kfp.local's output is redirected into kfp.log during the
+    run, and a console that looks up ``sys.stdout`` at each write would follow it there."""
+    return Console(file=sys.stdout, soft_wrap=True)
+
+
+def _print_record(record: Any, pipeline: Any) -> None:
+    console.print(_steps_table(record.steps))
+    for call, decision in record.placement.items():
+        console.print(
+            f"placement of {call}: candidate {decision.get('index')} (0 = preferred) -> "
+            f"[bold]{decision.get('device_kind')}[/] ({decision.get('torch_device')})",
+            highlight=False,
+        )
+        for why in decision.get("passed_over", []):
+            console.print(f"  passed over: {escape(why)}", highlight=False)
+    for f in record.fallbacks:
+        accel = f" ({f['accelerator']})" if f.get("accelerator") else ""
+        console.print(
+            f"fallback: {f['step']} left candidate {f['candidate']} ({f['kind']}{accel}) after a {f['failure']} "
+            f"failure: {escape(_short_error(f['reason']))}",
+            highlight=False,
+        )
+    from heteroflow.pipelines.cli.runs import retry_lines  # retries and the time spent waiting (#17)
+
+    for line in retry_lines(record.run_dir):
+        console.print(escape(line), highlight=False)
+    if record.status == "succeeded":
+        for call in pipeline.calls:
+            for line in call.step.summarize(record.results.get(call.name, {})):
+                console.print(escape(line), highlight=False)
+    else:
+        for s in record.steps:
+            if s.status in ("failed", "killed"):
+                kind = f" ({s.failure} failure)" if s.failure else ""
+                console.print(f"[red]step {s.name} {s.status}{kind}:[/] {escape(_short_error(s.error))}", highlight=False)
+        if record.error:
+            console.print(f"[red]engine error:[/] {escape(record.error)}", highlight=False)
+        engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none
+        if engine_log.is_file():
+            console.print(f"engine log: {engine_log}", highlight=False)
+    report = Path(record.run_dir, "report.html")
+    if report.is_file():
+        console.print(f"report: {report}", highlight=False)
+    console.print(f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False)
+
