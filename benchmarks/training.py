@@ -46,7 +46,7 @@ def plain_loop(shards: Path, *, epochs: int, batch_size: int, seed: int, validat
     """The baseline: samples/s of a plain PyTorch loop on the same tensors (``validate``: with the accuracy on the
     validation split after every epoch, as heteroflow's loop reports it)."""
     from heteroflow.components.data.preprocess import available_cpus, load_split, read_meta
-    from heteroflow.components.training.loop import mlp
+    from heteroflow.components.training.factories import mlp
 
     torch.set_num_threads(available_cpus())
     meta = read_meta(shards)
@@ -151,7 +151,8 @@ def main() -> None:
     from heteroflow.components.data.datasets import export_digits
     from heteroflow.components.data.preprocess import preprocess
     from heteroflow.components.training.step import train
-    from heteroflow.components.training.loop import Checkpoint, mlp
+    from heteroflow.components.training.checkpoint import Checkpoint
+    from heteroflow.components.training.factories import mlp
 
     work = Path(tempfile.mkdtemp(prefix="heteroflow-bench-data-"))
     digits = prewarm(str(export_digits(work / "digits")), work / "cache")

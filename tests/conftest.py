@@ -41,7 +41,7 @@ def digits_shards(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) ->
 # right after the checkpoint.json of step >= $HETEROFLOW_TEST_PAUSE_AT_STEP is written, train sleeps up to
 # $HETEROFLOW_TEST_PAUSE_SECONDS, so a test can signal the run while training is certainly unfinished (no race
 # with a fast machine finishing training first). Loaded through PYTHONPATH as `sitecustomize`; it patches
-# heteroflow.components.training.loop once that module is imported, and does nothing in other processes.
+# heteroflow.components.training.checkpoint once that module is imported, and does nothing in other processes.
 _PAUSE_HOOK = '''
 import importlib.abc, importlib.util, os, sys, time
 
@@ -50,7 +50,7 @@ _AT = int(os.environ.get("HETEROFLOW_TEST_PAUSE_AT_STEP", "0") or 0)
 
 class _PauseTrain(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
-        if name != "heteroflow.components.training.loop":  # where checkpoints are written (Checkpoint.save)
+        if name != "heteroflow.components.training.checkpoint":  # where checkpoints are written (Checkpoint.save)
             return None
         sys.meta_path.remove(self)
         spec = importlib.util.find_spec(name)

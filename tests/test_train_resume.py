@@ -35,7 +35,7 @@ _KILL_AT_STEP = 20  # the first checkpoint: one is all the test needs
 _CHILD = """
 import json, os, signal, sys
 import heteroflow.components.training.step as t
-import heteroflow.components.training.loop as checkpoints  # Checkpoint.save writes checkpoint.json with it
+import heteroflow.components.training.checkpoint as checkpoints  # Checkpoint.save writes checkpoint.json with it
 real = checkpoints.atomic_write_bytes
 def write(path, data, **kwargs):
     real(path, data, **kwargs)

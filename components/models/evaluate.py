@@ -94,7 +94,7 @@ def evaluate(dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[s
     import torch  # imported before the clock starts: seconds measure the evaluation, not the import
 
     from heteroflow.components.data.readers import open_splits
-    from heteroflow.components.training.loop import auto_workers, make_loader
+    from heteroflow.components.training.batches import auto_workers, make_loader
 
     started = time.perf_counter()
     model, config = load_model(model_dir, device)

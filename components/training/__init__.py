@@ -1,9 +1,13 @@
 """Training: the train step, its loop and context, AMP, checkpoints, distributed and multi-node launch, profiling.
 
-Owns: ``step`` (the train step), ``loop`` (``TrainingContext``, the built-in models and loop, checkpoints; its
-names are also this package's, so ``heteroflow.components.training:mlp`` resolves), ``distributed`` (DDP launch,
-hooks), ``trainjob`` (the multi-node launcher of a Kubeflow TrainJob / PyTorchJob), ``profiling`` (the step
-profile).
+Owns: ``step`` (the train step), ``loop`` (``TrainContext`` and the built-in loop; it re-exports the names of
+``factories``, ``precision``, ``checkpoint`` and ``batches``, and its names are also this package's, so
+``heteroflow.components.training:mlp`` resolves), ``factories`` (the built-in model, ``ModelSpec``), ``precision``
+(autocast dtype, ``GradScaler``), ``checkpoint`` (``Checkpoint``), ``batches`` (``EpochBatches``, the loaders),
+``distributed`` (the DDP launcher; it re-exports the names of ``rendezvous``, ``worker`` and ``gradients``),
+``rendezvous`` (backends, torchrun's environment, node roles), ``worker`` (a worker process, ``DistributedContext``,
+worker errors), ``gradients`` (weighted and compressed DDP hooks, learning-rate scaling, rank batches),
+``trainjob`` (the multi-node launcher of a Kubeflow TrainJob / PyTorchJob), ``profiling`` (the step profile).
 May import: ``heteroflow.components.core``, ``devices``, ``data``, ``placement``, ``errors``, ``heteroflow.cache``.
 """
 

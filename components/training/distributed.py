@@ -71,31 +71,61 @@ Trainer's torch plugin (``PET_NNODES``, ``PET_NPROC_PER_NODE``, ``PET_NODE_RANK`
 ``PET_MASTER_PORT``), https://www.kubeflow.org/docs/components/trainer/; [PJ] PyTorchJob's environment
 (``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``),
 https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/.
+
+Where the parts live: the rendezvous (:func:`backend_for`, :func:`worker_environment`, :func:`node_role`) in
+:mod:`heteroflow.components.training.rendezvous`; the worker side (:class:`DistributedContext`, the worker errors,
+the worker's entry point) in :mod:`heteroflow.components.training.worker`; weighted gradients, compression, the
+learning rate and rank batches in :mod:`heteroflow.components.training.gradients`. This module keeps the launcher
+(:func:`launch`, :func:`run_distributed`) and re-exports the others' names.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-import importlib.util
-import io
 import os
 import pickle
 import secrets
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
-import traceback
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from heteroflow.components.errors import HeteroflowError, InvalidParameter
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.training.gradients import (
+    COMPRESSIONS,
+    RankBatches,
+    batch_weights,
+    comm_hook,
+    cpu_relay_hook,
+    rank_slice,
+    scaled_learning_rate,
+    weighted_hook,
+)
+from heteroflow.components.training.rendezvous import (
+    NODES_ENV,
+    NodeRole,
+    backend_for,
+    free_port,
+    node_role,
+    worker_environment,
+)
+from heteroflow.components.training.worker import (
+    _PARENT_ENV,
+    _PAYLOAD_ENV,
+    _RESULT_DIR_ENV,
+    DistributedContext,
+    WorkerError,
+    WorkerKilled,
+    WorkerTimeout,
+    _reference,
+    _resolve,
+    _worker_main,
+)
 
 __all__ = [
     "COMPRESSIONS",
@@ -120,654 +150,13 @@ __all__ = [
     "weighted_hook",
     "worker_environment",
 ]
+# the names of gradients, rendezvous and worker above are re-exported, so `from ...training.distributed import X`
+# keeps working; _worker_main too (what a worker process ran before the split)
 
 TERMINATE_GRACE_SECONDS = 5.0
 """After a worker fails, how long the others get to exit on their own, then after SIGTERM, before SIGKILL (s)."""
 
 _POLL_SECONDS = 0.05
-_PAYLOAD_ENV = "HETEROFLOW_DIST_PAYLOAD"
-_RESULT_DIR_ENV = "HETEROFLOW_DIST_RESULTS"
-_PARENT_ENV = "HETEROFLOW_DIST_PARENT"
-
-COMPRESSIONS = ("none", "fp16", "bf16", "powersgd")
-"""Gradient compression options of :func:`comm_hook`: torch's own DDP hooks [DH]."""
-
-
-# --- errors ------------------------------------------------------------------------------------------------
-
-
-class WorkerError(HeteroflowError, RuntimeError):
-    """A worker failed in a way that carries no exception of its own (non-zero exit, or an exception that could
-    not be pickled back: its type name and traceback are in the message). Classified *permanent*."""
-
-
-class WorkerKilled(HeteroflowError, BrokenProcessPool):
-    """A worker was killed by a signal heteroflow did not send (SIGKILL from the OOM killer, a preempted node).
-    A ``BrokenProcessPool``, so :func:`~heteroflow.components.core.failures.classify` calls it *transient* (rule 7):
-    rerun on the same candidate; training resumes from the last checkpoint.
-
-    Attributes:
-        rank: the rank of the killed worker.
-        signal_number: the signal that ended it (9 for SIGKILL).
-    """
-
-    def __init__(self, message: str, *, rank: int = -1, signal_number: int = 0) -> None:
-        super().__init__(message)
-        self.rank = rank
-        self.signal_number = signal_number
-
-    def __reduce__(self) -> tuple[Any, ...]:
-        return (_rebuild_killed, (str(self), self.rank, self.signal_number))
-
-
-def _rebuild_killed(message: str, rank: int, signal_number: int) -> WorkerKilled:
-    return WorkerKilled(message, rank=rank, signal_number=signal_number)
-
-
-class WorkerTimeout(HeteroflowError, TimeoutError):
-    """The workers were still running after ``timeout_seconds`` (classified *transient*)."""
-
-
-# --- backend, ports, environment ----------------------------------------------------------------------------
-
-
-def backend_for(device_types: str | Sequence[str]) -> str:
-    """The ``torch.distributed`` backend for ranks on the given PyTorch device types, from the registry.
-
-    Args:
-        device_types: one device type (``"cuda"``, ``"npu"``, ``"cpu"``, ``"hpu"``) for all ranks, or one per rank.
-
-    Returns:
-        The backend of the registry's accelerators of that device type (``nccl`` for ``cuda``, ``hccl`` for
-        ``npu``), ``gloo`` for ``cpu``, and ``gloo`` when ranks use different device types (NCCL and HCCL groups
-        cannot span each other's devices).
-
-    Raises:
-        InvalidParameter: a device type no registry accelerator uses (the message lists the valid ones).
-    """
-    from heteroflow.components.devices.accelerators import ACCELERATORS
-    from heteroflow.components.devices import all_kinds
-
-    types = [device_types] if isinstance(device_types, str) else list(device_types)
-    if not types:
-        raise InvalidParameter("device_types is empty; valid: one device type, or one per rank")
-    known: dict[str, str] = {}
-    for kind in all_kinds():  # the kinds' own backends first (cpu: gloo, cuda: nccl, npu: hccl)
-        known.setdefault(kind.torch_device_type, kind.distributed_backend)
-    for accel in ACCELERATORS.values():
-        known.setdefault(accel.torch_device_type, accel.distributed_backend)
-    for t in types:
-        if t not in known:
-            raise InvalidParameter(f"device type {t!r} is unknown; valid: {', '.join(sorted(known))}")
-    if len(set(types)) > 1:
-        return "gloo"
-    return known[types[0]]
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A TCP port that is free on ``host`` now (bound to port 0, then released; another process could take it
-    before the rendezvous, in which case rank 0 fails with ``EADDRINUSE`` and :func:`launch` retries once)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind((host, 0))
-        return int(s.getsockname()[1])
-
-
-def worker_environment(rank: int, world_size: int, *, master_port: int, master_addr: str = "127.0.0.1", run_id: str = "",
-                       local_rank: int | None = None, local_world_size: int | None = None, group_rank: int = 0) -> dict[str, str]:
-    """The environment variables ``torchrun`` sets for a worker [TR].
-
-    Args:
-        rank: global rank, 0 <= rank < world_size.
-        world_size: number of workers on every node together.
-        master_port: the rendezvous TCP port on ``master_addr``.
-        master_addr: the rendezvous host (one node: the loopback address; several: node 0's address).
-        run_id: ``TORCHELASTIC_RUN_ID``.
-        local_rank / local_world_size: its rank on this node and the workers of this node (default: one node,
-            ``rank`` and ``world_size``).
-        group_rank: this node's rank (``GROUP_RANK``).
-
-    Raises:
-        InvalidParameter: rank out of range or world_size < 1.
-    """
-    if world_size < 1 or not 0 <= rank < world_size:
-        raise InvalidParameter(f"rank={rank}, world_size={world_size}; valid: world_size >= 1 and 0 <= rank < world_size")
-    n = str(world_size)
-    return {
-        "RANK": str(rank),
-        "LOCAL_RANK": str(rank if local_rank is None else local_rank),
-        "GROUP_RANK": str(group_rank),
-        "ROLE_RANK": str(rank),
-        "ROLE_NAME": "default",
-        "WORLD_SIZE": n,
-        "LOCAL_WORLD_SIZE": str(world_size if local_world_size is None else local_world_size),
-        "ROLE_WORLD_SIZE": n,
-        "MASTER_ADDR": master_addr,
-        "MASTER_PORT": str(master_port),
-        "TORCHELASTIC_RUN_ID": run_id or "none",
-    }
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class NodeRole:
-    """This pod's place in a multi-node job, as the job's operator told it (:func:`node_role`).
-
-    Attributes:
-        nodes: pods (nodes) in the job, >= 2.
-        node_rank: this pod's index, 0 .. nodes-1 (0 hosts the rendezvous).
-        master_addr / master_port: node 0's address and rendezvous port.
-    """
-
-    nodes: int
-    node_rank: int
-    master_addr: str
-    master_port: int
-
-
-NODES_ENV = "HETEROFLOW_NODES"
-"""Set by heteroflow's training-job manifests on every pod: the job's node count (:func:`node_role`)."""
-
-
-def node_role(environ: Mapping[str, str] | None = None) -> NodeRole | None:
-    """This pod's role in a multi-node training job, or None outside one.
-
-    Read from the variables the operators set: Kubeflow Trainer v2's torch plugin sets torchrun's ``PET_NNODES``,
-    ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` [KT]; the training operator v1 (PyTorchJob) sets
-    ``MASTER_ADDR``, ``MASTER_PORT`` and the pod's ``RANK`` (Master 0, Worker i+1) [PJ]. ``PET_*`` wins; the node
-    count falls back to :data:`NODES_ENV`, which heteroflow's manifests set. A job of one node is None.
-
-    Raises:
-        InvalidParameter: a variable that is not a number, or a node rank out of range (names the variable).
-    """
-    env = os.environ if environ is None else environ
-
-    def number(name: str, text: str) -> int:
-        try:
-            return int(text.split(":")[-1])  # PET_NNODES may be "2:2" (min:max, elastic)
-        except ValueError:
-            raise InvalidParameter(f"{name}={text!r} is not a number; valid: an integer (set by the training job's operator)") from None
-
-    nodes_name = "PET_NNODES" if env.get("PET_NNODES") else NODES_ENV
-    if not env.get(nodes_name):
-        return None
-    nodes = number(nodes_name, env[nodes_name])
-    if nodes <= 1:
-        return None
-    rank_name = "PET_NODE_RANK" if env.get("PET_NODE_RANK") else "RANK"
-    port_name = "PET_MASTER_PORT" if env.get("PET_MASTER_PORT") else "MASTER_PORT"
-    rank = number(rank_name, env.get(rank_name, "0"))
-    port = number(port_name, env.get(port_name, ""))
-    addr = env.get("PET_MASTER_ADDR") or env.get("MASTER_ADDR")
-    if not addr:
-        raise InvalidParameter("a multi-node job without PET_MASTER_ADDR or MASTER_ADDR; valid: node 0's address, set by the operator")
-    if not 0 <= rank < nodes:
-        raise InvalidParameter(f"{rank_name}={rank} is out of range for {nodes} nodes; valid: 0 .. {nodes - 1}")
-    return NodeRole(nodes=nodes, node_rank=rank, master_addr=addr, master_port=port)
-
-
-# --- the context a worker's function gets ------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class DistributedContext:
-    """What a worker's function receives (beside its own keyword arguments).
-
-    Attributes:
-        rank: this worker's global rank (0 .. world_size-1).
-        local_rank: its rank on this node.
-        world_size: number of workers.
-        backend: the process group's backend (``gloo``, ``nccl``, ``hccl``).
-        device_type: this rank's PyTorch device type (``cpu``, ``cuda``, ``npu``).
-        batch_sizes: the per-rank batch sizes (samples per optimizer step), or () when not given.
-        deterministic: whether deterministic algorithms were switched on.
-        device_index: the index of its device among this node's devices of its type (the local rank when every
-            rank uses one device type; with ranks on ``cuda, npu``, both use device 0 of their type).
-    """
-
-    rank: int
-    local_rank: int
-    world_size: int
-    backend: str
-    device_type: str = "cpu"
-    batch_sizes: tuple[int, ...] = ()
-    deterministic: bool = False
-    device_index: int = 0
-
-    @property
-    def is_main(self) -> bool:
-        """True on rank 0 (the rank that writes checkpoints and records)."""
-        return self.rank == 0
-
-    @property
-    def device(self) -> Any:
-        """This rank's ``torch.device`` (``cuda:<device index>``, ``npu:<device index>``, or ``cpu``)."""
-        import torch
-
-        if self.device_type == "cpu":
-            return torch.device("cpu")
-        return torch.device(self.device_type, self.device_index)
-
-    @property
-    def batch_size(self) -> int:
-        """This rank's batch size (samples per step).
-
-        Raises:
-            InvalidParameter: no per-rank batch sizes were given.
-        """
-        if not self.batch_sizes:
-            raise InvalidParameter("batch_sizes was not given to launch(); valid: one batch size per rank")
-        return self.batch_sizes[self.rank]
-
-    def barrier(self) -> None:
-        """Wait until every rank gets here (``torch.distributed.barrier``)."""
-        import torch.distributed as dist
-
-        dist.barrier()
-
-    def save_checkpoint(self, state: Any, path: str | os.PathLike[str]) -> None:
-        """Write ``state`` (``torch.save``) to ``path`` on rank 0 only, atomically and durably, then barrier.
-
-        Tensors should be CPU copies (a checkpoint portable across device kinds). Every rank must call it.
-        """
-        if self.is_main:
-            import torch
-
-            from heteroflow.cache.atomic import atomic_write_bytes
-
-            buf = io.BytesIO()
-            torch.save(state, buf)
-            atomic_write_bytes(path, buf.getvalue())
-        self.barrier()
-
-    def load_checkpoint(self, path: str | os.PathLike[str]) -> Any | None:
-        """The checkpoint at ``path`` loaded onto the CPU by every rank, or None when there is none.
-
-        Raises:
-            CheckpointError: the file exists but cannot be loaded (names the path).
-        """
-        import torch
-
-        from heteroflow.components.errors import CheckpointError
-
-        p = Path(path)
-        if not p.exists():
-            return None
-        try:
-            return torch.load(p, map_location="cpu", weights_only=False)
-        except Exception as exc:  # noqa: BLE001 - a damaged file is named, with the reason
-            raise CheckpointError(f"checkpoint {p} cannot be loaded ({type(exc).__name__}: {exc})") from None
-
-    def ddp(self, module: Any, *, compression: str = "none", weighted: bool | None = None, **ddp_kwargs: Any) -> Any:
-        """Wrap ``module`` (already on :attr:`device`) in ``DistributedDataParallel`` with :func:`comm_hook`.
-
-        Args:
-            module: the model.
-            compression: one of :data:`COMPRESSIONS`.
-            weighted: weight gradients by :attr:`batch_sizes` (default: whenever batch sizes were given).
-            ddp_kwargs: passed to ``DistributedDataParallel``.
-
-        Returns:
-            The DDP-wrapped module.
-        """
-        from torch.nn.parallel import DistributedDataParallel
-
-        device_ids = None if self.device_type == "cpu" else [self.device_index]
-        model = DistributedDataParallel(module, device_ids=device_ids, **ddp_kwargs)
-        sizes = self.batch_sizes if (weighted or weighted is None) and self.batch_sizes else ()
-        # an accelerator rank in a gloo group (mixed device types) reduces CPU copies: gloo cannot reduce NPU tensors
-        relay = self.backend == "gloo" and self.device_type != "cpu"
-        state, hook = comm_hook(compression, batch_sizes=sizes, rank=self.rank, relay_through_cpu=relay)
-        model.register_comm_hook(state, hook)
-        return model
-
-
-# --- weighted gradients, compression, learning rate ----------------------------------------------------------
-
-
-def batch_weights(batch_sizes: Sequence[int]) -> tuple[float, ...]:
-    """Each rank's share of the union batch, ``b_r / sum(b)``.
-
-    Raises:
-        InvalidParameter: an empty list, or a batch size that is not an integer >= 1.
-    """
-    sizes = list(batch_sizes)
-    if not sizes:
-        raise InvalidParameter("batch_sizes is empty; valid: one integer >= 1 per rank")
-    for i, b in enumerate(sizes):
-        if isinstance(b, bool) or not isinstance(b, int) or b < 1:
-            raise InvalidParameter(f"batch_sizes[{i}]={b!r} is not a batch size; valid: an integer >= 1")
-    total = sum(sizes)
-    return tuple(b / total for b in sizes)
-
-
-def weighted_hook(hook: Callable[[Any, Any], Any], batch_sizes: Sequence[int], rank: int) -> Callable[[Any, Any], Any]:
-    """Wrap an *averaging* DDP communication hook so it computes the batch-size-weighted gradient.
-
-    The wrapped hook multiplies rank ``r``'s gradient bucket by ``N * b_r / B`` (``N`` ranks, ``B = sum(b)``)
-    and calls ``hook``, which averages over ranks; the result is ``sum_r (b_r / B) g_r``, the union-batch
-    gradient of a mean-reduced loss. Works with torch's ``allreduce_hook``, ``fp16_compress_hook``,
-    ``bf16_compress_hook`` and ``powerSGD_hook`` [DH], which all divide the sum by the world size.
-
-    Args:
-        hook: ``hook(state, bucket) -> Future[Tensor]``, averaging over the process group.
-        batch_sizes: per-rank batch sizes (samples per step), one per rank.
-        rank: this worker's rank.
-
-    Raises:
-        InvalidParameter: bad batch sizes, or ``rank`` outside them.
-    """
-    weights = batch_weights(batch_sizes)
-    if not 0 <= rank < len(weights):
-        raise InvalidParameter(f"rank={rank} has no batch size; batch_sizes has {len(weights)} entries")
-    factor = len(weights) * weights[rank]
-
-    def weighted(state, bucket):  # type: ignore[no-untyped-def]  # DDP rejects non-GradBucket annotations
-        bucket.buffer().mul_(factor)
-        return hook(state, bucket)
-
-    weighted.__name__ = f"weighted_{getattr(hook, '__name__', 'hook')}"
-    return weighted
-
-
-def cpu_relay_hook(process_group, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations
-    """A DDP communication hook that averages through CPU copies: the bucket is copied to the CPU, all-reduced
-    (SUM, divided by the world size) and copied back. For a gloo group whose ranks hold tensors gloo cannot
-    reduce on their device (an Ascend NPU rank beside a CUDA rank); wrap it in :func:`weighted_hook` for
-    unequal batches."""
-    import torch.distributed as dist
-
-    group = process_group if process_group is not None else dist.group.WORLD
-    buffer = bucket.buffer()
-    cpu = buffer.detach().to("cpu").div_(dist.get_world_size(group))
-    fut = dist.all_reduce(cpu, group=group, async_op=True).get_future()
-
-    def back(f):  # type: ignore[no-untyped-def]
-        buffer.copy_(f.value()[0])
-        return buffer
-
-    return fut.then(back)
-
-
-def comm_hook(
-    compression: str = "none",
-    *,
-    batch_sizes: Sequence[int] = (),
-    rank: int = 0,
-    process_group: Any = None,
-    relay_through_cpu: bool = False,
-) -> tuple[Any, Callable[[Any, Any], Any]]:
-    """The ``(state, hook)`` pair to pass to ``DistributedDataParallel.register_comm_hook``.
-
-    Args:
-        compression: ``none`` (``allreduce_hook``, fp32), ``fp16`` (``fp16_compress_hook``), ``bf16``
-            (``bf16_compress_hook``), ``powersgd`` (``powerSGD_hook``, rank 1, error feedback, 10 warm-up
-            iterations uncompressed: Vogels et al. 2019, "PowerSGD: Practical Low-Rank Gradient Compression for
-            Distributed Optimization", NeurIPS) [DH].
-        batch_sizes: per-rank batch sizes; when given, the hook weights by them (:func:`weighted_hook`).
-        rank: this worker's rank (used with ``batch_sizes``).
-        process_group: the group (default: the world; passed as the hook's state).
-        relay_through_cpu: reduce CPU copies of the gradients (:func:`cpu_relay_hook`; no compression).
-
-    Raises:
-        InvalidParameter: an unknown compression (lists the valid ones), compression with the CPU relay, or bad
-            batch sizes.
-    """
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
-
-    if compression not in COMPRESSIONS:
-        raise InvalidParameter(f"compression={compression!r} is unknown; valid: {', '.join(COMPRESSIONS)}")
-    if relay_through_cpu and compression != "none":
-        raise InvalidParameter(f"compression={compression!r} with the CPU relay (ranks of mixed device types); valid: none")
-    state: Any = process_group
-    if relay_through_cpu:
-        hook: Callable[[Any, Any], Any] = cpu_relay_hook
-    elif compression == "none":
-        hook = default_hooks.allreduce_hook
-    elif compression == "fp16":
-        hook = default_hooks.fp16_compress_hook
-    elif compression == "bf16":
-        hook = default_hooks.bf16_compress_hook
-    else:
-        state = powerSGD_hook.PowerSGDState(process_group=process_group, matrix_approximation_rank=1, start_powerSGD_iter=10)
-        hook = powerSGD_hook.powerSGD_hook
-    if batch_sizes:
-        hook = weighted_hook(hook, batch_sizes, rank)
-    return state, hook
-
-
-def scaled_learning_rate(base_lr: float, base_batch_size: int, batch_sizes: Sequence[int]) -> float:
-    """The linear scaling rule: ``base_lr * sum(batch_sizes) / base_batch_size``.
-
-    Source: Goyal et al. 2017, "Accurate, Large Minibatch SGD: Training ImageNet in 1 Hour", arXiv:1706.02677,
-    section 2.1 ("When the minibatch size is multiplied by k, multiply the learning rate by k"); section 2.2 adds a
-    gradual warm-up for large batches. With :func:`weighted_hook` one step is one step over the union batch, so
-    the rule applies to ``B = sum(batch_sizes)``.
-
-    Args:
-        base_lr: the learning rate tuned at ``base_batch_size`` (> 0).
-        base_batch_size: samples per step of that tuning (>= 1).
-        batch_sizes: per-rank batch sizes now.
-
-    Raises:
-        InvalidParameter: a rate <= 0, a base batch < 1 or bad batch sizes.
-    """
-    batch_weights(batch_sizes)
-    if not base_lr > 0:
-        raise InvalidParameter(f"base_lr={base_lr!r}; valid: a number > 0")
-    if isinstance(base_batch_size, bool) or not isinstance(base_batch_size, int) or base_batch_size < 1:
-        raise InvalidParameter(f"base_batch_size={base_batch_size!r}; valid: an integer >= 1")
-    return base_lr * sum(batch_sizes) / base_batch_size
-
-
-def rank_slice(batch_sizes: Sequence[int], rank: int) -> slice:
-    """The part of each global batch (of ``sum(batch_sizes)`` samples, in order) that belongs to ``rank``: the
-    ``b_rank`` samples after those of ranks ``0 .. rank-1``. ``N`` workers taking these slices see exactly the
-    batches one process with batch ``sum(batch_sizes)`` sees.
-
-    Raises:
-        InvalidParameter: bad batch sizes or a rank outside them.
-    """
-    batch_weights(batch_sizes)
-    if not 0 <= rank < len(batch_sizes):
-        raise InvalidParameter(f"rank={rank} has no batch size; batch_sizes has {len(batch_sizes)} entries")
-    start = sum(batch_sizes[:rank])
-    return slice(start, start + batch_sizes[rank])
-
-
-class RankBatches:
-    """A batch sampler for one rank of an unequal-batch run: epoch ``e`` visits a permutation of ``n`` samples
-    seeded by ``seed + e`` (numpy ``default_rng``, as heteroflow's single-process loader does), cut into global
-    batches of ``B = sum(batch_sizes)``; this rank yields its :func:`rank_slice` of each. The union over ranks of
-    batch ``i`` is batch ``i`` of one process with batch size ``B``. A last, partial global batch is dropped
-    (every rank must take the same number of steps, or the collectives hang).
-
-    Args:
-        n: samples in the data set.
-        batch_sizes: per-rank batch sizes.
-        rank: this rank.
-        seed: the shuffling seed.
-        shuffle: False: in order.
-
-    Raises:
-        InvalidParameter: bad batch sizes or rank, or ``n`` smaller than one global batch.
-    """
-
-    def __init__(self, n: int, batch_sizes: Sequence[int], rank: int, seed: int = 0, *, shuffle: bool = True) -> None:
-        self.part = rank_slice(batch_sizes, rank)
-        self.global_batch = sum(batch_sizes)
-        if n < self.global_batch:
-            raise InvalidParameter(f"the data set has {n} samples, fewer than one global batch of {self.global_batch} ({list(batch_sizes)})")
-        self.n, self.seed, self.shuffle = n, seed, shuffle
-        self.epoch, self.start = 0, 0
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        """Visit epoch ``epoch`` from global batch ``start`` on (a resume mid-epoch)."""
-        self.epoch, self.start = epoch, start
-
-    def __len__(self) -> int:
-        return max(0, self.n // self.global_batch - self.start)
-
-    def __iter__(self) -> Any:
-        import numpy as np
-
-        order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
-        for b in range(self.start, self.n // self.global_batch):
-            yield order[b * self.global_batch : (b + 1) * self.global_batch][self.part].tolist()
-
-
-# --- function references -----------------------------------------------------------------------------------
-
-
-def _reference(fn: Callable[..., Any] | str) -> str:
-    """``module:qualname`` for an importable function, ``/path/file.py:qualname`` for one whose module is not
-    importable by name (a script, a test module); a string is returned as given."""
-    if isinstance(fn, str):
-        if ":" not in fn:
-            raise InvalidParameter(f"function {fn!r} is not 'package.module:function' or '/path/file.py:function'")
-        return fn
-    module, qualname = getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)
-    if not module or not qualname or "<locals>" in qualname or "<lambda>" in qualname:
-        raise InvalidParameter(f"function {fn!r} must be defined at the top level of a module (workers import it by name)")
-    mod = sys.modules.get(module)
-    path = getattr(mod, "__file__", None)
-    if module != "__main__":
-        with contextlib.suppress(Exception):
-            spec = importlib.util.find_spec(module)
-            if spec is not None and (path is None or (spec.origin and os.path.samefile(spec.origin, path))):
-                return f"{module}:{qualname}"
-    if not path:
-        raise InvalidParameter(f"function {module}:{qualname} has no importable module or source file")
-    return f"{os.path.abspath(path)}:{qualname}"
-
-
-def _resolve(ref: str) -> Callable[..., Any]:
-    target, _, qualname = ref.rpartition(":")
-    if target.endswith(".py") and os.sep in target:
-        name = "_heteroflow_worker_" + secrets.token_hex(4)
-        spec = importlib.util.spec_from_file_location(name, target)
-        if spec is None or spec.loader is None:
-            raise InvalidParameter(f"function {ref!r}: cannot load {target}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    else:
-        module = importlib.import_module(target)
-    obj: Any = module
-    for part in qualname.split("."):
-        obj = getattr(obj, part)
-    return obj
-
-
-# --- the worker side ---------------------------------------------------------------------------------------
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    from heteroflow.cache.atomic import atomic_write_bytes
-
-    atomic_write_bytes(path, data, durable=False)
-
-
-def _report_error(results: Path, rank: int, exc: BaseException) -> None:
-    tb = "".join(traceback.format_exception(exc))
-    try:
-        blob = pickle.dumps(exc)
-        pickle.loads(blob)
-    except Exception:  # noqa: BLE001 - an unpicklable exception travels as text
-        blob = pickle.dumps(WorkerError(f"rank {rank}: {type(exc).__module__}.{type(exc).__qualname__}: {exc}\n{tb}"))
-    record = {"time": _FAILED_AT or time.time(), "exception": blob, "traceback": tb, "peer_loss": _is_peer_loss(exc)}
-    _write_atomic(results / f"error.{rank}.pkl", pickle.dumps(record))
-
-
-_FAILED_AT: float | None = None
-_PEER_LOSS = ("Connection reset by peer", "Connection closed by peer", "Broken pipe", "Socket closed", "NCCL communicator was aborted")
-
-
-def _is_peer_loss(exc: BaseException) -> bool:
-    """Whether ``exc`` is a collective failing because another worker went away (a consequence, not a cause)."""
-    return isinstance(exc, RuntimeError) and any(m in str(exc) for m in _PEER_LOSS)
-
-
-def _die_with_parent() -> None:
-    """End this worker when the launcher dies (Linux ``prctl(PR_SET_PDEATHSIG, SIGKILL)``), so a killed step
-    leaves no worker behind that keeps writing checkpoints beside its rerun."""
-    parent = int(os.environ.get(_PARENT_ENV, "0") or 0)
-    if sys.platform.startswith("linux"):
-        with contextlib.suppress(Exception):
-            import ctypes
-
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG = 1 (linux/prctl.h)
-    if parent and os.getppid() != parent:  # the launcher died before prctl took effect
-        os._exit(1)
-
-
-def _worker_main() -> None:
-    """Entry point of one worker process (run by :func:`launch`; reads its payload from the environment)."""
-    _die_with_parent()
-    payload = pickle.loads(Path(os.environ[_PAYLOAD_ENV]).read_bytes())
-    results = Path(os.environ[_RESULT_DIR_ENV])
-    rank = int(os.environ["RANK"])
-    code = 0
-    try:
-        value = _run_worker(payload, rank)
-        _write_atomic(results / f"result.{rank}.pkl", pickle.dumps(value))
-    except SystemExit as exc:  # never re-raise SystemExit in the launcher's process
-        if exc.code in (0, None):
-            _write_atomic(results / f"result.{rank}.pkl", pickle.dumps(None))
-        else:
-            _report_error(results, rank, WorkerError(f"worker rank {rank} called sys.exit({exc.code!r})"))
-            code = 1
-    except BaseException as exc:  # noqa: BLE001 - everything goes back to the launcher
-        if not isinstance(exc, Exception):  # KeyboardInterrupt and the like: a failure, not the launcher's own
-            exc = WorkerError(f"worker rank {rank}: {type(exc).__name__}: {exc}")
-        _report_error(results, rank, exc)
-        code = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)  # no atexit handlers of CUDA/NCCL/gloo that could hang a dying worker
-
-
-def _run_worker(payload: Mapping[str, Any], rank: int) -> Any:
-    import torch
-    import torch.distributed as dist
-
-    world = int(os.environ["WORLD_SIZE"])
-    local_rank = int(os.environ["LOCAL_RANK"])
-    device_types = payload["device_types"]  # this node's, by local rank
-    device_type = device_types[local_rank]
-    if payload["deterministic"]:
-        torch.use_deterministic_algorithms(True)
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
-        torch.set_num_threads(1)
-    from heteroflow.components.devices import for_torch_device_type
-
-    kind = for_torch_device_type(device_type)
-    if kind is not None:
-        kind.import_backend()  # e.g. torch_npu, which registers the "npu" device type with torch
-    device_index = device_types[:local_rank].count(device_type)
-    if device_type != "cpu":
-        getattr(torch, device_type).set_device(device_index)
-    sys.path[:] = list(payload["sys_path"]) + [p for p in sys.path if p not in payload["sys_path"]]
-    fn = _resolve(payload["function"])
-    kwargs = pickle.loads(payload["kwargs"])
-    ctx = DistributedContext(
-        rank=rank,
-        local_rank=local_rank,
-        world_size=world,
-        backend=payload["backend"],
-        device_type=device_type,
-        batch_sizes=tuple(payload["batch_sizes"]),
-        deterministic=payload["deterministic"],
-        device_index=device_index,
-    )
-    dist.init_process_group(payload["backend"], init_method="env://", rank=rank, world_size=world)
-    try:
-        return fn(ctx, **kwargs)
-    except BaseException:
-        global _FAILED_AT
-        _FAILED_AT = time.time()  # before destroy_process_group(), which the peers see as a lost connection
-        raise
-    finally:
-        with contextlib.suppress(Exception):
-            dist.destroy_process_group()
 
 
 # --- the launcher side -------------------------------------------------------------------------------------
@@ -950,7 +339,7 @@ def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: flo
         if count > 1 and "OMP_NUM_THREADS" not in base:
             base["OMP_NUM_THREADS"] = str(_threads_per_worker(count))
         procs: list[subprocess.Popen[bytes]] = []
-        code = "from heteroflow.components.training.distributed import _worker_main; _worker_main()"
+        code = "from heteroflow.components.training.worker import _worker_main; _worker_main()"
         try:
             for local in range(count):
                 worker_env = {**base, **worker_environment(first + local, nodes * count, master_port=port, master_addr=master_addr,

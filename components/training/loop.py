@@ -32,444 +32,65 @@ samples (the batches one process would see, split), :meth:`TrainContext.loss_fn`
 a short last batch, per-device batch sizes such as 64 on one device and 32 on another: train's ``batch_sizes``),
 and only rank 0 writes checkpoints and reports live. One optimizer step is the same step as
 in one process, so a checkpoint of a 2-device candidate resumes on a 1-device one and the other way round.
+
+Where the parts live: the built-in model and :class:`ModelSpec` in
+:mod:`heteroflow.components.training.factories`, precision and the ``GradScaler`` in
+:mod:`heteroflow.components.training.precision`, :class:`Checkpoint` in :mod:`heteroflow.components.training.checkpoint`,
+the loaders (:class:`EpochBatches`, :func:`make_loader`, :func:`auto_workers`) in
+:mod:`heteroflow.components.training.batches`. This module keeps :class:`TrainContext` and :func:`classifier_loop`
+and re-exports the others, so ``heteroflow.components.training.loop:mlp`` and
+``heteroflow.components.training:mlp`` keep resolving.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
-import inspect
-import json
-import math
-import random
 import time
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from heteroflow.cache.atomic import atomic_file, atomic_write_bytes
-from heteroflow.components.errors import CheckpointError, InvalidParameter, NonFiniteError
+from heteroflow.components.errors import InvalidParameter, NonFiniteError
+from heteroflow.components.training.batches import EpochBatches, auto_workers, make_loader
+from heteroflow.components.training.checkpoint import (
+    _FORMAT,
+    CHECKPOINT_FILE,
+    CHECKPOINT_INFO,
+    Checkpoint,
+    _rng_state,
+    _set_rng_state,
+    _to_cpu,
+)
+from heteroflow.components.training.factories import BUILTIN_MODEL, ModelSpec, _import_callable, mlp
+from heteroflow.components.training.precision import (
+    PRECISIONS,
+    _device_bf16,
+    _synchronize,
+    make_scaler,
+    resolve_precision,
+)
 
-if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's parameter checks import this module
-    import numpy as np
+if TYPE_CHECKING:  # torch is imported where it is used: train's parameter checks import this module
     import torch
     from torch import nn
 
 __all__ = [
+    "BUILTIN_MODEL",
     "PRECISIONS",
     "Checkpoint",
     "EpochBatches",
     "ModelSpec",
     "TrainContext",
+    "auto_workers",
     "classifier_loop",
+    "make_loader",
+    "make_scaler",
     "mlp",
     "resolve_precision",
 ]
-
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
-CHECKPOINT_FILE = "checkpoint.pt"
-CHECKPOINT_INFO = "checkpoint.json"
-_FORMAT = 2
-
-
-# --- models ------------------------------------------------------------------------------------------------
-
-
-def mlp(in_features: int, num_classes: int, hidden_units: int = 128, input_shape: tuple[int, ...] = ()) -> nn.Module:
-    """The built-in classifier: ``in -> hidden -> ReLU -> hidden -> ReLU -> classes`` (inputs of more than one
-    dimension are flattened first). Input ``(batch, *input_shape)`` float32, output logits ``(batch, num_classes)``."""
-    from torch import nn
-
-    body = nn.Sequential(
-        nn.Linear(in_features, hidden_units),
-        nn.ReLU(),
-        nn.Linear(hidden_units, hidden_units),
-        nn.ReLU(),
-        nn.Linear(hidden_units, num_classes),
-    )
-    return nn.Sequential(nn.Flatten(), body) if len(input_shape) > 1 else body
-
-
-BUILTIN_MODEL = "heteroflow.components.training.loop:mlp"
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class ModelSpec:
-    """A model factory and the keyword arguments it is called with (recorded in ``model.json`` and the archive).
-
-    Attributes:
-        ref: ``package.module:function`` returning a ``torch.nn.Module``.
-        args: JSON-ready keyword arguments.
-    """
-
-    ref: str
-    args: dict[str, Any]
-
-    @classmethod
-    def resolve(cls, ref: str, *, offered: Mapping[str, Any], given: Mapping[str, Any]) -> ModelSpec:
-        """Choose the arguments: every ``given`` one (each must be a parameter of the factory), plus those of
-        ``offered`` (``in_features``, ``num_classes``, ``input_shape``, ``hidden_units``) the factory accepts.
-
-        Raises:
-            InvalidParameter: the factory cannot be imported, is not callable, or does not take a given argument.
-        """
-        fn = _import_callable(ref, what="model_factory")
-        try:
-            sig = inspect.signature(fn)
-        except (TypeError, ValueError):
-            return cls(ref=ref, args={**dict(offered), **dict(given)})
-        takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
-        unknown = [k for k in given if k not in sig.parameters and not takes_any]
-        if unknown:
-            raise InvalidParameter(
-                f"model_args: {ref} takes no argument {unknown[0]!r}; it takes: {', '.join(sig.parameters) or 'none'}"
-            )
-        args = {k: v for k, v in offered.items() if k in sig.parameters}
-        args.update(given)
-        return cls(ref=ref, args=args)
-
-    def build(self) -> nn.Module:
-        """Call the factory.
-
-        Raises:
-            InvalidParameter: it does not return a ``torch.nn.Module`` (or raises while building).
-        """
-        from torch import nn
-
-        fn = _import_callable(self.ref, what="model_factory")
-        args = {k: tuple(v) if k == "input_shape" else v for k, v in self.args.items()}
-        try:
-            model = fn(**args)
-        except TypeError as exc:
-            raise InvalidParameter(f"model_factory={self.ref!r} cannot be called with {sorted(args)}: {exc}") from None
-        if not isinstance(model, nn.Module):
-            raise InvalidParameter(f"model_factory={self.ref!r} returned a {type(model).__name__}, not a torch.nn.Module")
-        return model
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"factory": self.ref, "args": dict(self.args)}
-
-
-def _import_callable(ref: str, *, what: str) -> Callable[..., Any]:
-    from heteroflow.components.core.step import import_object
-
-    fn = import_object(ref, what=what, example="mypkg.models:make_model")
-    if not callable(fn):
-        raise InvalidParameter(f"{what}={ref!r} is a {type(fn).__name__}, not a function")
-    return fn  # type: ignore[no-any-return]
-
-
-# --- devices and precision ---------------------------------------------------------------------------------
-
-
-def resolve_precision(precision: str, device: torch.device, *, bf16: bool | None = None) -> torch.dtype | None:
-    """The autocast dtype for ``precision`` on ``device`` (None: fp32, no autocast).
-
-    ``auto``: fp32 on the CPU; on an accelerator bf16 when it computes in bf16 (``bf16`` from the accelerator
-    registry, :mod:`heteroflow.components.devices.accelerators`; unknown: asked of torch), else fp16 (with a GradScaler).
-
-    Raises:
-        InvalidParameter: an unknown precision, or bf16/fp16 asked of a device that lacks it.
-    """
-    import torch
-
-    if precision not in PRECISIONS:
-        raise InvalidParameter(f"precision={precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
-    if precision == "fp32" or (precision == "auto" and device.type == "cpu"):
-        return None
-    if precision == "fp16":
-        return torch.float16
-    if bf16 is None:
-        bf16 = _device_bf16(device)
-    if precision == "bf16":
-        return torch.bfloat16
-    return torch.bfloat16 if bf16 else torch.float16
-
-
-def _device_bf16(device: torch.device) -> bool:
-    from heteroflow.components.devices import for_torch_device_type
-    from heteroflow.components.devices.kind import device_bf16
-
-    kind = for_torch_device_type(device.type)
-    return kind.bf16_supported(device) if kind is not None else device_bf16(device)
-
-
-def _synchronize(device: torch.device) -> None:
-    """Wait for the work queued on ``device`` when its kind says timing must (``gpu``)."""
-    from heteroflow.components.devices import for_torch_device_type
-
-    kind = for_torch_device_type(device.type)
-    if kind is not None:
-        kind.synchronize(device)
-
-
-def make_scaler(dtype: torch.dtype | None, device: torch.device) -> Any:
-    """A ``torch.amp.GradScaler`` for fp16 autocast (None otherwise: bf16 and fp32 need none)."""
-    import torch
-
-    if dtype is not torch.float16:
-        return None
-    return torch.amp.GradScaler(device.type)
-
-
-# --- checkpoints -------------------------------------------------------------------------------------------
-
-
-def _to_cpu(obj: Any) -> Any:
-    import torch
-
-    if isinstance(obj, torch.Tensor):
-        return obj.detach().to("cpu", copy=True)
-    if isinstance(obj, dict):
-        return {k: _to_cpu(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_to_cpu(v) for v in obj)
-    return obj
-
-
-def _rng_state() -> dict[str, Any]:
-    import numpy as np
-    import torch
-
-    name, keys, pos, has_gauss, cached = np.random.get_state()
-    return {
-        "torch": torch.get_rng_state(),
-        "numpy": [name, torch.from_numpy(np.asarray(keys, dtype=np.int64)), int(pos), int(has_gauss), float(cached)],
-        "python": list(random.getstate()[1]),
-        "python_version": random.getstate()[0],
-        "python_gauss": random.getstate()[2],
-    }
-
-
-def _set_rng_state(state: Mapping[str, Any]) -> None:
-    import numpy as np
-    import torch
-
-    torch.set_rng_state(state["torch"])
-    name, keys, pos, has_gauss, cached = state["numpy"]
-    np.random.set_state((name, keys.numpy().astype(np.uint32), pos, has_gauss, cached))
-    random.setstate((state["python_version"], tuple(state["python"]), state.get("python_gauss")))
-
-
-class Checkpoint:
-    """Atomic, device-portable checkpoints in one folder (keyed by data, parameters and model; never device).
-
-    Everything is saved from CPU copies (model, optimizer, scheduler and scaler states, RNG states, the data
-    position, the partial epoch's loss and the per-epoch history), written to a temporary file, fsynced and
-    renamed, so a checkpoint is complete or absent and loads on any device kind.
-
-    Attributes:
-        folder: the checkpoint folder.
-        every_steps: optimizer steps between checkpoints.
-        model: the model's :class:`ModelSpec` dict (checked on load).
-        amp_dtype: the autocast dtype name of this run ("float32", "bfloat16", "float16").
-        resumed_from_step: the step of the checkpoint loaded (0 before :meth:`load`, or on a fresh start).
-        written: checkpoints written by this process.
-    """
-
-    def __init__(self, folder: Path, *, every_steps: int, model: Mapping[str, Any], amp_dtype: str,
-                 total_steps: int, enabled: bool = True) -> None:
-        self.folder = folder
-        self.every_steps = every_steps
-        self.model = dict(model)
-        self.amp_dtype = amp_dtype
-        self.total_steps = total_steps
-        self.enabled = enabled
-        self.resumed_from_step = 0
-        self.written = 0
-        self.state: dict[str, Any] | None = None
-
-    @property
-    def path(self) -> Path:
-        return self.folder / CHECKPOINT_FILE
-
-    def due(self, step: int) -> bool:
-        """Whether a checkpoint is due after optimizer step ``step`` (every ``every_steps``, not the last)."""
-        return self.enabled and step % self.every_steps == 0 and step < self.total_steps
-
-    def save(self, step: int, *, model: nn.Module, optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
-             extra: Mapping[str, Any] | None = None) -> None:
-        """Write a checkpoint after optimizer step ``step`` (atomically; CPU copies of every tensor).
-
-        Args:
-            step: optimizer steps done.
-            model / optimizer / scheduler / scaler: their ``state_dict()`` is saved (None: left out).
-            extra: JSON-like values the training function wants back (e.g. the partial epoch's loss sum).
-        """
-        import torch
-
-        raw = model.module if hasattr(model, "module") else model  # DDP / DataParallel wrappers
-        state = {
-            "format": _FORMAT,
-            "step": int(step),
-            "model_spec": json.dumps(self.model, sort_keys=True, default=str),
-            "amp_dtype": self.amp_dtype,
-            "model": _to_cpu(raw.state_dict()),
-            "rng": _rng_state(),
-            "extra": _to_cpu(dict(extra or {})),
-        }
-        if optimizer is not None:
-            state["optimizer"] = _to_cpu(optimizer.state_dict())
-        if scheduler is not None:
-            state["scheduler"] = _to_cpu(scheduler.state_dict())
-        if scaler is not None:
-            state["scaler"] = scaler.state_dict()
-        with atomic_file(self.path) as fh:
-            torch.save(state, fh)
-        atomic_write_bytes(self.folder / CHECKPOINT_INFO,
-                           json.dumps({"step": int(step), "total_steps": self.total_steps}).encode())
-        self.written += 1
-
-    def load(self, *, model: nn.Module, optimizer: Any = None, scheduler: Any = None, scaler: Any = None) -> dict[str, Any] | None:
-        """Restore the last checkpoint into the objects given (on their devices) and the RNG states.
-
-        Returns:
-            None when there is no checkpoint; else ``{"step": int, "extra": dict}``.
-
-        Raises:
-            CheckpointError: the file cannot be read; it holds another model's weights; its run used fp16 (a
-                GradScaler) but it has no scaler state. Each says to delete the folder to start over.
-        """
-        import torch
-
-        if not self.path.is_file():
-            return None
-        where = f"checkpoint {self.path}"
-        try:
-            state = torch.load(self.path, map_location="cpu", weights_only=True)
-        except Exception as exc:
-            raise CheckpointError(f"{where} cannot be loaded ({exc}); delete that folder to start over") from exc
-        if not isinstance(state, dict) or "model" not in state or "step" not in state:
-            raise CheckpointError(f"{where} is not a heteroflow checkpoint; delete that folder to start over")
-        spec = state.get("model_spec")
-        mine = json.dumps(self.model, sort_keys=True, default=str)
-        if spec is not None and spec != mine:
-            raise CheckpointError(f"{where} holds another model ({spec}, this run trains {mine}); delete that folder to start over")
-        raw = model.module if hasattr(model, "module") else model
-        try:
-            raw.load_state_dict(state["model"])
-        except RuntimeError as exc:
-            first = " ".join(str(exc).split())[:300]
-            raise CheckpointError(
-                f"{where} holds weights of another model ({first}); the model's code changed since it was written: "
-                "delete that folder to start over"
-            ) from None
-        if scaler is not None:
-            if "scaler" in state:
-                scaler.load_state_dict(state["scaler"])
-            elif state.get("amp_dtype") == "float16":
-                raise CheckpointError(
-                    f"{where} was written by an fp16 run but holds no GradScaler state; it is damaged or was saved "
-                    "without scaler=: delete that folder to start over"
-                )
-            # a bf16 or fp32 run's checkpoint resumed in fp16: a fresh scaler calibrates itself in a few steps
-        try:
-            if optimizer is not None and "optimizer" in state:
-                optimizer.load_state_dict(state["optimizer"])
-            if scheduler is not None and "scheduler" in state:
-                scheduler.load_state_dict(state["scheduler"])
-        except (ValueError, KeyError, RuntimeError) as exc:
-            raise CheckpointError(f"{where}: the optimizer state does not fit ({exc}); delete that folder to start over") from None
-        if "rng" in state:
-            _set_rng_state(state["rng"])
-        self.resumed_from_step = int(state["step"])
-        self.state = state
-        return {"step": int(state["step"]), "extra": state.get("extra", {})}
-
-
-# --- batches -----------------------------------------------------------------------------------------------
-
-
-class EpochBatches:
-    """The batch sampler of heteroflow's loaders: epoch ``e`` visits a permutation seeded by ``seed + e``, in
-    batches of ``batch_size`` (the last may be smaller), from batch ``start`` on (a resume mid-epoch). The same
-    seed gives the same batches on every device and with any number of DataLoader workers.
-
-    Distributed training (``rank`` / ``world_size``): every rank walks the same batches and yields its share of
-    each, consecutive slices in rank order, so the union over ranks of step ``i``'s samples is step ``i`` of one
-    process. The shares are ``parts`` when it gives one size per rank (per-device batch sizes summing to
-    ``batch_size``; a short last batch is split in the same proportions, largest remainders first), else even
-    (``numpy.array_split``'s sizes). A rank whose share of a batch is empty gets the batch's first sample, which
-    :meth:`TrainContext.loss_fn` weights 0 (every rank must take every step, or DDP's collectives hang).
-
-    Raises:
-        InvalidParameter: ``parts`` with one size per rank that does not sum to ``batch_size``.
-    """
-
-    def __init__(self, n: int, batch_size: int, seed: int, *, shuffle: bool = True, rank: int = 0, world_size: int = 1,
-                 parts: tuple[int, ...] = ()) -> None:
-        self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
-        self.rank, self.world_size = rank, world_size
-        self.parts = tuple(parts) if len(parts) == world_size > 1 else ()
-        if self.parts and sum(self.parts) != batch_size:
-            raise InvalidParameter(f"parts={list(parts)} sum to {sum(parts)}, not batch_size={batch_size}; valid: per-rank sizes of one batch")
-        self.epoch, self.start = 0, 0
-
-    def sizes(self, n_batch: int) -> list[int]:
-        """Each rank's number of samples of a batch of ``n_batch`` (sums to ``n_batch``)."""
-        w = self.world_size
-        if w == 1:
-            return [n_batch]
-        if not self.parts:
-            return [n_batch // w + (r < n_batch % w) for r in range(w)]  # numpy.array_split's sizes
-        if n_batch == self.batch_size:
-            return list(self.parts)
-        exact = [n_batch * p / self.batch_size for p in self.parts]
-        out = [math.floor(e) for e in exact]
-        for r in sorted(range(w), key=lambda r: (out[r] - exact[r], r))[: n_batch - sum(out)]:
-            out[r] += 1  # largest remainder (Hamilton's method), ties to the lower rank
-        return out
-
-    def set_epoch(self, epoch: int, start: int = 0) -> None:
-        self.epoch, self.start = epoch, start
-
-    def __len__(self) -> int:
-        return max(0, math.ceil(self.n / self.batch_size) - self.start)
-
-    def __iter__(self) -> Iterator[np.ndarray]:
-        import numpy as np
-
-        order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
-        for b in range(self.start, math.ceil(self.n / self.batch_size)):
-            batch = order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch
-            if self.world_size > 1:
-                sizes = self.sizes(len(batch))
-                start = sum(sizes[: self.rank])
-                part = batch[start:start + sizes[self.rank]]
-                batch = part if len(part) else batch[:1]
-            yield batch
-
-    def share(self, b: int) -> float:
-        """The factor rank ``rank``'s mean loss on batch ``b`` (of the epoch) gets so that DDP's average over ranks
-        is the mean loss of the whole batch: ``world_size * n_rank / n_batch`` (0 for a stand-in sample; 1 in one
-        process)."""
-        if self.world_size == 1:
-            return 1.0
-        n_batch = min(self.batch_size, self.n - b * self.batch_size)
-        return self.world_size * self.sizes(n_batch)[self.rank] / n_batch
-
-
-def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_workers: int, device: torch.device,
-                rank: int = 0, world_size: int = 1, parts: tuple[int, ...] = ()) -> Any:
-    """A DataLoader over ``dataset`` with :class:`EpochBatches` (this rank's share of each batch when
-    ``world_size > 1``, ``parts`` the per-rank sizes when given): ``num_workers`` processes prefetching 2 batches each, pinned memory on accelerators, its
-    own RNG (the global one stays the training's)."""
-    import torch
-    from torch.utils.data import DataLoader
-
-    from heteroflow.components.data.readers import batch_collate
-
-    sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size, parts=parts)
-    return DataLoader(
-        dataset,
-        batch_sampler=sampler,
-        num_workers=num_workers,
-        collate_fn=batch_collate,
-        pin_memory=device.type != "cpu",
-        prefetch_factor=2 if num_workers > 0 else None,
-        persistent_workers=num_workers > 0,
-        generator=torch.Generator().manual_seed(seed),
-    )
+# moved names re-exported above for `from heteroflow.components.training.loop import X` (and private ones that
+# other modules import): CHECKPOINT_FILE, CHECKPOINT_INFO, _FORMAT, _rng_state, _set_rng_state, _to_cpu,
+# _import_callable, _device_bf16, _synchronize
 
 
 # --- the context -------------------------------------------------------------------------------------------
@@ -771,18 +392,3 @@ def _check_losses(losses: list[torch.Tensor], *, first_step: int, epoch: int, ct
         f"training diverged; lower learning_rate={lr:g} (e.g. learning_rate={lr / 10:g}), or check the data for "
         "extreme values"
     )
-
-
-def auto_workers(in_memory: bool, requested: int) -> int:
-    """DataLoader worker processes: ``requested`` when >= 0; else 0 for in-memory tensors (nothing to decode),
-    and up to 4 (leaving one core to the training) for data decoded from files."""
-    if requested >= 0:
-        return requested
-    if in_memory:
-        return 0
-    from heteroflow.components.data.preprocess import available_cpus
-
-    return max(0, min(4, available_cpus() - 1))
-
-
-__all__ += ["BUILTIN_MODEL", "auto_workers", "make_loader", "make_scaler"]

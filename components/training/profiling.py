@@ -76,15 +76,11 @@ def profile_training(
 
     from heteroflow.components.data.readers import open_splits
     from heteroflow.components.core.step import with_defaults
+    from heteroflow.components.training.batches import auto_workers, make_loader
     from heteroflow.components.training.device import resolve_device
     from heteroflow.components.training.params import model_spec, union_batch_size
+    from heteroflow.components.training.precision import make_scaler, resolve_precision
     from heteroflow.components.training.step import TRAIN, check_train_params, train
-    from heteroflow.components.training.loop import (
-        auto_workers,
-        make_loader,
-        make_scaler,
-        resolve_precision,
-    )
 
     for name, value, low in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:

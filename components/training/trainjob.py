@@ -434,7 +434,7 @@ def training_job_manifests(
             asked for on this cluster.
     """
     from heteroflow.components.devices.cluster import DEFAULT_PROFILE, KUEUE_QUEUE_LABEL
-    from heteroflow.components.training.distributed import NODES_ENV
+    from heteroflow.components.training.rendezvous import NODES_ENV
     from heteroflow.components.errors import InvalidResources
     from heteroflow.components.devices.podplan import plan_pod
     from heteroflow.components.resources import Resources

@@ -1,0 +1,121 @@
+"""The training data loaders: :class:`EpochBatches` (seeded, resumable batches, each rank's share of every batch in
+distributed training), :func:`make_loader` (a DataLoader over it) and :func:`auto_workers` (how many DataLoader
+worker processes)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.components.errors import InvalidParameter
+
+if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's parameter checks import this module
+    import numpy as np
+    import torch
+
+__all__ = ["EpochBatches", "auto_workers", "make_loader"]
+
+
+class EpochBatches:
+    """The batch sampler of heteroflow's loaders: epoch ``e`` visits a permutation seeded by ``seed + e``, in
+    batches of ``batch_size`` (the last may be smaller), from batch ``start`` on (a resume mid-epoch). The same
+    seed gives the same batches on every device and with any number of DataLoader workers.
+
+    Distributed training (``rank`` / ``world_size``): every rank walks the same batches and yields its share of
+    each, consecutive slices in rank order, so the union over ranks of step ``i``'s samples is step ``i`` of one
+    process. The shares are ``parts`` when it gives one size per rank (per-device batch sizes summing to
+    ``batch_size``; a short last batch is split in the same proportions, largest remainders first), else even
+    (``numpy.array_split``'s sizes). A rank whose share of a batch is empty gets the batch's first sample, which
+    :meth:`TrainContext.loss_fn` weights 0 (every rank must take every step, or DDP's collectives hang).
+
+    Raises:
+        InvalidParameter: ``parts`` with one size per rank that does not sum to ``batch_size``.
+    """
+
+    def __init__(self, n: int, batch_size: int, seed: int, *, shuffle: bool = True, rank: int = 0, world_size: int = 1,
+                 parts: tuple[int, ...] = ()) -> None:
+        self.n, self.batch_size, self.seed, self.shuffle = n, batch_size, seed, shuffle
+        self.rank, self.world_size = rank, world_size
+        self.parts = tuple(parts) if len(parts) == world_size > 1 else ()
+        if self.parts and sum(self.parts) != batch_size:
+            raise InvalidParameter(f"parts={list(parts)} sum to {sum(parts)}, not batch_size={batch_size}; valid: per-rank sizes of one batch")
+        self.epoch, self.start = 0, 0
+
+    def sizes(self, n_batch: int) -> list[int]:
+        """Each rank's number of samples of a batch of ``n_batch`` (sums to ``n_batch``)."""
+        w = self.world_size
+        if w == 1:
+            return [n_batch]
+        if not self.parts:
+            return [n_batch // w + (r < n_batch % w) for r in range(w)]  # numpy.array_split's sizes
+        if n_batch == self.batch_size:
+            return list(self.parts)
+        exact = [n_batch * p / self.batch_size for p in self.parts]
+        out = [math.floor(e) for e in exact]
+        for r in sorted(range(w), key=lambda r: (out[r] - exact[r], r))[: n_batch - sum(out)]:
+            out[r] += 1  # largest remainder (Hamilton's method), ties to the lower rank
+        return out
+
+    def set_epoch(self, epoch: int, start: int = 0) -> None:
+        self.epoch, self.start = epoch, start
+
+    def __len__(self) -> int:
+        return max(0, math.ceil(self.n / self.batch_size) - self.start)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        import numpy as np
+
+        order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
+        for b in range(self.start, math.ceil(self.n / self.batch_size)):
+            batch = order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch
+            if self.world_size > 1:
+                sizes = self.sizes(len(batch))
+                start = sum(sizes[: self.rank])
+                part = batch[start:start + sizes[self.rank]]
+                batch = part if len(part) else batch[:1]
+            yield batch
+
+    def share(self, b: int) -> float:
+        """The factor rank ``rank``'s mean loss on batch ``b`` (of the epoch) gets so that DDP's average over ranks
+        is the mean loss of the whole batch: ``world_size * n_rank / n_batch`` (0 for a stand-in sample; 1 in one
+        process)."""
+        if self.world_size == 1:
+            return 1.0
+        n_batch = min(self.batch_size, self.n - b * self.batch_size)
+        return self.world_size * self.sizes(n_batch)[self.rank] / n_batch
+
+
+def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_workers: int, device: torch.device,
+                rank: int = 0, world_size: int = 1, parts: tuple[int, ...] = ()) -> Any:
+    """A DataLoader over ``dataset`` with :class:`EpochBatches` (this rank's share of each batch when
+    ``world_size > 1``, ``parts`` the per-rank sizes when given): ``num_workers`` processes prefetching 2 batches each, pinned memory on accelerators, its
+    own RNG (the global one stays the training's)."""
+    import torch
+    from torch.utils.data import DataLoader
+
+    from heteroflow.components.data.readers import batch_collate
+
+    sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size, parts=parts)
+    return DataLoader(
+        dataset,
+        batch_sampler=sampler,
+        num_workers=num_workers,
+        collate_fn=batch_collate,
+        pin_memory=device.type != "cpu",
+        prefetch_factor=2 if num_workers > 0 else None,
+        persistent_workers=num_workers > 0,
+        generator=torch.Generator().manual_seed(seed),
+    )
+
+
+def auto_workers(in_memory: bool, requested: int) -> int:
+    """DataLoader worker processes: ``requested`` when >= 0; else 0 for in-memory tensors (nothing to decode),
+    and up to 4 (leaving one core to the training) for data decoded from files."""
+    if requested >= 0:
+        return requested
+    if in_memory:
+        return 0
+    from heteroflow.components.data.preprocess import available_cpus
+
+    return max(0, min(4, available_cpus() - 1))

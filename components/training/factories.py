@@ -1,0 +1,102 @@
+"""The built-in model and the user's factories: :func:`mlp` (heteroflow's classifier, saved as
+:data:`BUILTIN_MODEL`), :class:`ModelSpec` (a model factory and its arguments, as ``model.json`` and the archive
+record them), and the import of a ``package.module:function`` reference (model, optimizer, loss factories and
+training functions) with a message naming the parameter."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.components.errors import InvalidParameter
+
+if TYPE_CHECKING:  # torch is imported where it is used: train's parameter checks import this module
+    from torch import nn
+
+__all__ = ["BUILTIN_MODEL", "ModelSpec", "mlp"]
+
+
+def mlp(in_features: int, num_classes: int, hidden_units: int = 128, input_shape: tuple[int, ...] = ()) -> nn.Module:
+    """The built-in classifier: ``in -> hidden -> ReLU -> hidden -> ReLU -> classes`` (inputs of more than one
+    dimension are flattened first). Input ``(batch, *input_shape)`` float32, output logits ``(batch, num_classes)``."""
+    from torch import nn
+
+    body = nn.Sequential(
+        nn.Linear(in_features, hidden_units),
+        nn.ReLU(),
+        nn.Linear(hidden_units, hidden_units),
+        nn.ReLU(),
+        nn.Linear(hidden_units, num_classes),
+    )
+    return nn.Sequential(nn.Flatten(), body) if len(input_shape) > 1 else body
+
+
+BUILTIN_MODEL = "heteroflow.components.training.loop:mlp"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSpec:
+    """A model factory and the keyword arguments it is called with (recorded in ``model.json`` and the archive).
+
+    Attributes:
+        ref: ``package.module:function`` returning a ``torch.nn.Module``.
+        args: JSON-ready keyword arguments.
+    """
+
+    ref: str
+    args: dict[str, Any]
+
+    @classmethod
+    def resolve(cls, ref: str, *, offered: Mapping[str, Any], given: Mapping[str, Any]) -> ModelSpec:
+        """Choose the arguments: every ``given`` one (each must be a parameter of the factory), plus those of
+        ``offered`` (``in_features``, ``num_classes``, ``input_shape``, ``hidden_units``) the factory accepts.
+
+        Raises:
+            InvalidParameter: the factory cannot be imported, is not callable, or does not take a given argument.
+        """
+        fn = _import_callable(ref, what="model_factory")
+        try:
+            sig = inspect.signature(fn)
+        except (TypeError, ValueError):
+            return cls(ref=ref, args={**dict(offered), **dict(given)})
+        takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
+        unknown = [k for k in given if k not in sig.parameters and not takes_any]
+        if unknown:
+            raise InvalidParameter(
+                f"model_args: {ref} takes no argument {unknown[0]!r}; it takes: {', '.join(sig.parameters) or 'none'}"
+            )
+        args = {k: v for k, v in offered.items() if k in sig.parameters}
+        args.update(given)
+        return cls(ref=ref, args=args)
+
+    def build(self) -> nn.Module:
+        """Call the factory.
+
+        Raises:
+            InvalidParameter: it does not return a ``torch.nn.Module`` (or raises while building).
+        """
+        from torch import nn
+
+        fn = _import_callable(self.ref, what="model_factory")
+        args = {k: tuple(v) if k == "input_shape" else v for k, v in self.args.items()}
+        try:
+            model = fn(**args)
+        except TypeError as exc:
+            raise InvalidParameter(f"model_factory={self.ref!r} cannot be called with {sorted(args)}: {exc}") from None
+        if not isinstance(model, nn.Module):
+            raise InvalidParameter(f"model_factory={self.ref!r} returned a {type(model).__name__}, not a torch.nn.Module")
+        return model
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"factory": self.ref, "args": dict(self.args)}
+
+
+def _import_callable(ref: str, *, what: str) -> Callable[..., Any]:
+    from heteroflow.components.core.step import import_object
+
+    fn = import_object(ref, what=what, example="mypkg.models:make_model")
+    if not callable(fn):
+        raise InvalidParameter(f"{what}={ref!r} is a {type(fn).__name__}, not a function")
+    return fn  # type: ignore[no-any-return]

@@ -1,0 +1,66 @@
+"""Devices and precision of a training run: the autocast dtype a precision means on a device
+(:func:`resolve_precision`, from the accelerator registry), the ``GradScaler`` fp16 needs (:func:`make_scaler`), and
+waiting for a device's queued work before timing it."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.components.errors import InvalidParameter
+
+if TYPE_CHECKING:  # torch is imported where it is used: train's parameter checks import this module
+    import torch
+
+__all__ = ["PRECISIONS", "make_scaler", "resolve_precision"]
+
+PRECISIONS = ("auto", "fp32", "bf16", "fp16")
+
+
+def resolve_precision(precision: str, device: torch.device, *, bf16: bool | None = None) -> torch.dtype | None:
+    """The autocast dtype for ``precision`` on ``device`` (None: fp32, no autocast).
+
+    ``auto``: fp32 on the CPU; on an accelerator bf16 when it computes in bf16 (``bf16`` from the accelerator
+    registry, :mod:`heteroflow.components.devices.accelerators`; unknown: asked of torch), else fp16 (with a GradScaler).
+
+    Raises:
+        InvalidParameter: an unknown precision, or bf16/fp16 asked of a device that lacks it.
+    """
+    import torch
+
+    if precision not in PRECISIONS:
+        raise InvalidParameter(f"precision={precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
+    if precision == "fp32" or (precision == "auto" and device.type == "cpu"):
+        return None
+    if precision == "fp16":
+        return torch.float16
+    if bf16 is None:
+        bf16 = _device_bf16(device)
+    if precision == "bf16":
+        return torch.bfloat16
+    return torch.bfloat16 if bf16 else torch.float16
+
+
+def _device_bf16(device: torch.device) -> bool:
+    from heteroflow.components.devices import for_torch_device_type
+    from heteroflow.components.devices.kind import device_bf16
+
+    kind = for_torch_device_type(device.type)
+    return kind.bf16_supported(device) if kind is not None else device_bf16(device)
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait for the work queued on ``device`` when its kind says timing must (``gpu``)."""
+    from heteroflow.components.devices import for_torch_device_type
+
+    kind = for_torch_device_type(device.type)
+    if kind is not None:
+        kind.synchronize(device)
+
+
+def make_scaler(dtype: torch.dtype | None, device: torch.device) -> Any:
+    """A ``torch.amp.GradScaler`` for fp16 autocast (None otherwise: bf16 and fp32 need none)."""
+    import torch
+
+    if dtype is not torch.float16:
+        return None
+    return torch.amp.GradScaler(device.type)
