@@ -1,6 +1,8 @@
 """Training: the train step, its loop and context, AMP, checkpoints, distributed and multi-node launch, profiling.
 
-Owns: ``step`` (the train step), ``loop`` (``TrainContext`` and the built-in loop; it re-exports the names of
+Owns: ``step`` (the train step; it re-exports the names of ``device`` (device strings), ``model_files`` (the
+model files, loading a model), ``params`` (``model_args``, ``batch_sizes``, the model spec), ``checkpoint_lock``
+(the checkpoint folder's lock) and ``context`` (one process's ``TrainContext``)), ``loop`` (``TrainContext`` and the built-in loop; it re-exports the names of
 ``factories``, ``precision``, ``checkpoint`` and ``batches``, and its names are also this package's, so
 ``heteroflow.components.training:mlp`` resolves), ``factories`` (the built-in model, ``ModelSpec``), ``precision``
 (autocast dtype, ``GradScaler``), ``checkpoint`` (``Checkpoint``), ``batches`` (``EpochBatches``, the loaders),
