@@ -91,10 +91,13 @@ def test_without_a_label_column_the_last_column_is_the_class_and_the_result_says
     r = _prep(tmp_path / "unnamed", tmp_path / "a")
     assert r.report["class_column"] == "year"
     assert r.classes == ("2007", "2008", "2009")
+    # issue #28 item 3: a guess is never silent about a column whose values make a better class than years
     assert r.report["class_column_reason"] == (
-        "the last column, as none is named as a class (label, class, target, y, species, ...); set label_column to choose another"
+        "the last column, as none is named as a class (label, class, target, y, species, ...); set label_column to "
+        "choose another; its values look like years (2007..2009), not classes; columns whose values look like "
+        "classes: 'kind' (2 values): label_column=kind?"
     )
-    assert any(n.startswith("class column: 'year'") and "label_column" in n for n in r.notices)
+    assert any(n.startswith("class column: 'year'") and "label_column=kind?" in n for n in r.notices)
     assert r.report["notices"] == list(r.notices)
     assert read_meta(r.output_dir)["report"]["class_column"] == "year"  # and in the record
 
@@ -506,7 +509,12 @@ def test_a_titanic_like_table_trains_after_following_the_messages(tmp_path: Path
 
     # 1st run: the class was taken from the last column (Embarked), which has 2 missing values
     first = _errors(src, tmp_path / "1")
-    assert "class column 'Embarked' (the last column, as none is named as a class (label, class, target, y, species, ...); set label_column to choose another) has 2 missing values" in first
+    assert (
+        "class column 'Embarked' (the last column, as none is named as a class (label, class, target, y, species, ...); "
+        "set label_column to choose another; 'Survived' is named like one: label_column=Survived?) has 2 missing values"
+    ) in first
+    # issue #28 item 3: the features' problems come in the same first message
+    assert "column 'Ticket' is mostly numbers" in first and "'Age': 177" in first
     assert "label_column" in _named_parameters(first)
 
     # 2nd run: the user names the class column; the features' problems come together, each with its parameter

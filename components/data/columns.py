@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # numpy and pandas are imported where they are used: pipeline
     import numpy as np
     import pandas as pd
 
-__all__ = ["CLASS_COLUMN_NAMES", "ID_NAME_TOKENS"]
+__all__ = ["CLASS_COLUMN_NAMES", "CLASS_LIKE_WORDS", "ID_NAME_TOKENS", "WEIGHT_NAME_TOKENS"]
 
 CLASS_COLUMN_NAMES = ("label", "class", "target", "y", "species", "outcome", "diagnosis", "labels", "classes")
 """Names taken for the class column when ``label_column`` is empty, first listed first (case and surrounding
@@ -31,6 +31,16 @@ ID_NAME_TOKENS = frozenset({"id", "ids", "uuid", "guid", "idx", "index"})
 """A column whose name holds one of these words (``id``, ``PassengerId``, ``user_id``, ``ID``) is taken for a
 row id. Words are split at ``_``, spaces, digits and lower-to-upper case changes, so ``valid`` or ``paid``
 are not ids."""
+
+CLASS_LIKE_WORDS = frozenset(
+    {*CLASS_COLUMN_NAMES, "survived", "survival", "income", "churn", "churned", "fraud", "default", "defaulted", "spam"}
+)
+"""Words that make a column's name a better class than the last column's (``Survived`` in Titanic, ``income``
+in Adult, ``income_class``): a last-column guess names such a column, with ``label_column=`` for it."""
+WEIGHT_NAME_TOKENS = frozenset({"fnlwgt", "wgt", "wt", "wgts", "weights", "sampleweight", "perwt", "pwgtp"})
+"""A column whose name holds one of these words (``fnlwgt`` in Adult, ``sample_weights``) or ends in ``wgt``
+looks like a sample weight (how many people a row stands for), not a property of the row: it is listed in the
+class-column line with ``drop_columns=`` to leave it out (it stays a feature unless the user says so)."""
 
 _MIN_ROWS_FOR_VALUE_CHECKS = 20  # below this, "one value per row" says nothing about a column
 _LISTED_ROWS = 5
@@ -94,10 +104,61 @@ def _label_of(table: RawTable, label_column: str) -> tuple[str, str]:
     listed = ", ".join(CLASS_COLUMN_NAMES[:5]) + ", ..."
     reason = f"the last column, as none is named as a class ({listed}); set label_column to choose another"
     if table.named:
-        alike = [c for c in columns[:-1] if _words(c) & set(CLASS_COLUMN_NAMES)]
+        alike = [c for c in columns[:-1] if _words(c) & CLASS_LIKE_WORDS]
         if alike:
             reason += f"; {_quoted(alike)} {'is' if len(alike) == 1 else 'are'} named like one: label_column={alike[0]}?"
+        else:
+            reason += _better_by_values(table, columns)
     return columns[-1], reason
+
+
+def _poor_class(column: pd.Series, kind: str) -> str | None:
+    """Why a guessed (last) column makes a poor class by its values, or None."""
+    import numpy as np
+
+    present = column.dropna()
+    if len(present) < len(column):
+        return f"it has {len(column) - len(present)} missing values"
+    if kind != "number" or not len(present):
+        return None
+    values = present.to_numpy(dtype="float64")
+    if not np.all(np.isfinite(values)) or not np.all(values == np.floor(values)):
+        return "its values have fractions, like a measurement"
+    low, high = values.min(), values.max()
+    if 1800 <= low <= high <= 2100 and high > low:
+        return f"its values look like years ({int(low)}..{int(high)}), not classes"
+    return None
+
+
+def _better_by_values(table: RawTable, columns: list[str]) -> str:
+    """For a last column that makes a poor class: the columns whose values look like classes (a few distinct
+    values, none missing, not numbers with fractions), fewest values first; "" when the last column is fine."""
+    frame = table.frame
+    why = _poor_class(frame[columns[-1]], table.kinds.get(columns[-1], "text"))
+    if why is None:
+        return ""
+    n = len(frame)
+    found = []
+    for k, name in enumerate(columns[:-1]):
+        column, kind = frame[name], table.kinds.get(name, "text")
+        if kind not in ("number", "text", "bool") or column.isna().any() or _words(name) & ID_NAME_TOKENS:
+            continue
+        if kind == "number" and _poor_class(column, kind) is not None:
+            continue
+        distinct = int(column.nunique())
+        if 2 <= distinct <= min(10, max(2, n // 5)):
+            found.append((distinct, k, name))
+    found.sort()
+    if not found:
+        return f"; {why}"
+    listed = ", ".join(f"{name!r} ({distinct} values)" for distinct, _, name in found[:3])
+    return f"; {why}; columns whose values look like classes: {listed}: label_column={found[0][2]}?"
+
+
+def _weight_like(name: str) -> bool:
+    """Whether a column's name says it is a sample weight (:data:`WEIGHT_NAME_TOKENS`)."""
+    words = _words(name) | {w.lower() for w in re.split(r"[^A-Za-z]+", name) if w}
+    return bool(words & WEIGHT_NAME_TOKENS) or name.strip().lower().endswith("wgt") or "sample_weight" in name.lower()
 
 
 def _quoted(names: list[str]) -> str:
@@ -392,3 +453,26 @@ def _report(
         "parameters": parameters,
         "notices": list(notices),
     }
+
+
+def _class_column_line(table: _Table, parameters: dict[str, Any], dropped: dict[str, str], used: list[str]) -> str:
+    """The class column, when guessed, in one line (preprocess logs it at once, before any problem is raised),
+    listing the columns left out as row ids and those named like sample weights; with ``label_column`` set,
+    only the weight-like features ("" when none)."""
+    weights = [c for c in used if _weight_like(c)]
+    weight_text = (
+        f"{_quoted(weights)} {'looks' if len(weights) == 1 else 'look'} like a sample weight, used as a feature: "
+        f"drop_columns={','.join(weights)} to leave {'it' if len(weights) == 1 else 'them'} out"
+    ) if weights else ""
+    if parameters["label_column"]:
+        return weight_text
+    label, reason = table.label, table.label_reason
+    line = f"class column: {label!r}, {reason}"
+    if "label_column" not in reason:
+        line += "; set label_column to choose another"
+    ids = [c for c, why in dropped.items() if why.startswith("looks like a row id")]
+    if ids:
+        line += f"; left out as row ids: {_quoted(ids)}"
+    if weight_text:
+        line += f"; {weight_text}"
+    return line

@@ -56,6 +56,7 @@ from heteroflow.components.data.columns import (
     CLASS_COLUMN_NAMES,
     ID_NAME_TOKENS,
     _check_finite,
+    _class_column_line,
     _classes,
     _combine,
     _id_like,
@@ -304,10 +305,6 @@ def _preprocess_tables(
     rows_read = len(table.frame)
     label, label_reason = table.label, table.label_reason
     label_note = f"class column {label!r}: {label_reason}"
-    if not parameters["label_column"]:  # a guess is never silent: said in one line, before training
-        guess = f"class column: {label!r}, {label_reason}"
-        notices.append(guess if "label_column" in label_reason else guess + "; set label_column to choose another")
-        log.warning("preprocess: %s", notices[0])
     for t in tables:
         if t.csv is not None and t.csv.encoding == "latin-1":
             notices.append(f"{t.source}: read as {t.csv.reasons['encoding']}")
@@ -328,6 +325,8 @@ def _preprocess_tables(
                 hint = f"; did you mean {close[0]!r}?" if close else ""
                 raise DatasetError(f"{param} names {name!r}, which is not a column{hint} (columns: {', '.join(columns)})")
 
+    # Every problem of the class column and of the features is reported in one message (issue #28 item 3).
+    problems: list[str] = []
     y_raw = table.frame[label]
     absent = y_raw.isna().to_numpy()
     if absent.any():
@@ -339,19 +338,25 @@ def _preprocess_tables(
             y_raw = table.frame[label]
         else:
             never = " (class values are never imputed)" if missing == "impute" else ""
-            raise DatasetError(
+            problems.append(
                 f"class column {label!r} ({label_reason}) has {len(positions)} missing values, at "
                 f"{table.where(positions)}; fill them in, or set missing=drop to drop those rows{never}"
             )
-    classes, y = _classes(y_raw, table.kinds[label], label, label_reason, table)
-    if len(classes) < 2:
-        raise DatasetError(
-            f"data set {source_uri} has {len(classes)} class; a classifier needs at least 2 ({label_note})"
-        )
+            if len(positions) < len(y_raw):  # the present values are checked too (a stand-in at each gap)
+                y_raw = y_raw.fillna(y_raw[~absent].iloc[0])
+    classes: list[str] = []
+    y = np.zeros(0, dtype=np.int64)
+    if not absent.all() or missing == "drop":  # a class column with no value at all has nothing more to check
+        try:
+            classes, y = _classes(y_raw, table.kinds[label], label, label_reason, table)
+        except DatasetError as exc:
+            problems.append(str(exc))
+        else:
+            if len(classes) < 2:
+                problems.append(f"data set {source_uri} has {len(classes)} class; a classifier needs at least 2 ({label_note})")
 
     # --- the features -----------------------------------------------------------------------------------
     dropped: dict[str, str] = {c: "drop_columns" for c in drop}
-    problems: list[str] = []
     used: list[str] = []
     missing_counts: dict[str, int] = {}
     frame = table.frame
@@ -390,6 +395,10 @@ def _preprocess_tables(
             missing_counts[name] = n_missing
         used.append(name)
 
+    said = _class_column_line(table, parameters, dropped, used)
+    if said:  # the guess (or a weight-like feature), in one line, before any problem is raised
+        notices.insert(0 if not parameters["label_column"] else len(notices), said)
+        log.warning("preprocess: %s", said)
     if missing_counts and missing == "error":
         listed = "; ".join(
             f"{name!r}: {count} (at {table.where(np.flatnonzero(frame[name].isna().to_numpy()), count)})"
@@ -510,7 +519,9 @@ def _preprocess_tables(
         }
         (tmp / META_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
         tabular.save_transform(tmp, transform, schema)
-    for notice in notices[0 if parameters["label_column"] else 1:]:  # the class column's was said at once
+    for notice in notices:
+        if notice == said:  # said at once
+            continue
         log.warning("preprocess: %s", notice)
     return PreprocessResult(
         output_dir=out,
@@ -570,7 +581,12 @@ def _preprocess_summary(f: dict[str, Any]) -> list[str]:
     reason = report.get("class_column_reason", "")
     if report.get("class_column"):
         head += f"; class column {report['class_column']!r} ({reason})"
-    notices = [n for n in f.get("notices", []) if not (reason and reason in n)]  # said once, in the head line
+    notices = []
+    for n in f.get("notices", []):
+        if reason and reason in n:  # the class column is said once, in the head line; what the line adds stays
+            n = n.split(reason, 1)[1].removeprefix("; set label_column to choose another").removeprefix("; ")
+        if n:
+            notices.append(n)
     return [head, *(f"  notice: {n}" for n in notices)]
 
 
