@@ -497,6 +497,9 @@ def test_a_column_text_in_one_file_and_numbers_in_another_is_text_in_both(tmp_pa
     r = _prep(src, tmp_path / "out", missing="impute")
     assert r.report["columns_text"] == ["room"]
     assert r.report["columns_encoded"] == {"room": 3}  # A1, 101, 102: never "101.0"
+    # issue #28 item 4's sibling: a decision on the user's cells is said, not silent
+    assert "column 'room' read as text in every file: it holds numbers in b.csv, text in a.csv" in r.notices
+    assert any(n.startswith("missing cells in 1 column(s) imputed (missing=impute): 'room' ", n.index(" ") + 1) for n in r.notices)
     import json
 
     schema = json.loads((r.output_dir / "transform.json").read_text())

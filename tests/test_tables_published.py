@@ -1,13 +1,15 @@
-"""Issue #28 item 3: published tables as a new user has them (``tests/data``, sources in its README).
+"""Issue #28 items 3 and 4: published tables as a new user has them (``tests/data``, sources in its README).
 
 3: every column problem in the first message (the class column's and the features'); a guessed class column is
 never silent about a column whose name or values make a better class, and is said in one line before any work,
-listing the columns left out as row ids and those named like sample weights.
+listing the columns left out as row ids and those named like sample weights. 4: ``missing=impute`` says which
+columns it filled and how many cells.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -134,3 +136,39 @@ def test_adult_as_published_lists_fnlwgt_as_a_weight_in_the_class_column_line(
     assert weight in r.notices
     r = _prep(src, tmp_path / "dropped", missing="drop", drop_columns="fnlwgt")
     assert not any("weight" in n for n in r.notices)
+
+
+# --- 4: missing=impute says what it filled ----------------------------------------------------------------
+
+
+def test_missing_impute_on_adult_says_which_columns_and_how_many_cells(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    src = _copy("adult.csv", tmp_path / "adult")
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        r = _prep(src, tmp_path / "out", missing="impute")
+    line = (
+        "4 missing cells in 3 column(s) imputed (missing=impute): 'workclass' 1 (the most frequent value, 'Private'), "
+        "'occupation' 1 (the most frequent value, 'Exec-managerial'), 'native-country' 2 (the most frequent value, "
+        "'United-States'); each such column also gets a 0/1 'missing' indicator where the train split has a gap"
+    )
+    assert line in _said(caplog)
+    assert f"  notice: {line}" in _console(r)
+    assert r.report["notices"] == list(r.notices) and line in r.notices
+    assert r.report["rows_used"] == 40
+
+
+def test_missing_impute_of_numbers_says_the_median_used(tmp_path: Path) -> None:
+    # sibling: numeric columns (median) and a text column in one line, with each column's count
+    src = _copy("penguins.csv", tmp_path / "penguins")
+    r = _prep(src, tmp_path / "out", missing="impute")
+    line = next(n for n in r.notices if "imputed (missing=impute)" in n)
+    assert line.startswith("7 missing cells in 5 column(s) imputed (missing=impute): 'bill_length_mm' 1 (the median value, ")
+    assert "'sex' 3 (the most frequent value, 'female')" in line
+    imputed = r.report["columns_imputed"]
+    assert f"'body_mass_g' 1 (the median value, {imputed['body_mass_g']['value']:g})" in line
+    # without a gap, nothing is said
+    shutil.rmtree(src)
+    r = _prep(_copy("penguins.csv", src, rename=("Adelie,Torgersen,NA,NA,NA,NA,NA,2007\n", "")), tmp_path / "gapless",
+              missing="impute", drop_columns="sex")
+    assert not any("imputed" in n for n in r.notices)

@@ -57,6 +57,7 @@ class _Table:
     files: list[RawTable]
     file_of: np.ndarray  # int32 (n,): index into files
     row_of: np.ndarray  # int64 (n,): the row's position in its file
+    as_text: dict[str, str] = dataclasses.field(default_factory=dict)  # column -> where it held numbers and text
 
     def where(self, positions: np.ndarray, total: int | None = None) -> str:
         """The first rows among ``positions`` (indices into ``frame``) as file lines, and how many more."""
@@ -202,6 +203,7 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
     kinds[canon_label] = canon_table.kinds[canon_label]
     label_kinds = set()
     as_text: set[str] = set()
+    mixed: dict[str, str] = {}
     for t, label in picked:
         own = [c for c in t.frame.columns if c != label]
         if own == features:
@@ -245,6 +247,9 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
                     # each number written as the text it was (101, not 101.0), so a cell never depends on its file
                     kinds[name] = "text"
                     as_text.add(name)
+                    numbers_in = t.source if kind == "number" else canon_table.source
+                    text_in = canon_table.source if kind == "number" else t.source
+                    mixed.setdefault(name, f"numbers in {Path(numbers_in).name}, text in {Path(text_in).name}")
                 else:
                     raise DatasetError(
                         f"column {name!r} holds {kinds[name]} values in {canon_table.source} but {kind} values in "
@@ -263,7 +268,7 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
     frame = frame.reset_index(drop=True)
     file_of = np.concatenate([np.full(len(t.frame), i, dtype=np.int32) for i, t in enumerate(tables)])
     row_of = np.concatenate([t.frame.index.to_numpy(dtype=np.int64) for t in tables])
-    return _Table(frame, kinds, canon_label, canon_reason, tables, file_of, row_of)
+    return _Table(frame, kinds, canon_label, canon_reason, tables, file_of, row_of, mixed)
 
 
 def _listed(names: list[str], limit: int = 8) -> str:
@@ -476,3 +481,16 @@ def _class_column_line(table: _Table, parameters: dict[str, Any], dropped: dict[
     if weight_text:
         line += f"; {weight_text}"
     return line
+
+
+def _imputed_notice(imputed: dict[str, dict[str, Any]]) -> str:
+    """One line: which columns were imputed (missing=impute), how many cells each and with what value."""
+    parts = []
+    for name, how in imputed.items():
+        value = f"{how['value']:g}" if isinstance(how["value"], float) else repr(how["value"])
+        parts.append(f"{name!r} {how['missing']} (the {how['strategy']} value, {value})")
+    cells = sum(how["missing"] for how in imputed.values())
+    return (
+        f"{cells} missing cells in {len(imputed)} column(s) imputed (missing=impute): " + ", ".join(parts)
+        + "; each such column also gets a 0/1 'missing' indicator where the train split has a gap"
+    )

@@ -60,6 +60,7 @@ from heteroflow.components.data.columns import (
     _classes,
     _combine,
     _id_like,
+    _imputed_notice,
     _report,
     _text_problem,
 )
@@ -305,6 +306,8 @@ def _preprocess_tables(
     rows_read = len(table.frame)
     label, label_reason = table.label, table.label_reason
     label_note = f"class column {label!r}: {label_reason}"
+    for name, where in table.as_text.items():
+        notices.append(f"column {name!r} read as text in every file: it holds {where}")
     for t in tables:
         if t.csv is not None and t.csv.encoding == "latin-1":
             notices.append(f"{t.source}: read as {t.csv.reasons['encoding']}")
@@ -484,6 +487,9 @@ def _preprocess_tables(
             text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, transform=transform,
             impute=impute, features=features, parameters=parameters, notices=notices, label_reason=label_reason,
         )
+        if report["columns_imputed"]:  # a decision on the user's cells: said on the console (issue #28 item 4)
+            notices.append(_imputed_notice(report["columns_imputed"]))
+            report["notices"] = list(notices)
         categories = tabular.text_categories(transform)
         schema = {
             "format_version": 1,
