@@ -55,6 +55,7 @@ __all__ = [
     "formats_help",
     "is_data_file",
     "list_dataset",
+    "misnamed_note",
     "set_data_formats",
 ]
 
@@ -115,6 +116,13 @@ def data_formats() -> tuple[DataFormats, ...]:
 def is_data_file(path: str) -> bool:
     """Whether some reader reads a file named ``path`` (asked of :func:`data_formats`; False with none)."""
     return any(f.is_data_file(path) for f in data_formats())
+
+
+def misnamed_note(paths: Sequence[str]) -> str:
+    """What the readers would read among local files that no reader claims by name (``iris.data is a table by
+    its content ...: rename it to iris.csv``), asked of :func:`data_formats` that can tell; "" for none."""
+    notes = [f.misnamed(paths) for f in data_formats() if callable(getattr(f, "misnamed", None))]
+    return "; ".join(n for n in notes if n)
 
 
 def formats_help() -> str:
@@ -443,8 +451,10 @@ def list_dataset(
         )
     if require_data and data_formats() and not any(is_data_file(f.path) for f in listing.files):
         names = redact_url(", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else ""))
+        hint = misnamed_note([f.source for f in listing.files]) if local else ""
         raise DatasetError(
-            f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; {formats_help()}"
+            f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; "
+            f"{hint + '; ' if hint else ''}{formats_help()}"
         )
     if listing.skipped:
         _log.warning("data set %s: %d entr%s not taken%s", shown, len(listing.skipped),

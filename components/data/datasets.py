@@ -136,7 +136,10 @@ def data_files(paths: Sequence[str | os.PathLike[str]], *, where: str) -> list[P
     """
     keep = sorted(Path(p) for p in paths if REGISTRY.is_data_file(str(p), TABLE))
     if not keep:
-        raise DatasetError(f"data set {where} has no .csv, .tsv, .parquet or .npz file; {REGISTRY.formats_help()}")
+        hint = REGISTRY.misnamed(paths)
+        raise DatasetError(
+            f"data set {where} has no .csv, .tsv, .parquet or .npz file; {hint + '; ' if hint else ''}{REGISTRY.formats_help()}"
+        )
     return keep
 
 
