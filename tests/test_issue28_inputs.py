@@ -101,3 +101,72 @@ def test_a_tab_separated_txt_file_is_named_as_a_table_too(tmp_path: Path) -> Non
         data_files([path], where="d")
     assert "measurements.txt is a table (tab-separated, 3 columns, a header row) by its content: rename it to " \
         "measurements.csv to read it" in str(info.value)
+
+
+# ==========================================================================================================
+# 6: a symlink to the data set's parent folder, symlink loops, links out of the data set
+# ==========================================================================================================
+
+_CSV = "a,b,label\n" + "".join(f"{k},{k % 3},{'xy'[k % 2]}\n" for k in range(20))
+
+
+def test_a_symlink_to_the_parent_folder_is_skipped_naming_where_it_leads(tmp_path: Path) -> None:
+    # the input: `data/up -> ..` led out of the data set into its parent, whose `data/` (a real folder, reached
+    # through the link) closed the loop; `readlink` of it said "Invalid argument" from inside the listing
+    from heteroflow.cache.listing import list_dataset
+    from heteroflow.components.data.preprocess import preprocess
+
+    box = tmp_path / "box"
+    data = box / "data"
+    _write(data, "t.csv", _CSV)
+    (data / "up").symlink_to("..", target_is_directory=True)
+    listing = list_dataset(str(data))
+    assert [f.path for f in listing.files] == ["t.csv"]
+    reasons = {s.path: s.reason for s in listing.skipped}
+    assert reasons == {"up/": f"symlink loop: leads to {box.resolve()}, a folder the data set is inside (..)"}
+    r = preprocess(data, tmp_path / "out", num_workers=1)
+    assert r.report["rows_used"] == 20
+    # the data set path itself a symlink to the folder it is in: that folder, its own link skipped as a loop
+    listing = list_dataset(str(data / "up" / "data" / "up"))
+    assert [f.path for f in listing.files] == ["data/t.csv"]
+    assert {s.path: s.reason for s in listing.skipped} == {"data/up/": "symlink loop: leads back to a folder it is inside (..)"}
+
+
+def test_a_symlink_loop_as_the_data_set_or_inside_it_is_named_with_its_links(tmp_path: Path) -> None:
+    # the sibling: a loop of two links was "a broken symlink (to b)" as the data set, "unreadable" inside it
+    from heteroflow.cache.listing import list_dataset
+
+    data = tmp_path / "data"
+    _write(data, "t.csv", _CSV)
+    (data / "a").symlink_to("b")
+    (data / "b").symlink_to("a")
+    with pytest.raises(DatasetError, match=re.escape(f"data set {data / 'a'} is a symlink loop (a -> b -> a); point it at")):
+        list_dataset(str(data / "a"))
+    reasons = {s.path: s.reason for s in list_dataset(str(data)).skipped}
+    assert reasons["a"] == "unreadable symlink (Too many levels of symbolic links: a symlink loop, a -> b -> a)"
+    assert reasons["b"] == "unreadable symlink (Too many levels of symbolic links: a symlink loop, b -> a -> b)"
+
+
+def test_a_link_out_of_the_data_set_that_cannot_be_read_is_named_in_the_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the sibling: "cannot read folder /elsewhere/private" did not say which link of the data set led there
+    import os
+
+    from heteroflow.cache import listing as listing_module
+
+    data, shared = tmp_path / "data", tmp_path / "shared"
+    _write(data, "t.csv", _CSV)
+    _write(shared / "private", "s.csv", _CSV)
+    (data / "more").symlink_to(shared, target_is_directory=True)
+    real_scandir = os.scandir
+
+    def scandir(path: os.PathLike[str] | str):  # as for a folder without read permission (tests may run as root)
+        if Path(path).name == "private":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_scandir(path)
+
+    monkeypatch.setattr(listing_module.os, "scandir", scandir)
+    with pytest.raises(DatasetError) as info:
+        listing_module.list_dataset(str(data))
+    assert str(info.value).startswith(
+        f"cannot read folder {data / 'more' / 'private'} (reached through the symlink more -> {shared}) of data set {data}: permission denied"
+    )
