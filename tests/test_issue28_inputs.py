@@ -170,3 +170,69 @@ def test_a_link_out_of_the_data_set_that_cannot_be_read_is_named_in_the_error(tm
     assert str(info.value).startswith(
         f"cannot read folder {data / 'more' / 'private'} (reached through the symlink more -> {shared}) of data set {data}: permission denied"
     )
+
+
+# ==========================================================================================================
+# 1: an image folder's colour mode and size decided from every image, not its first file
+# ==========================================================================================================
+
+
+def _images(root: Path, spec: dict[str, list[tuple[str, tuple[int, int]]]]) -> Path:
+    """PNG files: ``{class: [(mode, (width, height)), ...]}``, named 00.png, 01.png, ... in each class folder."""
+    pil = pytest.importorskip("PIL.Image")
+    for cls, images in spec.items():
+        (root / cls).mkdir(parents=True, exist_ok=True)
+        for k, (mode, size) in enumerate(images):
+            colour = (40 * k % 255, 90, 200) if mode == "RGB" else 40 * k % 255
+            pil.new(mode, size, colour).save(root / cls / f"{k:02d}.png")
+    return root
+
+
+def test_a_colour_folder_whose_first_image_is_greyscale_trains_in_colour_and_says_so(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    # the input: cat/00.png, the first file read, is greyscale; every other image is RGB: it trained on greyscale
+    from heteroflow.components.data.preprocess import preprocess
+    from heteroflow.components.data.readers import open_splits
+
+    src = _images(tmp_path / "pets", {"cat": [("L", (8, 8))] + [("RGB", (8, 8))] * 5, "dog": [("RGB", (8, 8))] * 6})
+    with caplog.at_level("WARNING", logger="heteroflow.components.data.preprocess"):
+        r = preprocess(src, tmp_path / "out", num_workers=1, validation_fraction=0.2, test_fraction=0.2)
+    line = (
+        "images: colour (RGB) 8x8, what 11 of 12 images are (12 have that size); 1 greyscale (L) (e.g. cat/00.png) "
+        "differ; converted when read (mixed_images=convert; mixed_images=error refuses them)"
+    )
+    assert r.report["sample_shape"] == [3, 8, 8] and r.notices == (line,)
+    assert r.report["image_decision"]["other_mode"] == 1 and r.report["image_decision"]["other_size"] == 0
+    assert f"preprocess: {line}" in caplog.messages
+    splits = open_splits(tmp_path / "out")
+    x, _ = splits.train[0]
+    assert tuple(x.shape) == (3, 8, 8)  # the greyscale one too, converted
+    with pytest.raises(DatasetError) as info:
+        preprocess(src, tmp_path / "out2", num_workers=1, validation_fraction=0.2, test_fraction=0.2, mixed_images="error")
+    assert "1 greyscale (L) (e.g. cat/00.png) differ; mixed_images=error refuses them" in str(info.value)
+    assert not (tmp_path / "out2").exists()
+
+
+def test_the_image_size_is_the_one_most_images_have_not_the_first_ones(tmp_path: Path) -> None:
+    # the sibling: the size came from the first file too (a 64x64 thumbnail first made every image 64x64)
+    from heteroflow.components.data.preprocess import preprocess
+    from heteroflow.components.errors import InvalidParameter
+
+    src = _images(tmp_path / "pets", {"cat": [("L", (64, 64))] + [("L", (16, 12))] * 5, "dog": [("L", (16, 12))] * 5 + [("L", (20, 20))]})
+    r = preprocess(src, tmp_path / "out", num_workers=1, validation_fraction=0.2, test_fraction=0.2)
+    assert r.report["sample_shape"] == [1, 12, 16]
+    assert r.notices[0].startswith(
+        "images: greyscale (L) 16x12, what 12 of 12 images are (10 have that size); 2 of another size "
+        "(e.g. cat/00.png: 64x64) differ; converted when read"
+    )
+    with pytest.raises(DatasetError, match=r"2 of another size \(e\.g\. cat/00\.png: 64x64\) differ; mixed_images=error"):
+        preprocess(src, tmp_path / "out2", num_workers=1, validation_fraction=0.2, test_fraction=0.2, mixed_images="error")
+    with pytest.raises(InvalidParameter, match="mixed_images='resize' is not valid; valid: convert, error"):
+        preprocess(src, tmp_path / "out3", mixed_images="resize")
+
+
+def test_a_folder_of_one_mode_and_size_says_none_differs(tmp_path: Path) -> None:
+    from heteroflow.components.data.preprocess import preprocess
+
+    src = _images(tmp_path / "pets", {"cat": [("RGB", (8, 8))] * 5, "dog": [("RGB", (8, 8))] * 5})
+    r = preprocess(src, tmp_path / "out", num_workers=1, validation_fraction=0.2, test_fraction=0.2, mixed_images="error")
+    assert r.notices == ("images: colour (RGB) 8x8, what 10 of 10 images are (10 have that size); none differs",)

@@ -283,11 +283,12 @@ class ImageFolderReader:
         head = _head(p, 16)
         return head.startswith(_IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
 
-    def read(self, view: Any, /, *, split: Callable[[Any], dict[str, Any]]) -> PreparedFiles:
-        """Every image checked with Pillow, split by class: see :func:`heteroflow.components.data.readers.prepare_images`."""
+    def read(self, view: Any, /, *, split: Callable[[Any], dict[str, Any]], mixed_images: str = "convert") -> PreparedFiles:
+        """Every image checked with Pillow, split by class, mode and size decided from every image (``mixed_images``:
+        ``convert`` or ``error``): see :func:`heteroflow.components.data.readers.prepare_images`."""
         from heteroflow.components.data.readers import prepare_images
 
-        return PreparedFiles(meta=prepare_images(view, split))
+        return PreparedFiles(meta=prepare_images(view, split, mixed_images=mixed_images))
 
     def describe(self) -> str:
         return "one folder per class of images, checked and decoded with Pillow"
