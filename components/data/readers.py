@@ -20,7 +20,8 @@ data kind           layout                                                     h
 For image folders and tensors, preprocess calls :func:`prepare_files` (it writes ``meta.json`` with a seeded,
 stratified train / validation / test split of the files, the classes and the sample shape); nothing is decoded
 into the shards folder: the Dataset reads the cached files. Every image is checked with Pillow there, before any
-device time is spent, and an undecodable one is named.
+device time is spent, and an undecodable one is named; the colour mode and size samples are brought to are those
+most of the images have (:func:`decide_image_format`, said in one line; ``mixed_images=error`` refuses a mix).
 """
 
 from __future__ import annotations
