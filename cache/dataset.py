@@ -16,7 +16,7 @@ import posixpath
 from pathlib import Path
 
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError, InvalidCacheOption
-from heteroflow.cache.listing import formats_help, is_data_file, list_dataset
+from heteroflow.cache.listing import formats_help, is_data_file, list_dataset, misnamed_note
 from heteroflow.cache.manifest import MANIFEST_NAME, Manifest, dataset_digest, sha256_file
 from heteroflow.cache.redact import redact_url
 from heteroflow.cache.sources import normalize_source, split_query
@@ -59,7 +59,10 @@ class DatasetView:
     def require_data_files(self) -> tuple[Path, ...]:
         """:attr:`data_files`, or a DatasetError naming the data set when there is none."""
         if not self.data_files:
-            raise DatasetError(f"data set {self.source_uri} has no .csv, .tsv, .parquet or .npz file; {formats_help()}")
+            hint = misnamed_note([str(p) for p in self.files])
+            raise DatasetError(
+                f"data set {self.source_uri} has no .csv, .tsv, .parquet or .npz file; {hint + '; ' if hint else ''}{formats_help()}"
+            )
         return self.data_files
 
     def in_source_terms(self, message: str) -> str:

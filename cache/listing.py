@@ -11,10 +11,12 @@
   ``.~lock.x.csv#``. (A hidden file named explicitly as the data set itself is taken.)
 - **Symlinks (local folders).** A symlink to a file is followed: the data set holds the target's content
   under the link's name, wherever the target lies (a folder of links to files elsewhere works). A symlink to
-  a folder is followed too, unless it leads back into a folder it is already inside (a loop, e.g.
-  ``data/self -> ..``), which is skipped; two links to one folder give two copies of its files, as
-  ``cp -rL`` does. A broken symlink, and anything that is not a regular file or folder (a FIFO, a socket,
-  a device) is skipped.
+  a folder is followed too, unless it leads back into a folder it is already inside, or to a folder the data
+  set itself is inside (a loop, e.g. ``data/sub/self -> ..`` or ``data/up -> ..``), which is skipped naming
+  where it leads; two links to one folder give two copies of its files, as ``cp -rL`` does. A broken symlink,
+  a loop of links (``a -> b -> a``, named link by link), and anything that is not a regular file or folder (a
+  FIFO, a socket, a device) is skipped. A folder that cannot be read is an error naming the link that led
+  there, if one did; a data set path that is itself a broken link or a loop of links is an error naming it.
 - **Reserved.** A top-level ``manifest.json`` is heteroflow's own (a prewarmed copy or an artifact folder
   has one) and is not a data set file. A name that cannot be a relative path inside the root (``..``, empty
   parts: possible in object stores) is skipped.
@@ -28,6 +30,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import dataclasses
+import errno
 import hashlib
 import json
 import logging
@@ -55,6 +58,7 @@ __all__ = [
     "formats_help",
     "is_data_file",
     "list_dataset",
+    "misnamed_note",
     "set_data_formats",
 ]
 
@@ -115,6 +119,13 @@ def data_formats() -> tuple[DataFormats, ...]:
 def is_data_file(path: str) -> bool:
     """Whether some reader reads a file named ``path`` (asked of :func:`data_formats`; False with none)."""
     return any(f.is_data_file(path) for f in data_formats())
+
+
+def misnamed_note(paths: Sequence[str]) -> str:
+    """What the readers would read among local files that no reader claims by name (``iris.data is a table by
+    its content ...: rename it to iris.csv``), asked of :func:`data_formats` that can tell; "" for none."""
+    notes = [f.misnamed(paths) for f in data_formats() if callable(getattr(f, "misnamed", None))]
+    return "; ".join(n for n in notes if n)
 
 
 def formats_help() -> str:
@@ -230,16 +241,35 @@ def _remote_key(info: Mapping[str, Any]) -> str:
     return "fsspec:" + hashlib.sha256(json.dumps(picked, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def _link_target(path: str) -> str:
+    """What the symlink ``path`` holds, or, for a folder reached through a symlink above it (``readlink`` says
+    ``EINVAL``: it is no link itself), where it really is."""
+    try:
+        return os.readlink(path)
+    except OSError:
+        return os.path.realpath(path)
+
+
+def _loop_chain(path: str, limit: int = 8) -> str:
+    """``a -> b -> a``: the links a symlink loop goes through (at most ``limit``)."""
+    seen, hops, here = set(), [os.path.basename(path)], path
+    while os.path.islink(here) and here not in seen and len(hops) <= limit:
+        seen.add(here)
+        here = os.path.join(os.path.dirname(here), os.readlink(here))
+        hops.append(os.path.relpath(here, os.path.dirname(path)))
+    return " -> ".join(hops)
+
+
 def _walk_local(root: Path) -> tuple[list[ListedFile], list[SkippedEntry]]:
     files: list[ListedFile] = []
     skipped: list[SkippedEntry] = []
 
-    def walk(folder: Path, rel: str, chain: tuple[tuple[int, int], ...]) -> None:
+    def walk(folder: Path, rel: str, chain: tuple[tuple[int, int], ...], via: str) -> None:
         try:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except PermissionError:
             raise DatasetError(
-                f"cannot read folder {folder} of data set {root}: permission denied; make it readable or move the "
+                f"cannot read folder {folder}{via} of data set {root}: permission denied; make it readable or move the "
                 "data set"
             ) from None
         for entry in entries:
@@ -250,24 +280,38 @@ def _walk_local(root: Path) -> tuple[list[ListedFile], list[SkippedEntry]]:
             try:
                 st = entry.stat(follow_symlinks=True)
             except FileNotFoundError:
-                skipped.append(SkippedEntry(child, f"broken symlink to {os.readlink(entry.path)}"))
+                skipped.append(SkippedEntry(child, f"broken symlink to {_link_target(entry.path)}"))
                 continue
-            except OSError as exc:  # ELOOP: a symlink that points at itself
-                skipped.append(SkippedEntry(child, f"unreadable symlink ({exc.strerror})"))
+            except OSError as exc:  # ELOOP: a symlink that points at itself, or at links that lead back to it
+                loop = f": a symlink loop, {_loop_chain(entry.path)}" if exc.errno == errno.ELOOP else ""
+                skipped.append(SkippedEntry(child, f"unreadable symlink ({exc.strerror}{loop})"))
                 continue
             if stat.S_ISDIR(st.st_mode):
                 ident = (st.st_dev, st.st_ino)
                 if ident in chain:
-                    skipped.append(SkippedEntry(child + "/", f"symlink loop: leads back to a folder it is inside ({os.readlink(entry.path)})"))
+                    target = _link_target(entry.path)
+                    if ident in outer:  # a folder the data set itself is inside: all of it, the data set again
+                        why = f"symlink loop: leads to {os.path.realpath(entry.path)}, a folder the data set is inside ({target})"
+                    else:
+                        why = f"symlink loop: leads back to a folder it is inside ({target})"
+                    skipped.append(SkippedEntry(child + "/", why))
                     continue
-                walk(Path(entry.path), child + "/", chain + (ident,))
+                link = via or (f" (reached through the symlink {child} -> {_link_target(entry.path)})" if entry.is_symlink() else "")
+                walk(Path(entry.path), child + "/", chain + (ident,), link)
             elif stat.S_ISREG(st.st_mode):
                 files.append(ListedFile(path=child, bytes=st.st_size, source=entry.path, key=_local_key(st)))
             else:
                 skipped.append(SkippedEntry(child, "not a regular file"))
 
     top = root.stat()
-    walk(root, "", ((top.st_dev, top.st_ino),))
+    outer: set[tuple[int, int]] = set()
+    for parent in Path(os.path.realpath(root)).parents:  # a link to one of these would list the data set again
+        try:
+            pst = parent.stat()
+        except OSError:
+            continue
+        outer.add((pst.st_dev, pst.st_ino))
+    walk(root, "", ((top.st_dev, top.st_ino), *sorted(outer)), "")
     return files, skipped
 
 
@@ -395,7 +439,14 @@ def list_dataset(
         root = local_path(uri)
         if not root.exists():
             if root.is_symlink():
-                raise DatasetError(f"data set {shown} is a broken symlink (to {os.readlink(root)}); point it at a folder of data files")
+                try:
+                    os.stat(root)
+                except OSError as exc:
+                    if exc.errno == errno.ELOOP:
+                        raise DatasetError(
+                            f"data set {shown} is a symlink loop ({_loop_chain(str(root))}); point it at a folder of data files"
+                        ) from None
+                raise DatasetError(f"data set {shown} is a broken symlink (to {_link_target(str(root))}); point it at a folder of data files")
             raise DatasetError(
                 f"data set {shown} does not exist; give a folder (or fsspec URL) of data files (.csv, .tsv, .parquet, .npz)"
             )
@@ -443,8 +494,10 @@ def list_dataset(
         )
     if require_data and data_formats() and not any(is_data_file(f.path) for f in listing.files):
         names = redact_url(", ".join(f.path for f in listing.files[:5]) + (" ..." if len(listing.files) > 5 else ""))
+        hint = misnamed_note([f.source for f in listing.files]) if local else ""
         raise DatasetError(
-            f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; {formats_help()}"
+            f"data set {shown} has no .csv, .tsv, .parquet or .npz file (found: {names}){listing.skipped_note()}; "
+            f"{hint + '; ' if hint else ''}{formats_help()}"
         )
     if listing.skipped:
         _log.warning("data set %s: %d entr%s not taken%s", shown, len(listing.skipped),

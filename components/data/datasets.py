@@ -11,7 +11,8 @@ ignored):
     character) and the decision says so.
   - *delimiter*: ``,`` ``;`` tab or ``|``: the one that splits the sampled lines into the same number (>= 2)
     of columns most consistently; ties go to the split whose cells look most like numbers, then to the most
-    columns. Rows may end with the delimiter (``a;b;c;``, as some exports write, on some rows or all): the
+    columns. Rows may end with the delimiter (``a;b;c;``, as some exports write, on some rows or all, also
+    only past the sample, which the delimiter decision then names): the
     empty field after the last column is not a column, and a field there that is not empty is an error naming
     its line. Lines that split into one column are an error that says what was seen (every line one quoted
     field: the table was quoted twice) and what would read the file.
@@ -43,6 +44,7 @@ import csv
 import dataclasses
 import json
 import os
+import re
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
@@ -134,7 +136,10 @@ def data_files(paths: Sequence[str | os.PathLike[str]], *, where: str) -> list[P
     """
     keep = sorted(Path(p) for p in paths if REGISTRY.is_data_file(str(p), TABLE))
     if not keep:
-        raise DatasetError(f"data set {where} has no .csv, .tsv, .parquet or .npz file; {REGISTRY.formats_help()}")
+        hint = REGISTRY.misnamed(paths)
+        raise DatasetError(
+            f"data set {where} has no .csv, .tsv, .parquet or .npz file; {hint + '; ' if hint else ''}{REGISTRY.formats_help()}"
+        )
     return keep
 
 
@@ -177,18 +182,22 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
         engine="c",
         index_col=False,  # never the first column as the index when a row has one field more than the header
     )
-    if fmt.trailing_delimiter:  # the field after the last column is read as a column of its own, checked empty
-        names = list(fmt.header_names[: fmt.columns]) if fmt.header else [f"column_{j + 1}" for j in range(fmt.columns)]
-        _check_header_names(p, names)
-        kwargs["names"] = [*names, _TRAILING]
+    if fmt.trailing_delimiter:
+        _expect_trailing(p, fmt, kwargs)
     try:
-        frame = _read_csv_frame(p, fmt.encoding, kwargs)
-    except UnicodeDecodeError as exc:
-        if fmt.encoding != "utf-8":
-            raise DatasetError(f"{p}: not valid {fmt.encoding} ({exc.reason} at byte {exc.start})") from None
-        reason = f"Latin-1: not valid UTF-8 beyond the first 64 KiB ({exc.reason})"
-        fmt = dataclasses.replace(fmt, encoding="latin-1", reasons={**fmt.reasons, "encoding": reason})
-        frame = _read_csv_frame(p, fmt.encoding, kwargs)
+        frame, fmt = _read_csv_decoded(p, fmt, kwargs)
+    except _OneFieldMore as more:  # a row ends with the delimiter beyond the sample (or sniffing missed it)
+        if fmt.trailing_delimiter or more.saw != fmt.columns + 1:
+            raise more.error from None
+        reason = f"; line {more.line} ends with a {DELIMITERS[fmt.delimiter]} (an empty field after the last column, ignored)"
+        fmt = dataclasses.replace(
+            fmt, trailing_delimiter=True, reasons={**fmt.reasons, "delimiter": fmt.reasons["delimiter"] + reason}
+        )
+        _expect_trailing(p, fmt, kwargs)
+        try:
+            frame, fmt = _read_csv_decoded(p, fmt, kwargs)
+        except _OneFieldMore as again:
+            raise again.error from None
     if _TRAILING in frame.columns:
         extra = frame.pop(_TRAILING)
         filled = extra.notna().to_numpy() & (extra.astype(str).str.strip() != "").to_numpy()
@@ -230,6 +239,42 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
 
 
 _TRAILING = "\x00trailing"  # the name given to the empty field after a trailing delimiter (no real header has it)
+
+
+def _expect_trailing(p: Path, fmt: CsvFormat, kwargs: dict[str, Any]) -> None:
+    """Read the field after the last column as a column of its own (checked empty after reading).
+
+    The header row, when there is one, is skipped rather than read (``header=0``): pandas' C parser takes the
+    number of fields to expect from the header row, so a header without the trailing delimiter made every later
+    row that has one "Expected 3 fields in line 3, saw 4" unless the first data row had one too."""
+    names = list(fmt.header_names[: fmt.columns]) if fmt.header else [f"column_{j + 1}" for j in range(fmt.columns)]
+    _check_header_names(p, names)
+    kwargs["names"] = [*names, _TRAILING]
+    if fmt.header:
+        kwargs["header"], kwargs["skiprows"] = None, 1
+
+
+class _OneFieldMore(Exception):
+    """pandas found a row with more fields than the rows before it (``error``: the message for the user)."""
+
+    def __init__(self, error: DatasetError, *, line: int, saw: int) -> None:
+        super().__init__(str(error))
+        self.error, self.line, self.saw = error, line, saw
+
+
+_MORE_FIELDS = re.compile(r"Expected (\d+) fields in line (\d+), saw (\d+)")
+
+
+def _read_csv_decoded(p: Path, fmt: CsvFormat, kwargs: dict[str, Any]) -> tuple[pd.DataFrame, CsvFormat]:
+    """The frame, read as ``fmt.encoding`` says, or as Latin-1 when the file is not UTF-8 beyond the sample."""
+    try:
+        return _read_csv_frame(p, fmt.encoding, kwargs), fmt
+    except UnicodeDecodeError as exc:
+        if fmt.encoding != "utf-8":
+            raise DatasetError(f"{p}: not valid {fmt.encoding} ({exc.reason} at byte {exc.start})") from None
+        reason = f"Latin-1: not valid UTF-8 beyond the first 64 KiB ({exc.reason})"
+        fmt = dataclasses.replace(fmt, encoding="latin-1", reasons={**fmt.reasons, "encoding": reason})
+        return _read_csv_frame(p, fmt.encoding, kwargs), fmt
 
 
 def _check_header_names(p: Path, names: list[str]) -> None:
@@ -274,10 +319,14 @@ def _read_csv_frame(p: Path, encoding: str, kwargs: dict[str, Any]) -> pd.DataFr
         raise DatasetError(f"{p}: empty file; expected a table (a header row, then one sample per row)") from None
     except pd.errors.ParserError as exc:
         name = DELIMITERS.get(kwargs["sep"], kwargs["sep"])
-        raise DatasetError(
+        error = DatasetError(
             f"{p}: {str(exc).strip().removeprefix('Error tokenizing data. C error: ')} (columns split by {name}; "
             "a field that holds the delimiter must be in double quotes, or set delimiter)"
-        ) from None
+        )
+        more = _MORE_FIELDS.search(str(exc))
+        if more:
+            raise _OneFieldMore(error, line=int(more.group(2)), saw=int(more.group(3))) from None
+        raise error from None
 
 
 def _read_parquet(p: Path) -> RawTable:

@@ -26,7 +26,9 @@ Third-party readers are registered through the entry-point group ``heteroflow.re
 a reader object, a class to instantiate, or a function returning a reader or a list of them), loaded once, on the
 first lookup. Lookup (:meth:`ReaderRegistry.for_path`) goes by suffix; where more than one reader claims a
 suffix, the readers' ``sniff`` decides (entry-point readers first, then the built-ins); a suffix no reader claims
-raises :class:`UnknownFormat`, whose message lists every registered reader with its suffixes.
+raises :class:`UnknownFormat`, whose message lists every registered reader with its suffixes and, for a local file
+some reader recognises by its content (UCI's ``.data`` tables), which reader and the rename that reads it
+(:meth:`ReaderRegistry.misnamed`; the messages about a data set with no data file say the same).
 
 The cache tier reads no format: it asks this registry (through the entry-point group ``heteroflow.data_formats``,
 see :func:`heteroflow.cache.listing.data_formats`) which listed files are data, by name only.
@@ -37,6 +39,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import re
 import threading
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
@@ -136,6 +139,21 @@ def _head(path: str | os.PathLike[str], n: int = _SNIFF_BYTES) -> bytes:
             return fh.read(n)
     except OSError:
         return b""
+
+
+def _table_shape(path: Path) -> str:
+    """``comma-separated, 5 columns, no header row`` for a text table (what :func:`sniff_csv` decides); "" when
+    the sampled lines do not split into the same 2 or more columns (90% of them at least)."""
+    from heteroflow.components.data.csvformat import DELIMITERS, sniff_csv
+
+    try:
+        fmt = sniff_csv(path)
+    except (DatasetError, OSError):
+        return ""
+    share = re.search(r"columns on (\d+)% of", fmt.reasons["delimiter"])
+    if fmt.columns < 2 or not share or int(share.group(1)) < 90:
+        return ""
+    return f"{DELIMITERS[fmt.delimiter]}-separated, {fmt.columns} columns, {'a' if fmt.header else 'no'} header row"
 
 
 def _zip_names(path: str | os.PathLike[str]) -> list[str]:
@@ -265,11 +283,12 @@ class ImageFolderReader:
         head = _head(p, 16)
         return head.startswith(_IMAGE_MAGIC) or (head[:4] == b"RIFF" and head[8:12] == b"WEBP")
 
-    def read(self, view: Any, /, *, split: Callable[[Any], dict[str, Any]]) -> PreparedFiles:
-        """Every image checked with Pillow, split by class: see :func:`heteroflow.components.data.readers.prepare_images`."""
+    def read(self, view: Any, /, *, split: Callable[[Any], dict[str, Any]], mixed_images: str = "convert") -> PreparedFiles:
+        """Every image checked with Pillow, split by class, mode and size decided from every image (``mixed_images``:
+        ``convert`` or ``error``): see :func:`heteroflow.components.data.readers.prepare_images`."""
         from heteroflow.components.data.readers import prepare_images
 
-        return PreparedFiles(meta=prepare_images(view, split))
+        return PreparedFiles(meta=prepare_images(view, split, mixed_images=mixed_images))
 
     def describe(self) -> str:
         return "one folder per class of images, checked and decoded with Pillow"
@@ -452,7 +471,8 @@ class ReaderRegistry:
         reader = self.find(path, kind=kind)
         if reader is None:
             suffix = os.path.splitext(os.fspath(path))[1].lower() or "(no suffix)"
-            raise UnknownFormat(f"{path}: unsupported file type {suffix!r}; {self.formats_help()}")
+            hint = self.misnamed([path])
+            raise UnknownFormat(f"{path}: unsupported file type {suffix!r}; {hint + '; ' if hint else ''}{self.formats_help()}")
         return reader
 
     def suffixes(self, kind: str | None = None) -> tuple[str, ...]:
@@ -477,6 +497,28 @@ class ReaderRegistry:
         asks this, :func:`heteroflow.cache.listing.data_formats`)."""
         self.suffixes(kind)
         return os.path.splitext(path)[1].lower() in self._suffix_cache[kind][2]
+
+    def misnamed(self, paths: Iterable[str | os.PathLike[str]]) -> str:
+        """What reads the local files no reader claims by suffix but one recognises by content (UCI's ``.data``
+        tables, a ``.txt`` of tab-separated rows): ``iris.data is a table by its content (comma-separated, 5
+        columns): rename it to iris.csv to read it``; "" when none is. Reads a few KiB of at most 20 files.
+        """
+        notes = []
+        for path in list(paths)[:20]:
+            p = Path(path)
+            if self.find(p) is not None or not p.is_file():
+                continue
+            reader = self.sniff(p)
+            if reader is None or not reader.suffixes:
+                continue
+            what = f"a {reader.kind.replace('_', ' ')} ({reader.name})"
+            if reader.name == "csv":  # a first line with a comma is not yet a table (UCI's .names files)
+                shape = _table_shape(p)
+                if not shape:
+                    continue
+                what = f"a table ({shape})"
+            notes.append(f"{p.name} is {what} by its content: rename it to {p.stem}{reader.suffixes[0]} to read it")
+        return "; ".join(notes)
 
     def listing(self) -> str:
         """``registered readers: csv (.csv, .tsv), parquet (.parquet, .pq), ...``: for messages."""

@@ -15,6 +15,7 @@ __all__ = [
     "CATEGORICAL_CHOICES",
     "HEADER_CHOICES",
     "MISSING_CHOICES",
+    "MIXED_IMAGES_CHOICES",
     "SEED_MAX",
     "check_integer",
     "check_split_params",
@@ -23,6 +24,8 @@ __all__ = [
 HEADER_CHOICES = ("auto", "true", "false")
 CATEGORICAL_CHOICES = ("onehot", "error")
 MISSING_CHOICES = ("error", "impute", "drop")
+MIXED_IMAGES_CHOICES = ("convert", "error")
+"""``mixed_images``: images of another mode or size than most of an image folder's are converted when read, or refused."""
 
 
 def _is_number(value: Any) -> bool:

@@ -72,6 +72,7 @@ from heteroflow.components.data.parameters import (
     CATEGORICAL_CHOICES,
     HEADER_CHOICES,
     MISSING_CHOICES,
+    MIXED_IMAGES_CHOICES,
     SEED_MAX,
     _choice,
     _names,
@@ -160,6 +161,7 @@ def check_preprocess_params(values: Mapping[str, Any] | None = None, /, **given:
     _choice(header, "header", HEADER_CHOICES)
     _choice(categorical, "categorical", CATEGORICAL_CHOICES)
     _choice(missing, "missing", MISSING_CHOICES)
+    _choice(v["mixed_images"], "mixed_images", MIXED_IMAGES_CHOICES)
     if not isinstance(delimiter, str) or (
         delimiter != "auto" and delimiter not in DELIMITERS and delimiter not in DELIMITERS.values() and delimiter != "\\t"
     ):
@@ -186,6 +188,7 @@ def preprocess(
     categorical: str = "onehot",
     max_categories: int = 50,
     missing: str = "error",
+    mixed_images: str = "convert",
 ) -> PreprocessResult:
     """Read, check, split, transform and shard a data set (see the module docstring for each step).
 
@@ -205,6 +208,7 @@ def preprocess(
         categorical: text feature columns: onehot (one 0/1 column per value) or error.
         max_categories: most distinct values a text column may have to be one-hot encoded.
         missing: missing values (empty, NA, N/A, nan, ?): error, impute (median or most frequent, plus an indicator column), or drop (the rows).
+        mixed_images: image folders: convert (images of another mode or size than most are converted when read) or error.
 
     Returns:
         A :class:`PreprocessResult` with the data report.
@@ -253,7 +257,8 @@ def preprocess(
             )
 
         settings = {"seed": seed, "validation_fraction": validation_fraction, "test_fraction": test_fraction}
-        return prepare_files(view, output_dir, split=split, settings=settings, started=started)
+        options = {"mixed_images": _choice(mixed_images, "mixed_images", MIXED_IMAGES_CHOICES)}
+        return prepare_files(view, output_dir, split=split, settings=settings, started=started, options=options)
     source_uri, dataset_sha256 = view.source_uri, view.dataset_sha256
     in_source_terms = view.in_source_terms  # messages and the report name the user's file, not its cached copy
 

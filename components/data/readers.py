@@ -20,7 +20,8 @@ data kind           layout                                                     h
 For image folders and tensors, preprocess calls :func:`prepare_files` (it writes ``meta.json`` with a seeded,
 stratified train / validation / test split of the files, the classes and the sample shape); nothing is decoded
 into the shards folder: the Dataset reads the cached files. Every image is checked with Pillow there, before any
-device time is spent, and an undecodable one is named.
+device time is spent, and an undecodable one is named; the colour mode and size samples are brought to are those
+most of the images have (:func:`decide_image_format`, said in one line; ``mixed_images=error`` refuses a mix).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from heteroflow.cache.errors import DatasetError
+from heteroflow.components.data.parameters import MIXED_IMAGES_CHOICES  # noqa: F401 - importable here
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.data.formats import READERS_HELP, REGISTRY, ImageFolderReader, TensorReader  # noqa: F401 - READERS_HELP: kept importable here
 
@@ -49,10 +51,12 @@ __all__ = [
     "DATA_KINDS",
     "IMAGE_SUFFIXES",
     "TENSOR_SUFFIXES",
+    "MIXED_IMAGES_CHOICES",
     "DataSplits",
     "ImageFolderData",
     "TensorData",
     "batch_collate",
+    "decide_image_format",
     "decode_image",
     "detect_kind",
     "load_dataset_factory",
@@ -173,6 +177,7 @@ def prepare_files(
     split: Callable[[np.ndarray], dict[str, np.ndarray]],
     settings: Mapping[str, Any],
     started: float | None = None,
+    options: Mapping[str, Any] | None = None,
 ) -> Any:
     """Preprocess for image folders and tensors (any reader whose kind is not ``table``): the registered reader
     of the data set's kind checks every file and splits; this writes ``meta.json`` (and the reader's files: for
@@ -185,6 +190,7 @@ def prepare_files(
         split: the row indices per split (``train``, ``validation``, ``test``) of the samples' labels (shape
             ``(n,)``), as preprocess splits them (:func:`heteroflow.components.data.shards.stratified_split`).
         settings: what ``meta.json`` records of how the data set was split (preprocess's seed and fractions).
+        options: preprocess's options for the reader (``mixed_images``), passed to its ``read`` when it takes them.
 
     Returns:
         A :class:`~heteroflow.components.data.shards.PreprocessResult` (``num_features`` = elements per sample).
@@ -205,13 +211,20 @@ def prepare_files(
         **settings,
     }
     out = Path(output_dir)
-    prepared = REGISTRY.reader_of_kind(kind, view.relative).read(view, split=split)
+    reader = REGISTRY.reader_of_kind(kind, view.relative)
+    accepted = inspect.signature(reader.read).parameters
+    given = {k: v for k, v in (options or {}).items() if k in accepted}  # a third party's reader takes split only
+    prepared = reader.read(view, split=split, **given)
     meta = {**prepared.meta, **common}
     with atomic_directory(out) as tmp:
         if prepared.write is not None:
             prepared.write(tmp)
         (tmp / "meta.json").write_text(json.dumps(meta, indent=1), encoding="utf-8")
     report = {"data_kind": kind, "classes": meta["classes"], "sample_shape": meta["sample_shape"], "counts": meta["counts"]}
+    notices = (meta["image_decision"]["line"],) if "image_decision" in meta else ()
+    if notices:
+        report["image_decision"] = meta["image_decision"]
+        report["notices"] = list(notices)
     return PreprocessResult(
         output_dir=out,
         counts=dict(meta["counts"]),
@@ -220,18 +233,73 @@ def prepare_files(
         num_workers=1,
         seconds=time.perf_counter() - started,
         report=report,
-        notices=(),
+        notices=notices,
     )
 
 
-def prepare_images(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray]]) -> dict[str, Any]:
+def _image_mode(pillow_mode: str) -> str:
+    """``L`` for Pillow's one-channel modes (1, L, I;16, I, F), else ``RGB`` (RGBA, P, CMYK, YCbCr, ...)."""
+    return "L" if pillow_mode in ("L", "1", "I;16", "I", "F") else "RGB"
+
+
+def decide_image_format(found: Mapping[str, tuple[str, tuple[int, int]]]) -> tuple[str, tuple[int, int], dict[str, Any]]:
+    """The colour mode and size an image folder is trained at, decided from every image, not the first one.
+
+    Args:
+        found: per image (relative path), its mode (``L`` or ``RGB``, see :func:`_image_mode`) and size
+            (width, height) in pixels.
+
+    Returns:
+        ``(mode, size, facts)``: the mode most images have (a tie goes to ``RGB``: greyscale converts to it
+        without loss), the size most images have (a tie goes to the larger area, then the wider), and what was
+        decided: ``{"mode", "size", "images", "other_mode", "other_size"}`` (counts of images), ``examples``
+        (up to 10 paths of each) and ``line``, which says it in one line.
+    """
+    from collections import Counter
+
+    modes = Counter(m for m, _ in found.values())
+    sizes = Counter(sz for _, sz in found.values())
+    mode = max(modes, key=lambda m: (modes[m], m == "RGB"))
+    size = max(sizes, key=lambda sz: (sizes[sz], sz[0] * sz[1], sz[0]))
+    other_mode = sorted(p for p, (m, _) in found.items() if m != mode)
+    other_size = sorted(p for p, (_, sz) in found.items() if sz != size)
+    name = {"L": "greyscale (L)", "RGB": "colour (RGB)"}
+    parts = [f"{len(other_mode)} {name['RGB' if mode == 'L' else 'L']} (e.g. {other_mode[0]})"] if other_mode else []
+    if other_size:
+        w, h = found[other_size[0]][1]
+        parts.append(f"{len(other_size)} of another size (e.g. {other_size[0]}: {w}x{h})")
+    line = (
+        f"images: {name[mode]} {size[0]}x{size[1]}, what {modes[mode]} of {len(found)} images are "
+        f"({sizes[size]} have that size); " + ("; ".join(parts) + " differ" if parts else "none differs")
+    )
+    facts = {
+        "mode": mode, "size": list(size), "images": len(found), "other_mode": len(other_mode), "other_size": len(other_size),
+        "examples": {"other_mode": other_mode[:10], "other_size": other_size[:10]}, "line": line,
+    }
+    return mode, size, facts
+
+
+def prepare_images(
+    view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray]], *, mixed_images: str = "convert"
+) -> dict[str, Any]:
     """The ``meta.json`` of an image folder: every image checked with Pillow (``verify``, no pixels decoded), the
-    classes (folders holding images, sorted), the first image's mode and size, and the split of the files.
+    classes (folders holding images, sorted), the colour mode and size decided from every image
+    (:func:`decide_image_format`, said in one line, logged and kept as ``image_decision``), and the split of the
+    files.
+
+    Args:
+        view: the data set's :class:`~heteroflow.cache.dataset.DatasetView`.
+        split: labels ``(n,)`` -> row indices per split.
+        mixed_images: ``convert`` (images of another mode or size are converted and resized when read) or
+            ``error`` (:data:`MIXED_IMAGES_CHOICES`).
 
     Raises:
         DatasetError: an image at the top of the data set, a class folder with no images, fewer than 2 classes,
-            an image Pillow cannot read (each named).
+            an image Pillow cannot read (each named); with ``mixed_images=error``, images of another mode or
+            size than most (counted, the first named).
     """
+    import logging
+
     from PIL import Image, UnidentifiedImageError
 
     root = Path(view.root)
@@ -260,14 +328,13 @@ def prepare_images(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray
         raise DatasetError(f"image folder {view.source_uri} has {len(classes)} class folder(s); a classifier needs at least 2")
     paths: list[str] = []
     labels: list[int] = []
-    first: tuple[str, tuple[int, int]] | None = None
+    found: dict[str, tuple[str, tuple[int, int]]] = {}
     for label, cls in enumerate(classes):
         for rel in sorted(by_class[cls]):
             p = root / rel
             try:  # verify(): reads and checks the whole file without decoding pixels
                 with Image.open(p) as img:
-                    if first is None:
-                        first = ("RGB" if img.mode not in ("L", "1", "I;16", "I", "F") else "L", img.size)
+                    found[rel] = (_image_mode(img.mode), tuple(img.size))  # type: ignore[assignment]
                     img.verify()
             except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
                 raise DatasetError(
@@ -276,8 +343,15 @@ def prepare_images(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray
                 ) from None
             paths.append(rel)
             labels.append(label)
-    assert first is not None
-    mode, size = first
+    mode, size, decision = decide_image_format(found)
+    if mixed_images == "error" and (decision["other_mode"] or decision["other_size"]):
+        raise DatasetError(
+            f"image folder {view.source_uri}: {decision['line']}; mixed_images=error refuses them: make every image "
+            "the same mode and size, or set mixed_images=convert to convert them when read"
+        )
+    if decision["other_mode"] or decision["other_size"]:
+        decision["line"] += "; converted when read (mixed_images=convert; mixed_images=error refuses them)"
+    logging.getLogger("heteroflow.components.data.preprocess").warning("preprocess: %s", decision["line"])
     parts = split(np.asarray(labels))
     splits = {s: [[paths[i], labels[i]] for i in idx] for s, idx in parts.items()}
     channels = 1 if mode == "L" else 3
@@ -287,6 +361,7 @@ def prepare_images(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarray
         "classes": [c.replace("/", "-") for c in classes],
         "image_mode": mode,
         "image_size": list(size),
+        "image_decision": decision,
         "sample_shape": [channels, size[1], size[0]],
         "splits": splits,
         "counts": {s: len(v) for s, v in splits.items()},
