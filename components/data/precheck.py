@@ -27,7 +27,7 @@ from typing import Any
 from heteroflow.cache.errors import DatasetError
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["TABLE_BYTES", "dataset_problems"]
+__all__ = ["TABLE_BYTES", "check_image_folder", "dataset_problems"]
 
 TABLE_BYTES = 64 << 20
 """Tables read before a run, in bytes of table files (64 MiB): a larger data set's class column is checked by
@@ -65,6 +65,28 @@ def dataset_problems(uri: str, params: Mapping[str, Any] | None = None) -> list[
     return []
 
 
+def check_image_folder(view: Any) -> None:
+    """Preprocess's check of an image folder before it reads one (a remote data set is first seen there): every
+    problem at once, not the first. Nothing is checked for another data kind.
+
+    Args:
+        view: the :class:`~heteroflow.cache.dataset.DatasetView` of the data set.
+
+    Raises:
+        DatasetError: the problems :func:`dataset_problems` lists for an image folder, in one message.
+    """
+    from heteroflow.components.data.formats import REGISTRY
+
+    if REGISTRY.detect_kind(view.relative) != "image_folder":
+        return
+    problems = [view.in_source_terms(p) for p in _image_problems(view)]
+    if len(problems) == 1:
+        raise DatasetError(problems[0])
+    if problems:
+        raise DatasetError(f"{len(problems)} problems with data set {view.source_uri}:\n- " + "\n- ".join(
+            p.replace("\n", "\n  ") for p in problems))
+
+
 def _image_problems(view: Any) -> list[str]:
     from heteroflow.components.data.readers import IMAGE_SUFFIXES
 
@@ -79,16 +101,22 @@ def _image_problems(view: Any) -> list[str]:
             (by_class.setdefault(parent, []) if parent else top).append(rel)
         elif parent:
             others.add(parent)
-    if top:
+    if len(top) == 1:  # the words of preprocess's own check (readers.prepare_images) for one
         problems.append(
-            f"{_count(top, 'image')} at the top of image folder {base} ({_listed(top)}); an image folder holds one "
+            f"image {base}/{top[0]} lies at the top of the data set; an image folder holds one folder per class "
+            "(e.g. cat/1.png, dog/2.png)"
+        )
+    elif top:
+        problems.append(
+            f"{len(top)} images lie at the top of the data set {base} ({_listed(top)}); an image folder holds one "
             "folder per class (e.g. cat/1.png, dog/2.png): move them into their class folder"
         )
     empty = sorted(others - set(by_class))
     if empty:
+        named = f"class folder {base}/{empty[0]} has" if len(empty) == 1 else f"{len(empty)} class folders of {base} have"
+        listed = "" if len(empty) == 1 else f" ({_listed(empty)})"
         problems.append(
-            f"{_count(empty, 'class folder')} of {base} without images ({_listed(empty)}); every class folder needs at "
-            "least one image (.png, .jpg, ...), or remove the folder"
+            f"{named} no images (.png, .jpg, ...){listed}; every class folder needs at least one image, or remove the folder"
         )
     if len(by_class) < 2:
         found = f" ({', '.join(sorted(by_class))})" if by_class else ""
@@ -101,7 +129,9 @@ def _image_problems(view: Any) -> list[str]:
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, min(_VERIFY_THREADS, len(files)))) as pool:
         results = list(pool.map(lambda rel: _unreadable(root / rel), files))
     bad = [(rel, why) for rel, why in zip(files, results) if why]
-    if bad:
+    if len(bad) == 1:
+        problems.append(f"image {base}/{bad[0][0]} cannot be decoded ({bad[0][1]}); remove it or replace it with a valid image")
+    elif bad:
         listed = "\n- ".join(f"{base}/{rel} ({why})" for rel, why in bad)
         problems.append(
             f"{_count(bad, 'image')} of {len(files)} in image folder {base} cannot be decoded; remove them or replace "

@@ -241,7 +241,10 @@ def preprocess(
     view = open_dataset(source)
     files = [f for f in view.files if REGISTRY.is_data_file(str(f), TABLE)]  # the table readers' files (formats.py)
     if not files:  # no table: image folders and tensors (or a clear "no reader reads ..." error)
+        from heteroflow.components.data.precheck import check_image_folder
         from heteroflow.components.data.readers import prepare_files
+
+        check_image_folder(view)  # every unreadable image at once (a remote data set is first read here)
 
         def split(labels: np.ndarray) -> dict[str, np.ndarray]:  # the readers keep at least one test sample a class
             return stratified_split(
