@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError, HeteroflowError
 
 __all__ = [
@@ -16,6 +19,8 @@ __all__ = [
     "InvalidResources",
     "NoCandidateAvailable",
     "NonFiniteError",
+    "Problems",
+    "RunProblems",
 ]
 
 
@@ -52,3 +57,74 @@ class NonFiniteError(HeteroflowError, FloatingPointError):
     """A computed number is NaN or infinite (a training loss, a model output, a metric); the message says where
     (epoch and step, split, metric) and what to change. A *permanent* failure: the same inputs fail the same way
     on any device, so it is neither retried nor sent to another candidate."""
+
+
+class RunProblems(InvalidParameter, DatasetError):
+    """Several problems of a run's input (parameters and data set) found before anything ran, in one message;
+    ``problems`` holds each one's message. It is both an :class:`InvalidParameter` and a :class:`DatasetError`,
+    as its problems are (a permanent failure either way)."""
+
+    def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
+        super().__init__(message)
+        self.problems = tuple(problems) or (message,)
+
+
+class Problems:
+    """Gathers the problems of several checks, to report them all in one error instead of the first.
+
+    Example::
+
+        problems = Problems()
+        with problems.check():
+            check_integer("epochs", epochs, 1)
+        with problems.check():
+            check_integer("seed", seed, 0)
+        problems.raise_all("train's parameters")
+
+    A check raising :class:`InvalidParameter` or :class:`DatasetError` adds its message (each of a
+    :class:`RunProblems`' messages); other errors pass through.
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[HeteroflowError] = []
+        self.messages: list[str] = []
+
+    def __bool__(self) -> bool:
+        return bool(self.messages)
+
+    def add(self, error: HeteroflowError) -> None:
+        """Add one problem (or each problem of a :class:`RunProblems`), once."""
+        self.errors.append(error)
+        for message in getattr(error, "problems", None) or (str(error),):
+            if message not in self.messages:
+                self.messages.append(message)
+
+    @contextlib.contextmanager
+    def check(self) -> Iterator[None]:
+        """Run a check; its :class:`InvalidParameter` or :class:`DatasetError` is kept instead of raised."""
+        try:
+            yield
+        except (InvalidParameter, DatasetError) as exc:
+            self.add(exc)
+
+    def raise_all(self, what: str) -> None:
+        """Raise the problems gathered, if any: one alone as it was raised; several as one error listing each,
+        headed by ``what`` they are problems of: an :class:`InvalidParameter` when each is one, a
+        :class:`DatasetError` when each is one, else a :class:`RunProblems`.
+
+        Raises:
+            InvalidParameter | DatasetError | RunProblems: as above.
+        """
+        if not self.messages:
+            return
+        if len(self.errors) == 1 and len(self.messages) == 1:
+            raise self.errors[0]
+        message = f"{len(self.messages)} problems with {what}:\n- " + "\n- ".join(m.replace("\n", "\n  ") for m in self.messages)
+        if all(isinstance(e, InvalidParameter) and not isinstance(e, DatasetError) for e in self.errors):
+            error: HeteroflowError = InvalidParameter(message)
+        elif all(isinstance(e, DatasetError) and not isinstance(e, InvalidParameter) for e in self.errors):
+            error = DatasetError(message)
+        else:
+            error = RunProblems(message, tuple(self.messages))
+        error.problems = tuple(self.messages)  # type: ignore[attr-defined]
+        raise error

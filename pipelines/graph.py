@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from heteroflow.components.errors import HeteroflowError, InvalidParameter
+from heteroflow.components.errors import HeteroflowError, InvalidParameter, Problems
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.core.step import Param, Step
 
@@ -470,18 +470,24 @@ class Pipeline:
         """(consumer, input name, ref) for every input fed by an output of ``call``."""
         return [(c, k, ref) for c in self._calls.values() for k, ref in c.input_refs().items() if ref.call == call]
 
-    def arguments(self, values: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    def arguments(self, values: Mapping[str, Any] | None = None, *, problems: Problems | None = None) -> dict[str, Any]:
         """Every pipeline parameter's value: ``values`` over the defaults, type-checked.
 
+        Args:
+            values: the values given, by pipeline parameter name (or a short alias).
+            problems: gather the problems here instead of raising them (a bad value is left out of the result,
+                a required parameter without a value too), so that a caller reports them with others.
+
         Raises:
-            InvalidParameter: an unknown name (the message lists the valid ones), a value of the wrong type, or a
-                required parameter without a value.
+            InvalidParameter: unknown names (the message lists the valid ones), values of the wrong type, required
+                parameters without a value: every one of them, in one message.
         """
+        gather = Problems() if problems is None else problems
         values = dict(values or {})
         aliases = self.aliases
         unknown = sorted(set(values) - set(self._params) - set(aliases))
         if unknown:
-            raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted([*self._params, *aliases]))}")
+            gather.add(InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted([*self._params, *aliases]))}"))
         for short, names in aliases.items():
             if short in values:
                 value = values.pop(short)
@@ -490,11 +496,14 @@ class Pipeline:
         out: dict[str, Any] = {}
         for p in self.params.values():
             if p.name in values:
-                out[p.name] = p.check(values[p.name])
+                with gather.check():
+                    out[p.name] = p.check(values[p.name])
             elif p.required:
-                raise InvalidParameter(f"parameter {p.name!r} is required ({p.type.__name__}): {p.help}")
+                gather.add(InvalidParameter(f"parameter {p.name!r} is required ({p.type.__name__}): {p.help}"))
             else:
                 out[p.name] = p.default
+        if problems is None:
+            gather.raise_all(f"the parameters of pipeline {self.name!r}")
         return out
 
     def call_params(self, call: Call, arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -504,14 +513,26 @@ class Pipeline:
             out[key] = arguments[binding.name] if isinstance(binding, ParamRef) else binding.value
         return out
 
-    def check(self, arguments: Mapping[str, Any]) -> None:
-        """Run every call's parameter checks on ``arguments`` (before anything runs).
+    def check(self, arguments: Mapping[str, Any], *, problems: Problems | None = None) -> None:
+        """Run every call's parameter checks on ``arguments`` (before anything runs). A call that is bound to a
+        parameter missing from ``arguments`` (one :meth:`arguments` refused) is not checked.
+
+        Args:
+            arguments: the pipeline's arguments (:meth:`arguments`).
+            problems: gather the problems here instead of raising them.
 
         Raises:
-            InvalidParameter: from a step's check, naming the parameter.
+            InvalidParameter: the problems of every call's check (each naming the parameter), in one message.
         """
+        gather = Problems() if problems is None else problems
         for call in self._calls.values():
-            call.step.check_params(self.call_params(call, arguments))
+            bindings = call.param_bindings().values()
+            if any(isinstance(b, ParamRef) and b.name not in arguments for b in bindings):
+                continue
+            with gather.check():
+                call.step.check_params(self.call_params(call, arguments))
+        if problems is None:
+            gather.raise_all(f"the parameters of pipeline {self.name!r}")
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, calls={list(self._calls)})"

@@ -67,7 +67,7 @@ from heteroflow.components.data.columns import (
 from heteroflow.components.data.csvformat import DELIMITERS
 from heteroflow.components.data.datasets import RawTable, read_table
 from heteroflow.components.data.formats import REGISTRY, TABLE
-from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.errors import InvalidParameter, Problems
 from heteroflow.components.data.parameters import (
     CATEGORICAL_CHOICES,
     HEADER_CHOICES,
@@ -142,30 +142,33 @@ def check_preprocess_params(values: Mapping[str, Any] | None = None, /, **given:
         values / given: parameter values by name (``preprocess``'s defaults for the others).
 
     Raises:
-        InvalidParameter: the first parameter out of range, named, with what is valid.
+        InvalidParameter: every parameter out of range, each named with what is valid (several in one message).
     """
     v = with_defaults(preprocess, values, **given)
-    validation_fraction, test_fraction, shard_size = v["validation_fraction"], v["test_fraction"], v["shard_size"]
-    num_workers, max_categories, label_column = v["num_workers"], v["max_categories"], v["label_column"]
+    validation_fraction, test_fraction = v["validation_fraction"], v["test_fraction"]
+    label_column = v["label_column"]
     drop_columns, keep_columns, delimiter = v["drop_columns"], v["keep_columns"], v["delimiter"]
     header, categorical, missing = v["header"], v["categorical"], v["missing"]
-    check_split_params(validation_fraction=validation_fraction, test_fraction=test_fraction)
-    check_integer("shard_size", shard_size, 0, "0 (about 16 MiB per shard) or more")
-    check_integer("num_workers", num_workers, 0, "0 (every given core) or more")
-    check_integer("max_categories", max_categories, 2)
-    check_integer("seed", v["seed"], 0, high=SEED_MAX)
+    problems = Problems()
+    with problems.check():
+        check_split_params(validation_fraction=validation_fraction, test_fraction=test_fraction)
+    for name, low, valid, high in (("shard_size", 0, "0 (about 16 MiB per shard) or more", None), ("seed", 0, "", SEED_MAX),
+                                   ("num_workers", 0, "0 (every given core) or more", None), ("max_categories", 2, "", None)):
+        with problems.check():
+            check_integer(name, v[name], low, valid, high=high)
     if not isinstance(label_column, str):
-        raise InvalidParameter(f"label_column={label_column!r} is not a string; valid: a column name, or empty")
-    _names(drop_columns, "drop_columns")
-    _names(keep_columns, "keep_columns")
-    _choice(header, "header", HEADER_CHOICES)
-    _choice(categorical, "categorical", CATEGORICAL_CHOICES)
-    _choice(missing, "missing", MISSING_CHOICES)
-    _choice(v["mixed_images"], "mixed_images", MIXED_IMAGES_CHOICES)
+        problems.add(InvalidParameter(f"label_column={label_column!r} is not a string; valid: a column name, or empty"))
+    for check in (lambda: _names(drop_columns, "drop_columns"), lambda: _names(keep_columns, "keep_columns"),
+                  lambda: _choice(header, "header", HEADER_CHOICES), lambda: _choice(missing, "missing", MISSING_CHOICES),
+                  lambda: _choice(categorical, "categorical", CATEGORICAL_CHOICES),
+                  lambda: _choice(v["mixed_images"], "mixed_images", MIXED_IMAGES_CHOICES)):
+        with problems.check():
+            check()
     if not isinstance(delimiter, str) or (
         delimiter != "auto" and delimiter not in DELIMITERS and delimiter not in DELIMITERS.values() and delimiter != "\\t"
     ):
-        raise InvalidParameter(f"delimiter={delimiter!r} is not valid; valid: auto, ',', ';', tab, '|'")
+        problems.add(InvalidParameter(f"delimiter={delimiter!r} is not valid; valid: auto, ',', ';', tab, '|'"))
+    problems.raise_all("preprocess's parameters")
 
 
 # --- preprocess --------------------------------------------------------------------------------------------
@@ -244,7 +247,10 @@ def preprocess(
     view = open_dataset(source)
     files = [f for f in view.files if REGISTRY.is_data_file(str(f), TABLE)]  # the table readers' files (formats.py)
     if not files:  # no table: image folders and tensors (or a clear "no reader reads ..." error)
+        from heteroflow.components.data.precheck import check_image_folder
         from heteroflow.components.data.readers import prepare_files
+
+        check_image_folder(view)  # every unreadable image at once (a remote data set is first read here)
 
         def split(labels: np.ndarray) -> dict[str, np.ndarray]:  # the readers keep at least one test sample a class
             return stratified_split(

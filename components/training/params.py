@@ -10,7 +10,10 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["model_spec", "parse_batch_sizes", "union_batch_size"]
+__all__ = ["OFFERED_MODEL_ARGS", "check_model_args", "model_spec", "parse_batch_sizes", "union_batch_size"]
+
+OFFERED_MODEL_ARGS = ("in_features", "num_classes", "input_shape", "hidden_units")
+"""The arguments train offers every model factory (those it takes), from the data and ``hidden_units``."""
 
 
 def _parse_model_args(text: str) -> dict[str, Any]:
@@ -23,6 +26,49 @@ def _parse_model_args(text: str) -> dict[str, Any]:
     if not isinstance(value, dict):
         raise InvalidParameter(f"model_args={text!r} is not a JSON object; valid: e.g. '{{\"channels\": 16}}'")
     return value
+
+
+def check_model_args(model_factory: str, model_args: str) -> None:
+    """Check ``model_args`` against the model factory's signature before a run (its module is imported, the
+    factory is not called): every given argument must be one it takes, and every argument it needs must be given
+    or be one train offers (:data:`OFFERED_MODEL_ARGS`). The same rules train applies when it builds the model
+    (:meth:`heteroflow.components.training.factories.ModelSpec.resolve`).
+
+    Raises:
+        InvalidParameter: ``model_args`` is not a JSON object, the factory cannot be imported, does not take a
+            given argument (names each, and what it takes), or needs one nobody gives (names it).
+    """
+    import inspect
+
+    from heteroflow.components.training.factories import BUILTIN_MODEL, _import_callable
+
+    given = _parse_model_args(model_args)
+    ref = model_factory or BUILTIN_MODEL
+    fn = _import_callable(ref, what="model_factory")
+    try:
+        sig = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin or C callable: nothing to check it against
+        return
+    params = sig.parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = [k for k in given if k not in params]
+        if unknown:
+            raise InvalidParameter(
+                f"model_args: {ref} takes no argument {', '.join(map(repr, unknown))}; it takes: {', '.join(params) or 'none'}"
+            )
+    needed = [
+        name
+        for name, p in params.items()
+        if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+        and name not in given and name not in OFFERED_MODEL_ARGS
+    ]
+    if needed:
+        raise InvalidParameter(
+            f"model_factory={ref!r} cannot be called with what train gives it: it needs {', '.join(map(repr, needed))}, "
+            f"which model_args does not give and train does not offer (it offers "
+            f"{', '.join(OFFERED_MODEL_ARGS)}); give {'them' if len(needed) > 1 else 'it'} in model_args, e.g. "
+            f"'{{\"{needed[0]}\": ...}}'"
+        )
 
 
 def parse_batch_sizes(text: str) -> tuple[int, ...]:

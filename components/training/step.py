@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.cache.locations import home_dir
-from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.errors import InvalidParameter, Problems
 from heteroflow.components.data.parameters import SEED_MAX, check_integer
 from heteroflow.components.data.preprocess import available_cpus
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
@@ -51,7 +51,7 @@ from heteroflow.components.training.checkpoint_lock import LOCK_WAIT_SECONDS, _e
 from heteroflow.components.training.context import _make_context, _trained_module, _training_function
 from heteroflow.components.training.device import _kind_of_type, distributed_workers, resolve_device
 from heteroflow.components.training.model_files import MODEL_CONFIG, MODEL_WEIGHTS, _write_model, build_model, load_model
-from heteroflow.components.training.params import _parse_model_args, model_spec, parse_batch_sizes, union_batch_size
+from heteroflow.components.training.params import check_model_args, model_spec, parse_batch_sizes, union_batch_size
 
 if TYPE_CHECKING:
     import torch
@@ -124,39 +124,45 @@ def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
 def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
     """Check train's parameters (the checks :func:`train` makes first; callers use it to fail before a run).
 
-    Checks ranges, and that the model, loss, optimizer, training function and dataset factories can be imported
-    (a model factory's module is imported, not called).
+    Checks ranges, that the model, loss, optimizer, training function and dataset factories can be imported
+    (a model factory's module is imported, not called), and ``model_args`` against the model factory's signature.
 
     Args:
         values / given: parameter values by name (``train``'s defaults for the others).
 
     Raises:
-        InvalidParameter: the first parameter out of range, not a finite number, or a factory that cannot be
-            imported, named, with what is valid.
+        InvalidParameter: every parameter out of range, not a finite number, a factory that cannot be
+            imported or model arguments it does not take, each named with what is valid (several in one message).
     """
     from heteroflow.components.training.loop import PRECISIONS, _import_callable
 
     v = with_defaults(train, values, **given)
+    problems = Problems()
     learning_rate = v["learning_rate"]
     for name in ("epochs", "batch_size", "hidden_units", "checkpoint_every_steps"):
         value, low = v[name], 1
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
-    check_integer("seed", v["seed"], 0, high=SEED_MAX)  # numpy's default_rng refuses a negative seed mid-run
+            problems.add(InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}"))
+    with problems.check():
+        check_integer("seed", v["seed"], 0, high=SEED_MAX)  # numpy's default_rng refuses a negative seed mid-run
     workers = v["loader_workers"]
     if isinstance(workers, bool) or not isinstance(workers, int) or workers < -1:
-        raise InvalidParameter(f"loader_workers={workers!r} is out of range; valid: -1 (auto), 0 (load in the training process) or more")
+        problems.add(InvalidParameter(f"loader_workers={workers!r} is out of range; valid: -1 (auto), 0 (load in the training process) or more"))
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate):
-        raise InvalidParameter(f"learning_rate={learning_rate!r} is not a finite number; valid: a number > 0")
-    if not learning_rate > 0:
-        raise InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0")
+        problems.add(InvalidParameter(f"learning_rate={learning_rate!r} is not a finite number; valid: a number > 0"))
+    elif not learning_rate > 0:
+        problems.add(InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0"))
     if v["precision"] not in PRECISIONS:
-        raise InvalidParameter(f"precision={v['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}")
-    _parse_model_args(v["model_args"])
-    parse_batch_sizes(v["batch_sizes"])
-    for name in ("model_factory", "loss", "optimizer", "train_function", "dataset_factory"):
+        problems.add(InvalidParameter(f"precision={v['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}"))
+    with problems.check():
+        parse_batch_sizes(v["batch_sizes"])
+    with problems.check():  # the factory imported, and model_args checked against what it takes
+        check_model_args(v["model_factory"], v["model_args"])
+    for name in ("loss", "optimizer", "train_function", "dataset_factory"):
         if v[name]:
-            _import_callable(v[name], what=name)
+            with problems.check():
+                _import_callable(v[name], what=name)
+    problems.raise_all("train's parameters")
 
 def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Path]:
     """Open the data, resolve the model factory's arguments, and key the checkpoint folder (no device touched)."""

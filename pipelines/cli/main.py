@@ -143,16 +143,7 @@ def run(
         pipeline = _pipeline(pipeline_ref, candidate)
         raw = _parse_pairs(param or [])
         aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
-        unknown = sorted(set(raw) - set(pipeline.params) - set(aliases))
-        if unknown:
-            raise InvalidParameter(
-                f"unknown parameter {unknown[0]!r}; valid: {', '.join(sorted([*pipeline.params, *aliases]))}"
-            )
-        params = {name: pipeline.params[aliases[name][0] if name in aliases else name].coerce(value) for name, value in raw.items()}
-        if dataset is not None:
-            if "dataset_uri" in params:
-                raise InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both")
-            params["dataset_uri"] = dataset
+        params = _coerced(pipeline, raw, dataset)
         options: dict[str, Any] = dict(engine=engine, run_dir=output, simulate_devices=simulate_devices, inject_faults=inject_fault)
         if not candidate:  # engines that run the pipeline in other processes import it from here
             options["source"] = pipeline_ref or DEFAULT_PIPELINE_SOURCE
@@ -184,6 +175,42 @@ def run(
     _print_record(record, pipeline)
     if record.status != "succeeded":
         raise typer.Exit(code=1)
+
+
+def _coerced(pipeline: Any, raw: dict[str, str], dataset: str | None) -> dict[str, Any]:
+    """``--param`` values as the pipeline's types, and ``--dataset``. Every problem in one message: unknown names
+    and values that do not parse, with what the run's own check finds in the others (the data set among them).
+
+    Raises:
+        InvalidParameter | DatasetError | RunProblems: see :func:`heteroflow.pipelines.runs.records.prepare_arguments`.
+    """
+    from heteroflow.components.errors import Problems
+
+    problems = Problems()
+    aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
+    unknown = sorted(set(raw) - set(pipeline.params) - set(aliases))
+    if unknown:
+        problems.add(InvalidParameter(
+            f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
+            f"valid: {', '.join(sorted([*pipeline.params, *aliases]))}"
+        ))
+    params: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name not in unknown:
+            with problems.check():
+                params[name] = pipeline.params[aliases[name][0] if name in aliases else name].coerce(value)
+    if dataset is not None:
+        if "dataset_uri" in raw:
+            problems.add(InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both"))
+        else:
+            params["dataset_uri"] = dataset
+    if problems:  # with the problems of the values that parsed
+        from heteroflow.pipelines.runs.records import prepare_arguments
+
+        with problems.check():
+            prepare_arguments(pipeline, params)
+        problems.raise_all("this run (nothing was run; fix each and rerun)")
+    return params
 
 
 @app.command()

@@ -283,16 +283,26 @@ def check_dataset(uri: str) -> None:
 
 
 def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Every argument of a run of ``pipeline``, checked before anything runs.
+    """Every argument of a run of ``pipeline``, checked before anything runs: every problem found is reported, in
+    one message, before prewarm copies anything.
 
     A ``dataset_uri`` parameter left empty takes the built-in digits sample; a local data set path is made
-    absolute and checked.
+    absolute and checked: its listing, and, when the pipeline preprocesses it, its content
+    (:func:`heteroflow.components.data.precheck.dataset_problems`: every image Pillow cannot read, class folders
+    without images, a single class, tables that cannot be read). The parameters are checked by every step's check
+    (ranges, factories importable, ``model_args`` against the model factory).
 
     Raises:
-        InvalidParameter: an unknown parameter, a value of the wrong type or out of range (the steps' checks).
-        DatasetError: a local data set folder that is missing, empty or holds no supported file.
+        InvalidParameter: unknown parameters, values of the wrong type or out of range (the steps' checks).
+        DatasetError: a local data set folder that is missing, empty, holds no supported file, or the problems of
+            its content above.
+        RunProblems: problems of both kinds (an ``InvalidParameter`` and a ``DatasetError``): one message lists each.
     """
+    from heteroflow.components.errors import Problems
+
+    problems = Problems()
     given = dict(params or {})
+    uri = ""
     if DATASET_PARAM in pipeline.params:
         uri = given.get(DATASET_PARAM)
         if not uri:
@@ -301,11 +311,37 @@ def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> d
             uri = str(export_digits())
         elif "://" not in uri:
             uri = str(Path(uri).expanduser().resolve())
-        check_dataset(uri)
         given[DATASET_PARAM] = uri
-    args = pipeline.arguments(given)
-    pipeline.check(args)
+        with problems.check():
+            check_dataset(uri)
+    listed = not problems
+    args = pipeline.arguments(given, problems=problems)
+    pipeline.check(args, problems=problems)
+    preprocess_params = _preprocess_params(pipeline, args)
+    if uri and listed and "://" not in uri and preprocess_params is not None:
+        from heteroflow.cache.errors import DatasetError
+        from heteroflow.components.data.precheck import dataset_problems
+
+        for message in dataset_problems(uri, preprocess_params):
+            problems.add(DatasetError(message))
+    problems.raise_all("this run (nothing was run; fix each and rerun)")
     return args
+
+
+def _preprocess_params(pipeline: Pipeline, args: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The parameters of the pipeline's (first) call of the shipped preprocess step (those with a valid value);
+    None without such a call."""
+    from heteroflow.components.data.preprocess import PREPROCESS
+    from heteroflow.pipelines.graph import ParamRef
+
+    for call in pipeline.calls:
+        if call.step is PREPROCESS:
+            return {
+                key: args[b.name] if isinstance(b, ParamRef) else b.value
+                for key, b in call.param_bindings().items()
+                if not isinstance(b, ParamRef) or b.name in args
+            }
+    return None
 
 
 DRIVER_FILE = "driver.json"
