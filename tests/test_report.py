@@ -68,6 +68,22 @@ def test_history_is_plotted_per_epoch(tmp_path: Path) -> None:
     assert "no per-epoch history" not in html
 
 
+def test_a_resumed_training_marks_where_it_resumed_on_its_curves(tmp_path: Path) -> None:
+    """#28 item 11: the curve of a training that resumed at step 40 (after a fallback) has a dashed line there,
+    labelled, between the epochs whose steps surround it; a fresh start has none."""
+    from heteroflow.pipelines.runs.charts import _resume_at
+
+    history = [{"epoch": e, "step": 23 * e, "loss": 1.0 / e} for e in (1, 2, 3, 4)]
+    folder = _record(tmp_path, results={"train": {"history": history, "resumed_from_step": 40, "steps": 92}})
+    html = render_report(folder)
+    assert "resumed from step 40" in html
+    assert _resume_at([1, 2, 3, 4], history, 40, 92) == pytest.approx(1 + 17 / 23)
+    # sibling: a history without steps (a training function that reports epochs only) places it by the share
+    assert _resume_at([1, 2, 3, 4], [{"epoch": e} for e in (1, 2, 3, 4)], 46, 92) == pytest.approx(2.0)
+    fresh = _record(tmp_path / "fresh", results={"train": {"history": history, "resumed_from_step": 0, "steps": 92}})
+    assert "resumed from step" not in render_report(fresh)
+
+
 def test_history_under_the_step_details_or_metrics_is_found(tmp_path: Path) -> None:
     folder = _record(tmp_path, metrics={"train": {"history": [{"epoch": 1, "loss": 0.9}, {"epoch": 2, "loss": 0.4}]}})
     assert 'data-plot="train loss"' in render_report(folder)

@@ -160,8 +160,10 @@ def _plots(run: dict[str, Any]) -> str:
     timeline = _timeline_plot(run)
     if timeline:
         out.append(timeline)
+    results = run.get("results") or {}
     for call, history in history_of(run).items():
-        out.extend(_history_plots(call, history))
+        facts = results.get(call) if isinstance(results.get(call), dict) else {}
+        out.extend(_history_plots(call, history, facts.get("resumed_from_step") or 0, facts.get("steps") or 0))
     if not out:
         return ""
     note = "" if history_of(run) else '<p class="muted">The record holds no per-epoch history.</p>'
