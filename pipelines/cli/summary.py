@@ -89,6 +89,18 @@ def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
     return table
 
 
+def _waiting_lines(steps: list[Any], seen: set[str]) -> list[str]:
+    """What a step says it waits for (train waiting for an identical training's lock), once per step and text:
+    printed as a line of its own on any console, a terminal's or a log's, not only in the live table."""
+    out = []
+    for s in steps:
+        waiting = ((s.details or {}).get("progress") or {}).get("waiting") if isinstance(s.details, dict) else None
+        if waiting and f"{s.name}\0{waiting}" not in seen:
+            seen.add(f"{s.name}\0{waiting}")
+            out.append(f"{s.name}: {waiting}")
+    return out
+
+
 def _live_console() -> Console:
     """A console bound to the terminal as it is now: kfp.local's output is redirected into kfp.log during the
     run, and a console that looks up ``sys.stdout`` at each write would follow it there."""
