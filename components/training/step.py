@@ -96,6 +96,7 @@ class TrainResult:
         processes: training processes, one per device (the candidate's ``count`` on an accelerator kind, else 1),
             each its share of every batch, gradients combined by DDP with the registry's backend.
         batch_size: samples per optimizer step (the sum of ``batch_sizes`` when given, else ``batch_size``).
+        accelerator: the candidate's accelerator model (``nvidia-gpu``...; empty on the CPU).
         waited_for: the identical training it waited for (``pid N``), empty when it did not wait.
         waited_seconds: how long it waited for it.
         reused_model: the model folder of that training, when it finished: this call copied its model (and
@@ -118,6 +119,7 @@ class TrainResult:
     num_workers: int = 0
     processes: int = 1
     batch_size: int = 0
+    accelerator: str = ""
     waited_for: str = ""
     waited_seconds: float = 0.0
     reused_model: str = ""
@@ -312,6 +314,7 @@ def train(
                 names = {f.name for f in dataclasses.fields(TrainResult)}
                 return TrainResult(**{**{k: v for k, v in reused.items() if k in names}, **waited,
                                       "device": str(dev), "device_kind": str(kind), "checkpoints_written": 0,
+                                      "accelerator": str(getattr(resources, "accelerator", None) or ""),
                                       "resumed_from_step": int(reused.get("steps") or 0), "samples_per_second": 0.0,
                                       "history": tuple(reused.get("history") or ()), "seconds": time.perf_counter() - started})
             amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
@@ -352,6 +355,7 @@ def train(
                 num_workers=workers,
                 processes=workers_total,
                 batch_size=union,
+                accelerator=str(getattr(resources, "accelerator", None) or ""),
                 **waited,
             )
             if held is not None:
@@ -522,6 +526,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
     return {
         "device": result.device,
         "device_kind": result.device_kind,
+        **({"accelerator": result.accelerator} if result.accelerator else {}),
         "precision": result.precision,
         "model": result.model.get("factory"),
         "model_args": result.model.get("args"),
@@ -546,6 +551,16 @@ def _train_metrics(facts: dict[str, Any]) -> dict[str, Any]:
     return {k: facts[k] for k in keys if facts.get(k) is not None}
 
 
+def _where(f: dict[str, Any]) -> str:
+    """Where train ran, worded as the steps table words it (one source: a simulated kind's torch device is the CPU)."""
+    from heteroflow.components.core.telemetry import where_ran
+    from heteroflow.components.devices import has_devices
+
+    kind, device = f.get("device_kind") or "", str(f.get("device") or "")
+    simulated = bool(kind) and has_devices(str(kind)) and device.split(":")[0] == "cpu"
+    return where_ran(kind or device, device, accelerator=f.get("accelerator"), simulated=simulated)
+
+
 def _train_summary(f: dict[str, Any]) -> list[str]:
     va = f.get("validation_accuracy")
     resumed = f" (resumed from step {f['resumed_from_step']})" if f.get("resumed_from_step") else ""
@@ -555,7 +570,7 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
         return [*waited, f"train: took the model it finished ({f['steps']} steps, {f['reused_model']}), not trained again; "
                 f"final loss {f['final_loss']:.4f}" + (f", validation accuracy {va:.4f}" if va is not None else "")]
     return [*waited,
-        f"train: {f['steps']} steps on {f['device']}{precision}{resumed} in {f['seconds']:.1f} s "
+        f"train: {f['steps']} steps on {_where(f)}{precision}{resumed} in {f['seconds']:.1f} s "
         f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {f['final_loss']:.4f}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")
     ]
