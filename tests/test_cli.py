@@ -313,3 +313,19 @@ def test_the_console_script_skips_teardown_but_runs_exit_functions_and_flushes(a
     assert out in done.stdout and err in done.stderr
     assert f"main raised SystemExit {code}" in done.stdout
     assert done.stdout.rstrip().endswith("exit functions ran") and "not reached" not in done.stdout
+
+
+def test_what_a_step_waits_for_is_printed_once_as_a_line_on_any_console() -> None:
+    """#28 item 10: train's "waiting for pid N" (its live progress while it waits for an identical training) is a
+    line of its own on the console in every mode, not only a cell of the live table on a terminal; once per step."""
+    from types import SimpleNamespace
+
+    from heteroflow.pipelines.cli.summary import _waiting_lines
+
+    waiting = {"progress": {"waiting": "waiting for pid 42, which runs the same training (checkpoint folder /c)"}}
+    steps = [SimpleNamespace(name="prep", details={"progress": {"files": 3}}), SimpleNamespace(name="train", details=waiting)]
+    seen: set[str] = set()
+    assert _waiting_lines(steps, seen) == ["train: waiting for pid 42, which runs the same training (checkpoint folder /c)"]
+    assert _waiting_lines(steps, seen) == []  # said once
+    steps[1].details = {"progress": {"epoch": 1}}
+    assert _waiting_lines(steps, seen) == []

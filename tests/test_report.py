@@ -68,6 +68,22 @@ def test_history_is_plotted_per_epoch(tmp_path: Path) -> None:
     assert "no per-epoch history" not in html
 
 
+def test_a_resumed_training_marks_where_it_resumed_on_its_curves(tmp_path: Path) -> None:
+    """#28 item 11: the curve of a training that resumed at step 40 (after a fallback) has a dashed line there,
+    labelled, between the epochs whose steps surround it; a fresh start has none."""
+    from heteroflow.pipelines.runs.charts import _resume_at
+
+    history = [{"epoch": e, "step": 23 * e, "loss": 1.0 / e} for e in (1, 2, 3, 4)]
+    folder = _record(tmp_path, results={"train": {"history": history, "resumed_from_step": 40, "steps": 92}})
+    html = render_report(folder)
+    assert "resumed from step 40" in html
+    assert _resume_at([1, 2, 3, 4], history, 40, 92) == pytest.approx(1 + 17 / 23)
+    # sibling: a history without steps (a training function that reports epochs only) places it by the share
+    assert _resume_at([1, 2, 3, 4], [{"epoch": e} for e in (1, 2, 3, 4)], 46, 92) == pytest.approx(2.0)
+    fresh = _record(tmp_path / "fresh", results={"train": {"history": history, "resumed_from_step": 0, "steps": 92}})
+    assert "resumed from step" not in render_report(fresh)
+
+
 def test_history_under_the_step_details_or_metrics_is_found(tmp_path: Path) -> None:
     folder = _record(tmp_path, metrics={"train": {"history": [{"epoch": 1, "loss": 0.9}, {"epoch": 2, "loss": 0.4}]}})
     assert 'data-plot="train loss"' in render_report(folder)
@@ -288,3 +304,65 @@ def test_plots_keep_every_text_inside_the_figure_without_a_layout_engine(tmp_pat
         ax = fig.axes[0].get_position()
         width, height = fig.get_size_inches()
         assert ax.width * width >= 1.5 and ax.height * height >= 0.6, f"{label}: axes squeezed to {ax.bounds} of {width} x {height} in"
+
+
+def _fallen_back(tmp_path: Path) -> Path:
+    """The record of a run whose train was placed on the NPU, failed there after 40 steps, and finished on the
+    (simulated) GPU, resuming from step 40."""
+    return _record(
+        tmp_path,
+        steps=[{"name": "train", "status": "succeeded", "device": "cpu", "kind": "gpu", "accelerator": "nvidia-gpu",
+                "simulated": True, "candidate": 1, "attempts": 2, "seconds": 3.0}],
+        placement={"train": {"index": 0, "device_kind": "npu", "torch_device": "npu",
+                             "resources": {"kind": "npu", "accelerator": "ascend-910"}, "passed_over": []}},
+        fallbacks=[{"step": "train", "candidate": 0, "kind": "npu", "accelerator": "ascend-910", "failure": "device",
+                    "reason": "DeviceUnavailable: injected after 40 steps"}],
+        results={"train": {"device": "cpu", "device_kind": "gpu", "accelerator": "nvidia-gpu", "steps": 330,
+                           "resumed_from_step": 40, "seconds": 2.0, "samples_per_second": 100.0, "final_loss": 0.25,
+                           "history": [{"epoch": e, "step": 66 * e, "loss": 1.0 / e} for e in range(1, 6)]}},
+    )
+
+
+def test_after_a_fallback_every_view_says_the_same_place_and_the_resume_step(tmp_path: Path) -> None:
+    """#28 item 17: after a fallback the report says "resumed from step 40", its Placement section names the GPU
+    the run finished on (not the NPU it was placed on first), and the console's train line names it the way
+    the steps table does: one wording of where each step ran."""
+    import io
+
+    from rich.console import Console
+
+    from heteroflow.components.training.step import TRAIN
+    from heteroflow.pipelines.cli.summary import _steps_table
+    from heteroflow.pipelines.runs.records import StepSummary
+
+    html = render_report(_fallen_back(tmp_path))
+    placement = html.split("<h2>Placement</h2>", 1)[1].split("<h2>", 1)[0]
+    where = "gpu (nvidia-gpu, simulated, on cpu)"
+    assert f"candidate 1 &rarr; {where}" in placement and "placed on candidate 0, npu, then fell back" in placement
+    assert "resumed from step 40" in placement
+    fallbacks = html.split("<h2>Fallbacks</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "resumed from step 40" in fallbacks and where in fallbacks
+
+    (line,) = TRAIN.summarize(json.loads((tmp_path / "run.json").read_text())["results"]["train"])
+    assert line.startswith(f"train: 330 steps on {where} (resumed from step 40)"), line
+    out = io.StringIO()
+    step = StepSummary(name="train", status="succeeded", device="cpu", kind="gpu", accelerator="nvidia-gpu", simulated=True,
+                       candidate=1, attempts=2, seconds=3.0)
+    Console(file=out, width=200).print(_steps_table([step]))
+    assert f"{where} [candidate 1]" in out.getvalue()
+
+
+def test_the_step_graph_and_runs_show_word_the_device_as_the_steps_table(tmp_path: Path) -> None:
+    """Sibling of #28 item 17: the report's step graph said ``gpu (nvidia-gpu) simulated`` and the summary logged
+    from a record (Airflow's record-run) ``gpu (simulated, on cpu)`` for the same step and placed it on the NPU;
+    all now share the wording and the place it finished."""
+    from heteroflow.pipelines.cli.runs import summary_text
+    from heteroflow.pipelines.runs.folders import device_of, load_run
+
+    folder = _fallen_back(tmp_path)
+    run = load_run(folder)
+    assert device_of(run["steps"][0]) == "gpu (nvidia-gpu, simulated, on cpu)"
+    assert "device: gpu (nvidia-gpu, simulated, on cpu)" in render_report(run)
+    text = summary_text(run)
+    assert "gpu (nvidia-gpu, simulated, on cpu) [candidate 1]" in text
+    assert "placement of train: candidate 1 -> gpu (nvidia-gpu, simulated, on cpu) (placed on candidate 0, npu" in text

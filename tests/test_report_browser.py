@@ -282,7 +282,7 @@ def test_report_of_a_run_that_fell_back(browser: Browser, runs: dict[str, Path],
     assert fallbacks[0].startswith("train left candidate 0 (npu (ascend-910)) after a device failure: ")
     assert "injected by HETEROFLOW_INJECT_FAULT (train@npu=device)" in fallbacks[0]
     train = page.evaluate("document.querySelector('.node[data-step=train]').innerText")
-    assert "gpu (nvidia-gpu) simulated" in train and "candidate: 1" in train and "attempts: 2" in train
+    assert "gpu (nvidia-gpu, simulated, on cpu)" in train and "candidate: 1" in train and "attempts: 2" in train
     assert {"timeline", "evaluate confusion", "evaluate per class"} <= set(_plots(page))
 
 

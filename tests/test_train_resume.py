@@ -252,3 +252,96 @@ def test_a_lock_wait_limit_refuses_with_a_clear_message(digits_shards: Path, tmp
         with pytest.raises(CheckpointLocked, match=r"is in use by pid 12345: the same training .* is running already"):
             train(digits_shards, tmp_path / "m1", **kwargs)
     assert not (tmp_path / "m1").exists()
+
+
+def test_a_run_that_waited_for_an_identical_one_takes_the_model_it_finished(
+    digits_shards: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """#28 item 10: the second of two identical trainings waits for the first (saying so), then takes the model
+    the first finished (copied into its own folder, with its steps and history) instead of retraining from
+    step 0; the summary says whom it waited for and that it trained nothing."""
+    import os
+    import threading
+
+    from heteroflow.components.training.step import TRAIN, checkpoint_folder
+
+    kwargs = dict(epochs=2, batch_size=64, seed=0, checkpoint_every_steps=5, checkpoint_root=str(tmp_path / "ckpt"))
+    folder = checkpoint_folder(digits_shards, **kwargs)
+    first_in, go_on = threading.Event(), threading.Event()
+    results: dict[str, Any] = {}
+
+    def first_progress(**facts: Any) -> None:
+        if facts.get("epoch") == 1:
+            first_in.set()
+            go_on.wait(_DEADLINE_S)  # holds the lock until the second is seen waiting
+
+    def run(name: str, **extra: Any) -> None:
+        try:
+            results[name] = train(digits_shards, tmp_path / name, **kwargs, **extra)
+        except BaseException as exc:  # pragma: no cover - reported below
+            results[name] = exc
+
+    first = threading.Thread(target=run, args=("m1",), kwargs={"progress": first_progress})
+    first.start()
+    assert first_in.wait(_DEADLINE_S)
+    second = threading.Thread(target=run, args=("m2",))
+    second.start()
+    deadline, err = time.monotonic() + _DEADLINE_S, ""
+    while f"waiting for pid {os.getpid()}" not in err and time.monotonic() < deadline:
+        err += capfd.readouterr().err
+        time.sleep(0.05)
+    assert f"waiting for pid {os.getpid()}" in err
+    go_on.set()
+    first.join(_DEADLINE_S)
+    second.join(_DEADLINE_S)
+    one, two = results["m1"], results["m2"]
+    assert not isinstance(one, BaseException), one
+    assert not isinstance(two, BaseException), two
+    assert one.resumed_from_step == 0 and one.checkpoints_written > 0
+    assert two.reused_model == str(tmp_path / "m1") and two.waited_for == f"pid {os.getpid()}"
+    assert two.steps == one.steps and two.resumed_from_step == one.steps and two.checkpoints_written == 0
+    assert two.history == one.history and two.final_loss == one.final_loss
+    a, b = _load_weights(tmp_path / "m1"), _load_weights(tmp_path / "m2")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert json.loads((tmp_path / "m2" / MODEL_CONFIG).read_text())["steps"] == one.steps
+    assert not folder.exists()
+    lines = TRAIN.summarize(TRAIN.facts(two))
+    assert lines[0].startswith("train: waited ") and f"for pid {os.getpid()}, which ran the same training" in lines[0]
+    assert "not trained again" in lines[1]
+
+
+def test_a_run_that_waited_for_one_that_did_not_finish_resumes_from_its_checkpoint(
+    digits_shards: Path, tmp_path: Path, capfd: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Sibling of #28 item 10: the training waited for failed after its checkpoint at step 10 (a device fault, as
+    before a fallback): the waiting one resumes from that step, not from 0, and trains the rest itself."""
+    import fcntl
+    import threading
+
+    from heteroflow.components.errors import DeviceUnavailable
+    from heteroflow.components.training.step import checkpoint_folder
+
+    kwargs = dict(epochs=1, batch_size=64, seed=0, checkpoint_every_steps=10, checkpoint_root=str(tmp_path / "ckpt"))
+    folder = checkpoint_folder(digits_shards, **kwargs)
+    monkeypatch.setenv("HETEROFLOW_INJECT_FAULT", "train@cpu=device:after_steps=10")
+    with pytest.raises(DeviceUnavailable):
+        train(digits_shards, tmp_path / "m0", **kwargs)
+    monkeypatch.delenv("HETEROFLOW_INJECT_FAULT")
+    assert (folder / "checkpoint.pt").is_file()
+    results: list[Any] = []
+    with open(folder / ".lock", "a+") as holder:  # the failed one's process still holds the folder, then ends
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        holder.seek(0)
+        holder.truncate()
+        holder.write("pid 12345")
+        holder.flush()
+        worker = threading.Thread(target=lambda: results.append(train(digits_shards, tmp_path / "m1", **kwargs)))
+        worker.start()
+        deadline = time.monotonic() + _DEADLINE_S
+        while "waiting for pid 12345" not in capfd.readouterr().err and time.monotonic() < deadline:
+            time.sleep(0.05)
+        fcntl.flock(holder, fcntl.LOCK_UN)
+    worker.join(_DEADLINE_S)
+    (result,) = results
+    assert result.resumed_from_step == 10 and result.reused_model == "" and result.waited_for == "pid 12345"
+    assert result.steps > 10 and (tmp_path / "m1" / MODEL_WEIGHTS).is_file()

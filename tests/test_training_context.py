@@ -349,3 +349,67 @@ def test_loss_and_optimizer_factories_are_the_ones_used(digits_shards: Path, tmp
     assert half.model["factory"] == full.model["factory"]
     with pytest.raises(InvalidParameter, match=r"optimizer='myopt:not_an_optimizer' returned a list, not a torch.optim.Optimizer"):
         train(digits_shards, tmp_path / "c", optimizer="myopt:not_an_optimizer", **kwargs)
+
+
+_PLAIN_LOOP = (
+    "import torch\n"
+    "def loop(ctx):\n"  # the loop of TrainContext's docstring: it keeps no history of its own in the checkpoint
+    "    model = ctx.build_model()\n"
+    "    opt = ctx.build_optimizer(model)\n"
+    "    state = ctx.checkpoint.load(model=model, optimizer=opt, scaler=ctx.scaler)\n"
+    "    step = state['step'] if state else 0\n"
+    "    for epoch in range(ctx.epoch_of(step), ctx.epochs):\n"
+    "        for x, y in ctx.batches(epoch, step):\n"
+    "            loss = ctx.loss_fn(model(x), y)\n"
+    "            ctx.backward(loss, opt)\n"
+    "            step += 1\n"
+    "            ctx.step_done(step, model=model, optimizer=opt)\n"
+    "        ctx.report(epoch=epoch + 1, step=step, loss=loss.item())\n"
+    "    return model\n"
+)
+
+
+def test_a_training_function_resumed_after_a_device_failure_keeps_the_epochs_before_it(
+    digits_shards: Path, tmp_path: Path, user_modules: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """#28 item 11: a user's training function that keeps nothing in ``extra`` fails after 40 steps (a device
+    fault, as before a fallback); the next candidate resumes from the checkpoint and its history still holds
+    every epoch, those before the failure included, as an uninterrupted run's does."""
+    (user_modules / "plain_loops.py").write_text(_PLAIN_LOOP)
+    kwargs = dict(epochs=4, batch_size=64, seed=2, checkpoint_every_steps=10, train_function="plain_loops:loop",
+                  checkpoint_root=str(tmp_path / "ck"))
+    reference = train(digits_shards, tmp_path / "ref", **kwargs)
+    steps_per_epoch = reference.steps // 4
+    after = 2 * steps_per_epoch + 1  # two whole epochs reported, then a checkpoint, then the failure
+    kwargs["checkpoint_every_steps"] = after
+    monkeypatch.setenv("HETEROFLOW_INJECT_FAULT", f"train@cpu=device:after_steps={after}")
+    with pytest.raises(DeviceUnavailable):
+        train(digits_shards, tmp_path / "failed", **kwargs)
+    monkeypatch.delenv("HETEROFLOW_INJECT_FAULT")
+    resumed = train(digits_shards, tmp_path / "resumed", **kwargs)
+    assert resumed.resumed_from_step == after
+    assert [h["epoch"] for h in resumed.history] == [1, 2, 3, 4]
+    assert [h["step"] for h in resumed.history] == [h["step"] for h in reference.history]
+
+
+def test_a_checkpoint_restores_the_history_into_the_contexts_list_in_place(tmp_path: Path) -> None:
+    """Sibling: whoever loads the checkpoint (the training function, not heteroflow) gets the history back in the
+    very list ``ctx.history`` is, and a checkpoint of an earlier release (history only in the built-in loop's
+    ``extra``) still brings it back."""
+    from heteroflow.components.training.checkpoint import Checkpoint
+
+    model = torch.nn.Linear(2, 2)
+    ck = Checkpoint(tmp_path, every_steps=1, model={"factory": "x"}, amp_dtype="float32", total_steps=10)
+    ck.history.extend([{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25}])
+    ck.save(4, model=model)
+    mine: list[dict[str, Any]] = [{"epoch": 9}]
+    again = Checkpoint(tmp_path, every_steps=1, model={"factory": "x"}, amp_dtype="float32", total_steps=10)
+    again.history = mine
+    assert again.load(model=model)["step"] == 4
+    assert mine == [{"epoch": 1, "loss": 0.5}, {"epoch": 2, "loss": 0.25}]
+    ck.history.clear()
+    ck.save(5, model=model, extra={"history": [{"epoch": 1, "loss": 0.75}]})
+    state = torch.load(ck.path, weights_only=True)
+    del state["history"]
+    torch.save(state, ck.path)
+    assert again.load(model=model)["step"] == 5 and mine == [{"epoch": 1, "loss": 0.75}]

@@ -49,6 +49,11 @@ def test_a_device_failure_after_40_steps_resumes_on_the_gpu_with_the_uninterrupt
     assert [h["epoch"] for h in train["history"]] == [1, 2, 3, 4, 5]  # the NPU's epochs are in the history
     (fallback,) = faulted["fallbacks"]
     assert "after_steps=40" in json.dumps(fallback)
+    # #28 item 17: the report says where train finished and from which step it resumed
+    html = Path(faulted["run_dir"], "report.html").read_text(encoding="utf-8")
+    placement = html.split("<h2>Placement</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "&rarr; gpu (" in placement and "simulated, on cpu" in placement and "then fell back" in placement
+    assert f"resumed from step {train['resumed_from_step']}" in placement
 
     # the env form of the same fault
     env_run = _run(data, home, tmp_path, env={"HETEROFLOW_INJECT_FAULT": "train@npu=device:after_steps=40"})

@@ -21,9 +21,27 @@ from typing import Any
 from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.cache.redact import redact_url
 
-__all__ = ["RUN_DIR_ENV", "AttemptRecord", "process_alive", "progress_reporter", "read_step_records", "step_attempt"]
+__all__ = ["RUN_DIR_ENV", "AttemptRecord", "process_alive", "progress_reporter", "read_step_records", "step_attempt", "where_ran"]
 
 RUN_DIR_ENV = "HETEROFLOW_RUN_DIR"
+
+
+def where_ran(kind: Any, device: Any = "", *, accelerator: Any = None, simulated: bool = False) -> str:
+    """Where a step ran, worded the one way every view says it (the steps tables, the report, the steps' own
+    summaries): a device kind with its accelerator model and ``simulated, on cpu`` or its torch device
+    (``gpu (nvidia-gpu, simulated, on cpu)``, ``npu (ascend-910, on npu:0)``); the CPU as its torch device
+    (``cpu``); ``-`` when nothing is known."""
+    from heteroflow.components.devices import has_devices
+
+    kind = getattr(kind, "value", kind)
+    if not kind or not has_devices(str(kind)):
+        return str(device or kind or "-")
+    parts = [str(accelerator)] if accelerator else []
+    if simulated:
+        parts.append("simulated, on cpu")
+    elif device and str(device) != str(kind):
+        parts.append(f"on {device}")
+    return f"{kind} ({', '.join(parts)})" if parts else str(kind)
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)

@@ -85,6 +85,7 @@ class Checkpoint:
         self.enabled = enabled
         self.resumed_from_step = 0
         self.written = 0
+        self.history: list[dict[str, Any]] = []
         self.state: dict[str, Any] | None = None
 
     @property
@@ -115,6 +116,7 @@ class Checkpoint:
             "model": _to_cpu(raw.state_dict()),
             "rng": _rng_state(),
             "extra": _to_cpu(dict(extra or {})),
+            "history": [dict(e) for e in self.history],
         }
         if optimizer is not None:
             state["optimizer"] = _to_cpu(optimizer.state_dict())
@@ -182,4 +184,8 @@ class Checkpoint:
             _set_rng_state(state["rng"])
         self.resumed_from_step = int(state["step"])
         self.state = state
+        saved = state.get("history")
+        if not isinstance(saved, list):  # a checkpoint of an earlier release: the built-in loop kept it in extra
+            saved = (state.get("extra") or {}).get("history") or []
+        self.history[:] = [dict(e) for e in saved if isinstance(e, dict)]
         return {"step": int(state["step"]), "extra": state.get("extra", {})}

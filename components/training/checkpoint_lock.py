@@ -4,28 +4,70 @@ folder, and how long train waits for it (split out of :mod:`heteroflow.component
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fcntl
+import json
 import os
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 from heteroflow.components.errors import CheckpointLocked
 
-__all__ = ["LOCK_WAIT_SECONDS"]
+__all__ = ["LOCK_WAIT_SECONDS", "HeldLock"]
 
 LOCK_WAIT_SECONDS: float | None = None
 """How long train waits for a checkpoint folder's lock; None: as long as its holder lives (the kernel releases a
 ``flock`` when its holder ends, so a held lock always has a live holder)."""
 
 
+@dataclasses.dataclass
+class HeldLock:
+    """What :func:`_exclusive` yields: whom this training waited for, and what that holder left when it finished.
+
+    Attributes:
+        waited_for: the holder it waited for (``pid N``), or None when the lock was free.
+        waited_seconds: how long it waited.
+        finished: the facts the holder wrote with :meth:`finish` before it ended (its model folder among them),
+            or None: it did not finish (killed, failed, or moved to another candidate), so its checkpoint, if any,
+            is the place to resume from.
+    """
+
+    fh: Any
+    waited_for: str | None = None
+    waited_seconds: float = 0.0
+    finished: dict[str, Any] | None = None
+
+    def finish(self, facts: dict[str, Any]) -> None:
+        """Leave ``facts`` (JSON-ready; ``model_dir`` the model written) in the lock file for a training waiting
+        for this one: it reads them on the lock file it holds open, even once the folder is removed."""
+        self.fh.seek(0)
+        self.fh.truncate()
+        self.fh.write(f"pid {os.getpid()}\n" + json.dumps({"finished": facts}, default=str))
+        self.fh.flush()
+
+
+def _finished_of(content: str) -> dict[str, Any] | None:
+    """The facts a finished holder left in its lock file's second line, or None."""
+    _, _, rest = content.partition("\n")
+    try:
+        value = json.loads(rest) if rest.strip() else None
+    except ValueError:
+        return None
+    done = value.get("finished") if isinstance(value, dict) else None
+    return done if isinstance(done, dict) else None
+
+
 @contextlib.contextmanager
-def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callable[[str], None] | None = None) -> Iterator[None]:
+def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callable[[str], None] | None = None) -> Iterator[HeldLock]:
     """Hold an exclusive ``flock`` on ``<ckpt_dir>/.lock``: two trainings never share one checkpoint folder.
 
-    A second identical training waits while the first lives (it then resumes from, or finds gone, the first's
-    checkpoints), saying once whom it waits for; it never fails for a lock and spends no retry on one. A lock
-    file removed by its holder while we waited (the holder finished and removed the folder) is taken afresh.
+    A second identical training waits while the first lives, saying once whom it waits for; it never fails for
+    a lock and spends no retry on one. Then, on the :class:`HeldLock` it gets: ``finished`` when the first
+    finished (its facts and model folder, left by :meth:`HeldLock.finish`: use its model), else the first's
+    checkpoint is in the folder to resume from. A lock file removed by its holder while we waited (the holder
+    finished and removed the folder) is taken afresh.
 
     Raises:
         CheckpointLocked: only with ``wait_seconds`` (or :data:`LOCK_WAIT_SECONDS`) set and exceeded.
@@ -33,6 +75,9 @@ def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callab
     limit = LOCK_WAIT_SECONDS if wait_seconds is None else wait_seconds
     deadline = None if limit is None else time.monotonic() + limit
     told = False
+    waited_for: str | None = None
+    waited_from = time.monotonic()
+    finished: dict[str, Any] | None = None
     while True:
         ckpt_dir.mkdir(parents=True, exist_ok=True)
         fh = open(ckpt_dir / ".lock", "a+")
@@ -43,7 +88,8 @@ def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callab
                     break
                 except BlockingIOError:
                     fh.seek(0)
-                    holder = fh.read().strip() or "another process"
+                    holder = fh.read().strip().partition("\n")[0] or "another process"
+                    waited_for = waited_for or holder
                     if deadline is not None and time.monotonic() >= deadline:
                         raise CheckpointLocked(
                             f"checkpoint folder {ckpt_dir} is in use by {holder}: the same training (same data, "
@@ -53,6 +99,9 @@ def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callab
                         say(f"train: waiting for {holder}, which runs the same training (checkpoint folder {ckpt_dir})")
                         told = True
                     time.sleep(0.2)
+            fh.seek(0)
+            if waited_for is not None:  # what the holder we waited for left (this file, even if unlinked since)
+                finished = _finished_of(fh.read()) or finished
             try:
                 same = os.fstat(fh.fileno()).st_ino == os.stat(ckpt_dir / ".lock").st_ino
             except FileNotFoundError:
@@ -64,10 +113,42 @@ def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callab
             fh.truncate()
             fh.write(f"pid {os.getpid()}")
             fh.flush()
+            held = HeldLock(fh, waited_for=waited_for, finished=finished,
+                            waited_seconds=time.monotonic() - waited_from if waited_for else 0.0)
             try:
-                yield
+                yield held
             finally:
                 fcntl.flock(fh, fcntl.LOCK_UN)
             return
         finally:
             fh.close()
+
+
+def _take_finished_model(held: HeldLock | None, model_dir: str | os.PathLike[str], *,
+                         say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The result of the identical training this one waited for, its model copied into ``model_dir`` (atomically),
+    or None: it did not finish, or its model folder is gone (then this one trains, from its checkpoint if any).
+
+    Returns:
+        the finished training's facts (:class:`~heteroflow.components.training.step.TrainResult` fields), with
+        ``model_dir`` this call's folder and ``reused_model`` the folder copied from.
+    """
+    import shutil
+
+    from heteroflow.cache.atomic import atomic_directory
+    from heteroflow.components.training.model_files import MODEL_CONFIG, MODEL_WEIGHTS
+
+    facts = held.finished if held is not None else None
+    if not facts:
+        return None
+    src = Path(str(facts.get("model_dir") or ""))
+    if not (src / MODEL_WEIGHTS).is_file() or not (src / MODEL_CONFIG).is_file():
+        say(f"train: {held.waited_for} finished the same training, but its model folder {src} is gone: training here")
+        return None
+    out = Path(model_dir)
+    if out.resolve() != src.resolve():
+        with atomic_directory(out) as tmp:
+            shutil.copytree(src, tmp, dirs_exist_ok=True)
+    say(f"train: {held.waited_for} finished the same training ({facts.get('steps')} steps); its model {src} is this "
+        "run's, not trained again")
+    return {**facts, "model_dir": out, "reused_model": str(src)}

@@ -148,6 +148,11 @@ class TrainContext:
     _started: float = dataclasses.field(default_factory=time.perf_counter)
     _share: float = 1.0
 
+    def __post_init__(self) -> None:
+        # one list: the checkpoint saves the history reported so far and restores it in place on load, whatever
+        # training function runs (#28 item 11)
+        self.checkpoint.history = self.history
+
     @property
     def steps_per_epoch(self) -> int:
         return len(range(0, len(self.train_loader.dataset), self.batch_size))
@@ -324,8 +329,7 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
     optimizer = ctx.build_optimizer(model)
     state = ctx.checkpoint.load(model=model, optimizer=optimizer, scaler=ctx.scaler)
     step = state["step"] if state else 0
-    extra = state["extra"] if state else {}
-    ctx.history[:] = list(extra.get("history", []))
+    extra = state["extra"] if state else {}  # the history came back with the checkpoint (Checkpoint.load)
     loss_sum = torch.as_tensor(float(extra.get("epoch_loss_sum", 0.0)), dtype=torch.float64)
     loss_count = int(extra.get("epoch_loss_count", 0))
     if loss_count and step % ctx.steps_per_epoch == 0:
@@ -350,7 +354,6 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
                 part = ctx.mean_across_workers(float((loss_sum + torch.stack(losses).double().sum().cpu()).item()))
                 ctx.step_done(step, model=model, optimizer=optimizer, extra={
                     "epoch_loss_sum": part, "epoch_loss_count": loss_count + len(losses),
-                    "history": ctx.history,
                 })
             elif ctx.fault_check is not None:
                 ctx.fault_check(step)

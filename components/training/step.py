@@ -47,7 +47,7 @@ from heteroflow.components.data.parameters import SEED_MAX, check_integer
 from heteroflow.components.data.preprocess import available_cpus
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
-from heteroflow.components.training.checkpoint_lock import LOCK_WAIT_SECONDS, _exclusive  # noqa: F401  (set it there: _exclusive reads it there)
+from heteroflow.components.training.checkpoint_lock import LOCK_WAIT_SECONDS, _exclusive, _take_finished_model  # noqa: F401  (set it there: _exclusive reads it there)
 from heteroflow.components.training.context import _make_context, _trained_module, _training_function
 from heteroflow.components.training.device import _kind_of_type, distributed_workers, resolve_device
 from heteroflow.components.training.model_files import MODEL_CONFIG, MODEL_WEIGHTS, _write_model, build_model, load_model
@@ -96,6 +96,11 @@ class TrainResult:
         processes: training processes, one per device (the candidate's ``count`` on an accelerator kind, else 1),
             each its share of every batch, gradients combined by DDP with the registry's backend.
         batch_size: samples per optimizer step (the sum of ``batch_sizes`` when given, else ``batch_size``).
+        accelerator: the candidate's accelerator model (``nvidia-gpu``...; empty on the CPU).
+        waited_for: the identical training it waited for (``pid N``), empty when it did not wait.
+        waited_seconds: how long it waited for it.
+        reused_model: the model folder of that training, when it finished: this call copied its model (and
+            facts: ``steps``, ``history``...) instead of training again; empty otherwise.
     """
 
     model_dir: Path
@@ -114,6 +119,10 @@ class TrainResult:
     num_workers: int = 0
     processes: int = 1
     batch_size: int = 0
+    accelerator: str = ""
+    waited_for: str = ""
+    waited_seconds: float = 0.0
+    reused_model: str = ""
 
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
@@ -303,7 +312,17 @@ def train(
     # it while it waits for them at the rendezvous)
     lock = _exclusive(ckpt_dir, say=say) if role is None or role.node_rank == 0 else contextlib.nullcontext()
     try:
-        with lock:
+        with lock as held:
+            waited = {"waited_for": held.waited_for or "", "waited_seconds": held.waited_seconds} if held else {}
+            reused = _take_finished_model(held, model_dir, say=say)
+            if reused is not None:  # the identical training we waited for finished: its model is ours (#28 item 10)
+                shutil.rmtree(ckpt_dir, ignore_errors=True)
+                names = {f.name for f in dataclasses.fields(TrainResult)}
+                return TrainResult(**{**{k: v for k, v in reused.items() if k in names}, **waited,
+                                      "device": str(dev), "device_kind": str(kind), "checkpoints_written": 0,
+                                      "accelerator": str(getattr(resources, "accelerator", None) or ""),
+                                      "resumed_from_step": int(reused.get("steps") or 0), "samples_per_second": 0.0,
+                                      "history": tuple(reused.get("history") or ()), "seconds": time.perf_counter() - started})
             amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
             total_steps = epochs * math.ceil(len(splits.train) / union)
             ctx = _make_context(splits, spec, params, ckpt_dir, locals(), device=dev, kind=str(kind), dtype=dtype,
@@ -324,30 +343,36 @@ def train(
             steps_done = int(last.get("step", total_steps))
             out = _write_model(model_dir, raw, dataset_dir=dataset_dir, splits=splits, spec=spec, params=params,
                                steps=steps_done, precision=amp_name, device=str(dev), device_kind=str(kind))
-        if role is None or role.node_rank == 0:
-            shutil.rmtree(ckpt_dir, ignore_errors=True)
+            final_loss = last.get("loss")
+            result = TrainResult(
+                model_dir=out,
+                device=str(dev),
+                steps=steps_done,
+                resumed_from_step=ctx.checkpoint.resumed_from_step,
+                checkpoints_written=ctx.checkpoint.written,
+                samples_per_second=ctx.samples_seen / loop_seconds if loop_seconds > 0 and ctx.samples_seen else 0.0,
+                final_loss=float(final_loss) if final_loss is not None else float("nan"),
+                validation_accuracy=val_acc,
+                seconds=time.perf_counter() - started,
+                history=tuple(ctx.history),
+                precision=amp_name,
+                model=spec.to_dict(),
+                device_kind=str(kind),
+                num_workers=workers,
+                processes=workers_total,
+                batch_size=union,
+                accelerator=str(getattr(resources, "accelerator", None) or ""),
+                **waited,
+            )
+            if held is not None:
+                # for an identical training waiting on this lock: it takes this model instead of training again;
+                # the folder goes while the lock is held (a waiter then finds these facts, never a half-removed folder)
+                held.finish({**dataclasses.asdict(result), "model_dir": str(out)})
+                shutil.rmtree(ckpt_dir, ignore_errors=True)
     finally:
         if deterministic:
             torch.use_deterministic_algorithms(previous_determinism)
-    final_loss = last.get("loss")
-    return TrainResult(
-        model_dir=out,
-        device=str(dev),
-        steps=steps_done,
-        resumed_from_step=ctx.checkpoint.resumed_from_step,
-        checkpoints_written=ctx.checkpoint.written,
-        samples_per_second=ctx.samples_seen / loop_seconds if loop_seconds > 0 and ctx.samples_seen else 0.0,
-        final_loss=float(final_loss) if final_loss is not None else float("nan"),
-        validation_accuracy=val_acc,
-        seconds=time.perf_counter() - started,
-        history=tuple(ctx.history),
-        precision=amp_name,
-        model=spec.to_dict(),
-        device_kind=str(kind),
-        num_workers=workers,
-        processes=workers_total,
-        batch_size=union,
-    )
+    return result
 
 
 def _sayer(progress: Callable[..., None] | None) -> Callable[[str], None]:
@@ -507,6 +532,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
     return {
         "device": result.device,
         "device_kind": result.device_kind,
+        **({"accelerator": result.accelerator} if result.accelerator else {}),
         "precision": result.precision,
         "model": result.model.get("factory"),
         "model_args": result.model.get("args"),
@@ -521,6 +547,8 @@ def _train_facts(result: Any) -> dict[str, Any]:
         "final_loss": result.final_loss,
         "validation_accuracy": result.validation_accuracy,
         "seconds": result.seconds,
+        **({"waited_for": result.waited_for, "waited_seconds": round(result.waited_seconds, 1)} if result.waited_for else {}),
+        **({"reused_model": result.reused_model} if result.reused_model else {}),
     }
 
 
@@ -529,12 +557,26 @@ def _train_metrics(facts: dict[str, Any]) -> dict[str, Any]:
     return {k: facts[k] for k in keys if facts.get(k) is not None}
 
 
+def _where(f: dict[str, Any]) -> str:
+    """Where train ran, worded as the steps table words it (one source: a simulated kind's torch device is the CPU)."""
+    from heteroflow.components.core.telemetry import where_ran
+    from heteroflow.components.devices import has_devices
+
+    kind, device = f.get("device_kind") or "", str(f.get("device") or "")
+    simulated = bool(kind) and has_devices(str(kind)) and device.split(":")[0] == "cpu"
+    return where_ran(kind or device, device, accelerator=f.get("accelerator"), simulated=simulated)
+
+
 def _train_summary(f: dict[str, Any]) -> list[str]:
     va = f.get("validation_accuracy")
     resumed = f" (resumed from step {f['resumed_from_step']})" if f.get("resumed_from_step") else ""
     precision = f", {f['precision']}" if f.get("precision") not in (None, "float32") else ""
-    return [
-        f"train: {f['steps']} steps on {f['device']}{precision}{resumed} in {f['seconds']:.1f} s "
+    waited = [f"train: waited {f.get('waited_seconds', 0.0):.1f} s for {f['waited_for']}, which ran the same training"] if f.get("waited_for") else []
+    if f.get("reused_model"):  # that training finished: its model is this run's (#28 item 10)
+        return [*waited, f"train: took the model it finished ({f['steps']} steps, {f['reused_model']}), not trained again; "
+                f"final loss {f['final_loss']:.4f}" + (f", validation accuracy {va:.4f}" if va is not None else "")]
+    return [*waited,
+        f"train: {f['steps']} steps on {_where(f)}{precision}{resumed} in {f['seconds']:.1f} s "
         f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {f['final_loss']:.4f}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")
     ]

@@ -49,7 +49,7 @@ from heteroflow.pipelines.cli.common import (
     console,
     err_console,
 )
-from heteroflow.pipelines.cli.summary import _live_console, _print_record, _steps_table
+from heteroflow.pipelines.cli.summary import _live_console, _print_record, _steps_table, _waiting_lines
 from heteroflow.pipelines.engines.registry import DEFAULT_ENGINE
 
 app = typer.Typer(
@@ -152,8 +152,15 @@ def run(
             record = run_pipeline(pipeline, params, echo_engine_output=echo, **options)
         else:
             live_console = _live_console()
+            seen: set[str] = set()
             with Live(_steps_table([]), console=live_console, refresh_per_second=4, transient=True) as live:
-                record = run_pipeline(pipeline, params, on_progress=lambda steps: live.update(_steps_table(steps, pipeline)), **options)
+
+                def on_progress(steps: list[Any]) -> None:
+                    for line in _waiting_lines(steps, seen):  # on a terminal and off it (#28 item 10)
+                        live.console.print(escape(line), highlight=False)
+                    live.update(_steps_table(steps, pipeline))
+
+                record = run_pipeline(pipeline, params, on_progress=on_progress, **options)
     except (HeteroflowError, OSError) as exc:
         _fail(exc)
         return

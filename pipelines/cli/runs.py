@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from heteroflow.components.devices import has_devices as _is_device_kind
+from heteroflow.components.core.telemetry import where_ran
 
 __all__ = ["register"]
 
@@ -510,17 +510,19 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
     for col in ("step", "status", "device", "attempts", "seconds"):
         table.add_column(col, justify="right" if col in ("attempts", "seconds") else "left")
     for s in run.get("steps") or []:
-        device = str(s.get("device") or "-")  # as `heteroflow run` shows it
-        if s.get("kind") and _is_device_kind(s["kind"]):
-            device = f"{s['kind']}{' (simulated, on cpu)' if s.get('simulated') else ' ' + device}"
+        device = where_ran(s.get("kind"), s.get("device"), accelerator=s.get("accelerator"), simulated=bool(s.get("simulated")))
         if s.get("candidate"):
             device += f" [candidate {s['candidate']}]"
         table.add_row(escape(str(s.get("name"))), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None),
                       f"{s['seconds']:.2f}" if isinstance(s.get("seconds"), (int, float)) else "-")
     out.print(table)
+    from heteroflow.pipelines.runs.folders import ran_on
+
     for call, decision in (run.get("placement") or {}).items():
         if isinstance(decision, dict):
+            ran = ran_on(run, call)  # where it ran in the end, as the table says (#28 item 17)
             out.print(
+                f"placement of {escape(call)}: {escape(ran)}" if ran else
                 f"placement of {escape(call)}: candidate {decision.get('index')} (0 = preferred) -> "
                 f"{escape(str(decision.get('device_kind')))} ({escape(str(decision.get('torch_device')))})"
             )

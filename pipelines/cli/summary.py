@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from heteroflow.components.devices import has_devices as _is_device_kind
+from heteroflow.components.core.telemetry import where_ran
 from heteroflow.pipelines.cli.common import console
 
 __all__: list[str] = []
@@ -73,9 +73,7 @@ def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
             retry = pipeline[s.name].retry if s.name in pipeline else None
             status, seconds, note = live_state(s, records.get(s.name, []), retry, now)
         colour = colours.get(status, "dim")
-        device = s.device or "-"
-        if s.kind and _is_device_kind(s.kind):
-            device = f"{s.kind}{' (simulated, on cpu)' if s.simulated else ' ' + device}"
+        device = where_ran(s.kind, s.device, accelerator=s.accelerator, simulated=s.simulated)  # one wording (#28 item 17)
         if s.candidate:
             device += f" [candidate {s.candidate}]"
         table.add_row(
@@ -89,6 +87,18 @@ def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
     return table
 
 
+def _waiting_lines(steps: list[Any], seen: set[str]) -> list[str]:
+    """What a step says it waits for (train waiting for an identical training's lock), once per step and text:
+    printed as a line of its own on any console, a terminal's or a log's, not only in the live table."""
+    out = []
+    for s in steps:
+        waiting = ((s.details or {}).get("progress") or {}).get("waiting") if isinstance(s.details, dict) else None
+        if waiting and f"{s.name}\0{waiting}" not in seen:
+            seen.add(f"{s.name}\0{waiting}")
+            out.append(f"{s.name}: {waiting}")
+    return out
+
+
 def _live_console() -> Console:
     """A console bound to the terminal as it is now: kfp.local's output is redirected into kfp.log during the
     run, and a console that looks up ``sys.stdout`` at each write would follow it there."""
@@ -96,9 +106,14 @@ def _live_console() -> Console:
 
 
 def _print_record(record: Any, pipeline: Any) -> None:
+    from heteroflow.pipelines.runs.folders import ran_on
+
     console.print(_steps_table(record.steps))
+    as_dict = record.to_dict()
     for call, decision in record.placement.items():
+        ran = ran_on(as_dict, call)  # where it ran in the end, as the table and the report say (#28 item 17)
         console.print(
+            f"placement of {call}: {escape(ran)}" if ran else
             f"placement of {call}: candidate {decision.get('index')} (0 = preferred) -> "
             f"[bold]{decision.get('device_kind')}[/] ({decision.get('torch_device')})",
             highlight=False,

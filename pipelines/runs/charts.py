@@ -221,8 +221,29 @@ def _draw_timeline(run: dict[str, Any], recs: list[tuple[str, dict[str, Any]]], 
     return _svg(fig, "timeline")
 
 
+def _resume_at(xs: list[Any], history: list[dict[str, Any]], resumed: Any, steps: Any) -> float | None:
+    """Where on the epoch axis a training resumed from optimizer step ``resumed`` (after a fallback or a restart),
+    or None for a fresh start: between the epochs whose ``step`` values surround it, else ``resumed / steps`` of
+    the epochs shown."""
+    if not isinstance(resumed, (int, float)) or isinstance(resumed, bool) or resumed <= 0 or not xs:
+        return None
+    numeric = [(x, e.get("step")) for x, e in zip(xs, history) if isinstance(x, (int, float))]
+    known = [(float(x), float(s)) for x, s in numeric if isinstance(s, (int, float)) and not isinstance(s, bool)]
+    before = [(x, s) for x, s in known if s <= resumed]
+    after = [(x, s) for x, s in known if s > resumed]
+    if after:
+        x0, s0 = before[-1] if before else (float(numeric[0][0]) - 1.0, 0.0)
+        x1, s1 = after[0]
+        return x0 + (x1 - x0) * (resumed - s0) / (s1 - s0) if s1 > s0 else x1
+    if isinstance(steps, (int, float)) and steps > 0 and numeric:
+        return float(numeric[-1][0]) * float(resumed) / float(steps)
+    return None
+
+
 @_memo
-def _history_plots(call: str, history: list[dict[str, Any]]) -> list[str]:
+def _history_plots(call: str, history: list[dict[str, Any]], resumed_from_step: Any = 0, steps: Any = 0) -> list[str]:
+    """The loss and metric curves of one call's per-epoch history; a training that resumed (``resumed_from_step``
+    of ``steps``) has a dashed line where it did, labelled ``resumed from step N``."""
     keys: list[str] = []
     for entry in history:
         for k, v in entry.items():
@@ -231,6 +252,8 @@ def _history_plots(call: str, history: list[dict[str, Any]]) -> list[str]:
     if not keys:
         return []
     xs = [e.get("epoch", i + 1) for i, e in enumerate(history)]
+    mark = _resume_at(xs, history, resumed_from_step, steps)
+    resumed = (float(mark), int(resumed_from_step)) if mark is not None else None
     losses = [k for k in keys if "loss" in k]
     scores = [k for k in keys if k in ("accuracy", "validation_accuracy", "train_accuracy", "f1", "precision", "recall") or k.endswith("accuracy")]
     groups = [("loss", losses), ("metrics", scores)]
@@ -239,16 +262,19 @@ def _history_plots(call: str, history: list[dict[str, Any]]) -> list[str]:
         if not group:
             continue
         with _style(f"{call} {title}"):
-            out.append(_history_plot(call, title, group, xs, history))
+            out.append(_history_plot(call, title, group, xs, history, resumed))
     return out
 
 
-def _history_plot(call: str, title: str, group: list[str], xs: list[Any], history: list[dict[str, Any]]) -> str:
+def _history_plot(call: str, title: str, group: list[str], xs: list[Any], history: list[dict[str, Any]],
+                  resumed: tuple[float, int] | None = None) -> str:
     fig = _figure(5.0, 3.0)
     ax = fig.add_subplot()
     for k in group:
         pts = [(x, e[k]) for x, e in zip(xs, history) if isinstance(e.get(k), (int, float))]
         ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", markersize=3, label=k)
+    if resumed is not None:
+        ax.axvline(resumed[0], color="#6e7781", linestyle="--", linewidth=1.0, label=f"resumed from step {resumed[1]}")
     ax.set_xlabel("epoch")
     ax.set_ylabel(title)
     ax.set_title(f"{call}: {title} per epoch")

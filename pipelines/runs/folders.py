@@ -25,6 +25,7 @@ __all__ = [
     "attempts",
     "default_roots",
     "device_of",
+    "ran_on",
     "find_runs",
     "headline_metric",
     "history_of",
@@ -179,15 +180,34 @@ def retries(run: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def device_of(step: dict[str, Any]) -> str:
-    """``kind (accelerator)``, with ``, simulated`` for a simulated device; ``-`` for a step that did not run."""
-    kind = step.get("kind") or step.get("device")
-    if not kind or step.get("status") == "not run":
+    """Where a step ran, worded as every view words it (:func:`~heteroflow.components.core.telemetry.where_ran`:
+    ``gpu (nvidia-gpu, simulated, on cpu)``); ``-`` for a step that did not run."""
+    from heteroflow.components.core.telemetry import where_ran
+
+    if not (step.get("kind") or step.get("device")) or step.get("status") == "not run":
         return "-"
-    text = str(kind)
-    if step.get("accelerator"):
-        text += f" ({step['accelerator']})"
-    if step.get("simulated"):
-        text += " simulated"
+    return where_ran(step.get("kind") or step.get("device"), step.get("device"), accelerator=step.get("accelerator"),
+                     simulated=bool(step.get("simulated")))
+
+
+def ran_on(run: dict[str, Any], call: str) -> str:
+    """Where ``call`` ran in the end, as one line every view shares (#28 item 17): the candidate its last attempt
+    ran on and :func:`device_of` it, the candidate it was placed on first when a fallback moved it, and the step
+    it resumed from (a training's ``resumed_from_step``); empty for a call the record has no step of."""
+    step = next((s for s in run.get("steps") or [] if isinstance(s, dict) and s.get("name") == call), None)
+    placed = (run.get("placement") or {}).get(call)
+    placed = placed if isinstance(placed, dict) else {}
+    if step is None or device_of(step) == "-":
+        return ""
+    text = f"candidate {step.get('candidate') if step.get('candidate') is not None else placed.get('index', 0)} -> {device_of(step)}"
+    first = placed.get("index")
+    if first is not None and step.get("candidate") is not None and step.get("candidate") != first:
+        res = placed.get("resources") or {}
+        text += f" (placed on candidate {first}, {placed.get('device_kind') or res.get('kind')}, then fell back)"
+    facts = (run.get("results") or {}).get(call)
+    resumed = facts.get("resumed_from_step") if isinstance(facts, dict) else None
+    if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed > 0:
+        text += f"; resumed from step {resumed}"
     return text
 
 

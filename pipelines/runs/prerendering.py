@@ -103,7 +103,8 @@ def prerender(
                     drawn.add(summary.name)
                     partial = {"results": {summary.name: dict(summary.details)}}
                     for call, history in history_of(partial).items():
-                        _history_plots(call, history)
+                        facts = summary.details
+                        _history_plots(call, history, facts.get("resumed_from_step") or 0, facts.get("steps") or 0)
                     _classification(partial)
             except Exception:  # noqa: BLE001 - the final rendering reports what is wrong
                 pass

@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from heteroflow.pipelines.runs.charts import _confusion_plot, _history_plots, _per_class_plot, _timeline_plot
-from heteroflow.pipelines.runs.folders import attempts, device_of, headline_metric, history_of, retries
+from heteroflow.pipelines.runs.folders import attempts, device_of, headline_metric, history_of, ran_on, retries
 from heteroflow.pipelines.runs.markup import _STATUS_COLOURS, _badge, _e, _kv_table, _num, _seconds, _short_error
 
 
@@ -128,6 +128,10 @@ def _fallbacks(run: dict[str, Any]) -> str:
             f'<li class="fallback"><b>{_e(f.get("step"))}</b> left candidate {_e(f.get("candidate"))} '
             f"({_e(f.get('kind'))}{_e(acc)}) after a {_e(f.get('failure'))} failure: <span class=error>{_e(_short_error(f.get('reason')))}</span></li>"
         )
+    for call in dict.fromkeys(str(f.get("step")) for f in items):
+        ran = ran_on(run, call)
+        if ran:
+            lis.append(f'<li class="fallback-end"><b>{_e(call)}</b> ran on {_e(ran).replace("-&gt;", "&rarr;")}</li>')
     return "<h2>Fallbacks</h2><ul>" + "".join(lis) + "</ul>"
 
 
@@ -140,8 +144,12 @@ def _placement(run: dict[str, Any]) -> str:
         if not isinstance(p, dict):
             continue
         res = p.get("resources") or {}
-        lis.append(f"<li><b>{_e(call)}</b>: candidate {_e(p.get('index'))} &rarr; {_e(p.get('device_kind') or res.get('kind'))}"
-                   f"{' (' + _e(res.get('accelerator')) + ')' if res.get('accelerator') else ''}")
+        ran = ran_on(run, call)  # where it ran in the end, worded as every view words it (#28 item 17)
+        if ran:
+            lis.append(f"<li><b>{_e(call)}</b>: {_e(ran).replace('-&gt;', '&rarr;')}")
+        else:
+            lis.append(f"<li><b>{_e(call)}</b>: candidate {_e(p.get('index'))} &rarr; {_e(p.get('device_kind') or res.get('kind'))}"
+                       f"{' (' + _e(res.get('accelerator')) + ')' if res.get('accelerator') else ''}")
         passed = p.get("passed_over") or []
         if passed:
             lis.append("<ul>" + "".join(f"<li>passed over: {_e(_passed(x))}</li>" for x in passed) + "</ul>")
@@ -160,8 +168,10 @@ def _plots(run: dict[str, Any]) -> str:
     timeline = _timeline_plot(run)
     if timeline:
         out.append(timeline)
+    results = run.get("results") or {}
     for call, history in history_of(run).items():
-        out.extend(_history_plots(call, history))
+        facts = results.get(call) if isinstance(results.get(call), dict) else {}
+        out.extend(_history_plots(call, history, facts.get("resumed_from_step") or 0, facts.get("steps") or 0))
     if not out:
         return ""
     note = "" if history_of(run) else '<p class="muted">The record holds no per-epoch history.</p>'
