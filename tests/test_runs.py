@@ -161,7 +161,12 @@ def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeyp
     assert listed.exit_code == 0, listed.output
     runs = {Path(r["run_dir"]).relative_to(tmp_path).parts[0]: r for r in json.loads(listed.output)}
     assert set(runs) == {"heteroflow-runs", "hf-home"} and len(json.loads(listed.output)) == 3
-    by_id = {r["run_id"]: r for r in json.loads(listed.output)}
+    # keyed by folder: a run given --output has the id <folder name>-<new id> (#28.12)
+    by_id = {Path(r["run_dir"]).name: r for r in json.loads(listed.output)}
+    assert by_id["kfp-run"]["run_id"].startswith("kfp-run-") and by_id["inprocess-run"]["run_id"].startswith("inprocess-run-")
+    for r in by_id.values():  # every engine's record names the data set and the archived model (#28.18)
+        assert r["pipeline"] == "heteroflow-default" and r["dataset"] == digits_dir.name and r["error"] is None
+        assert r["model"].startswith(f"{digits_dir.name}-mlp:v"), r
     assert by_id["kfp-run"]["status"] == "succeeded" and by_id["kfp-run"]["devices"].startswith("train gpu (sim)")
     assert by_id["kfp-run"]["fallbacks"] == ["train left npu (device)"]
     assert by_id["inprocess-run"]["status"] == "succeeded"
