@@ -371,6 +371,12 @@ class PrepareRunOperator(BaseOperator):
         folder = root / self.dag_id / safe_run_id(run_id)
         return folder.absolute() if self.local else folder
 
+    def record_id(self, run_id: str) -> str:
+        """The heteroflow run id of Airflow's run ``run_id``: ``<safe run id>-<dag id>``. Airflow's ids are unique
+        only within a DAG (two DAGs scheduled at 03:00 both run ``scheduled__...T03:00:00+00:00``), and run records
+        and Prometheus files are keyed by the id (#28.12)."""
+        return f"{safe_run_id(run_id)}-{self.dag_id}"
+
     def execute(self, context: Any) -> Any:
         from heteroflow.dags.pools import check_pools
         from heteroflow.pipelines.runs.records import prepare_arguments
@@ -401,9 +407,9 @@ class PrepareRunOperator(BaseOperator):
                 self.pipeline.check(args)
         except (HeteroflowError, OSError) as exc:
             if self.local and folder.is_dir():
-                _write_record(self.pipeline, folder, safe_run_id(str(context["run_id"])), started, given, error=f"{type(exc).__name__}: {exc}")
+                _write_record(self.pipeline, folder, self.record_id(str(context["run_id"])), started, given, error=f"{type(exc).__name__}: {exc}")
             raise AirflowFailException(f"the run's arguments are not valid: {exc}") from None
-        return {"run_dir": str(folder), "run_id": safe_run_id(str(context["run_id"])), "args": args, "started_at": started}
+        return {"run_dir": str(folder), "run_id": self.record_id(str(context["run_id"])), "args": args, "started_at": started}
 
 
 def _testing_settings() -> dict[str, str]:

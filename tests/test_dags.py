@@ -797,6 +797,25 @@ def test_the_runs_conf_takes_a_short_name_for_every_call_that_shares_it(tmp_path
         execute({"dataset_uri": "s3://bucket/digits", "sead": 3})
 
 
+def test_two_dags_scheduled_at_the_same_time_record_different_run_ids(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#28.12 sibling: the run id was Airflow's, unique only within a DAG: two DAGs scheduled at 03:00 both ran
+    ``scheduled__...T03:00:00+00:00`` and their records and Prometheus files collided."""
+    import types
+
+    monkeypatch.setattr("heteroflow.dags.pools.check_pools", lambda *a, **k: None)  # no Airflow database here
+    pipeline = default_pipeline()
+    defaults = {name: (None if p.required else p.default) for name, p in pipeline.params.items()}
+    params = {**defaults, "dataset_uri": "s3://bucket/digits"}
+    airflow_id = "scheduled__2026-12-01T03:00:00+00:00"
+    seen = []
+    for dag_id in ("hf-a", "hf-b"):
+        prepare = build_dag(pipeline, dag_id, run_root=str(tmp_path)).get_task(PREPARE_TASK)
+        prepare.local = False  # arguments checked, no data set read
+        seen.append(prepare.execute({"run_id": airflow_id, "params": params, "dag_run": types.SimpleNamespace(conf={})}))
+    assert [s["run_id"] for s in seen] == [f"scheduled__2026-12-01T03-00-00-00-00-{d}" for d in ("hf-a", "hf-b")]
+    assert seen[0]["run_dir"] != seen[1]["run_dir"]
+
+
 @pytest.mark.parametrize("operator", ["local", "pod"])
 def test_both_step_operators_take_the_call_through_one_init(operator: str) -> None:
     """StepEnding's ``__init__`` (the one both step operators use) sets the call and stays under Airflow's

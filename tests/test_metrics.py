@@ -170,3 +170,18 @@ def test_metrics_serve_scraped_for_a_run_that_fell_back(tmp_path: Path) -> None:
     cost = {s.labels["device_kind"]: s.value for s in families["heteroflow_device_cost"].samples if s.labels["step"] == "train" and s.name.endswith("_total")}
     assert cost["gpu"] == pytest.approx(train.seconds / 3600 * 2.5)  # the placed npu had 1 device; the gpu ran train.seconds
     assert {s.labels["status"] for s in families["heteroflow_run_info"].samples} == {"succeeded"}
+
+
+def test_run_ids_that_differ_only_in_unsafe_characters_get_their_own_collector_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """#28.12 sibling: the collector file name replaced unsafe characters by ``_``, so ``a b`` and ``a_b`` shared one."""
+    monkeypatch.setenv(METRICS_DIR_ENV, str(tmp_path / "textfile"))
+    written = []
+    for name, run_id in (("one", "a b"), ("two", "a_b")):
+        folder = _record(tmp_path / name)
+        run = json.loads((folder / "run.json").read_text())
+        (folder / "run.json").write_text(json.dumps({**run, "run_id": run_id}))
+        written.append(write_textfile(folder)[1])
+    assert written[0] != written[1]
+    assert written[1] == tmp_path / "textfile" / "heteroflow-a_b.prom"
+    assert sorted((tmp_path / "textfile").iterdir()) == sorted(written)
+    assert 'run_id="a b"' in written[0].read_text() and 'run_id="a_b"' in written[1].read_text()

@@ -174,3 +174,21 @@ def test_a_stop_while_a_failed_run_is_recorded_leaves_it_failed(digits_dir: Path
 def test_every_engine_writes_its_record_through_the_records_module() -> None:
     for module in ("pipelines/kfp/local.py", "pipelines/engines/inprocess.py", "dags/operators.py"):
         assert "heteroflow.pipelines.runs.records" in _imports(ROOT / module), module
+
+
+def test_two_runs_whose_output_folders_share_a_name_get_different_ids(tmp_path: Path) -> None:
+    """#28.12: the id was the last part of --output, so a/out and b/out collided (records, Prometheus files)."""
+    from heteroflow.pipelines.runs.folders import resolve_run
+    from heteroflow.pipelines.runs.records import start_run
+
+    first, first_id, _ = start_run(_prewarm_only(), tmp_path / "a" / "out", {})
+    second, second_id, _ = start_run(_prewarm_only(), tmp_path / "b" / "out", {})
+    assert first != second and first_id != second_id
+    assert first_id.startswith("out-") and second_id.startswith("out-")
+    assert json.loads((first / "driver.json").read_text())["run_id"] == first_id
+    assert json.loads((second / "driver.json").read_text())["run_id"] == second_id
+    for folder, run_id in ((first, first_id), (second, second_id)):
+        (folder / "driver.json").unlink()
+        (folder / "run.json").write_text(json.dumps({"run_id": run_id, "pipeline": "prewarm-only", "status": "succeeded"}))
+    assert resolve_run(first_id, [tmp_path / "a", tmp_path / "b"])["run_dir"] == str(first)
+    assert resolve_run(second_id, [tmp_path / "a", tmp_path / "b"])["run_dir"] == str(second)

@@ -161,7 +161,12 @@ def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeyp
     assert listed.exit_code == 0, listed.output
     runs = {Path(r["run_dir"]).relative_to(tmp_path).parts[0]: r for r in json.loads(listed.output)}
     assert set(runs) == {"heteroflow-runs", "hf-home"} and len(json.loads(listed.output)) == 3
-    by_id = {r["run_id"]: r for r in json.loads(listed.output)}
+    # keyed by folder: a run given --output has the id <folder name>-<new id> (#28.12)
+    by_id = {Path(r["run_dir"]).name: r for r in json.loads(listed.output)}
+    assert by_id["kfp-run"]["run_id"].startswith("kfp-run-") and by_id["inprocess-run"]["run_id"].startswith("inprocess-run-")
+    for r in by_id.values():  # every engine's record names the data set and the archived model (#28.18)
+        assert r["pipeline"] == "heteroflow-default" and r["dataset"] == digits_dir.name and r["error"] is None
+        assert r["model"].startswith(f"{digits_dir.name}-mlp:v"), r
     assert by_id["kfp-run"]["status"] == "succeeded" and by_id["kfp-run"]["devices"].startswith("train gpu (sim)")
     assert by_id["kfp-run"]["fallbacks"] == ["train left npu (device)"]
     assert by_id["inprocess-run"]["status"] == "succeeded"
@@ -206,3 +211,98 @@ def test_run_ids_are_listed_whole_on_a_narrow_terminal(tmp_path: Path) -> None:
     listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)], env={"COLUMNS": "80"})
     assert listed.exit_code == 0, listed.output
     assert run_id in listed.output
+
+
+# --- data set, model and error columns, --filter and --sort (#28.18) ---------------------------------------------
+
+
+def _default_runs(root: Path) -> None:
+    """Three runs of the default pipeline: only their data set, model and outcome tell them apart."""
+    common = {"pipeline": "heteroflow-default", "fallbacks": []}
+    _run(root / "a", "20261201-100000-aaaa", 100.0, **common, params={"dataset_uri": "/data/iris", "epochs": 3},
+         results={"archive": {"name": "iris-mlp", "version": 2, "path": "/x"}}, metrics={"evaluate": {"accuracy": 0.97}})
+    _run(root / "b", "20261201-110000-bbbb", 200.0, **common, params={"dataset_uri": "s3://bucket/digits/", "model": "my_models:cnn"},
+         metrics={"evaluate": {"accuracy": 0.88}}, results={"archive": {"name": "digits-cnn", "version": 1, "path": "/y"}})
+    _run(root / "c", "20261201-120000-cccc", 300.0, **common, status="failed", params={"dataset_uri": "/data/penguins"}, metrics={},
+         steps=[{"name": "preprocess", "status": "failed", "kind": "cpu", "failure": "permanent",
+                 "error": "heteroflow.cache.errors.DatasetError: class column 'species' not found; columns: a, b"}])
+
+
+def _table(output: str) -> list[dict[str, str]]:
+    lines = [l for l in output.splitlines() if l.startswith("│") or l.startswith("┃")]
+    head = [c.strip() for c in lines[0].split("┃")[1:-1]]
+    return [dict(zip(head, (c.strip() for c in l.split("│")[1:-1]))) for l in lines[1:]]
+
+
+def test_runs_lists_data_set_model_and_error_of_each_run(tmp_path: Path) -> None:
+    """#28.18: every run showed as heteroflow-default with no data set, model or error."""
+    from heteroflow.pipelines.cli.main import app
+
+    _default_runs(tmp_path)
+    listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)], env={"COLUMNS": "260"})
+    assert listed.exit_code == 0, listed.output
+    rows = _table(listed.output)
+    assert [(r["run"], r["dataset"], r["model"], r["status"]) for r in rows] == [
+        ("20261201-120000-cccc", "penguins", "penguins-mlp", "failed"),
+        ("20261201-110000-bbbb", "digits", "digits-cnn:v1", "succeeded"),
+        ("20261201-100000-aaaa", "iris", "iris-mlp:v2", "succeeded"),
+    ]
+    assert rows[0]["error"] == "preprocess (permanent): class column 'species' not found; columns: a, b"
+    assert rows[1]["error"] == rows[2]["error"] == "-"
+    as_json = json.loads(CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "--json"]).output)
+    assert [(r["dataset_uri"], r["model"]) for r in as_json] == [
+        ("/data/penguins", "penguins-mlp"), ("s3://bucket/digits/", "digits-cnn:v1"), ("/data/iris", "iris-mlp:v2")]
+
+
+def test_runs_filter_and_sort_by_the_new_columns(tmp_path: Path) -> None:
+    from heteroflow.pipelines.cli.main import app
+
+    _default_runs(tmp_path)
+
+    def ids(*args: str) -> list[str]:
+        done = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "--json", *args])
+        assert done.exit_code == 0, done.output
+        return [r["run_id"][-4:] for r in json.loads(done.output)]
+
+    assert ids("--filter", "dataset=iris") == ["aaaa"]
+    assert ids("--filter", "dataset=s3://bucket/*") == ["bbbb"]  # the URI matches too
+    assert ids("--filter", "model=*-cnn:*") == ["bbbb"]
+    assert ids("--filter", "error=*species*") == ["cccc"]
+    assert ids("--filter", "error=-") == ["bbbb", "aaaa"]
+    assert ids("--filter", "status!=succeeded") == ["cccc"]
+    assert ids("--filter", "accuracy>=0.9") == ["aaaa"]
+    assert ids("--filter", "pipeline=heteroflow-default", "--filter", "accuracy<0.9") == ["bbbb"]
+    assert ids("--sort", "-accuracy") == ["aaaa", "bbbb", "cccc"]  # no accuracy: last
+    assert ids("--sort", "accuracy") == ["bbbb", "aaaa", "cccc"]
+    assert ids("--sort", "dataset") == ["bbbb", "aaaa", "cccc"]
+    assert ids("--sort", "model", "--limit", "1") == ["bbbb"]
+    assert ids("--sort", "started") == ["aaaa", "bbbb", "cccc"]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--filter", "colour=red"], "no column 'colour'; valid: run, started, status, pipeline, dataset, model, device, accuracy, seconds, error"),
+    (["--filter", "dataset"], "is not KEY=PATTERN"),
+    (["--filter", "model>3"], "> compares numbers; numeric columns: accuracy, seconds"),
+    (["--filter", "accuracy>high"], "'high' is not a number"),
+    (["--sort", "size"], "--sort 'size': no column 'size'; valid: run, started"),
+])
+def test_runs_bad_filter_or_sort_names_what_is_valid(tmp_path: Path, args: list[str], message: str) -> None:
+    from heteroflow.pipelines.cli.main import app
+
+    _default_runs(tmp_path)
+    done = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), *args], env={"COLUMNS": "300"})
+    assert done.exit_code == 2 and message in done.output, done.output
+
+
+def test_runs_show_and_compare_name_the_data_set_and_model(tmp_path: Path) -> None:
+    """#28.18 sibling: ``runs show`` and ``runs compare`` did not name them either."""
+    from heteroflow.pipelines.cli.main import app
+
+    _default_runs(tmp_path)
+    shown = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "show", "20261201-100000"], env={"COLUMNS": "200"})
+    assert "data set /data/iris, model iris-mlp:v2" in shown.output, shown.output
+    compared = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "compare", "20261201-100000", "20261201-120000"], env={"COLUMNS": "200"})
+    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:5]] for l in compared.output.splitlines() if l.startswith("│")}
+    assert rows["dataset"] == ["/data/iris", "/data/penguins", "*"]
+    assert rows["model"] == ["iris-mlp:v2", "penguins-mlp", "*"]
+

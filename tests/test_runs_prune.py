@@ -123,7 +123,8 @@ def test_bracketed_class_names_archive_show_and_load_by_name(tmp_path: Path, mon
             w.writerow([*x, f"[{iris.target_names[y]}]"])
     monkeypatch.chdir(tmp_path)
     for n in (1, 2):
-        record = run_inprocess(default_pipeline(), {"dataset_uri": str(data), "epochs": 2}, run_dir=tmp_path / "heteroflow-runs" / f"run-{n}")
+        # a different number of epochs each: a different model, a new version (#28.8: the same model is one version)
+        record = run_inprocess(default_pipeline(), {"dataset_uri": str(data), "epochs": 1 + n}, run_dir=tmp_path / "heteroflow-runs" / f"run-{n}")
         assert record.status == "succeeded"
     shown = _cli("archive", "show", "iris-mlp:v1")
     assert shown.exit_code == 0, shown.output

@@ -10,6 +10,7 @@ import math
 import os
 import re
 import stat
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -750,7 +751,7 @@ def test_evaluate_missing_model(digits_shards: Path, tmp_path: Path):
 # ==========================================================================================================
 
 from heteroflow.components.models import archive as archive_mod  # noqa: E402
-from heteroflow.components.models.archive import archive, code_version, list_versions  # noqa: E402
+from heteroflow.components.models.archive import ARCHIVE, archive, code_version, list_versions  # noqa: E402
 
 
 @pytest.fixture
@@ -882,6 +883,128 @@ def test_archive_a_trained_model(trained_30, tmp_path: Path):
     model, config = load_model(result.path / "model")
     assert config["num_classes"] == 10
     assert _tree_bytes(result.path / "model") == _tree_bytes(trained_30.model_dir)
+
+
+def _real_archive(model_dir: Path, root: Path, run_id: str) -> Any:
+    """What another run's archive step leaves: a complete version with its lineage."""
+    return archive(model_dir, root, name="m", metrics={}, lineage={"run_id": run_id})
+
+
+def test_sigterm_after_the_archive_rename_then_an_identical_rerun_keeps_one_version(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """#28.8: a stop after the rename, before the step's bookkeeping, made the identical rerun archive v2."""
+    import signal
+
+    root = tmp_path / "archive"
+    real_rename = os.rename
+
+    def rename_then_sigterm(src, dst):
+        real_rename(src, dst)
+        os.kill(os.getpid(), signal.SIGTERM)  # the CLI's handler turns it into KeyboardInterrupt
+
+    def on_sigterm(signum, frame):
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, on_sigterm)
+    monkeypatch.setattr(archive_mod.os, "rename", rename_then_sigterm)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            archive(model_dir, root, name="m", metrics={"accuracy": 0.9}, lineage={"run_id": "first"})
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        monkeypatch.setattr(archive_mod.os, "rename", real_rename)
+    assert list_versions(root, "m") == [1]
+    before = _snapshot(root / "m" / "v1")
+
+    again = archive(model_dir, root, name="m", metrics={"accuracy": 0.9}, lineage={"run_id": "rerun"})
+    assert (again.version, again.existing, again.path) == (1, True, root / "m" / "v1")
+    assert again.lineage["run_id"] == "first" and again.lineage["model_sha256"] == archive_mod.content_sha256(model_dir)
+    assert list_versions(root, "m") == [1]
+    assert _snapshot(root / "m" / "v1") == before
+    assert _incoming(root) == []
+    assert ARCHIVE.summarize(ARCHIVE.to_facts(again)) == [
+        f"archived: {root / 'm' / 'v1'} (version 1, already archived: the same model)"
+    ]
+
+
+def test_a_version_archived_before_hashes_were_recorded_is_recognised_by_its_files(model_dir: Path, tmp_path: Path):
+    """#28.8 sibling: an archive written before ``model_sha256`` existed is hashed from its files."""
+    root = tmp_path / "archive"
+    old = root / "m" / "v1"
+    shutil.copytree(model_dir, old / "model")
+    (old / "lineage.json").write_text(json.dumps({"version": 1, "run_id": "old"}))
+    result = archive(model_dir, root, name="m", metrics={}, lineage={})
+    assert (result.version, result.existing) == (1, True)
+    (model_dir / "model.pt").write_bytes(b"retrained")
+    assert archive(model_dir, root, name="m", metrics={}, lineage={}).version == 2
+
+
+def test_two_identical_runs_archiving_at_once_give_one_version(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """#28.8 sibling: the other writer claims v1 with the same model between our look and our rename."""
+    root = tmp_path / "archive"
+    real_rename = os.rename
+    twin = tmp_path / "twin"
+    shutil.copytree(model_dir, twin)
+
+    def racing_rename(src, dst):
+        if Path(dst).name == "v1" and not Path(dst).exists():
+            monkeypatch.setattr(archive_mod.os, "rename", real_rename)
+            _real_archive(twin, root, "other")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(archive_mod.os, "rename", racing_rename)
+    result = archive(model_dir, root, name="m", metrics={}, lineage={"run_id": "mine"})
+    assert (result.version, result.existing, result.lineage["run_id"]) == (1, True, "other")
+    assert list_versions(root, "m") == [1]
+    assert _incoming(root) == []
+
+
+def test_a_run_that_loses_the_version_to_another_says_which_run_took_it(
+    model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """#28.9: the second of two runs archiving at once took v2 silently."""
+    root = tmp_path / "archive"
+    real_rename = os.rename
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    (theirs / "model.pt").write_bytes(b"their model")
+
+    def racing_rename(src, dst):
+        if Path(dst).name == "v1" and not Path(dst).exists():
+            monkeypatch.setattr(archive_mod.os, "rename", real_rename)
+            _real_archive(theirs, root, "run-x")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(archive_mod.os, "rename", racing_rename)
+    result = archive(model_dir, root, name="m", metrics={}, lineage={"run_id": "mine"})
+    taken_at = json.loads((root / "m" / "v1" / "lineage.json").read_text())["archived_at"]
+    expected = f"archived as v2: v1 was taken by run run-x at {taken_at}"
+    assert (result.version, result.existing, result.note) == (2, False, expected)
+    assert json.loads((result.path / "lineage.json").read_text())["version_note"] == expected
+    facts = ARCHIVE.to_facts(result)
+    assert facts["note"] == expected  # the step's facts: the run record's details
+    assert ARCHIVE.summarize(facts) == [f"archived: {result.path} (version 2)", expected]  # the console
+    assert list_versions(root, "m") == [1, 2]
+    assert (root / "m" / "v1" / "model" / "model.pt").read_bytes() == b"their model"
+
+
+def test_a_version_taken_by_an_unknown_writer_is_named_so(model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """#28.9 sibling: a v1 with no readable lineage (not heteroflow's) still gets a note, naming no run."""
+    root = tmp_path / "archive"
+    real_rename = os.rename
+
+    def racing_rename(src, dst):
+        if Path(dst).name == "v1" and not Path(dst).exists():
+            Path(dst).mkdir()
+            (Path(dst) / "theirs.txt").write_text("x")
+        return real_rename(src, dst)
+
+    monkeypatch.setattr(archive_mod.os, "rename", racing_rename)
+    result = archive(model_dir, root, name="m", metrics={}, lineage={})
+    assert result.note == "archived as v2: v1 was taken by another writer"
 
 
 # ==========================================================================================================

@@ -272,9 +272,9 @@ def archived(tmp_path: Path) -> Path:
 
     model = tmp_path / "model"
     model.mkdir()
-    (model / "model.pt").write_bytes(b"weights")
     root = tmp_path / "archive"
     for accuracy, run in ((0.91, "20261129-100000-aaaa"), (0.95, "20261129-110000-bbbb")):
+        (model / "model.pt").write_bytes(f"weights of {run}".encode())  # two models (#28.8: the same one is one version)
         archive(
             model,
             root,

@@ -4,7 +4,12 @@ Layout: ``<archive_root>/<name>/v<N>/`` holding the model files, ``metrics.json`
 (data set manifest hash, code version, parameters, device used, time). A version is assembled in a
 temporary folder and renamed into place, so it is visible complete or not at all; ``os.rename`` onto an
 existing non-empty version fails, and heteroflow then takes the next number, so an existing version is
-never overwritten. Archived files are made read-only.
+never overwritten, and says which run took the number (:attr:`ArchiveResult.note`). Archived files are made
+read-only.
+
+Archiving is idempotent: the lineage records the model's content hash (``model_sha256``), and a model whose
+files hash the same as an archived version's is that version (a rerun after a stop that came between the
+rename and the rest of the step's bookkeeping, or two identical runs archiving at once, give one version).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ __all__ = [
     "archive_step",
     "check_model_name",
     "code_version",
+    "content_sha256",
     "default_model_name",
     "archive_root_dir",
     "list_models",
@@ -58,13 +64,59 @@ class ArchiveResult:
         name: model name.
         version: the version number written (1, 2, ...).
         path: ``<archive_root>/<name>/v<version>``.
-        lineage: the lineage record written to ``lineage.json``.
+        lineage: the lineage record written to ``lineage.json`` (an existing version's, when ``existing``).
+        existing: the same model (same content hash) was already archived as this version; nothing was written.
+        note: when the version first claimed was taken by another writer meanwhile, says so
+            (``archived as v2: v1 was taken by run X at ...``); else None.
     """
 
     name: str
     version: int
     path: Path
     lineage: dict[str, Any]
+    existing: bool = False
+    note: str | None = None
+
+
+def content_sha256(model_dir: str | os.PathLike[str]) -> str:
+    """The sha256 of a model folder's content: every file's relative path and bytes, in path order."""
+    import hashlib
+
+    root = Path(model_dir)
+    digest = hashlib.sha256()
+    for p in sorted((p for p in root.rglob("*") if p.is_file()), key=lambda p: p.relative_to(root).as_posix()):
+        digest.update(p.relative_to(root).as_posix().encode() + b"\0")
+        digest.update(str(p.stat().st_size).encode() + b"\0")
+        with p.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _lineage_of(version_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((version_dir / "lineage.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _same_model(version_dir: Path, digest: str) -> dict[str, Any] | None:
+    """The lineage of ``version_dir`` when it holds the model whose content hash is ``digest``, else None (a
+    version archived before hashes were recorded is hashed from its files)."""
+    if not version_dir.is_dir():
+        return None
+    lineage = _lineage_of(version_dir)
+    recorded = lineage.get("model_sha256")
+    if recorded is None and (version_dir / "model").is_dir():
+        recorded = content_sha256(version_dir / "model")
+    return lineage if recorded == digest else None
+
+
+def _taken_by(version_dir: Path) -> str:
+    lineage = _lineage_of(version_dir)
+    who = f"run {lineage['run_id']}" if lineage.get("run_id") else "another writer"
+    return f"{who} at {lineage['archived_at']}" if lineage.get("archived_at") else who
 
 
 def code_version() -> dict[str, str | None]:
@@ -219,18 +271,41 @@ def archive(
         raise ArchiveError(f"model folder {src} does not exist; nothing to archive")
     folder = Path(archive_root, name)
     folder.mkdir(parents=True, exist_ok=True)
-    record = {**lineage, "code": code_version(), "archived_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    digest = content_sha256(src)
+    checked: set[int] = set()
+
+    def archived_already(versions: list[int]) -> ArchiveResult | None:
+        for v in sorted(set(versions) - checked):
+            checked.add(v)
+            if (same := _same_model(folder / f"v{v}", digest)) is not None:
+                return ArchiveResult(name=name, version=v, path=folder / f"v{v}", lineage=same, existing=True)
+        return None
+
+    if (done := archived_already(list_versions(folder.parent, name))) is not None:
+        return done
+    record = {
+        **lineage,
+        "model_sha256": digest,
+        "code": code_version(),
+        "archived_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
     _remove_dead_incoming(folder)
     tmp = make_temp_dir(folder, prefix=f".incoming-{os.getpid()}-")  # umask-respecting mode, not mkdtemp's 0700
     try:
         shutil.copytree(src, tmp / "model")
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str), encoding="utf-8")
+        first_taken: tuple[int, str] | None = None  # the version this writer claimed first, and who took it
         for attempt in range(100):
             # Every entry named v<N> counts, folder or not, so a stray file cannot block the numbering.
             taken = [int(m[1]) for p in folder.iterdir() if (m := _VERSION.match(p.name))]
+            if (done := archived_already(taken)) is not None:  # another writer archived this very model meanwhile
+                shutil.rmtree(tmp, ignore_errors=True)
+                return done
             version = max(taken, default=0) + 1
             target = folder / f"v{version}"
             record["version"] = version
+            if first_taken is not None:
+                record["version_note"] = f"archived as v{version}: v{first_taken[0]} was taken by {first_taken[1]}"
             lineage_path = tmp / "lineage.json"
             lineage_path.unlink(missing_ok=True)  # allowed on a read-only file: the folder is writable
             lineage_path.write_text(json.dumps(record, indent=2, sort_keys=True, default=str), encoding="utf-8")
@@ -239,9 +314,12 @@ def archive(
                 os.rename(tmp, target)
             except OSError as exc:
                 if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
-                    continue  # another writer claimed v<version> first: take the next number
+                    # another writer claimed v<version> first: take the next number, and say so
+                    if first_taken is None:
+                        first_taken = (version, _taken_by(target))
+                    continue
                 raise
-            return ArchiveResult(name=name, version=version, path=target, lineage=record)
+            return ArchiveResult(name=name, version=version, path=target, lineage=record, note=record.get("version_note"))
         raise ArchiveError(f"could not claim a free version under {folder} after {attempt + 1} tries")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -312,9 +390,7 @@ def archive_step(
     root = archive_root_dir(archive_root)
     result = archive(model_dir, root, name=name, metrics=report, lineage=lineage)
     Path(archived_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(archived_path).write_text(
-        json.dumps({"path": str(result.path), "version": result.version, "name": name}), encoding="utf-8"
-    )
+    Path(archived_path).write_text(json.dumps(_archive_facts(result)), encoding="utf-8")
     return result
 
 
@@ -324,7 +400,18 @@ _HOUR = 3600.0
 
 
 def _archive_facts(result: Any) -> dict[str, Any]:
-    return {"path": str(result.path), "version": result.version, "name": result.name}
+    facts = {"path": str(result.path), "version": result.version, "name": result.name}
+    if result.existing:
+        facts["existing"] = True
+    if result.note:
+        facts["note"] = result.note
+    return facts
+
+
+def _archive_summary(f: dict[str, Any]) -> list[str]:
+    if f.get("existing"):
+        return [f"archived: {f['path']} (version {f['version']}, already archived: the same model)"]
+    return [f"archived: {f['path']} (version {f['version']})"] + ([f["note"]] if f.get("note") else [])
 
 
 ARCHIVE: Step = step(
@@ -347,9 +434,9 @@ ARCHIVE: Step = step(
     ],
     candidates=[Resources(kind="cpu", cpu="1", memory="2Gi")],
     retry=RetryPolicy(retries=2, backoff_seconds=5, max_delay_seconds=60, window_seconds=_HOUR),
-    cacheable=False,  # each run archives a new version
+    cacheable=False,  # each run archives: a new version, or finds the one holding the same model
     check=lambda model_name="": check_model_name(model_name),
     facts=_archive_facts,
-    summary=lambda f: [f"archived: {f['path']} (version {f['version']})"],
+    summary=_archive_summary,
     ref="heteroflow.components.models.archive:ARCHIVE",
 )

@@ -101,75 +101,78 @@ def _secs(value: Any) -> str:
     return f"{value:.1f}" if isinstance(value, (int, float)) else "-"
 
 
-def _devices(run: dict[str, Any]) -> str:
-    """``call: kind (accelerator)`` per device-bound call (those with a candidate index)."""
-    from heteroflow.pipelines.runs.folders import device_of
-
-    # device-bound: the calls the planner placed (or that fell back); a record without placement: those with a
-    # candidate index (kfp.local records one for every call, the in-process engine only for device-bound ones)
-    bound = set(run.get("placement") or {}) | {f.get("step") for f in run.get("fallbacks") or []}
-    parts = []
-    for s in run.get("steps") or []:
-        if (s.get("name") not in bound) if bound else s.get("candidate") is None:
-            continue
-        kind = "-" if s.get("status") == "not run" else str(s.get("kind") or s.get("device") or "-")
-        parts.append(f"{s.get('name')} {kind}{' (sim)' if s.get('simulated') else ''}")
-    return ", ".join(parts)
-
-
 def _summary(run: dict[str, Any]) -> dict[str, Any]:
-    from heteroflow.pipelines.runs.folders import headline_metric
+    from heteroflow.pipelines.cli.runs_rows import run_row
 
-    metric = headline_metric(run)
-    return {
-        "run_id": run.get("run_id"),
-        "started": _when(run.get("started_at")),
-        "status": run.get("status"),
-        "pipeline": run.get("pipeline"),
-        "devices": _devices(run),
-        "accuracy": metric[1] if metric else None,
-        "seconds": run.get("wall_seconds"),
-        "fallbacks": [f"{f.get('step')} left {f.get('kind')} ({f.get('failure')})" for f in run.get("fallbacks") or []],
-        "run_dir": run.get("run_dir"),
-    }
+    return run_row(run)
+
+
+_ERROR_WIDTH = 80  # the table's error column; --json has the whole text
 
 
 @runs_app.callback()
 def runs_list(
     ctx: typer.Context,
     root: Annotated[Optional[list[str]], _ROOTS] = None,
-    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Show at most this many runs, newest first.")] = 20,
+    limit: Annotated[int, typer.Option("--limit", "-n", min=1, help="Show at most this many runs (after --filter and --sort).")] = 20,
     as_json: Annotated[bool, typer.Option("--json", help="One JSON list instead of a table.")] = False,
+    filters: Annotated[Optional[list[str]], typer.Option(
+        "--filter", "-f",
+        help="Keep the runs whose column matches (repeatable; all must match): KEY=PATTERN or KEY!=PATTERN (a glob, "
+        "case-insensitive; '-' matches an empty column), KEY>N, KEY>=N, KEY<N, KEY<=N for accuracy and seconds. "
+        "Keys: run, started, status, pipeline, dataset (its name or URI), model, device, accuracy, seconds, error. "
+        "E.g. --filter dataset=iris --filter status!=succeeded.",
+    )] = None,
+    sort: Annotated[Optional[list[str]], typer.Option(
+        "--sort", "-s",
+        help="Order by a column (repeatable, first key first): KEY ascending, -KEY descending (--sort=-accuracy); "
+        "runs without the value come last. Keys as for --filter. Default: newest first.",
+    )] = None,
 ) -> None:
-    """List runs, newest first: status, pipeline, device per device-bound step, accuracy, duration, fallbacks."""
+    """List runs, newest first: status, pipeline, data set, model, device per device-bound step, accuracy, duration,
+    error, fallbacks."""
     ctx.obj = {"roots": root}
     if ctx.invoked_subcommand is not None:
         return
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.pipelines.cli.runs_rows import filter_rows, sort_rows
     from heteroflow.pipelines.runs.folders import default_roots, find_runs
 
     runs = find_runs(root)
-    rows = [_summary(r) for r in runs[:limit]]
+    try:
+        chosen = sort_rows(filter_rows((_summary(r) for r in runs), filters or []), sort or [])
+    except HeteroflowError as exc:
+        _fail(exc)
+    rows = chosen[:limit]
     if as_json:
         console.print_json(json.dumps(rows, default=str))
         return
     if not rows:
         where = ", ".join(str(r) for r in (root or default_roots()))
-        console.print(f"no runs in {escape(where)} (give --root FOLDER)", highlight=False)
+        if runs:
+            console.print(f"no run of the {len(runs)} in {escape(where)} passes --filter {escape(' '.join(filters or []))}", highlight=False)
+        else:
+            console.print(f"no runs in {escape(where)} (give --root FOLDER)", highlight=False)
         return
-    table = Table(title=f"runs ({len(rows)} of {len(runs)})")
-    for col in ("run", "started UTC", "status", "pipeline", "device", "accuracy", "seconds", "fallbacks"):
+    shown = f"{len(rows)} of {len(chosen)}" + (f" passing --filter, of {len(runs)}" if filters else "")
+    table = Table(title=f"runs ({shown})")
+    for col in ("run", "started UTC", "status", "pipeline", "dataset", "model", "device", "accuracy", "seconds", "error", "fallbacks"):
         # the run id is what `runs show` takes: never cut or wrapped
         table.add_column(col, justify="right" if col in ("accuracy", "seconds") else "left", no_wrap=col == "run",
-                         min_width=len(rows[0]["run_id"]) if col == "run" else None)
+                         min_width=max(len(str(r["run_id"])) for r in rows) if col == "run" else None)
     for row in rows:
+        error = row["error"] or "-"
         table.add_row(
             escape(str(row["run_id"])),
             row["started"],
             escape(str(row["status"])),
             escape(str(row["pipeline"])),
+            escape(row["dataset"] or "-"),
+            escape(row["model"] or "-"),
             escape(row["devices"] or "-"),
             f"{row['accuracy']:.4f}" if row["accuracy"] is not None else "-",
             _secs(row["seconds"]),
+            escape(error if len(error) <= _ERROR_WIDTH else error[: _ERROR_WIDTH - 1] + "…"),
             escape("; ".join(row["fallbacks"]) or "-"),
         )
     console.print(table)
@@ -229,6 +232,7 @@ def runs_show(
         f"started {_when(run.get('started_at'))} UTC, {_secs(s['seconds'])} s; folder {escape(str(s['run_dir']))}",
         highlight=False,
     )
+    console.print(f"data set {escape(str(s['dataset_uri'] or '-'))}, model {escape(str(s['model'] or '-'))}", highlight=False)
     if run.get("error"):
         console.print(f"stopped by: {escape(str(run['error']))}", highlight=False)
     table = Table(title="steps")
@@ -288,6 +292,9 @@ def runs_compare(
 
     row("status", a.get("status"), b.get("status"))
     row("pipeline", a.get("pipeline"), b.get("pipeline"))
+    sa_row, sb_row = _summary(a), _summary(b)
+    for key in ("dataset_uri", "model", "error"):
+        row(key.replace("_uri", ""), sa_row[key], sb_row[key])
     row("seconds", round(a.get("wall_seconds") or 0.0, 1), round(b.get("wall_seconds") or 0.0, 1))
     row("fallbacks", len(a.get("fallbacks") or []), len(b.get("fallbacks") or []))
     pa, pb = a.get("params") or {}, b.get("params") or {}

@@ -221,14 +221,14 @@ class KfpEngine:
         if simulate_devices or inject_faults:
             raise InvalidParameter("engine='kfp' runs on the cluster's devices: simulate_devices and inject_faults are local testing settings")
         from heteroflow.pipelines.kfp.render import compile_pipeline, kfp_arguments
-        from heteroflow.pipelines.runs.records import RunRecord, new_run_id, prepare_run_dir
+        from heteroflow.pipelines.runs.records import RunRecord, new_run_id, prepare_run_dir, run_id_for
         from heteroflow.pipelines.kfp.submit import submit_package
 
         args = pipeline.arguments(dict(params or {}))
         pipeline.check(args)
         run_id = new_run_id()
         folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
-        run_id = folder.name if run_dir is not None else run_id
+        run_id = run_id_for(folder, run_dir, run_id)
         package = folder / "pipeline.yaml"
         started = time.time()
         compile_kwargs = {"image": options["image"]} if options.get("image") else {}

@@ -229,12 +229,20 @@ def write_textfile(run_dir: str | os.PathLike[str], output: str | os.PathLike[st
     targets = [Path(output) if output is not None else Path(run["run_dir"]) / METRICS_FILE]
     folder = os.environ.get(METRICS_DIR_ENV)
     if folder and output is None:
-        safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in str(run.get("run_id", "run")))
-        targets.append(Path(folder) / f"heteroflow-{safe}.prom")
+        targets.append(Path(folder) / f"heteroflow-{_file_safe(str(run.get('run_id', 'run')))}.prom")
     for target in targets:
         target.parent.mkdir(parents=True, exist_ok=True)
         write_to_textfile(str(target), registry)
     return targets
+
+
+def _file_safe(run_id: str) -> str:
+    """``run_id`` as a file name part; when characters had to be replaced, a hash of the id is added, so two ids
+    that differ only there (``a b`` and ``a_b``) never share a file."""
+    import hashlib
+
+    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in run_id).lstrip(".") or "run"
+    return safe if safe == run_id else f"{safe}-{hashlib.sha256(run_id.encode()).hexdigest()[:8]}"
 
 
 def write_textfile_quietly(run_dir: str | os.PathLike[str]) -> list[Path]:

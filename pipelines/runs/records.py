@@ -442,6 +442,13 @@ def new_run_id() -> str:
     return time.strftime("%Y%m%d-%H%M%S", time.gmtime()) + "-" + secrets.token_hex(2)
 
 
+def run_id_for(folder: Path, run_dir: str | os.PathLike[str] | None, run_id: str) -> str:
+    """The run id of a run in ``folder``: ``run_id`` (from :func:`new_run_id`) in the default folder, else
+    ``<folder name>-<run_id>``: unique even when two ``--output`` paths end in the same folder name (their records
+    and Prometheus files are keyed by the id), and still found by the folder name as a prefix."""
+    return run_id if run_dir is None else f"{folder.name}-{run_id}"
+
+
 
 
 def start_run(pipeline: Pipeline, run_dir: str | os.PathLike[str] | None, args: Mapping[str, Any]) -> tuple[Path, str, float]:
@@ -453,7 +460,7 @@ def start_run(pipeline: Pipeline, run_dir: str | os.PathLike[str] | None, args: 
     """
     run_id = new_run_id()
     folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
-    run_id = folder.name if run_dir is not None else run_id
+    run_id = run_id_for(folder, run_dir, run_id)
     recover_killed_runs(folder.parent)
     started = time.time()
     driver = {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": dict(args), "started_at": started}
