@@ -44,7 +44,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -90,6 +90,7 @@ from heteroflow.components.data.shards import (
     stratified_split,
 )
 from heteroflow.components.resources import Resources, RetryPolicy
+from heteroflow.components.core.processes import process_pool
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
 if TYPE_CHECKING:  # numpy and pandas are imported where they are used: pipeline definitions import the steps
@@ -259,7 +260,7 @@ def preprocess(
     read = partial(read_table, header=header, delimiter=delimiter)
     try:
         if workers > 1:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            with process_pool(workers) as pool:  # never forked: a lock held by another thread (#28.13)
                 tables = list(pool.map(read, files))
         else:
             tables = [read(f) for f in files]
