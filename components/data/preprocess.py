@@ -235,8 +235,11 @@ def preprocess(
     }
     workers = num_workers or available_cpus()
 
-    # The exact version prewarm wrote, checked against its manifest (sizes); a plain folder through the same listing.
+    # The exact version prewarm wrote, every file checked against its manifest's sha256 (#28.14: a cached file edited
+    # with the same size and its mtime restored passes a size or stat check); a plain folder through the same listing.
     view = open_dataset(source)
+    if view.manifest is not None:  # a plain folder has no checksum to check against (and keeps no dataset_sha256)
+        view = open_dataset(source, verify="sha256")
     files = [f for f in view.files if REGISTRY.is_data_file(str(f), TABLE)]  # the table readers' files (formats.py)
     if not files:  # no table: image folders and tensors (or a clear "no reader reads ..." error)
         from heteroflow.components.data.readers import prepare_files
