@@ -57,7 +57,7 @@ def test_a_pool_worker_imports_a_module_whose_lock_another_thread_holds(import_h
 
 
 def test_every_worker_process_heteroflow_starts_is_never_forked() -> None:
-    assert worker_context().get_start_method() in ("forkserver", "spawn")
+    assert worker_context().get_start_method() == "spawn"  # forkserver's socket fails under a long TMPDIR
     with process_pool(1) as pool:
         assert pool._mp_context.get_start_method() == worker_context().get_start_method()
 

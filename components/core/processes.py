@@ -4,9 +4,10 @@ A ``fork`` copies the parent's memory, locks included, but only the thread that 
 that moment (an import's module lock while the engine's watcher thread imports pandas, a logging handler's lock) stays
 held forever in the child, and the child's first ``import pandas`` or log line deadlocks. The in-process engine runs
 with several threads, so every pool of processes heteroflow starts (the preprocess readers' ``ProcessPoolExecutor``,
-the training's DataLoader workers) takes its context from :func:`worker_context`: ``forkserver`` (children forked
-from a single-threaded server process, started once) where the platform has it, else ``spawn`` (fresh interpreters).
-What the workers run must therefore be importable and picklable, as multiprocessing documents for those methods.
+the training's DataLoader workers) takes its context from :func:`worker_context`: ``spawn`` (fresh interpreters).
+Not ``forkserver``: its server listens on a Unix socket under ``TMPDIR``, and a run that points ``TMPDIR`` into a
+deep run folder fails with "AF_UNIX path too long" (the socket path limit is 108 bytes); its children import what
+they need afresh anyway. What the workers run must be importable and picklable, as multiprocessing documents.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from multiprocessing.context import BaseContext
 
 __all__ = ["START_METHOD", "process_pool", "worker_context"]
 
-START_METHOD = "forkserver" if "forkserver" in multiprocessing.get_all_start_methods() else "spawn"
+START_METHOD = "spawn"
 
 
 def worker_context() -> BaseContext:
