@@ -158,7 +158,9 @@ def open_dataset(path: str | os.PathLike[str], *, verify: str = "size") -> Datas
         if verify == "sha256" and sha256_file(p) != entry.sha256:
             raise CacheIntegrityError(
                 f"{entry.path} of data set {shown} (version {manifest.version}) differs from its manifest (sha256) in "
-                f"the cache ({p}); rerun prewarm to repair the cache, then rerun this step"
+                f"the cache ({p}); rerun prewarm to repair the cache, re-hashing what it reuses (--verify sha256, "
+                "verify_cached='sha256' in a pipeline: the file kept its size, so a size or mtime check reuses it), "
+                "then rerun this step"
             )
     return DatasetView(
         files=tuple(paths), relative=tuple(f.path for f in manifest.files), root=root, source_uri=shown,

@@ -55,6 +55,7 @@ from heteroflow.components.devices.scheduling import (
     check_qualified_name,
     thaw,
 )
+from heteroflow.components.core.keys import first_duplicate
 from heteroflow.components.errors import InvalidResources
 
 __all__ = [
@@ -520,8 +521,9 @@ class Candidates:
     policy: str = "ordered"
 
     def __init__(self, options: Iterable[Resources | Mapping[str, Any] | str], policy: str = "ordered") -> None:
+        given = list(options)
         items: list[Resources] = []
-        for i, opt in enumerate(options):
+        for i, opt in enumerate(given):
             if isinstance(opt, Resources):
                 items.append(opt)
             elif isinstance(opt, str):
@@ -532,8 +534,15 @@ class Candidates:
                 raise InvalidResources(f"candidates[{i}]={opt!r} is not a Resources, a mapping or a 'KIND:...' spec")
         if not items:
             raise InvalidResources("candidates is empty; give at least one Resources, e.g. Resources(kind='cpu')")
-        if len(set(items)) != len(items):
-            raise InvalidResources("candidates lists the same Resources twice; each fallback must differ")
+        twice = first_duplicate(items)
+        if twice is not None:
+            first, second = twice
+            written = [given[i] for i in twice]
+            how = "" if all(isinstance(w, Resources) for w in written) else f" (written {' and '.join(map(repr, written))})"
+            raise InvalidResources(
+                f"candidates lists the same Resources twice: candidates[{first}] and candidates[{second}] are both "
+                f"{items[first].describe()}{how}; each fallback must differ"
+            )
         if policy not in ("ordered", "any"):
             raise InvalidResources(f"policy={policy!r} is unknown; valid: ordered, any")
         object.__setattr__(self, "options", tuple(items))

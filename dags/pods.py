@@ -13,7 +13,9 @@ with the run folder and argument values rendered (Jinja) from the ``prepare-run`
 
 The pod's exit status carries the failure class (:data:`heteroflow.components.core.runtime.EXIT_CODES`): 4 device,
 3 permanent (2, a usage error, too), 5 transient; a pod the scheduler cannot place
-(``PodScheduled=False``, reason ``Unschedulable``: no node has the device) is a device failure too. The
+(``PodScheduled=False``, reason ``Unschedulable``: no node has the device) is a device failure too, and so is one
+Kueue holds (reason ``SchedulingGated``: its queue has no quota for it; the message names the queue) when the
+operator's ``schedule_timeout_seconds`` (its pending deadline; default its ``startup_timeout_seconds``) ends. The
 operator then ends the task as the local one does (:class:`heteroflow.dags.operators.StepEnding`); the reason
 comes from the container's termination message (``FallbackToLogsOnError``: the tail of its log, where
 ``heteroflow step`` prints the outcome). Anything else (an image that cannot be pulled, the API server gone)
@@ -32,7 +34,7 @@ from typing import Any
 from airflow.providers.cncf.kubernetes.operators.pod import KubernetesPodOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from heteroflow.components.devices.cluster import ClusterProfile
+from heteroflow.components.devices.cluster import KUEUE_QUEUE_LABEL, ClusterProfile
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import DeviceKind
 from heteroflow.components.core.runtime import EXIT_CODES, candidate_to_json
@@ -97,7 +99,7 @@ def route_of_pod(pod: Any, container: str = "base") -> tuple[str | None, str]:
     Returns:
         ``(route, reason)``: route ``device`` / ``permanent`` / ``transient`` from the container's exit code
         (4 / 3 or 2 / 5, 137 or 143 killed), ``device`` for a pod the scheduler cannot place
-        (``Unschedulable``), else None (not a step outcome: Airflow's own retries decide).
+        (``Unschedulable``) or Kueue holds (``SchedulingGated``, the queue named), else None (not a step outcome: Airflow's own retries decide).
     """
     status = getattr(pod, "status", None)
     if status is None:
@@ -114,6 +116,12 @@ def route_of_pod(pod: Any, container: str = "base") -> tuple[str | None, str]:
         for cond in status.conditions or []:
             if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "Unschedulable":
                 return "device", f"the pod cannot be scheduled: {cond.message or 'no node has the requested device'}"
+            if cond.type == "PodScheduled" and cond.status == "False" and cond.reason == "SchedulingGated":
+                # Kueue holds the pod until its queue admits it (#28.16): the candidate has no quota now, so fall back
+                labels = getattr(getattr(pod, "metadata", None), "labels", None) or {}
+                queue = labels.get(KUEUE_QUEUE_LABEL)
+                held = f"held by Kueue in queue {queue!r}" if queue else "held by a scheduling gate (no Kueue queue label)"
+                return "device", f"the pod is {held} (SchedulingGated): the queue did not admit it before the schedule timeout"
     return None, ""
 
 

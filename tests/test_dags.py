@@ -547,6 +547,15 @@ def _pod(*, exit_code: int | None = None, message: str = "", phase: str = "Faile
     return client.V1Pod(status=client.V1PodStatus(phase=phase, container_statuses=statuses, conditions=conditions))
 
 
+def _gated(queue: str | None) -> Any:
+    """A pod Kueue holds (issue #28.16): Pending, PodScheduled=False with reason SchedulingGated."""
+    labels = {"kueue.x-k8s.io/queue-name": queue} if queue else None
+    condition = client.V1PodCondition(type="PodScheduled", status="False", reason="SchedulingGated",
+                                      message="Scheduling is blocked due to non-empty scheduling gates")
+    return client.V1Pod(metadata=client.V1ObjectMeta(labels=labels),
+                        status=client.V1PodStatus(phase="Pending", conditions=[condition]))
+
+
 OUTCOME_LINE = json.dumps({"status": "failed", "failure": "device", "reason": "RuntimeError: NPU function error: aclrtGetDeviceCount"})
 
 
@@ -561,8 +570,13 @@ OUTCOME_LINE = json.dumps({"status": "failed", "failure": "device", "reason": "R
         (_pod(exit_code=1, message="Traceback ..."), None, "Traceback ..."),
         (_pod(phase="Pending", unschedulable=True), "device", "the pod cannot be scheduled: 0/3 nodes are available: 3 Insufficient huawei.com/Ascend910."),
         (_pod(phase="Pending"), None, ""),
+        (_gated(queue="team-a"), "device", "the pod is held by Kueue in queue 'team-a' (SchedulingGated): the queue did "
+                                           "not admit it before the schedule timeout"),
+        (_gated(queue=None), "device", "the pod is held by a scheduling gate (no Kueue queue label) (SchedulingGated): "
+                                       "the queue did not admit it before the schedule timeout"),
     ],
-    ids=["device", "permanent", "usage", "transient", "killed", "other-exit", "unschedulable", "pending"],
+    ids=["device", "permanent", "usage", "transient", "killed", "other-exit", "unschedulable", "pending", "kueue-gated",
+         "gated-without-queue"],
 )
 def test_route_of_a_pod(pod: Any, route: str | None, reason: str) -> None:
     assert route_of_pod(pod) == (route, reason)

@@ -102,7 +102,8 @@ def test_shipped_steps_take_their_parameters_from_their_functions() -> None:
         (dict(inputs=[ArtifactSpec(name="v", param="nosuch")]), r"has no parameter 'nosuch'"),
         (dict(device_bound=True), r"needs device_param or resources_param"),
         (dict(planner=True), r"needs placements_param"),
-        (dict(outputs=[ArtifactSpec(name="a", param="out_path"), ArtifactSpec(name="a")]), r"names an artifact twice"),
+        (dict(outputs=[ArtifactSpec(name="a", param="out_path"), ArtifactSpec(name="a")]),
+         r"names the artifact 'a' twice \(outputs\[0\] and outputs\[1\]\)"),
     ],
     ids=["unknown-param", "device-bound-without-device", "planner-without-placements", "duplicate-artifact"],
 )

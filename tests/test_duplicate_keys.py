@@ -102,3 +102,14 @@ def test_load_yaml_allows_merge_keys_to_be_overridden_and_refuses_flow_duplicate
     with pytest.raises(DuplicateKey, match="w: key 'x' is given twice"):
         load_yaml("e: {x: 1, x: 2}", where="w")
     assert json.loads('{"a": 1}', object_pairs_hook=unique_object("j")) == {"a": 1}
+
+
+def test_a_step_naming_an_artifact_twice_names_it_and_both_places() -> None:
+    """Issue #28.21's sibling: a step's artifact list said "twice" and printed the whole list, not the duplicate."""
+    from heteroflow.components.core.step import ArtifactSpec, step
+
+    def make(data: str, out_path: str) -> None:
+        pass
+
+    with pytest.raises(InvalidParameter, match=r"names the artifact 'data' twice \(inputs\[0\] and outputs\[0\]\)"):
+        step(make, inputs=[ArtifactSpec(name="data", param="data")], outputs=[ArtifactSpec(name="data", param="out_path")])

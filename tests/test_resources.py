@@ -387,8 +387,8 @@ def test_candidates_accept_strings_and_dicts():
 
 CANDIDATES_INVALID = [
     (([],), {}, r"^candidates is empty"),
-    (([Resources(kind="gpu"), Resources(kind="gpu")],), {}, r"same Resources twice"),
-    ((["gpu", "gpu:count=1"],), {}, r"same Resources twice"),
+    (([Resources(kind="gpu"), Resources(kind="gpu")],), {}, r"same Resources twice: candidates\[0\] and candidates\[1\]"),
+    ((["gpu", "gpu:count=1"],), {}, r"same Resources twice: .* \(written 'gpu' and 'gpu:count=1'\)"),
     (([Resources(kind="cpu")],), {"policy": "cheapest"}, r"^policy='cheapest' is unknown; valid: ordered, any"),
     (([Resources(kind="cpu"), 42],), {}, r"^candidates\[1\]=42 is not a Resources"),
     ((["gpu:gpus=1"],), {}, r"unknown resource field\(s\) gpus"),
@@ -408,6 +408,16 @@ def test_candidates_invalid(args, kwargs, pattern):
 def test_candidates_duplicate_with_different_spelling():
     with pytest.raises(InvalidResources, match="same Resources twice"):
         Candidates([Resources(kind="cpu", cpu="1"), Resources(kind="cpu", cpu=1)])
+
+
+def test_a_duplicate_candidate_is_named_with_both_positions_and_spellings():
+    """Issue #28.21: the error names the duplicate, where it is and how each copy was written."""
+    with pytest.raises(InvalidResources) as info:
+        Candidates(["npu", "cpu:cpu=2", {"kind": "gpu"}, "gpu:count=1"])
+    assert str(info.value) == (
+        f"candidates lists the same Resources twice: candidates[2] and candidates[3] are both "
+        f"{Resources(kind='gpu').describe()} (written {{'kind': 'gpu'}} and 'gpu:count=1'); each fallback must differ"
+    )
 
 
 def test_candidates_json_round_trip():

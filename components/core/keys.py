@@ -14,11 +14,25 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["DuplicateKey", "load_yaml", "parse_pairs", "unique_object"]
+__all__ = ["DuplicateKey", "first_duplicate", "load_yaml", "parse_pairs", "unique_object"]
 
 
 class DuplicateKey(InvalidParameter):
     """A key is given twice in one list or mapping; the message names the key, both values (or lines) and where."""
+
+
+def first_duplicate(items: Iterable[Any]) -> tuple[int, int] | None:
+    """The positions ``(first, second)`` of the first item that equals an earlier one, or ``None``.
+
+    Every list check that refuses a duplicate uses it, so that its message can name the duplicate and both
+    positions rather than only say "twice" (issue #28.21).
+    """
+    seen: dict[Any, int] = {}
+    for i, item in enumerate(items):
+        if item in seen:
+            return seen[item], i
+        seen[item] = i
+    return None
 
 
 def parse_pairs(pairs: Iterable[str], *, option: str = "--param", example: str = "epochs=3") -> dict[str, str]:

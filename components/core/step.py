@@ -32,6 +32,7 @@ import typing
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
+from heteroflow.components.core.keys import first_duplicate
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 
@@ -417,8 +418,13 @@ def step(
         raise InvalidParameter(f"cannot read the annotations of {func.__qualname__}: {exc}") from None
     description, helps = _docstring_args(func)
     names = [s.name for s in (*inputs, *outputs)]
-    if len(set(names)) != len(names):
-        raise InvalidParameter(f"step {name or func.__name__!r} names an artifact twice: {names}")
+    twice = first_duplicate(names)
+    if twice is not None:
+        where = [f"inputs[{i}]" if i < len(inputs) else f"outputs[{i - len(inputs)}]" for i in twice]
+        raise InvalidParameter(
+            f"step {name or func.__name__!r} names the artifact {names[twice[0]]!r} twice ({where[0]} and "
+            f"{where[1]}); give each artifact its own name"
+        )
     special = {s.param for s in (*inputs, *outputs) if s.param} | set(exclude)
     for injected in (device_param, resources_param, placements_param, progress_param):
         if injected:

@@ -44,7 +44,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -93,6 +93,7 @@ from heteroflow.components.data.shards import (
     stratified_split,
 )
 from heteroflow.components.resources import Resources, RetryPolicy
+from heteroflow.components.core.processes import process_pool
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
 if TYPE_CHECKING:  # numpy and pandas are imported where they are used: pipeline definitions import the steps
@@ -243,8 +244,11 @@ def preprocess(
     }
     workers = num_workers or available_cpus()
 
-    # The exact version prewarm wrote, checked against its manifest (sizes); a plain folder through the same listing.
+    # The exact version prewarm wrote, every file checked against its manifest's sha256 (#28.14: a cached file edited
+    # with the same size and its mtime restored passes a size or stat check); a plain folder through the same listing.
     view = open_dataset(source)
+    if view.manifest is not None:  # a plain folder has no checksum to check against (and keeps no dataset_sha256)
+        view = open_dataset(source, verify="sha256")
     files = [f for f in view.files if REGISTRY.is_data_file(str(f), TABLE)]  # the table readers' files (formats.py)
     if not files:  # no table: image folders and tensors (or a clear "no reader reads ..." error)
         from heteroflow.components.data.precheck import check_image_folder
@@ -272,7 +276,7 @@ def preprocess(
     read = partial(read_table, header=header, delimiter=delimiter)
     try:
         if workers > 1:
-            with ProcessPoolExecutor(max_workers=workers) as pool:
+            with process_pool(workers) as pool:  # never forked: a lock held by another thread (#28.13)
                 tables = list(pool.map(read, files))
         else:
             tables = [read(f) for f in files]

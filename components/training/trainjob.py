@@ -20,8 +20,11 @@ step's own task (a KFP task, an Airflow pod, a local process) is then the job's 
 4. The launcher waits (:func:`job_status`), then copies node 0's model into its output (atomically) and returns
    node 0's facts. A failed job fails the step with node 0's failure class (a permanent error in the user's code
    stays permanent); pods lost without an outcome are *transient* (the retry resubmits, and the new job resumes
-   from the shared checkpoints). A job the gang scheduler does not admit within :data:`GANG_WAIT_ENV` seconds
-   (default :data:`GANG_WAIT_SECONDS`) is deleted: a device failure, so the step falls back. The job's name is
+   from the shared checkpoints); the class is the most severe any node reported (:mod:`.gang`), so a bug on node 1
+   stays permanent when node 0 was stopped before writing its outcome. A job whose pods are not all ``Running``
+   within :data:`GANG_WAIT_ENV` seconds (default :data:`GANG_WAIT_SECONDS`), whether the job is still suspended or
+   already ``Created`` with members the gang scheduler cannot place or Kueue holds (kubeflow/trainer#1617), is
+   deleted: a device failure, so the step falls back; the message says which pods wait and why, naming the queue. The job's name is
    derived from the checkpoint folder, so a retried launcher finds the job it submitted and waits for it.
 
 Sources: [KL] Kubeflow Pipelines' ``kubeflow/pytorch-launcher`` component (launch a PyTorchJob from a pipeline
@@ -45,6 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.errors import DeviceUnavailable, HeteroflowError
+from heteroflow.components.training.gang import gang_running, job_failure, pod_hold, pod_lister, pod_selector
 
 if TYPE_CHECKING:
     from heteroflow.components.devices.cluster import ClusterProfile
@@ -277,6 +281,7 @@ def run_training_job(
     environ: Mapping[str, str] | None = None,
     api: Any = None,
     poll_seconds: float = POLL_SECONDS,
+    pods: Callable[[str, str], list[dict[str, Any]]] | None = None,
 ) -> dict[str, Any]:
     """Run a multi-node train as a training job on the cluster and wait for it (the module docstring's steps).
 
@@ -291,6 +296,8 @@ def run_training_job(
         environ: the environment (default ``os.environ``).
         api: a ``kubernetes.client.CustomObjectsApi`` (default: from the environment's credentials).
         poll_seconds: seconds between status reads.
+        pods: ``(namespace, label selector) -> pods`` (the API's JSON): the job's pods, to know when the whole gang
+            runs (default: read with ``api``'s credentials; none for an ``api`` without them).
 
     Returns:
         Node 0's outcome facts (train's facts: steps, history, samples_per_second...).
@@ -324,7 +331,9 @@ def run_training_job(
         _create(api, namespace, m)
     say(f"train: submitted {job['kind']} {namespace}/{name} ({resources.nodes} nodes of {kind} x{resources.count}, gang-scheduled)")
     gang_wait = float(env.get(GANG_WAIT_ENV) or GANG_WAIT_SECONDS)
-    started, seen = time.monotonic(), None
+    list_pods = pods if pods is not None else pod_lister(api)
+    selector = pod_selector(job["kind"], name)
+    started, seen, admitted = time.monotonic(), None, False
     try:
         while True:
             status = job_status(api.get_namespaced_custom_object(group, version, namespace, plural, name))
@@ -333,25 +342,37 @@ def run_training_job(
                 say(f"train: {job['kind']} {name} is {status.phase}" + (f" ({status.reason})" if status.reason else ""))
             if status.phase in ("succeeded", "failed"):
                 break
-            if status.phase == "pending" and time.monotonic() - started > gang_wait:
-                _delete(api, namespace, manifests)
-                raise DeviceUnavailable(
-                    f"{what}: the cluster did not admit all {resources.nodes} nodes of {job['kind']} {name} within "
-                    f"{gang_wait:g} s ({status.reason or 'pending'}); deleted it (set {GANG_WAIT_ENV} to wait longer)"
-                )
+            if not admitted:
+                # "running" is not enough: a TrainJob is Created (a PyTorchJob Running) while the gang scheduler
+                # still cannot place some members (kubeflow/trainer#1617); admitted means every member Running
+                members = list_pods(namespace, selector) if list_pods is not None and status.phase == "running" else None
+                admitted = status.phase == "running" and (members is None or gang_running(members, resources.nodes))
+                if not admitted and time.monotonic() - started > gang_wait:
+                    _delete(api, namespace, manifests)
+                    if members is None:
+                        state = status.reason or status.phase
+                    else:
+                        running = sum(gang_running([m], 1) for m in members)
+                        holds = [h for h in map(pod_hold, members) if h]
+                        state = f"{running} of {resources.nodes} pods Running" + "".join(f"; {h}" for h in holds)
+                    raise DeviceUnavailable(
+                        f"{what}: the cluster did not admit all {resources.nodes} nodes of {job['kind']} {name} within "
+                        f"{gang_wait:g} s ({state}); deleted it (set {GANG_WAIT_ENV} to wait longer)"
+                    )
             time.sleep(poll_seconds)
     except KeyboardInterrupt:
         _delete(api, namespace, manifests)  # an interrupted run leaves no job behind; the rerun resumes from checkpoints
         raise
     outcome_file = workdir / "node-0" / "outcome.json"
-    outcome = json.loads(outcome_file.read_text(encoding="utf-8")) if outcome_file.is_file() else None
     if status.phase == "failed":
-        reason = (outcome or {}).get("reason") or status.reason or "no reason given"
-        if outcome is not None and outcome.get("failure") == "permanent":
+        # every node's outcome: the failing node may not be node 0, which is often stopped before it writes one
+        failure, reason = job_failure(workdir, resources.nodes) or ("transient", status.reason or "no reason given")
+        if failure == "permanent":
             raise JobPermanentFailure(f"{job['kind']} {name} failed: {reason}")
-        if outcome is not None and outcome.get("failure") == "device":
+        if failure == "device":
             raise DeviceUnavailable(f"{job['kind']} {name} failed on its devices: {reason}")
         raise JobTransientFailure(f"{job['kind']} {name} failed ({reason}); a retry resubmits it and resumes from its checkpoints")
+    outcome = json.loads(outcome_file.read_text(encoding="utf-8")) if outcome_file.is_file() else None
     if outcome is None:
         raise JobTransientFailure(f"{job['kind']} {name} succeeded but node 0 wrote no outcome ({outcome_file})")
     _copy_atomic(workdir / "node-0" / "model", Path(model_dir))
