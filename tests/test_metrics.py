@@ -159,8 +159,9 @@ def test_metrics_serve_scraped_for_a_run_that_fell_back(tmp_path: Path) -> None:
     fb = [s for s in families["heteroflow_fallbacks"].samples if s.name == "heteroflow_fallbacks_total"]
     assert [(s.labels["run_id"], s.labels["step"], s.labels["from_device_kind"], s.labels["from_accelerator"], s.labels["to_device_kind"],
              s.labels["to_accelerator"], s.labels["failure_class"], s.value) for s in fb] == [
-        ("fell-back", "train", "npu", "ascend-910", "gpu", "nvidia-gpu", "device", 1.0)
+        (record.run_id, "train", "npu", "ascend-910", "gpu", "nvidia-gpu", "device", 1.0)
     ]
+    assert record.run_id.startswith("fell-back-")  # a run given its folder: the folder's name, then a unique part (#28.12)
     attempts = {(s.labels["step"], s.labels["device_kind"], s.labels["simulated"], s.labels["outcome"]): s.value
                 for s in families["heteroflow_step_attempts"].samples if s.name.endswith("_total")}
     assert attempts[("train", "npu", "true", "failed")] == 1 and attempts[("train", "gpu", "true", "succeeded")] == 1

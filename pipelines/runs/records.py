@@ -123,7 +123,7 @@ class RunRecord:
     """The record of one run, written to ``<run_dir>/run.json``.
 
     Attributes:
-        run_id: ``YYYYmmdd-HHMMSS-xxxx`` (or the run folder's name).
+        run_id: ``YYYYmmdd-HHMMSS-xxxx``; for a run given its folder, the folder's name, ``-``, then one (unique: #28.12).
         pipeline: the pipeline's name.
         status: ``succeeded`` when every call succeeded (even if a stop came after that), ``interrupted`` after
             Ctrl-C or SIGTERM, ``killed`` when the run's process died without a record (written by the next run,
