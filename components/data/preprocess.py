@@ -93,7 +93,7 @@ from heteroflow.components.data.shards import (
     stratified_split,
 )
 from heteroflow.components.resources import Resources, RetryPolicy
-from heteroflow.components.core.processes import process_pool
+from heteroflow.components.core.processes import PRELOAD_TABLE_READERS, process_pool
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 
 if TYPE_CHECKING:  # numpy and pandas are imported where they are used: pipeline definitions import the steps
@@ -276,7 +276,7 @@ def preprocess(
     read = partial(read_table, header=header, delimiter=delimiter)
     try:
         if workers > 1:
-            with process_pool(workers) as pool:  # never forked: a lock held by another thread (#28.13)
+            with process_pool(workers, preload=PRELOAD_TABLE_READERS) as pool:  # imports first, then forks (#28.13)
                 tables = list(pool.map(read, files))
         else:
             tables = [read(f) for f in files]

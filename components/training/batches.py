@@ -94,7 +94,7 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
     import torch
     from torch.utils.data import DataLoader
 
-    from heteroflow.components.core.processes import worker_context
+    from heteroflow.components.core.processes import PRELOAD_DATALOADER, worker_context
     from heteroflow.components.data.readers import batch_collate
 
     sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size, parts=parts)
@@ -107,7 +107,7 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
         prefetch_factor=2 if num_workers > 0 else None,
         persistent_workers=num_workers > 0,
         generator=torch.Generator().manual_seed(seed),
-        multiprocessing_context=worker_context() if num_workers > 0 else None,  # never forked (#28.13)
+        multiprocessing_context=worker_context(PRELOAD_DATALOADER) if num_workers > 0 else None,  # imports first (#28.13)
     )
 
 
