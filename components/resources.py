@@ -471,6 +471,10 @@ class Resources:
                 beside the ``KIND:`` prefix) or invalid value.
         """
         kind, _, rest = spec.partition(":")
+        if ";" in rest and "=" in rest.partition(";")[2]:
+            raise InvalidResources(
+                f"candidate {spec!r}: fields are separated by ',', not ';' (e.g. gpu:count=1,memory=16Gi)"
+            )
         fields: dict[str, Any] = {"kind": kind}
         written: dict[str, str] = {}
         for item in filter(None, (p.strip() for p in rest.split(","))):

@@ -186,7 +186,7 @@ ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
     "dataset-only-txt": (["run", "--dataset", "{only-txt}"], ["{only-txt}", "no .csv, .tsv, .parquet or .npz file"]),
     "memory-unit-GB": (["run", "-c", "gpu:memory=16GB"], ["memory='16GB'", "'GB' is not a unit"]),
     "negative-count": (["run", "-c", "gpu:count=-1"], ["count=-1", "negative"]),
-    "unknown-kind": (["run", "-c", "tpu"], ["kind='tpu'", "is not a device kind", "cpu, gpu, npu"]),
+    "unknown-kind": (["run", "-c", "tpu"], ["-c/--candidate: kind='tpu'", "is not a device kind", "cpu, gpu, npu"]),
     "unknown-protocol": (["run", "--dataset", "nosuch://bucket/data"], ["nosuch:// is not a known fsspec protocol"]),
     # Out-of-range values fail before any step runs (not after the steps' retries).
     "epochs-zero": (["run", "--param", "epochs=0"], ["epochs=0 is out of range", "an integer >= 1"]),

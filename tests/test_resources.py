@@ -913,3 +913,18 @@ def test_resources_with_placement_fields_pickle_and_deepcopy():
     clone = copy.deepcopy(r)
     assert clone == r and clone.affinity == r.affinity and hash(clone) == hash(r)
     assert Resources(tolerations=None, node_selector=None, labels=None) == Resources()
+
+
+def test_a_misspelt_kind_suggests_the_registered_one() -> None:
+    """Found trying it as a new user: ``-c gppu`` listed the kinds but did not say which one was meant."""
+    with pytest.raises(InvalidResources, match=r"^kind='gppu' is not a device kind; valid kinds: cpu, gpu, npu.*; did you mean 'gpu'\?$"):
+        Resources.parse_spec("gppu")
+    with pytest.raises(InvalidResources, match=r"did you mean 'gpu'\?$"):
+        Resources.parse_spec("cudda:count=1")  # an alias, misspelt: the kind it stands for
+    with pytest.raises(InvalidResources, match=r"valid kinds: cpu, gpu, npu[^;]*$"):
+        Resources.parse_spec("quantum")  # nothing close: no guess
+
+
+def test_fields_separated_by_semicolons_say_the_separator() -> None:
+    with pytest.raises(InvalidResources, match=r"candidate 'gpu:count=1;memory=2Gi': fields are separated by ',', not ';'"):
+        Resources.parse_spec("gpu:count=1;memory=2Gi")

@@ -144,7 +144,12 @@ def get(value: DeviceKind | str, *, field: str = "kind") -> DeviceKind:
     kind = find(value) if isinstance(value, str) else None
     if kind is None:
         valid = ", ".join(k.value for k in all_kinds())
-        raise InvalidResources(f"{field}={value!r} is not a device kind; valid kinds: {valid}")
+        import difflib
+
+        names = [k.value for k in all_kinds()] + sorted(_ALIASES)
+        close = difflib.get_close_matches(_key(value), names, n=1, cutoff=0.6) if isinstance(value, str) and value.strip() else []
+        hint = f"; did you mean {(_ALIASES.get(close[0]) or close[0])!r}?" if close else ""
+        raise InvalidResources(f"{field}={value!r} is not a device kind; valid kinds: {valid}{hint}")
     return kind
 
 

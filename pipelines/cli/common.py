@@ -12,7 +12,7 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
-from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.errors import InvalidParameter, InvalidResources
 from heteroflow.components.resources import Candidates
 
 __all__ = ["console", "err_console"]
@@ -77,4 +77,8 @@ def _pipeline(ref: str | None, candidate: list[str] | None = None) -> Any:
         return pipeline
     from heteroflow.pipelines.default import default_pipeline
 
-    return default_pipeline(train_candidates=Candidates(candidate) if candidate else None)
+    try:
+        candidates = Candidates(candidate) if candidate else None
+    except (InvalidParameter, InvalidResources) as exc:  # say which option the user got wrong
+        raise type(exc)(f"-c/--candidate: {exc}") from None
+    return default_pipeline(train_candidates=candidates)
