@@ -88,7 +88,7 @@ def run(
     ] = None,
     dataset: Annotated[
         Optional[str],
-        typer.Option(help="Data set folder or fsspec URL with .csv, .tsv, .parquet or .npz files. Default: the digits sample."),
+        typer.Option(help="Data set folder or fsspec URL: tables (.csv, .tsv, .parquet, .npz), an image folder (one folder per class) or .pt tensors; `heteroflow readers` lists every format. Default: the digits sample."),
     ] = None,
     candidate: Annotated[
         Optional[list[str]],
