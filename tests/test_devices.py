@@ -85,7 +85,7 @@ def test_builtin_failure_patterns_classify_runtime_errors() -> None:
 def test_gpu_and_npu_probe_answer_without_torch_when_no_driver_file_exists() -> None:
     for kind in (DeviceKind.GPU, DeviceKind.NPU):
         if any(os.path.exists(p) for p in kind.device_files):
-            pytest.skip("this machine has an accelerator driver")
+            pytest.skip(f"this machine has the {kind} driver device file(s) {kind.device_files}: the no-driver answer cannot be observed here")
         probe = kind.probe()
         assert probe.count == 0 and "driver device file" in probe.note
     assert DeviceKind.CPU.probe().count == 1

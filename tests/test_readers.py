@@ -216,7 +216,11 @@ class HashCsvReader:
             return fh.read(6) == b"#!hash"
 
     def read(self, path, /, **options):
-        raise NotImplementedError
+        frame = pd.read_csv(path, skiprows=1)  # the #!hash line, then a plain CSV
+        kinds = {}
+        for col in frame.columns:
+            frame[col], kinds[col] = clean_column(frame[col])
+        return RawTable(frame=frame, kinds=kinds, source=str(path), format="hashcsv", csv=None, named=True, blank_rows=0)
 
     def describe(self):
         return "csv files with a #!hash line"
@@ -358,6 +362,8 @@ def test_an_ambiguous_suffix_is_decided_by_sniffing(plugin_entry_points, tmp_pat
     plain.write_text("a,b\n1,2\n")
     assert [r.name for r in registry.claiming(hashed)] == ["hashcsv", "csv"]  # entry-point readers sniff first
     assert registry.find(hashed).name == "hashcsv"
+    table = registry.find(hashed).read(hashed)
+    assert list(table.frame.columns) == ["a", "b"] and table.frame.iloc[0].tolist() == [1, 2]
     assert registry.find(plain).name == "csv"
     assert registry.suffixes("table")[:2] == (".csv", ".tsv")
 

@@ -9,20 +9,6 @@ inventories to place on), ``rounds`` (placement rounds and reclaim), ``plan`` (t
 May import: ``heteroflow.components.core``, ``devices``, ``errors``, ``heteroflow.cache``.
 """
 
-from __future__ import annotations
+from heteroflow.components.core.lazy import names_from
 
-import importlib
-from typing import Any
-
-_NAMES_FROM = "heteroflow.components.placement.policies"
-
-
-def __getattr__(name: str) -> Any:
-    """The names of :mod:`heteroflow.components.placement.policies`, resolved on first use (PEP 562), so the module path
-    ``heteroflow.components.placement`` that this package replaced keeps working (saved ``heteroflow.components.placement:NAME`` strings included)."""
-    if name.startswith("__"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return getattr(importlib.import_module(_NAMES_FROM), name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = names_from(__name__, "heteroflow.components.placement.policies")

@@ -13,20 +13,6 @@ worker errors), ``gradients`` (weighted and compressed DDP hooks, learning-rate 
 May import: ``heteroflow.components.core``, ``devices``, ``data``, ``placement``, ``errors``, ``heteroflow.cache``.
 """
 
-from __future__ import annotations
+from heteroflow.components.core.lazy import names_from
 
-import importlib
-from typing import Any
-
-_NAMES_FROM = "heteroflow.components.training.loop"
-
-
-def __getattr__(name: str) -> Any:
-    """The names of :mod:`heteroflow.components.training.loop`, resolved on first use (PEP 562), so the module path
-    ``heteroflow.components.training`` that this package replaced keeps working (saved ``heteroflow.components.training:NAME`` strings included)."""
-    if name.startswith("__"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return getattr(importlib.import_module(_NAMES_FROM), name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = names_from(__name__, "heteroflow.components.training.loop")

@@ -9,20 +9,6 @@ May import: everything in ``heteroflow.pipelines``, ``heteroflow.components``, `
 (``heteroflow.dags``) only through the ``heteroflow.cli`` entry point.
 """
 
-from __future__ import annotations
+from heteroflow.components.core.lazy import names_from
 
-import importlib
-from typing import Any
-
-_NAMES_FROM = "heteroflow.pipelines.cli.main"
-
-
-def __getattr__(name: str) -> Any:
-    """The names of :mod:`heteroflow.pipelines.cli.main`, resolved on first use (PEP 562), so the module path
-    ``heteroflow.pipelines.cli`` that this package replaced keeps working (saved ``heteroflow.pipelines.cli:NAME`` strings included)."""
-    if name.startswith("__"):
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    try:
-        return getattr(importlib.import_module(_NAMES_FROM), name)
-    except AttributeError:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+__getattr__ = names_from(__name__, "heteroflow.pipelines.cli.main")
