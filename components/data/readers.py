@@ -97,6 +97,8 @@ class TensorData:
         y: int64 tensor ``(n,)``.
     """
 
+    draws_random = False  # nothing random in a read: the loaders need not seed it (training.sample_seeds)
+
     def __init__(self, x: torch.Tensor, y: torch.Tensor) -> None:
         self.x, self.y = x, y
 
@@ -142,6 +144,8 @@ class ImageFolderData:
         mode: Pillow mode (``L`` or ``RGB``).
         size: (width, height) in pixels every image is brought to.
     """
+
+    draws_random = False  # nothing random in a read: the loaders need not seed it (training.sample_seeds)
 
     def __init__(self, paths: Sequence[str], labels: Sequence[int], *, mode: str, size: tuple[int, int]) -> None:
         self.paths, self.labels, self.mode, self.size = list(paths), list(labels), mode, tuple(size)

@@ -20,7 +20,9 @@ __all__ = ["EpochBatches", "auto_workers", "make_loader"]
 class EpochBatches:
     """The batch sampler of heteroflow's loaders: epoch ``e`` visits a permutation seeded by ``seed + e``, in
     batches of ``batch_size`` (the last may be smaller), from batch ``start`` on (a resume mid-epoch). The same
-    seed gives the same batches on every device and with any number of DataLoader workers.
+    seed gives the same batches on every device and with any number of DataLoader workers, and each batch carries
+    the key of its samples' random draws (:mod:`heteroflow.components.training.sample_seeds`), so a dataset that
+    augments at random draws the same on a resume too.
 
     Distributed training (``rank`` / ``world_size``): every rank walks the same batches and yields its share of
     each, consecutive slices in rank order, so the union over ranks of step ``i``'s samples is step ``i`` of one
@@ -66,6 +68,9 @@ class EpochBatches:
     def __iter__(self) -> Iterator[np.ndarray]:
         import numpy as np
 
+        from heteroflow.components.training.sample_seeds import draws_key, tag
+
+        key = draws_key(self.seed, self.epoch)  # the batches carry it: a sample's random draws follow (seed, epoch)
         order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
         for b in range(self.start, math.ceil(self.n / self.batch_size)):
             batch = order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch
@@ -74,7 +79,7 @@ class EpochBatches:
                 start = sum(sizes[: self.rank])
                 part = batch[start:start + sizes[self.rank]]
                 batch = part if len(part) else batch[:1]
-            yield batch
+            yield tag(batch, key)
 
     def share(self, b: int) -> float:
         """The factor rank ``rank``'s mean loss on batch ``b`` (of the epoch) gets so that DDP's average over ranks
@@ -90,16 +95,18 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
                 rank: int = 0, world_size: int = 1, parts: tuple[int, ...] = ()) -> Any:
     """A DataLoader over ``dataset`` with :class:`EpochBatches` (this rank's share of each batch when
     ``world_size > 1``, ``parts`` the per-rank sizes when given): ``num_workers`` processes prefetching 2 batches each, pinned memory on accelerators, its
-    own RNG (the global one stays the training's)."""
+    own RNG (the global one stays the training's). A dataset's random draws (augmentation) are seeded per sample
+    from (``seed``, epoch, sample index): :func:`heteroflow.components.training.sample_seeds.seeded_dataset`."""
     import torch
     from torch.utils.data import DataLoader
 
     from heteroflow.components.core.processes import PRELOAD_DATALOADER, worker_context
     from heteroflow.components.data.readers import batch_collate
+    from heteroflow.components.training.sample_seeds import seeded_dataset
 
     sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size, parts=parts)
     return DataLoader(
-        dataset,
+        seeded_dataset(dataset),
         batch_sampler=sampler,
         num_workers=num_workers,
         collate_fn=batch_collate,

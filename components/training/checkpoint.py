@@ -73,6 +73,8 @@ class Checkpoint:
         amp_dtype: the autocast dtype name of this run ("float32", "bfloat16", "float16").
         resumed_from_step: the step of the checkpoint loaded (0 before :meth:`load`, or on a fresh start).
         written: checkpoints written by this process.
+        counters: the run's counters (``amp_skipped_steps``: steps the GradScaler skipped), saved with every
+            checkpoint and restored in place on load, like ``history``.
     """
 
     def __init__(self, folder: Path, *, every_steps: int, model: Mapping[str, Any], amp_dtype: str,
@@ -86,6 +88,7 @@ class Checkpoint:
         self.resumed_from_step = 0
         self.written = 0
         self.history: list[dict[str, Any]] = []
+        self.counters: dict[str, int] = {}  # run counters (``amp_skipped_steps``): saved, restored in place
         self.state: dict[str, Any] | None = None
 
     @property
@@ -117,6 +120,7 @@ class Checkpoint:
             "rng": _rng_state(),
             "extra": _to_cpu(dict(extra or {})),
             "history": [dict(e) for e in self.history],
+            "counters": {k: int(v) for k, v in self.counters.items()},
         }
         if optimizer is not None:
             state["optimizer"] = _to_cpu(optimizer.state_dict())
@@ -188,4 +192,7 @@ class Checkpoint:
         if not isinstance(saved, list):  # a checkpoint of an earlier release: the built-in loop kept it in extra
             saved = (state.get("extra") or {}).get("history") or []
         self.history[:] = [dict(e) for e in saved if isinstance(e, dict)]
+        counters = state.get("counters")
+        self.counters.clear()
+        self.counters.update({str(k): int(v) for k, v in counters.items()} if isinstance(counters, dict) else {})
         return {"step": int(state["step"]), "extra": state.get("extra", {})}

@@ -17,7 +17,8 @@ atomic, device-portable checkpoints (:class:`Checkpoint`). The built-in classifi
             for x, y in ctx.batches(epoch, step):        # resumes mid-epoch where the checkpoint was
                 with ctx.autocast():
                     loss = ctx.loss_fn(model(x), y)
-                ctx.backward(loss, opt)                   # backward and step (through ctx.scaler for fp16)
+                ctx.backward(loss, opt)                   # backward and step (through ctx.scaler for fp16; pass
+                                                          # scheduler= to step it, never on a skipped step)
                 step += 1
                 ctx.step_done(step, model=model, optimizer=opt)   # checkpoints when due; rehearsed faults
             ctx.report(epoch=epoch + 1, loss=...)        # live progress and the per-epoch history in run.json
@@ -68,6 +69,7 @@ from heteroflow.components.training.precision import (
     _synchronize,
     make_scaler,
     resolve_precision,
+    scaled_step,
 )
 
 if TYPE_CHECKING:  # torch is imported where it is used: train's parameter checks import this module
@@ -147,6 +149,7 @@ class TrainContext:
     loop_seconds: float = 0.0
     _started: float = dataclasses.field(default_factory=time.perf_counter)
     _share: float = 1.0
+    _amp_skips: Any = None  # skipped steps not yet added to checkpoint.counters (a device tensor: no wait per step)
 
     def __post_init__(self) -> None:
         # one list: the checkpoint saves the history reported so far and restores it in place on load, whatever
@@ -216,18 +219,45 @@ class TrainContext:
         dist.all_reduce(t)
         return float(t.item()) / self.world_size
 
-    def backward(self, loss: torch.Tensor, optimizer: Any) -> None:
+    def backward(self, loss: torch.Tensor, optimizer: Any, scheduler: Any = None) -> torch.Tensor:
         """Zero ``optimizer``'s gradients, backpropagate ``loss`` (a scalar tensor) and take the optimizer step,
         through :attr:`scaler` when fp16 needs one (scale the loss, unscale before the step, update the scale:
-        ``torch.amp.GradScaler``'s documented order)."""
+        ``torch.amp.GradScaler``'s documented order), then step ``scheduler`` (an LR scheduler stepped once per
+        optimizer step) unless the scaler skipped the step.
+
+        A scaler skips the step when the gradients hold an inf or NaN (:func:`scaled_step`); stepping the scheduler
+        anyway moves the learning rate on for an update that never happened (pytorch/pytorch#55585). Skips are
+        counted in :attr:`amp_skipped_steps` (saved in checkpoints, reported in the run record). Deciding the
+        scheduler's step reads one flag from the device; without a scheduler nothing waits.
+
+        Returns:
+            ``loss``, detached (for logging: ``loss = ctx.backward(loss, opt)``).
+        """
         optimizer.zero_grad(set_to_none=True)
         if self.scaler is not None:
-            self.scaler.scale(loss).backward()
-            self.scaler.step(optimizer)
-            self.scaler.update()
+            skipped = scaled_step(self.scaler, loss, optimizer)
+            self._amp_skips = skipped.long() if self._amp_skips is None else self._amp_skips + skipped
+            if scheduler is not None and not bool(skipped):
+                scheduler.step()
         else:
             loss.backward()
             optimizer.step()
+            if scheduler is not None:
+                scheduler.step()
+        return loss.detach()
+
+    @property
+    def amp_skipped_steps(self) -> int:
+        """Optimizer steps the GradScaler skipped (inf/NaN gradients) in the whole training, those before a resume
+        included (0 without a scaler). Reading it waits for the device."""
+        self._flush_amp_skips()
+        return int(self.checkpoint.counters.get("amp_skipped_steps", 0))
+
+    def _flush_amp_skips(self) -> None:
+        if self._amp_skips is not None:
+            counters = self.checkpoint.counters
+            counters["amp_skipped_steps"] = int(counters.get("amp_skipped_steps", 0)) + int(self._amp_skips.item())
+            self._amp_skips = None
 
     def autocast(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast`` in :attr:`autocast_dtype` on this device type (a no-op context for fp32)."""
@@ -271,6 +301,7 @@ class TrainContext:
         saved = False
         due = self.checkpoint.due(step)
         if due and self.rank == 0:
+            self._flush_amp_skips()  # the checkpoint holds the count so far
             self.checkpoint.save(step, model=model, optimizer=optimizer, scheduler=scheduler, scaler=self.scaler, extra=extra)
             saved = True
         if due and self.distributed is not None and self.world_size > 1:

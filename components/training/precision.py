@@ -1,6 +1,7 @@
 """Devices and precision of a training run: the autocast dtype a precision means on a device
-(:func:`resolve_precision`, from the accelerator registry), the ``GradScaler`` fp16 needs (:func:`make_scaler`), and
-waiting for a device's queued work before timing it."""
+(:func:`resolve_precision`, from the accelerator registry), the ``GradScaler`` fp16 needs (:func:`make_scaler`), one
+scaled optimizer step that says whether the scaler skipped it (:func:`scaled_step`), and waiting for a device's
+queued work before timing it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from heteroflow.components.errors import InvalidParameter
 if TYPE_CHECKING:  # torch is imported where it is used: train's parameter checks import this module
     import torch
 
-__all__ = ["PRECISIONS", "make_scaler", "resolve_precision"]
+__all__ = ["PRECISIONS", "make_scaler", "resolve_precision", "scaled_step"]
 
 PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 
@@ -64,3 +65,28 @@ def make_scaler(dtype: torch.dtype | None, device: torch.device) -> Any:
     if dtype is not torch.float16:
         return None
     return torch.amp.GradScaler(device.type)
+
+
+def scaled_step(scaler: Any, loss: torch.Tensor, optimizer: Any) -> torch.Tensor:
+    """Backpropagate ``loss`` through ``scaler`` (a ``torch.amp.GradScaler``), take ``optimizer``'s step and update
+    the scale, in ``GradScaler``'s documented order; return whether the scaler skipped the step.
+
+    A scaler skips the optimizer step when the unscaled gradients hold an inf or NaN, and then multiplies its scale
+    by ``backoff_factor`` (< 1; it never lowers the scale otherwise), so a lower scale after ``update()`` is a
+    skipped step: the test the PyTorch maintainers give for not stepping an LR scheduler then
+    (pytorch/pytorch#55585). The comparison stays on the device: nothing waits for it until it is read.
+
+    Returns:
+        A 0-dim bool tensor on the scale's device: True when the step was skipped (False for a disabled scaler).
+    """
+    import torch
+
+    scaler.scale(loss).backward()  # scale() creates the scale tensor on its first call
+    scale = scaler._get_scale_async()  # the scale tensor itself (GradScaler.get_scale() would wait for the device)
+    if scale is None:  # a disabled scaler: a plain step
+        optimizer.step()
+        return torch.zeros((), dtype=torch.bool)
+    before = scale.detach().clone()
+    scaler.step(optimizer)
+    scaler.update()
+    return scaler._get_scale_async() < before  # type: ignore[no-any-return]

@@ -101,6 +101,8 @@ class TrainResult:
         waited_seconds: how long it waited for it.
         reused_model: the model folder of that training, when it finished: this call copied its model (and
             facts: ``steps``, ``history``...) instead of training again; empty otherwise.
+        amp_skipped_steps: optimizer steps the fp16 GradScaler skipped for inf/NaN gradients (the learning-rate
+            scheduler was not stepped on them), those before a resume included; 0 without a scaler.
     """
 
     model_dir: Path
@@ -123,6 +125,7 @@ class TrainResult:
     waited_for: str = ""
     waited_seconds: float = 0.0
     reused_model: str = ""
+    amp_skipped_steps: int = 0
 
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
@@ -362,6 +365,7 @@ def train(
                 processes=workers_total,
                 batch_size=union,
                 accelerator=str(getattr(resources, "accelerator", None) or ""),
+                amp_skipped_steps=ctx.amp_skipped_steps,
                 **waited,
             )
             if held is not None:
@@ -411,6 +415,7 @@ def _train_as_job(resources: Resources, *, dataset_dir: str | os.PathLike[str], 
         num_workers=int(facts.get("num_workers", 0)),
         processes=int(facts.get("processes", resources.nodes)),
         batch_size=int(facts.get("batch_size", 0)),
+        amp_skipped_steps=int(facts.get("amp_skipped_steps", 0)),
     )
 
 
@@ -453,7 +458,7 @@ def _train_worker(dctx: Any, *, dataset_dir: str, values: dict[str, Any], kind: 
         return None
     return {"model": _to_cpu(raw.state_dict()), "history": list(ctx.history), "samples_seen": int(samples.item()),
             "loop_seconds": seconds, "resumed_from_step": ctx.checkpoint.resumed_from_step,
-            "checkpoints_written": ctx.checkpoint.written}
+            "checkpoints_written": ctx.checkpoint.written, "amp_skipped_steps": ctx.amp_skipped_steps}
 
 
 def _node_arguments(role: Any) -> dict[str, Any]:
@@ -509,6 +514,7 @@ def _train_on_workers(world: int, device: torch.device, *, dataset_dir: str | os
     ctx.loop_seconds = out["loop_seconds"]
     ctx.checkpoint.resumed_from_step = out["resumed_from_step"]
     ctx.checkpoint.written = out["checkpoints_written"]
+    ctx.checkpoint.counters["amp_skipped_steps"] = out.get("amp_skipped_steps", 0)
     model = ctx.model_spec.build()
     model.load_state_dict(out["model"])
     return model.to(device)
@@ -549,6 +555,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
         "seconds": result.seconds,
         **({"waited_for": result.waited_for, "waited_seconds": round(result.waited_seconds, 1)} if result.waited_for else {}),
         **({"reused_model": result.reused_model} if result.reused_model else {}),
+        **({"amp_skipped_steps": result.amp_skipped_steps} if result.precision == "float16" else {}),
     }
 
 
@@ -571,6 +578,8 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
     va = f.get("validation_accuracy")
     resumed = f" (resumed from step {f['resumed_from_step']})" if f.get("resumed_from_step") else ""
     precision = f", {f['precision']}" if f.get("precision") not in (None, "float32") else ""
+    if f.get("amp_skipped_steps"):  # pytorch/pytorch#55585: the scheduler did not step on them
+        precision += f" ({f['amp_skipped_steps']} steps skipped by the GradScaler: inf/NaN gradients)"
     waited = [f"train: waited {f.get('waited_seconds', 0.0):.1f} s for {f['waited_for']}, which ran the same training"] if f.get("waited_for") else []
     if f.get("reused_model"):  # that training finished: its model is this run's (#28 item 10)
         return [*waited, f"train: took the model it finished ({f['steps']} steps, {f['reused_model']}), not trained again; "
