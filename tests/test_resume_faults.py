@@ -262,6 +262,23 @@ def test_a_step_the_grad_scaler_skips_does_not_step_the_scheduler_and_backward_r
     assert psched.last_epoch == 1 and scaler.get_scale() == 2.0 ** 15  # skipped, yet the LR moved on
 
 
+def test_a_disabled_scaler_takes_plain_steps() -> None:
+    """``GradScaler("cuda")`` without CUDA disables itself: scaled_step is then a plain step, never a skip."""
+    from heteroflow.components.training.precision import scaled_step
+
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.5)
+    if torch.cuda.is_available():
+        scaler = torch.amp.GradScaler("cpu", enabled=False)
+    else:
+        with pytest.warns(UserWarning, match="Disabling"):
+            scaler = torch.amp.GradScaler("cuda")
+    assert not scaler.is_enabled()
+    before = model.weight.detach().clone()
+    skipped = scaled_step(scaler, model(torch.ones(1, 2)).sum(), opt)
+    assert not bool(skipped) and torch.allclose(model.weight, before - 0.5)
+
+
 def _marked_batches(n: int, batch_size: int, seed: int, epochs: int, marked: tuple[int, ...]) -> int:
     """Optimizer steps whose batch holds a marked sample: the steps the scaler must skip."""
     from heteroflow.components.training.batches import EpochBatches

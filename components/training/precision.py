@@ -82,10 +82,10 @@ def scaled_step(scaler: Any, loss: torch.Tensor, optimizer: Any) -> torch.Tensor
     import torch
 
     scaler.scale(loss).backward()  # scale() creates the scale tensor on its first call
-    scale = scaler._get_scale_async()  # the scale tensor itself (GradScaler.get_scale() would wait for the device)
-    if scale is None:  # a disabled scaler: a plain step
+    if not scaler.is_enabled():  # disabled (torch.amp.GradScaler("cuda") without CUDA): a plain step
         optimizer.step()
         return torch.zeros((), dtype=torch.bool)
+    scale = scaler._get_scale_async()  # the scale tensor itself (GradScaler.get_scale() would wait for the device)
     before = scale.detach().clone()
     scaler.step(optimizer)
     scaler.update()
