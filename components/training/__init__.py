@@ -5,11 +5,13 @@ model files, loading a model), ``params`` (``model_args``, ``batch_sizes``, the 
 (the checkpoint folder's lock) and ``context`` (one process's ``TrainContext``)), ``loop`` (``TrainContext`` and the built-in loop; it re-exports the names of
 ``factories``, ``precision``, ``checkpoint`` and ``batches``, and its names are also this package's, so
 ``heteroflow.components.training:mlp`` resolves), ``factories`` (the built-in model, ``ModelSpec``), ``precision``
-(autocast dtype, ``GradScaler``), ``checkpoint`` (``Checkpoint``), ``batches`` (``EpochBatches``, the loaders),
+(autocast dtype, ``GradScaler``, skipped-step detection), ``checkpoint`` (``Checkpoint``), ``batches`` (``EpochBatches``,
+the loaders), ``sample_seeds`` (a dataset's random draws seeded by the sampler's state),
 ``distributed`` (the DDP launcher; it re-exports the names of ``rendezvous``, ``worker`` and ``gradients``),
 ``rendezvous`` (backends, torchrun's environment, node roles), ``worker`` (a worker process, ``DistributedContext``,
 worker errors), ``gradients`` (weighted and compressed DDP hooks, learning-rate scaling, rank batches),
-``trainjob`` (the multi-node launcher of a Kubeflow TrainJob / PyTorchJob), ``profiling`` (the step profile).
+``trainjob`` (the multi-node launcher of a Kubeflow TrainJob / PyTorchJob), ``mixed_job`` (a job of several device
+kinds as one Volcano Job), ``profiling`` (the step profile).
 May import: ``heteroflow.components.core``, ``devices``, ``data``, ``placement``, ``errors``, ``heteroflow.cache``.
 """
 

@@ -1,0 +1,288 @@
+"""A mixed training job on a cluster: replicas of several device kinds in one gang-scheduled Volcano Job.
+
+:func:`volcano_mixed_job` renders one Volcano ``Job`` (``batch.volcano.sh/v1alpha1``) [VJ] for a job whose replicas
+are of several device kinds (for example 2 GPU pods and 4 NPU pods), given one :class:`RoleSpec` per kind:
+
+- one *task* per kind, ``replicas`` pods each; a pod's resources (requests and limits, the accelerator's extended
+  resource), node selector, node affinity, tolerations, labels and annotations, and its image, come from the kind's
+  registration and the cluster profile through :func:`heteroflow.components.devices.podplan.plan_pod`, as every
+  other pod heteroflow renders;
+- gang scheduling: ``minAvailable`` = the sum of the replicas, so Volcano starts every pod of every kind together
+  or none (a GPU half of the job never holds its devices waiting for NPUs); ``schedulerName`` is the profile's
+  (default ``volcano``), ``queue`` the profile's Volcano queue; an evicted pod restarts the job;
+- the rendezvous in every container's environment: each pod runs one torch elastic agent
+  (``python -m torch.distributed.run``, torchrun) that reads its arguments from ``PET_*`` variables [TR]:
+  ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ENDPOINT=<job>-<first task>-0.<job>:<port>`` (Volcano's ``svc`` plugin gives
+  each pod the hostname ``<job>-<task>-<index>`` under a headless service named after the job [VS]; the ``env``
+  plugin gives ``VC_TASK_INDEX``), ``PET_RDZV_ID=<job>``, ``PET_NNODES=1:<pods>`` (elastic: the group re-forms with
+  the agents that remain when a kind's pods fail), ``PET_NPROC_PER_NODE`` = the pod's devices (1 on the CPU) and
+  ``PET_MAX_RESTARTS``; the agent of the first task's pod 0 hosts the c10d store (torch's c10d backend hosts it on
+  the pod whose hostname is the endpoint's). heteroflow's own: :data:`REPLICA_KIND_ENV` (this pod's device kind) and
+  :data:`ROLES_ENV` (every role, JSON), from which a worker computes its kind's share.
+
+It is a value (a dict), validated against the Volcano CRD shipped in the project (``heteroflow.cache.crds``,
+unknown fields rejected) and each task's pod template against the core Kubernetes schema where
+``kubernetes-validate`` is installed (:func:`validate_volcano_job`).
+
+Kubeflow Trainer: a TrainJob has one resource shape per job today (``trainer.resourcesPerNode`` for all
+``numNodes``), so a mixed job cannot be one TrainJob. When TrainJob gains per-role resources, this rendering maps
+one to one onto it: each :class:`RoleSpec` becomes one replicated job of the runtime's JobSet (replicas = the
+role's pods, with its resources, node selector and tolerations, i.e. this module's per-task pod template as the
+role's patch); ``minAvailable`` becomes the runtime's pod-group policy (a PodGroup ``minMember`` = all pods, as
+:func:`heteroflow.components.training.trainjob.training_job_manifests` writes one today); Volcano's
+``<job>-<task>-0.<job>`` becomes the JobSet hostname of the first role's first pod
+(``<job>-<replicatedJob>-0-0.<job>``); the ``PET_*`` variables become the trainer's ``env`` (Trainer's torch plugin
+sets a static ``PET_MASTER_ADDR``/``PET_NNODES`` rendezvous, which ``PET_RDZV_*`` with c10d would replace for
+elasticity). Until then a Volcano cluster runs mixed jobs with this Job, and a single-kind multi-node job keeps
+using TrainJob.
+
+Sources: [VJ] Volcano Job, https://volcano.sh/en/docs/vcjob/ (v1.15 CRD in ``cache/data/crds``);
+[VS] Volcano job plugins ``svc`` and ``env``, https://github.com/volcano-sh/volcano/blob/master/docs/user-guide/how_to_use_svc_plugin.md
+and ``how_to_use_env_plugin.md``; [TR] torchrun's arguments from ``PET_<ARG>`` variables
+(``torch/distributed/argparse_util.py``) and c10d rendezvous, https://pytorch.org/docs/stable/elastic/run.html.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.components.errors import InvalidResources
+
+if TYPE_CHECKING:
+    from heteroflow.components.devices.cluster import ClusterProfile
+    from heteroflow.components.resources import Resources
+
+__all__ = [
+    "RDZV_PORT",
+    "REPLICA_KIND_ENV",
+    "ROLES_ENV",
+    "RoleSpec",
+    "validate_volcano_job",
+    "volcano_mixed_job",
+]
+
+RDZV_PORT = 29400
+"""The c10d rendezvous port (torchrun's default for ``--rdzv-endpoint`` without a port)."""
+REPLICA_KIND_ENV = "HETEROFLOW_REPLICA_KIND"
+"""Set on every container of a mixed job: the device kind of this pod's role (``gpu``, ``npu``...)."""
+ROLES_ENV = "HETEROFLOW_MIXED_ROLES"
+"""Set on every container of a mixed job: JSON ``[{"task", "kind", "replicas", "devices"}, ...]`` in task order."""
+CONTAINER = "train"
+"""The container name in every task's pod."""
+
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RoleSpec:
+    """One device kind's replicas in a mixed job.
+
+    Attributes:
+        kind: a registered device kind name or alias (``gpu``, ``npu``, ``cpu``...).
+        replicas: pods of this kind, >= 1 (one torchrun agent each).
+        resources: one pod's :class:`~heteroflow.components.resources.Resources` (or a candidate spec such as
+            ``"gpu:accelerator=a100-80gb,count=8"``), of ``kind``; default ``kind`` with one device (CPU: none).
+        task: the Volcano task name (a DNS label); default the kind's name.
+    """
+
+    kind: str
+    replicas: int
+    resources: Resources | str | None = None
+    task: str = ""
+
+
+def _resolve(role: RoleSpec, i: int) -> tuple[str, str, int, Resources]:
+    """(task name, kind name, replicas, resources) of ``roles[i]``.
+
+    Raises:
+        InvalidResources: an unknown kind, replicas < 1, resources of another kind or of several nodes, a task
+            name that is not a DNS label.
+    """
+    from heteroflow.components.devices.kind import DeviceKind
+    from heteroflow.components.resources import Resources
+
+    where = f"roles[{i}]"
+    if not isinstance(role, RoleSpec):
+        raise InvalidResources(f"{where} is a {type(role).__name__}; valid: RoleSpec(kind, replicas, resources)")
+    kind = DeviceKind.parse(role.kind, field=f"{where}.kind")  # InvalidResources naming the field and the kinds
+    if isinstance(role.replicas, bool) or not isinstance(role.replicas, int) or role.replicas < 1:
+        raise InvalidResources(f"{where}.replicas={role.replicas!r}; valid: an integer >= 1 (pods of kind {kind.name})")
+    res = role.resources
+    if res is None:
+        res = Resources(kind=kind.name, count=1) if kind.has_devices else Resources(kind=kind.name)
+    elif isinstance(res, str):
+        res = Resources.parse_spec(res)
+    if str(getattr(res.kind, "value", res.kind)) != kind.name:
+        raise InvalidResources(f"{where}.resources is a {res.kind} candidate ({res.describe()}); valid: one of kind {kind.name}")
+    if res.nodes != 1:
+        raise InvalidResources(f"{where}.resources has nodes={res.nodes}; valid: nodes=1 (replicas counts the pods)")
+    task = role.task or kind.name
+    if not _DNS_LABEL.fullmatch(task):
+        raise InvalidResources(f"{where}.task={task!r} is not a task name; valid: a DNS label (lower case, digits, '-')")
+    return task, kind.name, role.replicas, res
+
+
+def volcano_mixed_job(
+    name: str,
+    roles: Sequence[RoleSpec],
+    image: str | Mapping[str, str] | None = None,
+    command: Sequence[str] = ("heteroflow", "step", "train"),
+    *,
+    namespace: str = "default",
+    profile: ClusterProfile | None = None,
+    env: Mapping[str, str] | None = None,
+    labels: Mapping[str, str] | None = None,
+    port: int = RDZV_PORT,
+    max_restarts: int = 3,
+    torchrun: bool = True,
+    validate: bool = True,
+) -> dict[str, Any]:
+    """One Volcano Job for a mixed job: a task per role, gang-scheduled, with the c10d rendezvous in the environment
+    (see the module docstring for every field and its source).
+
+    Args:
+        name: the job's name (a DNS label; with the longest task name and pod index it must stay a valid hostname,
+            <= 63 characters).
+        roles: one :class:`RoleSpec` per device kind, in order; the first role's pod 0 hosts the rendezvous store
+            (put the most reliable kind first).
+        image: the container image: one for every role, or one per kind name; default the profile's image per kind.
+        command: what each worker process runs (``torchrun --no-python`` runs it, once per device of the pod);
+            with ``torchrun=False`` it is the container's command as is.
+        namespace: the job's namespace.
+        profile: the cluster profile (device-plugin conventions, queue, scheduler, images, shared storage);
+            default :data:`~heteroflow.components.devices.cluster.DEFAULT_PROFILE`.
+        env: more environment variables for every container.
+        labels: labels on the job.
+        port: the c10d rendezvous port on the first task's pod 0.
+        max_restarts: torchrun's worker-group restarts per agent (``PET_MAX_RESTARTS``), >= 0.
+        torchrun: wrap ``command`` in torch's elastic launcher (``python -m torch.distributed.run --no-python``).
+        validate: check the result with :func:`validate_volcano_job`.
+
+    Returns:
+        The Job manifest (``apiVersion``, ``kind``, ``metadata``, ``spec``).
+
+    Raises:
+        InvalidResources: no roles, a bad role (see :class:`RoleSpec`), two roles with one task name, a job name
+            that is not a DNS label or makes a pod hostname longer than 63 characters, a bad port or restart
+            count, no image for a kind; or a role that cannot be asked for on the profile's cluster
+            (:func:`~heteroflow.components.devices.podplan.plan_pod`).
+        heteroflow.cache.errors.InvalidCacheOption: the manifest breaks the Volcano CRD schema (a bug).
+    """
+    from heteroflow.components.devices.cluster import DEFAULT_PROFILE
+    from heteroflow.components.devices.podplan import plan_pod
+
+    profile = profile or DEFAULT_PROFILE
+    if not isinstance(name, str) or not _DNS_LABEL.fullmatch(name):
+        raise InvalidResources(f"name={name!r} is not a job name; valid: a DNS label (lower case, digits, '-', <= 63)")
+    if isinstance(roles, (str, bytes)) or not roles:
+        raise InvalidResources(f"roles={roles!r}; valid: one or more RoleSpec(kind, replicas, resources)")
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+        raise InvalidResources(f"port={port!r}; valid: an integer 1..65535")
+    if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
+        raise InvalidResources(f"max_restarts={max_restarts!r}; valid: an integer >= 0")
+    resolved = [_resolve(r, i) for i, r in enumerate(roles)]
+    tasks = [t for t, *_ in resolved]
+    if len(set(tasks)) != len(tasks):
+        dup = next(t for t in tasks if tasks.count(t) > 1)
+        raise InvalidResources(f"two roles have the task name {dup!r}; valid: one task per role (set RoleSpec.task)")
+    for task, _, replicas, _ in resolved:
+        host = f"{name}-{task}-{replicas - 1}"
+        if len(host) > 63:
+            raise InvalidResources(f"name={name!r}: pod hostname {host!r} has {len(host)} characters; valid: <= 63 (a shorter job or task name)")
+
+    pods = sum(r for _, _, r, _ in resolved)
+    plans = [plan_pod(res, profile) for *_, res in resolved]
+    role_facts = [{"task": t, "kind": k, "replicas": r, "devices": p.accelerator_count}
+                  for (t, k, r, _), p in zip(resolved, plans)]
+    endpoint = f"{name}-{tasks[0]}-0.{name}:{port}"
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if profile.shared_claim is not None:
+        volumes.append({"name": "heteroflow-shared", "persistentVolumeClaim": {"claimName": profile.shared_claim}})
+        mounts.append({"name": "heteroflow-shared", "mountPath": profile.shared_mount})
+    spec_tasks: list[dict[str, Any]] = []
+    for i, ((task, kind, replicas, _), plan) in enumerate(zip(resolved, plans)):
+        img = image.get(kind) if isinstance(image, Mapping) else image
+        img = img or plan.image
+        if not img:
+            raise InvalidResources(f"no image for the {kind} role: pass image=, or name images.{kind} in the cluster profile")
+        variables = {
+            **dict(env or {}),
+            "PET_NNODES": f"1:{pods}",
+            "PET_NPROC_PER_NODE": str(max(plan.accelerator_count, 1)),
+            "PET_RDZV_BACKEND": "c10d",
+            "PET_RDZV_ENDPOINT": endpoint,
+            "PET_RDZV_ID": name,
+            "PET_MAX_RESTARTS": str(max_restarts),
+            REPLICA_KIND_ENV: kind,
+            ROLES_ENV: json.dumps(role_facts, separators=(",", ":")),
+        }
+        run = ["python", "-m", "torch.distributed.run", "--no-python", *command] if torchrun else list(command)
+        container: dict[str, Any] = {
+            "name": CONTAINER,
+            "image": img,
+            "command": run,
+            "env": [{"name": k, "value": str(v)} for k, v in variables.items()],
+            "resources": {"requests": dict(plan.requests), "limits": dict(plan.limits)},
+        }
+        if i == 0:
+            container["ports"] = [{"name": "c10d", "containerPort": port, "protocol": "TCP"}]
+        if mounts:
+            container["volumeMounts"] = mounts
+        pod_spec: dict[str, Any] = {"restartPolicy": "Never", "containers": [container]}
+        if plan.node_selector:
+            pod_spec["nodeSelector"] = dict(plan.node_selector)
+        if plan.affinity:
+            pod_spec["affinity"] = plan.affinity
+        if plan.tolerations:
+            pod_spec["tolerations"] = [t.to_dict() for t in plan.tolerations]
+        if volumes:
+            pod_spec["volumes"] = volumes
+        template: dict[str, Any] = {"spec": pod_spec}
+        pod_labels = {k: v for k, v in plan.labels.items() if k != _KUEUE_QUEUE_LABEL}  # Kueue does not admit Volcano Jobs
+        meta = {k: v for k, v in (("labels", pod_labels), ("annotations", dict(plan.annotations))) if v}
+        if meta:
+            template["metadata"] = meta
+        spec_tasks.append({"name": task, "replicas": replicas, "template": template})
+    spec: dict[str, Any] = {
+        "schedulerName": profile.scheduler_name or "volcano",
+        "minAvailable": pods,
+        "plugins": {"svc": [], "env": []},
+        "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+        "tasks": spec_tasks,
+    }
+    if profile.volcano_queue:
+        spec["queue"] = profile.volcano_queue
+    metadata: dict[str, Any] = {"name": name, "namespace": namespace}
+    if labels:
+        metadata["labels"] = dict(labels)
+    job = {"apiVersion": "batch.volcano.sh/v1alpha1", "kind": "Job", "metadata": metadata, "spec": spec}
+    if validate:
+        validate_volcano_job(job)
+    return job
+
+
+def validate_volcano_job(job: Mapping[str, Any], *, k8s_version: str = "1.33.0") -> None:
+    """Check a Volcano Job against the shipped CRD (unknown fields rejected,
+    :func:`heteroflow.cache.crds.validate_manifest`) and each task's pod template against the core Kubernetes schema
+    of ``k8s_version`` with ``kubernetes-validate`` (strict) where it is installed (the ``dev`` extra).
+
+    Raises:
+        heteroflow.cache.errors.InvalidCacheOption: the Job breaks the CRD schema (the message names the field path).
+        kubernetes_validate.ValidationError: a pod template breaks the core schema.
+    """
+    from heteroflow.cache.crds import validate_manifest
+
+    validate_manifest(job)
+    try:
+        import kubernetes_validate
+    except ImportError:  # a dev extra; the CRD schema covers the template's shape
+        return
+    for task in job["spec"]["tasks"]:
+        pod_template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": task["name"]}, "template": task["template"]}
+        kubernetes_validate.validate(pod_template, k8s_version, strict=True)
