@@ -19,6 +19,11 @@ batch's indices)``: the same after a resume and with any number of workers, but 
 batch over ranks. A dataset whose items draw nothing sets ``draws_random = False`` and is read as is
 (heteroflow's own readers do). Draws from a generator the dataset owns (``numpy.random.default_rng()`` made in
 ``__init__``) are the dataset's to seed.
+
+Cost: three generators seeded per sample, mostly Python's ``random.seed`` (about 10 us). ``benchmarks/sample_seeds.py``
+on a shared 2-core machine: reading a 96x96 PNG with a random crop and flip ran at 0.85-0.98x of plain reads (+20 to
++120 us a sample, load average 11), a 50 us tensor augmentation at 0.5x; with DataLoader workers the cost is the
+workers' and overlaps training.
 """
 
 from __future__ import annotations
