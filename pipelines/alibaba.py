@@ -22,12 +22,32 @@ from heteroflow.components.placement.clusters import InvalidTrace
 from heteroflow.components.placement.vectors import InvalidRequest, NodeSpec, Request
 from heteroflow.components.placement.views import InvalidInventory
 
-__all__ = ["NODE_COLUMNS", "POD_COLUMNS", "detect_csv", "read_nodes", "read_pods"]
+__all__ = ["DATA_ENV", "NODE_COLUMNS", "POD_COLUMNS", "data_dir", "detect_csv", "read_nodes", "read_pods"]
+
+DATA_ENV = "HETEROFLOW_ALIBABA_2023"
+"""Environment variable naming the folder of the Alibaba 2023 node and pod lists (overrides the search)."""
 
 NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
 """The node list's columns (``name`` may stand for ``sn``)."""
 POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 """The pod list's required columns; ``gpu_spec`` and the times are optional."""
+
+
+def data_dir(start: str | Path | None = None) -> Path | None:
+    """The folder of the Alibaba 2023 lists: ``$HETEROFLOW_ALIBABA_2023``, else the first
+    ``shared/data/alibaba_gpu_v2023`` beside the project root or one of its parents (``../shared`` of a checkout;
+    a worktree one level deeper finds ``../../shared``); None when there is none (a user's clone)."""
+    import os
+
+    env = os.environ.get(DATA_ENV)
+    if env:
+        return Path(env) if Path(env).is_dir() else None
+    root = Path(start) if start is not None else Path(__file__).resolve().parents[1]
+    for parent in [root, *root.parents][:3]:
+        cand = parent.parent / "shared" / "data" / "alibaba_gpu_v2023"
+        if cand.is_dir():
+            return cand
+    return None
 
 
 def _header(path: Path) -> list[str]:

@@ -40,7 +40,8 @@ import numpy as np
 from heteroflow.components.placement.views import InvalidInventory
 from heteroflow.components.placement.vectors import MILLI, Cluster, Request
 
-__all__ = ["PACKING_POLICIES", "FillResult", "PackingDecision", "PackingPolicy", "fill", "get_packing_policy", "place"]
+__all__ = ["PACKING_POLICIES", "FillResult", "PackingDecision", "PackingPolicy", "default_packing_policy", "fill", "get_packing_policy",
+           "place"]
 
 
 class PackingPolicy:
@@ -204,6 +205,12 @@ PACKING_POLICIES["fgd"] = _fgd
 
 ALIASES = {"best-fit": "bestfit", "first-fit": "firstfit", "dot-product": "dotprod", "gpu-packing": "gpupacking",
            "least-loaded": "leastloaded", "poweraware": "power-aware"}
+
+
+def default_packing_policy(requests: Sequence[Request]) -> str:
+    """``fgd`` for a shared-GPU workload (any request for part of one device, ``gpu_milli`` < 1000: FGD leaves the
+    fewest GPUs unallocated there, benchmarks/fragmentation.py), else ``bestfit``."""
+    return "fgd" if any(r.shared for r in requests) else "bestfit"
 
 
 def get_packing_policy(name: str | PackingPolicy) -> PackingPolicy:

@@ -321,14 +321,18 @@ class Cluster:
                 return f"queue {q.name!r} capability {k}={cap} holds it: {used.get(k, 0)} used + {ask[k]} requested"
         return None
 
+    def model_mask(self, request: Request) -> np.ndarray:
+        """Nodes of a model the request accepts (bool, shape (nodes,)); every node for a CPU-only request."""
+        if not request.num_gpu or not request.models:
+            return np.ones(len(self.nodes), dtype=bool)
+        return np.isin(self.model_idx, [self.models.index(m) for m in request.models if m in self.models])
+
     def access(self, request: Request) -> np.ndarray:
         """Nodes the request may use at all (bool, shape (nodes,)): its models, node selector and tolerations."""
         key = (request.models if request.num_gpu else (), tuple(sorted(request.node_selector.items())), request.tolerations)
         got = self._access.get(key)
         if got is None:
-            ok = np.ones(len(self.nodes), dtype=bool)
-            if key[0]:
-                ok &= np.isin(self.model_idx, [self.models.index(m) for m in key[0] if m in self.models])
+            ok = self.model_mask(request).copy()
             for i, n in enumerate(self.nodes):
                 if ok[i] and (any(n.labels.get(k) != v for k, v in request.node_selector.items())
                               or not all(_tolerated(t, request.tolerations) for t in n.taints)):
@@ -357,14 +361,22 @@ class Cluster:
         q = self.queue_check(request)
         if q is not None:
             return q
-        acc = self.access(request)
         models = "|".join(request.models) or "any model"
+        by_model = self.model_mask(request)
+        if not by_model.any():
+            return f"no node with model {models} (the inventory has {', '.join(self.models) or 'no devices'})"
+        if request.num_gpu:
+            by_model = by_model & (self.gpu_count >= (request.num_gpu if request.single_node else 1))
+            if not by_model.any():
+                most = int(self.gpu_count[self.model_mask(request)].max())
+                return f"no node of {models} has {request.num_gpu} devices (most: {most})"
+        acc = by_model & self.access(request)
         if not acc.any():
-            if request.num_gpu and request.models:
-                return f"no node with model {models} (the inventory has {', '.join(self.models) or 'no devices'})"
-            return "no node matches its node selector and tolerates the node's taints"
-        if request.num_gpu and not (self.gpu_count[acc] >= (request.num_gpu if request.single_node else 1)).any():
-            return f"no node of {models} has {request.num_gpu} devices (most: {int(self.gpu_count[acc].max())})"
+            shut = [self.nodes[i] for i in np.flatnonzero(by_model)[:3]]
+            why = "; ".join(f"{n.name}: " + (", ".join(f"taint {t['key']}{'=' + t['value'] if t.get('value') else ''}:{t['effect']}"
+                                                     for t in n.taints) or "labels " + str(dict(n.labels))) for n in shut)
+            return (f"no node of {models} that fits matches its node selector {dict(request.node_selector)} and tolerates "
+                    f"the node's taints (tolerations {list(request.tolerations)}; {why})")
         need = {"cpu": request.cpu_milli, "memory": request.memory_mib, "GPU": request.gpu_total_milli}
         free = {"cpu": int(self.cpu_free[acc].sum()), "memory": int(self.mem_free[acc].sum()),
                 "GPU": int(self.gpu_free[acc].sum())}
