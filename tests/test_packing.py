@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from heteroflow.components.placement.packing import PACKING_POLICIES, default_packing_policy, fill, get_packing_policy, place
+from heteroflow.components.placement.packing import PACKING_POLICIES, default_packing_policy, fill, get_packing_policy, place, ranked
 from heteroflow.components.placement.vectors import Cluster, InvalidRequest, NodeSpec, QueueLimit, Request
 from heteroflow.components.placement.views import InvalidInventory
 
@@ -127,6 +127,11 @@ def test_each_policy_picks_what_it_says() -> None:
     assert place(share, fresh(), "bestfit", rng).nodes == (("lowcpu", (0,)),)  # least CPU and GPU left
     seen = {place(share, fresh(), "random", np.random.default_rng(s)).nodes[0][0] for s in range(20)}
     assert seen == {"empty", "used", "lowcpu"}
+    # the ranking a plan step records: best first, each node's score; a node that cannot take it last, with None
+    big = Request(name="big", num_gpu=1, cpu_milli=10000)
+    table = ranked(big, fresh(), "bestfit")
+    assert [n for n, _ in table] == ["used", "empty", "lowcpu"] and table[-1][1] is None
+    assert table[0][1] == pytest.approx(get_packing_policy("bestfit").score("used", big, fresh()))
 
 
 def test_unknown_policy_lists_the_valid_ones_and_defaults_follow_the_workload() -> None:
@@ -150,3 +155,5 @@ def test_fill_draws_until_the_arrived_demand_reaches_the_capacity() -> None:
     assert np.array_equal(again.unallocated, r.unallocated)  # seeded
     with pytest.raises(InvalidRequest, match="no request asks for a GPU"):
         fill([Request(name="c", cpu_milli=1)], c, "bestfit")
+    with pytest.raises(InvalidRequest, match="no GPUs"):
+        fill(pods, Cluster([node("cpu-only")]), "bestfit")

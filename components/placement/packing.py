@@ -41,7 +41,7 @@ from heteroflow.components.placement.views import InvalidInventory
 from heteroflow.components.placement.vectors import MILLI, Cluster, Request
 
 __all__ = ["PACKING_POLICIES", "FillResult", "PackingDecision", "PackingPolicy", "default_packing_policy", "fill", "get_packing_policy",
-           "place"]
+           "place", "ranked"]
 
 
 class PackingPolicy:
@@ -302,6 +302,15 @@ def place(request: Request, cluster: Cluster, policy: PackingPolicy | str, rng: 
                            nodes=tuple((cluster.nodes[n].name, d) for n, _w, d in done))
 
 
+def ranked(request: Request, cluster: Cluster, policy: PackingPolicy | str) -> list[tuple[str, float | None]]:
+    """Every node with its score under ``policy``, best first, then the nodes that cannot take ``request``
+    (score None), for a record of why the winner won (the plan step's explanation)."""
+    pol = get_packing_policy(policy)
+    s = pol.scores(request, cluster)
+    order = sorted(range(len(s)), key=lambda i: (np.isnan(s[i]), -s[i] if not np.isnan(s[i]) else 0.0, i))
+    return [(cluster.nodes[i].name, None if np.isnan(s[i]) else float(s[i])) for i in order]
+
+
 @dataclasses.dataclass(kw_only=True)
 class FillResult:
     """What :func:`fill` measured.
@@ -343,7 +352,7 @@ def fill(pods: Sequence[Request], cluster: Cluster, policy: PackingPolicy | str,
         :class:`FillResult`, curves per arrived pod.
 
     Raises:
-        InvalidRequest: ``pods`` is empty, or asks for no GPU at all.
+        InvalidRequest: ``pods`` is empty, or asks for no GPU at all; the cluster has no GPUs.
     """
     from heteroflow.components.placement.vectors import InvalidRequest
 
@@ -351,6 +360,8 @@ def fill(pods: Sequence[Request], cluster: Cluster, policy: PackingPolicy | str,
         raise InvalidRequest("pods: empty; valid: at least one request")
     if not any(p.num_gpu for p in pods):
         raise InvalidRequest("pods: no request asks for a GPU, so the arrived GPU demand never reaches the capacity")
+    if not cluster.gpu_capacity_milli:
+        raise InvalidRequest(f"{cluster.source}: no GPUs, so there is no GPU capacity for the arrived demand to reach")
     pol = get_packing_policy(policy)
     pol.prepare(distribution if distribution is not None else pods)
     cluster.reset()
