@@ -75,9 +75,10 @@ class PackingReplay:
         return float(np.median([r.final_unallocated for r in self.results[policy]]))
 
 
-def replay(pods: Sequence[Request], cluster: Cluster, policies: Sequence[str] | None = None, *, seeds: Sequence[int] = (0,)) -> PackingReplay:
+def replay(pods: Sequence[Request], cluster: Cluster, policies: Sequence[str] | None = None, *, seeds: Sequence[int] = (0,),
+           explain: int = 0) -> PackingReplay:
     """Fill ``cluster`` with pods drawn from ``pods`` under each policy (default: the workload's default policy,
-    then ``bestfit`` and ``random`` for comparison), once per seed.
+    then ``bestfit`` and ``random`` for comparison), once per seed; ``explain``: keep the first decisions' explanations.
 
     Raises:
         InvalidInventory: an unknown policy name (lists the valid ones).
@@ -85,4 +86,4 @@ def replay(pods: Sequence[Request], cluster: Cluster, policies: Sequence[str] | 
     """
     default = default_packing_policy(pods)
     names = list(dict.fromkeys(policies or [default, "bestfit", "random"]))
-    return PackingReplay(results={n: [fill(pods, cluster, n, seed=s) for s in seeds] for n in names}, default=default)
+    return PackingReplay(results={n: [fill(pods, cluster, n, seed=s, explain=explain) for s in seeds] for n in names}, default=default)

@@ -104,8 +104,10 @@ def test_a_yaml_inventory_and_a_pollux_workload_pack_too(tmp_path: Path) -> None
     assert len(c.nodes) == 4 and c.gpu_capacity_milli == 16000 and int(c.mem_cap[0]) == 128 * 1024
     wl = tmp_path / "workload.csv"
     wl.write_text("name,time,application,num_replicas,batch_size\n" + "".join(f"j{i},{i},cifar10,{n},128\n" for i, n in enumerate([1, 2, 6, 3, 1])))
-    out = runner.invoke(app, ["simulate", "--trace", str(wl), "--inventory", str(inv), "--policy", "firstfit"])
+    out = runner.invoke(app, ["simulate", "--trace", str(wl), "--inventory", str(inv), "--policy", "firstfit", "--explain", "3"])
     assert out.exit_code == 0, out.output
+    lines = [ln.strip() for ln in out.output.splitlines() if ln.strip().startswith("firstfit: j")]
+    assert len(lines) == 3 and all(" -> a-" in ln or " waits: " in ln for ln in lines)
     assert "firstfit: unallocated" in out.output and "bestfit (default)" not in out.output
 
 

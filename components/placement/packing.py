@@ -321,6 +321,7 @@ class FillResult:
         unallocated: per arrived pod, the share of the cluster's GPUs left unallocated after it (0..1).
         placed, failed: pods placed and not placed.
         reasons: per limit (the reason's first words), how many pods it held.
+        explanations: the first decisions' one-line explanations (``explain`` of them).
     """
 
     policy: str
@@ -329,6 +330,7 @@ class FillResult:
     placed: int
     failed: int
     reasons: dict[str, int]
+    explanations: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def final_unallocated(self) -> float:
@@ -337,7 +339,7 @@ class FillResult:
 
 
 def fill(pods: Sequence[Request], cluster: Cluster, policy: PackingPolicy | str, *, seed: int = 0,
-         distribution: Sequence[Request] | None = None) -> FillResult:
+         distribution: Sequence[Request] | None = None, explain: int = 0) -> FillResult:
     """Draw pods from ``pods`` with replacement (``numpy.random.default_rng(seed)``) and place each until the
     arrived GPU demand would exceed the cluster's GPU capacity (the FGD paper's experiment, Weng et al., ATC'23,
     section 5.1: pods never leave); ``cluster`` is reset first.
@@ -347,6 +349,7 @@ def fill(pods: Sequence[Request], cluster: Cluster, policy: PackingPolicy | str,
         cluster: the nodes (reset, then filled).
         policy: a name or instance; it is :meth:`~PackingPolicy.prepare`-d with ``distribution`` (default ``pods``).
         seed: the draw's and ties' seed.
+        explain: keep the first ``explain`` decisions' explanations.
 
     Returns:
         :class:`FillResult`, curves per arrived pod.
@@ -371,6 +374,7 @@ def fill(pods: Sequence[Request], cluster: Cluster, policy: PackingPolicy | str,
     arrived, unalloc = [], []
     placed = failed = 0
     reasons: dict[str, int] = {}
+    explanations: list[str] = []
     allocated = 0
     while True:
         batch = rng.integers(len(pods), size=256)
@@ -382,6 +386,8 @@ def fill(pods: Sequence[Request], cluster: Cluster, policy: PackingPolicy | str,
                 break
             arrived_milli += p.gpu_total_milli
             d = place(p, cluster, pol, rng)
+            if len(explanations) < explain:
+                explanations.append(d.explanation)
             if d.placed:
                 placed += 1
                 allocated += p.gpu_total_milli
@@ -394,4 +400,4 @@ def fill(pods: Sequence[Request], cluster: Cluster, policy: PackingPolicy | str,
         if stop:
             break
     return FillResult(policy=pol.name, arrived=np.array(arrived), unallocated=np.array(unalloc), placed=placed, failed=failed,
-                      reasons=reasons)
+                      reasons=reasons, explanations=explanations)

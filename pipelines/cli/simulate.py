@@ -53,7 +53,7 @@ def _trace(spec: str, table, inventory):  # type: ignore[no-untyped-def]
     return read_trace(spec, table=table, inventory=inventory)
 
 
-def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int, json_out: Optional[Path]) -> bool:
+def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int, json_out: Optional[Path], explain: int) -> bool:
     """Run a packing replay when the trace is an Alibaba 2023 pod list or a Pollux workload, or the inventory an
     Alibaba 2023 node list; False otherwise (a job trace)."""
     from heteroflow.components.errors import HeteroflowError
@@ -79,7 +79,7 @@ def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int
             raise InvalidTrace(f"--trace {trace} is an Alibaba 2023 pod list: --inventory needs its node list "
                                "(sn,cpu_milli,memory_mib,gpu,model) or an inventory YAML with each node's cpu and memory")
         cluster = packing_cluster(inventory)
-        rep = replay(pods, cluster, policy, seeds=range(seeds))
+        rep = replay(pods, cluster, policy, seeds=range(seeds), explain=explain)
     except (HeteroflowError, ValueError) as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=2) from None
@@ -95,6 +95,9 @@ def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int
         t.add_row(name + (" (default)" if name == rep.default else ""), f"{100 * rep.median_unallocated(name):.2f}%", str(r.placed), str(r.failed), held)
         summary.append({"policy": name, "unallocated_share": rep.median_unallocated(name), "per_seed": [x.final_unallocated for x in runs]})
     console.print(t)
+    for name, runs in rep.results.items():
+        for line in runs[0].explanations:
+            console.print(f"  {name}: {escape(line)}", highlight=False)
     for name in rep.results:
         console.print(f"{name}: unallocated {100 * rep.median_unallocated(name):.1f}% of {gpus:g} GPUs", highlight=False)
     if json_out is not None:
@@ -126,7 +129,7 @@ def simulate_command(
     the share of GPUs each packing policy leaves unallocated (default: fgd for shared GPUs, bestfit, random)."""
     from heteroflow.components.errors import HeteroflowError
 
-    if _packing(trace, inventory, policy, seeds, json_out):
+    if _packing(trace, inventory, policy, seeds, json_out, explain):
         return
     from heteroflow.components.placement.clusters import gavel_throughputs
     from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization, simulate
