@@ -110,6 +110,9 @@ def test_a_spread_request_places_one_worker_per_device_all_or_none() -> None:
     c2.allocate(1, Request(name="o", num_gpu=1, gpu_milli=500), [0])
     d = place(Request(name="job", num_gpu=2, single_node=False), c2, "bestfit")
     assert not d.placed and "worker job-1" in d.reason and c2.gpu_allocated_milli == 500  # the first worker rolled back
+    c3 = Cluster([node("a", 1, "T4"), node("b", 1, "T4")], [QueueLimit(name="q", capability={"gpu_milli": 1500})])
+    d = place(Request(name="job", num_gpu=2, single_node=False, queue="q"), c3, "bestfit")
+    assert d.reason == "queue 'q' capability gpu_milli=1500 holds it: 0 used + 2000 requested" and c3.gpu_allocated_milli == 0
 
 
 def test_each_policy_picks_what_it_says() -> None:

@@ -283,6 +283,9 @@ def place(request: Request, cluster: Cluster, policy: PackingPolicy | str, rng: 
     """
     pol = get_packing_policy(policy)
     rng = rng if rng is not None else np.random.default_rng(0)
+    held = cluster.queue_check(request)  # the whole request against its queue, before any worker
+    if held is not None:
+        return PackingDecision(request=request.name, placed=False, reason=held)
     done: list[tuple[int, Request, tuple[int, ...]]] = []
     first_score: float | None = None
     for w in request.workers():
