@@ -122,3 +122,27 @@ def test_on_the_real_alibaba_cluster_fgd_leaves_fewer_gpus_unallocated_than_best
     fgd, best = (fill(pods, c, name, seed=0) for name in ("fgd", "bestfit"))
     assert fgd.final_unallocated < best.final_unallocated
     assert np.all(np.diff(fgd.arrived) >= 0) and fgd.arrived[-1] <= 1.0
+
+
+@pytest.mark.slow
+def test_the_benchmark_prints_the_lines_a_script_reads(tmp_path: Path) -> None:
+    """benchmarks/fragmentation.py on the synthetic cluster laid out as the Alibaba folder (the real one may be absent)."""
+    import re
+    import subprocess
+    import sys
+
+    (tmp_path / "openb_node_list_gpu_node.csv").write_text(NODES.read_text())
+    (tmp_path / "openb_pod_list_gpushare_example.csv").write_text(PODS.read_text())
+    bench = Path(__file__).resolve().parents[1] / "benchmarks" / "fragmentation.py"
+    out = subprocess.run([sys.executable, str(bench), "--data", str(tmp_path), "--seeds", "3", "--policies", "fgd,firstfit",
+                          "--plot", str(tmp_path / "f.png"), "--jobs", "1"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"^fgd gpushare_example: unallocated (\d+\.\d)% \(bestfit (\d+\.\d)%, random (\d+\.\d)%\)$", out.stdout, re.M)
+    assert m, out.stdout
+    c = Cluster(read_nodes(NODES))
+    pods = read_pods(PODS)
+    want = [float(np.median([100 * fill(pods, c, name, seed=s).final_unallocated for s in range(3)])) for name in ("fgd", "bestfit", "random")]
+    assert [float(g) for g in m.groups()] == pytest.approx(want, abs=0.051)
+    assert (tmp_path / "f.png").stat().st_size > 10_000 and "firstfit" in out.stdout
+    empty = subprocess.run([sys.executable, str(bench), "--data", str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
+    assert empty.returncode == 0 and empty.stdout.startswith("skipped: no Alibaba 2023 node and pod lists in")
