@@ -19,8 +19,8 @@ Prints, read by a script, one line per workload::
 then every policy's median and range. Target (issue 30): FGD below best-fit on every shipped workload.
 
 Run: ``.venv/bin/python benchmarks/fragmentation.py [--plot fragmentation.png] [--seeds 5] [--policies fgd,bestfit,...]
-[--jobs 2]`` (the fills run in ``--jobs`` processes; 8 min in one process on 2 cores shared with other work, load
-average near 12). Without the data folder it says so and exits 0.
+[--jobs 2]`` (the fills run in ``--jobs`` processes: 412 s in 2, 482 s in one, on 2 cores shared with other work at a
+load average of 12-14). Without the data folder it says so and exits 0.
 """
 
 from __future__ import annotations
