@@ -114,7 +114,7 @@ def _trace_format(path: str) -> str:
 def simulate_command(
     trace: Annotated[str, typer.Option("--trace", help="Trace file (CSV with a header, or Gavel's TSV), or gavel:JOBS:JOBS_PER_HOUR:SEED to generate one with Gavel's arrival process.")],
     inventory: Annotated[str, typer.Option("--inventory", help="Inventory YAML, or 'gavel' (36 K80 + 36 P100 + 36 V100) or 'pai' (the Alibaba PAI machine list).")] = "gavel",
-    policy: Annotated[Optional[list[str]], typer.Option("--policy", help="Policy name or module:attribute; repeat to compare (default: every baseline and throughput).")] = None,
+    policy: Annotated[Optional[list[str]], typer.Option("--policy", help="Policy name or module:attribute; repeat to compare (default: every baseline and throughput). Pod packing: fgd, bestfit, firstfit, dotprod, gpupacking, leastloaded, power-aware, random (default: fgd for shared GPUs, bestfit, random).")] = None,
     throughputs: Annotated[Optional[Path], typer.Option("--throughputs", help="Throughput table CSV (model,scale_factor,<model>_steps_per_s...). Default: Gavel's measurements.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a utilization-over-time plot (PNG; needs matplotlib, the 'sim' extra).")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every policy's summary as JSON.")] = None,
