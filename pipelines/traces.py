@@ -253,3 +253,70 @@ def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterIn
         out.append(SimJob(name=name, arrival=arrival, job_type=job_type, scale_factor=sf, steps=steps, queue=queue,
                           priority=priority, model=model, dataset=(row.get("dataset") or "").strip() or None))
     return out
+
+
+# --- format detection (issue 30) ------------------------------------------------------------------------------
+
+POLLUX_WORKLOAD_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
+"""Pollux's workload CSV (petuum/adaptdl ``simulator/workloads/workload-N.csv``)."""
+
+
+def trace_format(path: str | Path) -> str:
+    """What a trace file is, from its first line: ``alibaba-pods`` / ``alibaba-nodes`` (Alibaba 2023 pod or node
+    list), ``pollux-workload`` (Pollux's workload CSV), ``philly`` (the Philly trace as Pollux ships it), ``gavel``
+    (Gavel's TSV) or ``csv`` (heteroflow's job CSV, ``name,arrival_s,job_type,scale_factor,total_steps``).
+
+    Raises:
+        InvalidTrace: unreadable or empty file.
+    """
+    from heteroflow.pipelines.alibaba import detect_csv
+
+    p = Path(path)
+    try:
+        with p.open(encoding="utf-8") as f:
+            first = f.readline().strip()
+    except OSError as exc:
+        raise InvalidTrace(f"{p}: cannot read the trace ({exc.strerror or exc})") from None
+    if not first:
+        raise InvalidTrace(f"{p}: empty trace")
+    cols = {c.strip() for c in first.split(",")}
+    alibaba = detect_csv(p)
+    if alibaba:
+        return alibaba
+    if set(POLLUX_WORKLOAD_COLUMNS) <= cols:
+        return "pollux-workload"
+    if first.startswith("timestamp,duration,num_gpus"):
+        return "philly"
+    if "\t" in first and not first.startswith("name"):
+        return "gavel"
+    return "csv"
+
+
+def read_pollux_workload(path: str | Path) -> list:
+    """Pollux's workload CSV as resource requests for a packing replay: each job asks for ``num_replicas`` whole
+    GPUs, spread over nodes (Pollux places replicas across nodes); CPU and memory are not stated (0).
+
+    Returns:
+        :class:`~heteroflow.components.placement.vectors.Request` values, in file order.
+
+    Raises:
+        InvalidTrace: a missing column (named) or a bad ``num_replicas`` (file and line named).
+    """
+    from heteroflow.components.placement.vectors import Request
+
+    p = Path(path)
+    with p.open(newline="", encoding="utf-8") as f:
+        reader = csv.DictReader(f)
+        missing = [c for c in ("name", "num_replicas") if c not in (reader.fieldnames or [])]
+        if missing:
+            raise InvalidTrace(f"{p}:1: missing column(s) {', '.join(missing)}; Pollux's workload has {', '.join(POLLUX_WORKLOAD_COLUMNS)}")
+        out = []
+        for lineno, row in enumerate(reader, start=2):
+            try:
+                n = int(row["num_replicas"])
+            except (TypeError, ValueError):
+                n = 0
+            if n < 1:
+                raise InvalidTrace(f"{p}:{lineno}: num_replicas={row.get('num_replicas')!r}; valid: an integer >= 1")
+            out.append(Request(name=row["name"], num_gpu=n, gpu_milli=1000, single_node=False))
+    return out

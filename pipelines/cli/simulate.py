@@ -53,17 +53,84 @@ def _trace(spec: str, table, inventory):  # type: ignore[no-untyped-def]
     return read_trace(spec, table=table, inventory=inventory)
 
 
+def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int, json_out: Optional[Path], explain: int) -> bool:
+    """Run a packing replay when the trace is an Alibaba 2023 pod list or a Pollux workload, or the inventory an
+    Alibaba 2023 node list; False otherwise (a job trace)."""
+    from heteroflow.components.errors import HeteroflowError
+    from heteroflow.components.placement.clusters import InvalidTrace
+    from heteroflow.pipelines.alibaba import detect_csv
+
+    try:
+        fmt = "" if trace.startswith("gavel:") or not Path(trace).is_file() else _trace_format(trace)
+        inv_fmt = detect_csv(inventory) if inventory.endswith(".csv") and Path(inventory).is_file() else None
+        if fmt not in ("alibaba-pods", "pollux-workload", "alibaba-nodes") and inv_fmt != "alibaba-nodes":
+            return False
+        if fmt == "alibaba-nodes":
+            raise InvalidTrace(f"--trace {trace}: an Alibaba 2023 node list; give it as --inventory and a pod list as --trace")
+        if fmt not in ("alibaba-pods", "pollux-workload"):
+            raise InvalidTrace(f"--inventory {inventory} is an Alibaba 2023 node list: --trace needs an Alibaba 2023 pod list "
+                               "(name,cpu_milli,memory_mib,num_gpu,gpu_milli[,gpu_spec]) or a Pollux workload")
+        from heteroflow.pipelines.alibaba import read_pods
+        from heteroflow.pipelines.fragmentation import packing_cluster, replay
+        from heteroflow.pipelines.traces import read_pollux_workload
+
+        pods = read_pods(trace) if fmt == "alibaba-pods" else read_pollux_workload(trace)
+        if inventory == "gavel" and fmt == "alibaba-pods":
+            raise InvalidTrace(f"--trace {trace} is an Alibaba 2023 pod list: --inventory needs its node list "
+                               "(sn,cpu_milli,memory_mib,gpu,model) or an inventory YAML with each node's cpu and memory")
+        cluster = packing_cluster(inventory)
+        rep = replay(pods, cluster, policy, seeds=range(seeds), explain=explain)
+    except (HeteroflowError, ValueError) as exc:
+        err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
+        raise typer.Exit(code=2) from None
+    gpus = cluster.gpu_capacity_milli / 1000
+    t = Table(title=f"{len(pods)} pods ({sum(p.shared for p in pods)} shared-GPU) drawn until {gpus:g} GPUs arrived, on "
+                    f"{len(cluster.nodes)} nodes of {cluster.source}; {seeds} seed(s)")
+    for col in ("policy", "unallocated", "placed", "waiting", "what holds them"):
+        t.add_column(col, justify="left" if col in ("policy", "what holds them") else "right")
+    summary = []
+    for name, runs in rep.results.items():
+        r = runs[0]
+        held = ", ".join(f"{k} {v}" for k, v in sorted(r.reasons.items(), key=lambda kv: -kv[1])) or "-"
+        t.add_row(name + (" (default)" if name == rep.default else ""), f"{100 * rep.median_unallocated(name):.2f}%", str(r.placed), str(r.failed), held)
+        summary.append({"policy": name, "unallocated_share": rep.median_unallocated(name), "per_seed": [x.final_unallocated for x in runs]})
+    console.print(t)
+    for name, runs in rep.results.items():
+        for line in runs[0].explanations:
+            console.print(f"  {name}: {escape(line)}", highlight=False)
+    for name in rep.results:
+        console.print(f"{name}: unallocated {100 * rep.median_unallocated(name):.1f}% of {gpus:g} GPUs", highlight=False)
+    if json_out is not None:
+        json_out.write_text(json.dumps({"gpus": gpus, "pods": len(pods), "default": rep.default, "results": summary}, indent=2), encoding="utf-8")
+    return True
+
+
+def _trace_format(path: str) -> str:
+    from heteroflow.pipelines.traces import trace_format
+
+    return trace_format(path)
+
+
 def simulate_command(
     trace: Annotated[str, typer.Option("--trace", help="Trace file (CSV with a header, or Gavel's TSV), or gavel:JOBS:JOBS_PER_HOUR:SEED to generate one with Gavel's arrival process.")],
     inventory: Annotated[str, typer.Option("--inventory", help="Inventory YAML, or 'gavel' (36 K80 + 36 P100 + 36 V100) or 'pai' (the Alibaba PAI machine list).")] = "gavel",
-    policy: Annotated[Optional[list[str]], typer.Option("--policy", help="Policy name or module:attribute; repeat to compare (default: every baseline and throughput).")] = None,
+    policy: Annotated[Optional[list[str]], typer.Option("--policy", help="Policy name or module:attribute; repeat to compare (default: every baseline and throughput). Pod packing: fgd, bestfit, firstfit, dotprod, gpupacking, leastloaded, power-aware, random (default: fgd for shared GPUs, bestfit, random).")] = None,
     throughputs: Annotated[Optional[Path], typer.Option("--throughputs", help="Throughput table CSV (model,scale_factor,<model>_steps_per_s...). Default: Gavel's measurements.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a utilization-over-time plot (PNG; needs matplotlib, the 'sim' extra).")] = None,
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every policy's summary as JSON.")] = None,
     explain: Annotated[int, typer.Option("--explain", help="Print the first N placement explanations of each policy.")] = 0,
+    seeds: Annotated[int, typer.Option("--seeds", min=1, help="Pod packing (an Alibaba 2023 pod list or a Pollux workload): seeds 0..N-1, median reported.")] = 1,
 ) -> None:
-    """Replay a trace: average and p99 JCT, makespan, utilization per device model, queueing delay, cost, energy."""
+    """Replay a trace: average and p99 JCT, makespan, utilization per device model, queueing delay, cost, energy.
+
+    The trace's format is detected: heteroflow's job CSV, Gavel's TSV and the Philly trace replay jobs over time;
+    an Alibaba 2023 pod list or a Pollux workload packs pods onto nodes (--inventory: an Alibaba 2023 node list or an
+    inventory YAML with each node's cpu and memory) until the arrived GPU demand reaches the capacity, and prints
+    the share of GPUs each packing policy leaves unallocated (default: fgd for shared GPUs, bestfit, random)."""
     from heteroflow.components.errors import HeteroflowError
+
+    if _packing(trace, inventory, policy, seeds, json_out, explain):
+        return
     from heteroflow.components.placement.clusters import gavel_throughputs
     from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization, simulate
 
