@@ -174,6 +174,8 @@ class Placement:
     """Per candidate, its :class:`~heteroflow.components.placement.scoring.CandidateScore` as a dict (node inventories)."""
     why: str = ""
     """Why the winner won, one line (node inventories)."""
+    pod: dict[str, Any] | None = None
+    """What the chosen candidate's pod asks for, placed (node inventories; :func:`~heteroflow.components.placement.podplace.placed_pod_plan`)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -189,6 +191,8 @@ class Placement:
         if self.scores:
             out["scores"] = [dict(x) for x in self.scores]
             out["why"] = self.why
+        if self.pod is not None:
+            out["pod"] = self.pod
         return out
 
 
@@ -263,7 +267,12 @@ def check_plan_params(*, device_inventory: str = "", training_profile: str = "")
         InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count; ``training_profile``
             is not a readable profile.
     """
-    if device_inventory.strip():
+    if device_inventory.strip() in LIVE_INVENTORY:
+        from heteroflow.components.training.trainjob import KUBECONFIG_ENV
+
+        if not os.environ.get(KUBECONFIG_ENV) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            live_inventory()  # raises, saying what to set
+    elif device_inventory.strip():
         if cluster_inventory(device_inventory) is None:
             Inventory.from_json(device_inventory)
     if training_profile:
@@ -287,6 +296,8 @@ def cluster_inventory(device_inventory: str) -> Any:
     from heteroflow.components.placement.views import InvalidInventory
 
     text = device_inventory.strip()
+    if text in LIVE_INVENTORY:
+        return live_inventory()
     try:
         if text.endswith((".yaml", ".yml", ".json")) and "\n" not in text and not text.startswith("{"):
             return load_inventory(text).for_placement()
@@ -301,6 +312,44 @@ def cluster_inventory(device_inventory: str) -> Any:
         return from_mapping(data, source="device_inventory").for_placement()
     except InvalidInventory as exc:
         raise InvalidParameter(str(exc)) from None
+
+
+LIVE_INVENTORY = ("kubernetes", "k8s")
+"""``device_inventory`` values that read the live cluster's free capacity through the Kubernetes API."""
+
+
+def live_inventory() -> Any:
+    """The live cluster's free capacity (:func:`~heteroflow.components.placement.clusters.kubernetes_inventory`:
+    allocatable minus requested, per node), through ``HETEROFLOW_KUBECONFIG`` or, in a pod, its service account.
+
+    Raises:
+        InvalidParameter: no cluster is configured (neither ``HETEROFLOW_KUBECONFIG`` nor an in-cluster service
+            account), or the API cannot be reached (the client's error).
+    """
+    from heteroflow.components.training.trainjob import KUBECONFIG_ENV
+
+    path = os.environ.get(KUBECONFIG_ENV)
+    if not path and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise InvalidParameter(f"device_inventory=kubernetes reads the live cluster, and none is configured: set "
+                               f"{KUBECONFIG_ENV} to a kubeconfig, or run the plan step in a pod with a service account")
+    try:  # pragma: no cover - needs a cluster
+        if path:
+            from heteroflow.components.placement.clusters import kubernetes_inventory
+
+            return kubernetes_inventory(kubeconfig=path)
+        from kubernetes import client, config
+
+        from heteroflow.components.placement.inventory import kubernetes_nodes
+        from heteroflow.components.placement.views import PlacementInventory
+
+        config.load_incluster_config()
+        api = client.CoreV1Api()
+        pods = api.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items
+        return PlacementInventory(nodes=tuple(kubernetes_nodes(api.list_node().items, pods)), source="kubernetes (in-cluster)")
+    except InvalidParameter:
+        raise
+    except Exception as exc:  # pragma: no cover - needs a cluster
+        raise InvalidParameter(f"device_inventory=kubernetes: the cluster's API could not be read ({type(exc).__name__}: {exc})") from None
 
 
 def current_inventory(device_inventory: str = "") -> Inventory:
@@ -478,9 +527,35 @@ def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str 
     others = [f"candidate {x.candidate} ({candidates[x.candidate].describe()}) {x.score:.3g} steps/s"
               for x in scores if x.feasible and x.candidate != i and x.score > 0]
     pref = f"; preferred over {', '.join(others)}" if others and pol.name != "listed" else ""
+    win = next(x for x in scores if x.candidate == i)
     return Placement(index=i, resources=res, device_kind=kind.value, torch_device=res.torch_device_type,
                      passed_over=passed, explanation=f"[{pol.name}] candidate {i}: {decision.explanation}{pref}",
-                     nodes=decision.node_names, scores=tuple(x.to_dict() for x in scores), why=why)
+                     nodes=decision.node_names, scores=tuple(x.to_dict() for x in scores), why=why,
+                     pod=_pod_of(res, decision.model, decision.node_names, win.gpu_milli))
+
+
+def _pod_of(res: Resources, model: str | None, nodes: tuple[str, ...], gpu_milli: int | None) -> dict[str, Any] | None:
+    """The placed pod plan as plain data (requests, limits, node selector, affinity), with the cluster profile the
+    task carries (``HETEROFLOW_CLUSTER_PROFILE``) or the default conventions; ``{"error": ...}`` when the chosen
+    placement cannot be asked for on that cluster (e.g. a fractional GPU without HAMi)."""
+    import warnings
+
+    from heteroflow.components.devices.cluster import ClusterProfile, InvalidProfile
+    from heteroflow.components.devices.podplan import DefaultProfileWarning
+    from heteroflow.components.placement.podplace import placed_pod_plan
+    from heteroflow.components.training.trainjob import PROFILE_ENV
+
+    if model is None:
+        return None
+    text = os.environ.get(PROFILE_ENV)
+    try:
+        profile = ClusterProfile.from_dict(json.loads(text), source=PROFILE_ENV) if text else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DefaultProfileWarning)
+            plan = placed_pod_plan(res, model=model, nodes=nodes, gpu_milli=gpu_milli, profile=profile)
+    except (InvalidResources, InvalidProfile, ValueError) as exc:
+        return {"error": str(exc)}
+    return {"requests": plan.requests, "limits": plan.limits, "node_selector": plan.node_selector, "affinity": plan.affinity}
 
 
 def _copy_state(state: Any) -> Any:
