@@ -160,7 +160,7 @@ class Scheduler:
             cap = cluster.queue_limit(j.queue)
             have = used.get(j.queue, 0)
             if cap is not None and have + j.count > cap:
-                why = (f"queue {j.queue}'s capability is {cap} device(s), below the {j.count} it needs" if j.count > cap
+                why = (f"queue {j.queue}'s capability {cap} is below the {j.count} device(s) it needs" if j.count > cap
                        else f"queue {j.queue} uses {have} of its capability {cap} device(s); +{j.count} would exceed it")
                 self.waiting[j.name] = why
                 continue
@@ -261,7 +261,7 @@ class GavelStyle(Scheduler):
         for j in jobs:
             cap = cluster.queue_limit(j.queue)
             if cap is not None and j.count > cap:
-                self.waiting[j.name] = f"queue {j.queue}'s capability is {cap} device(s), below the {j.count} it needs"
+                self.waiting[j.name] = f"queue {j.queue}'s capability {cap} is below the {j.count} device(s) it needs"
             elif not any(cluster.capacity[m] >= j.count and j.throughput.get(m, 0.0) > 0 for m in cluster.models):
                 self.waiting[j.name] = f"no model it can run on has {j.count} device(s)"
             else:
@@ -273,10 +273,15 @@ class GavelStyle(Scheduler):
         scale = np.array([j.count for j in ok], dtype=float)
         capacity = np.array([cluster.capacity[m] for m in models], dtype=float)
         limits = []
+        total = float(capacity.sum())
         for q in sorted({j.queue for j in ok}):
+            members = np.array([j.queue == q for j in ok])
             cap = cluster.queue_limit(q)
             if cap is not None:
-                limits.append((np.array([j.queue == q for j in ok]), float(cap)))
+                limits.append((members, float(cap)))
+            if not cluster.reclaimable.get(q, True):  # it may not use what other queues are guaranteed
+                others = sum(g for name, g in cluster.guarantee.items() if name != q)
+                limits.append((members, max(total - others, float(cluster.guarantee.get(q, 0)))))
         x = max_min_allocation(tp, scale, capacity, limits=limits)
         out: Allocation = {}
         for k, j in enumerate(ok):
@@ -478,12 +483,13 @@ def replay(jobs: Sequence[SimJob], inventory: ClusterInventory, table: Throughpu
         nxt = min(done_at.values(), default=math.inf)
         if i < len(order):
             nxt = min(nxt, order[i].arrival)
-        if sched.tick_s and any(r == 0 for r in rate.values()):
-            nxt = min(nxt, now + sched.tick_s)
+        if sched.tick_s and any(r == 0 for r in rate.values()) and (done_at or i < len(order)):
+            nxt = min(nxt, now + sched.tick_s)  # re-plan while jobs wait (nothing changes when nothing runs)
         if not math.isfinite(nxt):
             stuck = sorted(n for n in active if rate.get(n, 0) == 0)
             reasons = "; ".join(f"{n}: {sched.waiting.get(n, 'no allocation')}" for n in stuck[:5])
-            raise InvalidTrace(f"{len(stuck)} job(s) can never start under {sched.name}: {reasons}")
+            raise InvalidTrace(f"{len(stuck)} job(s) can never start under {sched.name}: {reasons} "
+                               f"({len(finish)} other job(s) finished)")
         for name, j in list(active.items()):
             r = rate[name]
             if r <= 0:

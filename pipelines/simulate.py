@@ -309,7 +309,7 @@ def _simulate_events(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: M
         meter.record(now, busy, power, float((node_price * busy_nodes).sum()))
     if pending:
         reasons = "; ".join(last_why.get(n, f"{n} waits") for n in list(pending)[:5])
-        raise InvalidTrace(f"{len(pending)} job(s) never started under {pol.name}: {reasons}")
+        raise InvalidTrace(f"{len(pending)} job(s) never started under {pol.name}: {reasons} ({len(finish)} other job(s) finished)")
     return _finish(pol.name, meter, inventory, jobs, start, finish, where, preemptions, explanations, events)
 
 
@@ -325,12 +325,16 @@ def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Ma
     price = np.array([per_node[m].cost_per_hour / max(per_node[m].devices, 1) / 3600.0 for m in models])
     order = sorted(jobs, key=lambda j: (j.arrival, j.name))
     remaining = {j.name: float(j.steps) for j in jobs}
-    capability = {q.name: q.capability for q in inventory.queues.values() if q.capability is not None}
-    for j in order:  # Volcano: a job larger than its queue's capability never starts (volcano-sh/volcano#1331)
-        limit = capability.get(j.queue)
-        if limit is not None and j.scale_factor > limit:
-            raise InvalidTrace(f"job {j.name} never starts under {name}: queue {j.queue}'s capability {limit} is below "
-                               f"the {j.scale_factor} device(s) it needs")
+    capability = {q.name: float(q.capability) for q in inventory.queues.values() if q.capability is not None}
+    total = float(capacity.sum())
+    for q in inventory.queues.values():  # a queue that is not reclaimable may not use what others are guaranteed
+        if not q.reclaimable:
+            others = sum(o.guarantee for o in inventory.queues.values() if o.name != q.name)
+            capability[q.name] = min(capability.get(q.name, math.inf), max(total - others, float(q.guarantee)))
+    # Volcano: a job larger than its queue's capability never starts (volcano-sh/volcano#1331); the rest run
+    never = {j.name: f"{j.name}: queue {j.queue}'s capability {capability[j.queue]:g} is below the {j.scale_factor} device(s) it needs"
+             for j in order if j.scale_factor > capability.get(j.queue, math.inf)}
+    order = [j for j in order if j.name not in never]
     active: list[SimJob] = []
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
@@ -380,6 +384,9 @@ def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Ma
                 keep.append(j)
         active = keep
     meter.record(now, np.zeros(len(models)), 0.0, 0.0)
+    if never:
+        raise InvalidTrace(f"{len(never)} job(s) never started under {name}: {'; '.join(list(never.values())[:5])} "
+                           f"({len(finish)} other job(s) finished)")
     return _finish(name, meter, inventory, jobs, start, finish, where, 0, [], events)
 
 
