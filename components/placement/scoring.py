@@ -67,6 +67,8 @@ class CandidateScore:
     nodes: tuple[str, ...] = ()
     step_seconds: float | None = None
     gpu_milli: int | None = None
+    basis: str = "est. steps/s"
+    """What the score measures (a policy's own ``candidate_score`` names itself)."""
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"candidate": self.candidate, "score": self.score if math.isfinite(self.score) else None,
@@ -79,6 +81,8 @@ class CandidateScore:
             out["step_seconds"] = self.step_seconds
         if self.gpu_milli is not None:
             out["gpu_milli"] = self.gpu_milli
+        if self.feasible:
+            out["basis"] = self.basis
         return out
 
 
@@ -242,15 +246,16 @@ def score_candidates(candidates: Candidates | Sequence[Resources], inventory: An
         model = decision.model
         known = times.get(model or "")
         score = 1.0 / known[0] if known else 0.0
+        basis = "est. steps/s"
         custom = getattr(pol, "candidate_score", None)
         if callable(custom):
             value = custom(job, decision, trial)
             if value is not None:
-                score = float(value)
+                score, basis = float(value), f"{pol.name} score"
         where = f"{model} x{job.count}" if job.count else str(model)
         timing = (f"est. {known[0]:.4g} s/step ({known[1]})" if known else f"no step time known for {model}")
         out.append(CandidateScore(candidate=i, score=score, feasible=True, model=model, nodes=decision.node_names,
-                                  step_seconds=known[0] if known else None, gpu_milli=milli,
+                                  step_seconds=known[0] if known else None, gpu_milli=milli, basis=basis,
                                   reason=f"{where} on {', '.join(decision.node_names) or 'the cluster'}: {timing}"))
     return out
 
@@ -272,15 +277,19 @@ def winner(scores: Sequence[CandidateScore], *, policy: str = "throughput") -> t
     rivals = [s for s in feasible if s is not best]
     if not rivals:
         why = "the only feasible candidate" if len(scores) > 1 else "the only candidate"
-    elif best.score <= 0:
+    elif all(s.score == 0 and s.basis == "est. steps/s" for s in feasible):
         why = "no step time is known for any feasible candidate, so the first listed feasible one"
         best = feasible[0]
     else:
         runner = max(rivals, key=lambda s: (s.score, -s.candidate))
-        ratio = best.score / runner.score if runner.score > 0 else math.inf
-        faster = f"{ratio:.2f}x" if math.isfinite(ratio) else "unlike it, a known step time"
-        why = (f"highest score {best.score:.4g} (est. steps/s on {best.model}) vs {runner.score:.4g} for candidate "
-               f"{runner.candidate} ({runner.model}): {faster}")
+        if best.basis != "est. steps/s":
+            margin = f"higher by {best.score - runner.score:.4g}"
+        elif runner.score > 0:
+            margin = f"{best.score / runner.score:.2f}x"
+        else:
+            margin = "unlike it, a known step time"
+        why = (f"highest score {best.score:.4g} ({best.basis} on {best.model}) vs {runner.score:.4g} for candidate "
+               f"{runner.candidate} ({runner.model}): {margin}")
         if best.score == runner.score:
             why = f"score {best.score:.4g} ties candidate {runner.candidate}; listed first"
     return best.candidate, why
