@@ -30,8 +30,8 @@ ratios, baseline avg JCT / heteroflow avg JCT). Then one placement round for 1,0
 
 Targets (issue 30): median over seeds 5-9, sigma 0.5: >= 1.5x vs fifo, >= 1.05x vs gavel-style.
 
-Run: ``.venv/bin/python benchmarks/placement.py [--quick] [--jobs 300] [--rate 6]`` (about 2 minutes here;
-``--quick``: 120 jobs per seed, a smaller fit grid, no placement round: about 30 s). ``--oracle-table`` also
+Run: ``.venv/bin/python benchmarks/placement.py [--quick] [--jobs 300] [--rate 6]`` (about 5 minutes on a loaded 2-core machine;
+``--quick``: 120 jobs per seed, a smaller fit grid, no placement round: about a minute). ``--oracle-table`` also
 prints the simulator's node-level policies, which read exact durations (labelled oracle).
 """
 

@@ -229,3 +229,30 @@ def test_a_fractional_gpu_asks_for_hami_cores_and_memory() -> None:
     with pytest.raises(InvalidResources, match=r"fractional requests are rendered for NVIDIA GPUs under HAMi"):
         placed_pod_plan(Resources(kind="npu", accelerator="ascend-910b3"), model="ascend-910b3", gpu_milli=500, profile=HAMI)
     assert np.isclose(float(plan.limits[HAMI_CORES]) / 100, 0.3)
+
+
+@pytest.mark.slow
+def test_a_pipeline_run_records_and_reports_the_plan_scores(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    inv = tmp_path / "inv.yaml"
+    inv.write_text("nodes:\n  - {name: t4, replicas: 2, devices: {model: t4, count: 4}}\n"
+                   "  - {name: v100, devices: {model: v100, count: 8}}\n  - {name: cpu, cpu: 32, memory: 128Gi}\n"
+                   "throughputs:\n  train: {t4: 2.0, v100: 5.0}\n")
+    prof = tmp_path / "profile.json"  # as `heteroflow profile` writes it, taken on a T4
+    prof.write_text(json.dumps(_profile(step_seconds=0.4, device="cuda:0", device_model="nvidia-t4")))
+    exe = Path(sys.executable).with_name("heteroflow")
+    env = {**os.environ, "HETEROFLOW_HOME": str(tmp_path / "home")}
+    env.pop(QUEUE_STATE_ENV, None)
+    out = subprocess.run([str(exe), "run", "--engine", "inprocess", "--param", f"device_inventory={inv}",
+                          "--param", f"training_profile={prof}", "--output", str(tmp_path / "run")],
+                         capture_output=True, text=True, cwd=tmp_path, env=env, timeout=600)
+    assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-2000:]
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    placed = record["placement"]["train"]
+    chosen = next(s for s in placed["scores"] if s["candidate"] == placed["index"])
+    assert chosen["model"] == "nvidia-v100" and chosen["step_seconds"] == pytest.approx(0.4 * 2.0 / 5.0)
+    assert placed["why"].startswith("highest score 6.25 (est. steps/s on nvidia-v100)")
+    html = (tmp_path / "run" / "report.html").read_text()
+    assert 'class="plan-scores"' in html and "won: highest score 6.25" in html
