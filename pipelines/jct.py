@@ -42,8 +42,8 @@ from heteroflow.components.placement.policies import max_min_allocation
 from heteroflow.pipelines.simulate import SimResult, _finish, _Meter, _throughputs
 from heteroflow.pipelines.traces import SimJob
 
-__all__ = ["SCHEDULERS", "ClusterView", "ForeknowledgeError", "HeteroflowScheduler", "JobView", "Scheduler", "estimate_steps",
-           "replay"]
+__all__ = ["SCHEDULERS", "ClusterView", "ForeknowledgeError", "HeteroflowScheduler", "InvalidAllocation", "JobView", "Scheduler",
+           "estimate_steps", "replay"]
 
 RESTART_S = 60.0
 """Seconds without progress on each resume after a preemption or move to another model (an assumption)."""
@@ -53,6 +53,10 @@ ROUND_S = 360.0
 
 class ForeknowledgeError(RuntimeError):
     """A scheduler tried to read a job's true work: only the replay's clock may."""
+
+
+class InvalidAllocation(RuntimeError):
+    """A scheduler allocated more than a model's devices, a queue's capability or a job's whole time."""
 
 
 def estimate_steps(jobs: Sequence[SimJob], *, sigma: float, seed: int) -> dict[str, float]:
@@ -513,20 +517,24 @@ def replay(jobs: Sequence[SimJob], inventory: ClusterInventory, table: Throughpu
 
 
 def _check(alloc: Allocation, active: Mapping[str, JobView], cluster: ClusterView, name: str) -> None:
-    """The allocation stays within each model's devices and each queue's capability (a scheduler bug otherwise)."""
+    """The allocation stays within each model's devices and each queue's capability.
+
+    Raises:
+        InvalidAllocation: it does not (a scheduler's bug), naming the scheduler, the model or queue and the counts.
+    """
     per_model: dict[str, float] = {}
     per_queue: dict[str, float] = {}
     for job, row in alloc.items():
         j = active[job]
         if sum(row.values()) > 1 + 1e-6:
-            raise AssertionError(f"{name}: {job} holds more than all of its time")
+            raise InvalidAllocation(f"{name}: {job} holds more than all of its time")
         for m, x in row.items():
             per_model[m] = per_model.get(m, 0.0) + x * j.count
             per_queue[j.queue] = per_queue.get(j.queue, 0.0) + x * j.count
     for m, used in per_model.items():
         if used > cluster.capacity[m] + 1e-6:
-            raise AssertionError(f"{name}: {used:g} {m} devices allocated, {cluster.capacity[m]} exist")
+            raise InvalidAllocation(f"{name}: {used:g} {m} devices allocated, {cluster.capacity[m]} exist")
     for q, used in per_queue.items():
         cap = cluster.queue_limit(q)
         if cap is not None and used > cap + 1e-6:
-            raise AssertionError(f"{name}: queue {q} holds {used:g} devices, above its capability {cap}")
+            raise InvalidAllocation(f"{name}: queue {q} holds {used:g} devices, above its capability {cap}")

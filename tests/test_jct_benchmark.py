@@ -84,6 +84,22 @@ def test_a_scheduler_that_reads_the_true_work_fails_the_replay() -> None:
         replay(_small_trace(10), SMALL, TABLE, Peeker(), sigma=0.5, seed=0)
 
 
+class Greedy(Scheduler):
+    """Gives every job a V100 whether there is one or not."""
+
+    name = "greedy"
+
+    def allocate(self, now, jobs, cluster):
+        return {j.name: {"nvidia-v100": 1.0} for j in jobs}
+
+
+def test_an_allocation_beyond_the_cluster_is_refused() -> None:
+    from heteroflow.pipelines.jct import InvalidAllocation
+
+    with pytest.raises(InvalidAllocation, match=r"greedy: \d+ nvidia-v100 devices allocated, 4 exist"):
+        replay(_small_trace(30), SMALL, TABLE, Greedy(), sigma=0.5, seed=0)
+
+
 def test_noise_model_is_log_normal_with_the_stated_sigma_and_seeded() -> None:
     jobs = generate_gavel_trace(2000, jobs_per_hour=6, seed=0, table=TABLE)
     for sigma in (0.5, 1.0):
