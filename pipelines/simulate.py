@@ -11,7 +11,8 @@ Model (stated so results can be judged):
   except a queue *reclaim* (Volcano semantics), which preempts it and later resumes it from where it stopped
   (checkpoint-resume; restart overhead not modelled);
 - the Gavel-style policy shares time between jobs (its allocation X, re-solved at every event), like Gavel's
-  6-minute rounds in the limit of short rounds; no preemption overhead;
+  6-minute rounds in the limit of short rounds; no preemption overhead; a queue's ``capability`` bounds what its
+  jobs hold together (a constraint of X), and a job larger than it never starts (an error naming the capability);
 - power: a node is on while any device on it is busy (idle nodes are powered down), drawing ``idle_watts`` plus
   ``busy_watts`` per busy device; for the time-sharing policy, busy devices are assumed packed on as few nodes as
   possible; cost: busy device-hours at each node's price per device.
@@ -230,6 +231,7 @@ def _simulate_events(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: M
     finish: dict[str, float] = {}
     where: dict[str, str] = {}
     explanations: list[str] = []
+    last_why: dict[str, str] = {}  # per waiting job, its last decision's explanation
     preemptions = 0
     events = 0
     node_idle = np.array([n.idle_watts for n in inventory.nodes])
@@ -288,6 +290,7 @@ def _simulate_events(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: M
                 if len(explanations) < 200:
                     explanations.append(f"t={now / 3600:.2f} h {d.explanation}")
                 if not d.placed:
+                    last_why[d.job] = d.explanation
                     continue
                 assert d.model is not None
                 pending.pop(d.job, None)
@@ -305,7 +308,8 @@ def _simulate_events(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: M
         power = float(node_idle[on].sum() + (node_busy_w * busy_nodes).sum())
         meter.record(now, busy, power, float((node_price * busy_nodes).sum()))
     if pending:
-        raise InvalidTrace(f"{len(pending)} job(s) never started under {pol.name}: {next(iter(pending))} (check quotas)")
+        reasons = "; ".join(last_why.get(n, f"{n} waits") for n in list(pending)[:5])
+        raise InvalidTrace(f"{len(pending)} job(s) never started under {pol.name}: {reasons} ({len(finish)} other job(s) finished)")
     return _finish(pol.name, meter, inventory, jobs, start, finish, where, preemptions, explanations, events)
 
 
@@ -321,6 +325,16 @@ def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Ma
     price = np.array([per_node[m].cost_per_hour / max(per_node[m].devices, 1) / 3600.0 for m in models])
     order = sorted(jobs, key=lambda j: (j.arrival, j.name))
     remaining = {j.name: float(j.steps) for j in jobs}
+    capability = {q.name: float(q.capability) for q in inventory.queues.values() if q.capability is not None}
+    total = float(capacity.sum())
+    for q in inventory.queues.values():  # a queue that is not reclaimable may not use what others are guaranteed
+        if not q.reclaimable:
+            others = sum(o.guarantee for o in inventory.queues.values() if o.name != q.name)
+            capability[q.name] = min(capability.get(q.name, math.inf), max(total - others, float(q.guarantee)))
+    # Volcano: a job larger than its queue's capability never starts (volcano-sh/volcano#1331); the rest run
+    never = {j.name: f"{j.name}: queue {j.queue}'s capability {capability[j.queue]:g} is below the {j.scale_factor} device(s) it needs"
+             for j in order if j.scale_factor > capability.get(j.queue, math.inf)}
+    order = [j for j in order if j.name not in never]
     active: list[SimJob] = []
     start: dict[str, float] = {}
     finish: dict[str, float] = {}
@@ -339,7 +353,9 @@ def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Ma
             continue
         tp = np.array([[tps[j.name][m] for m in models] for j in active])
         scale = np.array([j.scale_factor for j in active], dtype=float)
-        x = max_min_allocation(tp, scale, capacity)
+        limits = [(np.array([j.queue == q for j in active]), float(c)) for q, c in capability.items()
+                  if any(j.queue == q for j in active)]
+        x = max_min_allocation(tp, scale, capacity, limits=limits)
         rate = (x * tp).sum(axis=1)
         busy = (x * scale[:, None]).sum(axis=0)
         nodes_on = np.ceil(busy / node_devices - 1e-9)
@@ -368,6 +384,9 @@ def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Ma
                 keep.append(j)
         active = keep
     meter.record(now, np.zeros(len(models)), 0.0, 0.0)
+    if never:
+        raise InvalidTrace(f"{len(never)} job(s) never started under {name}: {'; '.join(list(never.values())[:5])} "
+                           f"({len(finish)} other job(s) finished)")
     return _finish(name, meter, inventory, jobs, start, finish, where, 0, [], events)
 
 

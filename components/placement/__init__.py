@@ -5,9 +5,11 @@ re-exports the names of the three modules it builds on: ``views``, the parsed in
 consumer; ``fields``, YAML with line numbers and the field checks; ``k8s_nodes``, Kubernetes nodes),
 ``policies`` (the policies and Gavel's max-min allocation; it re-exports the three below, and its names are also
 this package's), ``state`` (jobs, decisions, the simulator's state), ``clusters`` (throughput tables and
-inventories to place on), ``rounds`` (placement rounds and reclaim), ``plan`` (the plan step), ``vectors`` (requests and nodes as resource vectors:
-CPU, memory, devices and shares of one device), ``packing`` (node-packing policies behind one score interface, and
-the fill replay) and ``fgd`` (fragmentation gradient descent, Weng et al., ATC'23).
+inventories to place on), ``rounds`` (placement rounds and reclaim), ``scoring`` (the plan step's score of each
+candidate and why the winner won), ``podplace`` (the placed pod: the chosen model's node affinity, HAMi fractional-GPU
+resources), ``plan`` (the plan step), ``vectors`` (requests and nodes as resource vectors: CPU, memory, devices and
+shares of one device), ``packing`` (node-packing policies behind one score interface, and the fill replay) and ``fgd``
+(fragmentation gradient descent, Weng et al., ATC'23).
 May import: ``heteroflow.components.core``, ``devices``, ``errors``, ``heteroflow.cache``.
 """
 

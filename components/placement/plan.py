@@ -170,6 +170,12 @@ class Placement:
     passed_over: tuple[str, ...]
     explanation: str = ""
     nodes: tuple[str, ...] = ()
+    scores: tuple[dict[str, Any], ...] = ()
+    """Per candidate, its :class:`~heteroflow.components.placement.scoring.CandidateScore` as a dict (node inventories)."""
+    why: str = ""
+    """Why the winner won, one line (node inventories)."""
+    pod: dict[str, Any] | None = None
+    """What the chosen candidate's pod asks for, placed (node inventories; :func:`~heteroflow.components.placement.podplace.placed_pod_plan`)."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -182,6 +188,11 @@ class Placement:
         }
         if self.nodes:
             out["nodes"] = list(self.nodes)
+        if self.scores:
+            out["scores"] = [dict(x) for x in self.scores]
+            out["why"] = self.why
+        if self.pod is not None:
+            out["pod"] = self.pod
         return out
 
 
@@ -256,7 +267,12 @@ def check_plan_params(*, device_inventory: str = "", training_profile: str = "")
         InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count; ``training_profile``
             is not a readable profile.
     """
-    if device_inventory.strip():
+    if device_inventory.strip() in LIVE_INVENTORY:
+        from heteroflow.components.training.trainjob import KUBECONFIG_ENV
+
+        if not os.environ.get(KUBECONFIG_ENV) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+            live_inventory()  # raises, saying what to set
+    elif device_inventory.strip():
         if cluster_inventory(device_inventory) is None:
             Inventory.from_json(device_inventory)
     if training_profile:
@@ -280,6 +296,8 @@ def cluster_inventory(device_inventory: str) -> Any:
     from heteroflow.components.placement.views import InvalidInventory
 
     text = device_inventory.strip()
+    if text in LIVE_INVENTORY:
+        return live_inventory()
     try:
         if text.endswith((".yaml", ".yml", ".json")) and "\n" not in text and not text.startswith("{"):
             return load_inventory(text).for_placement()
@@ -294,6 +312,44 @@ def cluster_inventory(device_inventory: str) -> Any:
         return from_mapping(data, source="device_inventory").for_placement()
     except InvalidInventory as exc:
         raise InvalidParameter(str(exc)) from None
+
+
+LIVE_INVENTORY = ("kubernetes", "k8s")
+"""``device_inventory`` values that read the live cluster's free capacity through the Kubernetes API."""
+
+
+def live_inventory() -> Any:
+    """The live cluster's free capacity (:func:`~heteroflow.components.placement.clusters.kubernetes_inventory`:
+    allocatable minus requested, per node), through ``HETEROFLOW_KUBECONFIG`` or, in a pod, its service account.
+
+    Raises:
+        InvalidParameter: no cluster is configured (neither ``HETEROFLOW_KUBECONFIG`` nor an in-cluster service
+            account), or the API cannot be reached (the client's error).
+    """
+    from heteroflow.components.training.trainjob import KUBECONFIG_ENV
+
+    path = os.environ.get(KUBECONFIG_ENV)
+    if not path and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+        raise InvalidParameter(f"device_inventory=kubernetes reads the live cluster, and none is configured: set "
+                               f"{KUBECONFIG_ENV} to a kubeconfig, or run the plan step in a pod with a service account")
+    try:  # pragma: no cover - needs a cluster
+        if path:
+            from heteroflow.components.placement.clusters import kubernetes_inventory
+
+            return kubernetes_inventory(kubeconfig=path)
+        from kubernetes import client, config
+
+        from heteroflow.components.placement.inventory import kubernetes_nodes
+        from heteroflow.components.placement.views import PlacementInventory
+
+        config.load_incluster_config()
+        api = client.CoreV1Api()
+        pods = api.list_pod_for_all_namespaces(field_selector="status.phase!=Succeeded,status.phase!=Failed").items
+        return PlacementInventory(nodes=tuple(kubernetes_nodes(api.list_node().items, pods)), source="kubernetes (in-cluster)")
+    except InvalidParameter:
+        raise
+    except Exception as exc:  # pragma: no cover - needs a cluster
+        raise InvalidParameter(f"device_inventory=kubernetes: the cluster's API could not be read ({type(exc).__name__}: {exc})") from None
 
 
 def current_inventory(device_inventory: str = "") -> Inventory:
@@ -359,7 +415,7 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
             earlier one was passed over).
         placements: ``{call: candidates JSON}`` of the calls to place (the engine passes it).
         device_inventory: JSON {"gpu": N, "npu": M} of the devices the job may get, for plan; empty: probe with PyTorch where plan runs (set it on a cluster, where the plan pod has no accelerator).
-        training_profile: path of a training profile (JSON from heteroflow profile): checked and recorded with the placement; placement does not use it yet.
+        training_profile: path of a training profile (JSON from heteroflow profile): checked and recorded with the placement; on a node inventory its step times score the candidates.
 
     Returns:
         A :class:`PlanResult`.
@@ -387,11 +443,15 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
     if nodes is not None:
         from heteroflow.components.placement.state import PlacementState
 
-        state = PlacementState(nodes)
-        policy = nodes.policy or "listed"
+        from heteroflow.components.placement.scoring import QueueState
+
+        queue_state = QueueState.from_env()
+        state = PlacementState(nodes, queue_used=queue_state.used)
+        policy = nodes.policy or ("throughput" if training_profile else "listed")
         for call, candidates_json in wanted.items():
             try:
-                chosen[call] = plan_on_nodes(call, Candidates.from_json(candidates_json), state, policy=policy)
+                chosen[call] = plan_on_nodes(call, Candidates.from_json(candidates_json), state, policy=policy,
+                                             profile=prof if training_profile else None, queue_state=queue_state)
             except NoCandidateAvailable as exc:
                 raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
         counts: dict[str, int] = {DeviceKind.CPU.value: 1}  # the CPU is always there
@@ -421,53 +481,81 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
     )
 
 
-def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str = "listed") -> Placement:
-    """Choose a candidate and node(s) on a node inventory with a placement policy (the simulator's policies).
+def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str = "listed",
+                  profile: Mapping[str, Any] | None = None, queue_state: Any = None) -> Placement:
+    """Choose a candidate and node(s) on a node inventory with a placement policy (the simulator's policies),
+    scoring every candidate (:func:`~heteroflow.components.placement.scoring.score_candidates`).
 
-    Each candidate becomes a job (device kind, the models it accepts, count, device memory; the throughput of
-    ``call`` per model from the inventory's ``throughputs`` table); the ``listed`` policy takes the first candidate
-    that fits, any other takes the one whose chosen model has the highest throughput (ties: the listed order).
-    The chosen devices are taken from ``state`` (so the next call sees them used).
+    Each candidate becomes a job (device kind, the models it accepts, count, device memory, the run's queue; its
+    estimated steps/s per model from the training profile and the inventory's ``throughputs`` row for ``call``);
+    the policy filters (queue capability and guarantees included, given ``queue_state``) and picks a model and
+    node(s); the ``listed`` policy takes the first candidate that fits, any other the highest score (estimated
+    steps/s; ties: the listed order). The chosen devices are taken from ``state`` (so the next call sees them used).
+    The placement records every candidate's score and why the winner won.
 
     Raises:
-        NoCandidateAvailable: no candidate fits; each candidate's one-line reason is listed.
+        NoCandidateAvailable: no candidate fits; each candidate's one-line reason (the limit that holds it) is listed.
     """
     from heteroflow.components.placement.policies import get_policy
     from heteroflow.components.placement.rounds import place_round
+    from heteroflow.components.placement.scoring import QueueState, score_candidates, winner
     from heteroflow.components.placement.state import Job
 
     pol = get_policy(policy)
-    table = state.inventory.throughputs.get(call)
-    reasons: list[str] = []
-    options: list[tuple[float, int, Any, Any]] = []
-    for i, res in enumerate(candidates):
-        kind = DeviceKind(res.kind).value
-        models = frozenset(m.name for m in res.accelerator_models) if res.accelerator_spec is not None else None
-        # a multi-node candidate: nodes x count devices of one model, a gang across nodes
-        job = Job(name=call, count=max(res.count or 0, 1) * res.nodes if DeviceKind(kind).has_devices else 0, kind=kind, models=models,
-                  device_memory_bytes=res.device_memory_bytes or 0, throughput=dict(table) if table else None)
-        trial = _copy_state(state)
-        decision = place_round([job], trial, pol)[0]
-        if not decision.placed:
-            reasons.append(f"candidate {i} ({res.describe()}): {decision.explanation.split(': ', 1)[-1]}")
-            continue
-        speed = (table or {}).get(decision.model or "", 0.0)
-        options.append((speed, i, decision, trial))
-        if pol.name == "listed":
-            break
-    if not options:
-        raise NoCandidateAvailable("no candidate can run on the node inventory:\n  " + "\n  ".join(reasons))
-    speed, i, decision, trial = max(options, key=lambda o: (o[0], -o[1]))
-    state.free[:] = trial.free
-    state.queue_used.clear()
-    state.queue_used.update(trial.queue_used)
+    qs = queue_state or QueueState()
+    scores = score_candidates(candidates, state.inventory, qs, profile, call=call, policy=pol, state=state)
+    picked = winner(scores, policy=pol.name)
+    if picked is None:
+        raise NoCandidateAvailable("no candidate can run on the node inventory:\n  " + "\n  ".join(
+            f"candidate {x.candidate} ({candidates[x.candidate].describe()}): {x.reason}" for x in scores))
+    i, why = picked
     res = candidates[i]
-    passed = tuple(r for r in reasons if int(r.split()[1]) < i)
-    others = [f"candidate {j} ({candidates[j].describe()}) {s:.3g} steps/s" for s, j, _, _ in options if j != i and s]
-    why = f"; preferred over {', '.join(others)}" if others else ""
-    return Placement(index=i, resources=res, device_kind=DeviceKind(res.kind).value, torch_device=res.torch_device_type,
-                     passed_over=passed, explanation=f"[{pol.name}] candidate {i}: {decision.explanation}{why}",
-                     nodes=decision.node_names)
+    kind = DeviceKind(res.kind)
+    models = frozenset(m.name for m in res.accelerator_models) if res.accelerator_spec is not None else None
+    table = {m: 1.0 / s for m, s in ((x.model, x.step_seconds) for x in scores) if m and s}
+    times = {x.model: x.step_seconds for x in scores if x.model and x.step_seconds}
+    tp = dict(state.inventory.throughputs.get(call) or {}) or None
+    if times:
+        tp = dict(table)
+        floor = min(tp.values()) * 1e-3
+        tp.update({m: floor for m in state.models if m not in tp})
+    job = Job(name=call, count=max(res.count or 0, 1) * res.nodes if kind.has_devices else 0, kind=kind.value,
+              models=models, queue=qs.queue, device_memory_bytes=res.device_memory_bytes or 0, throughput=tp)
+    decision = place_round([job], state, pol)[0]  # the same decision as the trial, now taken from the state
+    passed = tuple(f"candidate {x.candidate} ({candidates[x.candidate].describe()}): {x.reason}"
+                   for x in scores if x.candidate < i and not x.feasible)
+    others = [f"candidate {x.candidate} ({candidates[x.candidate].describe()}) {x.score:.3g} steps/s"
+              for x in scores if x.feasible and x.candidate != i and x.score > 0]
+    pref = f"; preferred over {', '.join(others)}" if others and pol.name != "listed" else ""
+    win = next(x for x in scores if x.candidate == i)
+    return Placement(index=i, resources=res, device_kind=kind.value, torch_device=res.torch_device_type,
+                     passed_over=passed, explanation=f"[{pol.name}] candidate {i}: {decision.explanation}{pref}",
+                     nodes=decision.node_names, scores=tuple(x.to_dict() for x in scores), why=why,
+                     pod=_pod_of(res, decision.model, decision.node_names, win.gpu_milli))
+
+
+def _pod_of(res: Resources, model: str | None, nodes: tuple[str, ...], gpu_milli: int | None) -> dict[str, Any] | None:
+    """The placed pod plan as plain data (requests, limits, node selector, affinity), with the cluster profile the
+    task carries (``HETEROFLOW_CLUSTER_PROFILE``) or the default conventions; ``{"error": ...}`` when the chosen
+    placement cannot be asked for on that cluster (e.g. a fractional GPU without HAMi)."""
+    import warnings
+
+    from heteroflow.components.devices.cluster import ClusterProfile, InvalidProfile
+    from heteroflow.components.devices.podplan import DefaultProfileWarning
+    from heteroflow.components.placement.podplace import placed_pod_plan
+    from heteroflow.components.training.trainjob import PROFILE_ENV
+
+    if model is None:
+        return None
+    text = os.environ.get(PROFILE_ENV)
+    try:
+        profile = ClusterProfile.from_dict(json.loads(text), source=PROFILE_ENV) if text else None
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DefaultProfileWarning)
+            plan = placed_pod_plan(res, model=model, nodes=nodes, gpu_milli=gpu_milli, profile=profile)
+    except (InvalidResources, InvalidProfile, ValueError) as exc:
+        return {"error": str(exc)}
+    return {"requests": plan.requests, "limits": plan.limits, "node_selector": plan.node_selector, "affinity": plan.affinity}
 
 
 def _copy_state(state: Any) -> Any:

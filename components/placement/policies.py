@@ -251,13 +251,16 @@ def get_policy(name: str | Policy, *, where: str = "") -> Policy:
 # --- Gavel-style max-min fairness ----------------------------------------------------------------------------
 
 
-def max_min_allocation(throughput: np.ndarray, scale: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+def max_min_allocation(throughput: np.ndarray, scale: np.ndarray, capacity: np.ndarray,
+                       limits: Sequence[tuple[np.ndarray, float]] = ()) -> np.ndarray:
     """Max-min fair allocation over throughput-normalised shares (Gavel, OSDI'20, eq. for max-min fairness).
 
     Args:
         throughput: shape (jobs, models), steps/s of each job on each model (0 = cannot run).
         scale: shape (jobs,), devices each job takes while it runs.
         capacity: shape (models,), devices per model.
+        limits: ``(members, devices)`` pairs: the jobs of ``members`` (bool, shape (jobs,)) together hold at most
+            ``devices`` devices of any model (a Volcano queue's ``capability``).
 
     Returns:
         X, shape (jobs, models): fraction of time each job runs on each model (rows sum to <= 1;
@@ -284,8 +287,25 @@ def max_min_allocation(throughput: np.ndarray, scale: np.ndarray, capacity: np.n
     rows_min = coo_matrix((np.concatenate([-norm[jj, mm], np.ones(n)]),
                            (np.concatenate([jj, np.arange(n)]), np.concatenate([np.arange(nv), np.full(n, nv)]))),
                           shape=(n, nv + 1))
-    a = vstack([rows_one, rows_cap, rows_min]).tocsr()
-    b = np.concatenate([np.ones(n), capacity.astype(float), np.zeros(n)])
+    blocks = [rows_one, rows_cap, rows_min]
+    bounds_b = [np.ones(n), capacity.astype(float), np.zeros(n)]
+    for members, devices in limits:
+        sel = np.flatnonzero(np.asarray(members, dtype=bool)[jj])
+        blocks.append(coo_matrix((scale[jj[sel]], (np.zeros(sel.size, dtype=int), sel)), shape=(1, nv + 1)))
+        bounds_b.append(np.array([float(devices)]))
+    if limits:
+        # the equal share a job could get is bounded by its queue's capability too
+        for members, devices in limits:
+            m_ = np.asarray(members, dtype=bool)
+            demand = float(scale[m_].sum())
+            if demand > devices > 0:
+                equal[m_] *= devices / demand
+        norm = np.where(feasible, throughput / np.maximum(equal[:, None], 1e-12), 0.0)
+        blocks[2] = coo_matrix((np.concatenate([-norm[jj, mm], np.ones(n)]),
+                                (np.concatenate([jj, np.arange(n)]), np.concatenate([np.arange(nv), np.full(n, nv)]))),
+                               shape=(n, nv + 1))
+    a = vstack(blocks).tocsr()
+    b = np.concatenate(bounds_b)
     c = np.zeros(nv + 1)
     c[-1] = -1.0
     bounds = [(0, 1)] * nv + [(0, None)]

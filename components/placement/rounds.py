@@ -92,8 +92,9 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
         need = max(job.count, 1) if job.kind != "cpu" else 0
         used = state.queue_used.get(q.name, 0)
         if q.capability is not None and used + need > q.capability:
-            out.append(Decision(job=job.name, placed=False, model=None,
-                                explanation=f"{job.name} waits: queue {q.name} uses {used} of its capability {q.capability}, +{need} would exceed it"))
+            why = (f"queue {q.name}'s capability {q.capability} is below the {need} device(s) it needs" if need > q.capability
+                   else f"queue {q.name} uses {used} of its capability {q.capability}, +{need} would exceed it")
+            out.append(Decision(job=job.name, placed=False, model=None, explanation=f"{job.name} waits: {why}"))
             continue
         allowed = _allowed_models(job, state)
         mem_ok = state.mem >= job.device_memory_bytes if job.device_memory_bytes else np.ones(len(state.mem), dtype=bool)

@@ -137,7 +137,9 @@ class RunRecord:
             ``accelerator``, ``failure`` and ``reason``.
         metrics: per call, the metrics of its Metrics outputs.
         results: per call, the facts of its successful attempt.
-        placement: per placed call, the planner's decision (chosen resources, why earlier ones were passed over).
+        placement: per placed call, the planner's decision (chosen resources, why earlier ones were passed over; on a
+            node inventory also ``scores``: each candidate's score, feasibility and reason, ``why`` the winner won,
+            and ``pod``: what its pod asks for, placed).
         testing: the testing settings in force (simulated devices, injected faults), if any.
         error: what stopped the run when it was not a step (an engine crash), else None.
     """

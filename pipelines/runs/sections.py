@@ -153,8 +153,24 @@ def _placement(run: dict[str, Any]) -> str:
         passed = p.get("passed_over") or []
         if passed:
             lis.append("<ul>" + "".join(f"<li>passed over: {_e(_passed(x))}</li>" for x in passed) + "</ul>")
+        lis.append(_scores(p))
         lis.append("</li>")
     return "<h2>Placement</h2><ul>" + "".join(lis) + "</ul>"
+
+
+def _scores(p: dict[str, Any]) -> str:
+    """The plan's score of each candidate and why the winner won (node inventories), as a small table."""
+    scores = [x for x in p.get("scores") or [] if isinstance(x, dict)]
+    if not scores:
+        return ""
+    rows = []
+    for x in scores:
+        score = x.get("score")
+        mark = " &#10003;" if x.get("candidate") == p.get("index") else ""
+        rows.append(f"<tr><td>{_e(x.get('candidate'))}{mark}</td><td>{'-' if score is None else _e(f'{score:.4g}')}</td>"
+                    f"<td>{'yes' if x.get('feasible') else 'no'}</td><td>{_e(x.get('reason', ''))}</td></tr>")
+    return (f'<p class="plan-why">won: {_e(p.get("why", ""))}</p><table class="plan-scores"><tr><th>candidate</th>'
+            f"<th>score (est. steps/s)</th><th>feasible</th><th>why</th></tr>{''.join(rows)}</table>")
 
 
 def _passed(item: Any) -> str:

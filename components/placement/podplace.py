@@ -1,0 +1,144 @@
+"""What a pod asks for once the plan step has decided: the chosen model as node affinity, the chosen nodes as a
+preference, and a fractional-GPU request as HAMi resources.
+
+:func:`placed_pod_plan` takes the candidate the plan step chose and its
+:class:`~heteroflow.components.placement.scoring.CandidateScore` (model, nodes, ``gpu_milli``) and returns the
+:class:`~heteroflow.components.devices.podplan.PodPlan` every engine renders (:func:`plan_pod` of the candidate
+narrowed to the chosen model), with:
+
+- a *required* node-affinity term ``<model label> In [<the model's label values>]`` (the cluster profile's
+  label convention, e.g. ``nvidia.com/gpu.product`` from GPU feature discovery), ANDed into the candidate's own
+  terms, so the pod lands only on the model the policy chose;
+- a *preferred* node-affinity term (weight 100) for the node(s) the policy chose (``kubernetes.io/hostname``):
+  binding stays with the cluster's scheduler (Kubernetes, Volcano or Kueue), which may bind elsewhere when the
+  cluster changed since the plan;
+- for a fractional request (``gpu_milli`` < 1000, thousandths of one device, as the Alibaba GPU traces and
+  GPU-sharing schedulers express it) on NVIDIA with the HAMi device plugin: ``nvidia.com/gpu: 1`` (one vGPU),
+  ``nvidia.com/gpucores: <percent of the device's compute>`` and ``nvidia.com/gpumem: <MiB of device memory>``
+  (the request's ``device_memory``, else the same fraction of the model's memory), in requests and limits alike.
+
+Source of the HAMi resources: the HAMi README, "Run GPU jobs" (github.com/Project-HAMi/HAMi, and its
+``examples/nvidia/default_use.yaml``): ``nvidia.com/gpu`` is the number of vGPUs, ``nvidia.com/gpumem`` the device
+memory of each vGPU in MiB (integer, optional), ``nvidia.com/gpucores`` the percentage of one GPU's compute each
+vGPU may use (integer 0-100, optional).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from heteroflow.components.devices.accelerators import ACCELERATORS
+from heteroflow.components.devices.cluster import DEFAULT_PROFILE, ClusterProfile
+from heteroflow.components.devices.podplan import PodPlan, plan_pod
+from heteroflow.components.errors import InvalidResources
+from heteroflow.components.resources import Resources
+
+__all__ = ["HAMI_CORES", "HAMI_MEMORY", "HOSTNAME_LABEL", "placed_pod_plan"]
+
+HAMI_CORES = "nvidia.com/gpucores"
+"""HAMi: percent of one GPU's compute per vGPU (integer 0-100)."""
+HAMI_MEMORY = "nvidia.com/gpumem"
+"""HAMi: device memory per vGPU, MiB (integer)."""
+HOSTNAME_LABEL = "kubernetes.io/hostname"
+"""The well-known node label holding the node's name (Kubernetes' well-known labels)."""
+
+
+def placed_pod_plan(resources: Resources, *, model: str, nodes: tuple[str, ...] = (), gpu_milli: int | None = None,
+                    profile: ClusterProfile | None = None) -> PodPlan:
+    """The pod plan for ``resources`` placed on ``model`` (and preferably ``nodes``) by the plan step.
+
+    Args:
+        resources: the chosen candidate.
+        model: the device model the policy chose (registry key, e.g. ``nvidia-v100``); ``cpu`` for a CPU candidate.
+        nodes: the node(s) the policy chose (a preference, not a binding).
+        gpu_milli: for a fractional request, thousandths of one device (1-999); None or 1000: whole devices.
+        profile: the cluster profile (default conventions when None).
+
+    Returns:
+        A :class:`~heteroflow.components.devices.podplan.PodPlan`.
+
+    Raises:
+        InvalidResources: ``model`` is not one the candidate accepts; ``gpu_milli`` is not in 1-1000; a fractional
+            request for more than one device, on a vendor other than NVIDIA, or on a profile whose NVIDIA plugin
+            is not ``hami`` (the message names the setting that would work); the profile cannot tell the model
+            apart by a node label.
+    """
+    used = profile or DEFAULT_PROFILE
+    accel = resources.accelerator_spec
+    if accel is None or model == "cpu":
+        plan = plan_pod(resources, profile)
+        return _prefer_nodes(plan, nodes)
+    accepted = {m.name for m in resources.accelerator_models}
+    if model not in accepted:
+        raise InvalidResources(f"model={model!r} is not one candidate {resources.describe()} accepts; valid: "
+                               f"{', '.join(sorted(accepted))}")
+    narrowed = dataclasses.replace(resources, accelerator=model)
+    plan = plan_pod(narrowed, profile)
+    chosen = ACCELERATORS[model]
+    conv = used.vendor(chosen.vendor)
+    key = conv.label_key
+    values = list(chosen.node_labels.get(conv.labels) or ()) if key else []
+    affinity = plan.affinity
+    node_selector = dict(plan.node_selector)
+    if key and values:
+        node_selector.pop(key, None)  # stated once, as the required affinity term below
+        affinity = _require(affinity, {"key": key, "operator": "In", "values": values})
+    plan = dataclasses.replace(plan, affinity=affinity, node_selector=node_selector)
+    if gpu_milli is not None and gpu_milli != 1000:
+        plan = _fractional(plan, resources, chosen, gpu_milli, used)
+    return _prefer_nodes(plan, nodes)
+
+
+def _fractional(plan: PodPlan, resources: Resources, accel: Any, gpu_milli: int, profile: ClusterProfile) -> PodPlan:
+    if not isinstance(gpu_milli, int) or isinstance(gpu_milli, bool) or not 1 <= gpu_milli <= 1000:
+        raise InvalidResources(f"gpu_milli={gpu_milli!r} is not thousandths of one device; valid: an integer in 1-1000")
+    if (resources.count or 0) > 1:
+        raise InvalidResources(f"gpu_milli={gpu_milli} with count={resources.count}: a fractional request is part of one "
+                               "device; valid: count=1")
+    if accel.vendor != "nvidia":
+        raise InvalidResources(f"gpu_milli={gpu_milli} on {accel.display_name}: fractional requests are rendered for "
+                               "NVIDIA GPUs under HAMi (nvidia.com/gpucores, nvidia.com/gpumem); valid: an NVIDIA model")
+    if profile.vendor("nvidia").plugin != "hami":
+        raise InvalidResources(f"gpu_milli={gpu_milli}: profile {profile.name!r} uses the {profile.vendor('nvidia').plugin!r} "
+                               "NVIDIA device plugin, which cannot share a GPU; valid: a profile with vendors.nvidia.plugin: hami")
+    total = accel.device_memory_bytes or 0
+    if resources.device_memory_bytes:
+        mib = math.ceil(resources.device_memory_bytes / 2**20)
+    elif total:
+        mib = math.ceil(total * gpu_milli / 1000 / 2**20)
+    else:
+        mib = None
+    extra = {plan.accelerator_resource or "nvidia.com/gpu": "1", HAMI_CORES: str(max(1, math.ceil(gpu_milli / 10)))}
+    if mib is not None:
+        extra[HAMI_MEMORY] = str(mib)
+    return dataclasses.replace(plan, requests={**plan.requests, **extra}, limits={**plan.limits, **extra}, accelerator_count=1)
+
+
+def _require(affinity: dict[str, Any] | None, requirement: dict[str, Any]) -> dict[str, Any]:
+    """AND ``requirement`` into every required node-selector term (they are ORed), or add the first term."""
+    affinity = dict(affinity or {})
+    node = dict(affinity.get("nodeAffinity") or {})
+    required = dict(node.get("requiredDuringSchedulingIgnoredDuringExecution") or {})
+    terms = [dict(t) for t in required.get("nodeSelectorTerms") or []] or [{}]
+    for term in terms:
+        kept = [e for e in term.get("matchExpressions") or [] if e.get("key") != requirement["key"]]
+        term["matchExpressions"] = [*kept, requirement]
+    required["nodeSelectorTerms"] = terms
+    node["requiredDuringSchedulingIgnoredDuringExecution"] = required
+    affinity["nodeAffinity"] = node
+    return affinity
+
+
+def _prefer_nodes(plan: PodPlan, nodes: tuple[str, ...]) -> PodPlan:
+    if not nodes:
+        return plan
+    affinity = dict(plan.affinity or {})
+    node = dict(affinity.get("nodeAffinity") or {})
+    preferred = list(node.get("preferredDuringSchedulingIgnoredDuringExecution") or [])
+    preferred.append({"weight": 100, "preference": {"matchExpressions": [
+        {"key": HOSTNAME_LABEL, "operator": "In", "values": list(dict.fromkeys(nodes))}]}})
+    node["preferredDuringSchedulingIgnoredDuringExecution"] = preferred
+    affinity["nodeAffinity"] = node
+    return dataclasses.replace(plan, affinity=affinity)
