@@ -222,7 +222,9 @@ def build_record(
     """The :class:`RunRecord` of a finished run, from its attempt records."""
     steps = collect(folder, pipeline, finished=True)
     by_name = {s.name: s for s in steps}
-    if error is None and all(by_name[c.name].status == "succeeded" for c in pipeline.calls):
+    # a call inside a condition or a loop may legitimately not run (a branch not taken, an empty list)
+    optional = {c.name for c in pipeline.calls if any(g.kind != "pipeline" for g in getattr(c, "groups", ()))}
+    if error is None and all(by_name[c.name].status == "succeeded" or (c.name in optional and by_name[c.name].status == "not run") for c in pipeline.calls):
         status = "succeeded"  # even if a stop came after the last step had completed: say what completed
     elif interrupted:
         status = "interrupted"

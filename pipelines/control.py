@@ -1,0 +1,685 @@
+"""Output parameters, conditions, loops and sub-pipelines of a :class:`~heteroflow.pipelines.graph.Pipeline`:
+what a KFP user writes with ``task.outputs["x"]``, ``dsl.If/Elif/Else``, ``dsl.ParallelFor``, ``dsl.Collected``
+and a ``@dsl.pipeline`` called inside another.
+
+Example (the shape of ``examples/practitioners/tuning_fanout.py``)::
+
+    from heteroflow.pipelines.control import Collected, If, ParallelFor
+
+    p = Pipeline("tuning")
+    data = p.add(MAKE_DATA)
+    with ParallelFor(p.param("learning_rates", default=[0.3, 0.1, 0.03], help="one trial per value")) as lr:
+        trial = p.add(TRIAL, data=data.outputs.data, learning_rate=lr)       # returns accuracy: float
+    best = p.add(CHOOSE, accuracies=Collected(trial.outputs["accuracy"]), learning_rates=lr.items)
+    with If(best.outputs["accuracy"] >= 0.8, name="good enough"):
+        p.add(ARCHIVE_BEST, learning_rate=best.outputs["learning_rate"])
+
+- **Output parameters.** A step's :attr:`~heteroflow.components.core.step.Step.returns` (a scalar, list or
+  NamedTuple return annotation, or ``step(returns=...)``): ``call.outputs["name"]`` / ``call.output`` is a
+  :class:`ValueRef` that a later call's parameter (of the same type; an int feeds a float) or a condition reads.
+- **Conditions.** ``with If(cond):`` / ``Elif`` / ``Else`` around ``p.add(...)`` calls; a condition compares a
+  :class:`ValueRef`, a pipeline parameter or a loop item with a constant or another of them (``== != < <= > >=``).
+- **Loops.** ``with ParallelFor(items) as item:`` over a literal list, a list pipeline parameter
+  (``p.param(..., default=[...])``) or a list output parameter; ``item`` feeds parameters, ``item.key`` (or
+  ``item["key"]``) a field of a dict item. ``Collected(ref)`` gathers a loop's output parameter into a list for a
+  call after the loop.
+- **Sub-pipelines.** ``p.add(other_pipeline, name=..., **bindings)``: the other pipeline's parameters are bound
+  like a step's (unbound ones become parameters of this pipeline), its artifact inputs
+  (:func:`pipeline_input`) to earlier calls' outputs, and what it returns (:meth:`Pipeline.set_outputs`) is the
+  returned :class:`SubCall`'s ``outputs``. Its calls join this pipeline as ``<name>__<call>`` inside a
+  :class:`Group` of kind ``pipeline`` (KFP renders a nested DAG, Airflow a TaskGroup; local engines run them).
+
+Each call keeps the groups it was added in (:attr:`Call.groups`, outermost first); engines read them:
+:mod:`heteroflow.pipelines.kfp.control` (KFP, kfp.local), :mod:`heteroflow.pipelines.engines.control_run`
+(in-process), :mod:`heteroflow.dags.control` (Airflow).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import inspect
+import itertools
+import operator
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.components.core.step import ArtifactType, Param
+from heteroflow.components.errors import InvalidParameter
+
+if TYPE_CHECKING:
+    from heteroflow.pipelines.graph import Call, Pipeline
+
+__all__ = [
+    "Collected",
+    "CollectedRef",
+    "Condition",
+    "Elif",
+    "Else",
+    "Group",
+    "If",
+    "InputRef",
+    "LoopItem",
+    "ParallelFor",
+    "SubCall",
+    "ValueRef",
+    "evaluate",
+    "pipeline_input",
+]
+
+_OPS: Mapping[str, Any] = {
+    "==": operator.eq,
+    "!=": operator.ne,
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+}
+
+
+class _Comparable:
+    """Comparisons that build a :class:`Condition` (as KFP's pipeline channels do)."""
+
+    __slots__ = ()
+
+    def __eq__(self, other: object) -> Condition:  # type: ignore[override]
+        return Condition(self, "==", other)
+
+    def __ne__(self, other: object) -> Condition:  # type: ignore[override]
+        return Condition(self, "!=", other)
+
+    def __lt__(self, other: object) -> Condition:
+        return Condition(self, "<", other)
+
+    def __le__(self, other: object) -> Condition:
+        return Condition(self, "<=", other)
+
+    def __gt__(self, other: object) -> Condition:
+        return Condition(self, ">", other)
+
+    def __ge__(self, other: object) -> Condition:
+        return Condition(self, ">=", other)
+
+    def __hash__(self) -> int:
+        return hash(self._key())
+
+    def _key(self) -> tuple[Any, ...]:
+        raise NotImplementedError
+
+    def same(self, other: object) -> bool:
+        """Identity of references (``==`` builds a condition)."""
+        return type(self) is type(other) and self._key() == other._key()  # type: ignore[attr-defined]
+
+    def __bool__(self) -> bool:
+        raise InvalidParameter(f"{self!r} is known only when the pipeline runs: use it in If(...), not in a Python if")
+
+
+class ValueRef(_Comparable):
+    """An output parameter of an earlier call: ``call.outputs["best"]`` or ``call.output``."""
+
+    __slots__ = ("call", "output", "type")
+
+    def __init__(self, call: str, output: str, type: type = str) -> None:
+        self.call, self.output, self.type = call, output, type
+
+    def _key(self) -> tuple[Any, ...]:
+        return ("value", self.call, self.output)
+
+    def __repr__(self) -> str:
+        return f"{self.call}.outputs[{self.output!r}]"
+
+
+class LoopItem(_Comparable):
+    """The current item of a :class:`ParallelFor` (``field``: a key of a dict item, ``item.lr``)."""
+
+    __slots__ = ("loop", "field", "type")
+
+    def __init__(self, loop: Group, field: str | None = None, type: type | None = None) -> None:
+        self.loop, self.field, self.type = loop, field, type
+
+    def _key(self) -> tuple[Any, ...]:
+        return ("item", self.loop.id, self.field)
+
+    def __getattr__(self, name: str) -> LoopItem:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __getitem__(self, name: str) -> LoopItem:
+        if self.field is not None:
+            raise InvalidParameter(f"{self!r}: a loop item's field has no fields of its own")
+        items = self.loop.items
+        if isinstance(items, list):
+            bad = [i for i, v in enumerate(items) if not isinstance(v, Mapping) or name not in v]
+            if bad:
+                raise InvalidParameter(f"ParallelFor item {bad[0]} ({items[bad[0]]!r}) has no key {name!r}; every item must be a dict with it")
+            kinds = {type(v[name]) for v in items}
+            typ = kinds.pop() if len(kinds) == 1 else (float if kinds <= {int, float} else None)
+            return LoopItem(self.loop, name, typ)
+        return LoopItem(self.loop, name, None)
+
+    @property
+    def items(self) -> Any:
+        """What the loop iterates over (a literal list, a pipeline parameter or an output parameter): for a later
+        call that needs the whole list (e.g. to name the best of a :func:`Collected` list)."""
+        return self.loop.items
+
+    def __repr__(self) -> str:
+        return f"{self.loop.id}.item" + (f".{self.field}" if self.field else "")
+
+
+class CollectedRef:
+    """``Collected(ref)``: the values of ``ref`` (an output parameter of a call inside a loop), one per iteration,
+    in the loop's item order, as a list for a call after the loop."""
+
+    __slots__ = ("ref", "loop")
+
+    def __init__(self, ref: ValueRef, loop: Group | None = None) -> None:
+        self.ref, self.loop = ref, loop
+
+    def __repr__(self) -> str:
+        return f"Collected({self.ref!r})"
+
+
+def Collected(ref: Any) -> CollectedRef:  # noqa: N802 - KFP's spelling
+    """Gather a loop's output parameter into a list (KFP's ``dsl.Collected``).
+
+    Raises:
+        InvalidParameter: ``ref`` is not an output parameter (artifacts are not collected: write one artifact
+            per iteration into a folder a later step reads, or collect a value naming it).
+    """
+    if not isinstance(ref, ValueRef):
+        raise InvalidParameter(
+            f"Collected({ref!r}): collect an output parameter (call.outputs['x'] of a step that returns a value); "
+            "collecting artifacts is not supported on kfp.local or Airflow: return a value that names the artifact"
+        )
+    return CollectedRef(ref)
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class InputRef:
+    """An artifact input of a pipeline used as a sub-pipeline (:func:`pipeline_input`)."""
+
+    name: str
+    type: ArtifactType
+
+
+def pipeline_input(pipeline: Pipeline, name: str, type: ArtifactType | str = ArtifactType.DATASET) -> InputRef:
+    """Declare an artifact input of ``pipeline``, for its calls' inputs; bound when the pipeline is used as a step
+    of another (``outer.add(pipeline, name=output_ref)``). A pipeline with inputs runs only as a sub-pipeline.
+
+    Raises:
+        InvalidParameter: a name that is not an identifier, or declared twice with another type.
+    """
+    if not name.isidentifier():
+        raise InvalidParameter(f"pipeline input {name!r} is not a Python identifier")
+    ref = InputRef(name, ArtifactType(type))
+    inputs = _inputs(pipeline)
+    if name in inputs and inputs[name] != ref:
+        raise InvalidParameter(f"pipeline {pipeline.name!r} already has an input {name!r} of type {inputs[name].type.value}")
+    inputs[name] = ref
+    return ref
+
+
+def _inputs(pipeline: Pipeline) -> dict[str, InputRef]:
+    found = pipeline.__dict__.setdefault("_inputs", {})
+    return found
+
+
+@dataclasses.dataclass(frozen=True, slots=True, eq=False)
+class Condition:
+    """``left op right``: each side a :class:`ValueRef`, a pipeline parameter reference, a :class:`LoopItem` or a
+    constant (str, int, float, bool)."""
+
+    left: Any
+    op: str
+    right: Any
+
+    def __bool__(self) -> bool:
+        raise InvalidParameter(f"{self!r} is decided when the pipeline runs: use it in If(...), not in a Python if")
+
+    def operands(self) -> tuple[Any, Any]:
+        return self.left, self.right
+
+    def __repr__(self) -> str:
+        return f"{self.left!r} {self.op} {self.right!r}"
+
+
+def evaluate(condition: Condition, resolve: Any) -> bool:
+    """The condition's value, with ``resolve(operand)`` giving each reference's value (constants stay)."""
+    left, right = (resolve(x) if _is_ref(x) else x for x in condition.operands())
+    return bool(_OPS[condition.op](left, right))
+
+
+def _is_ref(value: Any) -> bool:
+    from heteroflow.pipelines.graph import ParamRef
+
+    return isinstance(value, (ValueRef, LoopItem, ParamRef))
+
+
+# --- groups ---------------------------------------------------------------------------------------------------
+
+_IDS = itertools.count(1)
+_SCOPE: contextvars.ContextVar[tuple[Group, ...]] = contextvars.ContextVar("heteroflow_control_scope", default=())
+_LAST: contextvars.ContextVar[Group | None] = contextvars.ContextVar("heteroflow_control_last", default=None)
+
+
+@dataclasses.dataclass(eq=False)
+class Group:
+    """A condition branch, a loop or a sub-pipeline: the calls added inside it carry it in ``Call.groups``.
+
+    Attributes:
+        kind: ``if``, ``elif``, ``else``, ``loop`` or ``pipeline``.
+        id: unique in the process (``condition-3``, ``loop-1``, ``pipeline-2``).
+        name: what the Kubeflow UI / Airflow shows (a sub-pipeline: its call name).
+        condition: ``if``/``elif``: the condition.
+        branches: ``if``/``elif``/``else``: the earlier branches of the same If (their conditions are false).
+        items: ``loop``: a literal list, a pipeline parameter reference or a :class:`ValueRef`.
+        parallelism: ``loop``: how many iterations may run at once (0: no limit).
+        pipeline: ``pipeline``: the sub-pipeline's own name; ``outputs``: its exported outputs.
+    """
+
+    kind: str
+    id: str
+    name: str = ""
+    condition: Condition | None = None
+    branches: tuple[Group, ...] = ()
+    items: Any = None
+    parallelism: int = 0
+    pipeline: str = ""
+    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def __repr__(self) -> str:
+        return f"Group({self.kind}, {self.id}, {self.name!r})"
+
+
+class _Scope:
+    """Context manager that puts a group on the stack of groups new calls are added in."""
+
+    group: Group
+
+    def __enter__(self) -> Any:
+        self._token = _SCOPE.set((*_SCOPE.get(), self.group))
+        _LAST.set(None)
+        return self._value()
+
+    def _value(self) -> Any:
+        return self.group
+
+    def __exit__(self, *exc: Any) -> None:
+        _SCOPE.reset(self._token)
+        _LAST.set(self.group)
+
+
+class If(_Scope):
+    """``with If(call.outputs["x"] == "y", name=...):``: the calls inside run only when the condition holds
+    (KFP's ``dsl.If``)."""
+
+    def __init__(self, condition: Condition, name: str | None = None) -> None:
+        if not isinstance(condition, Condition):
+            raise InvalidParameter(f"If({condition!r}): give a comparison of an output parameter, a pipeline parameter or a loop item, e.g. If(step.outputs['best'] == 'x')")
+        gid = f"condition-{next(_IDS)}"
+        self.group = Group("if", gid, name or gid, condition=condition)
+
+
+class Elif(_Scope):
+    """``with Elif(condition):`` right after an ``If``/``Elif`` block (KFP's ``dsl.Elif``)."""
+
+    def __init__(self, condition: Condition, name: str | None = None) -> None:
+        if not isinstance(condition, Condition):
+            raise InvalidParameter(f"Elif({condition!r}): give a comparison, e.g. Elif(step.output > 0.5)")
+        previous = _previous_branch("Elif")
+        gid = f"condition-{next(_IDS)}"
+        self.group = Group("elif", gid, name or gid, condition=condition, branches=(*previous.branches, previous))
+
+
+class Else(_Scope):
+    """``with Else():`` right after an ``If``/``Elif`` block (KFP's ``dsl.Else``)."""
+
+    def __init__(self, name: str | None = None) -> None:
+        previous = _previous_branch("Else")
+        gid = f"condition-{next(_IDS)}"
+        self.group = Group("else", gid, name or gid, branches=(*previous.branches, previous))
+
+
+def _previous_branch(what: str) -> Group:
+    previous = _LAST.get()
+    if previous is None or previous.kind not in ("if", "elif"):
+        raise InvalidParameter(f"{what} must follow an If or Elif block directly (as in KFP)")
+    return previous
+
+
+class ParallelFor(_Scope):
+    """``with ParallelFor(items) as item:``: the calls inside run once per item (KFP's ``dsl.ParallelFor``).
+
+    Args:
+        items: a literal list (of str, numbers, bools or dicts), a list pipeline parameter
+            (``p.param("lrs", default=[...])``) or a list output parameter of an earlier call.
+        parallelism: how many iterations may run at once; 0: no limit.
+
+    Raises:
+        InvalidParameter: an empty literal list, or items of another kind.
+    """
+
+    def __init__(self, items: Any, parallelism: int = 0, name: str | None = None) -> None:
+        from heteroflow.pipelines.graph import ParamRef
+
+        if isinstance(items, tuple):
+            items = list(items)
+        if isinstance(items, list):
+            if not items:
+                raise InvalidParameter("ParallelFor([]): the list is empty; give at least one item")
+            bad = [v for v in items if not isinstance(v, (str, int, float, bool, Mapping))]
+            if bad:
+                raise InvalidParameter(f"ParallelFor: item {bad[0]!r} is a {type(bad[0]).__name__}; valid items: str, int, float, bool or dict")
+            items = [dict(v) if isinstance(v, Mapping) else v for v in items]
+        elif isinstance(items, ParamRef):
+            default = items.default
+            if default is not inspect.Parameter.empty and not isinstance(default, list):
+                raise InvalidParameter(f"ParallelFor over parameter {items.name!r}: its default {default!r} is not a list")
+        elif isinstance(items, ValueRef):
+            if items.type is not list:
+                raise InvalidParameter(f"ParallelFor over {items!r}: that output parameter is a {items.type.__name__}, not a list")
+        else:
+            raise InvalidParameter(f"ParallelFor({items!r}): give a list, a list pipeline parameter (p.param(...)) or a list output parameter")
+        if not isinstance(parallelism, int) or parallelism < 0:
+            raise InvalidParameter(f"ParallelFor: parallelism={parallelism!r}; valid: an int >= 0 (0: no limit)")
+        gid = f"loop-{next(_IDS)}"
+        self.group = Group("loop", gid, name or gid, items=items, parallelism=parallelism)
+
+    def _value(self) -> LoopItem:
+        items = self.group.items
+        typ = None
+        if isinstance(items, list):
+            kinds = {type(v) for v in items}
+            typ = kinds.pop() if len(kinds) == 1 else (float if kinds <= {int, float} else None)
+        return LoopItem(self.group, None, typ)
+
+
+def current_groups() -> tuple[Group, ...]:
+    """The groups a call added now is in (outermost first)."""
+    return _SCOPE.get()
+
+
+# --- binding (called by Pipeline.add) -----------------------------------------------------------------------
+
+
+def is_channel(value: Any) -> bool:
+    """Whether ``value`` is a control-flow reference a call's parameter may be bound to."""
+    return isinstance(value, (ValueRef, LoopItem, CollectedRef))
+
+
+def register(pipeline: Pipeline, groups: Sequence[Group], call: Call | None = None) -> None:
+    """Register the list pipeline parameters the loops in ``groups`` iterate over, and check their conditions'
+    references and the artifacts ``call`` reads (called by ``Pipeline.add`` for each new call).
+
+    Raises:
+        InvalidParameter: a reference the call cannot read (see :func:`bind_param`).
+    """
+    from heteroflow.pipelines.graph import OutputRef, ParamRef
+
+    for key, binding in (call.bindings.items() if call is not None else ()):
+        if isinstance(binding, OutputRef) and binding.call in pipeline:
+            inside = [g for g in pipeline[binding.call].groups if g not in groups and g.kind != "pipeline"]
+            if inside:
+                raise InvalidParameter(
+                    f"{call.name}: input {key!r} reads {binding.call}.{binding.output}, produced inside {inside[0].name} "
+                    "that this call is outside of; artifacts do not cross a loop or a condition (return a value instead, "
+                    "or add the call inside)"
+                )
+    for group in groups:
+        if group.kind == "loop" and isinstance(group.items, ParamRef):
+            ref = group.items
+            param = Param(name=ref.name, type=list, default=ref.default, help=ref.help or "the items a ParallelFor loops over", unit=ref.unit)
+            existing = pipeline._params.get(ref.name)
+            if existing is not None and existing.type is not list:
+                raise InvalidParameter(f"ParallelFor over {ref.name!r}: that pipeline parameter is already a {existing.type.__name__}")
+            if existing is None:
+                pipeline._params[ref.name] = param
+            pass  # items keep the ParamRef as given (its default and help), for `item.items`
+        elif group.kind == "loop" and isinstance(group.items, ValueRef):
+            _visible(pipeline, group.items, groups[: groups.index(group)], where=f"ParallelFor over {group.items!r}")
+        for branch in (group, *group.branches):
+            if branch.condition is not None:
+                for side in branch.condition.operands():
+                    if isinstance(side, ValueRef):
+                        _visible(pipeline, side, groups[: groups.index(group)], where=f"condition {branch.condition!r}")
+                    elif isinstance(side, ParamRef) and side.name not in pipeline._params:
+                        raise InvalidParameter(f"condition {branch.condition!r}: {side.name!r} is not a parameter of pipeline {pipeline.name!r}; bind it to a call first")
+
+
+def _visible(pipeline: Pipeline, ref: ValueRef, groups: Sequence[Group], *, where: str) -> Any:
+    """The producing call of ``ref``, checked to be readable from a call in ``groups``: not inside a loop or a
+    condition branch the reader is not in (KFP reads such a value only through Collected, or not at all)."""
+    if ref.call not in pipeline:
+        raise InvalidParameter(f"{where}: call {ref.call!r} is not in pipeline {pipeline.name!r} yet")
+    producer = pipeline[ref.call]
+    inside = [g for g in producer.groups if g not in groups and g.kind != "pipeline"]
+    if inside:
+        g = inside[0]
+        if g.kind == "loop":
+            raise InvalidParameter(f"{where}: {ref!r} is produced inside {g.name}; after the loop read it as Collected({ref!r})")
+        raise InvalidParameter(
+            f"{where}: {ref!r} is produced inside condition {g.name}, so it may not exist outside it; read it in a call "
+            "inside the same If (KFP's dsl.OneOf over branches is not supported on the open-source backend)"
+        )
+    return producer
+
+
+def bind_param(pipeline: Pipeline, call: str, param: Param, value: Any, groups: Sequence[Group]) -> Any:
+    """The binding of step parameter ``param`` of ``call`` to a control-flow reference, type-checked.
+
+    Raises:
+        InvalidParameter: a reference the call cannot read (a loop item outside its loop, a value from inside a
+            loop without Collected, a Collected value inside its own loop) or of another type.
+    """
+    where = f"{call}: parameter {param.name!r}"
+    if isinstance(value, ValueRef):
+        _visible(pipeline, value, groups, where=where)
+        _check_type(where, param, value.type, repr(value))
+        return value
+    if isinstance(value, LoopItem):
+        if value.loop not in groups:
+            raise InvalidParameter(f"{where}: {value!r} is the item of a loop this call is not inside")
+        if value.type is not None:
+            _check_type(where, param, value.type, repr(value))
+        return value
+    if isinstance(value, CollectedRef):
+        producer = pipeline[value.ref.call] if value.ref.call in pipeline else None
+        if producer is None:
+            raise InvalidParameter(f"{where}: call {value.ref.call!r} is not in pipeline {pipeline.name!r} yet")
+        loops = [g for g in producer.groups if g.kind == "loop" and g not in groups]
+        if not loops:
+            raise InvalidParameter(f"{where}: {value!r}: {value.ref.call} is not inside a loop this call is outside of; read it directly")
+        if len(loops) > 1:
+            raise InvalidParameter(f"{where}: {value!r} crosses {len(loops)} nested loops; collect one loop at a time")
+        others = [g for g in producer.groups if g not in groups and g.kind in ("if", "elif", "else")]
+        if others:
+            raise InvalidParameter(f"{where}: {value!r} is produced inside condition {others[0].name}; collect values produced in every iteration")
+        if param.type is not list:
+            raise InvalidParameter(f"{where} is a {param.type.__name__}; Collected(...) gives a list: annotate the parameter list")
+        return CollectedRef(value.ref, loops[0])
+    raise InvalidParameter(f"{where}: {value!r} cannot be bound")
+
+
+def _check_type(where: str, param: Param, typ: type, what: str) -> None:
+    if typ is param.type or (param.type is float and typ is int):
+        return
+    raise InvalidParameter(f"{where} is a {param.type.__name__}, but {what} is a {typ.__name__}")
+
+
+# --- sub-pipelines ----------------------------------------------------------------------------------------
+
+
+class SubCall:
+    """A sub-pipeline added to a pipeline (:meth:`Pipeline.add` with a Pipeline): its ``outputs`` are what the
+    sub-pipeline returns (:meth:`Pipeline.set_outputs`), as references to its calls in this pipeline."""
+
+    def __init__(self, name: str, group: Group, outputs: Mapping[str, Any]) -> None:
+        self.name, self.group, self._outputs = name, group, dict(outputs)
+
+    @property
+    def outputs(self) -> _SubOutputs:
+        return _SubOutputs(self)
+
+    @property
+    def output(self) -> Any:
+        """The sub-pipeline's one output (KFP's ``task.output``)."""
+        if len(self._outputs) != 1:
+            raise InvalidParameter(f"sub-pipeline {self.name!r} has {len(self._outputs)} outputs ({', '.join(self._outputs) or 'none'}); use .outputs[NAME]")
+        return next(iter(self._outputs.values()))
+
+    def __repr__(self) -> str:
+        return f"SubCall({self.name!r}, outputs={list(self._outputs)})"
+
+
+class _SubOutputs:
+    def __init__(self, sub: SubCall) -> None:
+        self._sub = sub
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return self[name]
+
+    def __getitem__(self, name: str) -> Any:
+        try:
+            return self._sub._outputs[name]
+        except KeyError:
+            raise InvalidParameter(f"sub-pipeline {self._sub.name!r} has no output {name!r}; valid: {', '.join(self._sub._outputs) or 'none (Pipeline.set_outputs)'}") from None
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._sub._outputs)
+
+
+def add_pipeline(parent: Pipeline, sub: Pipeline, *, name: str | None = None, **bindings: Any) -> SubCall:
+    """Add ``sub``'s calls to ``parent`` as one sub-pipeline call (see the module docstring).
+
+    Args:
+        name: the sub-pipeline call's name (default: ``sub``'s name with ``_`` for ``-``); its calls become
+            ``<name>__<call>``.
+        bindings: ``sub``'s parameters (constants, ``p.param(...)``, output parameters, loop items) and artifact
+            inputs (earlier calls' outputs).
+
+    Raises:
+        InvalidParameter: an unknown binding, an unbound artifact input, a type mismatch, a clash of names.
+    """
+    from heteroflow.pipelines.graph import Const, OutputRef, ParamRef
+
+    call_name = name or sub.name.replace("-", "_")
+    if sub is parent:
+        raise InvalidParameter(f"pipeline {parent.name!r} cannot contain itself")
+    inputs = _inputs(sub)
+    unknown = sorted(set(bindings) - set(sub.params) - set(inputs))
+    if unknown:
+        valid = [*sub.params, *inputs]
+        raise InvalidParameter(f"{call_name}: sub-pipeline {sub.name!r} has no parameter or input {', '.join(unknown)}; valid: {', '.join(valid)}")
+    missing = [n for n in inputs if n not in bindings]
+    if missing:
+        raise InvalidParameter(f"{call_name}: sub-pipeline {sub.name!r} needs its input artifact(s) {', '.join(missing)} bound to earlier calls' outputs")
+    for key, ref in inputs.items():
+        value = bindings[key]
+        if not isinstance(value, OutputRef):
+            raise InvalidParameter(f"{call_name}: input {key!r} must be an earlier call's output artifact (call.outputs.NAME)")
+        src = parent[value.call].step.output(value.output)
+        if src.type is not ref.type:
+            raise InvalidParameter(f"{call_name}: input {key!r} is a {ref.type.value}, but {value.call}.{value.output} is a {src.type.value}")
+    params: dict[str, Any] = {}
+    for pname, param in sub.params.items():
+        if pname in bindings:
+            params[pname] = bindings[pname]
+        else:  # unbound: a parameter of the parent, named like the sub-pipeline's (qualified when taken)
+            outer = pname.replace(".", "_")
+            if outer in parent.params:
+                outer = f"{call_name}_{outer}"
+            params[pname] = ParamRef(outer, param.default, param.help, param.unit)
+    scope = current_groups()
+    group = Group("pipeline", f"pipeline-{next(_IDS)}", call_name, pipeline=sub.name)
+    cloned: dict[Group, Group] = {}
+
+    def clone(g: Group) -> Group:
+        if g not in cloned:
+            kind_id = g.id.split("-")[0]
+            cloned[g] = dataclasses.replace(
+                g,
+                id=f"{kind_id}-{next(_IDS)}",
+                condition=remap(g.condition) if g.condition is not None else None,
+                branches=tuple(clone(b) for b in g.branches),
+                items=remap(g.items),
+                outputs={k: remap(v) for k, v in g.outputs.items()},
+            )
+        return cloned[g]
+
+    names = {c.name: f"{call_name}__{c.name}" for c in sub.calls}
+
+    def remap(value: Any) -> Any:
+        if isinstance(value, ParamRef):
+            return params[value.name]
+        if isinstance(value, OutputRef):
+            return OutputRef(names[value.call], value.output)
+        if isinstance(value, InputRef):
+            return bindings[value.name]
+        if isinstance(value, ValueRef):
+            return ValueRef(names[value.call], value.output, value.type)
+        if isinstance(value, LoopItem):
+            return LoopItem(clone(value.loop), value.field, value.type)
+        if isinstance(value, CollectedRef):
+            return CollectedRef(remap(value.ref), clone(value.loop) if value.loop is not None else None)
+        if isinstance(value, Condition):
+            return Condition(remap(value.left), value.op, remap(value.right))
+        if isinstance(value, Const):
+            return value.value
+        return value
+
+    fixed = {f.name for f in dataclasses.fields(type(sub.calls[0]))} if sub.calls else set()
+    token = _SCOPE.set((*scope, group))
+    try:
+        for inner in sub.calls:
+            own_groups = tuple(clone(g) for g in inner.groups)
+            _SCOPE.set((*scope, group, *own_groups))
+            call = parent.add(inner.step, name=names[inner.name], **{k: remap(v) for k, v in inner.bindings.items()})
+            for field in fixed - {"name", "step", "bindings", "groups"}:  # candidates, retry, secrets, env ...: as in sub
+                setattr(call, field, getattr(inner, field))
+    finally:
+        _SCOPE.reset(token)
+    _LAST.set(group)
+    outputs = {k: remap(v) for k, v in getattr(sub, "_outputs", {}).items()}
+    group.outputs = outputs
+    return SubCall(call_name, group, outputs)
+
+
+def set_outputs(pipeline: Pipeline, refs: Mapping[str, Any]) -> None:
+    """What ``pipeline`` returns when used as a sub-pipeline (see :meth:`Pipeline.set_outputs`)."""
+    from heteroflow.pipelines.graph import OutputRef
+
+    out = pipeline.__dict__.setdefault("_outputs", {})
+    for key, ref in refs.items():
+        if not key.isidentifier():
+            raise InvalidParameter(f"pipeline output name {key!r} is not a Python identifier")
+        if not isinstance(ref, (OutputRef, ValueRef)) or ref.call not in pipeline:
+            raise InvalidParameter(f"pipeline output {key!r}: give an output of one of this pipeline's calls (call.outputs.NAME), not {ref!r}")
+        producer = pipeline[ref.call]
+        if any(g.kind in ("loop", "if", "elif", "else") for g in producer.groups):
+            raise InvalidParameter(f"pipeline output {key!r}: {ref!r} is produced inside a loop or condition; return a value computed after it")
+        out[key] = ref
+
+
+def conditional(call: Call) -> bool:
+    """Whether ``call`` may legitimately not run: it is inside a condition branch or a loop."""
+    return any(g.kind != "pipeline" for g in call.groups)
+
+
+def has_control(pipeline: Pipeline) -> bool:
+    """Whether ``pipeline`` uses output parameters, conditions, loops or sub-pipelines (then engines render it
+    with their control-flow renderers)."""
+    return any(c.groups or c.step.returns or any(is_channel(b) for b in c.bindings.values()) for c in pipeline.calls)
+
+
+def check_runnable(pipeline: Pipeline) -> None:
+    """Raise if ``pipeline`` has artifact inputs (it runs only as a sub-pipeline)."""
+    inputs = getattr(pipeline, "_inputs", {})
+    if inputs:
+        raise InvalidParameter(
+            f"pipeline {pipeline.name!r} has input artifact(s) {', '.join(inputs)}; it runs only as a sub-pipeline: "
+            f"add it to another pipeline (outer.add({pipeline.name.replace('-', '_')}, {next(iter(inputs))}=call.outputs.NAME))"
+        )
