@@ -41,7 +41,7 @@ import dataclasses
 import inspect
 import itertools
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.core.step import ArtifactType, Param
@@ -63,8 +63,10 @@ __all__ = [
     "ParallelFor",
     "SubCall",
     "ValueRef",
+    "Node",
     "evaluate",
     "pipeline_input",
+    "tree",
 ]
 
 _OPS: Mapping[str, Any] = {
@@ -667,6 +669,44 @@ def set_outputs(pipeline: Pipeline, refs: Mapping[str, Any]) -> None:
 def conditional(call: Call) -> bool:
     """Whether ``call`` may legitimately not run: it is inside a condition branch or a loop."""
     return any(g.kind != "pipeline" for g in call.groups)
+
+
+class Node:
+    """A node of a pipeline's tree of groups (the root: group None): its calls and nested groups, in order."""
+
+    def __init__(self, group: Group | None) -> None:
+        self.group = group
+        self.children: list[Call | Node] = []
+
+    def calls(self) -> Iterable[Call]:
+        for child in self.children:
+            if isinstance(child, Node):
+                yield from child.calls()
+            else:
+                yield child
+
+
+def tree(calls: Sequence[Call]) -> Node:
+    """The calls as a tree of their groups (what engines walk to render or run them).
+
+    Raises:
+        InvalidParameter: a group's calls are not contiguous (a call added to a group after it was left).
+    """
+    root = Node(None)
+    for call in calls:
+        node = root
+        for group in call.groups:
+            last = node.children[-1] if node.children else None
+            if isinstance(last, Node) and last.group is group:
+                node = last
+            else:
+                if any(isinstance(c, Node) and c.group is group for c in node.children):
+                    raise InvalidParameter(f"{call.name}: added to {group.name} after other calls left it; add a group's calls together")
+                new = Node(group)
+                node.children.append(new)
+                node = new
+        node.children.append(call)
+    return root
 
 
 def has_control(pipeline: Pipeline) -> bool:

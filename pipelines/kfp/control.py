@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kfp import dsl
@@ -39,7 +39,7 @@ from kfp import dsl
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.core.step import step_ref
 from heteroflow.pipelines import control
-from heteroflow.pipelines.control import CollectedRef, Condition, Group, LoopItem, ValueRef
+from heteroflow.pipelines.control import CollectedRef, Condition, Group, LoopItem, Node, ValueRef, tree
 from heteroflow.pipelines.graph import Call, Const, OutputRef, ParamRef, Pipeline
 from heteroflow.pipelines.kfp import render
 from heteroflow.pipelines.kfp.render import _KFP_TYPES, _exec_component, _Renderer, _shim_source
@@ -72,39 +72,6 @@ def _shim_with_values(call: Call, *, collected_after: Sequence[str], **shape: An
     head = f"def {call.name}(\n    "
     assert source.startswith(head)
     return head + "".join(f"{e},\n    " for e in extra) + source[len(head):]
-
-
-class _Node:
-    """A group of the pipeline's tree of groups: its calls and nested groups, in order."""
-
-    def __init__(self, group: Group | None) -> None:
-        self.group = group
-        self.children: list[Call | _Node] = []
-
-    def calls(self) -> Iterable[Call]:
-        for child in self.children:
-            if isinstance(child, _Node):
-                yield from child.calls()
-            else:
-                yield child
-
-
-def _tree(calls: Sequence[Call]) -> _Node:
-    root = _Node(None)
-    for call in calls:
-        node = root
-        for group in call.groups:
-            last = node.children[-1] if node.children else None
-            if isinstance(last, _Node) and last.group is group:
-                node = last
-            else:
-                if any(isinstance(c, _Node) and c.group is group for c in node.children):
-                    raise InvalidParameter(f"{call.name}: added to {group.name} after other calls left it; add a group's calls together")
-                new = _Node(group)
-                node.children.append(new)
-                node = new
-        node.children.append(call)
-    return root
 
 
 class ControlRenderer(_Renderer):
@@ -141,6 +108,7 @@ class ControlRenderer(_Renderer):
                         "candidate (its fallback chain cannot pass values on); give it one candidate, or return the "
                         "value from a call after it"
                     )
+        self.subs: dict[str, Any] = {}
         self.values = {
             t: _exec_component(_value_source(t), f"heteroflow_value_{_TYPE_NAMES[t]}", self.image, bookkeeping=True) for t in _TYPE_NAMES
         }
@@ -278,11 +246,11 @@ class ControlRenderer(_Renderer):
         finally:
             env.update(saved)
 
-    def emit_node(self, node: _Node, env: dict[Key, Any]) -> None:
+    def emit_node(self, node: Node, env: dict[Key, Any]) -> None:
         """Emit a group's calls and nested groups in order, then its check task."""
         direct: list[Call] = []
         for child in node.children:
-            if isinstance(child, _Node):
+            if isinstance(child, Node):
                 self.emit_group(child, env)
             else:
                 self.emit(child, env)
@@ -295,7 +263,7 @@ class ControlRenderer(_Renderer):
         check = _exec_component(render._check_source(names), "heteroflow_check", self.image, bookkeeping=True)
         self.small(check(**{f"route_{n}": env[("route", n)] for n in names}), name)
 
-    def emit_group(self, node: _Node, env: dict[Key, Any]) -> None:
+    def emit_group(self, node: Node, env: dict[Key, Any]) -> None:
         group = node.group
         assert group is not None
         if group.kind == "pipeline":
@@ -322,8 +290,27 @@ class ControlRenderer(_Renderer):
         with context:  # what the branch produces stays inside it (pipelines.control refuses readers outside)
             self.emit_node(node, dict(env))
 
-    def emit_subpipeline(self, node: _Node, env: dict[Key, Any]) -> None:
-        """The group's calls as a nested ``dsl.pipeline`` called here (see the module docstring)."""
+    def emit_subpipeline(self, node: Node, env: dict[Key, Any]) -> None:
+        """Call the group's nested ``dsl.pipeline`` (built beforehand by :meth:`build_subpipelines`) here."""
+        group = node.group
+        assert group is not None
+        component, needed, exported, ident = self.subs[group.id]
+        task = component(**{ident(k): env[k] for k in needed})
+        task.set_display_name(group.name)
+        for k in exported:
+            env[k] = task.outputs[ident(k)]
+
+    def build_subpipelines(self, node: Node) -> None:
+        """Build every sub-pipeline group's ``dsl.pipeline`` under ``node``, innermost first (KFP builds a nested
+        pipeline outside any other pipeline's context, as a user defines it at module level)."""
+        for child in node.children:
+            if isinstance(child, Node):
+                self.build_subpipelines(child)
+                if child.group is not None and child.group.kind == "pipeline":
+                    self.build_subpipeline(child)
+
+    def build_subpipeline(self, node: Node) -> None:
+        """The group's calls as a nested ``dsl.pipeline`` (see the module docstring)."""
         group = node.group
         assert group is not None
         inside = list(node.calls())
@@ -379,11 +366,9 @@ class ControlRenderer(_Renderer):
         body.__signature__ = inspect.Signature(params, return_annotation=outputs if exported else inspect.Signature.empty)  # type: ignore[attr-defined]
         body.__name__ = body.__qualname__ = group.name
         body.__doc__ = f"Sub-pipeline {group.pipeline!r} as {group.name}."
-        component = dsl.pipeline(body, name=group.pipeline.replace("_", "-"))
-        task = component(**{ident(k): env[k] for k in needed})
-        task.set_display_name(group.name)
-        for k in exported:
-            env[k] = task.outputs[ident(k)]
+        with render.cheap_container_checks():
+            component = dsl.pipeline(body, name=group.pipeline.replace("_", "-"))
+        self.subs[group.id] = (component, needed, exported, ident)
 
     def _item_type(self, loop_id: str, inside: Sequence[Call]) -> Any:
         for c in inside:
@@ -402,10 +387,11 @@ class ControlRenderer(_Renderer):
 
 def to_kfp_control(pipeline: Pipeline, renderer: ControlRenderer) -> Any:
     """The pipeline's body for :func:`render.to_kfp`: the tree of groups, emitted in order."""
-    tree = _tree(pipeline.calls)
+    root = tree(pipeline.calls)
+    renderer.build_subpipelines(root)
 
     def emit_all(env: dict[Key, Any]) -> None:
-        renderer.emit_node(tree, env)
+        renderer.emit_node(root, env)
         renderer.finish(env)
 
     return emit_all
