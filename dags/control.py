@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from airflow.sdk import BaseOperator
@@ -191,19 +190,7 @@ class ControlPodOperator(PodStepOperator):
 
     def execute(self, context: Any) -> Any:
         values = _Resolver(self, context).params()
-        call = self.pipeline[self.call_name]
-        args = list(self.arguments)
-        for key, value in values.items():
-            args += ["--param", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
-        index = _map_index(context)
-        if index is not None:  # --output NAME=<run dir>/artifacts/<call>/NAME: one folder per mapped instance
-            mapped = {c.name for c in self.pipeline.calls if loop_of(c) is not None and loop_of(c) is loop_of(call)}
-            for i, arg in enumerate(args):
-                if i and args[i - 1] in ("--output", "--input"):
-                    name, _, path = arg.partition("=")
-                    folder, _, output = path.rpartition("/")
-                    if folder.rpartition("/")[2] in mapped:
-                        args[i] = f"{name}={folder}/{index}/{output}"
+        args = pod_arguments(self.pipeline, self.pipeline[self.call_name], self.arguments, values, _map_index(context))
         self.arguments = args
         return super().execute(context)
 
@@ -238,10 +225,24 @@ class LoopItemsOperator(BaseOperator):
         return items
 
 
-def artifact_folder(run_dir: str, call: Call, map_index: int | None) -> Path:
-    """Where a call's artifacts live: ``artifacts/<call>`` (``/<map index>`` for a mapped instance)."""
-    base = Path(run_dir, "artifacts", call.name)
-    return base / str(map_index) if map_index is not None else base
+def pod_arguments(pipeline: Pipeline, call: Call, arguments: list[str], values: Mapping[str, Any], map_index: int | None) -> list[str]:
+    """A pod's ``heteroflow step`` arguments with the call's control-flow parameter ``values`` added
+    (``--param NAME=VALUE``: a string as it is, anything else as JSON, which ``heteroflow step`` reads back) and,
+    for a mapped instance, the artifacts of the calls of its loop in the instance's folder
+    (``artifacts/<call>/<map index>/<name>``)."""
+    args = list(arguments)
+    for key, value in values.items():
+        args += ["--param", f"{key}={value if isinstance(value, str) else json.dumps(value)}"]
+    if map_index is not None:
+        loop = loop_of(call)
+        mapped = {c.name for c in pipeline.calls if loop is not None and loop_of(c) is loop}
+        for i, arg in enumerate(args):
+            if i and args[i - 1] in ("--output", "--input"):
+                name, _, path = arg.partition("=")
+                folder, _, output = path.rpartition("/")
+                if folder.rpartition("/")[2] in mapped:
+                    args[i] = f"{name}={folder}/{map_index}/{output}"
+    return args
 
 
 def operator_options(pipeline: Pipeline, layout: Layout, call: Call, *, kube: bool, tasks: dict[str, Any]) -> dict[str, Any]:
