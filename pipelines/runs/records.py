@@ -341,7 +341,7 @@ def _preprocess_params(pipeline: Pipeline, args: Mapping[str, Any]) -> dict[str,
             return {
                 key: args[b.name] if isinstance(b, ParamRef) else b.value
                 for key, b in call.param_bindings().items()
-                if not isinstance(b, ParamRef) or b.name in args
+                if (b.name in args if isinstance(b, ParamRef) else hasattr(b, "value"))  # not a value known at run time
             }
     return None
 
