@@ -429,3 +429,114 @@ def test_the_examples_run_on_airflow(source: str, airflow_home: Path, tmp_path: 
         assert steps["not_good_enough"].status == "not run"
         log = (tmp_path / "run" / "airflow.log").read_text(encoding="utf-8")
         assert "branch 'not accurate enough' is not taken" in log
+
+
+# --- loops over a step's list, dict items, a loop inside a sub-pipeline -------------------------------------------
+
+_LOOP_MODULE = '''
+from heteroflow.components.core.step import step
+
+
+def sizes(n: int = 3) -> list:
+    """The sizes to try.
+
+    Args:
+        n: how many.
+    """
+    return [2 ** i for i in range(n)]
+
+
+def square(x: int, scale: float = 1.0) -> float:
+    """x squared, scaled.
+
+    Args:
+        x: a number.
+        scale: a factor.
+    """
+    return float(x * x) * scale
+
+
+def total(values: list) -> float:
+    """The sum.
+
+    Args:
+        values: the numbers.
+    """
+    return float(sum(values))
+
+
+SIZES = step(sizes)
+SQUARE = step(square)
+TOTAL = step(total)
+'''
+
+
+@pytest.fixture()
+def loop_steps(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """Steps in a module of their own, importable by step processes (PYTHONPATH)."""
+    folder = tmp_path / "mods"
+    folder.mkdir()
+    (folder / "hf_loop_steps.py").write_text(_LOOP_MODULE, encoding="utf-8")
+    monkeypatch.syspath_prepend(str(folder))
+    monkeypatch.setenv("PYTHONPATH", str(folder))
+    sys.modules.pop("hf_loop_steps", None)
+    return importlib.import_module("hf_loop_steps")
+
+
+def test_loops_over_a_list_output_dict_items_and_inside_a_sub_pipeline(loop_steps: Any, tmp_path: Path) -> None:
+    from kfp.components import load_component_from_file
+
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+    from heteroflow.pipelines.kfp.render import compile_pipeline
+
+    p = Pipeline("loops")
+    sizes = p.add(loop_steps.SIZES)
+    with ParallelFor(sizes.output) as size:
+        squares = p.add(loop_steps.SQUARE, x=size)
+    p.add(loop_steps.TOTAL, name="first", values=Collected(squares.output))
+    with ParallelFor([{"x": 3, "scale": 0.5}, {"x": 4, "scale": 2.0}], name="pairs") as item:
+        scaled = p.add(loop_steps.SQUARE, name="scaled", x=item.x, scale=item.scale)
+    second = p.add(loop_steps.TOTAL, name="second", values=Collected(scaled.output))
+    inner = Pipeline("inner")
+    with ParallelFor([1, 2, 3], parallelism=2) as x:
+        squared = inner.add(loop_steps.SQUARE, x=x, scale=inner.param("scale", default=1.0))
+    inner.set_outputs(total=inner.add(loop_steps.TOTAL, values=Collected(squared.output)).output)
+    sub = p.add(inner, name="sub", scale=10.0)
+    with If(sub.outputs.total > second.output, name="sub wins"):
+        p.add(loop_steps.TOTAL, name="winner", values=[1.0])
+
+    out = compile_pipeline(p, tmp_path / "loops.yaml")
+    assert load_component_from_file(str(out)).name == "loops"
+    text = out.read_text(encoding="utf-8")
+    assert "parallelismLimit: 2" in text and "parameterExpressionSelector" in text  # item.x of a dict item
+
+    record = run_inprocess(p, {}, run_dir=tmp_path / "run")
+    assert record.status == "succeeded"
+    assert record.results["first"]["result"] == 1.0 + 4.0 + 16.0  # sizes 1, 2, 4
+    assert record.results["second"]["result"] == 9 * 0.5 + 16 * 2.0
+    assert record.results["sub__total"]["result"] == 10.0 * (1 + 4 + 9)
+    assert {s.name: s.status for s in record.steps}["winner"] == "succeeded"  # 140 > 36.5
+
+
+@pytest.mark.slow
+def test_loops_run_on_kfp_local(loop_steps: Any, tmp_path: Path) -> None:
+    from heteroflow.pipelines.kfp.local import run_local
+
+    p = Pipeline("loops-local")
+    sizes = p.add(loop_steps.SIZES)
+    with ParallelFor(sizes.output) as size:
+        squares = p.add(loop_steps.SQUARE, x=size)
+    first = p.add(loop_steps.TOTAL, name="first", values=Collected(squares.output))
+    with ParallelFor([{"x": 3, "scale": 0.5}, {"x": 4, "scale": 2.0}], name="pairs") as item:
+        scaled = p.add(loop_steps.SQUARE, name="scaled", x=item.x, scale=item.scale)
+    second = p.add(loop_steps.TOTAL, name="second", values=Collected(scaled.output))
+    with If(first.output > second.output, name="first wins"):
+        p.add(loop_steps.TOTAL, name="winner", values=[1.0])
+    with Else(name="second wins"):
+        p.add(loop_steps.TOTAL, name="loser", values=[2.0])
+    record = run_local({}, pipeline=p, run_dir=tmp_path / "run")
+    assert record.status == "succeeded", record
+    assert record.results["first"]["result"] == 21.0
+    assert record.results["second"]["result"] == 36.5
+    steps = {s.name: s.status for s in record.steps}
+    assert steps["winner"] == "not run" and steps["loser"] == "succeeded"

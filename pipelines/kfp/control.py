@@ -49,6 +49,7 @@ __all__ = ["ControlRenderer"]
 _TYPE_NAMES = {str: "str", int: "int", float: "float", bool: "bool", list: "list", dict: "dict"}
 
 Key = tuple[str, ...]
+_KFP_PARAM_TYPES = {str: "String", int: "Integer", float: "Double", bool: "Boolean", list: "List", dict: "Dict"}
 
 
 def _value_source(typ: type) -> str:
@@ -193,7 +194,7 @@ class ControlRenderer(_Renderer):
             elif isinstance(binding, ValueRef):
                 kwargs[key] = env[("value", binding.call, binding.output)]
             elif isinstance(binding, LoopItem):
-                kwargs[key] = self._item(binding, env)
+                kwargs[key] = self._item(binding, env, call.step.param(key).type)
             elif isinstance(binding, CollectedRef):
                 kwargs[key] = dsl.Collected(env[("value", binding.ref.call, binding.ref.output)])
             elif isinstance(binding, Const):
@@ -203,9 +204,14 @@ class ControlRenderer(_Renderer):
         return kwargs
 
     @staticmethod
-    def _item(item: LoopItem, env: dict[Key, Any]) -> Any:
+    def _item(item: LoopItem, env: dict[Key, Any], typ: type | None = None) -> Any:
         channel = env[("item", item.loop.id)]
-        return getattr(channel, item.field) if item.field else channel
+        if not item.field:
+            return channel
+        field = getattr(channel, item.field)
+        if typ is not None:  # KFP types every field of a dict item as the first item's first value (Dict[str, int])
+            field.channel_type = _KFP_PARAM_TYPES[typ]
+        return field
 
     def _operand(self, value: Any, env: dict[Key, Any]) -> Any:
         if isinstance(value, ValueRef):
@@ -323,6 +329,7 @@ class ControlRenderer(_Renderer):
             if c.step.planner:
                 produced.add(("inventory",))
                 produced.update(("placed", n) for n in self.placed)
+            produced.update(("item", g.id) for g in c.groups[c.groups.index(group) + 1:] if g.kind == "loop")
         needed: list[Key] = []
         for c in inside:
             needed += [k for k in self.reads(c) if k not in produced]
