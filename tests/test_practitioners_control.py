@@ -540,3 +540,32 @@ def test_loops_run_on_kfp_local(loop_steps: Any, tmp_path: Path) -> None:
     assert record.results["second"]["result"] == 36.5
     steps = {s.name: s.status for s in record.steps}
     assert steps["winner"] == "not run" and steps["loser"] == "succeeded"
+
+
+def test_the_loop_patch_keeps_an_iterations_outside_inputs() -> None:
+    """kfp 2.17's create_parameter_loop_iteration_task_spec hands every task-output input of an iteration the loop
+    item (what heteroflow.pipelines.kfp.loop_patch works around); patched, only the item's input gets it."""
+    from kfp.local.orchestrator import task_spec_utils
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    from heteroflow.pipelines.kfp.loop_patch import LOOP_INPUTS, loop_inputs
+
+    spec = pipeline_spec_pb2.PipelineTaskSpec()
+    spec.parameter_iterator.item_input = "pipelinechannel--rates-loop-item"
+    spec.parameter_iterator.items.input_parameter = "pipelinechannel--rates"
+    spec.inputs.parameters["pipelinechannel--rates"].component_input_parameter = "rates"
+    route = spec.inputs.parameters["pipelinechannel--make-Output"].task_output_parameter
+    route.producer_task, route.output_parameter_key = "make", "Output"
+
+    def iteration() -> pipeline_spec_pb2.PipelineTaskSpec:
+        return task_spec_utils.create_parameter_loop_iteration_task_spec(spec, 0.1, "for-loop-2")
+
+    assert LOOP_INPUTS.current()  # the internal is still there
+    unpatched = iteration().inputs.parameters["pipelinechannel--make-Output"]
+    assert unpatched.runtime_value.constant.number_value == 0.1  # the kfp behaviour: the route became the item
+    with loop_inputs():
+        patched = iteration().inputs.parameters
+    assert patched["pipelinechannel--make-Output"].task_output_parameter.producer_task == "make"
+    assert patched["pipelinechannel--rates-loop-item"].runtime_value.constant.number_value == 0.1
+    assert task_spec_utils.create_parameter_loop_iteration_task_spec is not None and iteration().inputs.parameters[
+        "pipelinechannel--make-Output"].runtime_value.constant.number_value == 0.1  # undone after the context

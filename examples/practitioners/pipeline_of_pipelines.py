@@ -23,9 +23,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
-from heteroflow.pipelines.control import pipeline_input
-from heteroflow.pipelines.graph import Pipeline
+from heteroflow import ArtifactSpec, ArtifactType, Pipeline, pipeline_input, step
 from practitioners.tuning_fanout import EVALUATE, MAKE_DATASET, TRAIN
 
 

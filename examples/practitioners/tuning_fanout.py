@@ -24,9 +24,7 @@ import json
 import os
 from typing import NamedTuple
 
-from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
-from heteroflow.pipelines.control import Collected, Else, If, ParallelFor
-from heteroflow.pipelines.graph import Pipeline
+from heteroflow import ArtifactSpec, ArtifactType, Collected, Else, If, ParallelFor, Pipeline, step
 
 
 def make_dataset(data: str, samples: int = 400, seed: int = 0) -> dict:
