@@ -119,7 +119,8 @@ def build_dag(
         raise InvalidParameter(f"mode={mode!r} is unknown; valid: {', '.join(MODES)}")
     if isinstance(pipeline, str):
         pipeline = load_pipeline(pipeline)
-    from heteroflow.pipelines.control import check_runnable, has_control
+    from heteroflow.pipelines.control import has_control
+    from heteroflow.pipelines.subpipelines import check_runnable
 
     check_runnable(pipeline)
     controlled = has_control(pipeline)  # output parameters, conditions, loops, sub-pipelines: dags.control

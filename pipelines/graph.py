@@ -297,7 +297,7 @@ class Pipeline:
                 two calls with different types or defaults (bind one of them explicitly).
         """
         if isinstance(step, Pipeline):  # a sub-pipeline (KFP's pipeline-as-component)
-            from heteroflow.pipelines.control import add_pipeline
+            from heteroflow.pipelines.subpipelines import add_pipeline
 
             if candidates is not None or retry is not None or cacheable is not None or secrets:
                 raise InvalidParameter(f"{name or step.name}: a sub-pipeline takes no call options; set them on its calls")
@@ -396,7 +396,7 @@ class Pipeline:
     def set_outputs(self, **refs: Any) -> None:
         """What this pipeline returns when it is a step of another (KFP's pipeline outputs): name -> an output
         artifact or output parameter of one of its calls (see :mod:`heteroflow.pipelines.control`)."""
-        from heteroflow.pipelines.control import set_outputs
+        from heteroflow.pipelines.subpipelines import set_outputs
 
         set_outputs(self, refs)
 

@@ -20,7 +20,8 @@ import yaml
 
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, step
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.pipelines.control import Collected, Elif, Else, If, ParallelFor, pipeline_input
+from heteroflow.pipelines.control import Collected, Elif, Else, If, ParallelFor
+from heteroflow.pipelines.subpipelines import pipeline_input
 from heteroflow.pipelines.graph import Pipeline
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -100,7 +100,8 @@ def run_inprocess(
     Raises:
         InvalidParameter / DatasetError: bad arguments, checked before anything runs.
     """
-    from heteroflow.pipelines.control import check_runnable, has_control
+    from heteroflow.pipelines.control import has_control
+    from heteroflow.pipelines.subpipelines import check_runnable
     from heteroflow.pipelines.engines.control_run import run_control
 
     check_runnable(pipeline)

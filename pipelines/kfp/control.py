@@ -41,6 +41,7 @@ from heteroflow.components.core.step import step_ref
 from heteroflow.pipelines import control
 from heteroflow.pipelines.control import CollectedRef, Condition, Group, LoopItem, Node, ValueRef, tree
 from heteroflow.pipelines.graph import Call, Const, OutputRef, ParamRef, Pipeline
+from heteroflow.pipelines.subpipelines import check_runnable
 from heteroflow.pipelines.kfp import render
 from heteroflow.pipelines.kfp.render import _KFP_TYPES, _exec_component, _Renderer, _shim_source
 
@@ -79,7 +80,7 @@ class ControlRenderer(_Renderer):
     """:class:`render._Renderer` with output parameters, groups and sub-pipelines (see the module docstring)."""
 
     def __init__(self, pipeline: Pipeline, **kwargs: Any) -> None:
-        control.check_runnable(pipeline)
+        check_runnable(pipeline)
         self.by_name = {c.name: c for c in pipeline.calls}
         super().__init__(pipeline, **kwargs)
         # condition / loop operands that kfp.local needs as a task's single return value
