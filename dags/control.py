@@ -15,7 +15,9 @@
   its artifacts under ``artifacts/<call>/<map index>/``; ``Collected`` pulls the values of every mapped instance,
   in map-index order. Airflow maps one level: nested loops, and fallback chains inside a loop, raise an error that
   names the alternative.
-- **Sub-pipelines: flattened.** Their calls are calls of the pipeline (``<sub>__<call>``), tasks like any other.
+- **Sub-pipelines: a TaskGroup each.** Their calls are calls of the pipeline (``<sub>__<call>``), tasks like any
+  other, inside a ``TaskGroup`` named after the sub-pipeline call (``prefix_group_id=False``: the task ids stay the
+  calls' names, which the rest of the rendering uses).
 """
 
 from __future__ import annotations
@@ -273,3 +275,20 @@ def operator_options(pipeline: Pipeline, layout: Layout, call: Call, *, kube: bo
         tasks[task_id] = items
     out["expand"] = {"loop_item": tasks[task_id].output}
     return out
+
+
+def enter_subpipelines(call: Call | None, stack: list[Any]) -> None:
+    """Open and close the sub-pipelines' TaskGroups around the task of ``call`` (None: close every one), given
+    the ``(group, TaskGroup)`` pairs open now in ``stack`` (updated in place)."""
+    from airflow.sdk import TaskGroup
+
+    wanted = [g for g in call.groups if g.kind == "pipeline"] if call is not None else []
+    keep = 0
+    while keep < min(len(stack), len(wanted)) and stack[keep][0] is wanted[keep]:
+        keep += 1
+    while len(stack) > keep:
+        stack.pop()[1].__exit__(None, None, None)
+    for group in wanted[keep:]:
+        task_group = TaskGroup(group_id=group.name, prefix_group_id=False, tooltip=f"sub-pipeline {group.pipeline!r}")
+        task_group.__enter__()
+        stack.append((group, task_group))

@@ -183,7 +183,10 @@ def build_dag(
             doc_md="Checks the run's arguments and fixes its run folder (setup).",
         )
         tasks[PREPARE_TASK] = prepare
+        subs: list[Any] = []  # the sub-pipelines' TaskGroups open now (dags.control)
         for call in pipeline.calls:
+            if controlled:
+                dag_control.enter_subpipelines(call, subs)
             names = layout[call.name]
             upstream = [tasks[t] for t in layout.upstream(call)]
             if controlled:  # the producers of the output parameters it, its conditions or its loop read
@@ -223,6 +226,8 @@ def build_dag(
                 join = EmptyOperator(task_id="done", trigger_rule=TriggerRule.ONE_SUCCESS, doc_md="One candidate succeeded.")
                 candidates >> join
                 tasks[join.task_id] = join
+        if controlled:
+            dag_control.enter_subpipelines(None, subs)
         record = RecordRunOperator(task_id=RECORD_TASK, pipeline=pipeline, retries=0, doc_md="Writes run.json (teardown).")
         record.as_teardown(setups=prepare)
         [t for name, t in tasks.items() if name != PREPARE_TASK] >> record

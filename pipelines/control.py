@@ -27,7 +27,7 @@ Example (the shape of ``examples/practitioners/tuning_fanout.py``)::
   like a step's (unbound ones become parameters of this pipeline), its artifact inputs
   (:func:`heteroflow.pipelines.subpipelines.pipeline_input`) to earlier calls' outputs, and what it returns (:meth:`Pipeline.set_outputs`) is the
   returned :class:`SubCall`'s ``outputs``. Its calls join this pipeline as ``<name>__<call>`` inside a
-  :class:`Group` of kind ``pipeline`` (KFP renders a nested DAG, Airflow flattened tasks; local engines run them
+  :class:`Group` of kind ``pipeline`` (KFP renders a nested DAG, Airflow a TaskGroup; local engines run them
   in place): :mod:`heteroflow.pipelines.subpipelines`.
 
 Each call keeps the groups it was added in (:attr:`Call.groups`, outermost first); engines read them:

@@ -5,7 +5,7 @@ pipeline-as-component), with the artifact inputs (:func:`pipeline_input`) and ou
 ``outer.add(sub, name="data", **bindings)`` adds ``sub``'s calls to ``outer`` as ``<name>__<call>``, inside a
 :class:`~heteroflow.pipelines.control.Group` of kind ``pipeline`` (with the conditions and loops of ``sub`` cloned
 inside it), each call keeping its candidates, retries, secrets and every other field. Renderers read the group:
-KFP renders a nested ``@dsl.pipeline`` (:mod:`heteroflow.pipelines.kfp.control`), Airflow plain tasks, the local
+KFP renders a nested ``@dsl.pipeline`` (:mod:`heteroflow.pipelines.kfp.control`), Airflow a TaskGroup, the local
 engines run the calls in place.
 """
 

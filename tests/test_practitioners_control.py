@@ -404,6 +404,8 @@ def test_pipeline_of_pipelines_renders_to_airflow(tmp_path: Path) -> None:
     dag = _airflow_dag(composed.pipeline, tmp_path, "local")
     assert {"data__standardize", "training__train"} <= dag.task_dict["training__evaluate"].upstream_task_ids
     assert {"data__standardize", "training__evaluate"} <= dag.task_dict["report"].upstream_task_ids
+    groups = {name: sorted(group.children) for name, group in dag.task_group_dict.items()}
+    assert groups == {"data": ["data__make_dataset", "data__standardize"], "training": ["training__evaluate", "training__train"]}
     pods = _validated_pods(_airflow_dag(composed.pipeline, tmp_path, "kubernetes"), {})
     assert set(pods) == {"data__make_dataset", "data__standardize", "training__train", "training__evaluate", "report"}
 
