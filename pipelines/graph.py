@@ -281,7 +281,9 @@ class Pipeline:
         """Add a call of ``step``; returns it (its ``outputs`` feed later calls).
 
         Args:
-            step: the step.
+            step: the step; or a Pipeline, added as a sub-pipeline (its parameters and inputs bound by
+                ``bindings``; returns a :class:`~heteroflow.pipelines.subpipelines.SubCall`; see
+                :mod:`heteroflow.pipelines.subpipelines`).
             name: the call's name; default the step's name.
             candidates: this call's candidates (default: the step's), most preferred first.
             retry: this call's retry policy (default: the step's).
@@ -395,7 +397,7 @@ class Pipeline:
 
     def set_outputs(self, **refs: Any) -> None:
         """What this pipeline returns when it is a step of another (KFP's pipeline outputs): name -> an output
-        artifact or output parameter of one of its calls (see :mod:`heteroflow.pipelines.control`)."""
+        artifact or output parameter of one of its calls (see :mod:`heteroflow.pipelines.subpipelines`)."""
         from heteroflow.pipelines.subpipelines import set_outputs
 
         set_outputs(self, refs)
