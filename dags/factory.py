@@ -119,6 +119,15 @@ def build_dag(
         raise InvalidParameter(f"mode={mode!r} is unknown; valid: {', '.join(MODES)}")
     if isinstance(pipeline, str):
         pipeline = load_pipeline(pipeline)
+    from heteroflow.pipelines.control import has_control
+    from heteroflow.pipelines.subpipelines import check_runnable
+
+    check_runnable(pipeline)
+    controlled = has_control(pipeline)  # output parameters, conditions, loops, sub-pipelines: dags.control
+    if controlled:
+        from heteroflow.dags import control as dag_control
+
+        dag_control.check_renderable(pipeline)
     outlets = {k: list(v) for k, v in (outlets or {}).items()}
     check_calls(pipeline, outlets, what="outlets")
     kube = mode == "kubernetes"
@@ -155,9 +164,14 @@ def build_dag(
                 kwargs.update(pool=pool, pool_slots=slots)
         if call.name in outlets:
             kwargs["outlets"] = outlets[call.name]
+        if controlled:
+            kwargs.update(dag_control.operator_options(pipeline, layout, call, kube=kube, tasks=tasks))
         if kube:
             return make_pod(call, index, dag_id=dag_id, layout=layout, **kwargs)
-        return StepOperator(pipeline=pipeline, layout=layout, call_name=call.name, candidate_index=index, **kwargs)
+        cls, expand = kwargs.pop("operator_class", StepOperator), kwargs.pop("expand", None)
+        if expand:  # a call inside a ParallelFor: one mapped instance per item
+            return cls.partial(pipeline=pipeline, layout=layout, call_name=call.name, candidate_index=index, **kwargs).expand(**expand)
+        return cls(pipeline=pipeline, layout=layout, call_name=call.name, candidate_index=index, **kwargs)
 
     with dag:
         prepare = PrepareRunOperator(
@@ -169,9 +183,14 @@ def build_dag(
             doc_md="Checks the run's arguments and fixes its run folder (setup).",
         )
         tasks[PREPARE_TASK] = prepare
+        subs: list[Any] = []  # the sub-pipelines' TaskGroups open now (dags.control)
         for call in pipeline.calls:
+            if controlled:
+                dag_control.enter_subpipelines(call, subs)
             names = layout[call.name]
             upstream = [tasks[t] for t in layout.upstream(call)]
+            if controlled:  # the producers of the output parameters it, its conditions or its loop read
+                upstream += [tasks[t] for t in dag_control.control_upstream(pipeline, layout, call) if tasks[t] not in upstream]
             if not names.grouped:
                 op = step_task(call, 0 if call.device_bound else None, call.name)
                 upstream >> op
@@ -207,6 +226,8 @@ def build_dag(
                 join = EmptyOperator(task_id="done", trigger_rule=TriggerRule.ONE_SUCCESS, doc_md="One candidate succeeded.")
                 candidates >> join
                 tasks[join.task_id] = join
+        if controlled:
+            dag_control.enter_subpipelines(None, subs)
         record = RecordRunOperator(task_id=RECORD_TASK, pipeline=pipeline, retries=0, doc_md="Writes run.json (teardown).")
         record.as_teardown(setups=prepare)
         [t for name, t in tasks.items() if name != PREPARE_TASK] >> record

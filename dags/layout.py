@@ -198,7 +198,7 @@ def pools_for_inventory(inventory: Any, *, prefix: str = POOL_PREFIX) -> dict[st
 
 # --- parameters ----------------------------------------------------------------------------------------------
 
-_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object"}
 
 
 def airflow_params(pipeline: Pipeline, overrides: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:

@@ -82,13 +82,17 @@ def small_facts(facts: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def outcome_record(outcome: Mapping[str, Any], outputs: Mapping[str, str]) -> dict[str, Any]:
+def outcome_record(outcome: Mapping[str, Any], outputs: Mapping[str, str], returns: Any = ()) -> dict[str, Any]:
     """The small, JSON-ready dict a step task leaves in XCom: the outcome's fields, the output paths, and
-    :func:`small_facts`."""
+    :func:`small_facts`; with ``returns`` (the step's output parameters), ``values``: their values, which later
+    tasks pull (:mod:`heteroflow.dags.control`)."""
     out = {k: outcome.get(k) for k in _OUTCOME_FIELDS}
     out["route"] = "succeeded" if outcome.get("status") == "succeeded" else outcome.get("failure")
     out["outputs"] = dict(outputs) if out["route"] == "succeeded" else {}
     out["facts"] = small_facts(outcome.get("facts") or {})
+    facts = outcome.get("facts") or {}
+    if returns:
+        out["values"] = {p.name: facts[p.name] for p in returns if p.name in facts}
     return out
 
 
@@ -243,6 +247,20 @@ class StepOperator(StepEnding):
     """
 
     ui_color = "#e8f0fe"
+    channel_params: dict[str, Any] = {}  # noqa: RUF012 - values of output parameters, loop items (dags.control)
+    map_index: int | None = None  # a mapped instance's index (dags.control: one artifact folder per instance)
+
+    def artifact(self, run_dir: Path, call: str, output: str) -> Path:
+        """Where output ``output`` of ``call`` is for this task: :func:`artifact_path`, in this mapped instance's
+        folder for a call of the same loop (:mod:`heteroflow.dags.control`)."""
+        path = artifact_path(run_dir, call, output)
+        if self.map_index is not None and call in self.pipeline and self._same_loop(call):
+            return path.parent / str(self.map_index) / output
+        return path
+
+    def _same_loop(self, call: str) -> bool:
+        mine = next((g for g in self.pipeline[self.call_name].groups if g.kind == "loop"), None)
+        return mine is not None and mine in self.pipeline[call].groups
 
     def execute(self, context: Any) -> Any:
         from heteroflow.components.core.runtime import LocalArtifact, Outcome, run_step
@@ -255,14 +273,14 @@ class StepOperator(StepEnding):
         k = self.candidate_index or 0
         index = k if call.device_bound else None
         resources = call.candidates[k]
-        inputs = {name: str(artifact_path(folder, ref.call, ref.output)) for name, ref in call.input_refs().items()}
-        outputs = {s.name: str(artifact_path(folder, call.name, s.name)) for s in call.step.outputs}
+        inputs = {name: str(self.artifact(folder, ref.call, ref.output)) for name, ref in call.input_refs().items()}
+        outputs = {s.name: str(self.artifact(folder, call.name, s.name)) for s in call.step.outputs}
         with environ(step_environment(folder, str(prep["run_id"]))):
             try:
                 outcome = run_step(
                     call.step,
                     call=call.name,
-                    params=self.pipeline.call_params(call, prep["args"]),
+                    params={**self.pipeline.call_params(call, prep["args"]), **self.channel_params},
                     inputs=inputs,
                     outputs={name: LocalArtifact(path) for name, path in outputs.items()},
                     candidate=resources,
@@ -275,7 +293,7 @@ class StepOperator(StepEnding):
                     call=call.name, step=call.step.name, status="failed", failure="permanent", reason=str(exc),
                     candidate=index, kind=DeviceKind(resources.kind).value,
                 ).to_dict()
-        result = outcome_record(outcome, outputs)
+        result = outcome_record(outcome, outputs, call.step.returns)
         result["run_dir"] = str(folder)
         first = None
         if result["route"] == "transient":

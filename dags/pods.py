@@ -159,7 +159,7 @@ class PodStepOperator(KubernetesPodOperator, StepEnding):
             return self.finish(context, outcome_record(failed, {}))
         outcome = outcome if isinstance(outcome, Mapping) else {}
         outputs = {k: (v.get("path") if isinstance(v, Mapping) else v) for k, v in (outcome.get("outputs") or {}).items()}
-        return self.finish(context, outcome_record(outcome, outputs))
+        return self.finish(context, outcome_record(outcome, outputs, call.step.returns))
 
 
 def _profile(value: ClusterProfile | str | os.PathLike[str] | None) -> ClusterProfile | None:
@@ -246,7 +246,9 @@ def pod_task_factory(
         cmds, arguments = step_command(layout.pipeline, call, index)
         task_id = task_kwargs["task_id"]
         pod_name = f"{dag_id}-{call.name}" + ("" if task_id == call.name else f"-{task_id}")
-        return PodStepOperator(
+        cls = task_kwargs.pop("operator_class", PodStepOperator)  # dags.control: conditions, values, loops
+        expand = task_kwargs.pop("expand", None)
+        made = (cls.partial if expand else cls)(
             pipeline=layout.pipeline,
             layout=layout,
             call_name=call.name,
@@ -264,5 +266,6 @@ def pod_task_factory(
             **rest,
             **task_kwargs,
         )
+        return made.expand(**expand) if expand else made  # a mapped instance per loop item
 
     return make

@@ -114,12 +114,18 @@ class _Outputs:
             raise AttributeError(name)
         return self[name]
 
-    def __getitem__(self, name: str) -> OutputRef:
-        self._call.step.output(name)  # raises with the valid names
+    def __getitem__(self, name: str) -> Any:
+        step = self._call.step
+        if any(p.name == name for p in step.returns):  # an output parameter (pipelines.control)
+            from heteroflow.pipelines.control import ValueRef
+
+            return ValueRef(self._call.name, name, step.returned(name).type)
+        if not any(s.name == name for s in step.outputs):
+            step.returned(name)  # raises with the valid names (artifacts and output parameters)
         return OutputRef(self._call.name, name)
 
     def __iter__(self) -> Iterator[str]:
-        return iter(s.name for s in self._call.step.outputs)
+        return iter([*(s.name for s in self._call.step.outputs), *(p.name for p in self._call.step.returns)])
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -134,6 +140,8 @@ class Call:
         retry: its retry policy (default: the step's).
         cacheable: whether an engine may answer it from a cache (default: the step's).
         secrets: Kubernetes Secrets whose keys its pods get as environment variables.
+        groups: the conditions, loops and sub-pipelines it was added in, outermost first
+            (:mod:`heteroflow.pipelines.control`).
     """
 
     name: str
@@ -143,10 +151,23 @@ class Call:
     retry: RetryPolicy
     cacheable: bool
     secrets: tuple[SecretEnv, ...] = ()
+    groups: tuple[Any, ...] = ()
 
     @property
     def outputs(self) -> _Outputs:
         return _Outputs(self)
+
+    @property
+    def output(self) -> Any:
+        """The step's one output parameter (KFP's ``task.output``; see :mod:`heteroflow.pipelines.control`).
+
+        Raises:
+            InvalidParameter: the step has no output parameter, or several (use ``outputs["name"]``).
+        """
+        if len(self.step.returns) != 1:
+            names = ", ".join(p.name for p in self.step.returns) or "none"
+            raise InvalidParameter(f"{self.name}: step {self.step.name!r} has {len(self.step.returns)} output parameters ({names}); use .outputs[NAME]")
+        return self.outputs[self.step.returns[0].name]
 
     @property
     def device_bound(self) -> bool:
@@ -156,8 +177,9 @@ class Call:
         """Input artifact name -> the output that feeds it."""
         return {k: v for k, v in self.bindings.items() if isinstance(v, OutputRef)}
 
-    def param_bindings(self) -> dict[str, ParamRef | Const]:
-        """Step parameter name -> pipeline parameter or constant."""
+    def param_bindings(self) -> dict[str, Any]:
+        """Step parameter name -> pipeline parameter, constant, or a control-flow reference (an output parameter,
+        a loop item, a collected list: :mod:`heteroflow.pipelines.control`)."""
         return {k: v for k, v in self.bindings.items() if not isinstance(v, OutputRef)}
 
 
@@ -247,7 +269,7 @@ class Pipeline:
 
     def add(
         self,
-        step: Step,
+        step: Step | Pipeline,
         *,
         name: str | None = None,
         candidates: Candidates | Iterable[Resources | str] | None = None,
@@ -259,7 +281,9 @@ class Pipeline:
         """Add a call of ``step``; returns it (its ``outputs`` feed later calls).
 
         Args:
-            step: the step.
+            step: the step; or a Pipeline, added as a sub-pipeline (its parameters and inputs bound by
+                ``bindings``; returns a :class:`~heteroflow.pipelines.subpipelines.SubCall`; see
+                :mod:`heteroflow.pipelines.subpipelines`).
             name: the call's name; default the step's name.
             candidates: this call's candidates (default: the step's), most preferred first.
             retry: this call's retry policy (default: the step's).
@@ -274,6 +298,15 @@ class Pipeline:
                 reference to a call not added yet, a constant of the wrong type, or a parameter name shared by
                 two calls with different types or defaults (bind one of them explicitly).
         """
+        if isinstance(step, Pipeline):  # a sub-pipeline (KFP's pipeline-as-component)
+            from heteroflow.pipelines.subpipelines import add_pipeline
+
+            if candidates is not None or retry is not None or cacheable is not None or secrets:
+                raise InvalidParameter(f"{name or step.name}: a sub-pipeline takes no call options; set them on its calls")
+            return add_pipeline(self, step, name=name, **bindings)  # type: ignore[return-value]
+        from heteroflow.pipelines import control
+
+        groups = control.current_groups()
         call_name = name or step.name
         if not _CALL.match(call_name):
             raise InvalidParameter(f"call name {call_name!r} is not valid; valid: [a-z][a-z0-9_]*, up to 41 characters")
@@ -283,6 +316,11 @@ class Pipeline:
         new_params: dict[str, Param] = {}
         for key, value in bindings.items():
             if key in {s.name for s in step.inputs}:
+                if isinstance(value, control.InputRef):  # a sub-pipeline's own input (bound when it is added)
+                    if value.type is not step.input(key).type:
+                        raise InvalidParameter(f"{call_name}: input {key!r} is a {step.input(key).type.value}, but pipeline input {value.name!r} is a {value.type.value}")
+                    bound[key] = value  # type: ignore[assignment]
+                    continue
                 if not isinstance(value, OutputRef):
                     raise InvalidParameter(f"{call_name}: input artifact {key!r} must be an earlier call's output (call.outputs.NAME)")
                 if value.call not in self._calls:
@@ -307,6 +345,8 @@ class Pipeline:
                     )
                     new_params[value.name] = self._merge_param(merged, call_name, new_params)
                     bound[key] = ParamRef(value.name)
+                elif control.is_channel(value):  # an output parameter, a loop item, a collected list
+                    bound[key] = control.bind_param(self, call_name, param, value, groups)
                 elif isinstance(value, OutputRef):
                     raise InvalidParameter(f"{call_name}: parameter {key!r} cannot take an artifact ({value.call}.{value.output})")
                 else:
@@ -341,7 +381,9 @@ class Pipeline:
             retry=options.get("retry", step.retry),
             cacheable=options.get("cacheable", step.cacheable),
             secrets=options["secrets"],
+            groups=groups,
         )
+        control.register(self, groups, call)
         for name in [*new_params, *own]:
             short = name.rsplit(".", 1)[-1]
             owner = self._owners.get(short)
@@ -352,6 +394,13 @@ class Pipeline:
         self._owners.update({name: call_name for name in own if "." not in name})
         self._calls[call_name] = call
         return call
+
+    def set_outputs(self, **refs: Any) -> None:
+        """What this pipeline returns when it is a step of another (KFP's pipeline outputs): name -> an output
+        artifact or output parameter of one of its calls (see :mod:`heteroflow.pipelines.subpipelines`)."""
+        from heteroflow.pipelines.subpipelines import set_outputs
+
+        set_outputs(self, refs)
 
     def _qualify(self, short: str) -> None:
         """Rename the pipeline parameter ``short``, made for one call's unbound step parameter, ``<call>.short``."""
@@ -510,7 +559,11 @@ class Pipeline:
         """The parameter values ``call``'s step gets for pipeline ``arguments``."""
         out: dict[str, Any] = {}
         for key, binding in call.param_bindings().items():
-            out[key] = arguments[binding.name] if isinstance(binding, ParamRef) else binding.value
+            if isinstance(binding, ParamRef):
+                out[key] = arguments[binding.name]
+            elif isinstance(binding, Const):
+                out[key] = binding.value
+            # else: a control-flow reference, known when the run reaches the call (pipelines.control)
         return out
 
     def check(self, arguments: Mapping[str, Any], *, problems: Problems | None = None) -> None:
@@ -529,6 +582,8 @@ class Pipeline:
             bindings = call.param_bindings().values()
             if any(isinstance(b, ParamRef) and b.name not in arguments for b in bindings):
                 continue
+            if any(not isinstance(b, (ParamRef, Const)) for b in bindings):
+                continue  # a value known only at run time: the step checks it when it runs
             with gather.check():
                 call.step.check_params(self.call_params(call, arguments))
         if problems is None:

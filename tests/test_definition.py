@@ -113,7 +113,7 @@ def test_step_definition_errors(kwargs: dict, match: str) -> None:
 
 
 def test_a_parameter_of_an_unsupported_type_is_refused() -> None:
-    def f(out_path: str, *, sizes: list[int] = []) -> None:  # noqa: B006
+    def f(out_path: str, *, sizes: set[int] = set()) -> None:  # noqa: B006 - a set: lists and dicts are KFP parameters
         """F.
 
         Args:
@@ -121,7 +121,7 @@ def test_a_parameter_of_an_unsupported_type_is_refused() -> None:
             sizes: sizes.
         """
 
-    with pytest.raises(InvalidParameter, match=r"f\(sizes\) is annotated .*a step parameter must be str, int, float or bool"):
+    with pytest.raises(InvalidParameter, match=r"f\(sizes\) is annotated .*a step parameter must be str, int, float, bool, list or dict"):
         step(f, outputs=[ArtifactSpec(name="o", param="out_path")])
 
 

@@ -323,6 +323,7 @@ def run_step(
                 finally:
                     record.call_seconds = time.perf_counter() - called
                 facts = step.to_facts(result)
+                step.returned_values(facts)  # every output parameter there, of its type
                 _finite(facts, f"step {call!r} result")
                 _write_outputs(step, out_arts, facts)
             except (KeyboardInterrupt, SystemExit):
@@ -475,11 +476,15 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
     route = "failed"
     reason = ""
     indices: dict[str, Any] = {}
-    blocked = sorted(name for name, r in after.items() if r != "succeeded")
+    # a call inside a loop, read after it (Collected), has one route per iteration
+    blocked = sorted(name for name, r in after.items() if (any(x != "succeeded" for x in r) if isinstance(r, list) else r != "succeeded"))
+    value_paths: dict[str, str] = {}
+    values: dict[str, Any] = {}
     try:
         step = load_step(ref)
         inputs = {s.name: args.pop(s.name) for s in step.inputs}
         outputs = {s.name: args.pop(s.name) for s in step.outputs}
+        value_paths = {p.name: args.pop(p.name) for p in step.returns if p.name in args}
         if blocked:
             route, reason = "upstream", f"not run: {', '.join(blocked)} did not succeed"
         else:
@@ -497,6 +502,7 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
             reason = outcome.reason or ""
             if outcome.status == "succeeded":
                 route = "succeeded"
+                values = step.returned_values(outcome.facts)
                 indices = outcome.facts.get("indices", {})
                 if plan_inventory_path is not None:
                     Path(plan_inventory_path).parent.mkdir(parents=True, exist_ok=True)
@@ -526,12 +532,28 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(f"not produced: {reason}\n", encoding="utf-8")
+    if value_paths:
+        _write_values(step, value_paths, values)
     for name, path in uri_paths.items():
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(str(getattr(outputs.get(name), "uri", "")), encoding="utf-8")
     if route == "transient":
         raise TransientStepFailure(f"step {call!r} failed with a transient error (retried with backoff): {reason}")
     return f"failed: {route_text(reason)}" if route == "failed" else route
+
+
+def _write_values(step: Step, paths: Mapping[str, str], values: Mapping[str, Any]) -> None:
+    """Write the output parameters into KFP's output files (a string as it is, anything else as JSON, as KFP's
+    backend reads ``dsl.OutputPath`` files). A call that did not succeed writes its type's empty value: the files
+    must exist for KFP, and nothing reads them without checking the call's route first."""
+    empty = {str: "", int: 0, float: 0.0, bool: False, list: [], dict: {}}
+    for p in step.returns:
+        if p.name not in paths:
+            continue
+        value = values.get(p.name, empty.get(p.type)) if p.name in values else empty.get(p.type)
+        Path(paths[p.name]).parent.mkdir(parents=True, exist_ok=True)
+        text = value if isinstance(value, str) and p.type is str else json.dumps(value)
+        Path(paths[p.name]).write_text(text, encoding="utf-8")
 
 
 def route_text(reason: str) -> str:

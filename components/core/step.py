@@ -49,6 +49,9 @@ __all__ = [
 ]
 
 _SCALAR_TYPES = (str, int, float, bool)
+_COLLECTION_TYPES = (list, dict)
+"""Parameter and output-parameter types beside the scalars: KFP's ``List`` and ``Dict`` (JSON values; a
+``ParallelFor`` loops over a list, ``Collected`` gathers a loop's values into one)."""
 _UNIT = re.compile(r"\s*\(unit:\s*([^)]+)\)")
 
 
@@ -135,9 +138,16 @@ class Param:
                 return raw.strip().lower() in ("true", "1", "yes")
             if self.type is str:
                 return raw
+            if self.type in _COLLECTION_TYPES:
+                import json
+
+                value = json.loads(raw)
+                if not isinstance(value, self.type):
+                    raise ValueError
+                return value
             return self.type(raw.strip())
         except ValueError:
-            valid = {bool: "true or false", int: "an integer, e.g. 3", float: "a number, e.g. 0.001"}.get(self.type, self.type.__name__)
+            valid = {bool: "true or false", int: "an integer, e.g. 3", float: "a number, e.g. 0.001", list: "a JSON list, e.g. [1, 2]", dict: "a JSON object"}.get(self.type, self.type.__name__)
             raise InvalidParameter(f"parameter {self.name}={raw!r} is not a valid {self.type.__name__}; valid: {valid}") from None
 
     def check(self, value: Any) -> Any:
@@ -151,6 +161,10 @@ class Param:
         ok = isinstance(value, self.type) and not (self.type is not bool and isinstance(value, bool))
         if self.type is float and isinstance(value, int) and not isinstance(value, bool):
             return float(value)
+        if self.type is int and isinstance(value, float) and value.is_integer():
+            return int(value)  # a JSON number from an engine that keeps every number a float (kfp.local's lists)
+        if self.type is list and isinstance(value, tuple):
+            return list(value)
         if not ok:
             raise InvalidParameter(
                 f"parameter {self.name}={value!r} is a {type(value).__name__}; valid: a {self.type.__name__}"
@@ -198,12 +212,15 @@ def _scalar_type(annotation: Any, *, where: str) -> tuple[type, bool]:
     origin = typing.get_origin(annotation)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(args) == 1 and args[0] in _SCALAR_TYPES and len(typing.get_args(annotation)) == 2:
-            return args[0], True
-    elif annotation in _SCALAR_TYPES:
+        if len(args) == 1 and len(typing.get_args(annotation)) == 2:
+            inner, _ = _scalar_type(args[0], where=where)
+            return inner, True
+    elif annotation in _SCALAR_TYPES or annotation in _COLLECTION_TYPES:
         return annotation, False
+    elif typing.get_origin(annotation) in _COLLECTION_TYPES:  # list[float], dict[str, int]
+        return typing.get_origin(annotation), False
     raise InvalidParameter(
-        f"{where} is annotated {annotation!r}; a step parameter must be str, int, float or bool (or X | None), "
+        f"{where} is annotated {annotation!r}; a step parameter must be str, int, float, bool, list or dict (or X | None), "
         "or be declared as an artifact, injected, or excluded"
     )
 
@@ -237,6 +254,11 @@ class Step:
         progress_context: for a function that reports progress another way: called with that callback, it
             returns a context manager inside which the function runs.
         ref: ``module:attribute`` under which this value can be imported in a step process.
+        returns: its output parameters (KFP's ``task.output`` / ``task.outputs["name"]``): small values a later
+            call's parameter or a condition reads, taken from the facts by name. From the function's return
+            annotation: a scalar, ``list`` or ``dict`` is one output parameter, ``result``; a ``NamedTuple`` is one
+            per field; or given as ``step(returns={"best": str})`` for a function that returns a dict (a ``dict``
+            return annotation means facts, not an output parameter).
     """
 
     name: str
@@ -259,6 +281,7 @@ class Step:
     progress_param: str | None = None
     progress_context: Callable[[Callable[..., None]], Any] | None = None
     ref: str = ""
+    returns: tuple[Param, ...] = ()
 
     # -- views ----------------------------------------------------------------------------------------------
 
@@ -277,6 +300,32 @@ class Step:
 
     def output(self, name: str) -> ArtifactSpec:
         return _find(self.outputs, name, f"step {self.name!r} has no output artifact")
+
+    def returned(self, name: str) -> Param:
+        """The output parameter ``name``.
+
+        Raises:
+            InvalidParameter: the step has none of that name (the message lists its outputs).
+        """
+        for p in self.returns:
+            if p.name == name:
+                return p
+        valid = [p.name for p in self.returns] + [s.name for s in self.outputs]
+        raise InvalidParameter(f"step {self.name!r} has no output {name!r}; valid: {', '.join(valid) or 'none'}")
+
+    def returned_values(self, facts: Mapping[str, Any]) -> dict[str, Any]:
+        """The output parameters' values in ``facts``, type-checked.
+
+        Raises:
+            InvalidParameter: an output parameter missing from the facts, or of the wrong type (a bug in the step:
+                permanent).
+        """
+        out: dict[str, Any] = {}
+        for p in self.returns:
+            if p.name not in facts:
+                raise InvalidParameter(f"step {self.name!r} returned no value for its output parameter {p.name!r}; it returned {sorted(facts)}")
+            out[p.name] = p.check(facts[p.name])
+        return out
 
     def with_options(
         self,
@@ -301,6 +350,8 @@ class Step:
             return dict(self.facts(result))
         if result is None:
             return {}
+        if isinstance(result, tuple) and hasattr(result, "_asdict"):  # a NamedTuple: one fact per field
+            return {k: _jsonable(v) for k, v in result._asdict().items()}
         if isinstance(result, Mapping):
             return dict(result)
         if dataclasses.is_dataclass(result) and not isinstance(result, type):
@@ -385,6 +436,7 @@ def step(
     progress_param: str | None = None,
     progress_context: Callable[[Callable[..., None]], Any] | None = None,
     ref: str | None = None,
+    returns: Mapping[str, type] | None = None,
 ) -> Step:
     """Define a :class:`Step` from a plain function: ``STEP = step(func, ...)``, or as a decorator,
     ``@step(...)`` (or bare ``@step``) above the function, which then names the Step.
@@ -401,6 +453,8 @@ def step(
         name: step name; default the function's name.
         ref: ``module:attribute`` of the returned value; default: guessed when the value is assigned to a
             module-level name (checked at render time by :func:`load_step`).
+        returns: output parameter name -> type (str, int, float, bool, list or dict), read from the facts the
+            function returns; default: from its return annotation (see :attr:`Step.returns`).
 
     Raises:
         InvalidParameter: an artifact maps to a parameter the function lacks, or a parameter has a type an
@@ -442,6 +496,10 @@ def step(
         unit = unit_match[1].strip() if unit_match else ""
         help_text = _UNIT.sub("", help_text).strip()
         params.append(Param(name=p.name, type=typ, default=p.default, optional=optional, help=help_text, unit=unit))
+    outs = _returns(func, hints, returns, name or func.__name__)
+    clash = sorted({p.name for p in outs} & ({s.name for s in (*inputs, *outputs)} | {p.name for p in params}))
+    if clash:
+        raise InvalidParameter(f"step {name or func.__name__!r}: {clash[0]!r} is both an output parameter and an artifact or a parameter; rename one")
     if device_bound and not (device_param or resources_param):
         raise InvalidParameter(f"device-bound step {name or func.__name__!r} needs device_param or resources_param")
     if planner and not placements_param:
@@ -471,7 +529,37 @@ def step(
         progress_param=progress_param,
         progress_context=progress_context,
         ref=ref or "",
+        returns=outs,
     )
+
+
+def _returns(func: Callable[..., Any], hints: Mapping[str, Any], given: Mapping[str, type] | None, name: str) -> tuple[Param, ...]:
+    """The output parameters of a step (see :attr:`Step.returns`)."""
+    if given is not None:
+        out = []
+        for key, typ in given.items():
+            if not key.isidentifier():
+                raise InvalidParameter(f"step {name!r}: output parameter name {key!r} is not a Python identifier")
+            kind, optional = _scalar_type(typ, where=f"step {name!r} returns[{key!r}]")
+            out.append(Param(name=key, type=kind, optional=optional))
+        return tuple(out)
+    annotation = hints.get("return")
+    if annotation is None or annotation is type(None):
+        return ()
+    if isinstance(annotation, type) and issubclass(annotation, tuple) and hasattr(annotation, "_fields"):
+        fields = typing.get_type_hints(annotation)
+        out = []
+        for key in annotation._fields:
+            kind, optional = _scalar_type(fields.get(key, str), where=f"{func.__qualname__} -> {annotation.__name__}.{key}")
+            out.append(Param(name=key, type=kind, optional=optional))
+        return tuple(out)
+    try:
+        kind, optional = _scalar_type(annotation, where=f"{func.__qualname__} return")
+    except InvalidParameter:
+        return ()  # a dataclass: its fields are facts, no output parameter unless ``returns=`` names some
+    if kind is dict:
+        return ()  # a dict return is the step's facts (see Step.to_facts), not one value
+    return (Param(name="result", type=kind, optional=optional),)
 
 
 def step_ref(value: Step) -> str:

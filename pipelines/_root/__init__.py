@@ -53,6 +53,10 @@ _WHERE = {
     "run": ("heteroflow.pipelines.engines.runner", "run"),
     "compile": ("heteroflow.pipelines.kfp.render", "compile_pipeline"),
 }
+_CONTROL = ("Collected", "Elif", "Else", "If", "ParallelFor")  # KFP's dsl.If ... (#31)
+__all__ += [*_CONTROL, "pipeline_input"]
+_WHERE.update({name: ("heteroflow.pipelines.control", name) for name in _CONTROL})
+_WHERE["pipeline_input"] = ("heteroflow.pipelines.subpipelines", "pipeline_input")
 
 if TYPE_CHECKING:
     from heteroflow.components.resources import Candidates, Resources, RetryPolicy
@@ -62,6 +66,8 @@ if TYPE_CHECKING:
     from heteroflow.pipelines.graph import Pipeline, SecretEnv, load_pipeline
     from heteroflow.pipelines.kfp.render import compile_pipeline as compile  # noqa: A001
     from heteroflow.pipelines.engines.runner import run
+    from heteroflow.pipelines.control import Collected, Elif, Else, If, ParallelFor
+    from heteroflow.pipelines.subpipelines import pipeline_input
 
 
 def __getattr__(name: str) -> Any:

@@ -100,6 +100,11 @@ def run_inprocess(
     Raises:
         InvalidParameter / DatasetError: bad arguments, checked before anything runs.
     """
+    from heteroflow.pipelines.control import has_control
+    from heteroflow.pipelines.subpipelines import check_runnable
+    from heteroflow.pipelines.engines.control_run import run_control
+
+    check_runnable(pipeline)
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
         active = begin_run(pipeline, run_dir, args, testing=testing)
@@ -112,7 +117,10 @@ def run_inprocess(
         interrupted = False
         try:
             with environ(step_environment(folder, run_id)):
-                for call in pipeline.calls:
+                controlled = has_control(pipeline)
+                if controlled:  # output parameters, conditions, loops, sub-pipelines
+                    run_control(pipeline, args, folder, sleep=sleep)
+                for call in () if controlled else pipeline.calls:
                     outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
                     inputs = {name: produced[(ref.call, ref.output)] for name, ref in call.input_refs().items()}
                     outcome = run_call(

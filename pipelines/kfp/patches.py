@@ -317,6 +317,9 @@ def kfp_local_patches(*, parallel: int = 4, pool: WarmPool | None = None, on_int
         if parallel > 1:
             stack.enter_context(parallel_tasks(parallel, on_interrupt=on_interrupt))
         stack.enter_context(bookkeeping_in_process(pool))
+        from heteroflow.pipelines.kfp.loop_patch import loop_inputs
+
+        stack.enter_context(loop_inputs())
         yield True
 
 

@@ -216,7 +216,7 @@ def bookkeeping_function(full_command: list[str]) -> Any:
     kfp.local uses this to run these tasks without a process of their own (:mod:`heteroflow.pipelines.kfp.local`).
     """
     name = next((full_command[i + 1] for i, a in enumerate(full_command[:-1]) if a == "--function_to_execute"), None)
-    if name is None or not (name == "heteroflow_check" or name.startswith(("heteroflow_skip_", "heteroflow_arguments_"))):
+    if name is None or not (name == "heteroflow_check" or name.startswith(("heteroflow_skip_", "heteroflow_arguments_", "heteroflow_value_"))):
         return None
     with _BOOKKEEPING_LOCK:
         known = list(_BOOKKEEPING.items())
@@ -498,11 +498,23 @@ def to_kfp(
     Raises:
         InvalidParameter: a step that a step process cannot import (defined in ``__main__``).
     """
-    renderer = _Renderer(pipeline, image=image, local=local, profile=profile)
+    from heteroflow.pipelines import control
+
+    emit_all = None
+    if control.has_control(pipeline):  # output parameters, conditions, loops, sub-pipelines
+        from heteroflow.pipelines.kfp.control import ControlRenderer, to_kfp_control
+
+        renderer: _Renderer = ControlRenderer(pipeline, image=image, local=local, profile=profile)
+        emit_all = to_kfp_control(pipeline, renderer)  # type: ignore[arg-type]
+    else:
+        renderer = _Renderer(pipeline, image=image, local=local, profile=profile)
     params = list(pipeline.params.values())
 
     def body(*args: Any) -> None:
         env: dict[tuple[str, ...], Any] = {("param", p.name): a for p, a in zip(params, args)}
+        if emit_all is not None:
+            emit_all(env)
+            return
         for call in pipeline.calls:
             renderer.emit(call, env)
         renderer.finish(env)

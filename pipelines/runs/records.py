@@ -224,7 +224,9 @@ def build_record(
     """The :class:`RunRecord` of a finished run, from its attempt records."""
     steps = collect(folder, pipeline, finished=True)
     by_name = {s.name: s for s in steps}
-    if error is None and all(by_name[c.name].status == "succeeded" for c in pipeline.calls):
+    # a call inside a condition or a loop may legitimately not run (a branch not taken, an empty list)
+    optional = {c.name for c in pipeline.calls if any(g.kind != "pipeline" for g in getattr(c, "groups", ()))}
+    if error is None and all(by_name[c.name].status == "succeeded" or (c.name in optional and by_name[c.name].status == "not run") for c in pipeline.calls):
         status = "succeeded"  # even if a stop came after the last step had completed: say what completed
     elif interrupted:
         status = "interrupted"
@@ -341,7 +343,7 @@ def _preprocess_params(pipeline: Pipeline, args: Mapping[str, Any]) -> dict[str,
             return {
                 key: args[b.name] if isinstance(b, ParamRef) else b.value
                 for key, b in call.param_bindings().items()
-                if not isinstance(b, ParamRef) or b.name in args
+                if (b.name in args if isinstance(b, ParamRef) else hasattr(b, "value"))  # not a value known at run time
             }
     return None
 
