@@ -362,6 +362,10 @@ from heteroflow.pipelines.cli.archive import archive_app, archive_list, archive_
 
 app.add_typer(archive_app, name="archive")
 
+from heteroflow.pipelines.cli.predict import predict_command  # noqa: E402  heteroflow predict (#31.3)
+
+app.command("predict")(predict_command)
+
 
 from heteroflow.pipelines.cli.runs import register as _register_runs  # noqa: E402  report, runs, metrics, prune (#17)
 
