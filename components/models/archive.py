@@ -471,7 +471,7 @@ ARCHIVE: Step = step(
             type=ArtifactType.MODEL,
             param="archived_path",
             help="where the model was archived",
-            metadata=lambda f: dict(f),
+            metadata=lambda f: {k: v for k, v in f.items() if v is not None},
         )
     ],
     candidates=[Resources(kind="cpu", cpu="1", memory="2Gi")],
