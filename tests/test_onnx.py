@@ -305,3 +305,50 @@ def test_the_example_cnn_trained_on_images_predicts_pngs_alike_with_onnx(tmp_pat
     got = load_archived(result.path, format="onnx").predict_proba(pngs)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
     assert (got.argmax(axis=1) == want.argmax(axis=1)).all()
+
+
+# --- the README's section, as written ----------------------------------------------------------------------------
+
+
+def _readme_commands() -> list[list[str]]:
+    import re
+    import shlex
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("### Portable models (ONNX)"):]
+    section = section[: section.index("\n#", 1)]
+    block = re.findall(r"```bash\n(.*?)```", section, re.S)[0]
+    return [shlex.split(line.split("  #")[0]) for line in block.splitlines() if line.strip()]
+
+
+@needs_onnx
+@pytest.mark.slow
+def test_the_readme_onnx_commands_run_as_written(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digits_dir: Path) -> None:
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    commands = _readme_commands()
+    assert [c[:3] for c in commands] == [["heteroflow", "run", "--param"], ["heteroflow", "archive", "export"], ["heteroflow", "predict", "digits-mlp:v1"]]
+    monkeypatch.chdir(tmp_path)
+    shutil.copyfile(sorted(digits_dir.glob("*.csv"))[0], tmp_path / "digits.csv")  # a file of raw rows, as trained on
+    runner = CliRunner()
+    outputs = []
+    for command in commands:
+        result = runner.invoke(app, command[1:])
+        assert result.exit_code == 0, (command, result.output)
+        outputs.append(result.output)
+    assert "formats: onnx, pytorch" in " ".join(outputs[0].split())
+    assert (tmp_path / "digits-mlp.onnx").is_file()
+    rows = outputs[2].splitlines()
+    assert rows[0] == "prediction," + ",".join(f"p_{d}" for d in range(10)) and len(rows) > 100
+    pytorch = runner.invoke(app, ["predict", "digits-mlp:v1", "digits.csv", "--proba"])
+    assert pytorch.exit_code == 0
+    assert [r.split(",")[0] for r in pytorch.output.splitlines()] == [r.split(",")[0] for r in rows]
+    show = runner.invoke(app, ["archive", "show", "digits-mlp:v1"])
+    import re
+
+    cells = re.sub(r"[\s│]", "", show.output)  # the table folds long values over lines
+    assert "formatsonnx:onnx/model.onnx(inputfeatures['batch',64]float32:preprocessedfeatures" in cells and ");pytorch:model" in cells

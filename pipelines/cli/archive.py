@@ -66,6 +66,19 @@ def archive_list(
     console.print(table)
 
 
+def _formats(formats: dict[str, Any]) -> str:
+    """``pytorch: model; onnx: onnx/model.onnx (input features [batch, 64] float32: preprocessed features ...)``."""
+    parts = []
+    for name, entry in sorted(formats.items()):
+        entry = entry if isinstance(entry, dict) else {}
+        text = f"{name}: {entry.get('path', '-')}"
+        if isinstance(entry.get("input"), dict):
+            given = entry["input"]
+            text += f" (input {given.get('name')} {given.get('shape')} {given.get('dtype')}: {given.get('takes')})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
 @archive_app.command("show")
 def archive_show(
     model: Annotated[str, typer.Argument(help="MODEL or MODEL:vN (default: the latest version).")],
@@ -101,6 +114,7 @@ def archive_show(
         ("preprocess", json.dumps(lineage.get("preprocess", {}), sort_keys=True)),
         ("train", json.dumps(lineage.get("train", {}), sort_keys=True)),
         ("code", json.dumps(lineage.get("code", {}), sort_keys=True)),
+        ("formats", _formats(lineage.get("formats") or {"pytorch": {"path": "model"}})),
     ]
     for key, value in rows:
         facts.add_row(key, escape(str(value if value is not None else "-")))
