@@ -88,6 +88,7 @@ FACTORIES = {
 
 
 @needs_onnx
+@pytest.mark.slow  # the dynamo exporter's first use imports torch.export and onnxscript (~20 s here)
 @pytest.mark.parametrize("name", list(FACTORIES))
 def test_the_onnx_export_computes_what_pytorch_computes(name: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import onnx
@@ -216,7 +217,7 @@ def test_an_archived_onnx_export_predicts_raw_rows_as_pytorch_does(trained: dict
 @needs_onnx
 @pytest.mark.slow
 def test_archive_without_onnx_then_export_and_predict_from_the_command_line(
-    trained: dict[str, Path], digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trained: dict[str, Path], digits_dir: Path, tmp_path: Path
 ) -> None:
     from typer.testing import CliRunner
 
@@ -241,19 +242,21 @@ def test_archive_without_onnx_then_export_and_predict_from_the_command_line(
     again = runner.invoke(app, ["archive", "export", "digits-mlp", "-o", str(out), "--root", str(root)])
     assert again.exit_code == 2 and "exists; ONNX export never replaces a file" in " ".join(again.output.split())
 
+    inside = runner.invoke(app, ["archive", "export", "digits-mlp:v1", "-o", str(plain.path / "model" / "m.onnx"), "--root", str(root)])
+    assert inside.exit_code == 2 and "is inside the archive" in " ".join(inside.output.split())
+    assert sorted(p.relative_to(root).as_posix() for p in root.rglob("*")) == before
+
     rows = sorted(digits_dir.glob("*.csv"))[0]
-    predicted = {}
-    for fmt in ("pytorch", "onnx"):
-        target = tmp_path / f"pred-{fmt}.csv"
-        res = runner.invoke(app, ["predict", str(plain.path), str(rows), "--format", fmt, "--proba", "-o", str(target)])
-        if fmt == "onnx":  # v1 has no ONNX file inside: only the copy exported above, which predict does not guess
-            assert res.exit_code == 2 and "holds no ONNX export" in " ".join(res.output.split())
-            v2 = runner.invoke(app, ["predict", "digits-mlp", str(rows), "--format", "onnx", "--root", str(root)])
-            assert v2.exit_code == 2
-            continue
-        assert res.exit_code == 0, res.output
-        predicted[fmt] = list(csv.reader(target.open()))
-    assert predicted["pytorch"][0][:2] == ["prediction", "p_0"] and len(predicted["pytorch"]) > 100
+    target = tmp_path / "pred.csv"
+    res = runner.invoke(app, ["predict", str(plain.path), str(rows), "--proba", "-o", str(target)])
+    assert res.exit_code == 0, res.output
+    table = list(csv.reader(target.open()))
+    assert table[0] == ["prediction"] + [f"p_{d}" for d in range(10)] and len(table) > 100
+    assert [r[0] for r in table[1:]] == [str(c) for c in load_archived(plain.path).predict(rows)]
+    assert all(abs(sum(float(p) for p in r[1:]) - 1) < 1e-4 for r in table[1:])
+    # v1 holds no ONNX file: predict says how to get one, and does not guess the copy exported above
+    res = runner.invoke(app, ["predict", "digits-mlp:v1", str(rows), "--format", "onnx", "--root", str(root)])
+    assert res.exit_code == 2 and "holds no ONNX export" in " ".join(res.output.split())
 
 
 @needs_onnx

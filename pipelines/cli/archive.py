@@ -152,8 +152,14 @@ def archive_export(
             if not (version_text.lstrip("v").isdigit()):
                 raise InvalidParameter(f"{model!r}: the version is written vN, e.g. {name}:v2")
             version = int(version_text.lstrip("v"))
-        info = read_version(archive_root_dir(root), name, version)
-        done = export_onnx(Path(info["path"]) / "model", output)
+        folder = archive_root_dir(root)
+        info = read_version(folder, name, version)
+        if output.expanduser().resolve().is_relative_to(folder.resolve()):
+            raise InvalidParameter(
+                f"-o {output} is inside the archive ({folder}): archived versions never change; write the file elsewhere, "
+                "or archive with --param export_formats=onnx to keep one in the version"
+            )
+        done = export_onnx(Path(info["path"]) / "model", output.expanduser())
     except HeteroflowError as exc:
         _fail(exc)
         return
