@@ -8,6 +8,7 @@
 - ``heteroflow submit FILE --host URL``: send a compiled pipeline to a Kubeflow Pipelines endpoint.
 - ``heteroflow engines``: the registered engines, what each needs installed.
 - ``heteroflow params``: every pipeline parameter with its type, default, unit and help.
+- ``heteroflow predict MODEL INPUT``: an archived model's predictions (``--format onnx``: its ONNX export on onnxruntime).
 - ``heteroflow step NAME``: run one step in this process (what pods and Airflow tasks run); exit status per
   failure class (:data:`heteroflow.components.core.runtime.EXIT_CODES`).
 

@@ -20,7 +20,8 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   transient failure raises, so KFP retries it with the call's policy. A task reads the routes of the calls it
   reads artifacts from (``heteroflow_after_<call>``) and does not run after their failure. No step task fails
   for a permanent or device failure: the run's last task, ``check: every step succeeded`` (no retries, no
-  cache), reads every call's route and fails the run with the first failed step's own message. So a permanent
+  cache), reads every call's route, writes the run report as its ``HTML`` output ``report``
+  (:mod:`heteroflow.pipelines.kfp.artifacts`) and fails the run with the first failed step's own message. So a permanent
   failure spends no retries, and a run whose later candidate succeeded ends SUCCEEDED (DESIGN.md: a failed task
   would fail the run even when a fallback succeeded).
 - **Fallback chain.** A device-bound call with n >= 2 candidates renders as n levels, each a condition group
