@@ -66,6 +66,17 @@ def test_export_formats_are_checked_and_named() -> None:
         ARCHIVE.check_params({"export_formats": "onnx,tflite"})
 
 
+def test_a_run_with_a_bad_export_format_stops_before_any_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "--param", "export_formats=tflite"])
+    assert result.exit_code == 2 and "export_formats='tflite'" in result.output and "valid: onnx" in result.output
+    assert not (tmp_path / "heteroflow-runs").exists()  # no run folder: nothing ran
+
+
 def test_onnx_without_its_packages_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     real = hf_onnx.importlib.util.find_spec
     monkeypatch.setattr(hf_onnx.importlib.util, "find_spec", lambda name, *a: None if name == "onnxruntime" else real(name, *a))
