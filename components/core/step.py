@@ -63,6 +63,7 @@ class ArtifactType(str, enum.Enum):
     MODEL = "Model"
     METRICS = "Metrics"
     CLASSIFICATION_METRICS = "ClassificationMetrics"
+    HTML = "HTML"
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

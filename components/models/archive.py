@@ -10,6 +10,11 @@ read-only.
 Archiving is idempotent: the lineage records the model's content hash (``model_sha256``), and a model whose
 files hash the same as an archived version's is that version (a rerun after a stop that came between the
 rename and the rest of the step's bookkeeping, or two identical runs archiving at once, give one version).
+
+Formats: ``model/`` holds PyTorch's files (``model.pt``, ``model.json``, the transformation); ``exports=("onnx",)``
+(the step's ``export_formats``) also writes ``onnx/model.onnx`` (:mod:`heteroflow.components.models.onnx`) into the
+version before it is renamed into place. The lineage's ``formats`` says which formats the version holds, where,
+and what each takes as input. The content hash covers ``model/`` only.
 """
 
 from __future__ import annotations
@@ -67,7 +72,8 @@ class ArchiveResult:
         lineage: the lineage record written to ``lineage.json`` (an existing version's, when ``existing``).
         existing: the same model (same content hash) was already archived as this version; nothing was written.
         note: when the version first claimed was taken by another writer meanwhile, says so
-            (``archived as v2: v1 was taken by run X at ...``); else None.
+            (``archived as v2: v1 was taken by run X at ...``); when an existing version lacks an export asked
+            for, says how to make one; else None.
     """
 
     name: str
@@ -245,6 +251,7 @@ def archive(
     name: str,
     metrics: dict[str, Any],
     lineage: dict[str, Any],
+    exports: tuple[str, ...] | list[str] = (),
 ) -> ArchiveResult:
     """Copy ``model_dir`` into the next free version ``<archive_root>/<name>/v<N>``.
 
@@ -253,16 +260,22 @@ def archive(
         archive_root: local folder of the archive.
         name: model name: lowercase letters, digits, ``.``, ``_``, ``-``; 1-63 characters.
         metrics: JSON-ready metrics (written to ``metrics.json``).
-        lineage: JSON-ready lineage facts (data set hash, parameters, device...); ``code`` and
-            ``archived_at`` are added.
+        lineage: JSON-ready lineage facts (data set hash, parameters, device...); ``code``,
+            ``archived_at`` and ``formats`` are added.
+        exports: formats to export the model to besides PyTorch's files (``"onnx"``: ``onnx/model.onnx``,
+            checked against PyTorch's outputs), written into the version before it becomes visible.
 
     Returns:
         An :class:`ArchiveResult`.
 
     Raises:
-        InvalidParameter: a bad ``name``.
-        ArchiveError: ``model_dir`` is missing, or no free version could be claimed.
+        InvalidParameter: a bad ``name``, an unknown export format, or onnx not installed for ``onnx``.
+        ArchiveError: ``model_dir`` is missing, no free version could be claimed, or an export failed (nothing
+            is archived then).
     """
+    from heteroflow.components.models.onnx import parse_export_formats
+
+    exports = parse_export_formats(",".join(exports))
     if not name:
         raise InvalidParameter("name is empty; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters")
     check_model_name(name)
@@ -278,7 +291,12 @@ def archive(
         for v in sorted(set(versions) - checked):
             checked.add(v)
             if (same := _same_model(folder / f"v{v}", digest)) is not None:
-                return ArchiveResult(name=name, version=v, path=folder / f"v{v}", lineage=same, existing=True)
+                lacking = [f for f in exports if f not in (same.get("formats") or {})]
+                note = (
+                    f"v{v} holds the same model without {', '.join(lacking)} (archived without it); "
+                    f"heteroflow archive export {name}:v{v} --format {lacking[0]} -o FILE exports it"
+                ) if lacking else None
+                return ArchiveResult(name=name, version=v, path=folder / f"v{v}", lineage=same, existing=True, note=note)
         return None
 
     if (done := archived_already(list_versions(folder.parent, name))) is not None:
@@ -293,6 +311,11 @@ def archive(
     tmp = make_temp_dir(folder, prefix=f".incoming-{os.getpid()}-")  # umask-respecting mode, not mkdtemp's 0700
     try:
         shutil.copytree(src, tmp / "model")
+        record["formats"] = {"pytorch": {"path": "model", "files": sorted(p.name for p in (tmp / "model").iterdir())}}
+        if "onnx" in exports:
+            from heteroflow.components.models.onnx import ONNX_FILE, export_onnx
+
+            record["formats"]["onnx"] = export_onnx(tmp / "model", tmp / "onnx" / ONNX_FILE).record(relative_to=tmp)
         (tmp / "metrics.json").write_text(json.dumps(metrics, indent=2, sort_keys=True, default=str), encoding="utf-8")
         first_taken: tuple[int, str] | None = None  # the version this writer claimed first, and who took it
         for attempt in range(100):
@@ -335,6 +358,7 @@ def archive_step(
     *,
     archive_root: str = "",
     model_name: str = "",
+    export_formats: str = "",
 ) -> ArchiveResult:
     """Archive the trained model with its test metrics and lineage under an immutable, versioned path.
 
@@ -349,13 +373,14 @@ def archive_step(
         archived_path: file to write ``{"path", "version", "name"}`` to.
         archive_root: archive folder; empty: <heteroflow home>/archive.
         model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp for the built-in model, <data set folder name>-<factory function name> for yours.
+        export_formats: also export the model to these formats, comma-separated: onnx (needs the onnx extra; the ONNX model takes preprocessed features); empty: PyTorch's files only.
 
     Returns:
         An :class:`ArchiveResult`.
 
     Raises:
-        InvalidParameter: a bad ``model_name``.
-        ArchiveError: the model folder is missing, or no free version could be claimed.
+        InvalidParameter: a bad ``model_name`` or ``export_formats``.
+        ArchiveError: the model folder is missing, no free version could be claimed, or an export failed.
         DatasetError: ``dataset_dir`` or ``shards_dir`` is not prewarm / preprocess output.
     """
     from heteroflow.cache.prewarm import MANIFEST_NAME, Manifest
@@ -388,7 +413,7 @@ def archive_step(
         "model": config.get("model"),  # the factory reference and its arguments (load_archived rebuilds it)
     }
     root = archive_root_dir(archive_root)
-    result = archive(model_dir, root, name=name, metrics=report, lineage=lineage)
+    result = archive(model_dir, root, name=name, metrics=report, lineage=lineage, exports=export_formats.split(","))
     Path(archived_path).parent.mkdir(parents=True, exist_ok=True)
     Path(archived_path).write_text(json.dumps(_archive_facts(result)), encoding="utf-8")
     return result
@@ -399,8 +424,24 @@ def archive_step(
 _HOUR = 3600.0
 
 
+def _check_export_formats(export_formats: str) -> None:
+    from heteroflow.components.models.onnx import check_export_formats
+
+    check_export_formats(export_formats)
+
+
 def _archive_facts(result: Any) -> dict[str, Any]:
+    """The archive step's facts; the archived Model artifact's metadata too (what the Kubeflow UI's lineage shows:
+    the name, version and content hash ``heteroflow runs`` and ``heteroflow archive show`` show)."""
+    lineage = result.lineage or {}
     facts = {"path": str(result.path), "version": result.version, "name": result.name}
+    facts["model_sha256"] = lineage.get("model_sha256")
+    facts["formats"] = sorted(lineage.get("formats") or {"pytorch": {}})
+    if lineage.get("run_id"):
+        facts["run_id"] = lineage["run_id"]
+    dataset_sha = (lineage.get("dataset") or {}).get("dataset_sha256")
+    if dataset_sha:
+        facts["dataset_sha256"] = dataset_sha
     if result.existing:
         facts["existing"] = True
     if result.note:
@@ -409,9 +450,10 @@ def _archive_facts(result: Any) -> dict[str, Any]:
 
 
 def _archive_summary(f: dict[str, Any]) -> list[str]:
+    formats = f", formats: {', '.join(f['formats'])}" if len(f.get("formats") or ()) > 1 else ""
     if f.get("existing"):
-        return [f"archived: {f['path']} (version {f['version']}, already archived: the same model)"]
-    return [f"archived: {f['path']} (version {f['version']})"] + ([f["note"]] if f.get("note") else [])
+        return [f"archived: {f['path']} (version {f['version']}, already archived: the same model{formats})"] + ([f["note"]] if f.get("note") else [])
+    return [f"archived: {f['path']} (version {f['version']}{formats})"] + ([f["note"]] if f.get("note") else [])
 
 
 ARCHIVE: Step = step(
@@ -429,13 +471,13 @@ ARCHIVE: Step = step(
             type=ArtifactType.MODEL,
             param="archived_path",
             help="where the model was archived",
-            metadata=lambda f: dict(f),
+            metadata=lambda f: {k: v for k, v in f.items() if v is not None},
         )
     ],
     candidates=[Resources(kind="cpu", cpu="1", memory="2Gi")],
     retry=RetryPolicy(retries=2, backoff_seconds=5, max_delay_seconds=60, window_seconds=_HOUR),
     cacheable=False,  # each run archives: a new version, or finds the one holding the same model
-    check=lambda model_name="": check_model_name(model_name),
+    check=lambda model_name="", export_formats="": (check_model_name(model_name), _check_export_formats(export_formats)),
     facts=_archive_facts,
     summary=_archive_summary,
     ref="heteroflow.components.models.archive:ARCHIVE",

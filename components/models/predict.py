@@ -18,6 +18,11 @@ a dataset factory takes an array or tensor of samples ``(n, *input_shape)``::
     model = load_archived("~/.cache/heteroflow/archive/digits-images-cnn/v1")
     model.predict(["3.png", "7.png"])
 
+An archive version exported to ONNX (``export_formats=onnx``) predicts with onnxruntime on the CPU instead of
+PyTorch: ``load_archived(path, format="onnx")``. The transformation (or image decoding) runs first, as above; the
+ONNX model takes the preprocessed features (:mod:`heteroflow.components.models.onnx`), and the model's factory
+need not be importable.
+
 The transformation is a pickle (scikit-learn's own persistence, through joblib): load only archives you
 trust, with a scikit-learn close to the one recorded in ``transform.json`` (``versions``).
 """
@@ -38,7 +43,10 @@ if TYPE_CHECKING:
     import pandas as pd
     import torch
 
-__all__ = ["ArchivedModel", "load_archived"]
+__all__ = ["PREDICT_FORMATS", "ArchivedModel", "load_archived"]
+
+PREDICT_FORMATS = ("pytorch", "onnx")
+"""The formats :func:`load_archived` runs: PyTorch (the factory rebuilds the model) or ONNX (onnxruntime, CPU)."""
 
 _MODEL_REF = re.compile(r"(?P<name>[a-z0-9][a-z0-9._-]{0,62})(?::v?(?P<version>\d+))?")
 """``name``, ``name:vN`` or ``name:N``: an archived model as the CLI names it (``heteroflow archive show``)."""
@@ -54,11 +62,15 @@ class ArchivedModel:
         columns: the input columns it reads, in order.
         config: ``model.json``.
         schema: ``transform.json``.
+        format: ``pytorch``, or ``onnx`` (the ONNX model runs with onnxruntime on the CPU).
     """
 
-    def __init__(self, model_dir: Path, model: torch.nn.Module, config: dict[str, Any], transform: Any, schema: dict[str, Any]) -> None:
+    def __init__(self, model_dir: Path, model: torch.nn.Module | None, config: dict[str, Any], transform: Any,
+                 schema: dict[str, Any], *, onnx: Any = None) -> None:
         self.model_dir = model_dir
         self._model = model
+        self._onnx = onnx
+        self.format = "onnx" if onnx is not None else "pytorch"
         self._transform = transform
         self.config = config
         self.schema = schema
@@ -69,7 +81,13 @@ class ArchivedModel:
 
     @property
     def model(self) -> torch.nn.Module:
-        """The ``torch.nn.Module`` (eval mode), as its factory built it."""
+        """The ``torch.nn.Module`` (eval mode), as its factory built it.
+
+        Raises:
+            CheckpointError: loaded as ONNX (``format="onnx"``): no PyTorch module was built.
+        """
+        if self._model is None:
+            raise CheckpointError(f"{self.model_dir} was loaded as ONNX (format='onnx'): load it with format='pytorch' for the torch module")
         return self._model
 
     def _image_features(self, images: Any) -> np.ndarray:
@@ -137,9 +155,13 @@ class ArchivedModel:
 
     def predict_proba(self, rows: Any) -> np.ndarray:
         """Class probabilities (softmax of the model's outputs), float32 ``(n, len(classes))``."""
+        x = self.features(rows)
+        if self._onnx is not None:
+            logits = np.asarray(self._onnx.logits(x), dtype=np.float64)
+            e = np.exp(logits - logits.max(axis=1, keepdims=True))
+            return (e / e.sum(axis=1, keepdims=True)).astype(np.float32)
         import torch
 
-        x = self.features(rows)
         with torch.no_grad():
             logits = self._model(torch.from_numpy(x).to(next(self._model.parameters()).device))
             return torch.softmax(logits, dim=1).cpu().numpy()
@@ -153,22 +175,33 @@ class ArchivedModel:
         return labels[self.predict_proba(rows).argmax(axis=1)]
 
 
-def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_root: str | os.PathLike[str] | None = None) -> ArchivedModel:
+def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_root: str | os.PathLike[str] | None = None,
+                  format: str = "pytorch") -> ArchivedModel:  # noqa: A002 - the CLI's --format
     """Load a model (any factory-built model: ``model.json`` names the factory and its arguments) and its
     transformation (tables) from an archive version folder (``.../<name>/v<N>``), a model folder (train's output),
     or an archived model named like the CLI does: ``name:vN`` (``name:N`` too) or ``name`` (its latest version),
     looked up under ``archive_root`` (default ``$HETEROFLOW_HOME/archive``). The factory's module must be importable
     here.
 
+    ``format="onnx"`` runs the version's ONNX export (``onnx/model.onnx``, or a ``model.onnx`` in the model folder)
+    with onnxruntime on the CPU (``device`` is then ignored), and builds no PyTorch model.
+
     Raises:
-        InvalidParameter: ``name:version`` names no archived model or version (the message lists those there).
+        InvalidParameter: ``name:version`` names no archived model or version (the message lists those there); an
+            unknown ``format``; ``onnx`` without onnxruntime installed, or a version with no ONNX export (the
+            message says how to make one).
         CheckpointError: the folder holds no heteroflow model.
         DatasetError: the model was saved without its transformation.
         DeviceUnavailable: ``device`` is absent.
     """
+    import json
+
     from heteroflow.components.data.tabular import load_transform
+    from heteroflow.components.errors import InvalidParameter
     from heteroflow.components.training.model_files import MODEL_CONFIG, load_model
 
+    if format not in PREDICT_FORMATS:
+        raise InvalidParameter(f"format={format!r}; valid: {', '.join(PREDICT_FORMATS)}")
     folder = Path(path).expanduser()
     if isinstance(path, str) and not folder.exists() and (ref := _MODEL_REF.fullmatch(path)):
         from heteroflow.components.models.archive import archive_root_dir, read_version
@@ -178,8 +211,28 @@ def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_
     model_dir = folder / "model" if (folder / "model" / MODEL_CONFIG).is_file() else folder
     if not (model_dir / MODEL_CONFIG).is_file():
         raise CheckpointError(f"{folder} holds no heteroflow model (no {MODEL_CONFIG} in it or in its model/ folder)")
-    model, config = load_model(model_dir, device)
+    runner = None
+    if format == "onnx":
+        from heteroflow.components.models.onnx import ONNX_FILE, OnnxRunner, onnx_file_of
+
+        onnx_path = (
+            onnx_file_of(folder)
+            or (onnx_file_of(folder.parent) if model_dir == folder else None)  # a version's model/ folder
+            or (model_dir / ONNX_FILE if (model_dir / ONNX_FILE).is_file() else None)
+        )
+        if onnx_path is None:
+            raise InvalidParameter(
+                f"{folder} holds no ONNX export; archive with --param export_formats=onnx, or export this one with "
+                "heteroflow archive export NAME:vN --format onnx -o FILE"
+            )
+        runner = OnnxRunner(onnx_path)
+        try:
+            model, config = None, json.loads((model_dir / MODEL_CONFIG).read_text(encoding="utf-8"))
+        except ValueError as exc:
+            raise CheckpointError(f"{model_dir / MODEL_CONFIG} is not valid JSON ({exc})") from None
+    else:
+        model, config = load_model(model_dir, device)
     if (config.get("data") or {}).get("kind", "table") != "table":
-        return ArchivedModel(model_dir, model, config, None, {})
+        return ArchivedModel(model_dir, model, config, None, {}, onnx=runner)
     transform, schema = load_transform(model_dir)
-    return ArchivedModel(model_dir, model, config, transform, schema)
+    return ArchivedModel(model_dir, model, config, transform, schema, onnx=runner)

@@ -17,7 +17,7 @@ from rich.table import Table
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.pipelines.cli.common import _fail, console
 
-__all__ = ["archive_app", "archive_list", "archive_show"]
+__all__ = ["archive_app", "archive_export", "archive_list", "archive_show"]
 
 archive_app = typer.Typer(no_args_is_help=True, help="The archived models: every version, its metrics and lineage.")
 _ROOT_OPTION = typer.Option("--root", help="Archive folder. Default: $HETEROFLOW_HOME/archive.")
@@ -66,6 +66,19 @@ def archive_list(
     console.print(table)
 
 
+def _formats(formats: dict[str, Any]) -> str:
+    """``pytorch: model; onnx: onnx/model.onnx (input features [batch, 64] float32: preprocessed features ...)``."""
+    parts = []
+    for name, entry in sorted(formats.items()):
+        entry = entry if isinstance(entry, dict) else {}
+        text = f"{name}: {entry.get('path', '-')}"
+        if isinstance(entry.get("input"), dict):
+            given = entry["input"]
+            text += f" (input {given.get('name')} {given.get('shape')} {given.get('dtype')}: {given.get('takes')})"
+        parts.append(text)
+    return "; ".join(parts)
+
+
 @archive_app.command("show")
 def archive_show(
     model: Annotated[str, typer.Argument(help="MODEL or MODEL:vN (default: the latest version).")],
@@ -101,6 +114,7 @@ def archive_show(
         ("preprocess", json.dumps(lineage.get("preprocess", {}), sort_keys=True)),
         ("train", json.dumps(lineage.get("train", {}), sort_keys=True)),
         ("code", json.dumps(lineage.get("code", {}), sort_keys=True)),
+        ("formats", _formats(lineage.get("formats") or {"pytorch": {"path": "model"}})),
     ]
     for key, value in rows:
         facts.add_row(key, escape(str(value if value is not None else "-")))
@@ -115,3 +129,45 @@ def archive_show(
             for k, v in value.items():
                 scores.add_row(escape(f"{key}[{k}]"), f"{v:.4f}")  # class names print literally ([setosa] is no markup)
     console.print(scores)
+
+
+@archive_app.command("export")
+def archive_export(
+    model: Annotated[str, typer.Argument(help="MODEL or MODEL:vN (default: the latest version).")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="The file to write (never replaced: an existing file is an error).")],
+    format: Annotated[str, typer.Option("--format", help="The format: onnx (needs the onnx extra).")] = "onnx",  # noqa: A002
+    root: Annotated[Optional[Path], _ROOT_OPTION] = None,
+) -> None:
+    """Export an archived version to a portable format (ONNX: takes the preprocessed features; checked against
+    PyTorch's outputs). The archived version is left as it is; `--param export_formats=onnx` archives one with it."""
+    from heteroflow.components.models.archive import archive_root_dir, read_version
+    from heteroflow.components.models.onnx import export_onnx, parse_export_formats
+
+    name, _, version_text = model.partition(":")
+    try:
+        if parse_export_formats(format) != ("onnx",):
+            raise InvalidParameter(f"--format {format!r}: give one format; valid: onnx")
+        version = None
+        if version_text:
+            if not (version_text.lstrip("v").isdigit()):
+                raise InvalidParameter(f"{model!r}: the version is written vN, e.g. {name}:v2")
+            version = int(version_text.lstrip("v"))
+        folder = archive_root_dir(root)
+        info = read_version(folder, name, version)
+        if output.expanduser().resolve().is_relative_to(folder.resolve()):
+            raise InvalidParameter(
+                f"-o {output} is inside the archive ({folder}): archived versions never change; write the file elsewhere, "
+                "or archive with --param export_formats=onnx to keep one in the version"
+            )
+        done = export_onnx(Path(info["path"]) / "model", output.expanduser())
+    except HeteroflowError as exc:
+        _fail(exc)
+        return
+    console.print(
+        escape(f"exported {info['name']}:v{info['version']} to {done.path} (ONNX opset {done.opset}, {done.exporter} "
+               f"exporter; input {list(done.input_shape)} preprocessed features per sample, largest difference from "
+               f"PyTorch {done.max_abs_diff:.2g})"),
+        highlight=False,
+    )
+    if done.notice:
+        console.print(escape(f"notice: {done.notice}"), highlight=False)

@@ -8,6 +8,7 @@
 - ``heteroflow submit FILE --host URL``: send a compiled pipeline to a Kubeflow Pipelines endpoint.
 - ``heteroflow engines``: the registered engines, what each needs installed.
 - ``heteroflow params``: every pipeline parameter with its type, default, unit and help.
+- ``heteroflow predict MODEL INPUT``: an archived model's predictions (``--format onnx``: its ONNX export on onnxruntime).
 - ``heteroflow step NAME``: run one step in this process (what pods and Airflow tasks run); exit status per
   failure class (:data:`heteroflow.components.core.runtime.EXIT_CODES`).
 
@@ -361,6 +362,10 @@ app.command("readers")(readers_command)
 from heteroflow.pipelines.cli.archive import archive_app, archive_list, archive_show  # noqa: E402,F401  (archive_list, archive_show: re-exported)
 
 app.add_typer(archive_app, name="archive")
+
+from heteroflow.pipelines.cli.predict import predict_command  # noqa: E402  heteroflow predict (#31.3)
+
+app.command("predict")(predict_command)
 
 
 from heteroflow.pipelines.cli.runs import register as _register_runs  # noqa: E402  report, runs, metrics, prune (#17)

@@ -3,7 +3,8 @@
 Owns: ``render`` (``compile_pipeline``), ``resources`` (kfp-kubernetes settings of a call), ``local`` (the
 ``kfp-local`` engine), ``patches`` (every replacement of a kfp.local internal, with the version check),
 ``prestart`` (prestarted step processes), ``submit`` (the ``kfp`` engine: a KFP backend), ``control`` (output
-parameters, conditions, loops and sub-pipelines in the KFP DSL), ``loop_patch`` (kfp.local's loop inputs).
+parameters, conditions, loops and sub-pipelines in the KFP DSL), ``loop_patch`` (kfp.local's loop inputs),
+``artifacts`` (the run report as the last task's HTML artifact).
 May import: ``heteroflow.pipelines`` (graph, environment, runs, engines.base), ``heteroflow.components``,
 ``heteroflow.cache``, kfp.
 """

@@ -20,7 +20,8 @@ Nothing here knows a step's name or parameters: everything comes from the Pipeli
   transient failure raises, so KFP retries it with the call's policy. A task reads the routes of the calls it
   reads artifacts from (``heteroflow_after_<call>``) and does not run after their failure. No step task fails
   for a permanent or device failure: the run's last task, ``check: every step succeeded`` (no retries, no
-  cache), reads every call's route and fails the run with the first failed step's own message. So a permanent
+  cache), reads every call's route, writes the run report as its ``HTML`` output ``report``
+  (:mod:`heteroflow.pipelines.kfp.artifacts`) and fails the run with the first failed step's own message. So a permanent
   failure spends no retries, and a run whose later candidate succeeded ends SUCCEEDED (DESIGN.md: a failed task
   would fail the run even when a fallback succeeded).
 - **Fallback chain.** A device-bound call with n >= 2 candidates renders as n levels, each a condition group
@@ -68,7 +69,7 @@ from typing import Any
 
 import yaml
 from kfp import dsl
-from kfp.dsl import Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output, OutputPath, PipelineTask
+from kfp.dsl import HTML, Artifact, ClassificationMetrics, Dataset, Input, Metrics, Model, Output, OutputPath, PipelineTask
 
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.devices.cluster import DEFAULT_PROFILE, ClusterProfile
@@ -103,6 +104,7 @@ _KFP_TYPES: Mapping[ArtifactType, type] = {
     ArtifactType.MODEL: Model,
     ArtifactType.METRICS: Metrics,
     ArtifactType.CLASSIFICATION_METRICS: ClassificationMetrics,
+    ArtifactType.HTML: HTML,
 }
 _shim_counter = itertools.count()
 
@@ -266,9 +268,12 @@ def _exec_component(source: str, name: str, image: str, *, bookkeeping: bool = F
     return dsl.component(namespace[name], base_image=image, install_kfp_package=False)
 
 
-def _check_source(calls: list[str]) -> str:
-    """The run's last task: fail the run with the first failed call's own message (no retries), else succeed."""
-    params = ", ".join(f"route_{c}: str" for c in calls)
+def _check_source(calls: list[str], *, pipeline: str = "", steps: Mapping[str, str] | None = None) -> str:
+    """The run's last task: write the run report as an ``HTML`` artifact (``report``:
+    :func:`heteroflow.pipelines.kfp.artifacts.write_report_artifact`; ``steps``: call -> step ref), then fail the run
+    with the first failed call's own message (no retries), else succeed."""
+    params = ", ".join([f"route_{c}: str" for c in calls] + ["report: Output[HTML]"])
+    routes = "{" + ", ".join(f"{c!r}: route_{c}" for c in calls) + "}"
     checks = "".join(
         f"    if route_{c}.startswith('failed: '):\n"
         f"        cls, _, why = json.loads(chr(34) + route_{c}[8:] + chr(34)).partition(': ')\n"
@@ -277,9 +282,12 @@ def _check_source(calls: list[str]) -> str:
     )
     return (
         f"def heteroflow_check({params}) -> str:\n"
-        '    """Fail the run with the first failed step\'s own message (a permanent failure, or a device failure with '
-        'no candidate left); a step that did not run after it reads upstream."""\n'
+        '    """Write the run report (the HTML artifact report), then fail the run with the first failed step\'s own '
+        'message (a permanent failure, or a device failure with no candidate left); a step that did not run after it '
+        'reads upstream."""\n'
         "    import json\n\n"
+        "    from heteroflow.pipelines.kfp.artifacts import write_report_artifact\n\n"
+        f"    write_report_artifact(report, pipeline={pipeline!r}, steps={dict(steps or {})!r}, routes={routes})\n"
         f"{checks}"
         "    return 'succeeded'\n"
     )
@@ -328,7 +336,10 @@ class _Renderer:
             for c in self.calls
             if self.chained(c)
         }
-        self.check = _exec_component(_check_source([c.name for c in self.calls]), "heteroflow_check", image, bookkeeping=True)
+        self.check = _exec_component(
+            _check_source([c.name for c in self.calls], pipeline=pipeline.name, steps={c.name: step_ref(c.step) for c in self.calls}),
+            "heteroflow_check", image, bookkeeping=True,
+        )
         self.placements_json = json.dumps(pipeline.placements(), sort_keys=True)
 
     def chained(self, call: Call) -> bool:
