@@ -288,4 +288,5 @@ def test_a_pipeline_run_plans_a_fractional_gpu_with_fgd_and_reports_the_scores(t
     from heteroflow.components.placement.packplan import recent_requests as recent
 
     dist = recent(load_inventory(inv).for_placement(), [], roots=[tmp_path])
-    assert dist.source.startswith("runs records under") and dist.requests[0].gpu_milli == 500
+    assert dist.source == f"runs records under {tmp_path} ({len(record['placement'])} requests from 1 runs)"
+    assert {r.name: r.gpu_milli for r in dist.requests}["run/train"] == 500
