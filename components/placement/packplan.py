@@ -148,7 +148,10 @@ def _registry_models(models: Iterable[str]) -> tuple[str, ...]:
         except InvalidResources:
             out.append(m)
             continue
-        out.extend(x.name for x in accel.models) if accel.is_family else out.append(accel.name)
+        if accel.is_family:
+            out.extend(x.name for x in accel.models)
+        else:
+            out.append(accel.name)
     return tuple(dict.fromkeys(out))
 
 

@@ -162,7 +162,7 @@ def simulate_command(
     if _packing(trace, inventory, policy, seeds, json_out, explain):
         return
     from heteroflow.components.placement.clusters import gavel_throughputs
-    from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization, simulate
+    from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization
 
     try:
         table = gavel_throughputs(throughputs)
