@@ -109,6 +109,8 @@ def test_packing_policy_names_resolve_and_an_unknown_one_lists_both_kinds() -> N
         load_inventory("inv.yaml", text="policy: tetris\nnodes: [{name: a, devices: {t4: 1}}]\n")
     with pytest.raises(InvalidInventory, match=r"inv.yaml:2: workload=3; valid: the path of a pod list CSV"):
         load_inventory("inv.yaml", text="nodes: [{name: a, devices: {t4: 1}}]\nworkload: 3\n")
+    with pytest.raises(InvalidInventory, match=r"inv.yaml:2: workload='gone.csv': no such file .*relative to the inventory's folder"):
+        load_inventory("inv.yaml", text="nodes: [{name: a, devices: {t4: 1}}]\nworkload: gone.csv\n")
 
 
 def test_a_packing_policy_needs_cpu_and_memory_per_node() -> None:
@@ -243,6 +245,15 @@ def test_the_report_shows_the_packing_scores_and_the_distribution(tmp_path: Path
     assert "<th>score (fgd score)</th>" in html and "won: the first listed that fits" in html
     assert f"fgd workload distribution: workload file {PODS} (200 requests)" in html
     assert html.count("<tr>") == 3
+
+
+def test_fgd_on_the_live_cluster(tmp_path: Path) -> None:
+    if not os.environ.get("HETEROFLOW_KUBECONFIG"):
+        pytest.skip("needs a live cluster: set HETEROFLOW_KUBECONFIG to its kubeconfig")
+    facts = _plan(tmp_path, {"train": Candidates(["gpu:device_share=0.5", "cpu"])}, "kubernetes")
+    placed = facts["placements"]["train"]
+    assert facts["policy"] == "fgd" and placed["packing"]["policy"] == "fgd"
+    assert [s["candidate"] for s in placed["scores"]] == [0, 1] and placed["why"]
 
 
 # --- done-when of #30: through heteroflow simulate and a pipeline run ---------------------------------------------

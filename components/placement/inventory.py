@@ -223,6 +223,9 @@ def from_mapping(data: Any, *, source: str = "inventory") -> ClusterInventory:
         path = Path(workload.strip()).expanduser()
         if not path.is_absolute() and Path(source).is_file():
             path = Path(source).resolve().parent / path
+        if not path.is_file():
+            raise InvalidInventory(f"{_where(source, _line_of(data, 'workload'))}workload={data['workload']!r}: no such file "
+                                   f"({path}); valid: the path of a pod list CSV, relative to the inventory's folder")
         workload = str(path)
     return dataclasses.replace(inv, queues=queues, throughputs=throughputs, policy=None if policy is None else str(policy),
                                workload=workload)
