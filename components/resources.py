@@ -97,6 +97,7 @@ _FIELDS = (
     "cpu_limit",
     "memory_limit",
     "device_memory",
+    "device_share",
     "accelerator",
     "precision",
     "node_selector",
@@ -141,6 +142,10 @@ class Resources:
         memory_limit: memory limit (>= ``memory``); None: the same as ``memory``.
         device_memory: memory per accelerator device (at least this much), a Kubernetes quantity; None for any.
             On a model it must not exceed the model's; on a family it narrows the family to models with enough.
+        device_share: part of one device, a number with 0 < share < 1 (``0.5``: half of one GPU's compute and,
+            unless ``device_memory`` says otherwise, memory), only with ``count=1``; None: whole devices. Stored in
+            thousandths (:attr:`device_share_milli`, the ``gpu_milli`` of GPU-sharing schedulers and the Alibaba
+            traces); on a cluster it needs a GPU-sharing device plugin (HAMi: :mod:`heteroflow.components.placement.podplace`).
         accelerator: a model or family from the registry, by any name users write (``"T4"``,
             ``"NVIDIA_TESLA_T4"``, ``"A100"``, ``"ascend-910b3"``, ``"910B"``); stored as its registry key.
             Default: ``nvidia-gpu`` (any NVIDIA) for gpu, ``ascend-910`` (any Ascend 910) for npu.
@@ -172,6 +177,7 @@ class Resources:
     cpu_limit: str | int | float | None = dataclasses.field(default=None, compare=False)
     memory_limit: str | int | None = dataclasses.field(default=None, compare=False)
     device_memory: str | int | None = dataclasses.field(default=None, compare=False)
+    device_share: float | None = None
     accelerator: str | None = None
     precision: str | None = None
     node_selector: Mapping[str, str] = dataclasses.field(default_factory=FrozenMap)
@@ -204,6 +210,7 @@ class Resources:
                 "the candidate's devices)"
             )
         self._set_quantities(kind)
+        self._set_share(kind)
         self._check_accelerator_fit()
         object.__setattr__(self, "node_selector", _string_map(self.node_selector, field="node_selector", label_values=True))
         object.__setattr__(self, "labels", _string_map(self.labels, field="labels", label_values=True))
@@ -267,6 +274,31 @@ class Resources:
             if not isinstance(precision, str) or precision.strip().lower() not in PRECISIONS:
                 raise InvalidResources(f"precision={precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
             object.__setattr__(self, "precision", precision.strip().lower())
+
+    def _set_share(self, kind: DeviceKind) -> None:
+        share = self.device_share
+        if share is None:
+            return
+        valid = "valid: a number with 0 < device_share < 1 (part of one device, e.g. 0.5), with count=1"
+        try:
+            value = float(share) if not isinstance(share, bool) else float("nan")
+        except (TypeError, ValueError):
+            raise InvalidResources(f"device_share={share!r} is not a number; {valid}") from None
+        if not 0 < value < 1:
+            raise InvalidResources(f"device_share={share!r} is not part of one device; {valid}, or leave it out for whole devices")
+        if not kind.has_devices:
+            raise InvalidResources(f"device_share={share!r} with kind={kind.value!r}: only a gpu/npu device can be shared; {valid}")
+        if self.count != 1 or self.nodes != 1:
+            raise InvalidResources(f"device_share={share!r} with count={self.count}, nodes={self.nodes}: a share is part of one "
+                                   f"device; {valid} and nodes=1")
+        if not 1 <= round(value * 1000) <= 999:
+            raise InvalidResources(f"device_share={share!r} is below a thousandth of a device; {valid}, at least 0.001")
+        object.__setattr__(self, "device_share", round(value * 1000) / 1000)
+
+    @property
+    def device_share_milli(self) -> int | None:
+        """``device_share`` in thousandths of one device (1-999), or None for whole devices."""
+        return None if self.device_share is None else round(self.device_share * 1000)
 
     def _check_accelerator_fit(self) -> None:
         accel = self.accelerator_spec
@@ -405,6 +437,8 @@ class Resources:
                 parts.append(f"limit {lim}{unit}")
         if self.device_memory_bytes is not None:
             parts.append(f"device memory >= {self.device_memory_text()}")
+        if self.device_share is not None:
+            parts.append(f"share {self.device_share:g} of the device")
         if self.precision:
             parts.append(self.precision)
         return ", ".join(parts)
@@ -429,6 +463,8 @@ class Resources:
             out["memory_limit"] = self.memory_text(limit=True)
         if self.precision is not None:
             out["precision"] = self.precision
+        if self.device_share is not None:
+            out["device_share"] = self.device_share
         for name in ("node_selector", "labels", "annotations"):
             if getattr(self, name):
                 out[name] = dict(getattr(self, name))

@@ -316,7 +316,7 @@ def test_from_dict_unknown_key_lists_valid_keys():
     with pytest.raises(
         InvalidResources,
         match=r"unknown resource field\(s\) gpus, ram; valid: kind, count, nodes, cpu, memory, cpu_limit, memory_limit, "
-        r"device_memory, accelerator, precision, node_selector, tolerations, affinity, labels, annotations",
+        r"device_memory, device_share, accelerator, precision, node_selector, tolerations, affinity, labels, annotations",
     ):
         Resources.from_dict({"kind": "gpu", "gpus": 2, "ram": "1Gi"})
 

@@ -8,8 +8,9 @@ this package's), ``state`` (jobs, decisions, the simulator's state), ``clusters`
 inventories to place on), ``rounds`` (placement rounds and reclaim), ``scoring`` (the plan step's score of each
 candidate and why the winner won), ``podplace`` (the placed pod: the chosen model's node affinity, HAMi fractional-GPU
 resources), ``plan`` (the plan step), ``vectors`` (requests and nodes as resource vectors: CPU, memory, devices and
-shares of one device), ``packing`` (node-packing policies behind one score interface, and the fill replay) and ``fgd``
-(fragmentation gradient descent, Weng et al., ATC'23).
+shares of one device), ``packing`` (node-packing policies behind one score interface, and the fill replay) ``fgd``
+(fragmentation gradient descent, Weng et al., ATC'23), ``podlists`` (pod and node lists in the Alibaba 2023 CSV layout)
+and ``packplan`` (the plan step under a packing policy: request vectors of the candidates, FGD's workload distribution).
 May import: ``heteroflow.components.core``, ``devices``, ``errors``, ``heteroflow.cache``.
 """
 

@@ -23,7 +23,9 @@ Forms read (YAML; JSON is YAML too). Per device kind, a count or a count per mod
 Nodes, with devices per model or in the one-model form, and the placement fields::
 
     version: 1
-    policy: throughput                  # the placement policy (optional; heteroflow.components.placement.policies)
+    policy: throughput                  # the placement policy (optional; heteroflow.components.placement.policies,
+                                        # or a packing policy: fgd, bestfit, ...; heteroflow.components.placement.packplan)
+    workload: pods.csv                  # optional: recent requests (a pod list) for fgd's workload distribution
     nodes:
       - {name: gpu-a100-0, devices: {nvidia-a100-80gb: 8}, cpu: 96, memory: 1Ti,
          labels: {zone: a}, taints: [{key: dedicated, value: ml, effect: NoSchedule}]}
@@ -126,7 +128,7 @@ __all__ = [
     "model_key",
 ]
 
-_FIELDS = ("version", "nodes", "queues", "cohort", "cpu_cores", "memory", "policy", "throughputs")
+_FIELDS = ("version", "nodes", "queues", "cohort", "cpu_cores", "memory", "policy", "throughputs", "workload")
 _NODE_KEYS = ("busy_watts", "cost_per_hour", "cpu", "datasets", "devices", "idle_watts", "labels", "memory", "name",
               "replicas", "taints")
 _NODE_DEVICE_KEYS = ("count", "kind", "memory", "model")
@@ -210,10 +212,23 @@ def from_mapping(data: Any, *, source: str = "inventory") -> ClusterInventory:
     throughputs = _parse_throughputs(data.get("throughputs"), source=source, line=_line_of(data, "throughputs"))
     policy = data.get("policy")
     if policy is not None:
-        from heteroflow.components.placement.policies import get_policy
+        from heteroflow.components.placement.packplan import resolve_policy
 
-        get_policy(str(policy), where=_where(source, _line_of(data, "policy")))
-    return dataclasses.replace(inv, queues=queues, throughputs=throughputs, policy=None if policy is None else str(policy))
+        resolve_policy(str(policy), where=_where(source, _line_of(data, "policy")))
+    workload = data.get("workload")
+    if workload is not None:
+        if not isinstance(workload, str) or not workload.strip():
+            raise InvalidInventory(f"{_where(source, _line_of(data, 'workload'))}workload={workload!r}; valid: the path of a pod "
+                                   "list CSV (name, cpu_milli, memory_mib, num_gpu, gpu_milli[, gpu_spec])")
+        path = Path(workload.strip()).expanduser()
+        if not path.is_absolute() and Path(source).is_file():
+            path = Path(source).resolve().parent / path
+        if not path.is_file():
+            raise InvalidInventory(f"{_where(source, _line_of(data, 'workload'))}workload={data['workload']!r}: no such file "
+                                   f"({path}); valid: the path of a pod list CSV, relative to the inventory's folder")
+        workload = str(path)
+    return dataclasses.replace(inv, queues=queues, throughputs=throughputs, policy=None if policy is None else str(policy),
+                               workload=workload)
 
 
 def _stated_kind(value: Any, key: str, kind: str, *, source: str, line: int) -> int | dict[str, int]:

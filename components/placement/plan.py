@@ -6,8 +6,10 @@ own to probe), else the local one, as PyTorch sees it: ``cuda`` devices (``torch
 ``npu`` devices when ``torch_npu`` imports (``torch.npu.device_count()``), and the CPU (always). A candidate is
 usable when its device kind is present with at least ``count`` devices. A node inventory (``device_inventory`` names
 a YAML file or holds one with ``nodes``) is placed by :func:`plan_on_nodes` with the inventory's policy
-(``listed`` by default; ``throughput`` scores by the inventory's throughput table), and each placement carries a
-one-line explanation in the step's facts (and so in run.json).
+(``listed`` by default; ``throughput`` scores by the inventory's throughput table; a packing policy such as ``fgd``,
+the default when a candidate or the inventory's workload asks for part of one GPU, places request vectors:
+:mod:`heteroflow.components.placement.packplan`), and each placement carries a one-line explanation in the step's
+facts (and so in run.json).
 """
 
 from __future__ import annotations
@@ -176,6 +178,9 @@ class Placement:
     """Why the winner won, one line (node inventories)."""
     pod: dict[str, Any] | None = None
     """What the chosen candidate's pod asks for, placed (node inventories; :func:`~heteroflow.components.placement.podplace.placed_pod_plan`)."""
+    packing: dict[str, Any] | None = None
+    """Under a packing policy (:mod:`~heteroflow.components.placement.packplan`): the policy, how the candidate list
+    picks (``listed`` or ``any``) and, for FGD, where its workload distribution came from."""
 
     def to_dict(self) -> dict[str, Any]:
         out = {
@@ -193,6 +198,8 @@ class Placement:
             out["why"] = self.why
         if self.pod is not None:
             out["pod"] = self.pod
+        if self.packing is not None:
+            out["packing"] = dict(self.packing)
         return out
 
 
@@ -445,13 +452,20 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
 
         from heteroflow.components.placement.scoring import QueueState
 
+        from heteroflow.components.placement.packplan import PackingPlanner, is_packing_policy, shared_gpu_default
+
         queue_state = QueueState.from_env()
+        parsed = {call: Candidates.from_json(text) for call, text in wanted.items()}
+        policy = nodes.policy or ("fgd" if shared_gpu_default(nodes, parsed.values())
+                                  else "throughput" if training_profile else "listed")
+        packer = (PackingPlanner(nodes, policy, queue_state=queue_state, profile=prof if training_profile else None,
+                                 candidates=list(parsed.values())) if is_packing_policy(policy) else None)
         state = PlacementState(nodes, queue_used=queue_state.used)
-        policy = nodes.policy or ("throughput" if training_profile else "listed")
-        for call, candidates_json in wanted.items():
+        for call, cands in parsed.items():
             try:
-                chosen[call] = plan_on_nodes(call, Candidates.from_json(candidates_json), state, policy=policy,
-                                             profile=prof if training_profile else None, queue_state=queue_state)
+                chosen[call] = (packer.place(call, cands) if packer is not None else
+                                plan_on_nodes(call, cands, state, policy=policy, profile=prof if training_profile else None,
+                                              queue_state=queue_state))
             except NoCandidateAvailable as exc:
                 raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
         counts: dict[str, int] = {DeviceKind.CPU.value: 1}  # the CPU is always there
@@ -503,7 +517,8 @@ def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str 
 
     pol = get_policy(policy)
     qs = queue_state or QueueState()
-    scores = score_candidates(candidates, state.inventory, qs, profile, call=call, policy=pol, state=state)
+    shares = {i: r.device_share_milli for i, r in enumerate(candidates) if r.device_share_milli}
+    scores = score_candidates(candidates, state.inventory, qs, profile, call=call, policy=pol, state=state, gpu_milli=shares)
     picked = winner(scores, policy=pol.name)
     if picked is None:
         raise NoCandidateAvailable("no candidate can run on the node inventory:\n  " + "\n  ".join(

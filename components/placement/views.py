@@ -154,6 +154,8 @@ class ClusterInventory:
         source: where it was read from (for messages).
         policy: the default placement policy, or None.
         throughputs: job type -> model -> steps/s (the plan step's profile table); may be empty.
+        workload: the recent requests' pod list (a CSV path, resolved against the inventory's folder) for FGD's
+            workload distribution, or None.
         stated: the per-kind form as given (kind value -> count, or model -> count); empty for the node form.
     """
 
@@ -166,6 +168,7 @@ class ClusterInventory:
     source: str = "inventory"
     policy: str | None = None
     throughputs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
+    workload: str | None = None
     stated: Mapping[str, int | Mapping[str, int]] = dataclasses.field(default_factory=dict)
 
     def capacity(self, key: str) -> int | None:
@@ -258,7 +261,7 @@ class ClusterInventory:
             queues[q.name] = PlacementQueue(name=q.name, guarantee=amounts["guarantee"] or 0, capability=amounts["capability"],
                                             priority=q.priority or 0, reclaimable=q.reclaimable)
         return PlacementInventory(nodes=tuple(nodes), queues=queues, throughputs=self.throughputs, policy=self.policy,
-                                  source=self.source)
+                                  source=self.source, workload=self.workload)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -323,6 +326,7 @@ class PlacementInventory:
         throughputs: job type -> model -> steps/s (the plan step's profile table); may be empty.
         policy: the default policy name, or None.
         source: where it was read from (for messages).
+        workload: the recent requests' pod list (CSV path) for FGD, or None.
     """
 
     nodes: tuple[PlacementNode, ...]
@@ -330,6 +334,7 @@ class PlacementInventory:
     throughputs: Mapping[str, Mapping[str, float]] = dataclasses.field(default_factory=dict)
     policy: str | None = None
     source: str = "inventory"
+    workload: str | None = None
 
     @property
     def models(self) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ capacity) prints one line naming the file and line and exits 2.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Annotated, Optional
@@ -105,6 +106,34 @@ def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int
     return True
 
 
+def _job_results(jobs, inv, table, policy: Optional[list[str]], noise_sigma: Optional[float], trace: str) -> list:  # type: ignore[no-untyped-def]
+    """Each named policy's replay: a name of the no-foreknowledge replay's schedulers (:data:`heteroflow.pipelines.jct.SCHEDULERS`)
+    runs there when ``--noise-sigma`` is given or the name is only that replay's (``fifo``, ``gavel-style``,
+    ``heteroflow``), labelled with its sigma; any other name runs in :func:`heteroflow.pipelines.simulate.simulate`.
+    The estimate's noise is seeded with the trace seed of ``gavel:JOBS:RATE:SEED`` (else 0)."""
+    from heteroflow.components.placement.policies import POLICIES
+    from heteroflow.pipelines.jct import SCHEDULERS, replay
+    from heteroflow.pipelines.simulate import simulate
+
+    if policy:
+        names = list(policy)
+    elif noise_sigma is not None:
+        names = list(SCHEDULERS)
+    else:
+        names = ["static", "least-loaded", "gavel", "throughput", "power-aware"]
+    sigma = 0.5 if noise_sigma is None else noise_sigma
+    parts = trace.split(":")
+    seed = int(parts[3]) if trace.startswith("gavel:") and len(parts) > 3 and parts[3].isdigit() else 0
+    out = []
+    for name in names:
+        if name in SCHEDULERS and (noise_sigma is not None or name not in POLICIES):
+            r = replay(jobs, inv, table, name, sigma=sigma, seed=seed)
+            out.append(dataclasses.replace(r, policy=f"{name} (sigma {sigma:g})" if sigma else f"{name} (oracle, sigma 0)"))
+        else:
+            out.append(simulate(jobs, inv, table, name))
+    return out
+
+
 def _trace_format(path: str) -> str:
     from heteroflow.pipelines.traces import trace_format
 
@@ -120,6 +149,7 @@ def simulate_command(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write every policy's summary as JSON.")] = None,
     explain: Annotated[int, typer.Option("--explain", help="Print the first N placement explanations of each policy.")] = 0,
     seeds: Annotated[int, typer.Option("--seeds", min=1, help="Pod packing (an Alibaba 2023 pod list or a Pollux workload): seeds 0..N-1, median reported.")] = 1,
+    noise_sigma: Annotated[Optional[float], typer.Option("--noise-sigma", min=0.0, help="Job replay without foreknowledge (heteroflow.pipelines.jct): schedulers see each job's work estimated with log-normal noise of this sigma (0: the oracle); with it the default policies are the replay's schedulers fifo, static, gavel-style, heteroflow. Naming fifo, gavel-style or heteroflow as --policy selects that replay too (sigma 0.5).")] = None,
 ) -> None:
     """Replay a trace: average and p99 JCT, makespan, utilization per device model, queueing delay, cost, energy.
 
@@ -132,14 +162,13 @@ def simulate_command(
     if _packing(trace, inventory, policy, seeds, json_out, explain):
         return
     from heteroflow.components.placement.clusters import gavel_throughputs
-    from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization, simulate
+    from heteroflow.pipelines.simulate import lower_bound_makespan, plot_utilization
 
     try:
         table = gavel_throughputs(throughputs)
         inv = _inventory(inventory)
         jobs = _trace(trace, table, inv)
-        names = policy or ["static", "least-loaded", "gavel", "throughput", "power-aware"]
-        results = [simulate(jobs, inv, table, name) for name in names]
+        results = _job_results(jobs, inv, table, policy, noise_sigma, trace)
     except (HeteroflowError, ValueError) as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=2) from None

@@ -169,8 +169,12 @@ def _scores(p: dict[str, Any]) -> str:
         mark = " &#10003;" if x.get("candidate") == p.get("index") else ""
         rows.append(f"<tr><td>{_e(x.get('candidate'))}{mark}</td><td>{'-' if score is None else _e(f'{score:.4g}')}</td>"
                     f"<td>{'yes' if x.get('feasible') else 'no'}</td><td>{_e(x.get('reason', ''))}</td></tr>")
-    return (f'<p class="plan-why">won: {_e(p.get("why", ""))}</p><table class="plan-scores"><tr><th>candidate</th>'
-            f"<th>score (est. steps/s)</th><th>feasible</th><th>why</th></tr>{''.join(rows)}</table>")
+    basis = next((x["basis"] for x in scores if x.get("basis")), "est. steps/s")  # a packing policy's own score (#30)
+    packing = p.get("packing") or {}
+    source = f'<p class="plan-why">{_e(packing["policy"])} workload distribution: {_e(packing["distribution"])}</p>' if (
+        isinstance(packing, dict) and packing.get("distribution")) else ""
+    return (f'<p class="plan-why">won: {_e(p.get("why", ""))}</p>{source}<table class="plan-scores"><tr><th>candidate</th>'
+            f"<th>score ({_e(basis)})</th><th>feasible</th><th>why</th></tr>{''.join(rows)}</table>")
 
 
 def _passed(item: Any) -> str:

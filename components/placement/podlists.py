@@ -1,0 +1,124 @@
+"""Pod and node lists in the Alibaba GPU cluster trace's CSV layout (``cluster-trace-gpu-v2023``, Weng et al., USENIX
+ATC'23), read into resource vectors (:mod:`heteroflow.components.placement.vectors`): the plan step's workload file
+(an inventory's ``workload:``) and ``heteroflow simulate``'s traces (:mod:`heteroflow.pipelines.alibaba` re-exports
+these names).
+
+Formats (CSV with a header; github.com/alibaba/clusterdata ``cluster-trace-gpu-v2023/README.md``):
+
+- node list: ``sn`` (or ``name``), ``cpu_milli``, ``memory_mib``, ``gpu``, ``model`` (any model name; empty for a
+  CPU-only node).
+- pod list: ``name``, ``cpu_milli``, ``memory_mib``, ``num_gpu``, ``gpu_milli`` (thousandths of each device),
+  optionally ``gpu_spec`` (allowed models, ``V100M16|V100M32``) and the trace's other columns (ignored).
+
+Missing columns are named in the error, bad values with the file, line and column.
+"""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+from heteroflow.components.placement.clusters import InvalidTrace
+from heteroflow.components.placement.vectors import InvalidRequest, NodeSpec, Request
+from heteroflow.components.placement.views import InvalidInventory
+
+__all__ = ["NODE_COLUMNS", "POD_COLUMNS", "detect_csv", "read_nodes", "read_pods"]
+
+NODE_COLUMNS = ("sn", "cpu_milli", "memory_mib", "gpu", "model")
+"""The node list's columns (``name`` may stand for ``sn``)."""
+POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
+"""The pod list's required columns; ``gpu_spec`` and the times are optional."""
+
+
+def _header(path: Path) -> list[str]:
+    try:
+        with path.open(newline="", encoding="utf-8") as f:
+            return [c.strip() for c in next(csv.reader(f), [])]
+    except OSError as exc:
+        raise InvalidTrace(f"{path}: cannot be read ({exc.strerror or exc})") from None
+
+
+def detect_csv(path: str | Path) -> str | None:
+    """``"alibaba-nodes"`` or ``"alibaba-pods"`` when the file's header has the columns that identify the node or
+    pod list (``gpu`` + ``model``, or ``num_gpu`` + ``gpu_milli``), else None."""
+    cols = set(_header(Path(path)))
+    if {"num_gpu", "gpu_milli"} <= cols:
+        return "alibaba-pods"
+    if {"gpu", "model"} <= cols and "cpu_milli" in cols:
+        return "alibaba-nodes"
+    return None
+
+
+def _rows(path: Path, required: tuple[str, ...], what: str, alias: dict[str, str] | None = None, err: type[Exception] = InvalidTrace) -> list[tuple[int, dict[str, str]]]:
+    header = _header(path)
+    have = set(header) | {k for k, v in (alias or {}).items() if v in header}
+    missing = [c for c in required if c not in have]
+    if missing:
+        raise err(f"{path}:1: missing column(s) {', '.join(missing)}; the Alibaba 2023 {what} needs {', '.join(required)}"
+                  f" (found: {', '.join(header) or 'no header'})")
+    with path.open(newline="", encoding="utf-8") as f:
+        rows = []
+        for lineno, row in enumerate(csv.DictReader(f), start=2):
+            for k, v in (alias or {}).items():
+                if k not in row and v in row:
+                    row[k] = row[v]
+            rows.append((lineno, row))
+    if not rows:
+        raise err(f"{path}: no rows after the header")
+    return rows
+
+
+def _num(row: dict[str, str], col: str, where: str, err: type[Exception]) -> int:
+    raw = (row.get(col) or "").strip()
+    try:
+        v = float(raw)
+    except ValueError:
+        raise err(f"{where}{col}={raw!r}; valid: a number >= 0") from None
+    if v < 0 or v != int(v):
+        raise err(f"{where}{col}={raw!r}; valid: an integer >= 0")
+    return int(v)
+
+
+def read_nodes(path: str | Path) -> list[NodeSpec]:
+    """The node list as :class:`NodeSpec` values (in file order).
+
+    Raises:
+        InvalidInventory: unreadable file, a missing column (named), or a bad value (file, line and column named).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidInventory(f"{p}: no such node list")
+    out = []
+    for lineno, row in _rows(p, NODE_COLUMNS, "node list", alias={"sn": "name"}, err=InvalidInventory):
+        where = f"{p}:{lineno}: "
+        try:
+            out.append(NodeSpec(name=row["sn"].strip(), cpu_milli=_num(row, "cpu_milli", where, InvalidInventory),
+                                memory_mib=_num(row, "memory_mib", where, InvalidInventory), gpus=_num(row, "gpu", where, InvalidInventory),
+                                model=(row.get("model") or "").strip() or None))
+        except InvalidInventory as exc:
+            text = str(exc)
+            raise InvalidInventory(text if text.startswith(str(p)) else f"{where}{text}") from None
+    return out
+
+
+def read_pods(path: str | Path) -> list[Request]:
+    """The pod list as :class:`Request` values (in file order; ``gpu_spec`` becomes the allowed models).
+
+    Raises:
+        InvalidTrace: unreadable file, a missing column (named), or a bad value (file, line and column named).
+    """
+    p = Path(path)
+    if not p.is_file():
+        raise InvalidTrace(f"{p}: no such pod list")
+    out = []
+    for lineno, row in _rows(p, POD_COLUMNS, "pod list"):
+        where = f"{p}:{lineno}: "
+        try:
+            num = _num(row, "num_gpu", where, InvalidTrace)
+            out.append(Request(name=row["name"].strip(), cpu_milli=_num(row, "cpu_milli", where, InvalidTrace),
+                               memory_mib=_num(row, "memory_mib", where, InvalidTrace), num_gpu=num,
+                               gpu_milli=_num(row, "gpu_milli", where, InvalidTrace) if num else 0,
+                               models=(row.get("gpu_spec") or "").strip()))
+        except InvalidRequest as exc:
+            raise InvalidTrace(f"{where}{exc}") from None
+    return out
