@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from heteroflow.components.data.datasets import export_digits
+
+
+# pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment; the CLI's rich consoles are made at
+# import and would keep 80 columns for the whole session (tables squeezed, cells wrapped), unlike a plain `pytest`.
+# Workers see the environment a serial run sees, so `pytest -n 2` and `pytest` give the same output to the tests.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    for _name in ("COLUMNS", "LINES"):
+        os.environ.pop(_name, None)
 
 
 @pytest.fixture(autouse=True)
@@ -35,6 +47,38 @@ def digits_shards(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) ->
     out = root / "shards"
     preprocess(result.manifest_path, out, seed=0, num_workers=1)
     return out
+
+
+@pytest.fixture(scope="session")
+def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Airflow's metadata database (SQLite ``airflow.db``) made by one real ``airflow db migrate`` per session (per
+    xdist worker): a migrate costs about 5 s of CPU whether or not the database is current, so tests copy this file
+    into their own ``AIRFLOW_HOME`` (``migrated_airflow_home``) instead of migrating again. Read-only."""
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    root = tmp_path_factory.mktemp("airflow-db-template")
+    home, dags = root / "home", root / "dags"
+    dags.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "HETEROFLOW_SIMULATE", "HETEROFLOW_INJECT"))}
+    env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
+    airflow = str(Path(sys.executable).parent / "airflow")
+    done = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"airflow db migrate failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
+    assert (home / "airflow.db").is_file(), sorted(p.name for p in home.iterdir())
+    return home / "airflow.db"
+
+
+@pytest.fixture(scope="session")
+def migrated_airflow_home(airflow_db_template: Path) -> Callable[[Path], Path]:
+    """``make(home)``: ``home`` (made if missing) as an ``AIRFLOW_HOME`` holding a copy of the session's migrated
+    database, ready for ``airflow dags reserialize`` / ``dags test`` / ``pools`` with no ``db migrate``. Returns
+    ``home``. Each home gets its own copy: tests never share Airflow state."""
+
+    def make(home: Path) -> Path:
+        home.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(airflow_db_template, home / "airflow.db")
+        return home
+
+    return make
 
 
 # Pauses training at an observable point, in whatever process trains (a step subprocess of `heteroflow run`):

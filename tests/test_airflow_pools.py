@@ -20,6 +20,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -52,12 +53,12 @@ def _run(env: dict[str, str], *args: str, timeout: float = 600) -> subprocess.Co
     return subprocess.run([*args], env=env, capture_output=True, text=True, timeout=timeout)
 
 
-def _home(root: Path) -> tuple[Path, Path, dict[str, str]]:
-    home, dags = root / "home", root / "dags"
+def _home(root: Path, migrated_airflow_home: Callable[[Path], Path]) -> tuple[Path, Path, dict[str, str]]:
+    home, dags = migrated_airflow_home(root / "home"), root / "dags"  # the session's `airflow db migrate` (conftest.py)
     dags.mkdir(parents=True)
     (dags / "hf_pools.py").write_text(DAG_FILE)
     env = _env(home, dags)
-    for args in (("db", "migrate"), ("dags", "reserialize")):
+    for args in (("dags", "reserialize"),):
         done = _run(env, str(BIN / "airflow"), *args)
         assert done.returncode == 0, done.stderr[-3000:]
     return home, dags, env
@@ -72,8 +73,8 @@ def _states(db: Path, dag_id: str) -> tuple[str | None, dict[str, str | None]]:
     return row[1], tasks
 
 
-def test_dags_test_fails_fast_on_a_missing_or_too_small_pool(tmp_path: Path) -> None:
-    home, dags, env = _home(tmp_path)
+def test_dags_test_fails_fast_on_a_missing_or_too_small_pool(tmp_path: Path, migrated_airflow_home: Callable[[Path], Path]) -> None:
+    home, dags, env = _home(tmp_path, migrated_airflow_home)
     airflow = str(BIN / "airflow")
 
     # the input: no pools made; the DAG's train candidates use heteroflow-npu and heteroflow-gpu
@@ -122,8 +123,8 @@ def _wait_for_state(db: Path, dag_id: str, task: str, states: set[str], deadline
     pytest.fail(f"{dag_id}.{task} did not reach {states} within {deadline_s:.0f} s: {tasks}")
 
 
-def test_a_scheduled_run_fails_at_once_instead_of_hanging(tmp_path: Path) -> None:
-    home, dags, env = _home(tmp_path)
+def test_a_scheduled_run_fails_at_once_instead_of_hanging(tmp_path: Path, migrated_airflow_home: Callable[[Path], Path]) -> None:
+    home, dags, env = _home(tmp_path, migrated_airflow_home)
     port = _free_port()
     env = {
         **env,

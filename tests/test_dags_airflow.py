@@ -20,6 +20,7 @@ import os
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +61,8 @@ def _airflow(home: Path, dags: Path, *args: str, env: dict[str, str] | None = No
 
 
 def _setup_home(home: Path, dags: Path) -> None:
-    for args in (("db", "migrate"), ("dags", "reserialize")):
+    """``home`` holds a migrated database (the session's ``airflow db migrate``, conftest.py ``migrated_airflow_home``)."""
+    for args in (("dags", "reserialize"),):
         done = _airflow(home, dags, *args)
         assert done.returncode == 0, f"airflow {' '.join(args)} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     # the device pools the DAGs' tasks use (this machine's devices: 0 slots where there are none); without them
@@ -72,13 +74,13 @@ def _setup_home(home: Path, dags: Path) -> None:
 
 
 @pytest.fixture(scope="session")
-def airflow_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+def airflow_home(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_home: Callable[[Path], Path]) -> tuple[Path, Path]:
     root = tmp_path_factory.mktemp("airflow")
     dags = root / "dags"
     dags.mkdir()
     (dags / "heteroflow_dags.py").write_text(TWO_LINE_FILE)
     (dags / "heteroflow_test_variants.py").write_text(VARIANTS)
-    _setup_home(root / "home", dags)
+    _setup_home(migrated_airflow_home(root / "home"), dags)
     return root / "home", dags
 
 
@@ -251,8 +253,8 @@ def test_e_transient_failure_is_retried_with_backoff_on_the_same_candidate(airfl
 
 
 @pytest.fixture(scope="module")
-def repo_home(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    home = tmp_path_factory.mktemp("airflow-repo") / "home"
+def repo_home(tmp_path_factory: pytest.TempPathFactory, migrated_airflow_home: Callable[[Path], Path]) -> tuple[Path, Path]:
+    home = migrated_airflow_home(tmp_path_factory.mktemp("airflow-repo") / "home")
     _setup_home(home, ROOT / "dags")
     return home, ROOT / "dags"
 

@@ -148,6 +148,7 @@ def _interrupted_then_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, n
 # --- 1. random augmentation and DataLoader workers across a resume (pytorch/pytorch#36650) ----------------------
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_a_mid_epoch_resume_with_two_loader_workers_draws_the_augmentations_of_the_uninterrupted_run(
     user_modules: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

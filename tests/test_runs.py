@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -131,7 +132,8 @@ def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env:
     airflow = str(Path(sys.executable).parent / "airflow")
     heteroflow = str(Path(sys.executable).parent / "heteroflow")
     # the device pools the DAG's tasks use: without them prepare-run fails the run at once (#16.14)
-    for cmd in ((airflow, "db", "migrate"), (heteroflow, "airflow", "pools"), (airflow, "dags", "reserialize"),
+    # `home` holds a migrated database (the session's `airflow db migrate`: conftest.py migrated_airflow_home)
+    for cmd in ((heteroflow, "airflow", "pools"), (airflow, "dags", "reserialize"),
                 (airflow, "dags", "test", dag_id, "-c", json.dumps(conf))):
         done = subprocess.run(list(cmd), env=full, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{' '.join(cmd[1:])}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
@@ -139,7 +141,9 @@ def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env:
 
 
 @pytest.mark.slow
-def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digits_dir: Path) -> None:
+def test_runs_lists_kfp_local_inprocess_and_airflow_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, digits_dir: Path, migrated_airflow_home: Callable[[Path], Path]
+) -> None:
     pytest.importorskip("airflow", reason="the airflow extra is not installed")
     pytest.importorskip("kfp", reason="the kfp extra is not installed")
     from heteroflow.pipelines.default import default_pipeline
@@ -155,7 +159,7 @@ def test_runs_lists_kfp_local_inprocess_and_airflow_runs(tmp_path: Path, monkeyp
     dags.mkdir()
     # (Airflow's safe mode parses only files that mention "airflow" and "dag")
     (dags / "heteroflow_dags.py").write_text("# Airflow DAG file\nfrom heteroflow.dags.example_default import dag\n")
-    output = _airflow_run(tmp_path / "airflow-home", dags, "heteroflow-default", params, {})
+    output = _airflow_run(migrated_airflow_home(tmp_path / "airflow-home"), dags, "heteroflow-default", params, {})
 
     listed = _cli("runs", "--json")
     assert listed.exit_code == 0, listed.output

@@ -588,6 +588,7 @@ def trained_30(tmp_path_factory: pytest.TempPathFactory, digits_shards: Path):
     return result
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_train_few_epochs(digits_shards: Path, tmp_path: Path):
     ckpt_root = tmp_path / "checkpoints"
     result = train(
@@ -723,6 +724,7 @@ def test_classification_report_perfect_and_empty():
     assert cm.sum() == 0
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_evaluate_trained_model(trained_30, digits_shards: Path):
     result = evaluate(digits_shards, trained_30.model_dir)
     _, y_test = load_split(digits_shards, "test")
@@ -878,6 +880,7 @@ def test_archive_failure_leaves_no_incoming_folder(model_dir: Path, tmp_path: Pa
     assert list_versions(root, "m") == []
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_archive_a_trained_model(trained_30, tmp_path: Path):
     result = archive(trained_30.model_dir, tmp_path / "archive", name="digits", metrics={"accuracy": 0.97}, lineage={})
     model, config = load_model(result.path / "model")

@@ -163,6 +163,7 @@ def test_an_unknown_label_column_suggests_the_nearest_name(tmp_path: Path) -> No
 # ==========================================================================================================
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_a_byte_order_mark_does_not_hide_the_header(tmp_path: Path) -> None:
     x, y = _two_class_rows(200, seed=5)
     sites = np.array(["north", "south", "east"])[np.arange(200) % 3]
@@ -210,6 +211,7 @@ def _id_table(n: int = 300) -> str:
     return "id,x,label\n" + "".join(f"{i + 1},{v},{c}\n" for i, (v, c) in enumerate(zip(x, y)))
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_an_id_column_is_left_out_with_a_notice(tmp_path: Path) -> None:
     src = tmp_path / "ids"
     _write(src, "t.csv", _id_table())
@@ -502,6 +504,7 @@ def _named_parameters(message: str) -> set[str]:
     return {n for n in names if n in message}
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_a_titanic_like_table_trains_after_following_the_messages(tmp_path: Path) -> None:
     text, bayes = _titanic_like()
     src = tmp_path / "titanic"
@@ -553,6 +556,7 @@ def test_a_titanic_like_table_trains_after_following_the_messages(tmp_path: Path
 # ==========================================================================================================
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_the_archive_alone_predicts_raw_rows_and_reproduces_the_test_accuracy(tmp_path: Path) -> None:
     from heteroflow.components.models.archive import archive
     from heteroflow.components.models.evaluate import evaluate

@@ -387,6 +387,7 @@ def rooms_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return train(r.output_dir, root / "model", epochs=20, checkpoint_root=root / "ckpt").model_dir
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_room_101_is_predicted_the_same_whatever_else_is_in_the_batch(rooms_model: Path) -> None:
     import pandas as pd
 
@@ -416,6 +417,7 @@ def _features(model_dir: Path, rows: Any) -> np.ndarray:
     return np.asarray(transform.transform(prepare_rows(rows, schema)), dtype=np.float32)
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_a_true_false_cell_keeps_its_features_beside_a_value_never_seen(rooms_model: Path) -> None:
     # the sibling: "true" became "True" (the trained value) only when every cell of the batch was true/false
     import pandas as pd
@@ -431,6 +433,7 @@ def test_a_true_false_cell_keeps_its_features_beside_a_value_never_seen(rooms_mo
         np.testing.assert_array_equal(got, alone, err_msg=repr(cell))
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_a_file_whose_room_cells_are_all_numbers_reads_them_as_the_trained_text(rooms_model: Path, tmp_path: Path) -> None:
     # the sibling in files: read_table turns a column of numbers into floats; one file with an A1 kept it text
     from heteroflow.components.models.predict import load_archived

@@ -162,6 +162,7 @@ def _leave_checkpoint(shards: Path, tmp_path: Path, kwargs: dict[str, Any]) -> P
     return infos[0].parent
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_corrupt_checkpoint_raises_checkpoint_error_telling_to_delete_the_folder(
     digits_shards: Path, tmp_path: Path, damage: str

@@ -130,6 +130,7 @@ def test_a_training_function_resumes_after_sigkill_and_ends_with_the_uninterrupt
     assert resumed.history == reference.history and resumed.final_loss == reference.final_loss
 
 
+@pytest.mark.slow  # trains a model: seconds (#32: the quick suite stays quick)
 def test_bf16_autocast_on_the_cpu_when_asked(digits_shards: Path, tmp_path: Path) -> None:
     result = train(digits_shards, tmp_path / "m", epochs=3, precision="bf16", checkpoint_root=str(tmp_path / "ck"))
     assert result.precision == "bfloat16"
