@@ -50,6 +50,16 @@ def digits_shards(tmp_path_factory: pytest.TempPathFactory, digits_dir: Path) ->
 
 
 @pytest.fixture(scope="session")
+def digits_model(tmp_path_factory: pytest.TempPathFactory, digits_shards: Path) -> Path:
+    """The model folder (``model.pt``, ``model.json``) of the built-in MLP trained 1 epoch on ``digits_shards`` (seed
+    0), once per session. Read-only: a test that changes a model copies this folder first (``shutil.copytree``)."""
+    from heteroflow.components.training.step import train
+
+    root = tmp_path_factory.mktemp("digits-model")
+    return train(digits_shards, root / "model", epochs=1, checkpoint_root=root / "checkpoints").model_dir
+
+
+@pytest.fixture(scope="session")
 def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Airflow's metadata database (SQLite ``airflow.db``) made by one real ``airflow db migrate`` per session (per
     xdist worker): a migrate costs about 5 s of CPU whether or not the database is current, so tests copy this file

@@ -89,12 +89,10 @@ def test_a_long_roc_curve_is_thinned_to_its_cap_with_both_ends_kept() -> None:
 
 
 @pytest.mark.slow
-def test_evaluate_gives_no_curve_for_ten_classes(digits_shards: Path, tmp_path: Path) -> None:
+def test_evaluate_gives_no_curve_for_ten_classes(digits_shards: Path, digits_model: Path) -> None:
     from heteroflow.components.models.evaluate import evaluate
-    from heteroflow.components.training.step import train
 
-    train(digits_shards, tmp_path / "model", epochs=1, hidden_units=8, loader_workers=0)
-    result = evaluate(digits_shards, tmp_path / "model")
+    result = evaluate(digits_shards, digits_model)  # the session's trained model (conftest.py), read only
     assert len(result.classes) == 10 and result.roc is None
 
 

@@ -731,13 +731,14 @@ def test_a_diverging_loss_stops_training_naming_epoch_and_step(digits_shards: Pa
     assert all(json.loads(p.read_text())["step"] < step for p in info_files)
 
 
-def test_evaluate_refuses_non_finite_outputs_and_metrics(digits_shards: Path, tmp_path: Path) -> None:
+def test_evaluate_refuses_non_finite_outputs_and_metrics(digits_shards: Path, digits_model: Path, tmp_path: Path) -> None:
+    import shutil
+
     import torch
 
     from heteroflow.components.models.evaluate import check_finite_metrics, evaluate
-    from heteroflow.components.training.step import train
 
-    model_dir = train(digits_shards, tmp_path / "model", epochs=1, checkpoint_root=tmp_path / "c").model_dir
+    model_dir = Path(shutil.copytree(digits_model, tmp_path / "model"))  # the session's model (conftest.py), copied
     weights = torch.load(model_dir / "model.pt", weights_only=True)
     weights["4.bias"][:] = float("nan")
     torch.save(weights, model_dir / "model.pt")
