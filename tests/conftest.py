@@ -68,7 +68,7 @@ def airflow_db_template(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("airflow-db-template")
     home, dags = root / "home", root / "dags"
     dags.mkdir()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("AIRFLOW__", "HETEROFLOW_SIMULATE", "HETEROFLOW_INJECT"))}
+    env = {k: v for k, v in os.environ.items() if k not in ("HETEROFLOW_SIMULATE_DEVICES", "HETEROFLOW_INJECT_FAULT")}
     env.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False"})
     airflow = str(Path(sys.executable).parent / "airflow")
     done = subprocess.run([airflow, "db", "migrate"], env=env, capture_output=True, text=True, timeout=600)
