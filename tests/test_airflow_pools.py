@@ -123,6 +123,20 @@ def _wait_for_state(db: Path, dag_id: str, task: str, states: set[str], deadline
     pytest.fail(f"{dag_id}.{task} did not reach {states} within {deadline_s:.0f} s: {tasks}")
 
 
+def _task_log(home: Path, dag_id: str, task: str, *texts: str, deadline_s: float = 60) -> str:
+    """The task's first-attempt log once it holds every one of ``texts``: the task's state is in the database before its log file
+    is complete (a loaded machine read only its first line). The deadline is to give up, not a timing tested."""
+    end = time.monotonic() + deadline_s
+    log = ""
+    while time.monotonic() < end:
+        found = list((home / "logs").glob(f"dag_id={dag_id}/run_id=manual__*/task_id={task}/attempt=1.log"))
+        log = found[0].read_text() if found else ""
+        if all(t in log for t in texts):
+            break
+        time.sleep(1)
+    return log
+
+
 def test_a_scheduled_run_fails_at_once_instead_of_hanging(tmp_path: Path, migrated_airflow_home: Callable[[Path], Path]) -> None:
     home, dags, env = _home(tmp_path, migrated_airflow_home)
     port = _free_port()
@@ -147,7 +161,7 @@ def test_a_scheduled_run_fails_at_once_instead_of_hanging(tmp_path: Path, migrat
         assert triggered.returncode == 0, triggered.stderr[-2000:]
         tasks = _wait_for_state(home / "airflow.db", "hf-pools", "prepare-run", {"failed", "success"}, 240)
         assert tasks["prepare-run"] == "failed", tasks  # not left scheduled: the run ends
-        log = next((home / "logs").glob("dag_id=hf-pools/run_id=manual__*/task_id=prepare-run/attempt=1.log")).read_text()
+        log = _task_log(home, "hf-pools", "prepare-run", "which do not exist", "heteroflow airflow pools --inventory FILE")
         assert "heteroflow-gpu, heteroflow-npu, which do not exist (read from the Airflow Variable heteroflow_pools" in log
         assert "`heteroflow airflow pools --inventory FILE`" in log
 
