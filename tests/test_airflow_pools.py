@@ -124,8 +124,9 @@ def _wait_for_state(db: Path, dag_id: str, task: str, states: set[str], deadline
 
 
 def _task_log(home: Path, dag_id: str, task: str, *texts: str, deadline_s: float = 60) -> str:
-    """The task's first-attempt log once it holds every one of ``texts``: the task's state is in the database before its log file
-    is complete (a loaded machine read only its first line). The deadline is to give up, not a timing tested."""
+    """The task's first-attempt log once it holds every one of ``texts``: the task's state reaches the database
+    before its log file is complete (a loaded machine read its first line only). The deadline is to give up, not
+    a timing tested."""
     end = time.monotonic() + deadline_s
     log = ""
     while time.monotonic() < end:
