@@ -43,7 +43,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -466,36 +466,25 @@ def _preprocess_tables(
     from heteroflow.components.data import tabular
 
     impute = missing == "impute" and bool(missing_counts)
-    # One selection of rows in split order; each split is then a slice of it (no copy).
-    bounds = np.cumsum([0, *(len(split[s]) for s in SPLITS)])
-    ordered = frame[used].take(np.concatenate([split[s] for s in SPLITS]))
-    train_frame = ordered.iloc[: bounds[1]]
-    indicate = [c for c in used if c in missing_counts and train_frame[c].isna().any()] if impute else []
-    transform = tabular.build_transform(numeric=numeric, text=text, impute=impute, indicate=indicate)
-    width = 0
-    per_shard = 0
-    features: list[str] = []
+    if _FAST_TRANSFORM:
+        transform, features, x_of = _fast_splits(frame, split, used=used, numeric=numeric, text=text, impute=impute,
+                                                 missing_counts=missing_counts)
+    else:
+        transform, features, x_of = _reference_splits(frame, split, used=used, numeric=numeric, text=text, impute=impute,
+                                                      missing_counts=missing_counts)
+    width = len(features)
+    per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
     with atomic_directory(out) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
         # Shards are written on a second thread while the next split is transformed (writing releases the GIL).
         written: dict[str, Future[list[str]]] = {}
-        for k, name in enumerate(SPLITS):
+        for name in SPLITS:
             idx = split[name]
-            part = ordered.iloc[bounds[k]:bounds[k + 1]]
-            with np.errstate(all="ignore"), _threads():  # overflow is reported below, naming the column
-                if name == "train":
-                    x = transform.fit_transform(part)
-                    features = tabular.output_names(transform)
-                    width = len(features)
-                    per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
-                elif len(idx):
-                    x = transform.transform(part)
-                else:  # validation_fraction=0
-                    x = np.zeros((0, width), dtype=np.float32)
-            x = np.asarray(x, dtype=np.float32)
+            x = x_of(name)
             _check_finite(x, features, name, frame, numeric)
             written[name] = writer.submit(
                 _write_shards, tmp, name, per_shard, x=x, y=y[idx], source_file=table.file_of[idx], source_row=table.row_of[idx]
             )
+            del x
         shards = {name: future.result() for name, future in written.items()}
         report = _report(
             table=table, tables=tables, rows_read=rows_read, classes=classes, y=y, used=used, numeric=numeric,
@@ -554,6 +543,82 @@ def _preprocess_tables(
         report=report,
         notices=tuple(notices),
     )
+
+
+_FAST_TRANSFORM = True
+"""Fit and apply the transformation with :func:`~heteroflow.components.data.tabular.fit_fast` and
+:func:`~heteroflow.components.data.tabular.apply_fast` (False: through scikit-learn's ColumnTransformer, the
+reference ``tests/test_preprocess_fast.py`` compares them with)."""
+
+
+def _fast_splits(
+    frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
+    impute: bool, missing_counts: dict[str, int],
+) -> tuple[Any, list[str], Callable[[str], np.ndarray]]:
+    """The fitted transformation, its feature names, and each split's features (computed when asked for, so one
+    split's features are held at a time besides the shards being written)."""
+    import numpy as np
+
+    from heteroflow.components.data import tabular
+
+    columns: dict[str, Any] = {}
+    for name in used:
+        if name in numeric:
+            columns[name] = frame[name].to_numpy(dtype="float64", na_value=np.nan)
+        else:
+            columns[name] = tabular.column_codes(frame[name])
+    train_rows = split["train"]
+    train = tabular.gather(columns, train_rows, numeric=numeric, text=text)
+    indicate: list[str] = []
+    if impute:
+        for name in used:
+            if name not in missing_counts:
+                continue
+            gaps = np.isnan(train.numbers[:, numeric.index(name)]) if name in numeric else train.codes[:, text.index(name)] < 0
+            if gaps.any():
+                indicate.append(name)
+    transform = tabular.fit_fast(frame, train, train_rows, used=used, numeric=numeric, text=text, impute=impute,
+                                 indicate=indicate)
+    features = tabular.output_names(transform)
+
+    def x_of(name: str) -> np.ndarray:
+        nonlocal train
+        cells = train if name == "train" else tabular.gather(columns, split[name], numeric=numeric, text=text)
+        if name == "train":
+            train = None  # type: ignore[assignment]  # its cells are not needed again
+        return tabular.apply_fast(transform, cells, numeric=numeric, text=text)
+
+    return transform, features, x_of
+
+
+def _reference_splits(
+    frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
+    impute: bool, missing_counts: dict[str, int],
+) -> tuple[Any, list[str], Callable[[str], np.ndarray]]:
+    """:func:`_fast_splits` through scikit-learn's ColumnTransformer: fitted on the train split, applied to each."""
+    import numpy as np
+
+    from heteroflow.components.data import tabular
+
+    bounds = np.cumsum([0, *(len(split[s]) for s in SPLITS)])
+    ordered = frame[used].take(np.concatenate([split[s] for s in SPLITS]))
+    train_frame = ordered.iloc[: bounds[1]]
+    indicate = [c for c in used if c in missing_counts and train_frame[c].isna().any()] if impute else []
+    transform = tabular.build_transform(numeric=numeric, text=text, impute=impute, indicate=indicate)
+    with np.errstate(all="ignore"), _threads():  # overflow is reported by _check_finite, naming the column
+        train_x = np.asarray(transform.fit_transform(train_frame), dtype=np.float32)
+    features = tabular.output_names(transform)
+
+    def x_of(name: str) -> np.ndarray:
+        k = SPLITS.index(name)
+        if name == "train":
+            return train_x
+        if not len(split[name]):  # validation_fraction=0
+            return np.zeros((0, len(features)), dtype=np.float32)
+        with np.errstate(all="ignore"), _threads():
+            return np.asarray(transform.transform(ordered.iloc[bounds[k]:bounds[k + 1]]), dtype=np.float32)
+
+    return transform, features, x_of
 
 
 @contextlib.contextmanager
