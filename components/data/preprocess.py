@@ -480,7 +480,7 @@ def _preprocess_tables(
         for name in SPLITS:
             idx = split[name]
             x = x_of(name)
-            _check_finite(x, features, name, frame, numeric)
+            _check_finite(x[:, : len(numeric)], features, name, frame, numeric)  # numbers first; 0/1 after them
             written[name] = writer.submit(
                 _write_shards, tmp, name, per_shard, x=x, y=y[idx], source_file=table.file_of[idx], source_row=table.row_of[idx]
             )
@@ -561,32 +561,25 @@ def _fast_splits(
 
     from heteroflow.components.data import tabular
 
-    columns: dict[str, Any] = {}
-    for name in used:
-        if name in numeric:
-            columns[name] = frame[name].to_numpy(dtype="float64", na_value=np.nan)
-        else:
-            columns[name] = tabular.column_codes(frame[name])
+    columns = tabular.input_columns(frame, numeric=numeric, text=text)
     train_rows = split["train"]
-    train = tabular.gather(columns, train_rows, numeric=numeric, text=text)
     indicate: list[str] = []
     if impute:
         for name in used:
             if name not in missing_counts:
                 continue
-            gaps = np.isnan(train.numbers[:, numeric.index(name)]) if name in numeric else train.codes[:, text.index(name)] < 0
-            if gaps.any():
+            cells = columns[name][train_rows] if name in numeric else columns[name][0][train_rows]
+            if (np.isnan(cells) if name in numeric else cells < 0).any():
                 indicate.append(name)
-    transform = tabular.fit_fast(frame, train, train_rows, used=used, numeric=numeric, text=text, impute=impute,
-                                 indicate=indicate)
+    transform, train_x = tabular.fit_fast(frame, columns, train_rows, used=used, numeric=numeric, text=text,
+                                          impute=impute, indicate=indicate)
     features = tabular.output_names(transform)
+    held = {"train": train_x}
 
     def x_of(name: str) -> np.ndarray:
-        nonlocal train
-        cells = train if name == "train" else tabular.gather(columns, split[name], numeric=numeric, text=text)
-        if name == "train":
-            train = None  # type: ignore[assignment]  # its cells are not needed again
-        return tabular.apply_fast(transform, cells, numeric=numeric, text=text)
+        if name in held:
+            return held.pop(name)  # not held after it is handed out
+        return tabular.apply_fast(transform, columns, split[name], numeric=numeric, text=text)
 
     return transform, features, x_of
 
