@@ -216,6 +216,24 @@ def test_what_pyarrow_cannot_read_as_pandas_would_goes_to_the_reference_reader(t
     assert arrowcsv.read(path, fmt) is None
 
 
+def test_a_line_end_in_quotes_past_the_sample_and_a_block_is_read_as_pandas_reads_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import pandas as pd
+
+    rows = [f"{i},x{i % 3},{i % 2}" for i in range(9000)]  # about 100 KiB; the first quote past 64 KiB
+    rows[8000] = '8000,"two\nlines, and a comma",0'
+    path = _write(tmp_path, "t.csv", "a,b,label\n" + "\n".join(rows) + "\n") / "t.csv"
+    with monkeypatch.context() as m:
+        m.setattr(arrowcsv, "ENABLED", False)
+        reference = read_table(path)
+    for block in (1 << 10, 4 << 10, 1 << 20):  # blocks that split inside the quoted field, and one that does not
+        monkeypatch.setattr(arrowcsv, "BLOCK_BYTES", block)
+        fast = read_table(path)
+        pd.testing.assert_frame_equal(reference.frame, fast.frame)
+    assert reference.frame["b"].iloc[8000] == "two\nlines, and a comma"
+
+
 # --- item 1: a model archived before #32 ----------------------------------------------------------------------
 
 

@@ -5,8 +5,10 @@ it, into the frame :func:`pandas.read_csv` gives for it with the options of
 :func:`read` returns None (the caller reads the file with pandas, as before) for what it does not read the way
 pandas does: an encoding other than UTF-8, a decimal comma, rows that end with the delimiter, a header with an
 empty or repeated name, and any file pyarrow refuses (rows of other widths, bytes that are not UTF-8): pandas
-reads those, or words the error, naming the line. Quoted fields may hold line ends and delimiters; a blank line
-is a row of missing cells, as pandas reads it (the reader then counts and drops it).
+reads those, or words the error, naming the line. Quoted fields may hold line ends and delimiters (when the
+first 64 KiB hold a quote; a file whose first quote comes later and holds a line end is split into blocks inside
+that field, which pyarrow refuses, and pandas reads it: ``tests/test_preprocess_fast.py``); a blank line is a row of missing cells, as pandas reads it (the
+reader then counts and drops it).
 
 How the frame is made the same:
 
@@ -41,6 +43,9 @@ __all__ = ["ENABLED", "read"]
 ENABLED = True
 """Read with pyarrow where the file allows (False: always with pandas, the reference the tests compare with)."""
 
+BLOCK_BYTES = 16 << 20
+"""Bytes of the file pyarrow parses at a time (a column comes in one chunk per block: fewer to join for pandas)."""
+
 _TRUE = ["True", "TRUE", "true"]
 _FALSE = ["False", "FALSE", "false"]
 
@@ -62,9 +67,11 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
     import pyarrow.compute as pc
     from pyarrow import csv
 
-    read_options = csv.ReadOptions(use_threads=True, autogenerate_column_names=not fmt.header, block_size=16 << 20)
+    with open(path, "rb") as fh:  # a quote in the first 64 KiB: fields may hold line ends, which the reader's
+        quoted = b'"' in fh.read(1 << 16)  # splitting into blocks must then respect (about 30% slower)
+    read_options = csv.ReadOptions(use_threads=True, autogenerate_column_names=not fmt.header, block_size=BLOCK_BYTES)
     parse_options = csv.ParseOptions(delimiter=fmt.delimiter, quote_char='"', double_quote=True, escape_char=False,
-                                     newlines_in_values=True, ignore_empty_lines=False)
+                                     newlines_in_values=quoted, ignore_empty_lines=False)
 
     def convert(as_text: dict[str, Any]) -> Any:
         return csv.ConvertOptions(

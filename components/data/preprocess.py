@@ -20,7 +20,11 @@ Steps, each decision reported in :attr:`PreprocessResult.report` (and ``meta.jso
    column and the parameter that changes the decision.
 4. Split each class into train / validation / test (stratified, seeded: same data and seed, same shards).
 5. Fit the transformation (:mod:`heteroflow.components.data.tabular`: scikit-learn's ColumnTransformer,
-   StandardScaler, OneHotEncoder, SimpleImputer) on the train split only, and apply it to every split.
+   StandardScaler, OneHotEncoder, SimpleImputer) on the train split only, and apply it to every split. The
+   statistics are learned column by column and the features computed with numpy
+   (:func:`~heteroflow.components.data.tabular.fit_fast`, :func:`~heteroflow.components.data.tabular.apply_fast`),
+   value for value what the ColumnTransformer gives, without passing each split through it; the fitted
+   ColumnTransformer is what is archived (issue #32).
 6. Write shards ``<split>-NNNNN.npz`` (``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``, ``source_file`` int32
    and ``source_row`` int64: the file's index in ``meta.json``'s ``files`` and the row's position in it),
    ``meta.json``, and the transformation (``transform.joblib``, ``transform.json``), which train copies into

@@ -15,6 +15,12 @@ Built from scikit-learn parts in one :class:`~sklearn.compose.ColumnTransformer`
 :class:`TextCodes` exists for speed: scikit-learn's encoders compare Python strings one by one, while
 ``pandas.factorize`` hashes them, so the codes cost about a quarter of the encoder's time on a million rows.
 
+Preprocess fits and applies it without passing the splits through the ColumnTransformer (issue #32 item 1):
+:func:`fit_fast` fits the ColumnTransformer on a few rows that hold every text value, then sets its statistics
+to those the same estimators learn from the whole train split, column by column; :func:`apply_fast` computes
+the features with numpy, value for value what ``transform`` gives (``tests/test_preprocess_fast.py`` compares
+them). The archived object is the same ColumnTransformer as before, so models archived before still load.
+
 This module imports scikit-learn at import time (the saved transformation refers to :class:`TextCodes` by
 this module's name); heteroflow imports it only inside the functions that fit or apply a transformation.
 """
@@ -42,8 +48,12 @@ __all__ = [
     "TRANSFORM_NAME",
     "OneHotCodes",
     "TextCodes",
+    "apply_fast",
     "as_float32",
     "build_transform",
+    "column_codes",
+    "fit_fast",
+    "input_columns",
     "known_categories",
     "load_transform",
     "output_names",
