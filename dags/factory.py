@@ -43,8 +43,9 @@ def _doc(call: Call, index: int | None) -> str:
     else:
         lines.append(f"Runs on: `{res.describe()}`.")
     r = call.retry
+    what = "transient failures only" if r.retry_on == "transient" else "retry_on='any': permanent failures too"
     lines.append(
-        f"Retries (transient failures only): {r.retries}, wait min({r.backoff_seconds:g} s x {r.factor:g}^n, "
+        f"Retries ({what}): {r.retries}, wait min({r.backoff_seconds:g} s x {r.factor:g}^n, "
         f"{r.max_delay_seconds:g} s), within {r.window_seconds:g} s of the first attempt."
     )
     return "\n".join(lines)

@@ -220,6 +220,9 @@ class StepEnding(BaseOperator, SkipMixin):
         kind = result.get("kind") or "cpu"
         where = f" on candidate {result.get('candidate')} ({kind})" if tasks.grouped else ""
         message = f"step {self.call_name!r} failed{where} with a {route} failure: {result.get('reason')}"
+        if route == "permanent" and self.pipeline[self.call_name].retry.retry_on == "any":
+            route = "transient"  # retry_on="any" (KFP's behaviour): StepRetryPolicy retries it like a transient one
+            message += " (retry_on='any')"
         if route == "transient":
             exc = TransientStepFailure(message + " (retried on the same candidate with the step's backoff)")
             exc.first_started_at = first_started_at  # type: ignore[attr-defined]
