@@ -143,6 +143,7 @@ def build_dag(
         tags=list(tags),
         description=description or pipeline.description or None,
         doc_md="\n".join(doc),
+        **({"dag_display_name": pipeline.display_name} if getattr(pipeline, "display_name", None) and "dag_display_name" not in dag_kwargs else {}),
         **dag_kwargs,
     )
     tasks: dict[str, Any] = {}
@@ -150,6 +151,9 @@ def build_dag(
     def step_task(call: Call, index: int | None, task_id: str, **extra: Any) -> Any:
         res = call.candidates[index or 0]
         kwargs: dict[str, Any] = dict(task_id=task_id, doc_md=_doc(call, index), **retry_arguments(call.retry), **extra)
+        if call.display_name:
+            shown = call.display_name if index is None or not layout[call.name].grouped else f"{call.display_name} ({task_id})"
+            kwargs["task_display_name"] = shown
         if pools:
             pool, slots = pool_for(res)
             if pool is not None:
@@ -161,6 +165,11 @@ def build_dag(
         return StepOperator(pipeline=pipeline, layout=layout, call_name=call.name, candidate_index=index, **kwargs)
 
     with dag:
+        claims: dict[str, Any] = {}
+        if kube:  # CreatePVC: created before the first call that mounts it, deleted after the last (dags/volumes.py)
+            from heteroflow.dags.volumes import pvc_operators
+
+            claims = pvc_operators(pipeline, namespace=(pod_kwargs or {}).get("namespace"), conn_id=(pod_kwargs or {}).get("kubernetes_conn_id"))
         prepare = PrepareRunOperator(
             task_id=PREPARE_TASK,
             pipeline=pipeline,
@@ -170,9 +179,13 @@ def build_dag(
             doc_md="Checks the run's arguments and fixes its run folder (setup).",
         )
         tasks[PREPARE_TASK] = prepare
+        for create, delete, _ in claims.values():
+            prepare >> create
+            tasks[create.task_id] = create
         for call in pipeline.calls:
             names = layout[call.name]
             upstream = [tasks[t] for t in layout.upstream(call)]
+            upstream += [create for create, _, users in claims.values() if call.name in users]
             if not names.grouped:
                 op = step_task(call, 0 if call.device_bound else None, call.name)
                 upstream >> op
@@ -208,6 +221,10 @@ def build_dag(
                 join = EmptyOperator(task_id="done", trigger_rule=TriggerRule.ONE_SUCCESS, doc_md="One candidate succeeded.")
                 candidates >> join
                 tasks[join.task_id] = join
+        for create, delete, users in claims.values():
+            if delete is not None:
+                [tasks[layout[user].join] for user in users] >> delete
+                tasks[delete.task_id] = delete
         record = RecordRunOperator(task_id=RECORD_TASK, pipeline=pipeline, retries=0, doc_md="Writes run.json (teardown).")
         record.as_teardown(setups=prepare)
         [t for name, t in tasks.items() if name != PREPARE_TASK] >> record

@@ -303,12 +303,15 @@ def params(
 
 
 def _print_params(pipeline: Any, *, as_json: bool) -> None:
+    from heteroflow.pipelines.kfp.platform import retry_note
+
     spec = pipeline.params
+    kfp = {v: k for k, v in pipeline.kfp_spellings.items()}  # preprocess.seed -> preprocess_seed (#28.20)
     if as_json:
         print(
             json.dumps(
                 {
-                    n: {"type": p.type.__name__, "default": None if p.required else p.default, "unit": p.unit, "help": p.help}
+                    n: {"type": p.type.__name__, "default": None if p.required else p.default, "unit": p.unit, "help": p.help, "kfp_name": kfp.get(n, n)}
                     for n, p in spec.items()
                 },
                 indent=2,
@@ -326,6 +329,11 @@ def _print_params(pipeline: Any, *, as_json: bool) -> None:
     console.print(table)
     for short, names in pipeline.aliases.items():
         console.print(f"{short}=VALUE sets {' and '.join(names)} (each call has its own)", highlight=False)
+    if kfp:  # one spelling accepted everywhere: either name works with --param, -c and KFP arguments
+        pairs = ", ".join(f"{n} = {k}" for n, k in kfp.items())
+        console.print(escape(f"KFP spells these with '_' (either spelling is accepted): {pairs}"), highlight=False)
+    for call in pipeline.calls:  # the retries each call gets, the default written out (#31)
+        console.print(escape(f"{call.name}: {retry_note(call)}"), highlight=False)
 
 
 # --- one step (pipelines/cli/step.py) ---------------------------------------------------------------------
