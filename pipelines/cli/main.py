@@ -311,7 +311,8 @@ def _print_params(pipeline: Any, *, as_json: bool) -> None:
         print(
             json.dumps(
                 {
-                    n: {"type": p.type.__name__, "default": None if p.required else p.default, "unit": p.unit, "help": p.help, "kfp_name": kfp.get(n, n)}
+                    n: {"type": p.type.__name__, "default": None if p.required else p.default, "unit": p.unit, "help": p.help}
+                    | ({"kfp_name": kfp[n]} if n in kfp else {})
                     for n, p in spec.items()
                 },
                 indent=2,

@@ -143,7 +143,8 @@ def delete_pvcs(pipeline: Any, pvcs: Mapping[str, Any], tops: Mapping[str, list[
 
 def name_condition_branches(name: str) -> None:
     """Give the If/Else group being built (``condition-branches-N`` in the IR) the display name ``name``: call it
-    inside ``with dsl.If(...)``. KFP sets no display name on that group, so the Kubeflow UI would show its id."""
+    inside ``with dsl.Else(...)`` (KFP makes that group when the Else opens, and sets no display name on it, so the
+    Kubeflow UI would show its id)."""
     from kfp.dsl import pipeline_context
     from kfp.dsl.tasks_group import ConditionBranches
 

@@ -175,7 +175,7 @@ def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], c
     params, defaulted = ([f"{KFP_ARGUMENTS}: str"], []) if chain else _param_signature(step)
     required.extend(params)
     signature = ",\n    ".join(required + defaulted)
-    doc = f"{step.description or step.name}\n\n    {platform.retry_note(call)}".replace('"""', "'''")
+    doc = (step.description or step.name).replace('"""', "'''")
     return (
         f"def {_py(call.name)}(\n    {signature},\n) -> str:\n"
         f'    """{doc}"""\n'
@@ -448,9 +448,10 @@ class _Renderer:
                 uris = {n: task.outputs[f"{KFP_URI_PREFIX}{n}"] for n in names}
                 continue
             with dsl.If(route == f"to-{k}", name=f"{label} [{_kind(res)}-{k}]"):
-                platform.name_condition_branches(f"{label}: level {k} ({_kind(res)}-{k} or not)")
                 task = self.task(call, env, k)
             with dsl.Else(name=f"{label} [not {_kind(res)}-{k}]"):
+                # KFP wraps the If/Else pair in a `condition-branches-N` group when the Else opens: name it (#28.19)
+                platform.name_condition_branches(f"{label} [{_kind(res)}-{k} or not]")
                 passed = self.small(
                     self.skips[call.name](route=route, **{f"uri_{n}": uris[n] for n in names}),
                     f"{call.name}: not {_kind(res)}-{k}",
