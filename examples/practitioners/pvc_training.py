@@ -79,7 +79,7 @@ def evaluate() -> dict:
     with torch.no_grad():
         mse = float(torch.nn.functional.mse_loss(model(data[:, :2]), data[:, 2:]))
     w1, w2 = (float(v) for v in model.weight[0].detach())
-    return {"mse": mse, "w1": w1, "w2": w2, "bias": float(model.bias[0])}
+    return {"mse": mse, "w1": w1, "w2": w2, "bias": float(model.bias.detach()[0])}
 
 
 pipeline = Pipeline(
