@@ -483,3 +483,21 @@ def test_a_missing_secret_variable_fails_the_load_step_not_the_run_setup(example
     assert record.step("transform").status == "succeeded"
     assert "WAREHOUSE_USER" in (record.step("load-warehouse").error or "")
 
+
+
+@pytest.mark.slow
+def test_the_env_and_secrets_pipeline_runs_on_airflow_local_mode(examples: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real Airflow 3 on SQLite (``airflow dags test``, local mode): each step task gets its env and volume folders,
+    ``record-run`` deletes the folders."""
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    import heteroflow
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    monkeypatch.setenv("WAREHOUSE_USER", "etl-bot")
+    monkeypatch.setenv("WAREHOUSE_PASSWORD", "not-a-real-one")
+    monkeypatch.chdir(PRACTITIONERS)
+    record = heteroflow.run("env_secrets:pipeline", engine="airflow", run_dir=tmp_path / "run")
+    log = tmp_path / "run" / "airflow.log"
+    assert record.status == "succeeded", log.read_text()[-4000:] if log.exists() else record
+    _check_etl_run(record)
