@@ -139,6 +139,25 @@ def test_no_task_of_a_fallback_chain_is_shown_with_a_generic_name(tmp_path: Path
     assert "train: gpu -> cpu [cpu-1 or not]" in shown and "train: model (from the candidate that ran)" in shown
 
 
+def test_a_fallback_chain_mounts_a_created_pvc_in_every_candidate_and_delete_waits_for_its_importers(tmp_path: Path) -> None:
+    """The candidates of a chain sit in condition groups: the claim's name reaches them as a group input, and
+    DeletePVC waits for the tasks after the chain (its importers), which nothing inside a group may be named by."""
+    from heteroflow.pipelines.default import default_pipeline
+
+    pipeline = default_pipeline(train_candidates=["gpu:count=1", "cpu:cpu=2"])
+    checkpoints = CreatePVC("ckpt", size="2Gi")
+    pipeline.replace("train", volumes={"/mnt/ckpt": checkpoints}, env={"TORCH_HOME": "/mnt/ckpt/torch"})
+    pipeline.replace("evaluate", volumes={"/mnt/ckpt": checkpoints})
+    ir, platform, _ = _compiled(pipeline, tmp_path / "chain.yaml")
+    executors = platform["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
+    train = [e for label, e in executors.items() if label.startswith("exec-train")]
+    assert len(train) == 2 and all(e["pvcMount"][0]["mountPath"] == "/mnt/ckpt" for e in train)
+    tasks = ir["root"]["dag"]["tasks"]
+    (delete,) = [n for n, t in tasks.items() if t["taskInfo"]["name"].startswith("delete PVC ckpt")]
+    importers = [n for n, t in tasks.items() if t["taskInfo"]["name"].endswith("(from the candidate that ran)")]
+    assert len(importers) == 2 and set(importers) | {"evaluate"} <= set(tasks[delete]["dependentTasks"])
+
+
 # --- Airflow ---------------------------------------------------------------------------------------------------
 
 
