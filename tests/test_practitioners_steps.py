@@ -21,7 +21,7 @@ import yaml
 
 from heteroflow import ArtifactSpec, ArtifactType, Pipeline, Resources, RetryPolicy, step
 from heteroflow.components.core.mounts import MOUNTS_ENV, local_path
-from heteroflow.components.errors import InvalidParameter, InvalidResources
+from heteroflow.components.errors import HeteroflowError, InvalidParameter, InvalidResources
 from heteroflow.pipelines.kfp.render import compile_pipeline, kfp_param_names
 from heteroflow.pipelines.volumes import PVC, ConfigMapVolume, CreatePVC, SecretVolume, local_mounts
 
@@ -520,3 +520,14 @@ def test_the_env_and_secrets_pipeline_runs_on_airflow_local_mode(examples: Any, 
     log = tmp_path / "run" / "airflow.log"
     assert record.status == "succeeded", log.read_text()[-4000:] if log.exists() else record
     _check_etl_run(record)
+
+
+def test_the_cli_takes_a_parameter_in_kfp_spelling(tmp_path: Path) -> None:
+    """#28.20's sibling: ``--param preprocess_seed=3`` is ``preprocess.seed`` (an unknown name is still refused)."""
+    from heteroflow.pipelines.cli.main import _coerced
+    from heteroflow.pipelines.default import default_pipeline
+
+    pipeline = default_pipeline()
+    assert _coerced(pipeline, {"preprocess_seed": "3", "train.seed": "4"}, None) == {"preprocess.seed": 3, "train.seed": 4}
+    with pytest.raises(HeteroflowError, match="unknown parameter 'preprocess_sed'"):
+        _coerced(pipeline, {"preprocess_sed": "3"}, str(tmp_path))

@@ -195,6 +195,8 @@ def _coerced(pipeline: Any, raw: dict[str, str], dataset: str | None) -> dict[st
 
     problems = Problems()
     aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
+    spellings = pipeline.kfp_spellings  # `preprocess_seed` (KFP's spelling) is `preprocess.seed` (#28.20)
+    raw = {(spellings[k] if k in spellings and k not in pipeline.params else k): v for k, v in raw.items()}
     unknown = sorted(set(raw) - set(pipeline.params) - set(aliases))
     if unknown:
         problems.add(InvalidParameter(

@@ -2,7 +2,8 @@
 
 Owns: ``render`` (``compile_pipeline``), ``resources`` (kfp-kubernetes settings of a call), ``local`` (the
 ``kfp-local`` engine), ``patches`` (every replacement of a kfp.local internal, with the version check),
-``prestart`` (prestarted step processes), ``submit`` (the ``kfp`` engine: a KFP backend).
+``prestart`` (prestarted step processes), ``platform`` (a call's env, volumes, image and packages: kfp-kubernetes
+CreatePVC / mount_pvc / DeletePVC, ConfigMap and Secret volumes; display names of KFP's generic groups), ``submit`` (the ``kfp`` engine: a KFP backend).
 May import: ``heteroflow.pipelines`` (graph, environment, runs, engines.base), ``heteroflow.components``,
 ``heteroflow.cache``, kfp.
 """
