@@ -24,9 +24,10 @@ option              KFP (compiled)                         Airflow (kubernetes m
                                                                                         give ``local_path=``
 ``ConfigMapVolume`` ``use_config_map_as_volume``           ``V1Volume`` config map      ``local_files`` written
 ``SecretVolume``    ``use_secret_as_volume``               ``V1Volume`` secret          ``local_files`` written
-``after``           ``task.after``                         an edge                      the order of the run
+``after``           reads the call's route: waits, and     an edge                      the order of the run
+                    does not run after its failure
 ``base_image``      the component's ``base_image``         the pod's ``image``          ignored (this Python)
-``packages``        ``packages_to_install``                refused: bake the image      ignored, with a notice
+``packages``        ``packages_to_install``                ``pip install`` first        not installed (a warning)
 ==================  =====================================  ===========================  ===========================
 
 A step opens a mounted path through :func:`heteroflow.components.core.mounts.local_path`, which maps it to the
