@@ -409,7 +409,9 @@ class PrepareRunOperator(BaseOperator):
                 valid = sorted([*self.pipeline.params, *aliases])
                 raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)} in the run's conf; valid: {', '.join(valid)}")
             if self.local:
-                from heteroflow.pipelines.volumes import make_local_volumes
+                from heteroflow.pipelines.volumes import make_local_volumes, warn_local_packages
+
+                warn_local_packages(self.pipeline.calls, engine="airflow-local")
 
                 args = prepare_arguments(self.pipeline, given)
                 make_local_volumes(self.pipeline.calls, folder, engine="airflow-local")  # record-run deletes them

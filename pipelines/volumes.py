@@ -65,6 +65,7 @@ __all__ = [
     "remove_local_volumes",
     "run_after",
     "step_env",
+    "warn_local_packages",
 ]
 
 _K8S_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$")
@@ -350,6 +351,22 @@ def make_local_volumes(calls: Iterable[Any], run_dir: str | Path, *, engine: str
                 file.write_text(text, encoding="utf-8")
                 if isinstance(volume, SecretVolume):
                     file.chmod(0o600)
+
+
+def warn_local_packages(calls: Iterable[Any], *, engine: str) -> None:
+    """Warn once per call that a local engine does not install its ``packages_to_install`` (it runs steps in this
+    Python, which must have them)."""
+    import warnings
+
+    for call in calls:
+        packages = list(getattr(call, "packages_to_install", ()) or ())
+        if packages:
+            warnings.warn(
+                f"{call.name}: the {engine} engine does not install packages_to_install ({', '.join(packages)}): this "
+                "environment must have them",
+                UserWarning,
+                stacklevel=3,
+            )
 
 
 def step_env(call: Any, *, engine: str) -> dict[str, str]:

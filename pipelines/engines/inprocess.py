@@ -28,7 +28,7 @@ from heteroflow.pipelines.graph import Call, Pipeline
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.runs.prerendering import prewarm as prewarm_report
 from heteroflow.pipelines.runs.records import RunRecord, begin_run, prepare_arguments
-from heteroflow.pipelines.volumes import make_local_volumes, remove_local_volumes, step_env
+from heteroflow.pipelines.volumes import make_local_volumes, remove_local_volumes, step_env, warn_local_packages
 
 __all__ = ["run_call", "run_inprocess"]
 
@@ -105,6 +105,7 @@ def run_inprocess(
         args = prepare_arguments(pipeline, params)
         for call in pipeline.calls:  # refused before the run starts: a volume this engine cannot stand in for
             step_env(call, engine="inprocess")
+        warn_local_packages(pipeline.calls, engine="inprocess")
         active = begin_run(pipeline, run_dir, args, testing=testing)
         folder, run_id = active.folder, active.run_id
         make_local_volumes(pipeline.calls, folder, engine="inprocess")  # PVCs as folders of the run (deleted below)
