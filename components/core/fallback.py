@@ -140,7 +140,7 @@ def next_candidate(
 def retry_decision(policy: Any, failure: str | None, retry: int, elapsed_seconds: float = 0.0) -> float | None:
     """Seconds to wait before retry number ``retry`` (0-based) on the same candidate, or None for no retry.
 
-    Only a *transient* failure is retried; the wait is ``policy.delay_seconds(retry)`` (KFP/Argo's backoff
+    Only a *transient* failure is retried (a *permanent* one too when the policy says ``retry_on="any"``); the wait is ``policy.delay_seconds(retry)`` (KFP/Argo's backoff
     formula, :mod:`heteroflow.components.core.retry`); no retry once ``retry >= policy.retries`` or when it would start
     after ``policy.window_seconds`` from the first attempt's start (Argo's ``backoff.maxDuration``).
 
@@ -150,7 +150,8 @@ def retry_decision(policy: Any, failure: str | None, retry: int, elapsed_seconds
         retry: how many retries already ran on this candidate.
         elapsed_seconds: seconds since the first attempt on this candidate started.
     """
-    if failure != "transient" or retry >= policy.retries:
+    retried = policy.retries_failure(failure) if hasattr(policy, "retries_failure") else failure == "transient"
+    if not retried or retry >= policy.retries:
         return None
     delay = policy.delay_seconds(retry)
     if elapsed_seconds + delay > policy.window_seconds:
