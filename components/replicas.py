@@ -27,7 +27,13 @@ from heteroflow.components.devices.accelerators import DeviceKind
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.resources import Resources
 
-__all__ = ["MixedResources", "Replicas", "is_mixed"]
+__all__ = ["COMPRESSIONS", "JOB_OPTIONS", "MixedResources", "Replicas", "is_mixed"]
+
+COMPRESSIONS = ("none", "topk", "powersgd")
+"""Compression of the gradient exchange between kinds (:mod:`heteroflow.components.training.hierarchy`)."""
+JOB_OPTIONS = ("compression", "rebalance_every_steps", "rebalance_every_minutes")
+"""Options of the whole mixed job; on the command line they may follow any part's fields
+(``gpu:count=2+npu:count=4,compression=topk``)."""
 
 
 class Replicas:
@@ -166,9 +172,20 @@ class MixedResources(Resources):
     """
 
     replicas: tuple[Replicas, ...] = ()
+    compression: str = "none"
+    rebalance_every_steps: int = 50
+    rebalance_every_minutes: float = 10.0
 
     def __post_init__(self) -> None:
         Resources.__post_init__(self)
+        if self.compression not in COMPRESSIONS:
+            raise InvalidResources(f"compression={self.compression!r} is unknown; valid: {', '.join(COMPRESSIONS)} (of the exchange between kinds)")
+        steps = self.rebalance_every_steps
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            raise InvalidResources(f"rebalance_every_steps={steps!r}; valid: an integer >= 1 (optimizer steps between share measurements)")
+        minutes = self.rebalance_every_minutes
+        if isinstance(minutes, bool) or not isinstance(minutes, (int, float)) or not minutes > 0:
+            raise InvalidResources(f"rebalance_every_minutes={minutes!r}; valid: a number of minutes > 0")
         groups = tuple(self.replicas)
         for i, g in enumerate(groups):
             if not isinstance(g, Replicas):
@@ -191,8 +208,10 @@ class MixedResources(Resources):
         object.__setattr__(self, "replicas", groups)
 
     @classmethod
-    def of(cls, replicas: Iterable[Replicas | Mapping[str, Any] | str]) -> MixedResources:
-        """A mixed candidate from its replica groups (:class:`Replicas`, mappings or ``KIND[:...]`` parts).
+    def of(cls, replicas: Iterable[Replicas | Mapping[str, Any] | str], **options: Any) -> MixedResources:
+        """A mixed candidate from its replica groups (:class:`Replicas`, mappings or ``KIND[:...]`` parts) and the
+        job's options (``compression``: none, topk or powersgd; ``rebalance_every_steps``, >= 1;
+        ``rebalance_every_minutes``, > 0: shares are re-measured at whichever comes first).
 
         Raises:
             InvalidResources: as the class says.
@@ -209,7 +228,10 @@ class MixedResources(Resources):
                 raise InvalidResources(f"replicas[{i}]={g!r} is not a Replicas, a mapping or a 'KIND:count=N' part")
         if not groups:
             raise InvalidResources("replicas is empty; valid: two or more Replicas, e.g. [Replicas('gpu', 2), Replicas('npu', 4)]")
-        return cls(**_first_fields(groups[0]), replicas=tuple(groups))
+        unknown = sorted(set(options) - set(JOB_OPTIONS))
+        if unknown:
+            raise InvalidResources(f"unknown mixed-job option(s) {', '.join(unknown)}; valid: {', '.join(JOB_OPTIONS)}")
+        return cls(**_first_fields(groups[0]), replicas=tuple(groups), **options)
 
     @classmethod
     def parse_spec(cls, spec: str) -> MixedResources:  # type: ignore[override]
@@ -218,8 +240,26 @@ class MixedResources(Resources):
         Raises:
             InvalidResources: a malformed part (quoted with the whole candidate), a kind twice, one part only.
         """
-        parts = spec.split("+")
-        return cls.of([Replicas.parse_spec(p, whole=spec) for p in parts])
+        parts, options = [], {}
+        for part in spec.split("+"):
+            if ":" not in part and "," in part:  # gpu+npu,compression=topk: options right after a kind
+                part = part.replace(",", ":", 1)
+            kind, colon, rest = part.partition(":")
+            kept = []
+            for item in rest.split(","):
+                key, eq, value = item.partition("=")
+                if eq and key.strip() in JOB_OPTIONS:
+                    key = key.strip()
+                    if key in options:
+                        raise InvalidResources(f"mixed candidate {spec!r}: {key} is given twice; give it once")
+                    try:
+                        options[key] = value.strip() if key == "compression" else (int(value) if key == "rebalance_every_steps" else float(value))
+                    except ValueError:
+                        raise InvalidResources(f"{key}={value.strip()!r} in mixed candidate {spec!r} is not a number") from None
+                else:
+                    kept.append(item)
+            parts.append(kind + (colon + ",".join(kept) if any(k.strip() for k in kept) else ""))
+        return cls.of([Replicas.parse_spec(p, whole=spec) for p in parts], **options)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MixedResources:  # type: ignore[override]
@@ -231,7 +271,7 @@ class MixedResources(Resources):
         groups = data.get("replicas") if isinstance(data, Mapping) else None
         if not isinstance(groups, (list, tuple)):
             raise InvalidResources(f"replicas={groups!r} is not a list; valid: [{{'kind': 'gpu', 'count': 2}}, {{'kind': 'npu', 'count': 4}}]")
-        return cls.of(groups)
+        return cls.of(groups, **(data.get("mixed") or {}))
 
     @property
     def kinds(self) -> tuple[str, ...]:
@@ -249,7 +289,11 @@ class MixedResources(Resources):
 
     def to_dict(self) -> dict[str, Any]:
         """Resources' dict of the first group plus ``replicas`` (every group's :meth:`Replicas.to_dict`)."""
-        return {**Resources.to_dict(self), "replicas": [g.to_dict() for g in self.replicas]}
+        options = {k: getattr(self, k) for k in JOB_OPTIONS if getattr(self, k) != _DEFAULTS[k]}
+        return {**Resources.to_dict(self), "replicas": [g.to_dict() for g in self.replicas], **({"mixed": options} if options else {})}
+
+
+_DEFAULTS = {"compression": "none", "rebalance_every_steps": 50, "rebalance_every_minutes": 10.0}
 
 
 def is_mixed(resources: Any) -> bool:
