@@ -287,7 +287,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     window_samples = [0] * world
     total_busy = [0.0] * world
     last_rebalance_step, last_rebalance_time = start, time.perf_counter()
-    next_measure = start + max(1, job.warmup_steps) if measure else None
+    next_measure = start + 1 + max(1, job.warmup_steps) if measure else None  # the first step is not timed
     throughput = [0.0] * world
     samples_done = 0
     loop_started = time.perf_counter()
