@@ -12,12 +12,13 @@ same global batch (64) and the same steps in every configuration; SGD with momen
 Configurations (each a job of :mod:`heteroflow.components.training.mixed`, one worker process per replica):
 
 - **equal**: both kinds, shares 32 and 32;
-- **balanced**: both kinds, shares measured after 3 warm-up steps (equal until then), then every 50 steps;
+- **balanced**: both kinds, shares measured after 5 warm-up steps (equal until then), then every 20 steps;
 - **fastest alone**: the ``gpu`` replica alone with the whole batch;
 - **topk 1%** / **powersgd rank 2**: balanced, with the cross-kind exchange compressed.
 
 Time is the training loop's wall time (the warm-up steps that measure speed included; process start-up not).
-Utilization is busy time over wall time, the minimum over replicas. Bytes per step are what a kind's leader sends
+Utilization is busy time (compute, the simulated slow-down and the optimizer's step) over wall time, the minimum
+over replicas. Bytes per step are what a kind's leader sends
 across kinds (values and int32 indices for top-k; P and Q for PowerSGD), against the float32 gradient. Each
 timed configuration runs ``--repeats`` times, alternating, and the best time is kept (the one least disturbed on a
 shared machine; the load average is printed to stderr). Nothing here asserts a time.
@@ -72,7 +73,7 @@ def _job(steps: int, **kw: object) -> object:
     from heteroflow.components.training.mixed import MixedJob
 
     return MixedJob(model=f"{HERE}:cnn", data=f"{HERE}:digits", global_batch=BATCH, learning_rate=0.05, max_steps=steps,
-                    optimizer="sgd", seed=0, warmup_steps=3, rebalance_every_steps=50, **kw)
+                    optimizer="sgd", seed=0, warmup_steps=5, rebalance_every_steps=20, **kw)
 
 
 def _accuracy(state: dict) -> float:

@@ -8,7 +8,10 @@ Launch (:func:`run_mixed`)
     (a ``TCPStore``) is hosted by the calling process, the train step's own; the agents join it with
     ``is_host=false``, so no kind's failure takes the store down. The workers use the agents' store for their
     process group (``TORCHELASTIC_USE_AGENT_STORE``). Each worker runs :func:`mixed_worker`; its kind reaches it in
-    ``HETEROFLOW_MIXED_KIND`` (and a simulated speed in ``HETEROFLOW_MIXED_SPEED``); one torch thread each.
+    ``HETEROFLOW_MIXED_KIND``, its torch device type in ``HETEROFLOW_MIXED_DEVICE`` (``cuda``: ``cuda:<local
+    rank>``, and the kind group uses the registry's backend, nccl) and a simulated speed in
+    ``HETEROFLOW_MIXED_SPEED``; one torch thread each. Busy time (utilization) is compute, the simulated slow-down
+    and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down.
 
 Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.hierarchy.Hierarchy` groups by kind; DDP with
@@ -62,7 +65,9 @@ __all__ = ["KIND_ENV", "MixedJob", "MixedResult", "ReplicaGroup", "SPEED_ENV", "
 KIND_ENV = "HETEROFLOW_MIXED_KIND"
 SPEED_ENV = "HETEROFLOW_MIXED_SPEED"
 _JOB_ENV = "HETEROFLOW_MIXED_JOB"
+DEVICE_ENV = "HETEROFLOW_MIXED_DEVICE"
 _CHECKPOINT = "mixed-checkpoint.pt"
+_CURRENT_STEP = [0]  # optimizer steps done by this replica (a drop record names it)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -253,12 +258,19 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     from heteroflow.components.training.shares import GlobalSampler, SlowDown, shares_from_throughput
 
     torch.set_num_threads(1)
-    h = Hierarchy.build(kind)
+    from heteroflow.components.training.rendezvous import backend_for
+
+    device_type = os.environ.get(DEVICE_ENV, "cpu") or "cpu"
+    device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0"))) if device_type != "cpu" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # the kind's own backend within a kind (nccl, hccl); gloo on the CPU and across kinds
+    h = Hierarchy.build(kind, kind_backend=backend_for(device_type))
     rank, world = h.rank, h.world
     rank_in_kind = [h.kinds[:r].count(h.kinds[r]) for r in range(world)]
     dataset = _resolve(job.data)(**dict(job.data_kwargs))
     torch.manual_seed(job.seed)
-    model = _resolve(job.model)(**dict(job.model_kwargs))
+    model = _resolve(job.model)(**dict(job.model_kwargs)).to(device)
     optimizer = _optimizer(job, model.parameters())
     loss_fn = _resolve(job.loss)() if job.loss else torch.nn.functional.cross_entropy
     sampler = GlobalSampler(len(dataset), job.global_batch, job.seed)
@@ -269,13 +281,13 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     ckpt = Path(job.checkpoint_dir) / _CHECKPOINT if job.checkpoint_dir else None
     if ckpt is not None and ckpt.exists():
         blob = torch.load(ckpt, map_location="cpu", weights_only=False)
-        model.load_state_dict(blob["model"])
+        model.load_state_dict({k: v.to(device) for k, v in blob["model"].items()})
         optimizer.load_state_dict(blob["optimizer"])
         start = int(blob["step"])
         saved = blob.get("throughput_by_kind") or {}
         if measure and saved and all(k in saved for k in h.kinds):  # recomputed over the replicas left
             shares = shares_from_throughput(job.global_batch, [float(saved[k]) for k in h.kinds])
-    ddp = DDP(model)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
                       powersgd_rank=job.powersgd_rank, slowdown=slowdown)
@@ -295,22 +307,28 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     for step in range(start, total):
         idx = sampler.part(step, state.shares, rank)
         x, y = _collate(dataset, idx)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         state.begin_step()
         out = ddp(x)
         loss = loss_fn(out, y)
         loss.backward()
         state.end_compute()  # no-op when the hook ran
+        stepped = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         samples_done += len(idx)
-        stats = torch.tensor([state.step_busy, float(len(idx)), float(loss.detach()) * state.weight()], dtype=torch.float64)
-        gathered = [torch.zeros(3, dtype=torch.float64) for _ in range(world)]
+        if device.type != "cpu":
+            torch.accelerator.synchronize()
+        update = time.perf_counter() - stepped  # the optimizer's step: busy, but the same work whatever the share
+        _CURRENT_STEP[0] = step + 1
+        stats = torch.tensor([state.step_busy, float(len(idx)), float(loss.detach()) * state.weight(), update], dtype=torch.float64)
+        gathered = [torch.zeros(4, dtype=torch.float64) for _ in range(world)]
         dist.all_gather(gathered, stats)
         for r, g in enumerate(gathered):
             if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
                 window_busy[r] += float(g[0])
                 window_samples[r] += int(g[1])
-            total_busy[r] += float(g[0])
+            total_busy[r] += float(g[0]) + float(g[3])
         history.append({"step": step + 1, "loss": sum(float(g[2]) for g in gathered)})
         done = step + 1
         if next_measure is not None and all(window_samples):
@@ -377,7 +395,6 @@ def mixed_worker(job_path: str) -> Any:
     kind = os.environ.get(KIND_ENV, "cpu")
     speed = float(os.environ.get(SPEED_ENV, "1.0") or 1.0)
     rank = int(os.environ.get("RANK", "0"))
-    step_box: list[int] = [0]
     try:
         if not dist.is_initialized():
             dist.init_process_group("gloo")
@@ -387,7 +404,7 @@ def mixed_worker(job_path: str) -> Any:
         if isinstance(exc, (KeyboardInterrupt, SystemExit)) or _is_peer_loss(exc):
             raise
         record = {"kind": kind, "rank": rank, "pid": os.getpid(), "reason": f"{type(exc).__name__}: {exc}",
-                  "traceback": traceback.format_exc(), "time": time.time(), "step": _fault_step(exc, step_box)}
+                  "traceback": traceback.format_exc(), "time": time.time(), "step": _CURRENT_STEP[0]}
         try:
             record["exception"] = pickle.dumps(exc)
         except Exception:  # noqa: BLE001
@@ -406,13 +423,6 @@ def mixed_worker(job_path: str) -> Any:
                 dist.destroy_process_group()
 
 
-def _fault_step(exc: BaseException, box: list[int]) -> int | None:
-    import re
-
-    m = re.search(r"after (\d+) steps", str(exc))
-    return int(m.group(1)) if m else None
-
-
 # --- the launcher ------------------------------------------------------------------------------------------
 
 
@@ -424,6 +434,7 @@ def _agent_main(config_path: str) -> None:
     cfg = json.loads(Path(config_path).read_text(encoding="utf-8"))
     os.environ[KIND_ENV] = cfg["kind"]
     os.environ[SPEED_ENV] = str(cfg["speed"])
+    os.environ[DEVICE_ENV] = cfg["device_type"]
     os.environ["OMP_NUM_THREADS"] = "1"
     config = LaunchConfig(
         min_nodes=1, max_nodes=cfg["kinds"], nproc_per_node=cfg["count"], run_id=cfg["run_id"], role=cfg["kind"],
@@ -511,7 +522,7 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
         agents: dict[str, subprocess.Popen[bytes]] = {}
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([p for p in sys.path if p])}
         for g in groups:
-            cfg = {"kind": g.kind, "count": g.count, "speed": g.speed, "kinds": len(groups), "run_id": run_id,
+            cfg = {"kind": g.kind, "count": g.count, "speed": g.speed, "device_type": g.device_type, "kinds": len(groups), "run_id": run_id,
                    "endpoint": endpoint, "job_path": str(job_path), "join_timeout": int(join_timeout),
                    "last_call_timeout": int(max(1, last_call_timeout))}
             cfg_path = folder / f"agent-{g.kind}.json"
