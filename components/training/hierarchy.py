@@ -116,7 +116,12 @@ class HookState:
         bytes_sent / bytes_uncompressed: what this rank sent across kinds, and what it would have sent
             uncompressed (bytes, summed over exchanges).
         step_started: when this step's compute began (``time.perf_counter``).
-        step_busy: busy seconds of this step so far (compute, and the simulated slow-down).
+        step_busy: busy seconds of this step so far (compute by :attr:`clock`, and the simulated slow-down): what
+            throughput, and so the shares, are measured by.
+        step_busy_wall: the same in wall time (compute's wall time and the slow-down): what utilization is.
+        clock: what measures compute: ``time.perf_counter`` (wall time: an accelerator's replica), or
+            ``time.thread_time`` for a replica on the CPU (one torch thread: its compute is the CPU time of this
+            thread, which other processes on a shared machine do not inflate).
     """
 
     hierarchy: Hierarchy
@@ -129,6 +134,9 @@ class HookState:
     bytes_uncompressed: int = 0
     step_started: float = 0.0
     step_busy: float = 0.0
+    step_busy_wall: float = 0.0
+    clock: Any = time.perf_counter
+    _started_wall: float = 0.0
     _paused: bool = False
     _residuals: dict[int, Any] = dataclasses.field(default_factory=dict)
     _powersgd: Any = None
@@ -150,8 +158,9 @@ class HookState:
 
     def begin_step(self) -> None:
         """Mark the start of a step's compute."""
-        self.step_started = time.perf_counter()
-        self.step_busy = 0.0
+        self.step_started = self.clock()
+        self._started_wall = time.perf_counter()
+        self.step_busy = self.step_busy_wall = 0.0
         self._paused = False
 
     def end_compute(self) -> None:
@@ -159,8 +168,11 @@ class HookState:
         if self._paused:
             return
         self._paused = True
-        compute = time.perf_counter() - self.step_started
-        self.step_busy += self.slowdown.pause(compute) if self.slowdown is not None else compute
+        compute = self.clock() - self.step_started
+        wall = time.perf_counter() - self._started_wall
+        busy = self.slowdown.pause(compute) if self.slowdown is not None else compute
+        self.step_busy += busy
+        self.step_busy_wall += wall + (busy - compute)
 
     def weight(self) -> float:
         return self.shares[self.hierarchy.rank] / sum(self.shares)

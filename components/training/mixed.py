@@ -11,7 +11,9 @@ Launch (:func:`run_mixed`)
     ``HETEROFLOW_MIXED_KIND``, its torch device type in ``HETEROFLOW_MIXED_DEVICE`` (``cuda``: ``cuda:<local
     rank>``, and the kind group uses the registry's backend, nccl) and a simulated speed in
     ``HETEROFLOW_MIXED_SPEED``; one torch thread each. Busy time (utilization) is compute, the simulated slow-down
-    and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down.
+    and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down. Compute is
+    timed by the replica thread's CPU time on the CPU (one torch thread: other processes on a shared machine do not
+    inflate it) and by wall time on an accelerator; busy time is wall time.
 
 Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.hierarchy.Hierarchy` groups by kind; DDP with
@@ -290,7 +292,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
-                      powersgd_rank=job.powersgd_rank, slowdown=slowdown)
+                      powersgd_rank=job.powersgd_rank, slowdown=slowdown,
+                      clock=time.thread_time if device.type == "cpu" else time.perf_counter)
     ddp.register_comm_hook(state, hierarchical_hook)
 
     history: list[dict[str, Any]] = []
@@ -313,22 +316,24 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         loss = loss_fn(out, y)
         loss.backward()
         state.end_compute()  # no-op when the hook ran
-        stepped = time.perf_counter()
+        stepped, stepped_wall = state.clock(), time.perf_counter()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         samples_done += len(idx)
         if device.type != "cpu":
             torch.accelerator.synchronize()
-        update = time.perf_counter() - stepped  # the optimizer's step: busy, but the same work whatever the share
+        update = state.clock() - stepped  # the optimizer's step: busy, but the same work whatever the share
+        update_wall = time.perf_counter() - stepped_wall
         _CURRENT_STEP[0] = step + 1
-        stats = torch.tensor([state.step_busy, float(len(idx)), float(loss.detach()) * state.weight(), update], dtype=torch.float64)
-        gathered = [torch.zeros(4, dtype=torch.float64) for _ in range(world)]
+        stats = torch.tensor([state.step_busy, float(len(idx)), float(loss.detach()) * state.weight(), update,  # [3]: the update alone (not used for shares)
+                              state.step_busy_wall + update_wall], dtype=torch.float64)
+        gathered = [torch.zeros(5, dtype=torch.float64) for _ in range(world)]
         dist.all_gather(gathered, stats)
         for r, g in enumerate(gathered):
             if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
                 window_busy[r] += float(g[0])
                 window_samples[r] += int(g[1])
-            total_busy[r] += float(g[0]) + float(g[3])
+            total_busy[r] += float(g[4])  # wall time: utilization
         history.append({"step": step + 1, "loss": sum(float(g[2]) for g in gathered)})
         done = step + 1
         if next_measure is not None and all(window_samples):
