@@ -58,8 +58,10 @@ class Replicas:
     def __init__(self, kind: DeviceKind | str, count: int = 1, **fields: Any) -> None:
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise InvalidResources(f"count={count!r} of {kind!r} replicas is not a replica count; valid: an integer >= 1")
-        if "count" in fields or "nodes" in fields:
-            raise InvalidResources(f"{'count' if 'count' in fields else 'nodes'} given twice for {kind!r} replicas; give count once")
+        if "count" in fields:
+            raise InvalidResources(f"count given twice for {kind!r} replicas; give count once")
+        if "nodes" in fields:
+            raise InvalidResources(f"nodes={fields['nodes']!r} for {kind!r} replicas: a mixed candidate runs one elastic agent per kind; valid: count=N replicas, no nodes")
         parsed = DeviceKind.parse(kind, field="replicas kind")
         res = Resources.from_dict({"kind": parsed, **({"count": 1} if parsed.has_devices else {}), **fields})
         self.count = count

@@ -35,7 +35,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
@@ -260,6 +259,3 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
     fut.set_result(buffer)
     return fut
 
-
-def per_rank(values: Sequence[float]) -> list[float]:
-    return [float(v) for v in values]
