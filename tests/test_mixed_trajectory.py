@@ -88,3 +88,10 @@ def test_measured_and_rebalanced_shares_keep_the_trajectory():
 def test_shares_start_from_the_step_profile():
     run = run_mixed_local(_job("mlp", profile_throughput={"gpu": 300.0, "npu": 100.0}, warmup_steps=50), ["gpu", "npu"])
     assert run.shares_history[0]["shares"] == [24, 8] and run.shares == [24, 8]
+
+
+@pytest.mark.slow
+def test_shares_are_re_measured_after_the_set_minutes_too():
+    """rebalance_every_minutes so short that every step after the warm-up is due (rebalance_every_steps far off)."""
+    run = run_mixed_local(_job("mlp", warmup_steps=2, rebalance_every_steps=1000, rebalance_every_minutes=1e-6), ["gpu", "npu"])
+    assert [h["step"] for h in run.shares_history if h["why"] == "measured"] == list(range(3, STEPS + 1))

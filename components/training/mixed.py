@@ -337,7 +337,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         history.append({"step": step + 1, "loss": sum(float(g[2]) for g in gathered)})
         done = step + 1
         if next_measure is not None and all(window_samples):
-            due = done >= next_measure or (time.perf_counter() - last_rebalance_time) >= job.rebalance_every_minutes * 60
+            warmed = done >= start + 1 + max(1, job.warmup_steps)  # the minutes count once the warm-up has measured
+            due = done >= next_measure or (warmed and (time.perf_counter() - last_rebalance_time) >= job.rebalance_every_minutes * 60)
             if due:
                 throughput = [window_samples[r] / window_busy[r] if window_busy[r] > 0 else 0.0 for r in range(world)]
                 new = shares_from_throughput(job.global_batch, throughput)
