@@ -498,6 +498,10 @@ class Resources:
         """
         if not isinstance(data, Mapping):
             raise InvalidResources(f"resources={data!r} is not a mapping; valid keys: {', '.join(_FIELDS)}")
+        if "replicas" in data and cls is Resources:  # a mixed candidate (heteroflow.components.replicas)
+            from heteroflow.components.replicas import MixedResources
+
+            return MixedResources.from_dict(data)
         unknown = sorted(set(data) - set(_FIELDS), key=str)
         if unknown:
             raise InvalidResources(
@@ -520,6 +524,10 @@ class Resources:
             InvalidResources: malformed spec, unknown key, a key given twice (``cpu:cpu=2,cpu=4``, or ``kind=``
                 beside the ``KIND:`` prefix) or invalid value.
         """
+        if "+" in spec and cls is Resources:  # gpu:count=2+npu:count=4: a mixed candidate (heteroflow.components.replicas)
+            from heteroflow.components.replicas import MixedResources
+
+            return MixedResources.parse_spec(spec)
         kind, _, rest = spec.partition(":")
         if ";" in rest and "=" in rest.partition(";")[2]:
             raise InvalidResources(
@@ -584,8 +592,12 @@ class Candidates:
                 items.append(Resources.parse_spec(opt))
             elif isinstance(opt, Mapping):
                 items.append(Resources.from_dict(opt))
+            elif isinstance(opt, (list, tuple)):  # [Replicas("gpu", 2), Replicas("npu", 4)]: a mixed candidate
+                from heteroflow.components.replicas import MixedResources
+
+                items.append(MixedResources.of(opt))
             else:
-                raise InvalidResources(f"candidates[{i}]={opt!r} is not a Resources, a mapping or a 'KIND:...' spec")
+                raise InvalidResources(f"candidates[{i}]={opt!r} is not a Resources, a mapping, a 'KIND:...' spec or a list of Replicas")
         if not items:
             raise InvalidResources("candidates is empty; give at least one Resources, e.g. Resources(kind='cpu')")
         twice = first_duplicate(items)

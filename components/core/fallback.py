@@ -79,6 +79,10 @@ def _label(index: int, res: Resources) -> str:
 def cannot_run(res: Resources, placement: Mapping[str, int] | None) -> str | None:
     """Why ``res`` cannot run with ``placement`` (the plan's device counts by kind), or None when it can (always
     for CPU candidates, and for any candidate without a placement)."""
+    for group in getattr(res, "replicas", ()):  # a mixed candidate: every kind's replicas
+        why = cannot_run(group.resources.__class__(kind=group.kind, count=group.count), placement) if group.kind.has_devices else None
+        if why is not None:
+            return why
     kind = DeviceKind(res.kind)
     if placement is None or not kind.has_devices:
         return None

@@ -126,6 +126,7 @@ class TrainResult:
     waited_seconds: float = 0.0
     reused_model: str = ""
     amp_skipped_steps: int = 0
+    mixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
@@ -279,6 +280,11 @@ def train(
     spec.build()  # a factory that does not return a Module fails here, before any device time
     loop = _training_function(train_function)
 
+    if getattr(resources, "replicas", None):  # a mixed candidate: replicas of several kinds in one job (#29)
+        from heteroflow.components.training.mixed_step import train_mixed
+
+        return train_mixed(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=_given(locals()), splits=splits,
+                           spec=spec, params=params, ckpt_dir=ckpt_dir, started=started, say=_sayer(progress))
     role = None
     if resources is not None and resources.nodes > 1:
         from heteroflow.components.training.distributed import node_role
@@ -556,12 +562,18 @@ def _train_facts(result: Any) -> dict[str, Any]:
         **({"waited_for": result.waited_for, "waited_seconds": round(result.waited_seconds, 1)} if result.waited_for else {}),
         **({"reused_model": result.reused_model} if result.reused_model else {}),
         **({"amp_skipped_steps": result.amp_skipped_steps} if result.precision == "float16" else {}),
+        **({"mixed": dict(result.mixed)} if result.mixed else {}),
     }
 
 
 def _train_metrics(facts: dict[str, Any]) -> dict[str, Any]:
     keys = ("samples_per_second", "final_loss", "validation_accuracy", "steps", "resumed_from_step")
-    return {k: facts[k] for k in keys if facts.get(k) is not None}
+    out = {k: facts[k] for k in keys if facts.get(k) is not None}
+    if facts.get("mixed"):  # per replica of a mixed job (#29): share, throughput, busy fraction
+        from heteroflow.components.training.mixed_step import mixed_metrics
+
+        out.update(mixed_metrics(facts["mixed"]))
+    return out
 
 
 def _where(f: dict[str, Any]) -> str:
@@ -584,7 +596,12 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
     if f.get("reused_model"):  # that training finished: its model is this run's (#28 item 10)
         return [*waited, f"train: took the model it finished ({f['steps']} steps, {f['reused_model']}), not trained again; "
                 f"final loss {f['final_loss']:.4f}" + (f", validation accuracy {va:.4f}" if va is not None else "")]
-    return [*waited,
+    mixed: list[str] = []
+    if f.get("mixed"):
+        from heteroflow.components.training.mixed_step import mixed_facts_lines
+
+        mixed = mixed_facts_lines(f["mixed"])
+    return [*waited, *mixed,
         f"train: {f['steps']} steps on {_where(f)}{precision}{resumed} in {f['seconds']:.1f} s "
         f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {f['final_loss']:.4f}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")
