@@ -20,6 +20,15 @@ def digits(limit: int = 0) -> TensorData:
     return TensorData(x, y)
 
 
+def blobs(n: int = 512) -> TensorData:
+    """Synthetic data shaped like the digits, (n, 1, 8, 8) in [0, 1], 10 classes labelled by a fixed random linear
+    teacher: the quick test's data, without importing scikit-learn into every worker process."""
+    g = torch.Generator().manual_seed(0)
+    x = torch.rand(n, 1, 8, 8, generator=g)
+    y = (x.flatten(1) @ torch.randn(64, 10, generator=g)).argmax(1)
+    return TensorData(x, y)
+
+
 def cnn() -> nn.Module:
     """A small CNN without dropout or batch norm (its result does not depend on how a batch is split)."""
     return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(),

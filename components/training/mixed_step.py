@@ -21,7 +21,7 @@ from typing import Any
 
 from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
 
-__all__ = ["mixed_facts_lines", "step_dataset", "step_model", "train_mixed"]
+__all__ = ["mixed_facts_lines", "profile_throughput", "refuse_in_launcher_pod", "step_dataset", "step_model", "train_mixed"]
 
 
 def step_dataset(dataset_dir: str, values: Mapping[str, Any]) -> Any:
@@ -65,6 +65,55 @@ def _groups(resources: Any, say: Callable[[str], None]) -> tuple[list[Any], list
     return groups, left_out
 
 
+def profile_throughput(resources: Any, training_profile: str) -> dict[str, float]:
+    """``{kind: relative throughput}`` of a mixed candidate's kinds from a training profile (the plan step's
+    ``training_profile``, :func:`heteroflow.components.training.profiling.read_profile`): per kind, 1 / the step
+    time :func:`heteroflow.components.placement.scoring.step_seconds_per_model` gives the first of the kind's
+    accelerator models it knows (``cpu`` for the CPU). Empty when there is no profile or it times some kind on no
+    model: the first steps measure the shares then.
+
+    Raises:
+        InvalidParameter: ``training_profile`` names no readable heteroflow profile.
+    """
+    if not training_profile:
+        return {}
+    from heteroflow.components.placement.scoring import step_seconds_per_model
+    from heteroflow.components.training.profiling import read_profile
+
+    seconds = step_seconds_per_model(read_profile(training_profile, field="training_profile"), None)
+    out: dict[str, float] = {}
+    for g in resources.replicas:
+        models = [m.name for m in g.resources.accelerator_models] if g.kind.has_devices else ["cpu"]
+        timed = next((seconds[m][0] for m in models if m in seconds), None)
+        if timed is None:
+            return {}
+        out[g.kind.value] = 1.0 / timed
+    return out
+
+
+def refuse_in_launcher_pod(resources: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a mixed candidate in a cluster rendering's train task (a KFP task or an Airflow pod: the CPU launcher
+    pod :func:`heteroflow.components.devices.podplan.plan_pod` renders for it, which carries the cluster profile
+    in ``HETEROFLOW_CLUSTER_PROFILE``): its kinds need a pod each, which one task pod cannot be. As a multi-node
+    candidate whose launcher lacks a cluster, it is a device failure, so the step falls back to its next candidate.
+    A pod of the mixed job's own Volcano Job (``HETEROFLOW_REPLICA_KIND`` set) is not refused.
+
+    Raises:
+        DeviceUnavailable: in such a task pod; the message names the alternative (``heteroflow manifests``).
+    """
+    from heteroflow.components.training.mixed_job import REPLICA_KIND_ENV
+    from heteroflow.components.training.trainjob import PROFILE_ENV
+
+    env = os.environ if environ is None else environ
+    if env.get(PROFILE_ENV) and not env.get(REPLICA_KIND_ENV):
+        spec = "+".join(f"{g.kind.value}:count={g.count}" for g in resources.replicas)
+        raise DeviceUnavailable(
+            f"the mixed candidate {resources.describe()} cannot train inside one pipeline task (each kind needs its own "
+            f"pods); the step falls back to its next candidate. Valid: render its Volcano Job with `heteroflow "
+            f"manifests --inventory FILE -c '{spec}' -o DIR` and submit it (kubectl create -f), or run the pipeline on one "
+            "machine (heteroflow run)")
+
+
 def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str],
                 values: dict[str, Any], splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path,
                 started: float, say: Callable[[str], None]) -> Any:
@@ -86,18 +135,22 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
         raise InvalidParameter("train_function with a mixed candidate: its replicas run the built-in classifier loop; valid: leave train_function empty, or use a single-kind candidate")
     if values.get("batch_sizes"):
         raise InvalidParameter("batch_sizes with a mixed candidate: the shares of the global batch (batch_size) are measured; valid: leave batch_sizes empty")
+    refuse_in_launcher_pod(resources)
     groups, left_out = _groups(resources, say)
     if not groups:
         raise DeviceUnavailable(f"no kind of the mixed candidate {resources.describe()} is here: " + "; ".join(d["reason"] for d in left_out))
+    from_profile = profile_throughput(resources, str(values.get("training_profile") or ""))
+    if from_profile:
+        say("train: the first shares come from the training profile: " + ", ".join(f"{k} {v:.3g}/s" for k, v in from_profile.items()))
     ckpt_dir.mkdir(parents=True, exist_ok=True)
-    plain = {k: v for k, v in values.items() if k != "progress"}
+    plain = {k: v for k, v in values.items() if k not in ("progress", "training_profile")}
     job = MixedJob(
         model="heteroflow.components.training.mixed_step:step_model", data="heteroflow.components.training.mixed_step:step_dataset",
         model_kwargs={"dataset_dir": str(dataset_dir), "values": plain}, data_kwargs={"dataset_dir": str(dataset_dir), "values": plain},
         global_batch=int(values["batch_size"]), learning_rate=float(values["learning_rate"]), epochs=int(values["epochs"]),
         optimizer=values.get("optimizer") or "", loss=values.get("loss") or "", seed=int(values["seed"]),
         rebalance_every_steps=resources.rebalance_every_steps, rebalance_every_minutes=resources.rebalance_every_minutes,
-        compression=resources.compression, checkpoint_dir=str(ckpt_dir),
+        compression=resources.compression, checkpoint_dir=str(ckpt_dir), profile_throughput=from_profile,
         checkpoint_every_steps=int(values["checkpoint_every_steps"]))
     result = run_mixed(job, groups, say=say)
     result.dropped[:0] = left_out

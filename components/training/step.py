@@ -224,6 +224,7 @@ def train(
     loader_workers: int = -1,
     deterministic: bool = False,
     batch_sizes: str = "",
+    training_profile: str = "",
     progress: Callable[..., None] | None = None,
 ) -> TrainResult:
     """Train a model (yours, or the built-in MLP) on the preprocessed data, resumable on any device.
@@ -252,6 +253,7 @@ def train(
         loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables, up to 4 for files to decode) (unit: processes).
         deterministic: torch.use_deterministic_algorithms for bit-identical reruns (slower on GPUs).
         batch_sizes: per-device batch sizes on a candidate with several devices, comma-separated, one per worker in rank order (e.g. '64,32' when the second device holds half as much); their sum is the optimizer step's batch and replaces batch_size, each worker's loss is weighted by its share so one update is one process's gradient over that union batch (a candidate with another number of workers splits it evenly); the learning rate applies to the union batch (scale it with it: Goyal et al. 2017, arXiv:1706.02677, linear scaling rule); empty: batch_size split evenly (unit: samples).
+        training_profile: path of a training profile (JSON from heteroflow profile; the plan step's parameter of the same name): on a mixed candidate its step times per device model set the first shares of the global batch; empty or timing no model of some kind: the first steps measure them.
         progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss``,
             ``validation_accuracy`` and ``samples_per_second`` (the engine shows them live).
 
