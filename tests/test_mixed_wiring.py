@@ -2,7 +2,8 @@
 
 - ``heteroflow manifests -c 'gpu:count=2+npu:count=4'`` renders one Volcano Job with a task per kind and
   ``minAvailable`` 6, validated against the Volcano CRD and (each task's pod template) kubernetes-validate;
-- the KFP rendering compiles: the mixed candidate's task is a CPU launcher pod, as a multi-node candidate's, and
+- the KFP rendering compiles: the mixed candidate's task (and Airflow pod) is a CPU launcher pod, as a multi-node
+  candidate's, and
   in it the train step refuses with a device failure (the step falls back) that names ``heteroflow manifests``;
 - a pod of the mixed Volcano Job (``PET_NNODES=1:6``, no master address) is not taken for a static multi-node job;
 - the plan step's ``training_profile`` reaches the train step and sets a mixed job's first shares.
@@ -111,6 +112,11 @@ def test_the_kfp_rendering_compiles_and_the_mixed_task_refuses_with_a_device_fai
     assert "accelerator" not in mixed_task["resources"] and mixed_task["resources"]["resourceCpuLimit"] == "1"
     env = {e["name"]: e["value"] for e in mixed_task["env"]}
     assert json.loads(env[PROFILE_ENV])["name"] == "mixed"
+
+    from heteroflow.pipelines.k8s.resources import build_pod_resources
+
+    airflow_pod = build_pod_resources(cands[0], ClusterProfile.from_dict(yaml.safe_load(PROFILE_YAML))).kubernetes_pod_operator_kwargs()
+    assert airflow_pod["container_resources"].limits == {"cpu": "1", "memory": "2Gi"} and PROFILE_ENV in airflow_pod["env_vars"]
 
     with pytest.raises(DeviceUnavailable, match=r"heteroflow manifests --inventory FILE -c 'gpu:count=2\+npu:count=4'") as exc:
         refuse_in_launcher_pod(cands[0], env)
