@@ -171,4 +171,4 @@ def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, mo
         return 0
     if compute_seconds <= 0:
         return bound
-    return max(1, min(bound, math.ceil(load_seconds / compute_seconds)))
+    return max(1, min(bound, math.ceil(round(load_seconds / compute_seconds, 6))))  # 2.0000000001 is 2
