@@ -361,7 +361,24 @@ class TrainContext:
             probe.append((t1 - t0, time.perf_counter() - t1))  # loading the batch, then the step that used it
             b += 1
         self._choose_loader(in_process)
-        yield from self._loader_batches(self.train_loader, epoch, b)
+        if self.train_loader is in_process:
+            yield from self._loader_batches(in_process, epoch, b)
+            return
+        # The workers start now and prefetch from the batch after next, while this process loads the next one
+        # and the training computes it: their start-up overlaps a step instead of stalling the training.
+        workers = self.train_loader.batch_sampler
+        workers.set_epoch(epoch, b + 1)
+        ahead = iter(self.train_loader)
+        batch = next(fetched, None)
+        if batch is None:
+            return
+        if self.world_size > 1:
+            self._share = sampler.share(b)
+        yield self.to_device(batch)
+        for b, batch in enumerate(ahead, b + 1):
+            if self.world_size > 1:
+                self._share = workers.share(b)
+            yield self.to_device(batch)
 
     def _choose_loader(self, in_process: Any) -> None:
         from heteroflow.components.data.preprocess import available_cpus
