@@ -97,7 +97,7 @@ def loading_overlap(work: Path, repeats: int) -> str:
     from heteroflow.components.training.batches import make_loader
     from heteroflow.components.training.step import train
 
-    root = noise_images(work / "png", classes=4, per_class=250, size=96)
+    root = noise_images(work / "png", classes=4, per_class=500, size=96)
     os.environ[PNG_ROOT_ENV] = str(root)
     data, batch_size, cpu = PngCrops(root), 32, torch.device("cpu")
     loads, computes, walls, workers = [], [], [], []
