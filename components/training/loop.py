@@ -315,9 +315,8 @@ class TrainContext:
         """
         start = max(0, step - epoch * self.steps_per_epoch)
         if self._probe is not None:
-            yield from self._probed_batches(epoch, start)
-            return
-        yield from self._loader_batches(self.train_loader, epoch, start)
+            return self._probed_batches(epoch, start)
+        return self._loader_batches(self.train_loader, epoch, start)  # one generator between the loop and the data
 
     def _loader_batches(self, loader: Any, epoch: int, start: int) -> Iterator[Any]:
         sampler = loader.batch_sampler
@@ -331,6 +330,9 @@ class TrainContext:
         else:
             source = iter(loader)
         shared, on_cpu = self.world_size > 1, self.device.type == "cpu"
+        if on_cpu and not shared:
+            yield from source
+            return
         for b, batch in enumerate(source, start):
             if shared:
                 self._share = sampler.share(b)
