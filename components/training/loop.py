@@ -318,7 +318,7 @@ class TrainContext:
             return self._probed_batches(epoch, start)
         return self._loader_batches(self.train_loader, epoch, start)  # one generator between the loop and the data
 
-    def _loader_batches(self, loader: Any, epoch: int, start: int) -> Iterator[Any]:
+    def _loader_batches(self, loader: Any, epoch: int, start: int, *, shares: bool = True) -> Iterator[Any]:
         sampler = loader.batch_sampler
         sampler.set_epoch(epoch, start)
         if loader.num_workers == 0 and not loader.pin_memory:
@@ -329,7 +329,7 @@ class TrainContext:
             source: Iterator[Any] = (collate(fetch(idx)) for idx in sampler)
         else:
             source = iter(loader)
-        shared, on_cpu = self.world_size > 1, self.device.type == "cpu"
+        shared, on_cpu = shares and self.world_size > 1, self.device.type == "cpu"
         if on_cpu and not shared:
             yield from source
             return
@@ -444,15 +444,14 @@ class TrainContext:
         model = model.module if hasattr(model, "module") else model  # DDP: every rank evaluates its own copy
         was_training = model.training
         model.eval()
-        correct = total = 0
+        correct, total = None, 0
         with torch.no_grad(), self.autocast():
-            loader.batch_sampler.set_epoch(0, 0)
-            for x, y in loader:
-                x, y = self.to_device((x, y))
-                correct += int((model(x).argmax(dim=1) == y).sum().item())
+            for x, y in self._loader_batches(loader, 0, 0, shares=False):
+                hits = (model(x).argmax(dim=1) == y).sum()
+                correct = hits if correct is None else correct + hits  # on the device: one wait, at the end
                 total += len(y)
         model.train(was_training)
-        return correct / total if total else None
+        return int(correct.item()) / total if total and correct is not None else None
 
 
 # --- the built-in loop -------------------------------------------------------------------------------------
