@@ -25,14 +25,14 @@
 
 Each pair runs alternately ``--repeats`` times and the best of each is used (on a shared machine the best run is
 the one least disturbed by other work; the load average is printed). Nothing here asserts a time: it prints.
-Usage: ``python benchmarks/training.py [--repeats 2] [--epochs 20] [--no-compile] [--only loop|workers|checkpoint|overlap]``
+Usage: ``python benchmarks/training.py [--repeats 3] [--epochs 60] [--no-compile] [--only loop|workers|checkpoint|overlap]``
 (about 3-5 minutes on 2 CPU cores, torch.compile's first compile most of it).
 
 Seen on a shared 2-core machine at load average 5-12 (#32; too noisy for the ratios, the lead re-measures on a
 quiet one): with train's and the plain loop's 2 intra-op threads, one MLP step took 2 ms or 54 ms depending on
 whether the other thread got a core, so section 1 swung from 0.06x to 2.2x between runs; it now runs on one core
-(one thread in both): 0.96x validation off, 0.98x both validating (80,675 vs 83,773 and 91,967 vs 93,959 samples/s,
-load 3.1). Per batch, heteroflow's loader 13 us against the plain loop's index 11 us (timeit, best of 21). compile_model=True: 0.21-0.57x (the first compile
+(one thread in both): validation off 0.88-1.03x, both validating 0.89-0.98x over six runs at load 3-5 (about
+120,000 samples/s each; 1.03x and 0.95x with --epochs 60 --repeats 5). Per batch, heteroflow's loader 13 us against the plain loop's index 11 us (timeit, best of 21). compile_model=True: 0.21-0.57x (the first compile
 took 95 s). Loading overlap: 1 worker chosen, 40-76% of ideal (two processes sharing cores with other work).
 """
 
@@ -240,7 +240,7 @@ def mfu(report: list[str]) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=3)
-    ap.add_argument("--epochs", type=int, default=20)
+    ap.add_argument("--epochs", type=int, default=60)  # on one core 20 epochs of digits took 0.2 s: too short to time
     ap.add_argument("--no-compile", action="store_true", help="skip the compile_model=True run (minutes of compiling)")
     ap.add_argument("--only", choices=("loop", "workers", "checkpoint", "overlap"), default=None,
                     help="run one section (the load average line printed too)")
