@@ -225,6 +225,7 @@ def train(
     deterministic: bool = False,
     batch_sizes: str = "",
     training_profile: str = "",
+    compile_model: bool = False,
     progress: Callable[..., None] | None = None,
 ) -> TrainResult:
     """Train a model (yours, or the built-in MLP) on the preprocessed data, resumable on any device.
@@ -250,10 +251,11 @@ def train(
         train_function: your training function package.module:function(ctx) (heteroflow.components.training.loop.TrainContext); empty: the built-in classifier loop.
         dataset_factory: package.module:function(split) returning a torch Dataset of (x, y); empty: the preprocessed data.
         precision: autocast: auto (bf16 where the device supports it, else fp16 with a GradScaler; fp32 on the CPU), fp32, bf16 or fp16.
-        loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables, up to 4 for files to decode) (unit: processes).
+        loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables; for files to decode, chosen from the first batches' load and compute times, at most 4 and one core left to training, printed) (unit: processes).
         deterministic: torch.use_deterministic_algorithms for bit-identical reruns (slower on GPUs).
         batch_sizes: per-device batch sizes on a candidate with several devices, comma-separated, one per worker in rank order (e.g. '64,32' when the second device holds half as much); their sum is the optimizer step's batch and replaces batch_size, each worker's loss is weighted by its share so one update is one process's gradient over that union batch (a candidate with another number of workers splits it evenly); the learning rate applies to the union batch (scale it with it: Goyal et al. 2017, arXiv:1706.02677, linear scaling rule); empty: batch_size split evenly (unit: samples).
         training_profile: path of a training profile (JSON from heteroflow profile; the plan step's parameter of the same name): on a mixed candidate its step times per device model set the first shares of the global batch; empty or timing no model of some kind: the first steps measure them.
+        compile_model: torch.compile the model (in place: checkpoints and the saved model keep their keys) where torch.compile can run; its compile time counts in the training's time, so it pays only over many steps of a large enough model: off by default (benchmarks/training.py measures it).
         progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss``,
             ``validation_accuracy`` and ``samples_per_second`` (the engine shows them live).
 
@@ -369,7 +371,7 @@ def train(
                 precision=amp_name,
                 model=spec.to_dict(),
                 device_kind=str(kind),
-                num_workers=workers,
+                num_workers=ctx.loader_workers,
                 processes=workers_total,
                 batch_size=union,
                 accelerator=str(getattr(resources, "accelerator", None) or ""),
