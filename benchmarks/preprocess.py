@@ -1,5 +1,6 @@
 """Preprocessing throughput against parsing alone: rows/s of ``preprocess`` on a 1,000,000-row, 20-column CSV,
-and rows/s of ``pandas.read_csv`` on the same file, measured in the same run.
+and rows/s of ``pandas.read_csv`` and of ``pyarrow.csv.read_csv`` on the same file, measured in the same run; and
+the peak resident memory of a process that runs one preprocess, against the CSV's size (issue #32: at most 3x).
 
 The table: 16 numeric columns (4 decimals), 3 text columns (3, 4 and 12 distinct values) and an integer class
 column that depends on them (so it is a learnable table, not noise). ``preprocess`` does everything it does in
@@ -13,6 +14,13 @@ warms the page cache, and one preprocess that pays the imports of scikit-learn a
     .venv/bin/python benchmarks/preprocess.py                 # 1,000,000 rows
     .venv/bin/python benchmarks/preprocess.py --rows 200000   # quicker
     .venv/bin/python benchmarks/preprocess.py --profile       # and where preprocess spends its time (cProfile)
+    .venv/bin/python benchmarks/preprocess.py --reference     # the implementation before #32 (pandas, ColumnTransformer)
+
+Issue #32 item 1 (target >= 0.8x vs pandas.read_csv): text tables are read with pyarrow's CSV reader where the file
+allows (:mod:`heteroflow.components.data.arrowcsv`) and the transformation is fitted and applied column by column
+with numpy (:func:`heteroflow.components.data.tabular.fit_fast`, ``apply_fast``); ``--reference`` measures the
+code before it (kept for the tests that compare the two). The peak RSS is the high-water mark of a fresh process that
+imports heteroflow and runs one preprocess (the imports of pandas, pyarrow and scikit-learn included), its ``VmHWM``.
 
 Measured (issue #16 item 22; 2 shared cores, load average 6-10 from other work, so each figure is noisy):
 0.17x with one repeat (the imports counted), 0.29-0.31x best of 3 before and after the vectorised one-hot
@@ -36,6 +44,8 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -66,14 +76,52 @@ def best_seconds(fn, repeat: int) -> float:
     return min(times)
 
 
+_PRINT_PEAK = (
+    # VmHWM: the process's own high-water mark of resident memory (KiB). Not ru_maxrss: Linux carries it over fork
+    # and exec, so a child of this (large) benchmark process would report the parent's size.
+    "import resource, re\n"
+    "try:\n"
+    "    peak = int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1))\n"
+    "except (OSError, AttributeError):\n"
+    "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
+    "print(peak)\n"
+)
+
+
+def peak_rss(csv_path: Path, out: Path, reference: bool) -> int:
+    """Peak resident memory (bytes) of a fresh process that runs one preprocess of ``csv_path``."""
+    code = (
+        "from heteroflow.components.data import arrowcsv, preprocess as module\n"
+        f"module._FAST_TRANSFORM = arrowcsv.ENABLED = {not reference}\n"
+        f"module.preprocess({str(csv_path)!r}, {str(out)!r}, num_workers=1)\n"
+        + _PRINT_PEAK
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1]) * 1024
+
+
+def read_rss(csv_path: Path) -> int:
+    """Peak resident memory (bytes) of a fresh process that imports pandas and runs ``pandas.read_csv`` once."""
+    code = (
+        "import pandas as pd\n"
+        f"pd.read_csv({str(csv_path)!r})\n"
+        + _PRINT_PEAK
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return int(done.stdout.split()[-1]) * 1024
+
+
 _PHASES = {
     "read_table": "read (sniff, parse, clean)",
+    "read": "of which pyarrow's reader (arrowcsv.read)",
     "_combine": "files as one table",
     "_classes": "class column",
     "_split_indices": "split",
-    "take": "select each split's rows (pandas take)",
-    "fit_transform": "fit and apply the transformation, train split",
-    "transform": "apply the transformation (all calls)",
+    "take": "select each split's rows (pandas take; reference only)",
+    "fit_transform": "fit and apply the transformation, train split (reference)",
+    "transform": "apply the transformation (all calls, reference)",
+    "fit_fast": "fit the transformation and apply it to train (fast)",
+    "apply_fast": "apply the transformation (all calls, fast)",
     "_check_finite": "check the features are finite",
     "_write_shards": "write shards (on a second thread)",
 }
@@ -101,11 +149,16 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep (and reuse) the generated CSV in")
     parser.add_argument("--profile", action="store_true", help="print where one warm preprocess run spends its time")
+    parser.add_argument("--reference", action="store_true", help="measure the implementation before #32")
     args = parser.parse_args()
 
     import pandas as pd
+    from pyarrow import csv as arrow_csv
 
+    from heteroflow.components.data import arrowcsv, preprocess as module
     from heteroflow.components.data.preprocess import preprocess
+
+    module._FAST_TRANSFORM = arrowcsv.ENABLED = not args.reference
 
     work = Path(tempfile.mkdtemp(prefix="hf-bench-preprocess-"))
     try:
@@ -118,22 +171,31 @@ def main() -> None:
             print(f"wrote {csv_path} ({csv_path.stat().st_size / 1e6:.0f} MB) in {time.perf_counter() - started:.1f} s")
         pd.read_csv(csv_path)  # warm the page cache for both measurements
 
-        # Interleaved (parse, preprocess, parse, ...) so that both see the same machine; best of each.
-        parses, fulls = [], []
+        # Interleaved (parse, preprocess, parse, ...) so that all see the same machine; best of each.
+        parses, arrows, fulls = [], [], []
         for _ in range(args.repeat):
             parses.append(best_seconds(lambda: pd.read_csv(csv_path), 1))
+            arrows.append(best_seconds(lambda: arrow_csv.read_csv(csv_path), 1))
             started = time.perf_counter()
             result = preprocess(csv_path, work / "shards", num_workers=1)
             fulls.append(time.perf_counter() - started)
         if args.profile:
             profile(lambda: preprocess(csv_path, work / "shards", num_workers=1))
-        parse, full = min(parses), min(fulls)
+        parse, arrow, full = min(parses), min(arrows), min(fulls)
         rows = result.report["rows_used"]
-        print(f"rows: {rows:,}  columns: 20  features after the transformation: {result.num_features}")
+        print(f"rows: {rows:,}  columns: 20  features after the transformation: {result.num_features}"
+              + ("  (reference implementation)" if args.reference else ""))
         print(f"pandas.read_csv alone : {args.rows / parse:12,.0f} rows/s  ({parse:.2f} s)")
+        print(f"pyarrow read_csv alone: {args.rows / arrow:12,.0f} rows/s  ({arrow:.2f} s)")
         print(f"heteroflow preprocess : {rows / full:12,.0f} rows/s  ({full:.2f} s)")
         ratio = (rows / full) / (args.rows / parse)
-        print(f"ratio                 : {ratio:.2f}x  (target >= 0.5x)")
+        print(f"ratio                 : {ratio:.2f}x  (target >= 0.8x)")
+        print(f"ratio vs pyarrow      : {(rows / full) / (args.rows / arrow):.2f}x")
+        size = csv_path.stat().st_size
+        peak = peak_rss(csv_path, work / "rss", args.reference)
+        print(f"peak RSS of preprocess: {peak / 1e6:.0f} MB = {peak / size:.2f}x the CSV's {size / 1e6:.0f} MB (target <= 3x)")
+        alone = read_rss(csv_path)
+        print(f"peak RSS of a process that only runs pandas.read_csv: {alone / 1e6:.0f} MB = {alone / size:.2f}x")
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -68,6 +68,7 @@ __all__ = [
     "FrozenMap",
     "NVIDIA_GPU",
     "PRECISIONS",
+    "NO_LIMIT",
     "RetryPolicy",
     "Resources",
     "Toleration",
@@ -108,8 +109,17 @@ _FIELDS = (
 )
 
 
+NO_LIMIT = "none"
+"""``cpu_limit=NO_LIMIT`` / ``memory_limit=NO_LIMIT``: a request without any limit (Kubernetes: ``requests`` set,
+``limits`` absent)."""
+
+
+def _no_limit(value: object) -> bool:
+    return isinstance(value, str) and value.strip().lower() == NO_LIMIT
+
+
 def _positive(value: object, *, field: str, memory: bool) -> int | None:
-    if value is None:
+    if value is None or (field.endswith("_limit") and _no_limit(value)):
         return None
     amount = parse_memory(value, field=field) if memory else parse_cpu(value, field=field)
     if amount == 0:
@@ -138,8 +148,10 @@ class Resources:
             None asks for none.
         memory: host memory request, a Kubernetes quantity (``"16Gi"``, ``"8G"``); default ``"2Gi"``; None
             asks for none.
-        cpu_limit: CPU limit (>= ``cpu``); None: the same as ``cpu``.
-        memory_limit: memory limit (>= ``memory``); None: the same as ``memory``.
+        cpu_limit: CPU limit (>= ``cpu``); None: the same as ``cpu``; ``"none"`` (:data:`NO_LIMIT`): no limit at
+            all (the pod may use idle CPU on the node, what users of a shared cluster often set for CPU; KFP's
+            ``set_cpu_request`` without ``set_cpu_limit``).
+        memory_limit: memory limit (>= ``memory``); None: the same as ``memory``; ``"none"``: no limit.
         device_memory: memory per accelerator device (at least this much), a Kubernetes quantity; None for any.
             On a model it must not exceed the model's; on a family it narrows the family to models with enough.
         device_share: part of one device, a number with 0 < share < 1 (``0.5``: half of one GPU's compute and,
@@ -261,8 +273,10 @@ class Resources:
                 )
         object.__setattr__(self, "cpu_millicores", cpu)
         object.__setattr__(self, "memory_bytes", memory)
-        object.__setattr__(self, "cpu_limit_millicores", cpu if cpu_limit is None else cpu_limit)
-        object.__setattr__(self, "memory_limit_bytes", memory if memory_limit is None else memory_limit)
+        object.__setattr__(self, "cpu_limit_millicores", cpu if cpu_limit is None and not _no_limit(self.cpu_limit) else cpu_limit)
+        object.__setattr__(
+            self, "memory_limit_bytes", memory if memory_limit is None and not _no_limit(self.memory_limit) else memory_limit
+        )
         device_memory = None
         if self.device_memory is not None:
             if not kind.has_devices:
@@ -432,7 +446,7 @@ class Resources:
             ("", self.memory_text(), self.memory_text(limit=True)),
         ):
             if req is not None:
-                parts.append(f"{req}{unit}" + (f" (limit {lim})" if lim != req else ""))
+                parts.append(f"{req}{unit}" + ("" if lim == req else " (no limit)" if lim is None else f" (limit {lim})"))
             elif lim is not None:
                 parts.append(f"limit {lim}{unit}")
         if self.device_memory_bytes is not None:
@@ -458,9 +472,9 @@ class Resources:
         if self.nodes != 1:
             out["nodes"] = self.nodes
         if self.cpu_limit_millicores != self.cpu_millicores:
-            out["cpu_limit"] = self.cpu_text(limit=True)
+            out["cpu_limit"] = self.cpu_text(limit=True) or NO_LIMIT
         if self.memory_limit_bytes != self.memory_bytes:
-            out["memory_limit"] = self.memory_text(limit=True)
+            out["memory_limit"] = self.memory_text(limit=True) or NO_LIMIT
         if self.precision is not None:
             out["precision"] = self.precision
         if self.device_share is not None:
@@ -484,6 +498,10 @@ class Resources:
         """
         if not isinstance(data, Mapping):
             raise InvalidResources(f"resources={data!r} is not a mapping; valid keys: {', '.join(_FIELDS)}")
+        if "replicas" in data and cls is Resources:  # a mixed candidate (heteroflow.components.replicas)
+            from heteroflow.components.replicas import MixedResources
+
+            return MixedResources.from_dict(data)
         unknown = sorted(set(data) - set(_FIELDS), key=str)
         if unknown:
             raise InvalidResources(
@@ -506,6 +524,10 @@ class Resources:
             InvalidResources: malformed spec, unknown key, a key given twice (``cpu:cpu=2,cpu=4``, or ``kind=``
                 beside the ``KIND:`` prefix) or invalid value.
         """
+        if "+" in spec and cls is Resources:  # gpu:count=2+npu:count=4: a mixed candidate (heteroflow.components.replicas)
+            from heteroflow.components.replicas import MixedResources
+
+            return MixedResources.parse_spec(spec)
         kind, _, rest = spec.partition(":")
         if ";" in rest and "=" in rest.partition(";")[2]:
             raise InvalidResources(
@@ -570,8 +592,12 @@ class Candidates:
                 items.append(Resources.parse_spec(opt))
             elif isinstance(opt, Mapping):
                 items.append(Resources.from_dict(opt))
+            elif isinstance(opt, (list, tuple)):  # [Replicas("gpu", 2), Replicas("npu", 4)]: a mixed candidate
+                from heteroflow.components.replicas import MixedResources
+
+                items.append(MixedResources.of(opt))
             else:
-                raise InvalidResources(f"candidates[{i}]={opt!r} is not a Resources, a mapping or a 'KIND:...' spec")
+                raise InvalidResources(f"candidates[{i}]={opt!r} is not a Resources, a mapping, a 'KIND:...' spec or a list of Replicas")
         if not items:
             raise InvalidResources("candidates is empty; give at least one Resources, e.g. Resources(kind='cpu')")
         twice = first_duplicate(items)

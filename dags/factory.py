@@ -43,8 +43,9 @@ def _doc(call: Call, index: int | None) -> str:
     else:
         lines.append(f"Runs on: `{res.describe()}`.")
     r = call.retry
+    what = "transient failures only" if r.retry_on == "transient" else "retry_on='any': permanent failures too"
     lines.append(
-        f"Retries (transient failures only): {r.retries}, wait min({r.backoff_seconds:g} s x {r.factor:g}^n, "
+        f"Retries ({what}): {r.retries}, wait min({r.backoff_seconds:g} s x {r.factor:g}^n, "
         f"{r.max_delay_seconds:g} s), within {r.window_seconds:g} s of the first attempt."
     )
     return "\n".join(lines)
@@ -151,6 +152,7 @@ def build_dag(
         tags=list(tags),
         description=description or pipeline.description or None,
         doc_md="\n".join(doc),
+        **({"dag_display_name": pipeline.display_name} if getattr(pipeline, "display_name", None) and "dag_display_name" not in dag_kwargs else {}),
         **dag_kwargs,
     )
     tasks: dict[str, Any] = {}
@@ -158,6 +160,9 @@ def build_dag(
     def step_task(call: Call, index: int | None, task_id: str, **extra: Any) -> Any:
         res = call.candidates[index or 0]
         kwargs: dict[str, Any] = dict(task_id=task_id, doc_md=_doc(call, index), **retry_arguments(call.retry), **extra)
+        if call.display_name:
+            shown = call.display_name if index is None or not layout[call.name].grouped else f"{call.display_name} ({task_id})"
+            kwargs["task_display_name"] = shown
         if pools:
             pool, slots = pool_for(res)
             if pool is not None:
@@ -174,6 +179,11 @@ def build_dag(
         return cls(pipeline=pipeline, layout=layout, call_name=call.name, candidate_index=index, **kwargs)
 
     with dag:
+        claims: dict[str, Any] = {}
+        if kube:  # CreatePVC: created before the first call that mounts it, deleted after the last (dags/volumes.py)
+            from heteroflow.dags.volumes import pvc_operators
+
+            claims = pvc_operators(pipeline, namespace=(pod_kwargs or {}).get("namespace"), conn_id=(pod_kwargs or {}).get("kubernetes_conn_id"))
         prepare = PrepareRunOperator(
             task_id=PREPARE_TASK,
             pipeline=pipeline,
@@ -184,6 +194,9 @@ def build_dag(
         )
         tasks[PREPARE_TASK] = prepare
         subs: list[Any] = []  # the sub-pipelines' TaskGroups open now (dags.control)
+        for create, delete, _ in claims.values():
+            prepare >> create
+            tasks[create.task_id] = create
         for call in pipeline.calls:
             if controlled:
                 dag_control.enter_subpipelines(call, subs)
@@ -191,6 +204,7 @@ def build_dag(
             upstream = [tasks[t] for t in layout.upstream(call)]
             if controlled:  # the producers of the output parameters it, its conditions or its loop read
                 upstream += [tasks[t] for t in dag_control.control_upstream(pipeline, layout, call) if tasks[t] not in upstream]
+            upstream += [create for create, _, users in claims.values() if call.name in users]
             if not names.grouped:
                 op = step_task(call, 0 if call.device_bound else None, call.name)
                 upstream >> op
@@ -228,6 +242,10 @@ def build_dag(
                 tasks[join.task_id] = join
         if controlled:
             dag_control.enter_subpipelines(None, subs)
+        for create, delete, users in claims.values():
+            if delete is not None:
+                [tasks[layout[user].join] for user in users] >> delete
+                tasks[delete.task_id] = delete
         record = RecordRunOperator(task_id=RECORD_TASK, pipeline=pipeline, retries=0, doc_md="Writes run.json (teardown).")
         record.as_teardown(setups=prepare)
         [t for name, t in tasks.items() if name != PREPARE_TASK] >> record

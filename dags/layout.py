@@ -9,8 +9,7 @@ For every call of the pipeline:
   *join* (``<call>.done``), which the calls that read its outputs wait for.
 
 Around them, the setup task ``prepare-run`` (checks the arguments, fixes the run folder) and the teardown task
-``record-run`` (writes ``run.json``). Call names are ``[a-z][a-z0-9_]*``, so no call can be named like
-these.
+``record-run`` (writes ``run.json``). Call names (``[a-z][a-z0-9_-]*``) may not be these two.
 
 Fallback (DESIGN.md, "Resources, candidates, fallback"), with the trigger rule of each task:
 
@@ -135,9 +134,13 @@ class Layout:
     def upstream(self, call: Call) -> list[str]:
         """The tasks a call's first candidate waits for: ``prepare-run``, the producers of its inputs, and the
         planner when the call is placed by one."""
+        from heteroflow.pipelines.volumes import run_after
+
         out = [PREPARE_TASK]
         for ref in call.input_refs().values():
             out.append(self.calls[ref.call].join)
+        for name in run_after(self.pipeline, call):  # .after(): ordering without data
+            out.append(self.calls[name].join)
         if call.device_bound and self.planner is not None and self.planner != call.name:
             out.append(self.calls[self.planner].join)
         return list(dict.fromkeys(out))

@@ -224,6 +224,9 @@ class StepEnding(BaseOperator, SkipMixin):
         kind = result.get("kind") or "cpu"
         where = f" on candidate {result.get('candidate')} ({kind})" if tasks.grouped else ""
         message = f"step {self.call_name!r} failed{where} with a {route} failure: {result.get('reason')}"
+        if route == "permanent" and self.pipeline[self.call_name].retry.retry_on == "any":
+            route = "transient"  # retry_on="any" (KFP's behaviour): StepRetryPolicy retries it like a transient one
+            message += " (retry_on='any')"
         if route == "transient":
             exc = TransientStepFailure(message + " (retried on the same candidate with the step's backoff)")
             exc.first_started_at = first_started_at  # type: ignore[attr-defined]
@@ -275,7 +278,9 @@ class StepOperator(StepEnding):
         resources = call.candidates[k]
         inputs = {name: str(self.artifact(folder, ref.call, ref.output)) for name, ref in call.input_refs().items()}
         outputs = {s.name: str(self.artifact(folder, call.name, s.name)) for s in call.step.outputs}
-        with environ(step_environment(folder, str(prep["run_id"]))):
+        from heteroflow.pipelines.volumes import step_env
+
+        with environ({**step_environment(folder, str(prep["run_id"])), **step_env(call, engine="airflow-local")}):
             try:
                 outcome = run_step(
                     call.step,
@@ -411,7 +416,10 @@ class PrepareRunOperator(BaseOperator):
             for name in aliases[short]:
                 if name not in conf:  # a qualified name given beside the short one wins
                     given[name] = conf[short]
-        unknown = sorted(set(conf) - set(self.pipeline.params) - set(aliases))
+        spellings = self.pipeline.kfp_spellings  # -c '{"preprocess_seed": 1}': KFP's spelling of preprocess.seed (#28.20)
+        for kfp_name in sorted(set(conf) & set(spellings)):
+            given.setdefault(spellings[kfp_name], conf[kfp_name])
+        unknown = sorted(set(conf) - set(self.pipeline.params) - set(aliases) - set(spellings))
         if self.local:
             folder.mkdir(parents=True, exist_ok=True)  # so a run refused here still gets its run.json
         try:
@@ -419,7 +427,12 @@ class PrepareRunOperator(BaseOperator):
                 valid = sorted([*self.pipeline.params, *aliases])
                 raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)} in the run's conf; valid: {', '.join(valid)}")
             if self.local:
+                from heteroflow.pipelines.volumes import make_local_volumes, warn_local_packages
+
+                warn_local_packages(self.pipeline.calls, engine="airflow-local")
+
                 args = prepare_arguments(self.pipeline, given)
+                make_local_volumes(self.pipeline.calls, folder, engine="airflow-local")  # record-run deletes them
             else:
                 args = self.pipeline.arguments(given)
                 self.pipeline.check(args)
@@ -474,6 +487,9 @@ class RecordRunOperator(BaseOperator):
             raise AirflowSkipException(
                 f"run folder {folder} is not reachable from this worker; mount the run storage on the workers to get run.json"
             )
+        from heteroflow.pipelines.volumes import remove_local_volumes
+
+        remove_local_volumes(folder)  # local mode's CreatePVC folders live for the run (KFP's DeletePVC)
         record = _write_record(self.pipeline, folder, prep["run_id"], float(prep["started_at"]), prep["args"])
         self.log.info("run %s: %s; record %s", record.run_id, record.status, Path(record.run_dir, "run.json"))
         from heteroflow.pipelines.cli.runs import summary_text  # the summary `heteroflow run` prints (#17)

@@ -41,6 +41,7 @@ from heteroflow.components.core.runtime import EXIT_CODES, candidate_to_json
 from heteroflow.components.core.step import step_ref
 from heteroflow.dags.layout import PREPARE_TASK, Layout
 from heteroflow.dags.operators import StepEnding, outcome_record
+from heteroflow.dags.volumes import pod_volumes, with_packages
 from heteroflow.pipelines.graph import Call, Const, ParamRef, Pipeline
 from heteroflow.pipelines.k8s.resources import build_pod_resources
 
@@ -233,17 +234,21 @@ def pod_task_factory(
         from kubernetes.client import models as k8s
 
         # the candidate's own (a multi-node candidate's launcher: the cluster profile), then the caller's
-        plain = {"HETEROFLOW_RUN_ID": RUN_ID, **built.pop("env_vars", {}), **dict(pod_kwargs.get("env_vars") or {})}
+        plain = {"HETEROFLOW_RUN_ID": RUN_ID, **built.pop("env_vars", {}), **dict(pod_kwargs.get("env_vars") or {}), **call.env}
         env = [k8s.V1EnvVar(name=k, value=v) for k, v in plain.items()]
         for secret in call.secrets:  # credentials from a Kubernetes Secret, never a parameter
             for var, key in secret.env.items():
                 selector = k8s.V1SecretKeySelector(name=secret.secret, key=key)
                 env.append(k8s.V1EnvVar(name=var, value_from=k8s.V1EnvVarSource(secret_key_ref=selector)))
+        own = dict(zip(("volumes", "volume_mounts"), pod_volumes(call)))  # the call's volumes (dags/volumes.py)
         for key in ("volumes", "volume_mounts"):  # the launcher's shared claim beside the caller's own
-            if key in built or key in pod_kwargs:
-                built[key] = [*built.get(key, []), *list(pod_kwargs.get(key) or [])]
+            if key in built or key in pod_kwargs or own[key]:
+                built[key] = [*built.get(key, []), *list(pod_kwargs.get(key) or []), *own[key]]
+        if call.base_image:
+            built["image"] = call.base_image
         rest = {k: v for k, v in pod_kwargs.items() if k not in ("labels", "annotations", "env_vars", "volumes", "volume_mounts")}
         cmds, arguments = step_command(layout.pipeline, call, index)
+        cmds = with_packages(call, cmds)
         task_id = task_kwargs["task_id"]
         pod_name = f"{dag_id}-{call.name}" + ("" if task_id == call.name else f"-{task_id}")
         cls = task_kwargs.pop("operator_class", PodStepOperator)  # dags.control: conditions, values, loops

@@ -44,12 +44,14 @@ def default_pipeline(
         ),
     )
     shards = p.add(PREPROCESS, dataset=data.outputs.dataset)
-    p.add(PLAN)
+    profile = p.param("training_profile")  # one parameter: plan scores with it, a mixed train's first shares (#29)
+    p.add(PLAN, training_profile=profile)
     model = p.add(
         TRAIN,
         shards=shards.outputs.shards,
         candidates=train_candidates,
         model_factory=p.param("model"),
+        training_profile=profile,
     )
     scores = p.add(EVALUATE, shards=shards.outputs.shards, model=model.outputs.model, candidates=evaluate_candidates)
     p.add(

@@ -99,7 +99,8 @@ def testing_environment(
             raise InvalidParameter(
                 f"{fault_source} {spec}: the pipeline has no step {spec.step!r}; steps: {', '.join(c.name for c in pipeline.calls)}"
             )
-        kinds = sorted({DeviceKind(r.kind).value for r in pipeline[spec.step].candidates})
+        kinds = sorted({DeviceKind(r.kind).value for r in pipeline[spec.step].candidates}
+                       | {g.kind.value for r in pipeline[spec.step].candidates for g in getattr(r, "replicas", ())})  # mixed: every kind
         if spec.kind not in kinds:
             raise InvalidParameter(
                 f"{fault_source} {spec}: step {spec.step!r} has no {spec.kind} candidate, so the fault would never "

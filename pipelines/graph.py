@@ -38,7 +38,8 @@ from heteroflow.components.core.step import Param, Step
 __all__ = ["Call", "Const", "OutputRef", "ParamRef", "Pipeline", "SecretEnv", "load_pipeline"]
 
 _NAME = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
-_CALL = re.compile(r"^[a-z][a-z0-9_]{0,40}$")
+_CALL = re.compile(r"^[a-z](?:[a-z0-9_]|-(?=[a-z0-9])){0,40}$")  # dashes as in KFP task names (`train-large`)
+_RESERVED_CALLS = ("prepare-run", "record-run")  # Airflow's setup and teardown tasks
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -142,6 +143,12 @@ class Call:
         secrets: Kubernetes Secrets whose keys its pods get as environment variables.
         groups: the conditions, loops and sub-pipelines it was added in, outermost first
             (:mod:`heteroflow.pipelines.control`).
+        env: plain environment variables of its pods (and of the step process on local engines).
+        volumes: mount path -> volume (:mod:`heteroflow.pipelines.volumes`).
+        run_after: calls it starts after although it reads nothing from them (:meth:`after`).
+        base_image: its container image (default: the pipeline's image).
+        packages_to_install: pip packages installed before it runs (KFP's ``packages_to_install``).
+        display_name: what the Kubeflow UI and Airflow show for it (default: its name).
     """
 
     name: str
@@ -152,10 +159,34 @@ class Call:
     cacheable: bool
     secrets: tuple[SecretEnv, ...] = ()
     groups: tuple[Any, ...] = ()
+    env: dict[str, str] = dataclasses.field(default_factory=dict)
+    volumes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    run_after: tuple[str, ...] = ()
+    base_image: str | None = None
+    packages_to_install: tuple[str, ...] = ()
+    display_name: str | None = None
 
     @property
     def outputs(self) -> _Outputs:
         return _Outputs(self)
+
+    def after(self, *calls: Call | str) -> Call:
+        """Start this call after ``calls`` although it reads nothing from them (KFP's ``task.after``); returns it.
+
+        Raises:
+            InvalidParameter: a call that is not a Call or a call name, or this call itself.
+        """
+        names = list(self.run_after)
+        for other in calls:
+            name = other.name if isinstance(other, Call) else other
+            if not isinstance(name, str):
+                raise InvalidParameter(f"{self.name}: after({other!r}): valid: earlier calls (the values p.add returned) or their names")
+            if name == self.name:
+                raise InvalidParameter(f"{self.name}: a call cannot run after itself")
+            if name not in names:
+                names.append(name)
+        self.run_after = tuple(names)
+        return self
 
     @property
     def output(self) -> Any:
@@ -228,9 +259,33 @@ def _call_options(call: str, changes: Mapping[str, Any]) -> dict[str, Any]:
             if bad:
                 raise InvalidParameter(f"{where}: {bad[0]!r} is not a SecretEnv; valid: SecretEnv(secret='name', env={{'VAR': 'key'}})")
             out[key] = items
+        elif key in _STEP_OPTIONS:
+            out[key] = _step_option(call, key, value)
         else:
-            raise InvalidParameter(f"{call}: {key!r} cannot be set; valid: candidates, retry, cacheable, secrets")
+            valid = ", ".join(["candidates", "retry", "cacheable", "secrets", *_STEP_OPTIONS])
+            raise InvalidParameter(f"{call}: {key!r} cannot be set; valid: {valid}")
     return out
+
+
+_STEP_OPTIONS = ("env", "volumes", "run_after", "base_image", "packages_to_install", "display_name")
+
+
+def _step_option(call: str, key: str, value: Any) -> Any:
+    """One of :data:`_STEP_OPTIONS`, checked (:mod:`heteroflow.pipelines.volumes`)."""
+    from heteroflow.pipelines import volumes
+
+    if key == "env":
+        return volumes.check_env(call, value)
+    if key == "volumes":
+        return volumes.check_volumes(call, value)
+    if key == "packages_to_install":
+        return volumes.check_packages(call, value)
+    if key == "run_after":
+        items = [value] if isinstance(value, (str, Call)) else list(value or ())
+        return tuple(v.name if isinstance(v, Call) else v for v in items)
+    if value is not None and (not isinstance(value, str) or not value.strip()):
+        raise InvalidParameter(f"{call}: {key}={value!r} is not a non-empty string")
+    return value
 
 
 class Pipeline:
@@ -244,11 +299,13 @@ class Pipeline:
         InvalidParameter: a bad name.
     """
 
-    def __init__(self, name: str, *, description: str = "") -> None:
+    def __init__(self, name: str, *, description: str = "", display_name: str | None = None, pipeline_root: str | None = None) -> None:
         if not _NAME.match(name):
             raise InvalidParameter(f"pipeline name {name!r} is not valid; valid: [a-z][a-z0-9-]*, up to 63 characters")
         self.name = name
         self.description = description
+        self.display_name = display_name  # the Kubeflow UI's and Airflow's name for it (default: name)
+        self.pipeline_root = pipeline_root  # KFP's pipeline_root: where the run's artifacts go (gs://, s3://, minio://)
         self._calls: dict[str, Call] = {}
         self._params: dict[str, Param] = {}
         self._owners: dict[str, str] = {}  # pipeline parameter made for one call's unbound step parameter -> that call
@@ -276,6 +333,12 @@ class Pipeline:
         retry: RetryPolicy | None = None,
         cacheable: bool | None = None,
         secrets: Iterable[SecretEnv] = (),
+        env: Mapping[str, str] | None = None,
+        volumes: Mapping[str, Any] | None = None,
+        after: Iterable[Call | str] | Call | str = (),
+        base_image: str | None = None,
+        packages_to_install: Iterable[str] | None = None,
+        display_name: str | None = None,
         **bindings: Any,
     ) -> Call:
         """Add a call of ``step``; returns it (its ``outputs`` feed later calls).
@@ -290,6 +353,13 @@ class Pipeline:
             cacheable: whether this call may be cached (default: the step's).
             secrets: Kubernetes Secrets whose keys become environment variables of this call's pods (e.g. the
                 storage credentials prewarm needs); see :class:`SecretEnv`.
+            env: plain environment variables, ``{"NAME": "value"}``.
+            volumes: ``{mount path: volume}``: :class:`~heteroflow.pipelines.volumes.CreatePVC`, ``PVC``,
+                ``ConfigMapVolume``, ``SecretVolume``.
+            after: earlier calls this one starts after without reading their outputs (also :meth:`Call.after`).
+            base_image: this call's container image (KFP ``base_image``, the Airflow pod's ``image``).
+            packages_to_install: pip packages KFP installs before the step runs.
+            display_name: the name the Kubeflow UI and Airflow show.
             bindings: input artifact -> an earlier call's output (``other.outputs.model``); step parameter ->
                 a :meth:`param` reference or a constant. Unbound step parameters become pipeline parameters.
 
@@ -308,10 +378,16 @@ class Pipeline:
 
         groups = control.current_groups()
         call_name = name or step.name
-        if not _CALL.match(call_name):
-            raise InvalidParameter(f"call name {call_name!r} is not valid; valid: [a-z][a-z0-9_]*, up to 41 characters")
+        if not _CALL.match(call_name) or call_name in _RESERVED_CALLS:
+            raise InvalidParameter(
+                f"call name {call_name!r} is not valid; valid: [a-z][a-z0-9_-]*, up to 41 characters, no '-' at the end or "
+                f"twice in a row, not {' or '.join(_RESERVED_CALLS)}"
+            )
         if call_name in self._calls:
             raise InvalidParameter(f"pipeline {self.name!r} already has a call named {call_name!r}; pass name=...")
+        twin = next((c for c in self._calls if c.replace("-", "_") == call_name.replace("-", "_")), None)
+        if twin is not None:
+            raise InvalidParameter(f"call names {twin!r} and {call_name!r} are the same name in KFP (a Python identifier); rename one")
         bound: dict[str, Binding] = {}
         new_params: dict[str, Param] = {}
         for key, value in bindings.items():
@@ -372,7 +448,11 @@ class Pipeline:
         if step.planner and any(c.device_bound for c in self._calls.values()):
             raise InvalidParameter(f"{call_name}: a planner must come before the device-bound calls it places")
         given = {"candidates": candidates, "retry": retry, "cacheable": cacheable}
-        options = _call_options(call_name, {**{k: v for k, v in given.items() if v is not None}, "secrets": secrets})
+        more = {"env": env, "volumes": volumes, "run_after": after, "base_image": base_image, "packages_to_install": packages_to_install, "display_name": display_name}
+        options = _call_options(call_name, {**{k: v for k, v in given.items() if v is not None}, "secrets": secrets, **more})
+        for earlier in options["run_after"]:
+            if earlier not in self._calls:
+                raise InvalidParameter(f"{call_name}: after={earlier!r} is not an earlier call; calls: {', '.join(self._calls) or '(none)'}")
         call = Call(
             name=call_name,
             step=step,
@@ -382,6 +462,7 @@ class Pipeline:
             cacheable=options.get("cacheable", step.cacheable),
             secrets=options["secrets"],
             groups=groups,
+            **{k: options[k] for k in _STEP_OPTIONS},
         )
         control.register(self, groups, call)
         for name in [*new_params, *own]:
@@ -422,6 +503,13 @@ class Pipeline:
                     out.setdefault(short, []).append(name)
         return out
 
+    @property
+    def kfp_spellings(self) -> dict[str, str]:
+        """KFP's spelling of each parameter whose name is not a Python identifier -> the parameter:
+        ``{"preprocess_seed": "preprocess.seed", "train_large_seed": "train-large.seed"}``. Both spellings are
+        accepted wherever arguments are given (CLI, :meth:`arguments`); ``heteroflow params`` shows the mapping."""
+        return {n.replace(".", "_").replace("-", "_"): n for n in self._params if not n.isidentifier()}
+
     def _merge_param(self, param: Param, call: str, pending: Mapping[str, Param]) -> Param:
         existing = pending.get(param.name) or self._params.get(param.name)
         if existing is None or (param.name in self._owners and param.name not in pending):
@@ -437,7 +525,12 @@ class Pipeline:
     def copy(self, name: str | None = None, *, description: str | None = None) -> Pipeline:
         """A copy to extend (each call copied with :func:`dataclasses.replace`, so every field of a call is kept;
         steps are shared values)."""
-        other = Pipeline(name or self.name, description=self.description if description is None else description)
+        other = Pipeline(
+            name or self.name,
+            description=self.description if description is None else description,
+            display_name=self.display_name,
+            pipeline_root=self.pipeline_root,
+        )
         other._calls = {k: dataclasses.replace(c, bindings=dict(c.bindings)) for k, c in self._calls.items()}
         other._params = dict(self._params)
         other._owners = dict(self._owners)
@@ -465,7 +558,8 @@ class Pipeline:
                     out._params[binding.name] = self._params[binding.name]
                     if self._owners.get(binding.name) == call.name:
                         out._owners[binding.name] = call.name
-            out._calls[call.name] = dataclasses.replace(call, bindings=dict(call.bindings))
+            after = tuple(n for n in call.run_after if n in keep)  # ordering on a call left out is dropped
+            out._calls[call.name] = dataclasses.replace(call, bindings=dict(call.bindings), run_after=after)
         return out
 
     def replace(self, call: str, **changes: Any) -> None:
@@ -533,6 +627,9 @@ class Pipeline:
         """
         gather = Problems() if problems is None else problems
         values = dict(values or {})
+        for kfp_name, name in self.kfp_spellings.items():  # `preprocess_seed` (KFP's spelling) is `preprocess.seed`
+            if kfp_name in values and kfp_name not in self._params:
+                values.setdefault(name, values.pop(kfp_name))
         aliases = self.aliases
         unknown = sorted(set(values) - set(self._params) - set(aliases))
         if unknown:

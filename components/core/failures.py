@@ -48,7 +48,9 @@ Testing settings (they reach step processes, kfp.local tasks and Airflow tasks t
 
 - ``HETEROFLOW_SIMULATE_DEVICES=npu,gpu`` (``heteroflow run --simulate-devices npu,gpu``): those device kinds
   count as present for placement; a step placed on one runs on the CPU but keeps its identity (kind,
-  accelerator, candidate) in records and placement. An item may name a model: ``npu:ascend-910b3``.
+  accelerator, candidate) in records and placement. An item may name a model: ``npu:ascend-910b3``, and a speed
+  factor in (0, 1]: ``npu@0.5`` or ``npu:ascend-910b3@0.5`` (a replica of that kind in a mixed training job
+  waits in proportion to its compute, so it runs at half speed: :mod:`heteroflow.components.training.shares`).
 - ``HETEROFLOW_INJECT_FAULT=train@npu=device,preprocess@cpu=permanent,train@gpu=transient:2``
   (``heteroflow run --inject-fault ...``, repeatable): before the step's function runs on a candidate of that
   kind, raise a failure of that class. ``transient:N`` fails the first N attempts, then lets the step run.
@@ -290,6 +292,14 @@ def simulated_devices(environ: Mapping[str, str] | None = None, *, source: str =
     env = os.environ if environ is None else environ
     out: dict[str, str] = {}
     for item in filter(None, (p.strip() for p in env.get(SIMULATE_ENV, "").split(","))):
+        item, _, speed = item.partition("@")  # npu@0.5: a simulated kind at half speed (training.shares.simulated_speeds)
+        if speed:
+            try:
+                factor = float(speed)
+            except ValueError:
+                factor = float("nan")
+            if not 0 < factor <= 1:
+                raise InvalidParameter(f"{source} item {item + '@' + speed!r}: speed {speed!r} is not a factor; valid: a number in (0, 1], e.g. npu@0.5 (half as fast as the CPU replica)")
         kind_text, _, model = item.partition(":")
         try:
             kind = DeviceKind.parse(kind_text, field=f"{source} item").value

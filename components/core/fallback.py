@@ -79,6 +79,10 @@ def _label(index: int, res: Resources) -> str:
 def cannot_run(res: Resources, placement: Mapping[str, int] | None) -> str | None:
     """Why ``res`` cannot run with ``placement`` (the plan's device counts by kind), or None when it can (always
     for CPU candidates, and for any candidate without a placement)."""
+    for group in getattr(res, "replicas", ()):  # a mixed candidate: every kind's replicas
+        why = cannot_run(group.resources.__class__(kind=group.kind, count=group.count), placement) if group.kind.has_devices else None
+        if why is not None:
+            return why
     kind = DeviceKind(res.kind)
     if placement is None or not kind.has_devices:
         return None
@@ -140,7 +144,7 @@ def next_candidate(
 def retry_decision(policy: Any, failure: str | None, retry: int, elapsed_seconds: float = 0.0) -> float | None:
     """Seconds to wait before retry number ``retry`` (0-based) on the same candidate, or None for no retry.
 
-    Only a *transient* failure is retried; the wait is ``policy.delay_seconds(retry)`` (KFP/Argo's backoff
+    Only a *transient* failure is retried (a *permanent* one too when the policy says ``retry_on="any"``); the wait is ``policy.delay_seconds(retry)`` (KFP/Argo's backoff
     formula, :mod:`heteroflow.components.core.retry`); no retry once ``retry >= policy.retries`` or when it would start
     after ``policy.window_seconds`` from the first attempt's start (Argo's ``backoff.maxDuration``).
 
@@ -150,7 +154,8 @@ def retry_decision(policy: Any, failure: str | None, retry: int, elapsed_seconds
         retry: how many retries already ran on this candidate.
         elapsed_seconds: seconds since the first attempt on this candidate started.
     """
-    if failure != "transient" or retry >= policy.retries:
+    retried = policy.retries_failure(failure) if hasattr(policy, "retries_failure") else failure == "transient"
+    if not retried or retry >= policy.retries:
         return None
     delay = policy.delay_seconds(retry)
     if elapsed_seconds + delay > policy.window_seconds:

@@ -39,7 +39,13 @@ import math
 
 from heteroflow.components.errors import InvalidResources
 
-__all__ = ["RetryPolicy", "RetryWindowWarning", "kfp_duration"]
+__all__ = ["RETRY_ON", "RetryPolicy", "RetryWindowWarning", "kfp_duration"]
+
+RETRY_ON = ("transient", "any")
+"""What a policy retries: ``transient`` (heteroflow's default: only failures classified transient; a permanent
+failure fails at once, a device failure moves to the next candidate) or ``any`` (KFP's own behaviour: a permanent
+failure is retried too; a device failure still moves to the next candidate, since that is what makes fallback
+right)."""
 
 
 class RetryWindowWarning(UserWarning):
@@ -99,6 +105,7 @@ class RetryPolicy:
         window_seconds: total window from the first attempt's start in which a retry may start, seconds, > 0
             (Argo ``backoff.maxDuration`` on a cluster; KFP's default 3600 s). It must hold the waits before all
             ``retries`` (:meth:`cluster_wait_seconds`); make it longer by the run time of ``retries`` attempts.
+        retry_on: ``"transient"`` (default) or ``"any"``: which failure classes are retried (:data:`RETRY_ON`).
 
     Raises:
         InvalidResources: a field out of range, infinite or NaN (the message names it and the valid range), or a
@@ -111,8 +118,11 @@ class RetryPolicy:
     factor: float = 2.0
     max_delay_seconds: float = 300.0
     window_seconds: float = 3600.0
+    retry_on: str = "transient"
 
     def __post_init__(self) -> None:
+        if self.retry_on not in RETRY_ON:
+            raise InvalidResources(f"retry_on={self.retry_on!r} is unknown; valid: {', '.join(map(repr, RETRY_ON))}")
         if isinstance(self.retries, bool) or not isinstance(self.retries, int) or not 0 <= self.retries <= 100:
             raise InvalidResources(f"retries={self.retries!r} is out of range; valid: an integer 0..100")
         for name, low in (("backoff_seconds", 0.0), ("factor", 1.0), ("max_delay_seconds", 0.0), ("window_seconds", 0.0)):
@@ -139,6 +149,23 @@ class RetryPolicy:
                 f"start; valid: window_seconds >= {_secs(sum(waits))} plus the run time of {self.retries} "
                 f"attempts, or retries <= {can_start}"
             )
+
+    def retries_failure(self, failure: str | None) -> bool:
+        """Whether a failure of class ``failure`` (``transient``, ``permanent``, ``device``, ``upstream``) is retried
+        on the same candidate: transient ones always (when ``retries`` > 0), permanent ones with ``retry_on="any"``."""
+        return failure == "transient" or (self.retry_on == "any" and failure == "permanent")
+
+    def describe(self) -> str:
+        """One line for people, e.g. ``2 retries (transient failures), 5 s apart x2 (at most 300 s), within 3600 s``;
+        ``no retries`` for ``retries=0``."""
+        if not self.retries:
+            return "no retries"
+        what = "transient failures" if self.retry_on == "transient" else "any failure but a device failure"
+        grow = f" x{self.factor:g}" if self.factor != 1 else ""
+        return (
+            f"{self.retries} retr{'y' if self.retries == 1 else 'ies'} ({what}), {self.backoff_seconds:g} s apart{grow} "
+            f"(at most {self.max_delay_seconds:g} s), within {self.window_seconds:g} s"
+        )
 
     def delay_seconds(self, retry: int) -> float:
         """Seconds to wait before retry number ``retry`` (0-based): ``min(backoff * factor**retry, cap)``, as

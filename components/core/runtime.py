@@ -377,6 +377,9 @@ def _bind_params(step: Step, given: Mapping[str, Any]) -> dict[str, Any]:
 # --- the KFP lightweight components' entry -----------------------------------------------------------------
 
 KFP_FAILURE = "heteroflow_failure"
+RETRY_ON_ENV = "HETEROFLOW_RETRY_ON"
+"""Set to ``any`` on a KFP task whose call's policy says ``retry_on="any"``: :func:`kfp_task` then raises on a
+permanent failure too, so that KFP retries it (KFP's own behaviour) instead of routing it to the check task."""
 KFP_CANDIDATE = "heteroflow_candidate"
 KFP_PLACEMENTS = "heteroflow_placements"
 KFP_PLACED_PREFIX = "heteroflow_placed_"
@@ -517,6 +520,8 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
                 reason = f"{outcome.failure}: {decision.why}" if route == "failed" else reason
             else:
                 reason = f"{outcome.failure}: {reason}"
+                if outcome.failure == FailureClass.PERMANENT.value and os.environ.get(RETRY_ON_ENV) == "any":
+                    route = "transient"  # retry_on="any": KFP retries it; its last failure fails the run
     except HeteroflowError as exc:  # the task itself is malformed (a usage error): never worth a retry
         route, reason = "failed", f"{FailureClass.PERMANENT.value}: {exc}"
     if plan_inventory_path is not None and not Path(plan_inventory_path).exists():
@@ -538,6 +543,8 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(str(getattr(outputs.get(name), "uri", "")), encoding="utf-8")
     if route == "transient":
+        if reason.startswith(f"{FailureClass.PERMANENT.value}: "):
+            raise TransientStepFailure(f"step {call!r} failed (retry_on='any': retried with backoff): {reason}")
         raise TransientStepFailure(f"step {call!r} failed with a transient error (retried with backoff): {reason}")
     return f"failed: {route_text(reason)}" if route == "failed" else route
 

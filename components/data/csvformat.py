@@ -137,8 +137,8 @@ def _choose_delimiter(text: str) -> tuple[str, list[list[str]], str]:
         modal, hits, _ = _widths(rows)
         if modal < 2:
             continue
-        cells = [c for r in rows for c in r]
-        numeric = sum(_is_number(c, ",") for c in cells) / max(len(cells), 1)
+        cells = Counter(c for r in rows for c in r)  # each distinct cell checked once
+        numeric = sum(k for c, k in cells.items() if _is_number(c, ",")) / max(cells.total(), 1)
         scored.append(((round(hits / len(rows), 2), round(numeric, 2), modal), d, rows))
     if not scored:
         rows = _rows(text, ",")
@@ -153,7 +153,7 @@ def _choose_delimiter(text: str) -> tuple[str, list[list[str]], str]:
 def _choose_decimal(rows: list[list[str]], delimiter: str) -> tuple[str, str]:
     if delimiter == ",":
         return ".", "'.': the delimiter is a comma"
-    cells = [c.strip() for r in rows for c in r]
+    cells = list(dict.fromkeys(c.strip() for r in rows for c in r))  # each distinct cell once (only presence counts)
     comma = sum(bool(_COMMA_DECIMAL.match(c)) for c in cells)
     dot = sum(bool(_DOT_DECIMAL.match(c)) for c in cells)
     if comma and not dot:
@@ -173,8 +173,10 @@ def _choose_header(rows: list[list[str]], decimal: str) -> tuple[bool, str]:
         return bool(texts), "one row only" + (": it holds text, read as the header" if texts else "")
     numeric_cols = []
     for j in range(width):
-        values = [r[j] for r in body if j < len(r) and not _is_missing(r[j])]
-        if values and sum(_is_number(v, decimal) for v in values) >= 0.9 * len(values):
+        values = Counter(r[j] for r in body if j < len(r))  # each distinct cell checked once
+        present = {v: k for v, k in values.items() if not _is_missing(v)}
+        total = sum(present.values())
+        if total and sum(k for v, k in present.items() if _is_number(v, decimal)) >= 0.9 * total:
             numeric_cols.append(j)
     if numeric_cols:
         text_over_numbers = [first[j].strip() for j in numeric_cols if not _is_missing(first[j]) and not _is_number(first[j], decimal)]

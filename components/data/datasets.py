@@ -3,7 +3,8 @@
 A data set folder holds one or more files in these formats (files in other formats, e.g. a README, are
 ignored):
 
-- ``.csv`` / ``.tsv``: text tables, parsed by :func:`pandas.read_csv` (its C engine). Per file, from the first
+- ``.csv`` / ``.tsv``: text tables, parsed by :func:`pyarrow.csv.read_csv` where the file allows it
+  (:mod:`heteroflow.components.data.arrowcsv`), else by :func:`pandas.read_csv` (its C engine). Per file, from the first
   64 KiB (:func:`sniff_csv`; each decision and its reason is kept in :class:`CsvFormat`):
 
   - *encoding*: UTF-8 with or without a byte-order mark (the mark is removed, as spreadsheet programs write
@@ -184,8 +185,11 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
     )
     if fmt.trailing_delimiter:
         _expect_trailing(p, fmt, kwargs)
+    from heteroflow.components.data import arrowcsv
+
     try:
-        frame, fmt = _read_csv_decoded(p, fmt, kwargs)
+        fast = arrowcsv.read(p, fmt)  # pyarrow's reader where the file allows it (#32), else pandas' below
+        frame, fmt = (fast, fmt) if fast is not None else _read_csv_decoded(p, fmt, kwargs)
     except _OneFieldMore as more:  # a row ends with the delimiter beyond the sample (or sniffing missed it)
         if fmt.trailing_delimiter or more.saw != fmt.columns + 1:
             raise more.error from None

@@ -20,7 +20,11 @@ Steps, each decision reported in :attr:`PreprocessResult.report` (and ``meta.jso
    column and the parameter that changes the decision.
 4. Split each class into train / validation / test (stratified, seeded: same data and seed, same shards).
 5. Fit the transformation (:mod:`heteroflow.components.data.tabular`: scikit-learn's ColumnTransformer,
-   StandardScaler, OneHotEncoder, SimpleImputer) on the train split only, and apply it to every split.
+   StandardScaler, OneHotEncoder, SimpleImputer) on the train split only, and apply it to every split. The
+   statistics are learned column by column and the features computed with numpy
+   (:func:`~heteroflow.components.data.tabular.fit_fast`, :func:`~heteroflow.components.data.tabular.apply_fast`),
+   value for value what the ColumnTransformer gives, without passing each split through it; the fitted
+   ColumnTransformer is what is archived (issue #32).
 6. Write shards ``<split>-NNNNN.npz`` (``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``, ``source_file`` int32
    and ``source_row`` int64: the file's index in ``meta.json``'s ``files`` and the row's position in it),
    ``meta.json``, and the transformation (``transform.joblib``, ``transform.json``), which train copies into
@@ -43,7 +47,7 @@ import logging
 import os
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
@@ -466,36 +470,25 @@ def _preprocess_tables(
     from heteroflow.components.data import tabular
 
     impute = missing == "impute" and bool(missing_counts)
-    # One selection of rows in split order; each split is then a slice of it (no copy).
-    bounds = np.cumsum([0, *(len(split[s]) for s in SPLITS)])
-    ordered = frame[used].take(np.concatenate([split[s] for s in SPLITS]))
-    train_frame = ordered.iloc[: bounds[1]]
-    indicate = [c for c in used if c in missing_counts and train_frame[c].isna().any()] if impute else []
-    transform = tabular.build_transform(numeric=numeric, text=text, impute=impute, indicate=indicate)
-    width = 0
-    per_shard = 0
-    features: list[str] = []
+    if _FAST_TRANSFORM:
+        transform, features, x_of = _fast_splits(frame, split, used=used, numeric=numeric, text=text, impute=impute,
+                                                 missing_counts=missing_counts)
+    else:
+        transform, features, x_of = _reference_splits(frame, split, used=used, numeric=numeric, text=text, impute=impute,
+                                                      missing_counts=missing_counts)
+    width = len(features)
+    per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
     with atomic_directory(out) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
         # Shards are written on a second thread while the next split is transformed (writing releases the GIL).
         written: dict[str, Future[list[str]]] = {}
-        for k, name in enumerate(SPLITS):
+        for name in SPLITS:
             idx = split[name]
-            part = ordered.iloc[bounds[k]:bounds[k + 1]]
-            with np.errstate(all="ignore"), _threads():  # overflow is reported below, naming the column
-                if name == "train":
-                    x = transform.fit_transform(part)
-                    features = tabular.output_names(transform)
-                    width = len(features)
-                    per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
-                elif len(idx):
-                    x = transform.transform(part)
-                else:  # validation_fraction=0
-                    x = np.zeros((0, width), dtype=np.float32)
-            x = np.asarray(x, dtype=np.float32)
-            _check_finite(x, features, name, frame, numeric)
+            x = x_of(name)
+            _check_finite(x[:, : len(numeric)], features, name, frame, numeric)  # numbers first; 0/1 after them
             written[name] = writer.submit(
                 _write_shards, tmp, name, per_shard, x=x, y=y[idx], source_file=table.file_of[idx], source_row=table.row_of[idx]
             )
+            del x
         shards = {name: future.result() for name, future in written.items()}
         report = _report(
             table=table, tables=tables, rows_read=rows_read, classes=classes, y=y, used=used, numeric=numeric,
@@ -554,6 +547,75 @@ def _preprocess_tables(
         report=report,
         notices=tuple(notices),
     )
+
+
+_FAST_TRANSFORM = True
+"""Fit and apply the transformation with :func:`~heteroflow.components.data.tabular.fit_fast` and
+:func:`~heteroflow.components.data.tabular.apply_fast` (False: through scikit-learn's ColumnTransformer, the
+reference ``tests/test_preprocess_fast.py`` compares them with)."""
+
+
+def _fast_splits(
+    frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
+    impute: bool, missing_counts: dict[str, int],
+) -> tuple[Any, list[str], Callable[[str], np.ndarray]]:
+    """The fitted transformation, its feature names, and each split's features (computed when asked for, so one
+    split's features are held at a time besides the shards being written)."""
+    import numpy as np
+
+    from heteroflow.components.data import tabular
+
+    columns = tabular.input_columns(frame, numeric=numeric, text=text)
+    train_rows = split["train"]
+    indicate: list[str] = []
+    if impute:
+        for name in used:
+            if name not in missing_counts:
+                continue
+            cells = columns[name][train_rows] if name in numeric else columns[name][0][train_rows]
+            if (np.isnan(cells) if name in numeric else cells < 0).any():
+                indicate.append(name)
+    transform, train_x = tabular.fit_fast(frame, columns, train_rows, used=used, numeric=numeric, text=text,
+                                          impute=impute, indicate=indicate)
+    features = tabular.output_names(transform)
+    held = {"train": train_x}
+
+    def x_of(name: str) -> np.ndarray:
+        if name in held:
+            return held.pop(name)  # not held after it is handed out
+        return tabular.apply_fast(transform, columns, split[name], numeric=numeric, text=text)
+
+    return transform, features, x_of
+
+
+def _reference_splits(
+    frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
+    impute: bool, missing_counts: dict[str, int],
+) -> tuple[Any, list[str], Callable[[str], np.ndarray]]:
+    """:func:`_fast_splits` through scikit-learn's ColumnTransformer: fitted on the train split, applied to each."""
+    import numpy as np
+
+    from heteroflow.components.data import tabular
+
+    bounds = np.cumsum([0, *(len(split[s]) for s in SPLITS)])
+    ordered = frame[used].take(np.concatenate([split[s] for s in SPLITS]))
+    train_frame = ordered.iloc[: bounds[1]]
+    indicate = [c for c in used if c in missing_counts and train_frame[c].isna().any()] if impute else []
+    transform = tabular.build_transform(numeric=numeric, text=text, impute=impute, indicate=indicate)
+    with np.errstate(all="ignore"), _threads():  # overflow is reported by _check_finite, naming the column
+        train_x = np.asarray(transform.fit_transform(train_frame), dtype=np.float32)
+    features = tabular.output_names(transform)
+
+    def x_of(name: str) -> np.ndarray:
+        k = SPLITS.index(name)
+        if name == "train":
+            return train_x
+        if not len(split[name]):  # validation_fraction=0
+            return np.zeros((0, len(features)), dtype=np.float32)
+        with np.errstate(all="ignore"), _threads():
+            return np.asarray(transform.transform(ordered.iloc[bounds[k]:bounds[k + 1]]), dtype=np.float32)
+
+    return transform, features, x_of
 
 
 @contextlib.contextmanager

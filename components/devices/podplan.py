@@ -214,7 +214,7 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> Pod
             label, or a resource name that depends on the device plugin); the message says which ``--profile``
             settings pin the cluster's own.
     """
-    if resources.nodes > 1:
+    if resources.nodes > 1 or getattr(resources, "replicas", None):  # multi-node or mixed (#29): a launcher's pod
         return _launcher_plan(resources, profile)
     given = profile
     profile = profile or DEFAULT_PROFILE
@@ -279,12 +279,16 @@ def _launcher_plan(resources: Resources, profile: ClusterProfile | None) -> PodP
     """A multi-node candidate's task is the launcher of its training job (:mod:`heteroflow.components.training.trainjob`):
     a CPU pod (:func:`~heteroflow.components.training.trainjob.launcher_candidate`) with the profile in its environment and
     the shared claim mounted; the nodes' own pods (checked here, so a bad candidate fails at compile time) are
-    the job's, rendered by :func:`heteroflow.components.training.trainjob.training_job_manifests` at run time."""
+    the job's, rendered by :func:`heteroflow.components.training.trainjob.training_job_manifests` at run time.
+    A mixed candidate's task (``gpu:count=2+npu:count=4``) is the same CPU pod, each kind's pod checked here; it
+    refuses to train (a device failure: the step falls back) and names ``heteroflow manifests``, which renders
+    the mixed job's Volcano Job (:func:`heteroflow.components.training.mixed_step.train_mixed`)."""
     import json
 
     from heteroflow.components.training.trainjob import PROFILE_ENV, launcher_candidate
 
-    plan_pod(dataclasses.replace(resources, nodes=1), profile)
+    for one in [g.resources for g in getattr(resources, "replicas", ())] or [dataclasses.replace(resources, nodes=1)]:
+        plan_pod(one, profile)
     launcher = plan_pod(launcher_candidate(resources), profile)
     used = profile or DEFAULT_PROFILE
     return dataclasses.replace(launcher, env={PROFILE_ENV: json.dumps(used.to_dict(), sort_keys=True)},

@@ -1,6 +1,6 @@
 """The training data loaders: :class:`EpochBatches` (seeded, resumable batches, each rank's share of every batch in
-distributed training), :func:`make_loader` (a DataLoader over it) and :func:`auto_workers` (how many DataLoader
-worker processes)."""
+distributed training), :func:`make_loader` (a DataLoader over it), :func:`auto_workers` (at most how many DataLoader
+worker processes) and :func:`choose_workers` (how many, from the measured load and compute times of a batch)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's p
     import numpy as np
     import torch
 
-__all__ = ["EpochBatches", "auto_workers", "make_loader"]
+__all__ = ["NEGLIGIBLE_LOAD", "PROBE_BATCHES", "EpochBatches", "auto_workers", "choose_workers", "make_loader"]
 
 
 class EpochBatches:
@@ -120,7 +120,9 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
 
 def auto_workers(in_memory: bool, requested: int) -> int:
     """DataLoader worker processes: ``requested`` when >= 0; else 0 for in-memory tensors (nothing to decode),
-    and up to 4 (leaving one core to the training) for data decoded from files."""
+    and up to 4 (leaving one core to the training) for data decoded from files: the most
+    :func:`choose_workers` may pick once the first batches are timed (:meth:`TrainContext.batches
+    <heteroflow.components.training.loop.TrainContext.batches>`)."""
     if requested >= 0:
         return requested
     if in_memory:
@@ -128,3 +130,45 @@ def auto_workers(in_memory: bool, requested: int) -> int:
     from heteroflow.components.data.preprocess import available_cpus
 
     return max(0, min(4, available_cpus() - 1))
+
+
+PROBE_BATCHES = 4
+"""Batches :meth:`TrainContext.batches <heteroflow.components.training.loop.TrainContext.batches>` loads in the
+training process and times before it chooses the worker count (the first is not counted: start-up)."""
+
+NEGLIGIBLE_LOAD = 0.1
+"""Loading a batch that takes under this share of a step's compute is not worth a worker process: overlapping it
+gains less than 10% while each worker pickles its batches to the training process and holds a copy of the dataset."""
+
+
+def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, most: int) -> int:
+    """How many DataLoader worker processes keep the training fed: none when loading a batch is negligible
+    (under :data:`NEGLIGIBLE_LOAD` of its compute) or no core is left for a worker, else enough that the workers
+    together load a batch in the time a step computes one, ``ceil(load / compute)``, at most ``most`` and one
+    core left to the training (``cpus - 1``).
+
+    With ``n`` workers on their own cores a step waits for data only when ``load / n > compute``: the wall time
+    of an epoch tends to ``max(load / n, compute)`` per batch (the pipelining bound of PyTorch's DataLoader
+    prefetching, ``prefetch_factor`` batches per worker).
+
+    Args:
+        load_seconds: time to load (read, decode, augment, collate) one batch in the training process, seconds.
+        compute_seconds: time of one training step on a batch already loaded, seconds.
+        cpus: cores this process may use (:func:`heteroflow.components.data.preprocess.available_cpus`).
+        most: the largest count allowed (:func:`auto_workers`' bound).
+
+    Returns:
+        The worker count, 0 to ``min(most, cpus - 1)``.
+
+    Raises:
+        InvalidParameter: a negative time or count.
+    """
+    for name, value in (("load_seconds", load_seconds), ("compute_seconds", compute_seconds), ("cpus", cpus), ("most", most)):
+        if not value >= 0:
+            raise InvalidParameter(f"{name}={value!r} is out of range; valid: a number >= 0")
+    bound = min(most, cpus - 1)
+    if bound <= 0 or load_seconds <= NEGLIGIBLE_LOAD * compute_seconds:
+        return 0
+    if compute_seconds <= 0:
+        return bound
+    return max(1, min(bound, math.ceil(round(load_seconds / compute_seconds, 6))))  # 2.0000000001 is 2

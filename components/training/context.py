@@ -22,15 +22,25 @@ def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path
                   device: torch.device, kind: str, dtype: Any, loader_workers: int, progress: Callable[..., None] | None,
                   distributed: Any = None) -> Any:
     """The :class:`~heteroflow.components.training.loop.TrainContext` of one process (``distributed``: a worker's
-    :class:`~heteroflow.components.training.distributed.DistributedContext`, which sets rank and world size)."""
-    from heteroflow.components.core.failures import fault_after_steps
+    :class:`~heteroflow.components.training.distributed.DistributedContext`, which sets rank and world size).
+
+    ``loader_workers`` is the resolved worker count (:func:`~heteroflow.components.training.batches.auto_workers`);
+    when train's ``loader_workers`` was -1 (auto) and the data is decoded from files, it is the most the context's
+    batches may use, and the count is chosen from the first batches' load and compute times
+    (:meth:`~heteroflow.components.training.loop.TrainContext.measure_loading`)."""
+    from heteroflow.components.core.failures import _faults_of, fault_after_steps
     from heteroflow.components.training.loop import Checkpoint, TrainContext, make_loader, make_scaler
 
     rank = distributed.rank if distributed is not None else 0
     world = distributed.world_size if distributed is not None else 1
     batch_size, seed = union_batch_size(v), v["seed"]
-    train_loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=loader_workers,
-                               device=device, rank=rank, world_size=world, parts=parse_batch_sizes(v["batch_sizes"]))
+    parts = parse_batch_sizes(v["batch_sizes"])
+
+    def train_loader_with(workers: int) -> Any:
+        return make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=workers,
+                           device=device, rank=rank, world_size=world, parts=parts)
+
+    train_loader = train_loader_with(loader_workers)
     val_loader = None
     if splits.validation is not None:
         val_loader = make_loader(splits.validation, batch_size=max(batch_size, 256), seed=seed, shuffle=False,
@@ -41,9 +51,12 @@ def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path
         if fault is not None:
             raise fault
 
+    # read HETEROFLOW_INJECT_FAULT once: no rehearsed fault for this step and kind, no check per optimizer step
+    rehearsed = any(spec.after_steps is not None for spec in _faults_of("train", kind, None))
+
     amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
     total_steps = v["epochs"] * math.ceil(len(splits.train) / batch_size)
-    return TrainContext(
+    ctx = TrainContext(
         device=device,
         device_kind=kind,
         autocast_dtype=dtype,
@@ -63,11 +76,16 @@ def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path
         loss_ref=v["loss"],
         optimizer_ref=v["optimizer"],
         progress=progress,
-        fault_check=fault_check,
+        fault_check=fault_check if rehearsed else None,
         rank=rank,
         world_size=world,
         distributed=distributed,
+        loader_workers=loader_workers,
+        compile_model=bool(v.get("compile_model", False)),
     )
+    if v.get("loader_workers", -1) == -1 and not splits.in_memory and loader_workers > 0:
+        ctx.measure_loading(train_loader_with, loader_workers)
+    return ctx
 
 
 def _training_function(ref: str) -> Callable[..., Any]:

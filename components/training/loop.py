@@ -47,12 +47,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import shutil
+import statistics
+import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.errors import InvalidParameter, NonFiniteError
-from heteroflow.components.training.batches import EpochBatches, auto_workers, make_loader
+from heteroflow.components.training.batches import PROBE_BATCHES, EpochBatches, auto_workers, choose_workers, make_loader
 from heteroflow.components.training.checkpoint import (
     _FORMAT,
     CHECKPOINT_FILE,
@@ -85,6 +88,7 @@ __all__ = [
     "TrainContext",
     "auto_workers",
     "classifier_loop",
+    "compile_available",
     "make_loader",
     "make_scaler",
     "mlp",
@@ -119,6 +123,9 @@ class TrainContext:
         distributed: the worker's :class:`heteroflow.components.training.distributed.DistributedContext` (None in one
             process): its ``ddp``, ``barrier`` and backend.
         history: the per-epoch metrics :meth:`report` collected (into ``run.json``).
+        loader_workers: the training loader's worker processes (the count :meth:`batches` chose, once it has,
+            when :meth:`measure_loading` asked it to).
+        compile_model: :meth:`build_model` compiles the model with ``torch.compile`` where it is available.
     """
 
     device: torch.device
@@ -145,11 +152,16 @@ class TrainContext:
     progress: Callable[..., None] | None = None
     fault_check: Callable[[int], None] | None = None
     model: Any = None
+    loader_workers: int = 0
+    compile_model: bool = False
     samples_seen: int = 0
     loop_seconds: float = 0.0
     _started: float = dataclasses.field(default_factory=time.perf_counter)
     _share: float = 1.0
     _amp_skips: Any = None  # skipped steps not yet added to checkpoint.counters (a device tensor: no wait per step)
+    _loader_with: Callable[[int], Any] | None = None  # the training loader with N workers (measure_loading)
+    _most_workers: int = 0
+    _probe: list[tuple[float, float]] | None = None  # (load, compute) seconds of the batches timed so far
 
     def __post_init__(self) -> None:
         # one list: the checkpoint saves the history reported so far and restores it in place on load, whatever
@@ -169,11 +181,21 @@ class TrainContext:
         return step // self.steps_per_epoch
 
     def build_model(self) -> nn.Module:
-        """The model factory's model, built after seeding torch with ``seed``, on :attr:`device`."""
+        """The model factory's model, built after seeding torch with ``seed``, on :attr:`device`; compiled in
+        place (``nn.Module.compile``: the state dict keeps its keys, so checkpoints and the saved model do not
+        change) when :attr:`compile_model` is set and ``torch.compile`` can run here (:func:`compile_available`;
+        else it says why and trains eagerly)."""
         import torch
 
         torch.manual_seed(self.seed)
         self.model = self.model_spec.build().to(self.device)
+        if self.compile_model:
+            why_not = compile_available(self.device)
+            if why_not:
+                if self.rank == 0:
+                    print(f"train: compile_model=True, but {why_not}: training without torch.compile", file=sys.stderr, flush=True)
+            else:
+                self.model.compile()
         if self.distributed is not None and self.world_size > 1:
             # DDP with DDP's averaging hook: loss_fn's per-rank factor makes the average the whole batch's gradient
             self.model = self.distributed.ddp(self.model, weighted=False)
@@ -193,10 +215,8 @@ class TrainContext:
 
     def loss_fn(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss factory's loss (``fn()`` returning a callable), default cross-entropy on logits."""
-        import torch.nn.functional as F
-
         if not self.loss_ref:
-            value = F.cross_entropy(output, target)
+            value = _cross_entropy()(output, target)
         else:
             if not hasattr(self, "_loss"):
                 object.__setattr__(self, "_loss", _import_callable(self.loss_ref, what="loss")())
@@ -268,9 +288,12 @@ class TrainContext:
         return torch.autocast(device_type=self.device.type, dtype=self.autocast_dtype)
 
     def to_device(self, batch: Any) -> Any:
-        """Move a batch (tensors, tuples, lists, dicts of them) to :attr:`device` (non-blocking from pinned memory)."""
+        """Move a batch (tensors, tuples, lists, dicts of them) to :attr:`device` (non-blocking: the loaders pin
+        host memory on accelerators, so the copy overlaps the step before it; on the CPU nothing moves)."""
         import torch
 
+        if self.device.type == "cpu":
+            return batch  # a loader's tensors are host tensors already
         if isinstance(batch, torch.Tensor):
             return batch.to(self.device, non_blocking=True)
         if isinstance(batch, (list, tuple)):
@@ -281,14 +304,105 @@ class TrainContext:
 
     def batches(self, epoch: int, step: int = 0) -> Iterator[Any]:
         """Epoch ``epoch``'s training batches on :attr:`device`, from the batch after optimizer step ``step``
-        (the whole epoch when ``step`` lies before it)."""
+        (the whole epoch when ``step`` lies before it).
+
+        After :meth:`measure_loading`, the first :data:`~heteroflow.components.training.batches.PROBE_BATCHES`
+        batches load in this process, each timed with the step that consumes it, and the rest of the training
+        comes from a loader with the worker count :func:`~heteroflow.components.training.batches.choose_workers`
+        picks from those times (printed). The batches and their order are the same with any worker count.
+
+        Nothing here waits for the device or reads a clock per batch, apart from those first batches.
+        """
         start = max(0, step - epoch * self.steps_per_epoch)
-        sampler = self.train_loader.batch_sampler
+        if self._probe is not None:
+            return self._probed_batches(epoch, start)
+        return self._loader_batches(self.train_loader, epoch, start)  # one generator between the loop and the data
+
+    def _loader_batches(self, loader: Any, epoch: int, start: int, *, shares: bool = True) -> Iterator[Any]:
+        sampler = loader.batch_sampler
         sampler.set_epoch(epoch, start)
-        for b, batch in enumerate(self.train_loader, start):
+        if loader.num_workers == 0 and not loader.pin_memory:
+            # a DataLoader without workers fetches and collates in this process: the same calls without its
+            # iterator's per-batch bookkeeping (about 10 us a batch, several % of a small model's step)
+            dataset, collate = loader.dataset, loader.collate_fn
+            fetch = getattr(dataset, "__getitems__", None) or (lambda idx: [dataset[i] for i in idx])
+            source: Iterator[Any] = (collate(fetch(idx)) for idx in sampler)
+        else:
+            source = iter(loader)
+        shared, on_cpu = shares and self.world_size > 1, self.device.type == "cpu"
+        if on_cpu and not shared:
+            yield from source
+            return
+        for b, batch in enumerate(source, start):
+            if shared:
+                self._share = sampler.share(b)
+            yield batch if on_cpu else self.to_device(batch)
+
+    def measure_loading(self, loader_with: Callable[[int], Any], most: int) -> None:
+        """Let :meth:`batches` choose the training loader's worker count (0 to ``most``) from the times of its
+        first batches. ``loader_with(n)`` builds the training loader with ``n`` workers."""
+        self._loader_with, self._most_workers, self._probe = loader_with, most, []
+
+    def _probed_batches(self, epoch: int, start: int) -> Iterator[Any]:
+        assert self._loader_with is not None and self._probe is not None
+        probe = self._probe
+        in_process = self._loader_with(0)
+        sampler = in_process.batch_sampler
+        sampler.set_epoch(epoch, start)
+        fetched = iter(in_process)
+        b = start
+        while len(probe) < PROBE_BATCHES:
+            t0 = time.perf_counter()
+            batch = next(fetched, None)
+            if batch is None:
+                return  # the epoch ended first: the next one goes on timing
+            t1 = time.perf_counter()
             if self.world_size > 1:
                 self._share = sampler.share(b)
             yield self.to_device(batch)
+            probe.append((t1 - t0, time.perf_counter() - t1))  # loading the batch, then the step that used it
+            b += 1
+        self._choose_loader(in_process)
+        if self.train_loader is in_process:
+            yield from self._loader_batches(in_process, epoch, b)
+            return
+        # The workers start now and prefetch from HEAD_START batches on, while this process loads the batches
+        # before and the training computes them: their start-up (a fork and the first batch, about 0.1-0.2 s on
+        # a loaded 2-core machine) overlaps steps instead of stalling the training.
+        workers = self.train_loader.batch_sampler
+        workers.set_epoch(epoch, b + HEAD_START)
+        ahead = iter(self.train_loader)
+        for _ in range(HEAD_START):
+            batch = next(fetched, None)
+            if batch is None:
+                return
+            if self.world_size > 1:
+                self._share = sampler.share(b)
+            yield self.to_device(batch)
+            b += 1
+        for b, batch in enumerate(ahead, b):
+            if self.world_size > 1:
+                self._share = workers.share(b)
+            yield self.to_device(batch)
+
+    def _choose_loader(self, in_process: Any) -> None:
+        from heteroflow.components.data.preprocess import available_cpus
+
+        timed = (self._probe or [])[1:] or (self._probe or [(0.0, 0.0)])  # the first batch pays start-up costs
+        load = statistics.median(t[0] for t in timed)
+        compute = statistics.median(t[1] for t in timed)
+        cpus = available_cpus()
+        n = choose_workers(load, compute, cpus=cpus, most=self._most_workers)
+        self._probe = None
+        if n == 0:
+            self.train_loader = in_process
+        elif n != self.train_loader.num_workers:
+            self.train_loader = self._loader_with(n)  # type: ignore[misc]
+        self.loader_workers = n
+        if self.rank == 0:
+            print(f"train: loader_workers={n} (chosen: a batch loads in {load * 1e3:.1f} ms and a step computes in "
+                  f"{compute * 1e3:.1f} ms; {cpus} cores, at most {self._most_workers}; set loader_workers to choose)",
+                  file=sys.stderr, flush=True)
 
     def step_done(self, step: int, *, model: nn.Module, optimizer: Any = None, scheduler: Any = None,
                   extra: Mapping[str, Any] | None = None) -> bool:
@@ -330,15 +444,14 @@ class TrainContext:
         model = model.module if hasattr(model, "module") else model  # DDP: every rank evaluates its own copy
         was_training = model.training
         model.eval()
-        correct = total = 0
+        correct, total = None, 0
         with torch.no_grad(), self.autocast():
-            loader.batch_sampler.set_epoch(0, 0)
-            for x, y in loader:
-                x, y = self.to_device((x, y))
-                correct += int((model(x).argmax(dim=1) == y).sum().item())
+            for x, y in self._loader_batches(loader, 0, 0, shares=False):
+                hits = (model(x).argmax(dim=1) == y).sum()
+                correct = hits if correct is None else correct + hits  # on the device: one wait, at the end
                 total += len(y)
         model.train(was_training)
-        return correct / total if total else None
+        return int(correct.item()) / total if total and correct is not None else None
 
 
 # --- the built-in loop -------------------------------------------------------------------------------------
@@ -370,24 +483,28 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
         loss_sum, loss_count = torch.zeros((), dtype=torch.float64), 0
     model.train()
     started = time.perf_counter()
+    amp = ctx.autocast_dtype is not None
+    due, fault_check = ctx.checkpoint.due, ctx.fault_check
     for epoch in range(ctx.epoch_of(step), ctx.epochs):
-        losses: list[torch.Tensor] = []
+        losses: list[torch.Tensor] = []  # device tensors: nothing waits for the device per step
         first_step = step
         for x, y in ctx.batches(epoch, step):
-            with ctx.autocast():
+            if amp:
+                with ctx.autocast():
+                    loss = ctx.loss_fn(model(x), y)
+            else:
                 loss = ctx.loss_fn(model(x), y)
-            ctx.backward(loss, optimizer)
+            losses.append(ctx.backward(loss, optimizer).float())
             step += 1
             ctx.samples_seen += len(y)
-            losses.append(loss.detach().float())
-            if ctx.checkpoint.due(step):
+            if due(step):
                 _check_losses(losses, first_step=first_step, epoch=epoch, ctx=ctx)  # never save NaN weights
                 part = ctx.mean_across_workers(float((loss_sum + torch.stack(losses).double().sum().cpu()).item()))
                 ctx.step_done(step, model=model, optimizer=optimizer, extra={
                     "epoch_loss_sum": part, "epoch_loss_count": loss_count + len(losses),
                 })
-            elif ctx.fault_check is not None:
-                ctx.fault_check(step)
+            elif fault_check is not None:
+                fault_check(step)
         _check_losses(losses, first_step=first_step, epoch=epoch, ctx=ctx)
         total = ctx.mean_across_workers(float(loss_sum + (torch.stack(losses).double().sum().cpu() if losses else 0.0)))
         count = loss_count + len(losses)
@@ -397,6 +514,38 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
     _synchronize(ctx.device)
     ctx.loop_seconds = time.perf_counter() - started
     return model
+
+
+def compile_available(device: torch.device) -> str:
+    """Why ``torch.compile`` cannot run on ``device`` here (an empty string when it can): TorchDynamo unsupported
+    on this Python or platform (``torch._dynamo.is_dynamo_supported``), or, on the CPU, no C++ compiler for
+    Inductor's kernels (``$CXX``, ``g++``, ``clang++`` or ``c++`` on the PATH)."""
+    import os
+
+    try:
+        import torch._dynamo
+    except ImportError as exc:
+        return f"torch._dynamo cannot be imported ({exc})"
+    if not torch._dynamo.is_dynamo_supported():
+        return "torch.compile does not support this Python or platform"
+    if device.type == "cpu" and not any(shutil.which(c) for c in (os.environ.get("CXX", ""), "g++", "clang++", "c++") if c):
+        return "no C++ compiler for torch.compile's CPU kernels (set CXX or install g++)"
+    return ""
+
+
+HEAD_START = 2
+"""Batches the training process still loads itself after choosing workers, while the workers start."""
+
+_CROSS_ENTROPY: list[Callable[..., Any]] = []
+
+
+def _cross_entropy() -> Callable[..., Any]:
+    """``torch.nn.functional.cross_entropy``, imported once (torch is imported where it is used)."""
+    if not _CROSS_ENTROPY:
+        import torch.nn.functional as F
+
+        _CROSS_ENTROPY.append(F.cross_entropy)
+    return _CROSS_ENTROPY[0]
 
 
 def _report_epoch(ctx: TrainContext, model: nn.Module, *, epoch: int, step: int, loss: float) -> None:

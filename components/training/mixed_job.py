@@ -61,6 +61,9 @@ __all__ = [
     "REPLICA_KIND_ENV",
     "ROLES_ENV",
     "RoleSpec",
+    "missing_images",
+    "mixed_job_manifests",
+    "mixed_roles",
     "validate_volcano_job",
     "volcano_mixed_job",
 ]
@@ -286,3 +289,50 @@ def validate_volcano_job(job: Mapping[str, Any], *, k8s_version: str = "1.33.0")
     for task in job["spec"]["tasks"]:
         pod_template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": task["name"]}, "template": task["template"]}
         kubernetes_validate.validate(pod_template, k8s_version, strict=True)
+
+
+def mixed_roles(resources: Any) -> list[RoleSpec]:
+    """One :class:`RoleSpec` per replica group of a mixed candidate
+    (:class:`~heteroflow.components.replicas.MixedResources`): the group's kind, its ``count`` replicas as pods
+    (one replica's resources each: one device on an accelerator kind), the kind's name as the task.
+
+    Raises:
+        InvalidResources: ``resources`` is not a mixed candidate (it has no ``replicas``).
+    """
+    groups = getattr(resources, "replicas", None)
+    if not groups:
+        raise InvalidResources(f"{resources!r} is not a mixed candidate; valid: MixedResources (e.g. gpu:count=2+npu:count=4)")
+    return [RoleSpec(g.kind.value, g.count, g.resources) for g in groups]
+
+
+def mixed_job_manifests(
+    resources: Any,
+    *,
+    name: str,
+    image: str | Mapping[str, str] | None = None,
+    command: Sequence[str] = ("heteroflow", "step", "train"),
+    namespace: str = "default",
+    profile: ClusterProfile | None = None,
+) -> list[dict[str, Any]]:
+    """The manifests of a mixed candidate's train on a cluster: one Volcano Job (:func:`volcano_mixed_job`) with a
+    task per replica group of ``resources`` (:func:`mixed_roles`), each pod running ``command`` under torchrun.
+
+    Raises:
+        InvalidResources: as :func:`volcano_mixed_job` (no image for a kind: pass ``image`` or name ``images.<kind>``
+            in the profile).
+    """
+    return [volcano_mixed_job(name, mixed_roles(resources), image, command, namespace=namespace, profile=profile)]
+
+
+def missing_images(resources: Any, image: str | Mapping[str, str] | None, profile: ClusterProfile | None) -> list[str]:
+    """The kinds of a mixed candidate with no image (neither ``image`` nor the profile's ``images.<kind>``)."""
+    from heteroflow.components.devices.cluster import DEFAULT_PROFILE
+
+    used = profile or DEFAULT_PROFILE
+    out = []
+    for g in resources.replicas:
+        kind = g.kind.value
+        given = image.get(kind) if isinstance(image, Mapping) else image
+        if not (given or used.image_for(kind)):
+            out.append(kind)
+    return out

@@ -115,6 +115,8 @@ class NodeRole:
     master_port: int
 
 
+_MIXED_KIND_ENV = "HETEROFLOW_REPLICA_KIND"  # mixed_job.REPLICA_KIND_ENV (not imported: mixed_job imports devices)
+_MIXED_ROLES_ENV = "HETEROFLOW_MIXED_ROLES"  # mixed_job.ROLES_ENV
 NODES_ENV = "HETEROFLOW_NODES"
 """Set by heteroflow's training-job manifests on every pod: the job's node count (:func:`node_role`)."""
 
@@ -125,12 +127,17 @@ def node_role(environ: Mapping[str, str] | None = None) -> NodeRole | None:
     Read from the variables the operators set: Kubeflow Trainer v2's torch plugin sets torchrun's ``PET_NNODES``,
     ``PET_NODE_RANK``, ``PET_MASTER_ADDR``, ``PET_MASTER_PORT`` [KT]; the training operator v1 (PyTorchJob) sets
     ``MASTER_ADDR``, ``MASTER_PORT`` and the pod's ``RANK`` (Master 0, Worker i+1) [PJ]. ``PET_*`` wins; the node
-    count falls back to :data:`NODES_ENV`, which heteroflow's manifests set. A job of one node is None.
+    count falls back to :data:`NODES_ENV`, which heteroflow's manifests set. A job of one node is None; so is a
+    pod of a mixed job (``HETEROFLOW_REPLICA_KIND`` or ``HETEROFLOW_MIXED_ROLES`` set, see
+    :mod:`heteroflow.components.training.mixed_job`): its agents meet in torchrun's elastic c10d rendezvous
+    (``PET_NNODES=1:K``, ``PET_RDZV_ENDPOINT``), with no master address, and the train step takes the mixed path.
 
     Raises:
         InvalidParameter: a variable that is not a number, or a node rank out of range (names the variable).
     """
     env = os.environ if environ is None else environ
+    if env.get(_MIXED_KIND_ENV) or env.get(_MIXED_ROLES_ENV):
+        return None  # a mixed job's pod (#29): torchrun's elastic c10d rendezvous (PET_NNODES=1:K), not a static one
 
     def number(name: str, text: str) -> int:
         try:

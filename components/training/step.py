@@ -126,6 +126,7 @@ class TrainResult:
     waited_seconds: float = 0.0
     reused_model: str = ""
     amp_skipped_steps: int = 0
+    mixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
@@ -223,6 +224,8 @@ def train(
     loader_workers: int = -1,
     deterministic: bool = False,
     batch_sizes: str = "",
+    training_profile: str = "",
+    compile_model: bool = False,
     progress: Callable[..., None] | None = None,
 ) -> TrainResult:
     """Train a model (yours, or the built-in MLP) on the preprocessed data, resumable on any device.
@@ -248,9 +251,11 @@ def train(
         train_function: your training function package.module:function(ctx) (heteroflow.components.training.loop.TrainContext); empty: the built-in classifier loop.
         dataset_factory: package.module:function(split) returning a torch Dataset of (x, y); empty: the preprocessed data.
         precision: autocast: auto (bf16 where the device supports it, else fp16 with a GradScaler; fp32 on the CPU), fp32, bf16 or fp16.
-        loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables, up to 4 for files to decode) (unit: processes).
+        loader_workers: DataLoader worker processes; -1: auto (none for in-memory tables; for files to decode, chosen from the first batches' load and compute times, at most 4 and one core left to training, printed) (unit: processes).
         deterministic: torch.use_deterministic_algorithms for bit-identical reruns (slower on GPUs).
         batch_sizes: per-device batch sizes on a candidate with several devices, comma-separated, one per worker in rank order (e.g. '64,32' when the second device holds half as much); their sum is the optimizer step's batch and replaces batch_size, each worker's loss is weighted by its share so one update is one process's gradient over that union batch (a candidate with another number of workers splits it evenly); the learning rate applies to the union batch (scale it with it: Goyal et al. 2017, arXiv:1706.02677, linear scaling rule); empty: batch_size split evenly (unit: samples).
+        training_profile: path of a training profile (JSON from heteroflow profile; the plan step's parameter of the same name): on a mixed candidate its step times per device model set the first shares of the global batch; empty or timing no model of some kind: the first steps measure them.
+        compile_model: torch.compile the model (in place: checkpoints and the saved model keep their keys) where torch.compile can run; its compile time counts in the training's time, so it pays only over many steps of a large enough model: off by default (benchmarks/training.py measures it).
         progress: called after every epoch with ``epoch``, ``epochs``, ``step``, ``total_steps``, ``loss``,
             ``validation_accuracy`` and ``samples_per_second`` (the engine shows them live).
 
@@ -279,6 +284,11 @@ def train(
     spec.build()  # a factory that does not return a Module fails here, before any device time
     loop = _training_function(train_function)
 
+    if getattr(resources, "replicas", None):  # a mixed candidate: replicas of several kinds in one job (#29)
+        from heteroflow.components.training.mixed_step import train_mixed
+
+        return train_mixed(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=_given(locals()), splits=splits,
+                           spec=spec, params=params, ckpt_dir=ckpt_dir, started=started, say=_sayer(progress))
     role = None
     if resources is not None and resources.nodes > 1:
         from heteroflow.components.training.distributed import node_role
@@ -361,7 +371,7 @@ def train(
                 precision=amp_name,
                 model=spec.to_dict(),
                 device_kind=str(kind),
-                num_workers=workers,
+                num_workers=ctx.loader_workers,
                 processes=workers_total,
                 batch_size=union,
                 accelerator=str(getattr(resources, "accelerator", None) or ""),
@@ -556,12 +566,18 @@ def _train_facts(result: Any) -> dict[str, Any]:
         **({"waited_for": result.waited_for, "waited_seconds": round(result.waited_seconds, 1)} if result.waited_for else {}),
         **({"reused_model": result.reused_model} if result.reused_model else {}),
         **({"amp_skipped_steps": result.amp_skipped_steps} if result.precision == "float16" else {}),
+        **({"mixed": dict(result.mixed)} if result.mixed else {}),
     }
 
 
 def _train_metrics(facts: dict[str, Any]) -> dict[str, Any]:
     keys = ("samples_per_second", "final_loss", "validation_accuracy", "steps", "resumed_from_step")
-    return {k: facts[k] for k in keys if facts.get(k) is not None}
+    out = {k: facts[k] for k in keys if facts.get(k) is not None}
+    if facts.get("mixed"):  # per replica of a mixed job (#29): share, throughput, busy fraction
+        from heteroflow.components.training.mixed_step import mixed_metrics
+
+        out.update(mixed_metrics(facts["mixed"]))
+    return out
 
 
 def _where(f: dict[str, Any]) -> str:
@@ -584,7 +600,12 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
     if f.get("reused_model"):  # that training finished: its model is this run's (#28 item 10)
         return [*waited, f"train: took the model it finished ({f['steps']} steps, {f['reused_model']}), not trained again; "
                 f"final loss {f['final_loss']:.4f}" + (f", validation accuracy {va:.4f}" if va is not None else "")]
-    return [*waited,
+    mixed: list[str] = []
+    if f.get("mixed"):
+        from heteroflow.components.training.mixed_step import mixed_facts_lines
+
+        mixed = mixed_facts_lines(f["mixed"])
+    return [*waited, *mixed,
         f"train: {f['steps']} steps on {_where(f)}{precision}{resumed} in {f['seconds']:.1f} s "
         f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {f['final_loss']:.4f}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")

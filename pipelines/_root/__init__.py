@@ -27,13 +27,18 @@ __all__ = [
     "ArtifactSpec",
     "ArtifactType",
     "Candidates",
+    "ConfigMapVolume",
+    "CreatePVC",
+    "PVC",
     "Pipeline",
     "Resources",
     "RetryPolicy",
     "SecretEnv",
+    "SecretVolume",
     "compile",
     "default_pipeline",
     "load_pipeline",
+    "local_path",
     "run",
     "step",
 ]
@@ -48,6 +53,8 @@ _WHERE = {
     "RetryPolicy": ("heteroflow.components.resources", "RetryPolicy"),
     "Pipeline": ("heteroflow.pipelines.graph", "Pipeline"),
     "SecretEnv": ("heteroflow.pipelines.graph", "SecretEnv"),
+    **{name: ("heteroflow.pipelines.volumes", name) for name in ("CreatePVC", "PVC", "ConfigMapVolume", "SecretVolume")},
+    "local_path": ("heteroflow.components.core.mounts", "local_path"),
     "load_pipeline": ("heteroflow.pipelines.graph", "load_pipeline"),
     "default_pipeline": ("heteroflow.pipelines.default", "default_pipeline"),
     "run": ("heteroflow.pipelines.engines.runner", "run"),
@@ -68,6 +75,8 @@ if TYPE_CHECKING:
     from heteroflow.pipelines.engines.runner import run
     from heteroflow.pipelines.control import Collected, Elif, Else, If, ParallelFor
     from heteroflow.pipelines.subpipelines import pipeline_input
+    from heteroflow.components.core.mounts import local_path
+    from heteroflow.pipelines.volumes import PVC, ConfigMapVolume, CreatePVC, SecretVolume
 
 
 def __getattr__(name: str) -> Any:

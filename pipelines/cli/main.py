@@ -196,6 +196,8 @@ def _coerced(pipeline: Any, raw: dict[str, str], dataset: str | None) -> dict[st
 
     problems = Problems()
     aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
+    spellings = pipeline.kfp_spellings  # `preprocess_seed` (KFP's spelling) is `preprocess.seed` (#28.20)
+    raw = {(spellings[k] if k in spellings and k not in pipeline.params else k): v for k, v in raw.items()}
     unknown = sorted(set(raw) - set(pipeline.params) - set(aliases))
     if unknown:
         problems.add(InvalidParameter(
@@ -304,12 +306,16 @@ def params(
 
 
 def _print_params(pipeline: Any, *, as_json: bool) -> None:
+    from heteroflow.pipelines.kfp.platform import retry_note
+
     spec = pipeline.params
+    kfp = {v: k for k, v in pipeline.kfp_spellings.items()}  # preprocess.seed -> preprocess_seed (#28.20)
     if as_json:
         print(
             json.dumps(
                 {
                     n: {"type": p.type.__name__, "default": None if p.required else p.default, "unit": p.unit, "help": p.help}
+                    | ({"kfp_name": kfp[n]} if n in kfp else {})
                     for n, p in spec.items()
                 },
                 indent=2,
@@ -327,6 +333,11 @@ def _print_params(pipeline: Any, *, as_json: bool) -> None:
     console.print(table)
     for short, names in pipeline.aliases.items():
         console.print(f"{short}=VALUE sets {' and '.join(names)} (each call has its own)", highlight=False)
+    if kfp:  # one spelling accepted everywhere: either name works with --param, -c and KFP arguments
+        pairs = ", ".join(f"{n} = {k}" for n, k in kfp.items())
+        console.print(escape(f"KFP spells these with '_' (either spelling is accepted): {pairs}"), highlight=False)
+    for call in pipeline.calls:  # the retries each call gets, the default written out (#31)
+        console.print(escape(f"{call.name}: {retry_note(call)}"), highlight=False)
 
 
 # --- one step (pipelines/cli/step.py) ---------------------------------------------------------------------

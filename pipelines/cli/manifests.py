@@ -32,7 +32,7 @@ def manifests_command(
     ] = None,
     candidate: Annotated[
         Optional[list[str]],
-        typer.Option("--candidate", "-c", help="Train candidate KIND[:key=value,...], most preferred first (repeatable); the ClusterQueue flavor order."),
+        typer.Option("--candidate", "-c", help="Train candidate KIND[:key=value,...], most preferred first (repeatable); the ClusterQueue flavor order. A mixed candidate (gpu:count=2+npu:count=4) renders as one Volcano Job."),
     ] = None,
     pipeline_ref: Annotated[
         Optional[str], typer.Option("--pipeline", help="module:attribute of your Pipeline; its first device-bound call's candidates set the flavor order.")
@@ -99,6 +99,13 @@ def manifests_command(
     if workers >= 1:
         for i, res in enumerate(cands):
             kind = str(getattr(res.kind, "value", res.kind))
+            if getattr(res, "replicas", None):  # a mixed candidate: one Volcano Job, an image per kind
+                from heteroflow.components.training.mixed_job import missing_images
+
+                for lacking in missing_images(res, image, cluster):
+                    err_console.print(f"note: no train-{i}-{'-'.join(res.kinds)}.yaml: the profile names no image for {lacking} "
+                                      f"(images.{lacking}); give --image or add it to the profile", highlight=False)
+                continue
             if res.accelerator_spec is not None and not (image or cluster.image_for(kind)):
                 err_console.print(
                     f"note: no train-{i}-{kind}.yaml: the profile names no image for {kind} (images.{kind}); give --image "

@@ -28,6 +28,7 @@ from heteroflow.pipelines.graph import Call, Pipeline
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.runs.prerendering import prewarm as prewarm_report
 from heteroflow.pipelines.runs.records import RunRecord, begin_run, prepare_arguments
+from heteroflow.pipelines.volumes import make_local_volumes, remove_local_volumes, step_env, warn_local_packages
 
 __all__ = ["run_call", "run_inprocess"]
 
@@ -107,8 +108,12 @@ def run_inprocess(
     check_runnable(pipeline)
     with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
         args = prepare_arguments(pipeline, params)
+        for call in pipeline.calls:  # refused before the run starts: a volume this engine cannot stand in for
+            step_env(call, engine="inprocess")
+        warn_local_packages(pipeline.calls, engine="inprocess")
         active = begin_run(pipeline, run_dir, args, testing=testing)
         folder, run_id = active.folder, active.run_id
+        make_local_volumes(pipeline.calls, folder, engine="inprocess")  # PVCs as folders of the run (deleted below)
         prewarm_report()  # matplotlib imports while the steps run, not after them
         t0 = time.perf_counter()
         produced: dict[tuple[str, str], str] = {}
@@ -123,16 +128,17 @@ def run_inprocess(
                 for call in () if controlled else pipeline.calls:
                     outputs = {s.name: str(folder / "artifacts" / call.name / s.name) for s in call.step.outputs}
                     inputs = {name: produced[(ref.call, ref.output)] for name, ref in call.input_refs().items()}
-                    outcome = run_call(
-                        call,
-                        params=pipeline.call_params(call, args),
-                        inputs=inputs,
-                        outputs=outputs,
-                        start=starts.get(call.name, 0),
-                        placements=pipeline.placements() if call.step.planner else None,
-                        placement=inventory,
-                        sleep=sleep,
-                    )
+                    with environ(step_env(call, engine="inprocess")):  # the call's env and volume folders
+                        outcome = run_call(
+                            call,
+                            params=pipeline.call_params(call, args),
+                            inputs=inputs,
+                            outputs=outputs,
+                            start=starts.get(call.name, 0),
+                            placements=pipeline.placements() if call.step.planner else None,
+                            placement=inventory,
+                            sleep=sleep,
+                        )
                     if outcome.status != "succeeded":
                         break
                     produced.update({(call.name, k): v for k, v in outputs.items()})
@@ -142,5 +148,7 @@ def run_inprocess(
                         inventory = dict(found) if isinstance(found, Mapping) else None
         except KeyboardInterrupt:
             interrupted = True
+        finally:
+            remove_local_volumes(folder)  # a CreatePVC lives for the run (KFP's DeletePVC at its end)
         record = active.finish(wall_seconds=time.perf_counter() - t0, interrupted=interrupted)
     return record

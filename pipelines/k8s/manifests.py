@@ -432,7 +432,7 @@ K8S_VERSION = "1.33.0"
 
 def validate(manifest: Mapping[str, Any]) -> None:
     """Validate one manifest: custom resources against the shipped CRD (unknown fields rejected,
-    :func:`heteroflow.cache.crds.validate_manifest`); the pod templates inside a PyTorchJob also as core
+    :func:`heteroflow.cache.crds.validate_manifest`); the pod templates inside a PyTorchJob or a Volcano Job also as core
     ``PodTemplate`` objects with ``kubernetes-validate`` (strict: unknown fields rejected) where it is installed
     (the ``dev`` extra).
 
@@ -443,6 +443,11 @@ def validate(manifest: Mapping[str, Any]) -> None:
     from heteroflow.cache.crds import validate_manifest
 
     validate_manifest(manifest)
+    if manifest.get("kind") == "Job" and str(manifest.get("apiVersion", "")).startswith("batch.volcano.sh/"):
+        from heteroflow.components.training.mixed_job import validate_volcano_job
+
+        validate_volcano_job(manifest, k8s_version=K8S_VERSION)  # each task's pod template, as a PyTorchJob's below
+        return
     if manifest.get("kind") == "PyTorchJob":
         try:
             import kubernetes_validate
@@ -465,7 +470,10 @@ def render_all(
     command: Sequence[str] = ("heteroflow", "step", "train"),
 ) -> dict[str, list[dict[str, Any]]]:
     """Every manifest, by file name: ``volcano-queues.yaml``, ``kueue.yaml`` (when the inventory states CPU and
-    memory), ``train-<i>-<kind>.yaml`` per accelerator candidate (when ``workers`` >= 1 and an image is known).
+    memory), ``train-<i>-<kind>.yaml`` per accelerator candidate (when ``workers`` >= 1 and an image is known);
+    a mixed candidate (``gpu:count=2+npu:count=4``) as ``train-<i>-gpu-npu.yaml``, one Volcano Job with a task per
+    kind and ``minAvailable`` = all its replicas (:func:`~heteroflow.components.training.mixed_job.mixed_job_manifests`;
+    ``workers`` does not apply: its ``count`` per kind is the pods).
     Each manifest is validated (:func:`validate`).
 
     Raises:
@@ -480,6 +488,13 @@ def render_all(
         files["kueue.yaml"] = kueue_manifests(inventory, cands, profile)
     if workers >= 1:
         for i, res in enumerate(cands):
+            if getattr(res, "replicas", None):  # a mixed candidate (#29): one Volcano Job, a task per kind
+                from heteroflow.components.training.mixed_job import missing_images, mixed_job_manifests
+
+                if not missing_images(res, image, profile):
+                    files[f"train-{i}-{'-'.join(res.kinds)}.yaml"] = mixed_job_manifests(
+                        res, name=f"{job_name}-{i}", image=image, namespace=namespace, profile=profile, command=command)
+                continue
             if res.accelerator_spec is None:
                 continue
             if not (image or profile.image_for(res.kind)):  # type: ignore[arg-type]

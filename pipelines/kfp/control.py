@@ -265,10 +265,11 @@ class ControlRenderer(_Renderer):
         if node.group is not None and direct:
             self.check_routes(direct, env, f"check: {node.group.name}")
 
-    def check_routes(self, calls: Sequence[Call], env: dict[Key, Any], name: str) -> None:
+    def check_routes(self, calls: Sequence[Call], env: dict[Key, Any], name: str) -> Any:
         names = [c.name for c in calls]
-        check = _exec_component(render._check_source(names), "heteroflow_check", self.image, bookkeeping=True)
-        self.small(check(**{f"route_{n}": env[("route", n)] for n in names}), name)
+        steps = {c.name: render.step_ref(c.step) for c in calls}
+        check = _exec_component(render._check_source(names, pipeline=self.pipeline.name, steps=steps), "heteroflow_check", self.image, bookkeeping=True)
+        return self.small(check(**{f"route_{render._py(n)}": env[("route", n)] for n in names}), name)
 
     def emit_group(self, node: Node, env: dict[Key, Any]) -> None:
         group = node.group
@@ -390,7 +391,8 @@ class ControlRenderer(_Renderer):
     def finish(self, env: dict[Key, Any]) -> None:
         top = [c for c in self.calls if not c.groups]
         if top:
-            self.check_routes(top, env, "check: every step succeeded")
+            check = self.check_routes(top, env, "check: every step succeeded")
+            render.platform.delete_pvcs(self.pipeline, self.pvcs, self.tops, check)
 
 
 def to_kfp_control(pipeline: Pipeline, renderer: ControlRenderer) -> Any:

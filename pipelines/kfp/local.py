@@ -34,6 +34,7 @@ from heteroflow.pipelines.kfp import patches as kfp_patches
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.graph import Pipeline
 from heteroflow.pipelines.kfp.prestart import WarmPool, prestart_size, take_early
+from heteroflow.pipelines.volumes import make_local_volumes, remove_local_volumes
 from heteroflow.pipelines.runs.prerendering import prerender as prerender_report
 from heteroflow.pipelines.runs.prerendering import stop_prerender
 from heteroflow.pipelines.runs.records import (
@@ -130,6 +131,7 @@ def run_local(
             rendered = to_kfp(pipeline, local=True)
         active = begin_run(pipeline, run_dir, args, testing=testing)
         folder, run_id = active.folder, active.run_id
+        make_local_volumes(pipeline.calls, folder, engine="kfp-local")  # PVCs as folders of the run (deleted below)
         _TASK_ENDED.clear()
         prerender_report(folder, pipeline, wake=_TASK_ENDED)  # matplotlib imports, and plots are drawn, while the steps run
         t0 = time.perf_counter()
@@ -192,6 +194,7 @@ def run_local(
                 watcher.join()
             stop_prerender()  # every step has ended: the report draws what is left (and no thread outlives the run)
             shutil.rmtree(scratch, ignore_errors=True)
+            remove_local_volumes(folder)  # a CreatePVC lives for the run (KFP's DeletePVC at its end)
         record = active.finish(wall_seconds=time.perf_counter() - t0, interrupted=interrupted, error=error)
     if on_progress:
         on_progress(record.steps)

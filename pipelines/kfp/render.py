@@ -88,8 +88,10 @@ from heteroflow.components.core.runtime import (
 )
 from heteroflow.components.core.step import ArtifactType, Step, step_ref
 from heteroflow.pipelines.graph import Call, OutputRef, ParamRef, Pipeline
+from heteroflow.pipelines.kfp import platform
 from heteroflow.pipelines.kfp.patches import cheap_container_checks
 from heteroflow.pipelines.kfp.resources import apply_resources
+from heteroflow.pipelines.volumes import run_after as vol_run_after
 
 __all__ = ["DEFAULT_IMAGE", "apply_resources", "apply_retry", "compile_pipeline", "to_kfp"]
 
@@ -107,6 +109,11 @@ _KFP_TYPES: Mapping[ArtifactType, type] = {
     ArtifactType.HTML: HTML,
 }
 _shim_counter = itertools.count()
+
+
+def _py(name: str) -> str:
+    """A call name as a Python identifier (``train-large`` -> ``train_large``; KFP names the task ``train-large``)."""
+    return name.replace("-", "_")
 
 
 def apply_retry(task: PipelineTask, policy: Any, *, local: bool = False) -> PipelineTask:
@@ -159,7 +166,7 @@ def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], c
     if chain:
         required.extend(f"{KFP_URI_PREFIX}{spec.name}: OutputPath(str)" for spec in step.outputs)
     for name in after:
-        required.append(f"{KFP_AFTER_PREFIX}{name}: str")
+        required.append(f"{KFP_AFTER_PREFIX}{_py(name)}: str")
     if step.device_bound:
         required.append(f"{KFP_CANDIDATE}: str")
         required.append(f"{KFP_CANDIDATES}: str")
@@ -172,7 +179,7 @@ def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], c
     signature = ",\n    ".join(required + defaulted)
     doc = (step.description or step.name).replace('"""', "'''")
     return (
-        f"def {call.name}(\n    {signature},\n) -> str:\n"
+        f"def {_py(call.name)}(\n    {signature},\n) -> str:\n"
         f'    """{doc}"""\n'
         "    arguments = dict(locals())\n"
         "    from heteroflow.components.core.runtime import kfp_task\n\n"
@@ -180,8 +187,9 @@ def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], c
     )
 
 
-def _make_component(call: Call, image: str, **shape: Any) -> Any:
-    return _exec_component(_shim_source(call, step_ref(call.step), **shape), call.name, image)
+def _make_component(call: Call, image: str, local: bool = False, **shape: Any) -> Any:
+    options = platform.component_options(call, image, local=local)
+    return _exec_component(_shim_source(call, step_ref(call.step), **shape), _py(call.name), options.pop("base_image"), **options)
 
 
 def _skip_source(call: Call) -> str:
@@ -192,7 +200,7 @@ def _skip_source(call: Call) -> str:
     outs = "".join(f", {KFP_URI_PREFIX}{n}: OutputPath(str)" for n in names)
     pairs = ", ".join(f"({KFP_URI_PREFIX}{n}, uri_{n})" for n in names)
     return (
-        f"def heteroflow_skip_{call.name}(route: str{ins}{outs}) -> str:\n"
+        f"def heteroflow_skip_{_py(call.name)}(route: str{ins}{outs}) -> str:\n"
         f'    """A candidate of {call.name} that does not run: pass the previous route and artifact URIs on."""\n'
         "    import os\n\n"
         f"    for path, text in ({pairs},):\n"
@@ -235,7 +243,7 @@ def _arguments_source(call: Call) -> str:
     required, defaulted = _param_signature(call.step)
     signature = "".join(f"\n    {p}," for p in required + defaulted)
     return (
-        f"def heteroflow_arguments_{call.name}({signature}{chr(10) if signature else ''}) -> str:\n"
+        f"def heteroflow_arguments_{_py(call.name)}({signature}{chr(10) if signature else ''}) -> str:\n"
         f'    """The parameters of {call.name} as one JSON object, for the candidates of its fallback chain."""\n'
         "    arguments = dict(locals())\n"
         "    import json\n\n"
@@ -243,7 +251,7 @@ def _arguments_source(call: Call) -> str:
     )
 
 
-def _exec_component(source: str, name: str, image: str, *, bookkeeping: bool = False) -> Any:
+def _exec_component(source: str, name: str, image: str, *, bookkeeping: bool = False, **options: Any) -> Any:
     """A KFP lightweight component from generated source (registered in :mod:`linecache`, where
     ``inspect.getsource`` finds it; an entry whose mtime is None is never invalidated).
 
@@ -265,18 +273,18 @@ def _exec_component(source: str, name: str, image: str, *, bookkeeping: bool = F
     if bookkeeping:
         with _BOOKKEEPING_LOCK:
             _BOOKKEEPING.setdefault(source, namespace[name])
-    return dsl.component(namespace[name], base_image=image, install_kfp_package=False)
+    return dsl.component(namespace[name], base_image=image, install_kfp_package=False, **options)
 
 
 def _check_source(calls: list[str], *, pipeline: str = "", steps: Mapping[str, str] | None = None) -> str:
     """The run's last task: write the run report as an ``HTML`` artifact (``report``:
     :func:`heteroflow.pipelines.kfp.artifacts.write_report_artifact`; ``steps``: call -> step ref), then fail the run
     with the first failed call's own message (no retries), else succeed."""
-    params = ", ".join([f"route_{c}: str" for c in calls] + ["report: Output[HTML]"])
-    routes = "{" + ", ".join(f"{c!r}: route_{c}" for c in calls) + "}"
+    params = ", ".join([f"route_{_py(c)}: str" for c in calls] + ["report: Output[HTML]"])
+    routes = "{" + ", ".join(f"{c!r}: route_{_py(c)}" for c in calls) + "}"
     checks = "".join(
-        f"    if route_{c}.startswith('failed: '):\n"
-        f"        cls, _, why = json.loads(chr(34) + route_{c}[8:] + chr(34)).partition(': ')\n"
+        f"    if route_{_py(c)}.startswith('failed: '):\n"
+        f"        cls, _, why = json.loads(chr(34) + route_{_py(c)}[8:] + chr(34)).partition(': ')\n"
         f"        raise RuntimeError(f\"step {c!r} failed ({{cls}}; not retried): {{why}}\")\n"
         for c in calls
     )
@@ -319,6 +327,7 @@ class _Renderer:
             c.name: _make_component(
                 c,
                 image,
+                local,
                 placed=self.placed if c.step.planner else [],
                 after=self.after(c),
                 chain=self.chained(c),
@@ -327,12 +336,12 @@ class _Renderer:
             for c in self.calls
         }
         self.skips = {
-            c.name: _exec_component(_skip_source(c), f"heteroflow_skip_{c.name}", image, bookkeeping=True)
+            c.name: _exec_component(_skip_source(c), f"heteroflow_skip_{_py(c.name)}", image, bookkeeping=True)
             for c in self.calls
             if self.chained(c)
         }
         self.arguments = {
-            c.name: _exec_component(_arguments_source(c), f"heteroflow_arguments_{c.name}", image, bookkeeping=True)
+            c.name: _exec_component(_arguments_source(c), f"heteroflow_arguments_{_py(c.name)}", image, bookkeeping=True)
             for c in self.calls
             if self.chained(c)
         }
@@ -341,6 +350,8 @@ class _Renderer:
             "heteroflow_check", image, bookkeeping=True,
         )
         self.placements_json = json.dumps(pipeline.placements(), sort_keys=True)
+        self.pvcs: dict[str, Any] = {}  # CreatePVC name -> its task (platform.create_pvcs, in the pipeline's body)
+        self.tops: dict[str, list[Any]] = {}  # call -> its tasks outside condition groups (what DeletePVC waits for)
 
     def chained(self, call: Call) -> bool:
         """Whether ``call`` renders as a fallback chain: device-bound with several candidates (a single candidate
@@ -352,6 +363,7 @@ class _Renderer:
         that renders without a chain (one candidate: no level reads the plan's route, so without this it would start
         beside the plan, even after the plan failed)."""
         names = [ref.call for ref in call.input_refs().values()]
+        names += vol_run_after(self.pipeline, call)  # .after(): ordering without data, read as a route
         if self.planner is not None and call.name in self.placed and not self.chained(call):
             names.append(self.planner)
         return list(dict.fromkeys(names))
@@ -382,7 +394,7 @@ class _Renderer:
         else:
             kwargs = self.bound(call, env, set(call.bindings))
         for name in self.after(call):
-            kwargs[f"{KFP_AFTER_PREFIX}{name}"] = env[("route", name)]
+            kwargs[f"{KFP_AFTER_PREFIX}{_py(name)}"] = env[("route", name)]
         resources = call.candidates[index]
         if call.device_bound:
             kwargs[KFP_CANDIDATE] = candidate_to_json(index, resources)
@@ -392,10 +404,12 @@ class _Renderer:
         if call.step.planner:
             kwargs[KFP_PLACEMENTS] = self.placements_json
         task = self.components[call.name](**kwargs)
+        shown = call.display_name or call.name
         if call.device_bound:
-            task.set_display_name(f"{call.name} on {_kind(resources)} (candidate {index})")
+            task.set_display_name(f"{shown} on {_kind(resources)} (candidate {index})")
         else:
-            task.set_display_name(call.name)
+            task.set_display_name(shown)
+        platform.apply_call_options(task, call, local=self.local, pvcs=self.pvcs)
         # kfp.local ignores resources: the default profile there, without the default-profile warning (#16.20)
         apply_resources(task, resources, profile=self.profile or (DEFAULT_PROFILE if self.local else None))
         apply_retry(task, call.retry, local=self.local)
@@ -421,6 +435,7 @@ class _Renderer:
             self.emit_chain(call, env)
             return
         task = self.task(call, env, 0)
+        self.tops[call.name] = [task]
         env[("route", call.name)] = task.outputs["Output"]
         for spec in call.step.outputs:
             env[("out", call.name, spec.name)] = task.outputs[spec.name]
@@ -446,6 +461,8 @@ class _Renderer:
             with dsl.If(route == f"to-{k}", name=f"{label} [{_kind(res)}-{k}]"):
                 task = self.task(call, env, k)
             with dsl.Else(name=f"{label} [not {_kind(res)}-{k}]"):
+                # KFP wraps the If/Else pair in a `condition-branches-N` group when the Else opens: name it (#28.19)
+                platform.name_condition_branches(f"{label} [{_kind(res)}-{k} or not]")
                 passed = self.small(
                     self.skips[call.name](route=route, **{f"uri_{n}": uris[n] for n in names}),
                     f"{call.name}: not {_kind(res)}-{k}",
@@ -453,22 +470,26 @@ class _Renderer:
             route = dsl.OneOf(task.outputs["Output"], passed.outputs["Output"])
             uris = {n: dsl.OneOf(task.outputs[f"{KFP_URI_PREFIX}{n}"], passed.outputs[f"{KFP_URI_PREFIX}{n}"]) for n in names}
         env[("route", call.name)] = route
+        self.tops[call.name] = []
         for spec in call.step.outputs:
             imported = dsl.importer(artifact_uri=uris[spec.name], artifact_class=_KFP_TYPES[spec.type], reimport=False)
+            imported.set_display_name(f"{call.display_name or call.name}: {spec.name} (from the candidate that ran)")
+            self.tops[call.name].append(imported)
             env[("out", call.name, spec.name)] = imported.output
 
     def finish(self, env: dict[tuple[str, ...], Any]) -> None:
         kwargs: dict[str, Any] = {}
         for call in self.calls:
-            kwargs[f"route_{call.name}"] = env[("route", call.name)]
-        self.small(self.check(**kwargs), "check: every step succeeded")
+            kwargs[f"route_{_py(call.name)}"] = env[("route", call.name)]
+        check = self.small(self.check(**kwargs), "check: every step succeeded")
+        platform.delete_pvcs(self.pipeline, self.pvcs, self.tops, check)
 
 
 def _pipeline_doc(pipeline: Pipeline) -> str:
     lines = [pipeline.description or pipeline.name, "", "Args:"]
     for p in pipeline.params.values():
         unit = f" (unit: {p.unit})" if p.unit else ""
-        lines.append(f"    {p.name.replace('.', '_')}: {p.help}{unit}")
+        lines.append(f"    {p.name.replace('.', '_').replace('-', '_')}: {p.help}{unit}")
     return "\n".join(lines)
 
 
@@ -480,7 +501,7 @@ def kfp_param_names(pipeline: Pipeline) -> dict[str, str]:
     """
     out: dict[str, str] = {}
     for name in pipeline.params:
-        kfp_name = name.replace(".", "_")
+        kfp_name = name.replace(".", "_").replace("-", "_")
         clash = next((k for k, v in out.items() if v == kfp_name), None)
         if clash is not None:
             raise InvalidParameter(f"parameters {clash!r} and {name!r} both become {kfp_name!r} in KFP; rename one (p.param(...))")
@@ -523,6 +544,7 @@ def to_kfp(
 
     def body(*args: Any) -> None:
         env: dict[tuple[str, ...], Any] = {("param", p.name): a for p, a in zip(params, args)}
+        renderer.pvcs = platform.create_pvcs(pipeline, local=local)
         if emit_all is not None:
             emit_all(env)
             return
@@ -541,7 +563,13 @@ def to_kfp(
     body.__qualname__ = body.__name__
     body.__doc__ = _pipeline_doc(pipeline)
     with cheap_container_checks():
-        return dsl.pipeline(body, name=pipeline.name, description=pipeline.description or None)
+        return dsl.pipeline(
+            body,
+            name=pipeline.name,
+            description=pipeline.description or None,
+            display_name=getattr(pipeline, "display_name", None),
+            pipeline_root=None if local else getattr(pipeline, "pipeline_root", None),
+        )
 
 
 def compile_pipeline(
@@ -581,8 +609,8 @@ def _share_identical_specs(docs: list[Any]) -> None:
     keys its settings by that label; KFP's backend visits each component once by name.
     """
     ir = docs[0]
-    platform = docs[1] if len(docs) > 1 else {}
-    settings = platform.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
+    platform_spec = docs[1] if len(docs) > 1 else {}
+    settings = platform_spec.get("platforms", {}).get("kubernetes", {}).get("deploymentSpec", {}).get("executors", {})
     executors = ir.get("deploymentSpec", {}).get("executors", {})
     components = ir.get("components", {})
 
@@ -622,4 +650,5 @@ def _compact_ir(text: str) -> str:
     start = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
     docs = list(yaml.safe_load_all("".join(lines[start:])))
     _share_identical_specs(docs)
+    platform.integer_defaults(docs)
     return "".join(lines[:start]) + yaml.dump_all(docs, sort_keys=True)

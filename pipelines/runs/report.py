@@ -35,6 +35,7 @@ from heteroflow.cache.redact import redact_url
 from heteroflow.pipelines.runs import charts, prerendering
 from heteroflow.pipelines.runs.folders import load_run
 from heteroflow.pipelines.runs.markup import _CSS, _e
+from heteroflow.pipelines.runs.mixed_section import mixed_section
 from heteroflow.pipelines.runs.prerendering import prerender, prewarm, stop_prerender  # noqa: F401 - re-exported: the old path
 from heteroflow.pipelines.runs.sections import (
     _attempts_table,
@@ -118,6 +119,7 @@ def render_report(run: dict[str, Any] | str | os.PathLike[str]) -> str:
         _retries(run),
         _fallbacks(run),
         _placement(run),
+        mixed_section(run),
         _plots(run),
         _classification(run),
         _lineage(run),

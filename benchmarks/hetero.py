@@ -1,0 +1,130 @@
+"""One training job on two device kinds at once (issue #29): balanced shares against equal shares and against the
+fastest kind alone, replica utilization, and compression of the exchange between kinds.
+
+Setup: a CNN on scikit-learn's bundled digits (1,797 8x8 images; a fixed 80/20 split: 1,437 to train, 360 to
+test), upsampled to 16x16 inside the model, convolutions of 32 and 64 channels (66k parameters, about 45 MFLOP per
+sample for forward and backward), so compute dominates a step (tens of milliseconds against about 1 ms for the
+gradient exchange on this machine). Two simulated kinds, ``gpu`` at speed 1.0 and ``npu`` at speed 0.5
+(:class:`~heteroflow.components.training.shares.SlowDown`: the slower replica sleeps in proportion to its
+compute, so two replicas on two cores do not contend), one replica per kind, one torch thread per replica, the
+same global batch (64) and the same steps in every configuration; SGD with momentum 0.9, learning rate 0.05.
+
+Configurations (each a job of :mod:`heteroflow.components.training.mixed`, one worker process per replica):
+
+- **equal**: both kinds, shares 32 and 32;
+- **balanced**: both kinds, shares measured after 5 warm-up steps (equal until then), then every 20 steps;
+- **fastest alone**: the ``gpu`` replica alone with the whole batch;
+- **topk 1%** / **powersgd rank 2**: balanced, with the cross-kind exchange compressed.
+
+Time is the training loop's wall time (the warm-up steps that measure speed included; process start-up not).
+Utilization is busy time (compute, the simulated slow-down and the optimizer's step) over wall time, the minimum
+over replicas. Bytes per step are what a kind's leader sends
+across kinds (values and int32 indices for top-k; P and Q for PowerSGD), against the float32 gradient. Each
+timed configuration runs ``--repeats`` times, alternating, and the best time is kept (the one least disturbed on a
+shared machine; the load average is printed to stderr). Nothing here asserts a time.
+
+Output (stdout; the format is read by a script; details go to stderr)::
+
+    balanced vs equal shares: 1.43x
+    balanced vs fastest kind alone: 1.38x
+    replica utilization: equal 52%, balanced 91%
+    topk 1%: bytes/step 0.02x, test accuracy 0.951 vs 0.953
+    powersgd rank 2: bytes/step 0.05x, test accuracy 0.949 vs 0.953
+
+Usage: ``python benchmarks/hetero.py [--quick] [--steps N] [--repeats N]`` (``--quick``: under 3 minutes on 2 cores).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import torch
+from torch import nn
+
+HERE = os.path.abspath(__file__)
+BATCH = 64
+
+
+def digits(train: bool = True) -> object:
+    """The digits split (train: 1,437, test: 360), a fixed permutation (seed 0), images scaled to [0, 1]."""
+    import numpy as np
+    from sklearn.datasets import load_digits
+
+    from heteroflow.components.data.readers import TensorData
+
+    d = load_digits()
+    order = np.random.default_rng(0).permutation(len(d.target))
+    cut = int(len(order) * 0.8)
+    idx = order[:cut] if train else order[cut:]
+    x = torch.tensor(d.images[idx], dtype=torch.float32).unsqueeze(1) / 16.0
+    return TensorData(x, torch.tensor(d.target[idx], dtype=torch.int64))
+
+
+def cnn() -> nn.Module:
+    """The benchmark's CNN (see the module docstring); no dropout, no batch norm."""
+    return nn.Sequential(
+        nn.Upsample(scale_factor=2), nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 4 * 4, 10))
+
+
+def _job(steps: int, **kw: object) -> object:
+    from heteroflow.components.training.mixed import MixedJob
+
+    return MixedJob(model=f"{HERE}:cnn", data=f"{HERE}:digits", global_batch=BATCH, learning_rate=0.05, max_steps=steps,
+                    optimizer="sgd", seed=0, warmup_steps=5, rebalance_every_steps=20, **kw)
+
+
+def _accuracy(state: dict) -> float:
+    model = cnn()
+    model.load_state_dict(state)
+    test = digits(train=False)
+    with torch.no_grad():
+        return float((model(test.x).argmax(1) == test.y).float().mean())
+
+
+def _run(name: str, job: object, kinds: list[str], speeds: list[float]) -> object:
+    from heteroflow.components.training.mixed import run_mixed_local
+
+    r = run_mixed_local(job, kinds, speeds)
+    print(f"  {name}: {r.loop_seconds:.2f} s, shares {r.shares}, busy {[round(b, 2) for b in r.busy_fraction]}, "
+          f"throughput {[round(t) for t in r.throughput]} samples/busy s, loss {r.history[-1]['loss']:.3f}", file=sys.stderr, flush=True)
+    return r
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer steps, one repeat (under 3 minutes on 2 cores)")
+    ap.add_argument("--steps", type=int, default=0, help="optimizer steps per configuration (default 150; quick 60)")
+    ap.add_argument("--repeats", type=int, default=0, help="runs of each timed configuration (default 2; quick 1)")
+    args = ap.parse_args()
+    steps = args.steps or (60 if args.quick else 150)
+    repeats = args.repeats or (1 if args.quick else 2)
+    print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {steps} steps, batch {BATCH}, {repeats} repeat(s)", file=sys.stderr)
+    kinds, speeds = ["gpu", "npu"], [1.0, 0.5]
+    best: dict[str, object] = {}
+    for _ in range(repeats):
+        for name, job, ks, sp in (
+            ("equal", _job(steps, equal_shares=True), kinds, speeds),
+            ("balanced", _job(steps), kinds, speeds),
+            ("fastest alone", _job(steps), ["gpu"], [1.0]),
+        ):
+            r = _run(name, job, ks, sp)
+            if name not in best or r.loop_seconds < best[name].loop_seconds:
+                best[name] = r
+    eq, bal, alone = best["equal"], best["balanced"], best["fastest alone"]
+    topk = _run("topk 1%", _job(steps, compression="topk", topk_ratio=0.01), kinds, speeds)
+    psgd = _run("powersgd rank 2", _job(steps, compression="powersgd", powersgd_rank=2), kinds, speeds)
+    base_acc = _accuracy(bal.state_dict)
+    print(f"balanced vs equal shares: {eq.loop_seconds / bal.loop_seconds:.2f}x")
+    print(f"balanced vs fastest kind alone: {alone.loop_seconds / bal.loop_seconds:.2f}x")
+    print(f"replica utilization: equal {min(eq.busy_fraction) * 100:.0f}%, balanced {min(bal.busy_fraction) * 100:.0f}%")
+    for label, r in (("topk 1%", topk), ("powersgd rank 2", psgd)):
+        ratio = r.bytes_per_step / r.uncompressed_bytes_per_step if r.uncompressed_bytes_per_step else float("nan")
+        print(f"{label}: bytes/step {ratio:.2f}x, test accuracy {_accuracy(r.state_dict):.3f} vs {base_acc:.3f}")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()

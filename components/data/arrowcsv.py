@@ -1,0 +1,157 @@
+"""Reading a text table with pyarrow's CSV reader (multi-threaded, typed while parsing), where the file allows
+it, into the frame :func:`pandas.read_csv` gives for it with the options of
+:func:`heteroflow.components.data.datasets._read_csv` (issue #32 item 1).
+
+:func:`read` returns None (the caller reads the file with pandas, as before) for what it does not read the way
+pandas does: an encoding other than UTF-8, a decimal comma, rows that end with the delimiter, a header with an
+empty or repeated name, and any file pyarrow refuses (rows of other widths, bytes that are not UTF-8): pandas
+reads those, or words the error, naming the line. Quoted fields may hold line ends and delimiters (when the
+first 64 KiB hold a quote; a file whose first quote comes later and holds a line end is split into blocks inside
+that field, which pyarrow refuses, and pandas reads it: ``tests/test_preprocess_fast.py``); a blank line is a row of missing cells, as pandas reads it (the
+reader then counts and drops it).
+
+How the frame is made the same:
+
+- missing: the cells in :data:`~heteroflow.components.data.cells.MISSING_MARKERS` exactly (as pandas' ``na_values``
+  with ``keep_default_na=False``); quoted ones too;
+- true/false: ``True``/``TRUE``/``true`` and ``False``/``FALSE``/``false`` only (pyarrow would also take
+  ``1``/``0``, which pandas reads as numbers);
+- dates, times and timestamps, which pyarrow types and pandas leaves as text: those columns are read again as text;
+- numbers written with spaces around them (`` 39``, as the UCI adult census data writes them), which pandas
+  parses as numbers: such a text column whose every present cell is a whole number becomes int64 (float64 with
+  a gap), and one of numbers float64;
+- text columns of few distinct values come dictionary-encoded (a pandas Categorical), the cleaning's own kind.
+
+Source of the reader: :func:`pyarrow.csv.read_csv` (Apache Arrow), options in
+https://arrow.apache.org/docs/python/generated/pyarrow.csv.ConvertOptions.html
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+from heteroflow.components.data.cells import MISSING_MARKERS
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from heteroflow.components.data.csvformat import CsvFormat
+
+__all__ = ["ENABLED", "read"]
+
+ENABLED = True
+"""Read with pyarrow where the file allows (False: always with pandas, the reference the tests compare with)."""
+
+BLOCK_BYTES = 16 << 20
+"""Bytes of the file pyarrow parses at a time (a column comes in one chunk per block: fewer to join for pandas)."""
+
+_TRUE = ["True", "TRUE", "true"]
+_FALSE = ["False", "FALSE", "false"]
+
+
+def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
+    """The table at ``path`` as ``pandas.read_csv`` reads it with ``fmt`` (delimiter, header; every column, the
+    index the data row's position), or None where it is read with pandas (see the module docstring).
+
+    Raises:
+        nothing of its own: a file pyarrow cannot read gives None.
+    """
+    if not ENABLED or fmt.encoding not in ("utf-8", "utf-8-sig") or fmt.decimal != "." or fmt.trailing_delimiter:
+        return None
+    if fmt.header and (
+        len(set(fmt.header_names)) != len(fmt.header_names) or not all(fmt.header_names)
+    ):
+        return None
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    from pyarrow import csv
+
+    with open(path, "rb") as fh:  # a quote in the first 64 KiB: fields may hold line ends, which the reader's
+        quoted = b'"' in fh.read(1 << 16)  # splitting into blocks must then respect (about 30% slower)
+    read_options = csv.ReadOptions(use_threads=True, autogenerate_column_names=not fmt.header, block_size=BLOCK_BYTES)
+    parse_options = csv.ParseOptions(delimiter=fmt.delimiter, quote_char='"', double_quote=True, escape_char=False,
+                                     newlines_in_values=quoted, ignore_empty_lines=False)
+
+    def convert(as_text: dict[str, Any]) -> Any:
+        return csv.ConvertOptions(
+            null_values=list(MISSING_MARKERS), strings_can_be_null=True, quoted_strings_can_be_null=True,
+            true_values=_TRUE, false_values=_FALSE, auto_dict_encode=True, auto_dict_max_cardinality=1024,
+            column_types=as_text,
+        )
+
+    # The system allocator: pyarrow's default (mimalloc) read the benchmark's table about 2x slower on a 2-core VM
+    # (5.8-7.1 s against 2.7-3.7 s, benchmarks/preprocess.py's CSV) and kept more memory after it.
+    pool = pa.system_memory_pool()
+    try:
+        table = csv.read_csv(path, read_options=read_options, parse_options=parse_options, convert_options=convert({}),
+                             memory_pool=pool)
+        names = table.column_names
+        if fmt.header and [n.strip() for n in names] != list(fmt.header_names[: len(names)]):
+            return None  # the header row is not the one sniffed (a quoted name, say): pandas decides
+        dated = {n: pa.string() for n, t in zip(names, table.schema.types) if not _plain(t, pa)}
+        if dated:
+            table = csv.read_csv(path, read_options=read_options, parse_options=parse_options,
+                                 convert_options=convert(dated), memory_pool=pool)
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+        return None
+    columns = {}
+    for name, column in zip(table.column_names, table.columns):
+        kind = column.type
+        if pa.types.is_dictionary(kind) or pa.types.is_string(kind) or pa.types.is_large_string(kind):
+            column = _as_numbers(column, pa, pc)
+        elif pa.types.is_null(kind):
+            column = pa.nulls(len(column), pa.float64())  # pandas: a column of missing cells is float64 NaN
+        columns[name] = column
+    table = pa.table(columns) if len(set(columns)) == len(table.column_names) else None
+    if table is None:
+        return None
+    frame = table.to_pandas(split_blocks=True, self_destruct=True, memory_pool=pool)  # each column freed once converted
+    del table
+    _trim()
+    return frame
+
+
+def _trim() -> None:
+    """Hand the memory the reader's threads freed back to the system (glibc keeps it in per-thread arenas: 613 MB
+    resident after reading the benchmark's 135 MB table, 266 MB after this); nothing where there is no glibc."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
+
+
+def _plain(kind: Any, pa: Any) -> bool:
+    """A type pandas' reader gives too: integers, floats, booleans, text, nothing."""
+    return bool(
+        pa.types.is_int64(kind) or pa.types.is_float64(kind) or pa.types.is_boolean(kind) or pa.types.is_string(kind)
+        or pa.types.is_large_string(kind) or pa.types.is_null(kind)
+        or (pa.types.is_dictionary(kind) and (pa.types.is_string(kind.value_type) or pa.types.is_large_string(kind.value_type)))
+    )
+
+
+def _as_numbers(column: Any, pa: Any, pc: Any) -> Any:
+    """A text column whose present cells are all numbers with spaces around them (pandas parses those): int64, or
+    float64 (with a gap, or a fraction); any other text column as it is."""
+    values = column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
+    dictionary = pa.types.is_dictionary(values.type)
+    cells = values.dictionary if dictionary else values
+    if len(cells) == 0 or not pc.any(pc.match_substring_regex(cells, r"^\s|\s$")).as_py():
+        return column  # no cell with a space at an end: pyarrow would have typed numbers itself
+    trimmed = pc.utf8_trim_whitespace(cells)
+    try:
+        numbers = pc.cast(trimmed, pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+        try:
+            numbers = pc.cast(trimmed, pa.float64())
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+            return column
+    if dictionary:
+        numbers = pc.take(numbers, values.indices)
+    if pa.types.is_int64(numbers.type) and numbers.null_count:
+        numbers = pc.cast(numbers, pa.float64())
+    return numbers

@@ -1,0 +1,261 @@
+"""Hierarchical, share-weighted gradient exchange of a mixed job (issue #29 items 1, 2, 5).
+
+Groups (:class:`Hierarchy`)
+    Every replica knows its device kind; the ranks of one kind form a *kind group* (its native backend on a real
+    cluster: ``nccl`` for GPUs, ``hccl`` for Ascend NPUs; on this machine and for simulated kinds a gloo subgroup
+    stands in), and the lowest rank of each kind is its *leader*. The leaders form the *cross-kind group*, always
+    gloo on host tensors: no stock library runs a collective between NCCL and HCCL devices (the hierarchical
+    all-reduce of KAITIAN, 2025, and of Whale, ATC'22).
+
+One exchange (:func:`hierarchical_hook`, a DDP communication hook [DH])
+    1. rank ``r`` scales its bucket by its share ``b_r / B`` (its samples over the global batch's), so the sum
+       over ranks is the gradient of the whole global batch's mean loss (the built-in hooks average, which
+       weights every rank alike);
+    2. sum within the kind group (to every member);
+    3. the leaders sum across kinds, on CPU copies, optionally compressed:
+       - ``topk``: each leader sends its ``k = ceil(ratio * n)`` largest-magnitude entries (values float32 and
+         indices int32) with error feedback: what it did not send is added to its next exchange (Stich et al.
+         2018, "Sparsified SGD with Memory", NeurIPS; Lin et al. 2018, "Deep Gradient Compression", ICLR); the
+         values are already share-weighted, so the sum of what arrives weights each kind by its share;
+       - ``powersgd``: torch's ``powerSGD_hook`` (Vogels et al. 2019, NeurIPS) on the cross-kind group, with
+         ``matrix_approximation_rank`` ``rank``; it averages, so the bucket is first multiplied by the number of
+         leaders;
+    4. each leader broadcasts the result to its kind group.
+
+    :attr:`HookState.bytes_sent` counts what one leader sends across kinds per exchange: the bucket's float32
+    bytes uncompressed; values plus indices for top-k; the P and Q factors (and the uncompressed tensors) for
+    PowerSGD. The simulated slow-down of a kind (:class:`~heteroflow.components.training.shares.SlowDown`) runs in
+    the first hook call of a step, when the compute before it is known.
+
+Sources: [DH] DDP communication hooks, https://pytorch.org/docs/stable/ddp_comm_hooks.html.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from typing import Any
+
+from heteroflow.components.errors import InvalidParameter
+
+__all__ = ["CROSS_COMPRESSIONS", "Hierarchy", "HookState", "hierarchical_hook"]
+
+CROSS_COMPRESSIONS = ("none", "topk", "powersgd")
+"""Compression of the cross-kind exchange: none, top-k with error feedback, torch's PowerSGD."""
+
+
+@dataclasses.dataclass
+class Hierarchy:
+    """This rank's place in the kind groups and the cross-kind group (build with :meth:`build`; every rank
+    calls it, in the same order).
+
+    Attributes:
+        rank / world: global rank and world size.
+        kind: this rank's device kind; kinds: every rank's kind, by rank.
+        kind_ranks: the ranks of this kind; kind_index: this rank's index among them.
+        leaders: the lowest rank of each kind, in order of first rank.
+        kind_group / cross_group: the process groups (None where the group has one member).
+    """
+
+    rank: int
+    world: int
+    kind: str
+    kinds: list[str]
+    kind_ranks: list[int]
+    kind_index: int
+    leaders: list[int]
+    kind_group: Any = None
+    cross_group: Any = None
+
+    @property
+    def is_leader(self) -> bool:
+        return self.rank == self.kind_ranks[0]
+
+    @classmethod
+    def build(cls, kind: str, *, kind_backend: str = "gloo") -> Hierarchy:
+        """Exchange kinds over the world group and create the subgroups (a collective: every rank calls it).
+
+        Args:
+            kind: this rank's device kind.
+            kind_backend: the backend of the kind groups (gloo here; nccl/hccl on a cluster).
+        """
+        import torch.distributed as dist
+
+        rank, world = dist.get_rank(), dist.get_world_size()
+        kinds: list[Any] = [None] * world
+        dist.all_gather_object(kinds, kind)
+        order = list(dict.fromkeys(kinds))
+        by_kind = {k: [r for r in range(world) if kinds[r] == k] for k in order}
+        leaders = [by_kind[k][0] for k in order]
+        kind_group = cross_group = None
+        for k in order:  # every rank creates every group, in the same order (new_group is collective)
+            members = by_kind[k]
+            g = dist.new_group(members, backend=kind_backend) if len(members) > 1 else None
+            if k == kind:
+                kind_group = g
+        if len(leaders) > 1:
+            cg = dist.new_group(leaders, backend="gloo")
+            cross_group = cg if rank in leaders else None
+        return cls(rank=rank, world=world, kind=kind, kinds=[str(k) for k in kinds], kind_ranks=by_kind[kind],
+                   kind_index=by_kind[kind].index(rank), leaders=leaders, kind_group=kind_group, cross_group=cross_group)
+
+
+@dataclasses.dataclass
+class HookState:
+    """The state :func:`hierarchical_hook` reads and updates.
+
+    Attributes:
+        hierarchy: the groups.
+        shares: samples of each rank in the global batch (by rank; set again when shares are rebalanced).
+        compression: one of :data:`CROSS_COMPRESSIONS`.
+        topk_ratio: the fraction of entries top-k sends, (0, 1].
+        powersgd_rank: PowerSGD's ``matrix_approximation_rank``, >= 1.
+        slowdown: the simulated slow-down of this kind (None: full speed).
+        bytes_sent / bytes_uncompressed: what this rank sent across kinds, and what it would have sent
+            uncompressed (bytes, summed over exchanges).
+        step_started: when this step's compute began (``time.perf_counter``).
+        step_busy: busy seconds of this step so far (compute by :attr:`clock`, and the simulated slow-down): what
+            throughput, and so the shares, are measured by.
+        step_busy_wall: the same in wall time (compute's wall time and the slow-down): what utilization is.
+        clock: what measures compute: ``time.perf_counter`` (wall time: an accelerator's replica), or
+            ``time.thread_time`` for a replica on the CPU (one torch thread: its compute is the CPU time of this
+            thread, which other processes on a shared machine do not inflate).
+    """
+
+    hierarchy: Hierarchy
+    shares: list[int]
+    compression: str = "none"
+    topk_ratio: float = 0.01
+    powersgd_rank: int = 2
+    slowdown: Any = None
+    bytes_sent: int = 0
+    bytes_uncompressed: int = 0
+    step_started: float = 0.0
+    step_busy: float = 0.0
+    step_busy_wall: float = 0.0
+    clock: Any = time.perf_counter
+    _started_wall: float = 0.0
+    _paused: bool = False
+    _residuals: dict[int, Any] = dataclasses.field(default_factory=dict)
+    _powersgd: Any = None
+
+    def __post_init__(self) -> None:
+        if self.compression not in CROSS_COMPRESSIONS:
+            raise InvalidParameter(f"compression={self.compression!r} is unknown; valid: {', '.join(CROSS_COMPRESSIONS)}")
+        if not 0 < self.topk_ratio <= 1:
+            raise InvalidParameter(f"topk_ratio={self.topk_ratio!r}; valid: a fraction in (0, 1]")
+        if isinstance(self.powersgd_rank, bool) or not isinstance(self.powersgd_rank, int) or self.powersgd_rank < 1:
+            raise InvalidParameter(f"powersgd_rank={self.powersgd_rank!r}; valid: an integer >= 1")
+        if self.compression == "powersgd" and self.hierarchy.cross_group is not None:
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+            self._powersgd = powerSGD_hook.PowerSGDState(
+                process_group=self.hierarchy.cross_group, matrix_approximation_rank=self.powersgd_rank,
+                start_powerSGD_iter=2, min_compression_rate=2, use_error_feedback=True, warm_start=True,
+                random_seed=0)
+
+    def begin_step(self) -> None:
+        """Mark the start of a step's compute."""
+        self.step_started = self.clock()
+        self._started_wall = time.perf_counter()
+        self.step_busy = self.step_busy_wall = 0.0
+        self._paused = False
+
+    def end_compute(self) -> None:
+        """The step's compute is over (called by the first hook call, or after backward when no hook ran)."""
+        if self._paused:
+            return
+        self._paused = True
+        compute = self.clock() - self.step_started
+        wall = time.perf_counter() - self._started_wall
+        busy = self.slowdown.pause(compute) if self.slowdown is not None else compute
+        self.step_busy += busy
+        self.step_busy_wall += wall + (busy - compute)
+
+    def weight(self) -> float:
+        return self.shares[self.hierarchy.rank] / sum(self.shares)
+
+
+def _powersgd_bytes(state: HookState, bucket: Any, rank: int) -> int:
+    """Bytes one leader sends in a PowerSGD exchange of ``bucket`` (torch's rule: a tensor of 2+ dimensions
+    viewed as ``n x m`` is compressed to P ``n x r`` and Q ``m x r`` when ``(n + m) * r * min_rate < n * m``)."""
+    ps = state._powersgd
+    if ps is None or ps.iter < ps.start_powerSGD_iter:
+        return bucket.buffer().numel() * 4
+    total = 0
+    for t in bucket.gradients():
+        if t.ndimension() > 1:
+            n, m = t.shape[0], t.numel() // t.shape[0]
+            r = min(n, m, rank)
+            if (n + m) * r * ps.min_compression_rate < n * m:
+                total += (n + m) * r * 4
+                continue
+        total += t.numel() * 4
+    return total
+
+
+def _topk_exchange(state: HookState, buffer: Any, index: int) -> Any:
+    import torch
+    import torch.distributed as dist
+
+    group = state.hierarchy.cross_group
+    flat = buffer.detach().to("cpu", torch.float32)
+    residual = state._residuals.get(index)
+    acc = flat + residual if residual is not None and residual.shape == flat.shape else flat.clone()
+    k = max(1, math.ceil(state.topk_ratio * acc.numel()))
+    _, idx = acc.abs().topk(k, sorted=False)
+    values = acc[idx]
+    residual = acc.clone()
+    residual[idx] = 0.0
+    state._residuals[index] = residual
+    n = dist.get_world_size(group)
+    all_values = [torch.empty_like(values) for _ in range(n)]
+    all_idx = [torch.empty(k, dtype=torch.int32) for _ in range(n)]
+    dist.all_gather(all_values, values, group=group)
+    dist.all_gather(all_idx, idx.to(torch.int32), group=group)
+    out = torch.zeros_like(acc)
+    for v, i in zip(all_values, all_idx):
+        out.index_add_(0, i.long(), v)
+    state.bytes_sent += k * (4 + 4)
+    return out
+
+
+def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations
+    """The DDP communication hook of a mixed job (see the module docstring): share-weighted, within each kind,
+    then across kinds between leaders (optionally compressed), then back within each kind. Returns a completed
+    future of the bucket's gradient (the whole global batch's)."""
+    import torch
+    import torch.distributed as dist
+
+    state.end_compute()
+    h = state.hierarchy
+    buffer = bucket.buffer()
+    buffer.mul_(state.weight())
+    if h.kind_group is not None:
+        dist.all_reduce(buffer, group=h.kind_group)
+    if h.cross_group is not None:
+        n = buffer.numel()
+        state.bytes_uncompressed += n * 4
+        if state.compression == "topk":
+            buffer.copy_(_topk_exchange(state, buffer, bucket.index()))
+        elif state.compression == "powersgd":
+            state.bytes_sent += _powersgd_bytes(state, bucket, state.powersgd_rank)
+            buffer.mul_(dist.get_world_size(h.cross_group))  # the hook averages; the parts are already weighted
+            from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+
+            result = powerSGD_hook.powerSGD_hook(state._powersgd, bucket).wait()
+            if result.data_ptr() != buffer.data_ptr():
+                buffer.copy_(result)
+        else:
+            cpu = buffer.detach().to("cpu")
+            dist.all_reduce(cpu, group=h.cross_group)
+            if cpu.data_ptr() != buffer.data_ptr():
+                buffer.copy_(cpu)
+            state.bytes_sent += n * 4
+    if h.kind_group is not None:
+        dist.broadcast(buffer, src=h.kind_ranks[0], group=h.kind_group)
+    fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+    fut.set_result(buffer)
+    return fut
+

@@ -1,0 +1,626 @@
+"""One training job on replicas of several device kinds at once (issue #29): the launch, the replicas' training
+loop, and a kind's drop-out.
+
+Launch (:func:`run_mixed`)
+    Through torch's elastic launcher (``torch.distributed.launcher.api.elastic_launch``, what ``torchrun``
+    runs), with c10d rendezvous [TE]: one elastic agent per device kind (its own process, ``nproc_per_node`` =
+    that kind's replicas, ``--nnodes=1:K`` for ``K`` kinds), all joining one rendezvous whose c10d store
+    (a ``TCPStore``) is hosted by the calling process, the train step's own; the agents join it with
+    ``is_host=false``, so no kind's failure takes the store down. The workers use the agents' store for their
+    process group (``TORCHELASTIC_USE_AGENT_STORE``). Each worker runs :func:`mixed_worker`; its kind reaches it in
+    ``HETEROFLOW_MIXED_KIND``, its torch device type in ``HETEROFLOW_MIXED_DEVICE`` (``cuda``: ``cuda:<local
+    rank>``, and the kind group uses the registry's backend, nccl) and a simulated speed in
+    ``HETEROFLOW_MIXED_SPEED``; one torch thread each. Busy time (utilization) is compute, the simulated slow-down
+    and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down. Compute is
+    timed by the replica thread's CPU time on the CPU (one torch thread: other processes on a shared machine do not
+    inflate it) and by wall time on an accelerator; busy time is wall time.
+
+Training (:func:`mixed_worker`)
+    :class:`~heteroflow.components.training.hierarchy.Hierarchy` groups by kind; DDP with
+    :func:`~heteroflow.components.training.hierarchy.hierarchical_hook` (share-weighted, within kinds, across
+    kinds between leaders, optional compression); one
+    :class:`~heteroflow.components.training.shares.GlobalSampler` sliced by share, so the trajectory does not depend
+    on the layout. Shares start from the step profile's throughput by kind when one is given, else equal, and are
+    re-measured and rebalanced after ``warmup_steps`` steps, then every ``rebalance_every_steps`` steps or
+    ``rebalance_every_minutes`` minutes, whichever comes first (KAITIAN rebalances every 10 minutes). Every
+    ``checkpoint_every_steps`` steps rank 0 writes a checkpoint (atomically: model, optimizer, step, shares).
+
+A kind drops out
+    A replica whose step fails with a *device-class* failure
+    (:func:`heteroflow.components.core.failures.classify`; injected on the CPU with
+    ``HETEROFLOW_INJECT_FAULT=train@npu=device:after_steps=N``) writes a drop record and waits. The launching
+    process then kills that kind's agent and workers with SIGKILL: an agent that exits normally closes the
+    rendezvous for everyone (pytorch/pytorch#67616), one killed by a signal does not. The other kinds' workers
+    lose their peer, their agents restart them, the rendezvous re-forms with the remaining agents (``min_nodes``
+    1), and the new workers resume from the last checkpoint with shares recomputed over the replicas left. The
+    result says which kind dropped, at which step, and from which step the run resumed. When every kind has
+    dropped, :func:`run_mixed` raises the first kind's failure (a device failure: the train step's fallback to
+    the next candidate takes over). Any other failure of a worker fails the job with that exception.
+
+Sources: [TE] torchelastic, https://pytorch.org/docs/stable/elastic/run.html ("--rdzv-backend=c10d",
+"is_host") and https://pytorch.org/docs/stable/elastic/agent.html; pytorch/pytorch#67616 (an agent that exits
+closes the rendezvous).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from heteroflow.components.errors import InvalidParameter
+
+__all__ = ["KIND_ENV", "MixedJob", "MixedResult", "ReplicaGroup", "SPEED_ENV", "mixed_worker", "run_mixed", "run_mixed_local"]
+
+KIND_ENV = "HETEROFLOW_MIXED_KIND"
+SPEED_ENV = "HETEROFLOW_MIXED_SPEED"
+_JOB_ENV = "HETEROFLOW_MIXED_JOB"
+DEVICE_ENV = "HETEROFLOW_MIXED_DEVICE"
+_CHECKPOINT = "mixed-checkpoint.pt"
+_CURRENT_STEP = [0]  # optimizer steps done by this replica (a drop record names it)
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaGroup:
+    """The replicas of one kind in a launch: ``kind``, ``count`` worker processes, their torch ``device_type``
+    (``cpu`` for a simulated kind) and simulated ``speed`` (1.0: full speed)."""
+
+    kind: str
+    count: int
+    device_type: str = "cpu"
+    speed: float = 1.0
+
+
+@dataclasses.dataclass(frozen=True)
+class MixedJob:
+    """What every replica trains (picklable; the train step builds it from its parameters).
+
+    Attributes:
+        model: ``module:function`` returning the ``torch.nn.Module`` (called after ``torch.manual_seed(seed)``).
+        data: ``module:function`` returning the training ``Dataset`` of ``(x, y)``.
+        global_batch: samples per optimizer step ``B`` (the user's batch size; shares split it).
+        epochs: passes over the data (steps: ``epochs * (n // B)``), or ``max_steps`` when > 0.
+        learning_rate: the optimizer's rate.
+        optimizer: ``""`` (Adam), ``"sgd"`` (SGD, momentum 0.9) or ``module:function(params, lr)``.
+        loss: ``""`` (cross-entropy) or ``module:function()`` returning ``loss(output, target)``.
+        fixed_shares: ``{kind: [samples per replica]}`` summing to ``B``: no measuring, no rebalancing.
+        profile_throughput: ``{kind: samples/s}`` from a step profile: the first shares (one replica's speed).
+        equal_shares: keep equal shares (the baseline of the benchmark).
+        warmup_steps / rebalance_every_steps / rebalance_every_minutes: when shares are measured.
+        compression / topk_ratio / powersgd_rank: the cross-kind exchange
+            (:data:`~heteroflow.components.training.hierarchy.CROSS_COMPRESSIONS`).
+        checkpoint_dir / checkpoint_every_steps: where and how often rank 0 checkpoints ("" for never).
+        fault_step: the step name fault injection matches (``train``).
+    """
+
+    model: str
+    data: str
+    global_batch: int
+    learning_rate: float
+    epochs: int = 1
+    max_steps: int = 0
+    model_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    data_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    optimizer: str = ""
+    loss: str = ""
+    seed: int = 0
+    fixed_shares: Mapping[str, Sequence[int]] = dataclasses.field(default_factory=dict)
+    profile_throughput: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    equal_shares: bool = False
+    warmup_steps: int = 3
+    rebalance_every_steps: int = 50
+    rebalance_every_minutes: float = 10.0
+    compression: str = "none"
+    topk_ratio: float = 0.01
+    powersgd_rank: int = 2
+    checkpoint_dir: str = ""
+    checkpoint_every_steps: int = 50
+    fault_step: str = "train"
+
+    def check(self) -> None:
+        """Raises InvalidParameter naming a field out of range."""
+        from heteroflow.components.training.hierarchy import CROSS_COMPRESSIONS
+
+        for name in ("global_batch", "epochs", "warmup_steps", "rebalance_every_steps", "checkpoint_every_steps"):
+            v = getattr(self, name)
+            low = 0 if name == "warmup_steps" else 1
+            if isinstance(v, bool) or not isinstance(v, int) or v < low:
+                raise InvalidParameter(f"{name}={v!r} is out of range; valid: an integer >= {low}")
+        if not self.rebalance_every_minutes > 0:
+            raise InvalidParameter(f"rebalance_every_minutes={self.rebalance_every_minutes!r}; valid: a number of minutes > 0")
+        if self.compression not in CROSS_COMPRESSIONS:
+            raise InvalidParameter(f"compression={self.compression!r} is unknown; valid: {', '.join(CROSS_COMPRESSIONS)}")
+
+
+@dataclasses.dataclass
+class MixedResult:
+    """What a mixed job did.
+
+    Attributes:
+        state_dict: the trained model's state (CPU tensors).
+        steps: optimizer steps done in all (before a resume included).
+        resumed_from_step: the step the last incarnation started from (0: never resumed).
+        history: per step ``{"step", "loss"}``, of the last incarnation.
+        kinds: every replica's kind, by rank, of the last incarnation.
+        shares: the final samples per replica; shares_history: ``[{"step", "shares", "throughput"}]``.
+        throughput: samples per busy second per replica (the last measurement).
+        busy_fraction: busy time over the training loop's wall time, per replica (0-1).
+        loop_seconds: wall time of the last incarnation's training loop (warm-up included).
+        samples: samples trained on by the last incarnation.
+        bytes_per_step / uncompressed_bytes_per_step: what a leader sent across kinds per step, and would have
+            uncompressed (mean over leaders).
+        dropped: ``[{"kind", "step", "reason", "resumed_from_step"}]``: kinds that dropped out.
+    """
+
+    state_dict: dict[str, Any]
+    steps: int
+    resumed_from_step: int
+    history: list[dict[str, Any]]
+    kinds: list[str]
+    shares: list[int]
+    shares_history: list[dict[str, Any]]
+    throughput: list[float]
+    busy_fraction: list[float]
+    loop_seconds: float
+    samples: int
+    bytes_per_step: float = 0.0
+    uncompressed_bytes_per_step: float = 0.0
+    dropped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+
+    def facts(self) -> dict[str, Any]:
+        """The JSON-ready summary for the run record (no weights)."""
+        return {
+            "kinds": self.kinds, "shares": self.shares, "throughput": [round(t, 1) for t in self.throughput],
+            "busy_fraction": [round(b, 3) for b in self.busy_fraction], "shares_history": self.shares_history,
+            "dropped": self.dropped, "bytes_per_step": round(self.bytes_per_step, 1),
+            "uncompressed_bytes_per_step": round(self.uncompressed_bytes_per_step, 1),
+        }
+
+
+# --- the worker --------------------------------------------------------------------------------------------
+
+
+def _resolve(ref: str) -> Callable[..., Any]:
+    from heteroflow.components.training.worker import _resolve as resolve
+
+    return resolve(ref)
+
+
+def _optimizer(job: MixedJob, params: Any) -> Any:
+    import torch
+
+    if not job.optimizer:
+        return torch.optim.Adam(params, lr=job.learning_rate)
+    if job.optimizer == "sgd":
+        return torch.optim.SGD(params, lr=job.learning_rate, momentum=0.9)
+    return _resolve(job.optimizer)(params, lr=job.learning_rate)
+
+
+def _collate(dataset: Any, idx: Any) -> tuple[Any, Any]:
+    from heteroflow.components.data.readers import batch_collate
+
+    getitems = getattr(dataset, "__getitems__", None)
+    samples = getitems(idx.tolist()) if getitems is not None else [dataset[int(i)] for i in idx]
+    x, y = batch_collate(samples)[:2]
+    return x, y
+
+
+def _initial_shares(job: MixedJob, kinds: list[str], rank_in_kind: list[int]) -> tuple[list[int], bool]:
+    """(shares by rank, measured later?)"""
+    from heteroflow.components.training.shares import equal_shares, shares_from_throughput
+
+    if job.fixed_shares:
+        try:
+            shares = [int(job.fixed_shares[k][i]) for k, i in zip(kinds, rank_in_kind)]
+        except (KeyError, IndexError):
+            raise InvalidParameter(f"fixed_shares={dict(job.fixed_shares)!r} has no share for every replica ({kinds})") from None
+        if sum(shares) != job.global_batch:
+            # a kind dropped: the shares left, rescaled to the global batch
+            shares = shares_from_throughput(job.global_batch, [float(s) for s in shares])
+        return shares, False
+    if job.equal_shares:
+        return equal_shares(job.global_batch, len(kinds)), False
+    if job.profile_throughput and all(k in job.profile_throughput for k in kinds):
+        return shares_from_throughput(job.global_batch, [float(job.profile_throughput[k]) for k in kinds]), True
+    return equal_shares(job.global_batch, len(kinds)), True
+
+
+def _save(path: Path, blob: dict[str, Any]) -> None:
+    import io
+
+    import torch
+
+    from heteroflow.cache.atomic import atomic_write_bytes
+
+    buf = io.BytesIO()
+    torch.save(blob, buf)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> MixedResult | None:
+    import torch
+    import torch.distributed as dist
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from heteroflow.components.core.failures import fault_after_steps
+    from heteroflow.components.training.hierarchy import Hierarchy, HookState, hierarchical_hook
+    from heteroflow.components.training.loop import _to_cpu
+    from heteroflow.components.training.shares import GlobalSampler, SlowDown, shares_from_throughput
+
+    torch.set_num_threads(1)
+    from heteroflow.components.training.rendezvous import backend_for
+
+    device_type = os.environ.get(DEVICE_ENV, "cpu") or "cpu"
+    device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0"))) if device_type != "cpu" else torch.device("cpu")
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
+    # the kind's own backend within a kind (nccl, hccl); gloo on the CPU and across kinds
+    h = Hierarchy.build(kind, kind_backend=backend_for(device_type))
+    rank, world = h.rank, h.world
+    rank_in_kind = [h.kinds[:r].count(h.kinds[r]) for r in range(world)]
+    dataset = _resolve(job.data)(**dict(job.data_kwargs))
+    torch.manual_seed(job.seed)
+    model = _resolve(job.model)(**dict(job.model_kwargs)).to(device)
+    optimizer = _optimizer(job, model.parameters())
+    loss_fn = _resolve(job.loss)() if job.loss else torch.nn.functional.cross_entropy
+    sampler = GlobalSampler(len(dataset), job.global_batch, job.seed)
+    total = job.max_steps if job.max_steps > 0 else job.epochs * sampler.steps_per_epoch
+
+    shares, measure = _initial_shares(job, h.kinds, rank_in_kind)
+    start = 0
+    ckpt = Path(job.checkpoint_dir) / _CHECKPOINT if job.checkpoint_dir else None
+    if ckpt is not None and ckpt.exists():
+        blob = torch.load(ckpt, map_location="cpu", weights_only=False)
+        model.load_state_dict({k: v.to(device) for k, v in blob["model"].items()})
+        optimizer.load_state_dict(blob["optimizer"])
+        start = int(blob["step"])
+        saved = blob.get("throughput_by_kind") or {}
+        if measure and saved and all(k in saved for k in h.kinds):  # recomputed over the replicas left
+            shares = shares_from_throughput(job.global_batch, [float(saved[k]) for k in h.kinds])
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    slowdown = SlowDown(speed) if speed < 1.0 else None
+    state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
+                      powersgd_rank=job.powersgd_rank, slowdown=slowdown,
+                      clock=time.thread_time if device.type == "cpu" else time.perf_counter)
+    ddp.register_comm_hook(state, hierarchical_hook)
+
+    history: list[dict[str, Any]] = []
+    shares_history = [{"step": start, "shares": list(shares), "throughput": [], "why": "start"}]
+    window_busy = [0.0] * world
+    window_samples = [0] * world
+    total_busy = [0.0] * world
+    last_rebalance_step, last_rebalance_time = start, time.perf_counter()
+    next_measure = start + 1 + max(1, job.warmup_steps) if measure else None  # the first step is not timed
+    throughput = [0.0] * world
+    samples_done = 0
+    loop_started = time.perf_counter()
+    step = start
+    for step in range(start, total):
+        idx = sampler.part(step, state.shares, rank)
+        x, y = _collate(dataset, idx)
+        x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        state.begin_step()
+        out = ddp(x)
+        loss = loss_fn(out, y)
+        loss.backward()
+        state.end_compute()  # no-op when the hook ran
+        stepped, stepped_wall = state.clock(), time.perf_counter()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        samples_done += len(idx)
+        if device.type != "cpu":
+            torch.accelerator.synchronize()
+        update = state.clock() - stepped  # the optimizer's step: busy, but the same work whatever the share
+        update_wall = time.perf_counter() - stepped_wall
+        _CURRENT_STEP[0] = step + 1
+        stats = torch.tensor([state.step_busy, float(len(idx)), float(loss.detach()) * state.weight(), update,  # [3]: the update alone (not used for shares)
+                              state.step_busy_wall + update_wall], dtype=torch.float64)
+        gathered = [torch.zeros(5, dtype=torch.float64) for _ in range(world)]
+        dist.all_gather(gathered, stats)
+        for r, g in enumerate(gathered):
+            if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
+                window_busy[r] += float(g[0])
+                window_samples[r] += int(g[1])
+            total_busy[r] += float(g[4])  # wall time: utilization
+        history.append({"step": step + 1, "loss": sum(float(g[2]) for g in gathered)})
+        done = step + 1
+        if next_measure is not None and all(window_samples):
+            warmed = done >= start + 1 + max(1, job.warmup_steps)  # the minutes count once the warm-up has measured
+            due = done >= next_measure or (warmed and (time.perf_counter() - last_rebalance_time) >= job.rebalance_every_minutes * 60)
+            if due:
+                throughput = [window_samples[r] / window_busy[r] if window_busy[r] > 0 else 0.0 for r in range(world)]
+                new = shares_from_throughput(job.global_batch, throughput)
+                state.shares = new
+                shares_history.append({"step": done, "shares": list(new), "throughput": [round(t, 1) for t in throughput], "why": "measured"})
+                window_busy, window_samples = [0.0] * world, [0] * world
+                last_rebalance_step, last_rebalance_time = done, time.perf_counter()
+                next_measure = done + job.rebalance_every_steps
+        if ckpt is not None and done % job.checkpoint_every_steps == 0 and done < total:
+            if rank == 0:
+                by_kind: dict[str, float] = {}
+                for r, t in enumerate(throughput):
+                    if t > 0:
+                        by_kind.setdefault(h.kinds[r], t)
+                _save(ckpt, {"model": _to_cpu(model.state_dict()), "optimizer": optimizer.state_dict(), "step": done,
+                             "shares": list(state.shares), "kinds": h.kinds, "throughput_by_kind": by_kind})
+            dist.barrier()
+        fault = fault_after_steps(job.fault_step, kind, done)
+        if fault is not None:
+            raise fault
+    loop_seconds = time.perf_counter() - loop_started
+    sent = torch.tensor([float(state.bytes_sent), float(state.bytes_uncompressed), 1.0 if h.is_leader and h.cross_group is not None else 0.0], dtype=torch.float64)
+    dist.all_reduce(sent)
+    steps_run = max(1, total - start)
+    leaders = max(1.0, float(sent[2]))
+    if throughput == [0.0] * world:
+        throughput = [window_samples[r] / window_busy[r] if window_busy[r] > 0 else 0.0 for r in range(world)]
+    result = MixedResult(
+        state_dict=_to_cpu(model.state_dict()), steps=total, resumed_from_step=start, history=history, kinds=h.kinds,
+        shares=list(state.shares), shares_history=shares_history, throughput=throughput,
+        busy_fraction=[min(1.0, b / loop_seconds) if loop_seconds > 0 else 0.0 for b in total_busy],
+        loop_seconds=loop_seconds, samples=samples_done,
+        bytes_per_step=float(sent[0]) / leaders / steps_run, uncompressed_bytes_per_step=float(sent[1]) / leaders / steps_run)
+    samples_all = torch.tensor([float(samples_done)], dtype=torch.float64)
+    dist.all_reduce(samples_all)
+    result.samples = int(samples_all.item())
+    if rank == 0 and results is not None:
+        from heteroflow.cache.atomic import atomic_write_bytes
+
+        atomic_write_bytes(results / "result.pkl", pickle.dumps(result))
+    return result if rank == 0 else None
+
+
+def mixed_worker(job_path: str) -> Any:
+    """A replica's entry point (the elastic agent's entrypoint, or :func:`run_mixed_local`'s): read the job,
+    join the process group (``env://``: the agent's store), train, write rank 0's result.
+
+    A device-class failure writes ``drop.<kind>.<rank>.pkl`` into the results folder and waits to be stopped (see
+    the module docstring); any other failure writes ``error.<rank>.pkl`` and is raised, except a lost peer (a
+    consequence of another replica's end), which is only raised.
+    """
+    import torch.distributed as dist
+
+    from heteroflow.components.core.failures import FailureClass, classify
+    from heteroflow.components.training.worker import _is_peer_loss
+
+    path = Path(job_path)
+    job: MixedJob = pickle.loads(path.read_bytes())
+    results = path.parent
+    kind = os.environ.get(KIND_ENV, "cpu")
+    speed = float(os.environ.get(SPEED_ENV, "1.0") or 1.0)
+    rank = int(os.environ.get("RANK", "0"))
+    try:
+        if not dist.is_initialized():
+            dist.init_process_group("gloo")
+        _train(job, kind, speed, results)
+        return None
+    except BaseException as exc:  # noqa: BLE001
+        if isinstance(exc, (KeyboardInterrupt, SystemExit)) or _is_peer_loss(exc):
+            raise
+        record = {"kind": kind, "rank": rank, "pid": os.getpid(), "reason": f"{type(exc).__name__}: {exc}",
+                  "traceback": traceback.format_exc(), "time": time.time(), "step": _CURRENT_STEP[0]}
+        try:
+            record["exception"] = pickle.dumps(exc)
+        except Exception:  # noqa: BLE001
+            record["exception"] = None
+        from heteroflow.cache.atomic import atomic_write_bytes
+
+        if classify(exc).cls is FailureClass.DEVICE:
+            atomic_write_bytes(results / f"drop.{kind}.{rank}.pkl", pickle.dumps(record))
+            while True:  # the launcher stops this kind's agent and its workers (SIGKILL)
+                time.sleep(1.0)
+        atomic_write_bytes(results / f"error.{rank}.pkl", pickle.dumps(record))
+        raise
+    finally:
+        with contextlib.suppress(Exception):
+            if dist.is_initialized():
+                dist.destroy_process_group()
+
+
+# --- the launcher ------------------------------------------------------------------------------------------
+
+
+def _agent_main(config_path: str) -> None:
+    """One kind's elastic agent (a process of its own): ``elastic_launch`` with c10d rendezvous on the
+    launching process's store (``is_host=false``)."""
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    cfg = json.loads(Path(config_path).read_text(encoding="utf-8"))
+    os.environ[KIND_ENV] = cfg["kind"]
+    os.environ[SPEED_ENV] = str(cfg["speed"])
+    os.environ[DEVICE_ENV] = cfg["device_type"]
+    os.environ["OMP_NUM_THREADS"] = "1"
+    config = LaunchConfig(
+        min_nodes=1, max_nodes=cfg["kinds"], nproc_per_node=cfg["count"], run_id=cfg["run_id"], role=cfg["kind"],
+        rdzv_backend="c10d", rdzv_endpoint=cfg["endpoint"],
+        rdzv_configs={"is_host": False, "join_timeout": cfg["join_timeout"], "last_call_timeout": cfg["last_call_timeout"]},
+        max_restarts=cfg["kinds"], monitor_interval=0.2, start_method="spawn",
+    )
+    elastic_launch(config, mixed_worker)(cfg["job_path"])
+
+
+def _kill_group(proc: subprocess.Popen[bytes], pids: Sequence[int] = ()) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        proc.wait(timeout=10)
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        return pickle.loads(path.read_bytes())
+    except (OSError, pickle.UnpicklingError, EOFError):
+        return None
+
+
+def _exception(record: Mapping[str, Any]) -> BaseException:
+    from heteroflow.components.training.worker import WorkerError
+
+    blob = record.get("exception")
+    if blob:
+        with contextlib.suppress(Exception):
+            exc = pickle.loads(blob)
+            if isinstance(exc, BaseException):
+                with contextlib.suppress(Exception):
+                    exc.add_note(f"(raised in mixed replica rank {record.get('rank')}, kind {record.get('kind')})")
+                return exc
+    return WorkerError(f"mixed replica rank {record.get('rank')} ({record.get('kind')}) failed:\n{record.get('traceback')}")
+
+
+def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds: float | None = None,
+              last_call_timeout: float = 10.0, join_timeout: float = 600.0,
+              say: Callable[[str], None] | None = None) -> MixedResult:
+    """Train ``job`` on the replica ``groups`` (one elastic agent each; see the module docstring).
+
+    Args:
+        job: the training.
+        groups: one :class:`ReplicaGroup` per kind (two or more kinds, or one).
+        timeout_seconds: stop everything and raise ``WorkerTimeout`` after this long (None: no limit).
+        last_call_timeout: seconds the rendezvous waits for more agents once one has joined (the re-formed
+            group after a drop-out waits this long for the dropped agent) [TE].
+        join_timeout: seconds an agent waits for the rendezvous to form.
+        say: where to write progress lines (default: stderr).
+
+    Returns:
+        Rank 0's :class:`MixedResult`, with :attr:`MixedResult.dropped` filled in.
+
+    Raises:
+        InvalidParameter: no groups, a kind twice, a bad job.
+        BaseException: a replica's own failure that is not device-class (re-raised); the first dropped kind's
+            device failure when every kind dropped; ``WorkerTimeout``; ``WorkerError`` when an agent ended
+            without a reason.
+    """
+    from torch.distributed import TCPStore
+
+    from heteroflow.components.training.worker import WorkerError, WorkerTimeout
+
+    say = say or (lambda line: print(line, file=sys.stderr, flush=True))
+    job.check()
+    if not groups:
+        raise InvalidParameter("groups is empty; valid: one ReplicaGroup per device kind")
+    kinds = [g.kind for g in groups]
+    if len(set(kinds)) != len(kinds):
+        raise InvalidParameter(f"kinds {kinds} repeat; valid: one ReplicaGroup per kind")
+    if job.global_batch < sum(g.count for g in groups):
+        raise InvalidParameter(f"batch_size={job.global_batch} is smaller than the {sum(g.count for g in groups)} replicas; valid: >= one sample per replica")
+    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, multi_tenant=True)
+    endpoint = f"127.0.0.1:{store.port}"
+    run_id = "heteroflow-mixed-" + uuid.uuid4().hex[:8]
+    with tempfile.TemporaryDirectory(prefix="heteroflow-mixed-") as tmp:
+        folder = Path(tmp)
+        job_path = folder / "job.pkl"
+        job_path.write_bytes(pickle.dumps(job))
+        agents: dict[str, subprocess.Popen[bytes]] = {}
+        env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([p for p in sys.path if p])}
+        for g in groups:
+            cfg = {"kind": g.kind, "count": g.count, "speed": g.speed, "device_type": g.device_type, "kinds": len(groups), "run_id": run_id,
+                   "endpoint": endpoint, "job_path": str(job_path), "join_timeout": int(join_timeout),
+                   "last_call_timeout": int(max(1, last_call_timeout))}
+            cfg_path = folder / f"agent-{g.kind}.json"
+            cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
+            agents[g.kind] = subprocess.Popen(
+                [sys.executable, "-c", "import sys; from heteroflow.components.training.mixed import _agent_main; _agent_main(sys.argv[1])", str(cfg_path)],
+                env=env, start_new_session=True)
+        say(f"train: mixed job {' + '.join(f'{g.kind} x{g.count}' for g in groups)}: {len(groups)} elastic agent(s), "
+            f"c10d rendezvous {run_id} on this process's store {endpoint}")
+        dropped: dict[str, dict[str, Any]] = {}
+        deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
+        failure: BaseException | None = None
+        try:
+            while True:
+                for path in sorted(folder.glob("drop.*.pkl")):
+                    record = _load(path)
+                    if record is None or record["kind"] in dropped:
+                        continue
+                    k = record["kind"]
+                    pids = [r["pid"] for r in (_load(p) for p in folder.glob(f"drop.{k}.*.pkl")) if r]
+                    _kill_group(agents[k], pids)
+                    dropped[k] = record
+                    say(f"train: kind {k} dropped out after step {record.get('step')} ({record['reason']}); its agent was "
+                        f"stopped, the other kinds re-form and resume from the last checkpoint")
+                errors = [r for r in (_load(p) for p in folder.glob("error.*.pkl")) if r]
+                if errors:
+                    failure = _exception(min(errors, key=lambda r: r["time"]))
+                    break
+                if len(dropped) == len(groups):
+                    first = min(dropped.values(), key=lambda r: r["time"])
+                    failure = _exception(first)
+                    with contextlib.suppress(Exception):
+                        failure.add_note(f"every kind of the mixed job dropped out ({', '.join(dropped)})")
+                    break
+                live = {k: p for k, p in agents.items() if k not in dropped}
+                codes = {k: p.poll() for k, p in live.items()}
+                if all(c is not None for c in codes.values()):
+                    bad = {k: c for k, c in codes.items() if c != 0}
+                    if bad and not (folder / "result.pkl").exists():
+                        time.sleep(0.5)
+                        if any(folder.glob("error.*.pkl")) or any(folder.glob("drop.*.pkl")):
+                            continue
+                        failure = WorkerError(f"elastic agent(s) of {', '.join(bad)} exited with code(s) {list(bad.values())} without a result")
+                    break
+                if deadline is not None and time.monotonic() > deadline:
+                    failure = WorkerTimeout(f"the mixed job ran past {timeout_seconds} s; its agents were stopped")
+                    break
+                time.sleep(0.1)
+        finally:
+            for k, p in agents.items():
+                if p.poll() is None:
+                    _kill_group(p)
+            store = None  # noqa: F841  (the store goes with the last reference)
+        if failure is not None:
+            raise failure
+        result = _load(folder / "result.pkl")
+        if result is None:
+            raise WorkerError("the mixed job ended without rank 0's result")
+    for k, record in dropped.items():
+        result.dropped.append({"kind": k, "step": record.get("step"), "reason": record["reason"],
+                               "resumed_from_step": result.resumed_from_step})
+    return result
+
+
+def run_mixed_local(job: MixedJob, kinds: Sequence[str], speeds: Sequence[float] | None = None, *,
+                    timeout_seconds: float | None = 600) -> MixedResult:
+    """Train ``job`` with one worker process per entry of ``kinds`` (rank order), without elastic agents: the
+    quick path of tests and benchmarks (:func:`heteroflow.components.training.distributed.launch`). No drop-out
+    handling: a failure fails the run.
+
+    Raises:
+        as :func:`heteroflow.components.training.distributed.launch`.
+    """
+    from heteroflow.components.training.distributed import launch
+
+    speeds = list(speeds) if speeds is not None else [1.0] * len(kinds)
+    with tempfile.TemporaryDirectory(prefix="heteroflow-mixed-") as tmp:
+        job_path = Path(tmp) / "job.pkl"
+        job_path.write_bytes(pickle.dumps(job))
+        launch(_local_worker, len(kinds), kwargs={"job_path": str(job_path), "kinds": list(kinds), "speeds": speeds},
+               timeout_seconds=timeout_seconds, deterministic=False)
+        result = _load(Path(tmp) / "result.pkl")
+    if result is None:
+        raise InvalidParameter("the mixed run wrote no result")
+    return result
+
+
+def _local_worker(dctx: Any, *, job_path: str, kinds: list[str], speeds: list[float]) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    os.environ[KIND_ENV] = kinds[dctx.rank]
+    os.environ[SPEED_ENV] = str(speeds[dctx.rank])
+    job: MixedJob = pickle.loads(Path(job_path).read_bytes())
+    _train(job, kinds[dctx.rank], speeds[dctx.rank], Path(job_path).parent)

@@ -1,0 +1,220 @@
+"""The train step on a mixed candidate (issue #29): :func:`train_mixed` turns the step's parameters into a
+:class:`~heteroflow.components.training.mixed.MixedJob`, runs it with one elastic agent per kind
+(:func:`~heteroflow.components.training.mixed.run_mixed`), and writes the model as :func:`train
+<heteroflow.components.training.step.train>` does. Its ``mixed`` facts (kinds, shares, throughputs, busy
+fractions, the kinds that dropped out) go into the run record, the report and the metrics.
+
+What differs from one kind: the built-in classifier loop only (``train_function`` is refused), float32, the
+global batch is ``batch_size`` (``batch_sizes`` is refused: shares are measured), a last partial global batch of
+an epoch is dropped. A kind that is neither present nor simulated (``HETEROFLOW_SIMULATE_DEVICES``) is left out
+before the start and recorded as dropped at step 0; when no kind is left the step fails with
+``DeviceUnavailable`` (a device failure: the next candidate runs).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
+
+__all__ = ["mixed_facts_lines", "profile_throughput", "refuse_in_launcher_pod", "step_dataset", "step_model", "train_mixed"]
+
+
+def step_dataset(dataset_dir: str, values: Mapping[str, Any]) -> Any:
+    """The train split of ``dataset_dir`` as the train step opens it (a worker's data factory)."""
+    from heteroflow.components.training.step import _plan
+
+    return _plan(dataset_dir, values)[0].train
+
+
+def step_model(dataset_dir: str, values: Mapping[str, Any]) -> Any:
+    """The train step's model (a worker's model factory)."""
+    from heteroflow.components.training.step import _plan
+
+    return _plan(dataset_dir, values)[1].build()
+
+
+def _groups(resources: Any, say: Callable[[str], None]) -> tuple[list[Any], list[dict[str, Any]]]:
+    """The replica groups that can run here, and the kinds left out (neither present nor simulated)."""
+    from heteroflow.components.core.failures import simulated_devices
+    from heteroflow.components.training.device import resolve_device
+    from heteroflow.components.training.mixed import ReplicaGroup
+    from heteroflow.components.training.shares import simulated_speeds
+
+    simulated = simulated_devices()
+    speeds = simulated_speeds()
+    groups, left_out = [], []
+    for g in resources.replicas:
+        kind = g.kind
+        if not kind.has_devices:
+            groups.append(ReplicaGroup(kind.value, g.count, "cpu", 1.0))
+        elif kind.value in simulated:
+            groups.append(ReplicaGroup(kind.value, g.count, kind.simulated_device_type, speeds.get(kind.value, 1.0)))
+        else:
+            try:
+                resolve_device(g.resources.torch_device_type)
+            except DeviceUnavailable as exc:
+                left_out.append({"kind": kind.value, "step": 0, "reason": f"DeviceUnavailable: {exc}", "resumed_from_step": 0})
+                say(f"train: kind {kind.value} of the mixed candidate is not here ({exc}); the others train without it")
+                continue
+            groups.append(ReplicaGroup(kind.value, g.count, g.resources.torch_device_type, 1.0))
+    return groups, left_out
+
+
+def profile_throughput(resources: Any, training_profile: str) -> dict[str, float]:
+    """``{kind: relative throughput}`` of a mixed candidate's kinds from a training profile (the plan step's
+    ``training_profile``, :func:`heteroflow.components.training.profiling.read_profile`): per kind, 1 / the step
+    time :func:`heteroflow.components.placement.scoring.step_seconds_per_model` gives the first of the kind's
+    accelerator models it knows (``cpu`` for the CPU). Empty when there is no profile or it times some kind on no
+    model: the first steps measure the shares then.
+
+    Raises:
+        InvalidParameter: ``training_profile`` names no readable heteroflow profile.
+    """
+    if not training_profile:
+        return {}
+    from heteroflow.components.placement.scoring import step_seconds_per_model
+    from heteroflow.components.training.profiling import read_profile
+
+    seconds = step_seconds_per_model(read_profile(training_profile, field="training_profile"), None)
+    out: dict[str, float] = {}
+    for g in resources.replicas:
+        models = [m.name for m in g.resources.accelerator_models] if g.kind.has_devices else ["cpu"]
+        timed = next((seconds[m][0] for m in models if m in seconds), None)
+        if timed is None:
+            return {}
+        out[g.kind.value] = 1.0 / timed
+    return out
+
+
+def refuse_in_launcher_pod(resources: Any, environ: Mapping[str, str] | None = None) -> None:
+    """Refuse a mixed candidate in a cluster rendering's train task (a KFP task or an Airflow pod: the CPU launcher
+    pod :func:`heteroflow.components.devices.podplan.plan_pod` renders for it, which carries the cluster profile
+    in ``HETEROFLOW_CLUSTER_PROFILE``): its kinds need a pod each, which one task pod cannot be. As a multi-node
+    candidate whose launcher lacks a cluster, it is a device failure, so the step falls back to its next candidate.
+    A pod of the mixed job's own Volcano Job (``HETEROFLOW_REPLICA_KIND`` set) is not refused.
+
+    Raises:
+        DeviceUnavailable: in such a task pod; the message names the alternative (``heteroflow manifests``).
+    """
+    from heteroflow.components.training.mixed_job import REPLICA_KIND_ENV
+    from heteroflow.components.training.trainjob import PROFILE_ENV
+
+    env = os.environ if environ is None else environ
+    if env.get(PROFILE_ENV) and not env.get(REPLICA_KIND_ENV):
+        spec = "+".join(f"{g.kind.value}:count={g.count}" for g in resources.replicas)
+        raise DeviceUnavailable(
+            f"the mixed candidate {resources.describe()} cannot train inside one pipeline task (each kind needs its own "
+            f"pods); the step falls back to its next candidate. Valid: render its Volcano Job with `heteroflow "
+            f"manifests --inventory FILE -c '{spec}' -o DIR` and submit it (kubectl create -f), or run the pipeline on one "
+            "machine (heteroflow run)")
+
+
+def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str],
+                values: dict[str, Any], splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path,
+                started: float, say: Callable[[str], None]) -> Any:
+    """Train on a mixed candidate and return the step's ``TrainResult`` (its ``mixed`` facts filled in).
+
+    Raises:
+        InvalidParameter: ``train_function`` or ``batch_sizes`` given (not supported on a mixed candidate).
+        DeviceUnavailable: no kind of the candidate is here.
+        BaseException: as :func:`~heteroflow.components.training.mixed.run_mixed` (every kind dropped: the first
+            kind's device failure).
+    """
+    import torch
+
+    from heteroflow.components.training.mixed import MixedJob, run_mixed
+    from heteroflow.components.training.model_files import _write_model
+    from heteroflow.components.training.step import TrainResult
+
+    if values.get("train_function"):
+        raise InvalidParameter("train_function with a mixed candidate: its replicas run the built-in classifier loop; valid: leave train_function empty, or use a single-kind candidate")
+    if values.get("batch_sizes"):
+        raise InvalidParameter("batch_sizes with a mixed candidate: the shares of the global batch (batch_size) are measured; valid: leave batch_sizes empty")
+    refuse_in_launcher_pod(resources)
+    groups, left_out = _groups(resources, say)
+    if not groups:
+        raise DeviceUnavailable(f"no kind of the mixed candidate {resources.describe()} is here: " + "; ".join(d["reason"] for d in left_out))
+    from_profile = profile_throughput(resources, str(values.get("training_profile") or ""))
+    if from_profile:
+        say("train: the first shares come from the training profile: " + ", ".join(f"{k} {v:.3g}/s" for k, v in from_profile.items()))
+    ckpt_dir.mkdir(parents=True, exist_ok=True)
+    plain = {k: v for k, v in values.items() if k not in ("progress", "training_profile")}
+    job = MixedJob(
+        model="heteroflow.components.training.mixed_step:step_model", data="heteroflow.components.training.mixed_step:step_dataset",
+        model_kwargs={"dataset_dir": str(dataset_dir), "values": plain}, data_kwargs={"dataset_dir": str(dataset_dir), "values": plain},
+        global_batch=int(values["batch_size"]), learning_rate=float(values["learning_rate"]), epochs=int(values["epochs"]),
+        optimizer=values.get("optimizer") or "", loss=values.get("loss") or "", seed=int(values["seed"]),
+        rebalance_every_steps=resources.rebalance_every_steps, rebalance_every_minutes=resources.rebalance_every_minutes,
+        compression=resources.compression, checkpoint_dir=str(ckpt_dir), profile_throughput=from_profile,
+        checkpoint_every_steps=int(values["checkpoint_every_steps"]))
+    result = run_mixed(job, groups, say=say)
+    result.dropped[:0] = left_out
+    model = spec.build()
+    model.load_state_dict(result.state_dict)
+    val_acc = None
+    if splits.validation is not None:
+        from heteroflow.components.training.mixed import _collate
+
+        import numpy as np
+
+        model.eval()
+        correct = 0
+        with torch.no_grad():
+            for start in range(0, len(splits.validation), 512):
+                x, y = _collate(splits.validation, np.arange(start, min(start + 512, len(splits.validation))))
+                correct += int((model(x).argmax(1) == y).sum())
+        val_acc = correct / max(1, len(splits.validation))
+    kinds = "+".join(dict.fromkeys(result.kinds))
+    out = _write_model(model_dir, model, dataset_dir=dataset_dir, splits=splits, spec=spec, params=params,
+                       steps=result.steps, precision="float32", device="cpu", device_kind=kinds)
+    last = result.history[-1] if result.history else {}
+    facts = result.facts()
+    facts["replicas"] = [{"kind": g.kind, "count": g.count, "device": g.device_type, "speed": g.speed} for g in groups]
+    import shutil
+
+    shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return TrainResult(
+        model_dir=out, device="cpu", steps=result.steps, resumed_from_step=result.resumed_from_step,
+        checkpoints_written=0, samples_per_second=result.samples / result.loop_seconds if result.loop_seconds > 0 else 0.0,
+        final_loss=float(last.get("loss", float("nan"))), validation_accuracy=val_acc, seconds=time.perf_counter() - started,
+        history=tuple(result.history), precision="float32", model=spec.to_dict(), device_kind=kinds, num_workers=0,
+        processes=len(result.kinds), batch_size=job.global_batch, mixed=facts)
+
+
+def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
+    """The summary lines of a mixed run's facts: each replica's kind, share, throughput and busy fraction; the
+    kinds that dropped out."""
+    kinds = mixed.get("kinds") or []
+    shares, tput, busy = mixed.get("shares") or [], mixed.get("throughput") or [], mixed.get("busy_fraction") or []
+    parts = []
+    for r, k in enumerate(kinds):
+        s = shares[r] if r < len(shares) else "?"
+        t = f", {tput[r]:.0f} samples/s" if r < len(tput) and tput[r] else ""
+        b = f", busy {busy[r] * 100:.0f}%" if r < len(busy) else ""
+        parts.append(f"{k}[{r}] share {s}{t}{b}")
+    lines = ["train: mixed replicas: " + "; ".join(parts)] if parts else []
+    for d in mixed.get("dropped") or []:
+        lines.append(f"train: kind {d.get('kind')} dropped out at step {d.get('step')} ({d.get('reason')}); "
+                     f"the others resumed from step {d.get('resumed_from_step')}")
+    return lines
+
+
+
+def mixed_metrics(mixed: Mapping[str, Any]) -> dict[str, float]:
+    """Scalar metrics of a mixed run, per replica ``<kind>_<rank>``: ``share_...`` (samples of the global
+    batch), ``samples_per_second_...`` (per busy second), ``busy_fraction_...`` (0-1); ``dropped_kinds`` (how many
+    kinds dropped out). They reach the Metrics output and Prometheus (``heteroflow_step_metric``)."""
+    out: dict[str, float] = {}
+    kinds = mixed.get("kinds") or []
+    for name, values in (("share", mixed.get("shares")), ("samples_per_second", mixed.get("throughput")),
+                         ("busy_fraction", mixed.get("busy_fraction"))):
+        for r, v in enumerate(values or []):
+            if r < len(kinds) and isinstance(v, (int, float)):
+                out[f"{name}_{kinds[r]}_{r}"] = float(v)
+    out["dropped_kinds"] = float(len(mixed.get("dropped") or []))
+    return out

@@ -1,0 +1,171 @@
+"""Shares of the global batch in a mixed job (issue #29 items 2, 3, 7): from measured throughput, one global
+sampler sliced by share, and simulated kinds at different speeds.
+
+Shares
+    Replica ``r``'s share of every global batch of ``B`` samples is ``b_r``, proportional to its measured
+    throughput ``t_r`` (samples per busy second): ``b_r ~ B * t_r / sum(t)``, rounded by the largest-remainder
+    method so ``sum(b) = B`` exactly, each ``b_r >= 1`` (:func:`shares_from_throughput`). With gradients weighted
+    by ``b_r / B`` (:mod:`heteroflow.components.training.hierarchy`) one update is the gradient of the whole
+    global batch, so rebalancing changes who computes what, never the trajectory. The balance is the one of
+    KAITIAN (2025: GPU + MLU, shares by measured speed) and Whale (ATC'22, hardware-aware load balancing).
+
+Global sampler
+    :class:`GlobalSampler` draws each epoch's permutation of the ``n`` samples with numpy's ``default_rng(seed +
+    epoch)`` (as heteroflow's single-process loader does), cuts it into global batches of ``B`` (a last, partial
+    batch is dropped: every replica takes the same steps) and gives replica ``r`` the ``b_r`` samples after those
+    of replicas ``0 .. r-1`` (:func:`~heteroflow.components.training.gradients.rank_slice`). Which samples form a
+    step's batch depends on ``seed``, ``B`` and the step only, never on how many replicas of which kinds train.
+
+Simulated speeds
+    ``HETEROFLOW_SIMULATE_DEVICES=gpu@1.0,npu@0.5`` (:func:`simulated_speeds`): a replica of a kind at speed
+    ``s`` in (0, 1] runs its compute, then sleeps ``(1/s - 1)`` times the compute's measured time
+    (:class:`SlowDown`), so it takes ``1/s`` as long and leaves the core free meanwhile: two replicas on two cores
+    do not contend. Each replica uses one torch thread.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+from heteroflow.components.errors import InvalidParameter
+
+__all__ = ["GlobalSampler", "SlowDown", "shares_from_throughput", "simulated_speeds", "equal_shares", "utilization"]
+
+
+def simulated_speeds(environ: Mapping[str, str] | None = None) -> dict[str, float]:
+    """``{kind: speed factor}`` of the simulated kinds of ``HETEROFLOW_SIMULATE_DEVICES`` (1.0 where none is given).
+
+    Raises:
+        InvalidParameter: the setting does not parse (as
+            :func:`~heteroflow.components.core.failures.simulated_devices` says).
+    """
+    from heteroflow.components.core.failures import SIMULATE_ENV, simulated_devices
+
+    env = os.environ if environ is None else environ
+    simulated_devices(env)  # the checks, with their messages
+    out: dict[str, float] = {}
+    from heteroflow.components.resources import DeviceKind
+
+    for item in filter(None, (p.strip() for p in env.get(SIMULATE_ENV, "").split(","))):
+        head, _, speed = item.partition("@")
+        out[DeviceKind.parse(head.partition(":")[0]).value] = float(speed) if speed else 1.0
+    return out
+
+
+def equal_shares(global_batch: int, replicas: int) -> list[int]:
+    """``global_batch`` split as evenly as integers allow over ``replicas`` (the first ones get the remainder).
+
+    Raises:
+        InvalidParameter: fewer samples than replicas.
+    """
+    return shares_from_throughput(global_batch, [1.0] * replicas)
+
+
+def shares_from_throughput(global_batch: int, throughput: Sequence[float]) -> list[int]:
+    """Integer shares of ``global_batch`` proportional to ``throughput`` (samples/s per replica), summing to
+    ``global_batch``, each >= 1 (largest-remainder rounding; ties to the lower rank).
+
+    Args:
+        global_batch: samples per optimizer step, >= number of replicas.
+        throughput: each replica's measured samples per busy second (> 0; a non-finite or non-positive value
+            counts as the smallest positive one measured, or 1.0 when none is).
+
+    Raises:
+        InvalidParameter: no replicas, or fewer samples than replicas.
+    """
+    n = len(throughput)
+    if n == 0:
+        raise InvalidParameter("throughput is empty; valid: one measured throughput per replica")
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
+        raise InvalidParameter(f"batch_size={global_batch!r} is smaller than the {n} replicas; valid: an integer >= {n} (each replica takes at least one sample)")
+    good = [t for t in throughput if math.isfinite(t) and t > 0]
+    floor_t = min(good) if good else 1.0
+    t = [x if math.isfinite(x) and x > 0 else floor_t for x in throughput]
+    spare = global_batch - n  # each replica has 1; the rest by throughput
+    exact = [spare * x / sum(t) for x in t]
+    base = [int(math.floor(e)) for e in exact]
+    left = spare - sum(base)
+    order = sorted(range(n), key=lambda i: (-(exact[i] - base[i]), i))
+    for i in order[:left]:
+        base[i] += 1
+    return [1 + b for b in base]
+
+
+def utilization(busy_seconds: Sequence[float], wall_seconds: float) -> list[float]:
+    """Each replica's busy fraction, busy time over wall time (0-1)."""
+    return [min(1.0, b / wall_seconds) if wall_seconds > 0 else 0.0 for b in busy_seconds]
+
+
+class GlobalSampler:
+    """The global batches of a run, sliced by share (see the module docstring).
+
+    Args:
+        n: samples in the data set.
+        global_batch: samples per optimizer step ``B``.
+        seed: shuffling seed (epoch ``e`` uses ``default_rng(seed + e)``).
+        shuffle: False: in order.
+
+    Raises:
+        InvalidParameter: fewer samples than one global batch.
+    """
+
+    def __init__(self, n: int, global_batch: int, seed: int = 0, *, shuffle: bool = True) -> None:
+        if n < global_batch:
+            raise InvalidParameter(f"the data set has {n} samples, fewer than one global batch of {global_batch}; valid: batch_size <= {n}")
+        self.n, self.global_batch, self.seed, self.shuffle = n, global_batch, seed, shuffle
+        self._orders: dict[int, Any] = {}
+
+    @property
+    def steps_per_epoch(self) -> int:
+        """Optimizer steps per epoch (the last, partial global batch is dropped)."""
+        return self.n // self.global_batch
+
+    def batch(self, step: int) -> Any:
+        """The sample indices (int64 numpy array of ``B``) of global step ``step`` (0-based, across epochs)."""
+        import numpy as np
+
+        epoch, b = divmod(step, self.steps_per_epoch)
+        if epoch not in self._orders:
+            self._orders = {epoch: np.random.default_rng(self.seed + epoch).permutation(self.n) if self.shuffle else np.arange(self.n)}
+        return self._orders[epoch][b * self.global_batch:(b + 1) * self.global_batch]
+
+    def part(self, step: int, shares: Sequence[int], rank: int) -> Any:
+        """Replica ``rank``'s part of step ``step``'s global batch under ``shares`` (one integer per replica,
+        summing to ``B``).
+
+        Raises:
+            InvalidParameter: shares that do not sum to the global batch, or a rank outside them.
+        """
+        from heteroflow.components.training.gradients import rank_slice
+
+        if sum(shares) != self.global_batch:
+            raise InvalidParameter(f"shares {list(shares)} sum to {sum(shares)}, not the global batch {self.global_batch}")
+        return self.batch(step)[rank_slice(list(shares), rank)]
+
+    def steps(self, start: int, stop: int) -> Iterator[int]:
+        return iter(range(start, stop))
+
+
+class SlowDown:
+    """A simulated kind at ``speed`` (0, 1]: :meth:`pause` after a compute of ``seconds`` sleeps
+    ``(1/speed - 1) * seconds``; :attr:`busy_seconds` adds both (the device's busy time)."""
+
+    def __init__(self, speed: float = 1.0) -> None:
+        if not 0 < speed <= 1:
+            raise InvalidParameter(f"speed={speed!r}; valid: a number in (0, 1]")
+        self.speed = speed
+        self.busy_seconds = 0.0
+
+    def pause(self, compute_seconds: float) -> float:
+        """Sleep for the slower kind's extra time after ``compute_seconds`` of compute; returns the busy time
+        of this compute (compute plus the sleep)."""
+        extra = compute_seconds * (1.0 / self.speed - 1.0)
+        if extra > 0:
+            time.sleep(extra)
+        busy = compute_seconds + extra
+        self.busy_seconds += busy
+        return busy

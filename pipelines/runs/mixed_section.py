@@ -1,0 +1,42 @@
+"""The report's section on mixed training jobs (issue #29): per replica its kind, share of the global batch,
+measured throughput and busy fraction; the shares as they were rebalanced; the kinds that dropped out, at which
+step, and from which step the others resumed. Empty for a run without a mixed job."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from heteroflow.pipelines.runs.markup import _e
+
+__all__ = ["mixed_section"]
+
+
+def mixed_section(run: dict[str, Any]) -> str:
+    """The HTML fragment (``<h2>Mixed device kinds</h2>...``), or ``""``."""
+    out = []
+    for call, facts in (run.get("results") or {}).items():
+        mixed = facts.get("mixed") if isinstance(facts, dict) else None
+        if not isinstance(mixed, dict):
+            continue
+        kinds = mixed.get("kinds") or []
+        shares, tput, busy = mixed.get("shares") or [], mixed.get("throughput") or [], mixed.get("busy_fraction") or []
+        rows = []
+        for r, kind in enumerate(kinds):
+            share = shares[r] if r < len(shares) else ""
+            t = f"{tput[r]:.0f}" if r < len(tput) and tput[r] else "-"
+            b = f"{busy[r] * 100:.0f}%" if r < len(busy) else "-"
+            rows.append(f"<tr><td>{r}</td><td>{_e(kind)}</td><td>{_e(share)}</td><td>{_e(t)}</td><td>{_e(b)}</td></tr>")
+        table = ("<table class=mixed><tr><th>replica</th><th>kind</th><th>share (samples of the global batch)</th>"
+                 "<th>samples/s (per busy second)</th><th>busy</th></tr>" + "".join(rows) + "</table>")
+        history = mixed.get("shares_history") or []
+        changes = "".join(f"<li>step {_e(h.get('step'))}: shares {_e(h.get('shares'))} ({_e(h.get('why'))})</li>" for h in history)
+        dropped = "".join(
+            f"<li class=dropped>kind <b>{_e(d.get('kind'))}</b> dropped out at step {_e(d.get('step'))} "
+            f"({_e(d.get('reason'))}); the others resumed from step {_e(d.get('resumed_from_step'))}</li>"
+            for d in mixed.get("dropped") or []
+        )
+        sent = mixed.get("bytes_per_step")
+        extra = f"<p>cross-kind exchange: {_e(sent)} bytes per step per leader</p>" if sent else ""
+        out.append(f"<h3>{_e(call)}</h3>{table}{extra}" + (f"<ul>{changes}</ul>" if changes else "")
+                   + (f"<ul>{dropped}</ul>" if dropped else ""))
+    return "<h2>Mixed device kinds</h2>" + "".join(out) if out else ""

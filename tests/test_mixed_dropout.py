@@ -1,0 +1,89 @@
+"""A kind drops out, the job goes on (#29 item 4): the NPU replicas fail with a device-class failure (injected on
+the CPU), their elastic agent is stopped, the GPU agent re-forms the rendezvous alone, resumes from the last
+checkpoint with recomputed shares, and ends with the uninterrupted run's weights; the record, the summary and the
+report say which kind dropped, at which step, and from which step it resumed. When every kind fails, the step's
+fallback to the next candidate takes over."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from heteroflow.components.core.failures import FailureClass, InjectedDeviceFault, classify
+from heteroflow.components.training.mixed import MixedJob, ReplicaGroup, run_mixed
+
+HETEROFLOW = Path(sys.executable).with_name("heteroflow")
+
+
+def _job(ckpt: Path) -> MixedJob:
+    return MixedJob(model="mixed_models:cnn", data="mixed_models:digits", global_batch=32, learning_rate=0.05, max_steps=20,
+                    optimizer="mixed_models:sgd", seed=7, fixed_shares={"gpu": [24], "npu": [8]}, checkpoint_dir=str(ckpt),
+                    checkpoint_every_steps=5)
+
+
+@pytest.mark.slow
+def test_npu_drops_out_the_gpu_resumes_and_the_weights_match_the_uninterrupted_run(tmp_path, monkeypatch):
+    whole = run_mixed(_job(tmp_path / "a"), [ReplicaGroup("gpu", 1), ReplicaGroup("npu", 1)])
+    monkeypatch.setenv("HETEROFLOW_INJECT_FAULT", "train@npu=device:after_steps=7")
+    lines: list[str] = []
+    dropped = run_mixed(_job(tmp_path / "b"), [ReplicaGroup("gpu", 1), ReplicaGroup("npu", 1)], last_call_timeout=3, say=lines.append)
+    assert whole.dropped == [] and sorted(whole.kinds) == ["gpu", "npu"]
+    (d,) = dropped.dropped
+    assert d["kind"] == "npu" and d["step"] == 7 and d["resumed_from_step"] == 5 and "InjectedDeviceFault" in d["reason"]
+    assert dropped.kinds == ["gpu"] and dropped.shares == [32] and dropped.resumed_from_step == 5 and dropped.steps == 20
+    assert any("kind npu dropped out after step 7" in line for line in lines)
+    assert max(float((whole.state_dict[k] - dropped.state_dict[k]).abs().max()) for k in whole.state_dict) <= 1e-5
+
+
+@pytest.mark.slow
+def test_every_kind_failing_raises_the_device_failure(tmp_path, monkeypatch):
+    monkeypatch.setenv("HETEROFLOW_INJECT_FAULT", "train@npu=device:after_steps=3,train@gpu=device:after_steps=3")
+    with pytest.raises(InjectedDeviceFault) as err:
+        run_mixed(_job(tmp_path / "c"), [ReplicaGroup("gpu", 1), ReplicaGroup("npu", 1)], last_call_timeout=3)
+    assert classify(err.value).cls is FailureClass.DEVICE
+
+
+def _run(args: list[str], home: Path, cwd: Path, fault: str) -> dict:
+    proc = subprocess.run(
+        [str(HETEROFLOW), "run", "--engine", "inprocess", "--simulate-devices", "gpu,npu@0.5", "--param", "epochs=2",
+         "--param", "checkpoint_every_steps=5", "--inject-fault", fault, *args],
+        cwd=cwd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+        env={**os.environ, "HETEROFLOW_HOME": str(home), "COLUMNS": "160"},
+    )
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+    runs = sorted((cwd / "heteroflow-runs").iterdir(), key=lambda p: p.stat().st_mtime)
+    return json.loads((runs[-1] / "run.json").read_text()) | {"_stdout": proc.stdout}
+
+
+@pytest.mark.slow
+def test_from_the_cli_a_dropped_kind_is_in_the_record_report_and_metrics_and_all_failing_falls_back(digits_dir, tmp_path):
+    home = tmp_path / "home"
+    run = _run(["--dataset", str(digits_dir), "-c", "gpu:count=1+npu:count=1", "-c", "cpu"], home, tmp_path,
+               "train@npu=device:after_steps=12")
+    assert run["status"] == "succeeded" and not run.get("fallbacks")
+    train = run["results"]["train"]
+    (d,) = train["mixed"]["dropped"]
+    assert d["kind"] == "npu" and d["step"] == 12 and d["resumed_from_step"] == 10
+    assert train["resumed_from_step"] == 10 and train["mixed"]["kinds"] == ["gpu"]
+    assert run["metrics"]["train"]["dropped_kinds"] == 1.0 and run["metrics"]["train"]["share_gpu_0"] == 64.0
+    html = Path(run["run_dir"], "report.html").read_text(encoding="utf-8")
+    section = html.split("<h2>Mixed device kinds</h2>", 1)[1].split("<h2>", 1)[0]
+    assert "<b>npu</b> dropped out at step 12" in section and "resumed from step 10" in section
+    assert "kind npu dropped out at step 12" in run["_stdout"]
+    prom = Path(run["run_dir"], "metrics.prom").read_text(encoding="utf-8")
+    assert 'metric="dropped_kinds"' in prom and 'metric="busy_fraction_gpu_0"' in prom
+
+    again = tmp_path / "again"
+    again.mkdir()
+    both = _run(["--dataset", str(digits_dir), "-c", "gpu:count=1+npu:count=1", "-c", "cpu"], home, again,
+                "train@npu=device:after_steps=3,train@gpu=device:after_steps=3")
+    assert both["status"] == "succeeded"
+    (fallback,) = both["fallbacks"]
+    assert fallback["step"] == "train" and fallback["failure"] == "device"
+    assert both["results"]["train"]["device_kind"] == "cpu"

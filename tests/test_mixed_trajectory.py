@@ -1,0 +1,100 @@
+"""The same trajectory whatever trains it (#29 item 3): a 3:1 mixed run, a 1:1:2 run and one process with the
+same global batch end with the same weights (float32, no dropout, 20 steps, largest difference <= 1e-5), on a small
+CNN and on the MLP; measured, rebalanced shares do not change it either (item 2)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from heteroflow.components.training.mixed import MixedJob, ReplicaGroup, run_mixed, run_mixed_local
+
+TOL = 1e-5
+STEPS = 20
+BATCH = 32
+
+
+def _job(model: str, data: str = "digits", **kw) -> MixedJob:
+    return MixedJob(model=f"mixed_models:{model}", data=f"mixed_models:{data}", global_batch=BATCH, learning_rate=0.05,
+                    max_steps=STEPS, optimizer="mixed_models:sgd", seed=7, **kw)
+
+
+def _single_process(model_name: str, data_name: str = "digits") -> dict[str, torch.Tensor]:
+    """Plain PyTorch in this process: the global batches of default_rng(seed + epoch)'s permutation."""
+    import mixed_models
+
+    data = getattr(mixed_models, data_name)()
+    torch.manual_seed(7)
+    model = getattr(mixed_models, model_name)()
+    opt = mixed_models.sgd(model.parameters(), lr=0.05)
+    per_epoch = len(data) // BATCH
+    for step in range(STEPS):
+        epoch, b = divmod(step, per_epoch)
+        idx = np.random.default_rng(7 + epoch).permutation(len(data))[b * BATCH:(b + 1) * BATCH]
+        x, y = data.x[idx], data.y[idx]
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return {k: v.detach() for k, v in model.state_dict().items()}
+
+
+def _largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[k] - b[k]).abs().max()) for k in a)
+
+
+def test_mlp_three_to_one_mixed_run_matches_one_process():
+    """Quick: two replicas of two kinds (shares 24 and 8 of 32), launched as the train step launches them (one
+    torch elastic agent per kind, c10d rendezvous on this process's store), against plain PyTorch in one process.
+    Kept cheap (about 25 s of CPU time, most of it five processes importing torch): 512 synthetic 8x8 samples
+    (no scikit-learn import in the workers; 20 steps of 32 cross an epoch) and the 32-unit MLP."""
+    reference = _single_process("mlp", "blobs")
+    mixed = run_mixed(_job("mlp", "blobs", fixed_shares={"gpu": [24], "npu": [8]}), [ReplicaGroup("gpu", 1), ReplicaGroup("npu", 1)])
+    assert mixed.kinds == ["gpu", "npu"] and mixed.shares == [24, 8] and mixed.steps == STEPS and not mixed.dropped
+    import mixed_models
+
+    torch.manual_seed(7)
+    assert _largest_difference(reference, mixed_models.mlp().state_dict()) > 1e-2  # the weights moved: not two untrained models
+    assert _largest_difference(mixed.state_dict, reference) <= TOL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("model", ["cnn", "mlp"])
+def test_three_to_one_one_one_two_and_one_process_agree_through_the_elastic_launch(model):
+    reference = _single_process(model)
+    three_one = run_mixed(_job(model, fixed_shares={"gpu": [24], "npu": [8]}), [ReplicaGroup("gpu", 1), ReplicaGroup("npu", 1)])
+    one_one_two = run_mixed(_job(model, fixed_shares={"gpu": [8, 8], "npu": [16]}), [ReplicaGroup("gpu", 2), ReplicaGroup("npu", 1)])
+    assert sorted(three_one.kinds) == ["gpu", "npu"] and sorted(one_one_two.kinds) == ["gpu", "gpu", "npu"]
+    assert sorted(one_one_two.shares) == [8, 8, 16]
+    for run in (three_one, one_one_two):
+        assert run.steps == STEPS and run.resumed_from_step == 0 and not run.dropped
+        assert _largest_difference(run.state_dict, reference) <= TOL
+    assert _largest_difference(three_one.state_dict, one_one_two.state_dict) <= TOL
+
+
+@pytest.mark.slow
+def test_measured_and_rebalanced_shares_keep_the_trajectory():
+    """Shares measured after 2 warm-up steps and again every 5 steps, on kinds at speeds 1.0 and 0.5: the
+    shares change, the weights are still those of one process."""
+    reference = _single_process("cnn")
+    run = run_mixed_local(_job("cnn", warmup_steps=2, rebalance_every_steps=5), ["gpu", "npu"], speeds=[1.0, 0.5])
+    measured = [h for h in run.shares_history if h["why"] == "measured"]
+    assert [h["step"] for h in measured] == [3, 8, 13, 18]  # warm-up (the first step is not timed), then every 5
+    assert all(sum(h["shares"]) == BATCH and len(h["throughput"]) == 2 for h in measured)
+    assert _largest_difference(run.state_dict, reference) <= TOL
+    assert len(run.busy_fraction) == 2 and all(0 < b <= 1 for b in run.busy_fraction)
+
+
+@pytest.mark.slow
+def test_shares_start_from_the_step_profile():
+    run = run_mixed_local(_job("mlp", profile_throughput={"gpu": 300.0, "npu": 100.0}, warmup_steps=50), ["gpu", "npu"])
+    assert run.shares_history[0]["shares"] == [24, 8] and run.shares == [24, 8]
+
+
+@pytest.mark.slow
+def test_shares_are_re_measured_after_the_set_minutes_too():
+    """rebalance_every_minutes so short that every step after the warm-up is due (rebalance_every_steps far off)."""
+    run = run_mixed_local(_job("mlp", warmup_steps=2, rebalance_every_steps=1000, rebalance_every_minutes=1e-6), ["gpu", "npu"])
+    assert [h["step"] for h in run.shares_history if h["why"] == "measured"] == list(range(3, STEPS + 1))

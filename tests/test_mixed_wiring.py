@@ -1,0 +1,198 @@
+"""A mixed candidate wired into the cluster renderings and the plan step's profile (#29 items 2 and 6):
+
+- ``heteroflow manifests -c 'gpu:count=2+npu:count=4'`` renders one Volcano Job with a task per kind and
+  ``minAvailable`` 6, validated against the Volcano CRD and (each task's pod template) kubernetes-validate;
+- the KFP rendering compiles: the mixed candidate's task (and Airflow pod) is a CPU launcher pod, as a multi-node
+  candidate's, and
+  in it the train step refuses with a device failure (the step falls back) that names ``heteroflow manifests``;
+- a pod of the mixed Volcano Job (``PET_NNODES=1:6``, no master address) is not taken for a static multi-node job;
+- the plan step's ``training_profile`` reaches the train step and sets a mixed job's first shares.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from heteroflow.components.core.failures import FailureClass, classify
+from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
+from heteroflow.components.resources import Candidates
+from heteroflow.components.training.mixed_job import REPLICA_KIND_ENV, ROLES_ENV, validate_volcano_job
+
+ROOT = Path(__file__).resolve().parents[1]
+INVENTORY = ROOT / "examples" / "manifests" / "inventory.yaml"
+PROFILE_YAML = """\
+name: mixed
+vendors: {nvidia: {labels: gfd}, ascend: {plugin: official, labels: npu-chip-name}}
+queue: {volcano: research}
+images: {gpu: reg.example/hf:cuda, npu: reg.example/hf:cann8, cpu: reg.example/hf:cpu}
+shared_storage: {claim: hf-shared}
+"""
+MIXED = "gpu:count=2+npu:count=4"
+
+
+def _env(task: dict) -> dict[str, str]:
+    (container,) = task["template"]["spec"]["containers"]
+    return {e["name"]: e["value"] for e in container["env"]}
+
+
+def test_heteroflow_manifests_renders_a_mixed_candidate_as_one_gang_scheduled_volcano_job(tmp_path: Path) -> None:
+    from heteroflow.pipelines.cli.main import app
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE_YAML, encoding="utf-8")
+    out = tmp_path / "out"
+    result = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "--profile", str(profile), "-c", MIXED,
+                                      "-c", "cpu", "-o", str(out), "--command", "heteroflow step train --param epochs=3"])
+    assert result.exit_code == 0, result.output
+    assert "train-0-gpu-npu.yaml (1: Job)" in result.output
+    (job,) = list(yaml.safe_load_all((out / "train-0-gpu-npu.yaml").read_text(encoding="utf-8")))
+    validate_volcano_job(job)  # the Volcano CRD (unknown fields rejected) and each pod template with kubernetes-validate
+    assert (job["apiVersion"], job["kind"]) == ("batch.volcano.sh/v1alpha1", "Job")
+    spec = job["spec"]
+    assert spec["minAvailable"] == 6 and spec["queue"] == "research"
+    gpu, npu = spec["tasks"]
+    assert [(t["name"], t["replicas"]) for t in (gpu, npu)] == [("gpu", 2), ("npu", 4)]
+    # count is replicas: one device per pod, from each kind's device plugin and the profile's image
+    g, n = gpu["template"]["spec"]["containers"][0], npu["template"]["spec"]["containers"][0]
+    assert g["resources"]["limits"]["nvidia.com/gpu"] == "1" and n["resources"]["limits"]["huawei.com/Ascend910"] == "1"
+    assert (g["image"], n["image"]) == ("reg.example/hf:cuda", "reg.example/hf:cann8")
+    # the train step's command under torchrun, the elastic rendezvous and the roles in every pod
+    assert g["command"] == ["python", "-m", "torch.distributed.run", "--no-python", "heteroflow", "step", "train", "--param", "epochs=3"]
+    env = _env(npu)
+    assert env["PET_NNODES"] == "1:6" and env[REPLICA_KIND_ENV] == "npu"
+    assert [(r["kind"], r["replicas"]) for r in json.loads(env[ROLES_ENV])] == [("gpu", 2), ("npu", 4)]
+    # the cpu candidate has no job of its own; the queues and flavors are still there
+    assert sorted(p.name for p in out.iterdir()) == ["kueue.yaml", "train-0-gpu-npu.yaml", "volcano-queues.yaml"]
+
+
+def test_a_mixed_candidate_without_an_image_for_a_kind_renders_no_job_and_says_why(tmp_path: Path) -> None:
+    from heteroflow.pipelines.cli.main import app
+
+    profile = tmp_path / "profile.yaml"
+    profile.write_text(PROFILE_YAML.replace(" npu: reg.example/hf:cann8,", ""), encoding="utf-8")
+    result = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "--profile", str(profile), "-c", MIXED,
+                                      "-o", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    assert not (tmp_path / "out" / "train-0-gpu-npu.yaml").exists()
+    assert "no train-0-gpu-npu.yaml: the profile names no image for npu (images.npu)" in " ".join(result.output.split())
+
+
+def test_the_python_api_renders_the_same_job_and_validates_it() -> None:
+    from heteroflow.components.devices.cluster import ClusterProfile
+    from heteroflow.pipelines.k8s.manifests import load_inventory, render_all, validate
+
+    files = render_all(load_inventory(INVENTORY), Candidates([MIXED, "gpu"]), ClusterProfile.from_dict(yaml.safe_load(PROFILE_YAML)))
+    (job,) = files["train-0-gpu-npu.yaml"]
+    validate(job)
+    assert job["spec"]["minAvailable"] == 6 and [t["name"] for t in job["spec"]["tasks"]] == ["gpu", "npu"]
+    assert files["train-1-gpu.yaml"][0]["kind"] in ("TrainJob", "PodGroup", "PyTorchJob")  # a single-kind one as before
+
+
+def test_the_kfp_rendering_compiles_and_the_mixed_task_refuses_with_a_device_failure_naming_manifests(tmp_path: Path) -> None:
+    from heteroflow.components.devices.cluster import ClusterProfile
+    from heteroflow.components.training.mixed_step import refuse_in_launcher_pod
+    from heteroflow.components.training.trainjob import PROFILE_ENV
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.kfp.render import compile_pipeline
+
+    cands = Candidates([MIXED, "cpu"])
+    path = compile_pipeline(default_pipeline(train_candidates=cands), tmp_path / "p.yaml",
+                            profile=ClusterProfile.from_dict(yaml.safe_load(PROFILE_YAML)))
+    executors = next(yaml.safe_load_all(path.read_text(encoding="utf-8")))["deploymentSpec"]["executors"]
+    mixed_task = executors["exec-train"]["container"]
+    # a launcher's pod, as a multi-node candidate's: no accelerator, the cluster profile in its environment
+    assert "accelerator" not in mixed_task["resources"] and mixed_task["resources"]["resourceCpuLimit"] == "1"
+    env = {e["name"]: e["value"] for e in mixed_task["env"]}
+    assert json.loads(env[PROFILE_ENV])["name"] == "mixed"
+
+    from heteroflow.pipelines.k8s.resources import build_pod_resources
+
+    airflow_pod = build_pod_resources(cands[0], ClusterProfile.from_dict(yaml.safe_load(PROFILE_YAML))).kubernetes_pod_operator_kwargs()
+    assert airflow_pod["container_resources"].limits == {"cpu": "1", "memory": "2Gi"} and PROFILE_ENV in airflow_pod["env_vars"]
+
+    with pytest.raises(DeviceUnavailable, match=r"heteroflow manifests --inventory FILE -c 'gpu:count=2\+npu:count=4'") as exc:
+        refuse_in_launcher_pod(cands[0], env)
+    assert classify(exc.value).cls is FailureClass.DEVICE  # the step falls back to its next candidate
+    refuse_in_launcher_pod(cands[0], {})  # on one machine (heteroflow run) it trains
+    refuse_in_launcher_pod(cands[0], {**env, REPLICA_KIND_ENV: "gpu"})  # a pod of the mixed job's own Volcano Job
+
+
+def test_a_mixed_jobs_pod_is_not_taken_for_a_static_multi_node_job() -> None:
+    from heteroflow.components.training import rendezvous
+    from heteroflow.components.training.mixed_job import RoleSpec, volcano_mixed_job
+    from heteroflow.components.training.rendezvous import node_role
+
+    job = volcano_mixed_job("mix", [RoleSpec("gpu", 2), RoleSpec("npu", 4)], image="reg.example/hf:latest")
+    env = _env(job["spec"]["tasks"][1])
+    assert env["PET_NNODES"] == "1:6" and "PET_MASTER_ADDR" not in env
+    assert node_role(env) is None  # the mixed path: torchrun's c10d rendezvous, no master address needed
+    assert node_role({k: v for k, v in env.items() if k != REPLICA_KIND_ENV}) is None
+    bare = {**{k: v for k, v in env.items() if k not in (REPLICA_KIND_ENV, ROLES_ENV)}, "PET_MASTER_PORT": "29500"}
+    with pytest.raises(InvalidParameter, match="without PET_MASTER_ADDR"):  # a static job still needs its master
+        node_role(bare)
+    assert (rendezvous._MIXED_KIND_ENV, rendezvous._MIXED_ROLES_ENV) == (REPLICA_KIND_ENV, ROLES_ENV)
+
+
+def _profile(path: Path, seconds: dict[str, float]) -> Path:
+    path.write_text(json.dumps({"device": "cpu", "samples_per_second": 100.0, "operators": [], "step_seconds_by_model": seconds}))
+    return path
+
+
+def test_profile_throughput_is_one_over_each_kinds_step_time_or_nothing(tmp_path: Path) -> None:
+    from heteroflow.components.replicas import MixedResources
+    from heteroflow.components.training.mixed_step import profile_throughput
+
+    mixed = MixedResources.parse_spec("gpu:accelerator=a100-80gb+npu:accelerator=ascend-910b3+cpu:count=2")
+    full = _profile(tmp_path / "a.json", {"nvidia-a100-80gb": 0.01, "ascend-910b3": 0.03, "cpu": 0.1})
+    assert profile_throughput(mixed, str(full)) == pytest.approx({"gpu": 100.0, "npu": 100 / 3, "cpu": 10.0})
+    partial = _profile(tmp_path / "b.json", {"nvidia-a100-80gb": 0.01})
+    assert profile_throughput(mixed, str(partial)) == {}  # a kind without a step time: the first steps measure
+    assert profile_throughput(mixed, "") == {}
+    with pytest.raises(InvalidParameter, match="training_profile="):
+        profile_throughput(mixed, str(tmp_path / "missing.json"))
+
+
+def test_the_plan_and_train_steps_share_the_training_profile_parameter() -> None:
+    from heteroflow.components.steps import PLAN, TRAIN
+    from heteroflow.pipelines.default import default_pipeline
+
+    assert "training_profile" in PLAN.param_names and "training_profile" in TRAIN.param_names
+    params = default_pipeline().params
+    assert list(params).count("training_profile") == 1  # one pipeline parameter, bound to both steps
+
+
+@pytest.mark.slow
+def test_the_first_shares_of_a_mixed_train_come_from_the_plan_steps_profile(digits_dir: Path, tmp_path: Path) -> None:
+    """Through the CLI: simulated kinds at equal speed, a profile that times the GPU 3x faster than the NPU: the
+    first shares of the 64-sample global batch are 47 and 17 (3:1 after one sample each); without the profile the first shares are equal."""
+    heteroflow = Path(sys.executable).with_name("heteroflow")
+    prof = _profile(tmp_path / "profile.json", {"nvidia-a100-80gb": 0.01, "ascend-910b3": 0.03})
+
+    def run(where: Path, *extra: str) -> dict:
+        where.mkdir()
+        proc = subprocess.run(
+            [str(heteroflow), "run", "--engine", "inprocess", "--simulate-devices", "gpu,npu", "--dataset", str(digits_dir),
+             "-c", "gpu:accelerator=a100-80gb+npu:accelerator=ascend-910b3", "--param", "epochs=1", "--param", "batch_size=64",
+             *extra],
+            cwd=where, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
+            env={**os.environ, "HETEROFLOW_HOME": str(tmp_path / "home"), "COLUMNS": "160"})
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        (run_dir,) = (where / "heteroflow-runs").iterdir()
+        return json.loads((run_dir / "run.json").read_text()) | {"_out": proc.stdout + proc.stderr}
+
+    profiled = run(tmp_path / "profiled", "--param", f"training_profile={prof}")
+    first = profiled["results"]["train"]["mixed"]["shares_history"][0]
+    from heteroflow.components.training.shares import shares_from_throughput
+
+    assert first["why"] == "start" and first["shares"] == shares_from_throughput(64, [1 / 0.01, 1 / 0.03]) == [47, 17]
+    assert "the first shares come from the training profile" in profiled["_out"]
+    plain = run(tmp_path / "plain")
+    assert plain["results"]["train"]["mixed"]["shares_history"][0]["shares"] == [32, 32]
