@@ -118,11 +118,15 @@ def test_the_kfp_rendering_compiles_and_the_mixed_task_refuses_with_a_device_fai
     airflow_pod = build_pod_resources(cands[0], ClusterProfile.from_dict(yaml.safe_load(PROFILE_YAML))).kubernetes_pod_operator_kwargs()
     assert airflow_pod["container_resources"].limits == {"cpu": "1", "memory": "2Gi"} and PROFILE_ENV in airflow_pod["env_vars"]
 
+    in_pod = {**env, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}  # the kubelet sets it in every pod
     with pytest.raises(DeviceUnavailable, match=r"heteroflow manifests --inventory FILE -c 'gpu:count=2\+npu:count=4'") as exc:
-        refuse_in_launcher_pod(cands[0], env)
+        refuse_in_launcher_pod(cands[0], in_pod)
     assert classify(exc.value).cls is FailureClass.DEVICE  # the step falls back to its next candidate
     refuse_in_launcher_pod(cands[0], {})  # on one machine (heteroflow run) it trains
-    refuse_in_launcher_pod(cands[0], {**env, REPLICA_KIND_ENV: "gpu"})  # a pod of the mixed job's own Volcano Job
+    # kfp.local's task (the default engine of `heteroflow run`) carries the compiled profile but runs on this machine:
+    # a fresh clone's `heteroflow run -c 'gpu:count=1+npu:count=1'` fell back to cpu here before
+    refuse_in_launcher_pod(cands[0], env)
+    refuse_in_launcher_pod(cands[0], {**in_pod, REPLICA_KIND_ENV: "gpu"})  # a pod of the mixed job's own Volcano Job
 
 
 def test_a_mixed_jobs_pod_is_not_taken_for_a_static_multi_node_job() -> None:

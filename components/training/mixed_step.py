@@ -94,7 +94,7 @@ def profile_throughput(resources: Any, training_profile: str) -> dict[str, float
 def refuse_in_launcher_pod(resources: Any, environ: Mapping[str, str] | None = None) -> None:
     """Refuse a mixed candidate in a cluster rendering's train task (a KFP task or an Airflow pod: the CPU launcher
     pod :func:`heteroflow.components.devices.podplan.plan_pod` renders for it, which carries the cluster profile
-    in ``HETEROFLOW_CLUSTER_PROFILE``): its kinds need a pod each, which one task pod cannot be. As a multi-node
+    in ``HETEROFLOW_CLUSTER_PROFILE``, inside a Kubernetes pod: ``KUBERNETES_SERVICE_HOST``): its kinds need a pod each, which one task pod cannot be. As a multi-node
     candidate whose launcher lacks a cluster, it is a device failure, so the step falls back to its next candidate.
     A pod of the mixed job's own Volcano Job (``HETEROFLOW_REPLICA_KIND`` set) is not refused.
 
@@ -105,7 +105,9 @@ def refuse_in_launcher_pod(resources: Any, environ: Mapping[str, str] | None = N
     from heteroflow.components.training.trainjob import PROFILE_ENV
 
     env = os.environ if environ is None else environ
-    if env.get(PROFILE_ENV) and not env.get(REPLICA_KIND_ENV):
+    # KUBERNETES_SERVICE_HOST: set by the kubelet in every pod; kfp.local's and Airflow's local tasks carry the
+    # profile too, but they run on this machine, where the kinds' replicas train as local processes.
+    if env.get(PROFILE_ENV) and env.get("KUBERNETES_SERVICE_HOST") and not env.get(REPLICA_KIND_ENV):
         spec = "+".join(f"{g.kind.value}:count={g.count}" for g in resources.replicas)
         raise DeviceUnavailable(
             f"the mixed candidate {resources.describe()} cannot train inside one pipeline task (each kind needs its own "
