@@ -41,7 +41,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
-from heteroflow.components.resources import DeviceKind, Resources
+from heteroflow.components.resources import ACCELERATORS, DeviceKind, Resources
 from heteroflow.pipelines.graph import Call, Pipeline
 
 __all__ = [
@@ -167,8 +167,9 @@ def pool_for(resources: Resources, *, prefix: str = POOL_PREFIX) -> tuple[str | 
     """The pool a task on ``resources`` takes slots from, and how many: the devices it uses.
 
     A candidate that names one accelerator model uses that model's pool (``heteroflow-npu-ascend-910b3``);
-    any other accelerator candidate (a family, or only a kind) uses its kind's pool (``heteroflow-gpu``). CPU
-    candidates use Airflow's ``default_pool`` (returned as None) with one slot.
+    any other accelerator candidate (a family, only a kind, or a kind without registry models such as a plugin's
+    ``mlu``) uses its kind's pool (``heteroflow-gpu``). CPU candidates use Airflow's ``default_pool`` (returned
+    as None) with one slot.
 
     Returns:
         ``(pool name or None, slots >= 1)``.
@@ -178,7 +179,9 @@ def pool_for(resources: Resources, *, prefix: str = POOL_PREFIX) -> tuple[str | 
         return None, 1
     slots = max(int(resources.count or 1), 1)
     models = resources.accelerator_models if resources.accelerator_spec is not None else ()
-    if len(models) == 1:
+    # a model pool exists only for registry models (pools_for_inventory): not for the stand-in model of a kind
+    # that has none (a plugin kind's resource_name), whose devices all count in the kind's pool
+    if len(models) == 1 and models[0].name in ACCELERATORS:
         return f"{prefix}-{kind}-{models[0].name}", slots
     return f"{prefix}-{kind}", slots
 

@@ -562,9 +562,10 @@ def test_the_local_inventory_does_not_import_torch_without_a_driver_device_file(
 
     code = (
         "import sys, os\n"
-        "from heteroflow.components.placement.plan import local_inventory, _GPU_DEVICE_FILES, _NPU_DEVICE_FILES\n"
+        "from heteroflow.components.devices import all_kinds\n"
+        "from heteroflow.components.placement.plan import local_inventory\n"
         "inv = local_inventory()\n"
-        "driver = any(os.path.exists(p) for p in _GPU_DEVICE_FILES + _NPU_DEVICE_FILES)\n"
+        "driver = any(os.path.exists(p) for k in all_kinds() for p in k.device_files)\n"
         "print(driver, 'torch' in sys.modules)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()

@@ -7,7 +7,7 @@ Owns:
       module to import first, the ``torch.distributed`` backend, bf16 / synchronize / peak-memory hooks, the
       default accelerator family and Kubernetes extended resource, node-label keys, failure patterns for the
       classifier and its simulated form.
-    - the registry (``registry.py``): :func:`register`, :func:`get`, :func:`all_kinds`,
+    - the registry (``registry.py``): :func:`register`, :func:`unregister`, :func:`get`, :func:`all_kinds`,
       :func:`for_torch_device_type`; third-party kinds load from the entry-point group ``heteroflow.devices``
       (:data:`ENTRY_POINT_GROUP`), lazily, once.
     - the three built-in registrations (``builtin.py``): :data:`CPU`, :data:`GPU`, :data:`NPU`.
@@ -36,7 +36,9 @@ from heteroflow.components.devices.registry import (
     for_torch_device_type,
     get,
     has_devices,
+    is_host_device_type,
     register,
+    unregister,
 )
 
 __all__ = [
@@ -49,5 +51,7 @@ __all__ = [
     "for_torch_device_type",
     "get",
     "has_devices",
+    "is_host_device_type",
     "register",
+    "unregister",
 ]

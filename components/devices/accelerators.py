@@ -469,6 +469,7 @@ def _default_accelerator(kind: DeviceKind) -> Accelerator | None:
         kind=kind,
         torch_device_type=kind.torch_device_type,
         distributed_backend=kind.distributed_backend,
+        bf16=kind.bf16,
         resource_names=MappingProxyType({p: kind.resource_name for p in PLUGIN_CONVENTIONS}),
         taint_keys=(kind.resource_name,),
     )

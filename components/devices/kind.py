@@ -134,6 +134,10 @@ class DeviceKind(str, metaclass=_DeviceKindType):
         device_noun: how messages name one device (``"CUDA device"``, ``"Ascend NPU"``); default
             ``"<torch_device_type> device"``.
         distributed_backend: the ``torch.distributed`` backend (``"nccl"``, ``"hccl"``, ``"gloo"``).
+        bf16: whether every device of the kind computes in bfloat16 (True for a kind whose every generation does,
+            e.g. Gaudi [HF]); None (default): it differs by model, so the accelerator registry or torch answers
+            (``torch.<type>.is_bf16_supported()``). The ``auto`` precision and ``precision="bf16"`` candidates
+            of a kind without registry models read it.
         default_accelerator: the accelerator-registry key a candidate of this kind asks for when it names none
             (``"nvidia-gpu"``), or None.
         resource_name: the Kubernetes extended resource when the accelerator registry has no entry for the kind
@@ -163,6 +167,7 @@ class DeviceKind(str, metaclass=_DeviceKindType):
     torch_module: str | None
     device_noun: str
     distributed_backend: str
+    bf16: bool | None
     default_accelerator: str | None
     resource_name: str | None
     node_label_keys: tuple[str, ...]
@@ -188,6 +193,7 @@ class DeviceKind(str, metaclass=_DeviceKindType):
         torch_module: str | None = None,
         device_noun: str | None = None,
         distributed_backend: str = "gloo",
+        bf16: bool | None = None,
         default_accelerator: str | None = None,
         resource_name: str | None = None,
         node_label_keys: tuple[str, ...] = (),
@@ -221,6 +227,7 @@ class DeviceKind(str, metaclass=_DeviceKindType):
             torch_module=torch_module,
             device_noun=device_noun or f"{dtype} device",
             distributed_backend=distributed_backend,
+            bf16=None if bf16 is None else bool(bf16),
             default_accelerator=default_accelerator,
             resource_name=resource_name,
             node_label_keys=tuple(node_label_keys),
@@ -349,10 +356,12 @@ class DeviceKind(str, metaclass=_DeviceKindType):
         return tuple(self.model_names_hook(torch))
 
     def bf16_supported(self, device: Any) -> bool:
-        """Whether ``device`` (a ``torch.device`` of this kind) computes in bfloat16 (``torch.<type>
-        .is_bf16_supported()``; the CPU: True; False when torch cannot tell)."""
+        """Whether ``device`` (a ``torch.device`` of this kind) computes in bfloat16: the kind's :attr:`bf16` when
+        it states one, else ``torch.<type>.is_bf16_supported()`` (the CPU: True; False when torch cannot tell)."""
         if not self.has_devices:
             return True
+        if self.bf16 is not None:
+            return self.bf16
         return device_bf16(device)
 
     def synchronize(self, device: Any) -> None:

@@ -8,6 +8,7 @@ not registered yet, or the first listing of every kind) and once.
 
 from __future__ import annotations
 
+import sys
 import threading
 import warnings
 from collections.abc import Iterable
@@ -16,7 +17,10 @@ from typing import Any
 from heteroflow.components.devices.kind import DeviceKind
 from heteroflow.components.errors import InvalidResources
 
-__all__ = ["ENTRY_POINT_GROUP", "all_kinds", "find", "for_torch_device_type", "get", "has_devices", "load_plugins", "register"]
+__all__ = [
+    "ENTRY_POINT_GROUP", "all_kinds", "find", "for_torch_device_type", "get", "has_devices", "is_host_device_type",
+    "load_plugins", "register", "unregister",
+]
 
 ENTRY_POINT_GROUP = "heteroflow.devices"
 """The entry-point group third-party device kinds register under."""
@@ -70,6 +74,33 @@ def register(kind: DeviceKind, *, replace: bool = False) -> DeviceKind:
         for alias in kind.aliases:
             _ALIASES[alias] = name
     return kind
+
+
+def unregister(kind: DeviceKind | str) -> DeviceKind:
+    """Remove a kind that was registered in code or by a plugin (tests, and a host that unloads a plugin), with its
+    aliases; return it. Values that hold it keep working as strings, and a lookup of its name fails again.
+
+    Raises:
+        InvalidResources: ``kind`` names no registered kind, or a built-in one (``cpu``, ``gpu``, ``npu``: every
+            run relies on them).
+    """
+    from heteroflow.components.devices import builtin
+
+    with _LOCK:
+        _ensure_builtins()
+        name = _key(kind.value if isinstance(kind, DeviceKind) else str(kind))
+        name = _ALIASES.get(name, name)
+        if name in {k.value for k in builtin.BUILTINS}:
+            raise InvalidResources(f"device kind {name!r} is built in and cannot be unregistered; valid: a kind registered later")
+        old = _KINDS.pop(name, None)
+        if old is None:
+            raise InvalidResources(f"device kind {name!r} is not registered; valid: {', '.join(_KINDS)}")
+        for alias in old.aliases:
+            _ALIASES.pop(alias, None)
+    accelerators = sys.modules.get("heteroflow.components.devices.accelerators")
+    if accelerators is not None:  # its model standing for the kind is cached by name
+        accelerators._default_accelerator.cache_clear()
+    return old
 
 
 def _accept(obj: Any, source: str) -> list[DeviceKind]:
@@ -166,6 +197,14 @@ def for_torch_device_type(device_type: str) -> DeviceKind | None:
         if kind.torch_device_type == device_type:
             return kind
     return None
+
+
+def is_host_device_type(device_type: str) -> bool:
+    """Whether the ``torch.device`` type ``device_type`` is the host's (``"cpu"``): the type of a registered kind
+    that asks for no devices. Such a device has no index to select, no ``torch.<type>.set_device`` and no device
+    ids for ``DistributedDataParallel``; autocast does not apply on it. False for a type no kind uses."""
+    kind = for_torch_device_type(device_type)
+    return kind is not None and not kind.has_devices
 
 
 def has_devices(name: str) -> bool:

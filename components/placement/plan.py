@@ -105,12 +105,6 @@ class Inventory:
         return text
 
 
-_GPU_DEVICE_FILES = DeviceKind.GPU.device_files
-"""The gpu kind's driver device files (kept for callers; the kind object owns them)."""
-_NPU_DEVICE_FILES = DeviceKind.NPU.device_files
-"""The npu kind's driver device files (kept for callers; the kind object owns them)."""
-
-
 def local_inventory() -> Inventory:
     """Probe the devices PyTorch can use in this process, kind by registered kind (:meth:`DeviceKind.probe`).
 

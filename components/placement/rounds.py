@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from heteroflow.components.devices.registry import has_devices
 from heteroflow.components.placement.policies import Policy, get_policy
 from heteroflow.components.placement.state import Decision, Job, PlacementState, _relative_throughput
 
@@ -21,17 +22,18 @@ __all__ = ["Running", "place_round", "reclaim"]
 
 def _allowed_models(job: Job, state: PlacementState) -> np.ndarray:
     ok = np.ones(len(state.models), dtype=bool)
+    on_host = job.kind is not None and not has_devices(job.kind)
     for i, m in enumerate(state.models):
-        if m == "cpu":
-            ok[i] = job.kind == "cpu"
+        if not has_devices(m):  # a node without accelerators: its model is the CPU kind's name
+            ok[i] = on_host
             continue
-        if job.kind == "cpu":
+        if on_host:
             ok[i] = False
         elif job.models is not None and m not in job.models:
             ok[i] = False
         elif job.throughput is not None and job.throughput.get(m, 0.0) <= 0:
             ok[i] = False
-    if job.kind not in (None, "cpu"):
+    if job.kind is not None and not on_host:
         from heteroflow.components.devices.accelerators import ACCELERATORS
 
         for i, m in enumerate(state.models):
@@ -42,7 +44,7 @@ def _allowed_models(job: Job, state: PlacementState) -> np.ndarray:
 
 def _take_nodes(job: Job, state: PlacementState, policy: Policy, model_idx: int, mask: np.ndarray) -> list[tuple[int, int]]:
     """Nodes for ``job.count`` devices of one model: one node when one has room, else a gang across nodes."""
-    need = max(job.count, 1) if job.kind != "cpu" else 0
+    need = max(job.count, 1) if has_devices(job.kind) else 0
     cand = np.flatnonzero(mask & (state.model_of == model_idx))
     if need == 0:
         if cand.size == 0:
@@ -89,7 +91,7 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
     total_free = int(state.free.sum())
     for job in policy.order(jobs, state):
         q = inv.queue(job.queue)
-        need = max(job.count, 1) if job.kind != "cpu" else 0
+        need = max(job.count, 1) if has_devices(job.kind) else 0
         used = state.queue_used.get(q.name, 0)
         if q.capability is not None and used + need > q.capability:
             why = (f"queue {q.name}'s capability {q.capability} is below the {need} device(s) it needs" if need > q.capability

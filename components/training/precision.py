@@ -20,8 +20,9 @@ PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 def resolve_precision(precision: str, device: torch.device, *, bf16: bool | None = None) -> torch.dtype | None:
     """The autocast dtype for ``precision`` on ``device`` (None: fp32, no autocast).
 
-    ``auto``: fp32 on the CPU; on an accelerator bf16 when it computes in bf16 (``bf16`` from the accelerator
-    registry, :mod:`heteroflow.components.devices.accelerators`; unknown: asked of torch), else fp16 (with a GradScaler).
+    ``auto``: fp32 on the CPU (a kind without devices); on an accelerator bf16 when it computes in bf16 (``bf16``
+    from the accelerator registry, :mod:`heteroflow.components.devices.accelerators`; unknown: the device kind's
+    :attr:`~heteroflow.components.devices.DeviceKind.bf16`, else asked of torch), else fp16 (with a GradScaler).
 
     Raises:
         InvalidParameter: an unknown precision, or bf16/fp16 asked of a device that lacks it.
@@ -30,7 +31,7 @@ def resolve_precision(precision: str, device: torch.device, *, bf16: bool | None
 
     if precision not in PRECISIONS:
         raise InvalidParameter(f"precision={precision!r} is unknown; valid: {', '.join(PRECISIONS)}")
-    if precision == "fp32" or (precision == "auto" and device.type == "cpu"):
+    if precision == "fp32" or (precision == "auto" and _on_host(device)):
         return None
     if precision == "fp16":
         return torch.float16
@@ -39,6 +40,13 @@ def resolve_precision(precision: str, device: torch.device, *, bf16: bool | None
     if precision == "bf16":
         return torch.bfloat16
     return torch.bfloat16 if bf16 else torch.float16
+
+
+def _on_host(device: torch.device) -> bool:
+    """Whether ``device`` is the host CPU (the torch type of a kind without devices), where ``auto`` means fp32."""
+    from heteroflow.components.devices import is_host_device_type
+
+    return is_host_device_type(device.type)
 
 
 def _device_bf16(device: torch.device) -> bool:

@@ -24,6 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
+from heteroflow.components.devices.registry import is_host_device_type
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.training.gradients import comm_hook
 
@@ -107,8 +108,8 @@ class DistributedContext:
         """This rank's ``torch.device`` (``cuda:<device index>``, ``npu:<device index>``, or ``cpu``)."""
         import torch
 
-        if self.device_type == "cpu":
-            return torch.device("cpu")
+        if is_host_device_type(self.device_type):
+            return torch.device(self.device_type)
         return torch.device(self.device_type, self.device_index)
 
     @property
@@ -175,11 +176,12 @@ class DistributedContext:
         """
         from torch.nn.parallel import DistributedDataParallel
 
-        device_ids = None if self.device_type == "cpu" else [self.device_index]
+        on_host = is_host_device_type(self.device_type)
+        device_ids = None if on_host else [self.device_index]
         model = DistributedDataParallel(module, device_ids=device_ids, **ddp_kwargs)
         sizes = self.batch_sizes if (weighted or weighted is None) and self.batch_sizes else ()
         # an accelerator rank in a gloo group (mixed device types) reduces CPU copies: gloo cannot reduce NPU tensors
-        relay = self.backend == "gloo" and self.device_type != "cpu"
+        relay = self.backend == "gloo" and not on_host
         state, hook = comm_hook(compression, batch_sizes=sizes, rank=self.rank, relay_through_cpu=relay)
         model.register_comm_hook(state, hook)
         return model
@@ -314,7 +316,7 @@ def _run_worker(payload: Mapping[str, Any], rank: int) -> Any:
     if kind is not None:
         kind.import_backend()  # e.g. torch_npu, which registers the "npu" device type with torch
     device_index = device_types[:local_rank].count(device_type)
-    if device_type != "cpu":
+    if not is_host_device_type(device_type):
         getattr(torch, device_type).set_device(device_index)
     sys.path[:] = list(payload["sys_path"]) + [p for p in sys.path if p not in payload["sys_path"]]
     fn = _resolve(payload["function"])
