@@ -37,6 +37,7 @@ Each call keeps the groups it was added in (:attr:`Call.groups`, outermost first
 
 from __future__ import annotations
 
+import abc
 import contextvars
 import dataclasses
 import inspect
@@ -78,8 +79,9 @@ _OPS: Mapping[str, Any] = {
 }
 
 
-class _Comparable:
-    """Comparisons that build a :class:`Condition` (as KFP's pipeline channels do)."""
+class _Comparable(abc.ABC):
+    """Comparisons that build a :class:`Condition` (as KFP's pipeline channels do). Subclasses define
+    :meth:`_key`, the reference's identity."""
 
     __slots__ = ()
 
@@ -104,8 +106,9 @@ class _Comparable:
     def __hash__(self) -> int:
         return hash(self._key())
 
+    @abc.abstractmethod
     def _key(self) -> tuple[Any, ...]:
-        raise NotImplementedError
+        """What identifies the reference (hash and :meth:`same`)."""
 
     def same(self, other: object) -> bool:
         """Identity of references (``==`` builds a condition)."""

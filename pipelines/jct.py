@@ -30,6 +30,7 @@ throughputs only, no durations) and ``heteroflow`` (:class:`HeteroflowScheduler`
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import math
 from collections.abc import Mapping, Sequence
@@ -134,8 +135,8 @@ Allocation = dict[str, dict[str, float]]
 """job name -> model -> time fraction (1.0 for a job that holds its devices)."""
 
 
-class Scheduler:
-    """Chooses, at each event, which jobs hold which devices.
+class Scheduler(abc.ABC):
+    """Chooses, at each event, which jobs hold which devices. Subclasses define :meth:`allocate`.
 
     Attributes:
         name: the registry name.
@@ -151,8 +152,10 @@ class Scheduler:
     def __init__(self) -> None:
         self.waiting: dict[str, str] = {}
 
+    @abc.abstractmethod
     def allocate(self, now: float, jobs: Sequence[JobView], cluster: ClusterView) -> Allocation:
-        raise NotImplementedError
+        """The allocation at time ``now`` (seconds): job name -> model -> time fraction, for ``jobs`` (the
+        arrived, unfinished ones) on ``cluster``."""
 
     # shared by the discrete schedulers: place jobs in a given order, keeping running ones where they are
     def _greedy(self, order: Sequence[JobView], cluster: ClusterView, pick) -> Allocation:
@@ -198,11 +201,13 @@ def _queue_key(j: JobView, cluster: ClusterView, used: Mapping[str, int]) -> tup
 class _Ordered(Scheduler):
     """A discrete scheduler defined by an order of jobs and a choice of model among those with room."""
 
+    @abc.abstractmethod
     def order(self, jobs: Sequence[JobView], cluster: ClusterView) -> list[JobView]:
-        raise NotImplementedError
+        """``jobs`` in the order they take devices."""
 
+    @abc.abstractmethod
     def pick(self, j: JobView, fits: list[str], free: Mapping[str, int], cluster: ClusterView) -> str | None:
-        raise NotImplementedError
+        """The model ``j`` runs on among ``fits`` (models with room; ``free``: free devices per model), or None."""
 
     def allocate(self, now: float, jobs: Sequence[JobView], cluster: ClusterView) -> Allocation:
         def pick(j: JobView, fits: list[str], free: Mapping[str, int], cl: ClusterView) -> str | None:
