@@ -7,6 +7,7 @@ Moved here from :mod:`heteroflow.components.placement.inventory`, which re-expor
 
 from __future__ import annotations
 
+import importlib
 import math
 import re
 from collections.abc import Mapping, Sequence
@@ -16,7 +17,7 @@ from heteroflow.components.devices.accelerators import Accelerator, DeviceKind, 
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.placement.views import InvalidInventory, _where
 
-__all__ = ["dns_label", "load_yaml_with_lines", "model_key"]
+__all__ = ["dns_label", "load_yaml_with_lines", "model_key", "policy_reference"]
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -73,6 +74,24 @@ def _line_of(obj: Any, key: str | None = None) -> int:
 
 
 # --- field checks ---------------------------------------------------------------------------------------------
+
+
+def policy_reference(name: str, bases: type | tuple[type, ...], *, where: str = "") -> Any | None:
+    """The policy a ``module:attribute`` name refers to (a placement policy, round or packing, of the user's own):
+    the attribute itself when it is an instance of ``bases``, an instance made without arguments when it is a
+    subclass of one, else None (the caller says what was expected).
+
+    Raises:
+        InvalidInventory: the module or attribute cannot be imported (``{where}policy=NAME cannot be imported``).
+    """
+    module, _, attr = name.partition(":")
+    try:
+        obj = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError) as exc:
+        raise InvalidInventory(f"{where}policy={name!r} cannot be imported ({exc})") from None
+    if isinstance(obj, type) and issubclass(obj, bases):
+        return obj()
+    return obj if isinstance(obj, bases) else None
 
 
 def model_key(name: object, *, field: str) -> str:

@@ -31,12 +31,12 @@ github.com/hkust-adsl/kubernetes-scheduler-simulator ``pkg/simulator/plugin``, w
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
+from heteroflow.components.placement.fields import policy_reference
 from heteroflow.components.placement.views import InvalidInventory
 from heteroflow.components.placement.vectors import MILLI, Cluster, Request
 
@@ -228,16 +228,10 @@ def get_packing_policy(name: str | PackingPolicy) -> PackingPolicy:
         cls = cls() if not isinstance(cls, type) else cls
         return cls()
     if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidInventory(f"policy={name!r} cannot be imported ({exc})") from None
-        if isinstance(obj, type) and issubclass(obj, PackingPolicy):
-            return obj()
-        if isinstance(obj, PackingPolicy):
-            return obj
-        raise InvalidInventory(f"policy={name!r} is not a PackingPolicy")
+        policy = policy_reference(name, PackingPolicy)
+        if policy is None:
+            raise InvalidInventory(f"policy={name!r} is not a PackingPolicy")
+        return policy
     raise InvalidInventory(f"policy={name!r} is not a packing policy; valid: {', '.join(sorted(PACKING_POLICIES))}, or module:attribute")
 
 

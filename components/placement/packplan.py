@@ -59,8 +59,7 @@ def resolve_policy(name: str, *, where: str = "") -> tuple[str, Any]:
     Raises:
         InvalidInventory: an unknown name (both registries' names listed), or ``module:attribute`` that is neither.
     """
-    import importlib
-
+    from heteroflow.components.placement.fields import policy_reference
     from heteroflow.components.placement.policies import POLICIES, Policy, get_policy
 
     if name in POLICIES:
@@ -68,16 +67,10 @@ def resolve_policy(name: str, *, where: str = "") -> tuple[str, Any]:
     if ALIASES.get(name, name) in PACKING_POLICIES:
         return "packing", get_packing_policy(name)
     if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidInventory(f"{where}policy={name!r} cannot be imported ({exc})") from None
-        if (isinstance(obj, type) and issubclass(obj, PackingPolicy)) or isinstance(obj, PackingPolicy):
-            return "packing", get_packing_policy(name)
-        if (isinstance(obj, type) and issubclass(obj, Policy)) or isinstance(obj, Policy):
-            return "round", get_policy(name, where=where)
-        raise InvalidInventory(f"{where}policy={name!r} is neither a Policy nor a PackingPolicy")
+        policy = policy_reference(name, (PackingPolicy, Policy), where=where)
+        if policy is None:
+            raise InvalidInventory(f"{where}policy={name!r} is neither a Policy nor a PackingPolicy")
+        return ("packing" if isinstance(policy, PackingPolicy) else "round"), policy
     raise InvalidInventory(f"{where}policy={name!r} is unknown; valid: placement policies {', '.join(sorted(POLICIES))}; "
                            f"packing policies {', '.join(sorted(PACKING_POLICIES))}; or module:attribute")
 

@@ -567,16 +567,6 @@ def _pod_of(res: Resources, model: str | None, nodes: tuple[str, ...], gpu_milli
     return {"requests": plan.requests, "limits": plan.limits, "node_selector": plan.node_selector, "affinity": plan.affinity}
 
 
-def _copy_state(state: Any) -> Any:
-    import copy
-
-    trial = copy.copy(state)
-    trial.free = state.free.copy()
-    trial.queue_used = dict(state.queue_used)
-    trial.device_free_at = {}
-    return trial
-
-
 # --- the step definition ----------------------------------------------------------------------------------
 
 _HOUR = 3600.0

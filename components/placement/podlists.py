@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 from pathlib import Path
+from typing import Any
 
 from heteroflow.components.placement.clusters import InvalidTrace
 from heteroflow.components.placement.vectors import InvalidRequest, NodeSpec, Request
@@ -79,26 +80,35 @@ def _num(row: dict[str, str], col: str, where: str, err: type[Exception]) -> int
     return int(v)
 
 
+def _read(path: str | Path, columns: tuple[str, ...], what: str, err: type[Exception], build: Any, *,
+          catch: type[Exception], alias: dict[str, str] | None = None) -> list[Any]:
+    """``build(row, number)`` for each row of the CSV at ``path`` (``number(column)``: the column's integer >= 0),
+    in file order. ``catch``: what ``build`` raises for a bad row, re-raised as ``err`` with the file and line."""
+    p = Path(path)
+    if not p.is_file():
+        raise err(f"{p}: no such {what}")
+    out = []
+    for lineno, row in _rows(p, columns, what, alias=alias, err=err):
+        where = f"{p}:{lineno}: "
+        try:
+            out.append(build(row, lambda col, row=row, where=where: _num(row, col, where, err)))
+        except catch as exc:
+            text = str(exc)
+            raise err(text if text.startswith(str(p)) else f"{where}{text}") from None
+    return out
+
+
 def read_nodes(path: str | Path) -> list[NodeSpec]:
     """The node list as :class:`NodeSpec` values (in file order).
 
     Raises:
         InvalidInventory: unreadable file, a missing column (named), or a bad value (file, line and column named).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidInventory(f"{p}: no such node list")
-    out = []
-    for lineno, row in _rows(p, NODE_COLUMNS, "node list", alias={"sn": "name"}, err=InvalidInventory):
-        where = f"{p}:{lineno}: "
-        try:
-            out.append(NodeSpec(name=row["sn"].strip(), cpu_milli=_num(row, "cpu_milli", where, InvalidInventory),
-                                memory_mib=_num(row, "memory_mib", where, InvalidInventory), gpus=_num(row, "gpu", where, InvalidInventory),
-                                model=(row.get("model") or "").strip() or None))
-        except InvalidInventory as exc:
-            text = str(exc)
-            raise InvalidInventory(text if text.startswith(str(p)) else f"{where}{text}") from None
-    return out
+    def node(row: dict[str, str], number: Any) -> NodeSpec:
+        return NodeSpec(name=row["sn"].strip(), cpu_milli=number("cpu_milli"), memory_mib=number("memory_mib"),
+                        gpus=number("gpu"), model=(row.get("model") or "").strip() or None)
+
+    return _read(path, NODE_COLUMNS, "node list", InvalidInventory, node, catch=InvalidInventory, alias={"sn": "name"})
 
 
 def read_pods(path: str | Path) -> list[Request]:
@@ -107,18 +117,9 @@ def read_pods(path: str | Path) -> list[Request]:
     Raises:
         InvalidTrace: unreadable file, a missing column (named), or a bad value (file, line and column named).
     """
-    p = Path(path)
-    if not p.is_file():
-        raise InvalidTrace(f"{p}: no such pod list")
-    out = []
-    for lineno, row in _rows(p, POD_COLUMNS, "pod list"):
-        where = f"{p}:{lineno}: "
-        try:
-            num = _num(row, "num_gpu", where, InvalidTrace)
-            out.append(Request(name=row["name"].strip(), cpu_milli=_num(row, "cpu_milli", where, InvalidTrace),
-                               memory_mib=_num(row, "memory_mib", where, InvalidTrace), num_gpu=num,
-                               gpu_milli=_num(row, "gpu_milli", where, InvalidTrace) if num else 0,
-                               models=(row.get("gpu_spec") or "").strip()))
-        except InvalidRequest as exc:
-            raise InvalidTrace(f"{where}{exc}") from None
-    return out
+    def pod(row: dict[str, str], number: Any) -> Request:
+        num = number("num_gpu")
+        return Request(name=row["name"].strip(), cpu_milli=number("cpu_milli"), memory_mib=number("memory_mib"),
+                       num_gpu=num, gpu_milli=number("gpu_milli") if num else 0, models=(row.get("gpu_spec") or "").strip())
+
+    return _read(path, POD_COLUMNS, "pod list", InvalidTrace, pod, catch=InvalidRequest)

@@ -57,6 +57,7 @@ from heteroflow.components.placement.clusters import (  # noqa: F401  (re-export
     pai_inventory,
     uniform_inventory,
 )
+from heteroflow.components.placement.fields import policy_reference
 from heteroflow.components.placement.inventory import InvalidInventory, PlacementInputError, kubernetes_nodes  # noqa: F401
 from heteroflow.components.placement.inventory import PlacementInventory as ClusterInventory
 from heteroflow.components.placement.inventory import PlacementNode as Node
@@ -236,16 +237,10 @@ def get_policy(name: str | Policy, *, where: str = "") -> Policy:
     if name in POLICIES:
         return POLICIES[name]()
     if ":" in name:
-        module, _, attr = name.partition(":")
-        try:
-            obj = getattr(importlib.import_module(module), attr)
-        except (ImportError, AttributeError) as exc:
-            raise InvalidInventory(f"{where}policy={name!r} cannot be imported ({exc})") from None
-        if isinstance(obj, type) and issubclass(obj, Policy):
-            return obj()
-        if isinstance(obj, Policy):
-            return obj
-        raise InvalidInventory(f"{where}policy={name!r} is not a Policy")
+        policy = policy_reference(name, Policy, where=where)
+        if policy is None:
+            raise InvalidInventory(f"{where}policy={name!r} is not a Policy")
+        return policy
     raise InvalidInventory(f"{where}policy={name!r} is unknown; valid: {', '.join(sorted(POLICIES))}, or module:attribute")
 
 # --- Gavel-style max-min fairness ----------------------------------------------------------------------------

@@ -183,26 +183,18 @@ class ControlRenderer(_Renderer):
 
     # -- channels --------------------------------------------------------------------------------------------
 
-    def bound(self, call: Call, env: dict[Key, Any], names: Any) -> dict[str, Any]:  # type: ignore[override]
-        kwargs: dict[str, Any] = {}
-        for key, binding in call.bindings.items():
-            if key not in names:
-                continue
-            if isinstance(binding, OutputRef):
-                kwargs[key] = env[("out", binding.call, binding.output)]
-            elif isinstance(binding, ParamRef):
-                kwargs[key] = env[("param", binding.name)]
-            elif isinstance(binding, ValueRef):
-                kwargs[key] = env[("value", binding.call, binding.output)]
-            elif isinstance(binding, LoopItem):
-                kwargs[key] = self._item(binding, env, call.step.param(key).type)
-            elif isinstance(binding, CollectedRef):
-                kwargs[key] = dsl.Collected(env[("value", binding.ref.call, binding.ref.output)])
-            elif isinstance(binding, Const):
-                kwargs[key] = binding.value
-            else:
-                kwargs[key] = binding
-        return kwargs
+    def argument(self, call: Call, key: str, binding: Any, env: dict[Key, Any]) -> Any:  # type: ignore[override]
+        """As the base renderer's, plus an earlier call's output parameter, a loop item, the values a loop
+        collected, and a bare value."""
+        if isinstance(binding, (OutputRef, ParamRef, Const)):
+            return super().argument(call, key, binding, env)
+        if isinstance(binding, ValueRef):
+            return env[("value", binding.call, binding.output)]
+        if isinstance(binding, LoopItem):
+            return self._item(binding, env, call.step.param(key).type)
+        if isinstance(binding, CollectedRef):
+            return dsl.Collected(env[("value", binding.ref.call, binding.ref.output)])
+        return binding
 
     @staticmethod
     def _item(item: LoopItem, env: dict[Key, Any], typ: type | None = None) -> Any:

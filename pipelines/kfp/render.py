@@ -370,21 +370,18 @@ class _Renderer:
 
     # env: ("param", name) | ("out", call, output) | ("route", call) | ("placed", call) | ("inventory",)
 
-    @staticmethod
-    def bound(call: Call, env: dict[tuple[str, ...], Any], names: Any) -> dict[str, Any]:
-        """The arguments of ``call``'s bindings named in ``names``: an upstream output, a pipeline parameter or a
-        constant."""
-        kwargs: dict[str, Any] = {}
-        for key, binding in call.bindings.items():
-            if key not in names:
-                continue
-            if isinstance(binding, OutputRef):
-                kwargs[key] = env[("out", binding.call, binding.output)]
-            elif isinstance(binding, ParamRef):
-                kwargs[key] = env[("param", binding.name)]
-            else:
-                kwargs[key] = binding.value
-        return kwargs
+    def bound(self, call: Call, env: dict[tuple[str, ...], Any], names: Any) -> dict[str, Any]:
+        """The arguments of ``call``'s bindings named in ``names``, each as :meth:`argument` gives it."""
+        return {key: self.argument(call, key, binding, env) for key, binding in call.bindings.items() if key in names}
+
+    def argument(self, call: Call, key: str, binding: Any, env: dict[tuple[str, ...], Any]) -> Any:
+        """The task argument for ``binding`` (``call``'s parameter ``key``): an upstream output's channel, a
+        pipeline parameter's, or a constant's value."""
+        if isinstance(binding, OutputRef):
+            return env[("out", binding.call, binding.output)]
+        if isinstance(binding, ParamRef):
+            return env[("param", binding.name)]
+        return binding.value
 
     def task(self, call: Call, env: dict[tuple[str, ...], Any], index: int) -> PipelineTask:
         params = {p.name for p in call.step.params}
