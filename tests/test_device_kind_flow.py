@@ -9,9 +9,9 @@ The kinds' facts come from ``shared/accelerators.md``: Cambricon MLU: extended r
 messages are the tests' own patterns (what a kind's author would list).
 """
 
-from __future__ import annotations
-
+# no `from __future__ import annotations`: KFP reads the component's annotations as types
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -61,6 +61,31 @@ def test_resources_and_the_pod_render_the_kinds_resource(mlu: DeviceKind) -> Non
     pod = build_pod_resources(res)
     assert pod.resources.limits["cambricon.com/mlu"] == "2" and pod.resources.requests["cambricon.com/mlu"] == "2"
     assert [(t.key, t.operator, t.effect) for t in pod.tolerations] == [("cambricon.com/mlu", "Exists", "NoSchedule")]
+
+
+@pytest.mark.filterwarnings("ignore:The default base_image used by the @dsl.component:FutureWarning")
+def test_a_kfp_task_asks_for_the_kinds_resource(mlu: DeviceKind, tmp_path: Path) -> None:
+    """Compiled with KFP's compiler: the task's accelerator is the kind's extended resource and count."""
+    import yaml
+    from kfp import compiler, dsl
+
+    from heteroflow.pipelines.kfp.resources import apply_resources
+
+    @dsl.component(base_image="python:3.11")
+    def echo(text: str) -> str:
+        return text
+
+    @dsl.pipeline(name="mlu-task")
+    def pipeline() -> None:
+        apply_resources(echo(text="x"), Resources(kind="mlu", count=2, cpu="4", memory="8Gi"))
+
+    path = tmp_path / "mlu.yaml"
+    compiler.Compiler().compile(pipeline, str(path))
+    spec = next(iter(yaml.safe_load_all(path.read_text())))
+    [executor] = spec["deploymentSpec"]["executors"].values()
+    resources = executor["container"]["resources"]
+    assert resources["accelerator"]["resourceType"] == "cambricon.com/mlu"
+    assert str(resources["accelerator"]["resourceCount"]) == "2"
 
 
 def test_the_plan_chooses_or_passes_over_the_kind_by_its_count(mlu: DeviceKind) -> None:
