@@ -57,6 +57,8 @@ if TYPE_CHECKING:
     from heteroflow.components.resources import Resources
 
 __all__ = [
+    "OUTPUT_ENV",
+    "POD_NAME_ENV",
     "RDZV_PORT",
     "REPLICA_KIND_ENV",
     "ROLES_ENV",
@@ -64,6 +66,7 @@ __all__ = [
     "missing_images",
     "mixed_job_manifests",
     "mixed_roles",
+    "pod_command",
     "validate_volcano_job",
     "volcano_mixed_job",
 ]
@@ -78,6 +81,12 @@ CONTAINER = "train"
 """The container name in every task's pod."""
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_ENDPOINT = re.compile(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([1-9][0-9]{0,4})")
+POD_NAME_ENV = "HETEROFLOW_POD_NAME"
+"""Set on every container of a launched mixed job from the downward API (``metadata.name``): the pod's name."""
+OUTPUT_ENV = "HETEROFLOW_MIXED_OUTPUT"
+"""Set on every container of a launched mixed job: the job's folder on the shared storage (its ``shards``, and the
+``model``, ``metrics`` and ``outcome.json`` that the pod holding rank 0 writes)."""
 _KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
@@ -144,6 +153,7 @@ def volcano_mixed_job(
     max_restarts: int = 3,
     torchrun: bool = True,
     validate: bool = True,
+    endpoint: str | None = None,
 ) -> dict[str, Any]:
     """One Volcano Job for a mixed job: a task per role, gang-scheduled, with the c10d rendezvous in the environment
     (see the module docstring for every field and its source).
@@ -165,6 +175,9 @@ def volcano_mixed_job(
         max_restarts: torchrun's worker-group restarts per agent (``PET_MAX_RESTARTS``), >= 0.
         torchrun: wrap ``command`` in torch's elastic launcher (``python -m torch.distributed.run --no-python``).
         validate: check the result with :func:`validate_volcano_job`.
+        endpoint: ``host:port`` of a c10d store hosted outside the job (the launcher's pod IP,
+            :func:`heteroflow.components.training.mixed_launch.launch_mixed_job`): every pod joins it with
+            ``PET_RDZV_CONF=is_host=false`` and no pod opens the port; default: the first task's pod 0 hosts it.
 
     Returns:
         The Job manifest (``apiVersion``, ``kind``, ``metadata``, ``spec``).
@@ -202,7 +215,10 @@ def volcano_mixed_job(
     plans = [plan_pod(res, profile) for *_, res in resolved]
     role_facts = [{"task": t, "kind": k, "replicas": r, "devices": p.accelerator_count}
                   for (t, k, r, _), p in zip(resolved, plans)]
-    endpoint = f"{name}-{tasks[0]}-0.{name}:{port}"
+    hosted_outside = endpoint is not None
+    if hosted_outside and not _ENDPOINT.fullmatch(str(endpoint)):
+        raise InvalidResources(f"endpoint={endpoint!r}; valid: HOST:PORT of the launcher's c10d store (an IP or a DNS name, port 1..65535)")
+    endpoint = endpoint or f"{name}-{tasks[0]}-0.{name}:{port}"
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     if profile.shared_claim is not None:
@@ -222,6 +238,7 @@ def volcano_mixed_job(
             "PET_RDZV_ENDPOINT": endpoint,
             "PET_RDZV_ID": name,
             "PET_MAX_RESTARTS": str(max_restarts),
+            **({"PET_RDZV_CONF": "is_host=false"} if hosted_outside else {}),
             REPLICA_KIND_ENV: kind,
             ROLES_ENV: json.dumps(role_facts, separators=(",", ":")),
         }
@@ -233,7 +250,7 @@ def volcano_mixed_job(
             "env": [{"name": k, "value": str(v)} for k, v in variables.items()],
             "resources": {"requests": dict(plan.requests), "limits": dict(plan.limits)},
         }
-        if i == 0:
+        if i == 0 and not hosted_outside:
             container["ports"] = [{"name": "c10d", "containerPort": port, "protocol": "TCP"}]
         if mounts:
             container["volumeMounts"] = mounts
@@ -305,6 +322,25 @@ def mixed_roles(resources: Any) -> list[RoleSpec]:
     return [RoleSpec(g.kind.value, g.count, g.resources) for g in groups]
 
 
+def pod_command(resources: Any, *, values: Mapping[str, Any], workdir: str, call: str = "train") -> list[str]:
+    """What every pod of a launched mixed job runs: ``heteroflow step train`` on the mixed candidate with the train
+    step's parameters, its input ``<workdir>/shards``, the model output ``<workdir>/model`` (only the pod holding
+    rank 0 writes it) and each pod's own metrics and outcome, ``<workdir>/pods/<pod>/metrics`` and
+    ``.../outcome.json`` (``$(HETEROFLOW_POD_NAME)``, which the kubelet expands from the pod's downward-API
+    variable). ``workdir`` lies on the shared storage. The step in a pod starts its kind's elastic agent itself
+    (worker mode, :mod:`heteroflow.components.training.mixed_launch`), so the command is not wrapped in torchrun."""
+    from heteroflow.components.core.runtime import candidate_to_json
+
+    pod = f"{workdir}/pods/$({POD_NAME_ENV})"
+    out = ["heteroflow", "step", "train", "--call", call, "--candidate", candidate_to_json(0, resources),
+           "--input", f"shards={workdir}/shards", "--output", f"model={workdir}/model",
+           "--output", f"metrics={pod}/metrics", "--outcome", f"{pod}/outcome.json"]
+    for key, value in values.items():
+        text = json.dumps(value) if isinstance(value, bool) else str(value)
+        out += ["--param", f"{key}={text}"]
+    return out
+
+
 def mixed_job_manifests(
     resources: Any,
     *,
@@ -313,15 +349,44 @@ def mixed_job_manifests(
     command: Sequence[str] = ("heteroflow", "step", "train"),
     namespace: str = "default",
     profile: ClusterProfile | None = None,
+    endpoint: str | None = None,
+    workdir: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The manifests of a mixed candidate's train on a cluster: one Volcano Job (:func:`volcano_mixed_job`) with a
-    task per replica group of ``resources`` (:func:`mixed_roles`), each pod running ``command`` under torchrun.
+    task per replica group of ``resources`` (:func:`mixed_roles`), each pod running ``command`` as is (the train
+    step starts the pod's elastic agent itself: not under torchrun).
+
+    Args:
+        endpoint: ``host:port`` of the launcher's c10d store (see :func:`volcano_mixed_job`); default the first
+            task's pod 0 hosts it.
+        workdir: the job's folder on the shared storage (:data:`OUTPUT_ENV` on every container); it must lie under
+            the profile's ``shared_storage.mount_path`` (the ReadWriteMany claim every pod mounts), where the pod
+            holding rank 0 writes the outputs.
+        env: more environment variables for every container.
 
     Raises:
         InvalidResources: as :func:`volcano_mixed_job` (no image for a kind: pass ``image`` or name ``images.<kind>``
-            in the profile).
+            in the profile); a ``workdir`` without shared storage in the profile, or outside its mount.
     """
-    return [volcano_mixed_job(name, mixed_roles(resources), image, command, namespace=namespace, profile=profile)]
+    variables = dict(env or {})
+    if workdir is not None:
+        mount = profile.shared_mount if profile is not None and profile.shared_claim is not None else None
+        if mount is None:
+            raise InvalidResources(
+                f"workdir={workdir!r} needs shared storage every pod mounts; valid: a cluster profile with shared_storage: "
+                "{claim: NAME, mount_path: /mnt/heteroflow} (a ReadWriteMany PersistentVolumeClaim)")
+        if not (workdir == mount or workdir.startswith(mount.rstrip("/") + "/")):
+            raise InvalidResources(f"workdir={workdir!r} is not on the shared storage; valid: a folder under {mount}")
+        variables[OUTPUT_ENV] = workdir
+    job = volcano_mixed_job(name, mixed_roles(resources), image, command, namespace=namespace, profile=profile,
+                            env=variables, endpoint=endpoint, torchrun=False)
+    if workdir is not None:  # each pod's name (Volcano: <job>-<task>-<index>) names its own outcome folder
+        for task in job["spec"]["tasks"]:
+            for container in task["template"]["spec"]["containers"]:
+                container["env"].append({"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        validate_volcano_job(job)
+    return [job]
 
 
 def missing_images(resources: Any, image: str | Mapping[str, str] | None, profile: ClusterProfile | None) -> list[str]:
