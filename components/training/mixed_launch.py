@@ -61,6 +61,7 @@ __all__ = [
     "JOB_PLURAL",
     "JOB_VERSION",
     "POD_IP_ENV",
+    "PORT_ENV",
     "host_store",
     "in_launcher_pod",
     "job_phase",
@@ -73,8 +74,12 @@ __all__ = [
 
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
 """The Volcano Job's API coordinates (the CRD's ``spec.group``, version and ``spec.names.plural``)."""
+PORT_ENV = "HETEROFLOW_RDZV_PORT"
+"""The port of the launcher's c10d store (default 29400; 0: any free port)."""
 POD_IP_ENV = "POD_IP"
 """The launcher pod's IP, from the downward API (``fieldRef: status.podIP``); else the hostname's address."""
+POLL_SECONDS = 5.0
+"""Seconds between the launcher's reads of the job's status."""
 _DONE = {"Completed": "succeeded", "Failed": "failed", "Aborted": "failed", "Terminated": "failed"}
 _SEVERITY = {"permanent": 3, "device": 2, "transient": 1}
 
@@ -256,7 +261,7 @@ def launch_mixed_job(
     say: Callable[[str], None] = lambda line: None,
     environ: Mapping[str, str] | None = None,
     api: Any = None,
-    poll_seconds: float = 5.0,
+    poll_seconds: float | None = None,
     port: int | None = None,
     image: str | Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
@@ -272,8 +277,9 @@ def launch_mixed_job(
         say: prints a progress line.
         environ: the environment (default ``os.environ``).
         api: a ``kubernetes.client.CustomObjectsApi`` (default: from the pod's service account or ``HETEROFLOW_KUBECONFIG``).
-        poll_seconds: seconds between status reads.
-        port: the store's port (default :data:`~heteroflow.components.training.mixed_job.RDZV_PORT`; 0: any free one).
+        poll_seconds: seconds between status reads (default :data:`POLL_SECONDS`).
+        port: the store's port (default :data:`PORT_ENV`, else :data:`~heteroflow.components.training.mixed_job.RDZV_PORT`;
+            0: any free one).
         image: the pods' image, one or per kind (default the profile's ``images``).
 
     Raises:
@@ -294,6 +300,7 @@ def launch_mixed_job(
     )
 
     env = os.environ if environ is None else environ
+    poll_seconds = POLL_SECONDS if poll_seconds is None else poll_seconds
     what = f"the mixed candidate {resources.describe()}"
     api = api if api is not None else _cluster(env, what)
     profile = _profile(env, what)
@@ -316,7 +323,9 @@ def launch_mixed_job(
 
         shutil.copyfile(str(job_values["training_profile"]), workdir / "training_profile.json")
         job_values["training_profile"] = str(workdir / "training_profile.json")
-    store = host_store(RDZV_PORT if port is None else port)
+    if port is None:
+        port = int(env.get(PORT_ENV) or RDZV_PORT)
+    store = host_store(port)
     endpoint = f"{pod_ip(env)}:{store.port}"
     (job,) = mixed_job_manifests(resources, name=name, image=image, command=pod_command(resources, values=job_values, workdir=str(workdir)),
                                  namespace=namespace, profile=profile, endpoint=endpoint, workdir=str(workdir))
