@@ -194,8 +194,9 @@ def pod_ip(environ: Mapping[str, str] | None = None) -> str:
         except OSError:
             ip = ""
     if not ip or ip.startswith("127.") or ip == "::1":
+        where = f"POD_IP={ip}" if env.get(POD_IP_ENV, "").strip() else f"POD_IP unset, the hostname resolves to {ip or 'nothing'}"
         raise DeviceUnavailable(
-            f"the mixed job's launcher has no address its pods can reach (POD_IP unset, the hostname resolves to {ip or 'nothing'}); "
+            f"the mixed job's launcher has no address its pods can reach ({where}); "
             "valid: set POD_IP on the train task from the downward API (valueFrom.fieldRef.fieldPath: status.podIP)")
     return ip
 
@@ -292,6 +293,7 @@ def launch_mixed_job(
         GANG_WAIT_ENV,
         GANG_WAIT_SECONDS,
         JobPermanentFailure,
+        KUBECONFIG_ENV,
         JobTransientFailure,
         _cluster,
         _copy_atomic,
@@ -302,7 +304,15 @@ def launch_mixed_job(
     env = os.environ if environ is None else environ
     poll_seconds = POLL_SECONDS if poll_seconds is None else poll_seconds
     what = f"the mixed candidate {resources.describe()}"
-    api = api if api is not None else _cluster(env, what)
+    if api is None:
+        try:
+            api = _cluster(env, what)
+        except DeviceUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the client's ConfigException: no service account token in the pod
+            raise DeviceUnavailable(
+                f"{what}: this pod has no Kubernetes credentials ({type(exc).__name__}: {exc}); valid: a service account "
+                f"token mounted in the train task's pod (automountServiceAccountToken), or {KUBECONFIG_ENV}=FILE") from exc
     profile = _profile(env, what)
     lacking = missing_images(resources, image, profile)
     if lacking:
