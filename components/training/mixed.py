@@ -13,7 +13,10 @@ Launch (:func:`run_mixed`)
     ``HETEROFLOW_MIXED_SPEED``; one torch thread each. Busy time (utilization) is compute, the simulated slow-down
     and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down. Compute is
     timed by the replica thread's CPU time on the CPU (one torch thread: other processes on a shared machine do not
-    inflate it) and by wall time on an accelerator; busy time is wall time.
+    inflate it) and by wall time on an accelerator; busy time is wall time. In a pod of a cluster job
+    (``rendezvous=``, :mod:`~heteroflow.components.training.mixed_launch`) the same launch starts one agent, for
+    the pod's kind, on a store another process (the launcher) hosts; every pod's first worker keeps a copy of the
+    result, and the one holding rank 0 is marked (``MixedResult.rank0``).
 
 Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.hierarchy.Hierarchy` groups by kind; DDP with

@@ -10,15 +10,30 @@ are of several device kinds (for example 2 GPU pods and 4 NPU pods), given one :
 - gang scheduling: ``minAvailable`` = the sum of the replicas, so Volcano starts every pod of every kind together
   or none (a GPU half of the job never holds its devices waiting for NPUs); ``schedulerName`` is the profile's
   (default ``volcano``), ``queue`` the profile's Volcano queue; an evicted pod restarts the job;
-- the rendezvous in every container's environment: each pod runs one torch elastic agent
-  (``python -m torch.distributed.run``, torchrun) that reads its arguments from ``PET_*`` variables [TR]:
-  ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ENDPOINT=<job>-<first task>-0.<job>:<port>`` (Volcano's ``svc`` plugin gives
-  each pod the hostname ``<job>-<task>-<index>`` under a headless service named after the job [VS]; the ``env``
-  plugin gives ``VC_TASK_INDEX``), ``PET_RDZV_ID=<job>``, ``PET_NNODES=1:<pods>`` (elastic: the group re-forms with
-  the agents that remain when a kind's pods fail), ``PET_NPROC_PER_NODE`` = the pod's devices (1 on the CPU) and
-  ``PET_MAX_RESTARTS``; the agent of the first task's pod 0 hosts the c10d store (torch's c10d backend hosts it on
-  the pod whose hostname is the endpoint's). heteroflow's own: :data:`REPLICA_KIND_ENV` (this pod's device kind) and
-  :data:`ROLES_ENV` (every role, JSON), from which a worker computes its kind's share.
+- the rendezvous in every container's environment, in torchrun's ``PET_*`` variables [TR]:
+  ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ID=<job>``, ``PET_NNODES=1:<pods>`` (elastic: the group re-forms with the
+  agents that remain when a kind's pods fail), ``PET_NPROC_PER_NODE`` = the pod's devices (1 on the CPU),
+  ``PET_MAX_RESTARTS`` and ``PET_RDZV_ENDPOINT``. Where the c10d store lives:
+
+  * launched by the train step (:mod:`heteroflow.components.training.mixed_launch`, the way a pipeline runs it
+    on a cluster): the step's own task pod hosts the store, ``PET_RDZV_ENDPOINT=<its pod IP>:<port>`` and
+    ``PET_RDZV_CONF=is_host=false`` in every pod, so no kind's failure takes the store down;
+  * rendered alone (``heteroflow manifests``, then ``kubectl create``): ``PET_RDZV_ENDPOINT=<job>-<first
+    task>-0.<job>:<port>`` (Volcano's ``svc`` plugin gives each pod the hostname ``<job>-<task>-<index>`` under
+    a headless service named after the job [VS]; the ``env`` plugin gives ``VC_TASK_INDEX``), and the agent of
+    the first task's pod 0 hosts it (torch's c10d backend hosts it on the pod whose hostname is the endpoint's),
+    so losing that pod loses the store.
+
+  heteroflow's own: :data:`REPLICA_KIND_ENV` (this pod's device kind) and :data:`ROLES_ENV` (every role, JSON);
+  launched: :data:`OUTPUT_ENV` (the job's folder on the shared storage) and :data:`POD_NAME_ENV` (downward API).
+- what a pod runs (:func:`mixed_job_manifests`, :func:`pod_command`): ``heteroflow step train`` on the mixed
+  candidate, *not* under torchrun: in a pod (``HETEROFLOW_REPLICA_KIND`` and ``PET_RDZV_ENDPOINT`` set) the train
+  step is in worker mode and starts ONE torch elastic agent for its kind that joins the rendezvous (the same
+  launch code as on one machine, :func:`heteroflow.components.training.mixed.run_mixed`); the pod holding rank 0
+  writes the model to ``<workdir>/model`` and every pod its outcome to ``<workdir>/pods/<pod>/`` on the shared
+  storage (the profile's ``shared_storage`` claim, mounted at ``mount_path`` on every pod: the output location
+  must be such a path; fsspec URLs are not an output the train step writes). :func:`volcano_mixed_job` alone
+  still wraps a command in torchrun by default (``torchrun=True``), for commands that are one worker each.
 
 It is a value (a dict), validated against the Volcano CRD shipped in the project (``heteroflow.cache.crds``,
 unknown fields rejected) and each task's pod template against the core Kubernetes schema where
@@ -161,8 +176,8 @@ def volcano_mixed_job(
     Args:
         name: the job's name (a DNS label; with the longest task name and pod index it must stay a valid hostname,
             <= 63 characters).
-        roles: one :class:`RoleSpec` per device kind, in order; the first role's pod 0 hosts the rendezvous store
-            (put the most reliable kind first).
+        roles: one :class:`RoleSpec` per device kind, in order; without ``endpoint`` the first role's pod 0 hosts
+            the rendezvous store (put the most reliable kind first).
         image: the container image: one for every role, or one per kind name; default the profile's image per kind.
         command: what each worker process runs (``torchrun --no-python`` runs it, once per device of the pod);
             with ``torchrun=False`` it is the container's command as is.

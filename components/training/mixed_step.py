@@ -9,6 +9,11 @@ global batch is ``batch_size`` (``batch_sizes`` is refused: shares are measured)
 an epoch is dropped. A kind that is neither present nor simulated (``HETEROFLOW_SIMULATE_DEVICES``) is left out
 before the start and recorded as dropped at step 0; when no kind is left the step fails with
 ``DeviceUnavailable`` (a device failure: the next candidate runs).
+
+On a cluster (:mod:`heteroflow.components.training.mixed_launch`): the train task of a KFP or Airflow rendering,
+in a pod with the cluster profile, launches the mixed job's Volcano Job, hosts its c10d store and returns the facts
+of the pod that held rank 0, its model copied into the step's output; in each pod of that job the step is in worker
+mode: one elastic agent for the pod's kind joins the rendezvous, and only the pod holding rank 0 writes the model.
 """
 
 from __future__ import annotations
