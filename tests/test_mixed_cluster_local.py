@@ -41,8 +41,8 @@ class LocalVolcano:
     the downward-API pod name and Volcano's ``VC_TASK_INDEX`` filled in), only the endpoint's host rewritten to
     127.0.0.1; its phase is Running until they end, then Completed (all exit 0) or Failed."""
 
-    def __init__(self, env: dict[str, str]) -> None:
-        self.env, self.created, self.procs, self.logs = env, [], [], []
+    def __init__(self, env: dict[str, str], rdzv_conf: str = "") -> None:
+        self.env, self.rdzv_conf, self.created, self.procs, self.logs = env, rdzv_conf, [], [], []
 
     def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, body: dict) -> None:
         assert (group, version, plural) == ("batch.volcano.sh", "v1alpha1", "jobs")
@@ -56,6 +56,8 @@ class LocalVolcano:
                 env = {**self.env, **{e["name"]: e["value"] for e in container["env"] if "value" in e}}
                 host, _, port = env["PET_RDZV_ENDPOINT"].rpartition(":")
                 env["PET_RDZV_ENDPOINT"] = f"127.0.0.1:{port}"  # the only rewrite: this machine is the cluster
+                if self.rdzv_conf:  # (the drop-out test: a shorter wait for a dropped agent than a cluster's 30 s)
+                    env["PET_RDZV_CONF"] += "," + self.rdzv_conf
                 env[POD_NAME_ENV] = f"{name}-{task['name']}-{index}"  # the downward API's metadata.name
                 env["VC_TASK_INDEX"] = str(index)  # Volcano's env plugin
                 argv = [_expand(a, env) for a in container["command"]]
@@ -82,32 +84,39 @@ class LocalVolcano:
         return "\n\n".join(out)
 
 
-@pytest.mark.slow
-def test_the_launcher_hosts_the_store_and_the_volcano_jobs_pods_train_in_worker_mode_as_the_local_mixed_run(
-        digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def _cluster(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rdzv_conf: str = "", **pod_env: str) -> LocalVolcano:
+    """This process as the launcher (a KFP task's pod: the cluster profile with ``<tmp>/shared`` as the shared
+    storage's mount, its IP from the downward API, any free store port) and the cluster it talks to."""
     import heteroflow.components.training.trainjob as trainjob
-    from heteroflow.components.training.step import train
 
-    shared = tmp_path / "shared"  # the ReadWriteMany claim's mount, on the launcher's pod and every pod of the job
+    shared = tmp_path / "shared"
     shared.mkdir()
     profile = {"name": "mixed", "images": {"gpu": "hf:cuda", "npu": "hf:cann8"},
                "shared_storage": {"claim": "hf-shared", "mount_path": str(shared)}}
-    (cand,) = Candidates(["gpu:count=1+npu:count=1"])
     home = tmp_path / "home"
     home.mkdir()
     monkeypatch.setenv("HETEROFLOW_SIMULATE_DEVICES", "gpu,npu@0.5")
     monkeypatch.setenv("HETEROFLOW_HOME", str(home))
     monkeypatch.setenv("OMP_NUM_THREADS", "1")
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.96.0.1")  # the kubelet sets it in every pod
-    pods_env = dict(os.environ)
-    # the launcher: a KFP task's pod with the cluster profile, its IP from the downward API, any free store port
+    cluster = LocalVolcano({**os.environ, **pod_env}, rdzv_conf)
     monkeypatch.setenv(PROFILE_ENV, json.dumps(profile))
     monkeypatch.setenv("POD_IP", "10.1.2.3")
     monkeypatch.setenv(PORT_ENV, "0")
     monkeypatch.setenv("HETEROFLOW_NAMESPACE", "ml")
-    cluster = LocalVolcano(pods_env)
     monkeypatch.setattr(trainjob, "_cluster", lambda environ, what: cluster)
     monkeypatch.setattr("heteroflow.components.training.mixed_launch.POLL_SECONDS", 0.2)
+    return cluster
+
+
+@pytest.mark.slow
+def test_the_launcher_hosts_the_store_and_the_volcano_jobs_pods_train_in_worker_mode_as_the_local_mixed_run(
+        digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.components.training.step import train
+
+    shared = tmp_path / "shared"  # the ReadWriteMany claim's mount, on the launcher's pod and every pod of the job
+    (cand,) = Candidates(["gpu:count=1+npu:count=1"])
+    cluster = _cluster(tmp_path, monkeypatch)
     try:
         launched = train(dataset_dir=str(digits_shards), model_dir=str(tmp_path / "model"), resources=cand, **VALUES)
     finally:
@@ -137,3 +146,30 @@ def test_the_launcher_hosts_the_store_and_the_volcano_jobs_pods_train_in_worker_
     reference = torch.load(tmp_path / "local-model" / "model.pt", weights_only=True)
     assert local.steps == launched.steps and reference.keys() == weights.keys()
     assert max(float((reference[k] - weights[k]).abs().max()) for k in reference) <= TOL
+
+
+@pytest.mark.slow
+def test_when_the_first_tasks_kind_drops_out_the_store_stays_and_the_other_kind_finishes(
+        digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The npu task comes first (rendered alone, its pod 0 would host the store): its replica fails on its device
+    after 3 steps; its pod fails with a device failure, the gpu pod's agent re-forms the group on the launcher's
+    store, resumes from the checkpoint at step 2 and writes the model; the launcher reports npu as dropped."""
+    from heteroflow.components.training.step import train
+
+    (cand,) = Candidates(["npu:count=1+gpu:count=1"])
+    cluster = _cluster(tmp_path, monkeypatch, rdzv_conf="last_call_timeout=3",
+                       HETEROFLOW_INJECT_FAULT="train@npu=device:after_steps=3")
+    try:
+        launched = train(dataset_dir=str(digits_shards), model_dir=str(tmp_path / "model"), resources=cand,
+                         checkpoint_every_steps=2, **VALUES)
+    finally:
+        for proc in cluster.procs:
+            proc.kill() if proc.poll() is None else None
+    assert [p.returncode for p in cluster.procs] == [4, 0], cluster.output()  # npu: device failure (exit 4); gpu: done
+    (job,) = cluster.created
+    assert [t["name"] for t in job["spec"]["tasks"]] == ["npu", "gpu"]
+    assert launched.resumed_from_step == 2 and launched.steps == 1257 // VALUES["batch_size"]
+    assert launched.mixed["kinds"] == ["gpu"] and launched.mixed["writer"] is True
+    assert [d["kind"] for d in launched.mixed["dropped"]] == ["npu"]
+    assert "device" in launched.mixed["dropped"][0]["reason"].lower()
+    assert (tmp_path / "model" / "model.pt").is_file()

@@ -126,13 +126,16 @@ def test_job_phases_and_the_pods_outcomes(tmp_path: Path) -> None:
         (tmp_path / "pods" / pod / "outcome.json").write_text(json.dumps(data))
 
     assert read_job_outcome(tmp_path) == (None, None)
-    outcome("j-gpu-0", status="failed", failure="device", reason="npu gone")
+    outcome("j-gpu-0", status="failed", failure="device", reason="gpu gone")
     outcome("j-gpu-1", status="succeeded", facts={"steps": 9, "mixed": {"writer": False}})
-    assert read_job_outcome(tmp_path) == (None, ("device", "pod j-gpu-0: npu gone"))
+    assert read_job_outcome(tmp_path) == (None, ("device", "pod j-gpu-0: gpu gone"))  # no pod held rank 0 to the end
     outcome("j-npu-0", status="failed", failure="permanent", reason="a bug")
-    outcome("j-npu-1", status="succeeded", facts={"steps": 9, "mixed": {"writer": True}})
+    outcome("j-npu-1", status="succeeded", facts={"steps": 9, "resumed_from_step": 4, "mixed": {"writer": True, "dropped": []}})
     facts, worst = read_job_outcome(tmp_path)
-    assert facts == {"steps": 9, "mixed": {"writer": True}} and worst == ("permanent", "pod j-npu-0: a bug")
+    assert worst == ("permanent", "pod j-npu-0: a bug")
+    # the writer's facts, with the kind whose pod failed on its device as a kind that dropped out
+    assert facts == {"steps": 9, "resumed_from_step": 4, "mixed": {"writer": True, "dropped": [
+        {"kind": "gpu", "pod": "j-gpu-0", "step": None, "reason": "gpu gone", "resumed_from_step": 4}]}}
 
 
 def test_a_workdir_must_lie_on_the_shared_storage() -> None:

@@ -222,8 +222,11 @@ def job_phase(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 def read_job_outcome(workdir: Path) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
     """The pods' outcomes under ``<workdir>/pods/*/outcome.json``: (the facts of the pod that held rank 0 when it
-    succeeded, else None; the most severe failure ``(class, reason)`` any pod reported, else None)."""
+    succeeded, else None; the most severe failure ``(class, reason)`` any pod reported, else None). A pod that
+    failed with a device failure while the job went on is a kind that dropped out: it joins the writer's
+    ``mixed.dropped`` (its kind from the pod's name, ``<job>-<kind>-<index>``), once per kind."""
     writer, worst = None, None
+    dropped: dict[str, dict[str, Any]] = {}
     for path in sorted(workdir.glob("pods/*/outcome.json")):
         try:
             outcome = json.loads(path.read_text(encoding="utf-8"))
@@ -236,6 +239,15 @@ def read_job_outcome(workdir: Path) -> tuple[dict[str, Any] | None, tuple[str, s
             cls = str(outcome.get("failure") or "transient")
             if worst is None or _SEVERITY.get(cls, 1) > _SEVERITY.get(worst[0], 1):
                 worst = (cls, f"pod {path.parent.name}: {outcome.get('reason') or 'no reason given'}")
+            if cls == "device":
+                kind = path.parent.name.rsplit("-", 2)[-2] if path.parent.name.count("-") >= 2 else path.parent.name
+                dropped.setdefault(kind, {"kind": kind, "pod": path.parent.name, "step": None,
+                                          "reason": str(outcome.get("reason") or "")})
+    if writer is not None and dropped:
+        mixed = writer.setdefault("mixed", {})
+        known = {d.get("kind") for d in mixed.get("dropped") or []}
+        mixed["dropped"] = [*(mixed.get("dropped") or []),
+                            *({**d, "resumed_from_step": writer.get("resumed_from_step")} for k, d in dropped.items() if k not in known)]
     return writer, worst
 
 
