@@ -138,6 +138,13 @@ def test_job_phases_and_the_pods_outcomes(tmp_path: Path) -> None:
         {"kind": "gpu", "pod": "j-gpu-0", "step": None, "reason": "gpu gone", "resumed_from_step": 4}]}}
 
 
+def test_the_endpoint_is_host_and_port_an_ipv6_address_in_brackets() -> None:
+    (job,) = mixed_job_manifests(MIXED, name="m", image="img", endpoint="[fd00::2]:29400")
+    assert _env(job["spec"]["tasks"][1]["template"]["spec"]["containers"][0])["PET_RDZV_ENDPOINT"] == "[fd00::2]:29400"
+    with pytest.raises(InvalidResources, match=r"endpoint='10\.1\.2\.3'; valid: HOST:PORT of the launcher's c10d store"):
+        mixed_job_manifests(MIXED, name="m", image="img", endpoint="10.1.2.3")
+
+
 def test_a_workdir_must_lie_on_the_shared_storage() -> None:
     with pytest.raises(InvalidResources, match="workdir='/tmp/x' is not on the shared storage; valid: a folder under /mnt/heteroflow"):
         mixed_job_manifests(MIXED, name="m", profile=ClusterProfile.from_dict(_profile()), workdir="/tmp/x")

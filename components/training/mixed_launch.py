@@ -348,7 +348,8 @@ def launch_mixed_job(
     if port is None:
         port = int(env.get(PORT_ENV) or RDZV_PORT)
     store = host_store(port)
-    endpoint = f"{pod_ip(env)}:{store.port}"
+    ip = pod_ip(env)
+    endpoint = f"[{ip}]:{store.port}" if ":" in ip else f"{ip}:{store.port}"  # an IPv6 address in brackets
     (job,) = mixed_job_manifests(resources, name=name, image=image, command=pod_command(resources, values=job_values, workdir=str(workdir)),
                                  namespace=namespace, profile=profile, endpoint=endpoint, workdir=str(workdir))
     import shutil
