@@ -3,8 +3,8 @@
 - ``heteroflow manifests -c 'gpu:count=2+npu:count=4'`` renders one Volcano Job with a task per kind and
   ``minAvailable`` 6, validated against the Volcano CRD and (each task's pod template) kubernetes-validate;
 - the KFP rendering compiles: the mixed candidate's task (and Airflow pod) is a CPU launcher pod, as a multi-node
-  candidate's, and
-  in it the train step refuses with a device failure (the step falls back) that names ``heteroflow manifests``;
+  candidate's; in a pod it launches the Volcano Job (tests/test_mixed_launch.py), without credentials it fails
+  with a device failure (the step falls back) saying what to give it;
 - a pod of the mixed Volcano Job (``PET_NNODES=1:6``, no master address) is not taken for a static multi-node job;
 - the plan step's ``training_profile`` reaches the train step and sets a mixed job's first shares.
 """
@@ -65,7 +65,8 @@ def test_heteroflow_manifests_renders_a_mixed_candidate_as_one_gang_scheduled_vo
     assert g["resources"]["limits"]["nvidia.com/gpu"] == "1" and n["resources"]["limits"]["huawei.com/Ascend910"] == "1"
     assert (g["image"], n["image"]) == ("reg.example/hf:cuda", "reg.example/hf:cann8")
     # the train step's command under torchrun, the elastic rendezvous and the roles in every pod
-    assert g["command"] == ["python", "-m", "torch.distributed.run", "--no-python", "heteroflow", "step", "train", "--param", "epochs=3"]
+    # not under torchrun: in the pod the step starts its kind's elastic agent itself (worker mode)
+    assert g["command"] == ["heteroflow", "step", "train", "--param", "epochs=3"]
     env = _env(npu)
     assert env["PET_NNODES"] == "1:6" and env[REPLICA_KIND_ENV] == "npu"
     assert [(r["kind"], r["replicas"]) for r in json.loads(env[ROLES_ENV])] == [("gpu", 2), ("npu", 4)]
@@ -96,9 +97,9 @@ def test_the_python_api_renders_the_same_job_and_validates_it() -> None:
     assert files["train-1-gpu.yaml"][0]["kind"] in ("TrainJob", "PodGroup", "PyTorchJob")  # a single-kind one as before
 
 
-def test_the_kfp_rendering_compiles_and_the_mixed_task_refuses_with_a_device_failure_naming_manifests(tmp_path: Path) -> None:
+def test_the_kfp_rendering_compiles_and_the_mixed_task_is_the_jobs_launcher_in_a_pod(tmp_path: Path) -> None:
     from heteroflow.components.devices.cluster import ClusterProfile
-    from heteroflow.components.training.mixed_step import refuse_in_launcher_pod
+    from heteroflow.components.training.mixed_launch import in_launcher_pod, launch_mixed_job
     from heteroflow.components.training.trainjob import PROFILE_ENV
     from heteroflow.pipelines.default import default_pipeline
     from heteroflow.pipelines.kfp.render import compile_pipeline
@@ -119,14 +120,16 @@ def test_the_kfp_rendering_compiles_and_the_mixed_task_refuses_with_a_device_fai
     assert airflow_pod["container_resources"].limits == {"cpu": "1", "memory": "2Gi"} and PROFILE_ENV in airflow_pod["env_vars"]
 
     in_pod = {**env, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}  # the kubelet sets it in every pod
-    with pytest.raises(DeviceUnavailable, match=r"heteroflow manifests --inventory FILE -c 'gpu:count=2\+npu:count=4'") as exc:
-        refuse_in_launcher_pod(cands[0], in_pod)
-    assert classify(exc.value).cls is FailureClass.DEVICE  # the step falls back to its next candidate
-    refuse_in_launcher_pod(cands[0], {})  # on one machine (heteroflow run) it trains
+    assert in_launcher_pod(in_pod)  # it launches the Volcano Job and hosts the store (tests/test_mixed_launch.py)
+    assert not in_launcher_pod({})  # on one machine (heteroflow run) it trains
     # kfp.local's task (the default engine of `heteroflow run`) carries the compiled profile but runs on this machine:
     # a fresh clone's `heteroflow run -c 'gpu:count=1+npu:count=1'` fell back to cpu here before
-    refuse_in_launcher_pod(cands[0], env)
-    refuse_in_launcher_pod(cands[0], {**in_pod, REPLICA_KIND_ENV: "gpu"})  # a pod of the mixed job's own Volcano Job
+    assert not in_launcher_pod(env)
+    assert not in_launcher_pod({**in_pod, REPLICA_KIND_ENV: "gpu"})  # a pod of the mixed job's own Volcano Job
+    # a pod without a service account token: a device failure (the step falls back) saying what to give it
+    with pytest.raises(DeviceUnavailable, match="no Kubernetes credentials .*automountServiceAccountToken") as exc:
+        launch_mixed_job(cands[0], dataset_dir=tmp_path, model_dir=tmp_path / "m", values={}, key="k", environ=in_pod)
+    assert classify(exc.value).cls is FailureClass.DEVICE
 
 
 def test_a_mixed_jobs_pod_is_not_taken_for_a_static_multi_node_job() -> None:

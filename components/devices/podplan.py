@@ -281,8 +281,8 @@ def _launcher_plan(resources: Resources, profile: ClusterProfile | None) -> PodP
     the shared claim mounted; the nodes' own pods (checked here, so a bad candidate fails at compile time) are
     the job's, rendered by :func:`heteroflow.components.training.trainjob.training_job_manifests` at run time.
     A mixed candidate's task (``gpu:count=2+npu:count=4``) is the same CPU pod, each kind's pod checked here; it
-    refuses to train (a device failure: the step falls back) and names ``heteroflow manifests``, which renders
-    the mixed job's Volcano Job (:func:`heteroflow.components.training.mixed_step.train_mixed`)."""
+    launches the mixed job's Volcano Job and hosts its c10d store
+    (:func:`heteroflow.components.training.mixed_launch.launch_mixed_job`)."""
     import json
 
     from heteroflow.components.training.trainjob import PROFILE_ENV, launcher_candidate

@@ -11,7 +11,7 @@ the loaders), ``sample_seeds`` (a dataset's random draws seeded by the sampler's
 ``rendezvous`` (backends, torchrun's environment, node roles), ``worker`` (a worker process, ``DistributedContext``,
 worker errors), ``gradients`` (weighted and compressed DDP hooks, learning-rate scaling, rank batches),
 ``trainjob`` (the multi-node launcher of a Kubeflow TrainJob / PyTorchJob), ``mixed_job`` (a job of several device
-kinds as one Volcano Job), ``profiling`` (the step profile).
+kinds as one Volcano Job), ``mixed_launch`` (its launcher, which hosts the store, and its pods' worker mode), ``profiling`` (the step profile).
 May import: ``heteroflow.components.core``, ``devices``, ``data``, ``placement``, ``errors``, ``heteroflow.cache``.
 """
 

@@ -13,7 +13,10 @@ Launch (:func:`run_mixed`)
     ``HETEROFLOW_MIXED_SPEED``; one torch thread each. Busy time (utilization) is compute, the simulated slow-down
     and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down. Compute is
     timed by the replica thread's CPU time on the CPU (one torch thread: other processes on a shared machine do not
-    inflate it) and by wall time on an accelerator; busy time is wall time.
+    inflate it) and by wall time on an accelerator; busy time is wall time. In a pod of a cluster job
+    (``rendezvous=``, :mod:`~heteroflow.components.training.mixed_launch`) the same launch starts one agent, for
+    the pod's kind, on a store another process (the launcher) hosts; every pod's first worker keeps a copy of the
+    result, and the one holding rank 0 is marked (``MixedResult.rank0``).
 
 Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.hierarchy.Hierarchy` groups by kind; DDP with
@@ -67,6 +70,7 @@ __all__ = ["KIND_ENV", "MixedJob", "MixedResult", "ReplicaGroup", "SPEED_ENV", "
 KIND_ENV = "HETEROFLOW_MIXED_KIND"
 SPEED_ENV = "HETEROFLOW_MIXED_SPEED"
 _JOB_ENV = "HETEROFLOW_MIXED_JOB"
+_POD_ENV = "HETEROFLOW_MIXED_POD"  # "1": the agent joined a rendezvous hosted elsewhere (a pod of a cluster job)
 DEVICE_ENV = "HETEROFLOW_MIXED_DEVICE"
 _CHECKPOINT = "mixed-checkpoint.pt"
 _CURRENT_STEP = [0]  # optimizer steps done by this replica (a drop record names it)
@@ -178,6 +182,7 @@ class MixedResult:
     bytes_per_step: float = 0.0
     uncompressed_bytes_per_step: float = 0.0
     dropped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    rank0: bool = True  # False: a copy another pod's agent wrote (rendezvous joined, not hosted: the pod holding rank 0 writes the model)
 
     def facts(self) -> dict[str, Any]:
         """The JSON-ready summary for the run record (no weights)."""
@@ -375,9 +380,12 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     samples_all = torch.tensor([float(samples_done)], dtype=torch.float64)
     dist.all_reduce(samples_all)
     result.samples = int(samples_all.item())
-    if rank == 0 and results is not None:
+    # every pod of a cluster job gets the (identical, all-gathered) result from its first worker; rank 0's is marked
+    pod_copy = os.environ.get(_POD_ENV) == "1" and int(os.environ.get("LOCAL_RANK", "0")) == 0
+    if (rank == 0 or pod_copy) and results is not None:
         from heteroflow.cache.atomic import atomic_write_bytes
 
+        result.rank0 = rank == 0
         atomic_write_bytes(results / "result.pkl", pickle.dumps(result))
     return result if rank == 0 else None
 
@@ -442,11 +450,14 @@ def _agent_main(config_path: str) -> None:
     os.environ[SPEED_ENV] = str(cfg["speed"])
     os.environ[DEVICE_ENV] = cfg["device_type"]
     os.environ["OMP_NUM_THREADS"] = "1"
+    os.environ[_POD_ENV] = "1" if cfg.get("pod") else ""
+    rdzv: dict[str, Any] = {"join_timeout": cfg["join_timeout"], "last_call_timeout": cfg["last_call_timeout"]}
+    if cfg.get("is_host", False) is not None:  # None: torch decides by the endpoint's hostname (a Volcano pod 0)
+        rdzv["is_host"] = bool(cfg.get("is_host", False))
     config = LaunchConfig(
-        min_nodes=1, max_nodes=cfg["kinds"], nproc_per_node=cfg["count"], run_id=cfg["run_id"], role=cfg["kind"],
-        rdzv_backend="c10d", rdzv_endpoint=cfg["endpoint"],
-        rdzv_configs={"is_host": False, "join_timeout": cfg["join_timeout"], "last_call_timeout": cfg["last_call_timeout"]},
-        max_restarts=cfg["kinds"], monitor_interval=0.2, start_method="spawn",
+        min_nodes=1, max_nodes=cfg.get("max_nodes", cfg["kinds"]), nproc_per_node=cfg["count"], run_id=cfg["run_id"],
+        role=cfg["kind"], rdzv_backend="c10d", rdzv_endpoint=cfg["endpoint"], rdzv_configs=rdzv,
+        max_restarts=cfg.get("max_restarts", cfg["kinds"]), monitor_interval=0.2, start_method="spawn",
     )
     elastic_launch(config, mixed_worker)(cfg["job_path"])
 
@@ -484,7 +495,7 @@ def _exception(record: Mapping[str, Any]) -> BaseException:
 
 def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds: float | None = None,
               last_call_timeout: float = 10.0, join_timeout: float = 600.0,
-              say: Callable[[str], None] | None = None) -> MixedResult:
+              say: Callable[[str], None] | None = None, rendezvous: Mapping[str, Any] | None = None) -> MixedResult:
     """Train ``job`` on the replica ``groups`` (one elastic agent each; see the module docstring).
 
     Args:
@@ -495,9 +506,14 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
             group after a drop-out waits this long for the dropped agent) [TE].
         join_timeout: seconds an agent waits for the rendezvous to form.
         say: where to write progress lines (default: stderr).
+        rendezvous: join a rendezvous someone else hosts instead of hosting the store here (a pod of a mixed
+            Volcano Job, :mod:`heteroflow.components.training.mixed_launch`): ``endpoint`` (``host:port``), ``run_id``,
+            ``max_nodes`` (agents of the whole job), ``max_restarts``, ``is_host`` (False: the launcher hosts the
+            store; None: torch decides by hostname).
 
     Returns:
-        Rank 0's :class:`MixedResult`, with :attr:`MixedResult.dropped` filled in.
+        Rank 0's :class:`MixedResult`, with :attr:`MixedResult.dropped` filled in; with ``rendezvous``, this
+        agent's first worker's copy when rank 0 trained in another pod (``rank0`` False: that pod writes the model).
 
     Raises:
         InvalidParameter: no groups, a kind twice, a bad job.
@@ -518,9 +534,13 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
         raise InvalidParameter(f"kinds {kinds} repeat; valid: one ReplicaGroup per kind")
     if job.global_batch < sum(g.count for g in groups):
         raise InvalidParameter(f"batch_size={job.global_batch} is smaller than the {sum(g.count for g in groups)} replicas; valid: >= one sample per replica")
-    store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, multi_tenant=True)
-    endpoint = f"127.0.0.1:{store.port}"
-    run_id = "heteroflow-mixed-" + uuid.uuid4().hex[:8]
+    joined = dict(rendezvous or {})
+    if joined:  # another process (the launcher) hosts the store
+        store, endpoint, run_id = None, str(joined["endpoint"]), str(joined["run_id"])
+    else:
+        store = TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False, multi_tenant=True)
+        endpoint = f"127.0.0.1:{store.port}"
+        run_id = "heteroflow-mixed-" + uuid.uuid4().hex[:8]
     with tempfile.TemporaryDirectory(prefix="heteroflow-mixed-") as tmp:
         folder = Path(tmp)
         job_path = folder / "job.pkl"
@@ -531,13 +551,15 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
             cfg = {"kind": g.kind, "count": g.count, "speed": g.speed, "device_type": g.device_type, "kinds": len(groups), "run_id": run_id,
                    "endpoint": endpoint, "job_path": str(job_path), "join_timeout": int(join_timeout),
                    "last_call_timeout": int(max(1, last_call_timeout))}
+            cfg.update({k: joined[k] for k in ("max_nodes", "max_restarts", "is_host") if k in joined})
+            cfg["pod"] = bool(joined)
             cfg_path = folder / f"agent-{g.kind}.json"
             cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
             agents[g.kind] = subprocess.Popen(
                 [sys.executable, "-c", "import sys; from heteroflow.components.training.mixed import _agent_main; _agent_main(sys.argv[1])", str(cfg_path)],
                 env=env, start_new_session=True)
         say(f"train: mixed job {' + '.join(f'{g.kind} x{g.count}' for g in groups)}: {len(groups)} elastic agent(s), "
-            f"c10d rendezvous {run_id} on this process's store {endpoint}")
+            f"c10d rendezvous {run_id} on " + (f"the store at {endpoint}" if joined else f"this process's store {endpoint}"))
         dropped: dict[str, dict[str, Any]] = {}
         deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
         failure: BaseException | None = None

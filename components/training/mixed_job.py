@@ -10,15 +10,30 @@ are of several device kinds (for example 2 GPU pods and 4 NPU pods), given one :
 - gang scheduling: ``minAvailable`` = the sum of the replicas, so Volcano starts every pod of every kind together
   or none (a GPU half of the job never holds its devices waiting for NPUs); ``schedulerName`` is the profile's
   (default ``volcano``), ``queue`` the profile's Volcano queue; an evicted pod restarts the job;
-- the rendezvous in every container's environment: each pod runs one torch elastic agent
-  (``python -m torch.distributed.run``, torchrun) that reads its arguments from ``PET_*`` variables [TR]:
-  ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ENDPOINT=<job>-<first task>-0.<job>:<port>`` (Volcano's ``svc`` plugin gives
-  each pod the hostname ``<job>-<task>-<index>`` under a headless service named after the job [VS]; the ``env``
-  plugin gives ``VC_TASK_INDEX``), ``PET_RDZV_ID=<job>``, ``PET_NNODES=1:<pods>`` (elastic: the group re-forms with
-  the agents that remain when a kind's pods fail), ``PET_NPROC_PER_NODE`` = the pod's devices (1 on the CPU) and
-  ``PET_MAX_RESTARTS``; the agent of the first task's pod 0 hosts the c10d store (torch's c10d backend hosts it on
-  the pod whose hostname is the endpoint's). heteroflow's own: :data:`REPLICA_KIND_ENV` (this pod's device kind) and
-  :data:`ROLES_ENV` (every role, JSON), from which a worker computes its kind's share.
+- the rendezvous in every container's environment, in torchrun's ``PET_*`` variables [TR]:
+  ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ID=<job>``, ``PET_NNODES=1:<pods>`` (elastic: the group re-forms with the
+  agents that remain when a kind's pods fail), ``PET_NPROC_PER_NODE`` = the pod's devices (1 on the CPU),
+  ``PET_MAX_RESTARTS`` and ``PET_RDZV_ENDPOINT``. Where the c10d store lives:
+
+  * launched by the train step (:mod:`heteroflow.components.training.mixed_launch`, the way a pipeline runs it
+    on a cluster): the step's own task pod hosts the store, ``PET_RDZV_ENDPOINT=<its pod IP>:<port>`` and
+    ``PET_RDZV_CONF=is_host=false`` in every pod, so no kind's failure takes the store down;
+  * rendered alone (``heteroflow manifests``, then ``kubectl create``): ``PET_RDZV_ENDPOINT=<job>-<first
+    task>-0.<job>:<port>`` (Volcano's ``svc`` plugin gives each pod the hostname ``<job>-<task>-<index>`` under
+    a headless service named after the job [VS]; the ``env`` plugin gives ``VC_TASK_INDEX``), and the agent of
+    the first task's pod 0 hosts it (torch's c10d backend hosts it on the pod whose hostname is the endpoint's),
+    so losing that pod loses the store.
+
+  heteroflow's own: :data:`REPLICA_KIND_ENV` (this pod's device kind) and :data:`ROLES_ENV` (every role, JSON);
+  launched: :data:`OUTPUT_ENV` (the job's folder on the shared storage) and :data:`POD_NAME_ENV` (downward API).
+- what a pod runs (:func:`mixed_job_manifests`, :func:`pod_command`): ``heteroflow step train`` on the mixed
+  candidate, *not* under torchrun: in a pod (``HETEROFLOW_REPLICA_KIND`` and ``PET_RDZV_ENDPOINT`` set) the train
+  step is in worker mode and starts ONE torch elastic agent for its kind that joins the rendezvous (the same
+  launch code as on one machine, :func:`heteroflow.components.training.mixed.run_mixed`); the pod holding rank 0
+  writes the model to ``<workdir>/model`` and every pod its outcome to ``<workdir>/pods/<pod>/`` on the shared
+  storage (the profile's ``shared_storage`` claim, mounted at ``mount_path`` on every pod: the output location
+  must be such a path; fsspec URLs are not an output the train step writes). :func:`volcano_mixed_job` alone
+  still wraps a command in torchrun by default (``torchrun=True``), for commands that are one worker each.
 
 It is a value (a dict), validated against the Volcano CRD shipped in the project (``heteroflow.cache.crds``,
 unknown fields rejected) and each task's pod template against the core Kubernetes schema where
@@ -57,6 +72,8 @@ if TYPE_CHECKING:
     from heteroflow.components.resources import Resources
 
 __all__ = [
+    "OUTPUT_ENV",
+    "POD_NAME_ENV",
     "RDZV_PORT",
     "REPLICA_KIND_ENV",
     "ROLES_ENV",
@@ -64,6 +81,7 @@ __all__ = [
     "missing_images",
     "mixed_job_manifests",
     "mixed_roles",
+    "pod_command",
     "validate_volcano_job",
     "volcano_mixed_job",
 ]
@@ -78,6 +96,12 @@ CONTAINER = "train"
 """The container name in every task's pod."""
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_ENDPOINT = re.compile(r"(\[[0-9a-fA-F:]+\]|[A-Za-z0-9.-]+):([1-9][0-9]{0,4})")
+POD_NAME_ENV = "HETEROFLOW_POD_NAME"
+"""Set on every container of a launched mixed job from the downward API (``metadata.name``): the pod's name."""
+OUTPUT_ENV = "HETEROFLOW_MIXED_OUTPUT"
+"""Set on every container of a launched mixed job: the job's folder on the shared storage (its ``shards``, and the
+``model``, ``metrics`` and ``outcome.json`` that the pod holding rank 0 writes)."""
 _KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 
 
@@ -144,6 +168,7 @@ def volcano_mixed_job(
     max_restarts: int = 3,
     torchrun: bool = True,
     validate: bool = True,
+    endpoint: str | None = None,
 ) -> dict[str, Any]:
     """One Volcano Job for a mixed job: a task per role, gang-scheduled, with the c10d rendezvous in the environment
     (see the module docstring for every field and its source).
@@ -151,8 +176,8 @@ def volcano_mixed_job(
     Args:
         name: the job's name (a DNS label; with the longest task name and pod index it must stay a valid hostname,
             <= 63 characters).
-        roles: one :class:`RoleSpec` per device kind, in order; the first role's pod 0 hosts the rendezvous store
-            (put the most reliable kind first).
+        roles: one :class:`RoleSpec` per device kind, in order; without ``endpoint`` the first role's pod 0 hosts
+            the rendezvous store (put the most reliable kind first).
         image: the container image: one for every role, or one per kind name; default the profile's image per kind.
         command: what each worker process runs (``torchrun --no-python`` runs it, once per device of the pod);
             with ``torchrun=False`` it is the container's command as is.
@@ -165,6 +190,9 @@ def volcano_mixed_job(
         max_restarts: torchrun's worker-group restarts per agent (``PET_MAX_RESTARTS``), >= 0.
         torchrun: wrap ``command`` in torch's elastic launcher (``python -m torch.distributed.run --no-python``).
         validate: check the result with :func:`validate_volcano_job`.
+        endpoint: ``host:port`` of a c10d store hosted outside the job (the launcher's pod IP,
+            :func:`heteroflow.components.training.mixed_launch.launch_mixed_job`): every pod joins it with
+            ``PET_RDZV_CONF=is_host=false`` and no pod opens the port; default: the first task's pod 0 hosts it.
 
     Returns:
         The Job manifest (``apiVersion``, ``kind``, ``metadata``, ``spec``).
@@ -202,7 +230,10 @@ def volcano_mixed_job(
     plans = [plan_pod(res, profile) for *_, res in resolved]
     role_facts = [{"task": t, "kind": k, "replicas": r, "devices": p.accelerator_count}
                   for (t, k, r, _), p in zip(resolved, plans)]
-    endpoint = f"{name}-{tasks[0]}-0.{name}:{port}"
+    hosted_outside = endpoint is not None
+    if hosted_outside and not _ENDPOINT.fullmatch(str(endpoint)):
+        raise InvalidResources(f"endpoint={endpoint!r}; valid: HOST:PORT of the launcher's c10d store (an IP or a DNS name, port 1..65535)")
+    endpoint = endpoint or f"{name}-{tasks[0]}-0.{name}:{port}"
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     if profile.shared_claim is not None:
@@ -222,6 +253,7 @@ def volcano_mixed_job(
             "PET_RDZV_ENDPOINT": endpoint,
             "PET_RDZV_ID": name,
             "PET_MAX_RESTARTS": str(max_restarts),
+            **({"PET_RDZV_CONF": "is_host=false"} if hosted_outside else {}),
             REPLICA_KIND_ENV: kind,
             ROLES_ENV: json.dumps(role_facts, separators=(",", ":")),
         }
@@ -233,7 +265,7 @@ def volcano_mixed_job(
             "env": [{"name": k, "value": str(v)} for k, v in variables.items()],
             "resources": {"requests": dict(plan.requests), "limits": dict(plan.limits)},
         }
-        if i == 0:
+        if i == 0 and not hosted_outside:
             container["ports"] = [{"name": "c10d", "containerPort": port, "protocol": "TCP"}]
         if mounts:
             container["volumeMounts"] = mounts
@@ -305,6 +337,25 @@ def mixed_roles(resources: Any) -> list[RoleSpec]:
     return [RoleSpec(g.kind.value, g.count, g.resources) for g in groups]
 
 
+def pod_command(resources: Any, *, values: Mapping[str, Any], workdir: str, call: str = "train") -> list[str]:
+    """What every pod of a launched mixed job runs: ``heteroflow step train`` on the mixed candidate with the train
+    step's parameters, its input ``<workdir>/shards``, the model output ``<workdir>/model`` (only the pod holding
+    rank 0 writes it) and each pod's own metrics and outcome, ``<workdir>/pods/<pod>/metrics`` and
+    ``.../outcome.json`` (``$(HETEROFLOW_POD_NAME)``, which the kubelet expands from the pod's downward-API
+    variable). ``workdir`` lies on the shared storage. The step in a pod starts its kind's elastic agent itself
+    (worker mode, :mod:`heteroflow.components.training.mixed_launch`), so the command is not wrapped in torchrun."""
+    from heteroflow.components.core.runtime import candidate_to_json
+
+    pod = f"{workdir}/pods/$({POD_NAME_ENV})"
+    out = ["heteroflow", "step", "train", "--call", call, "--candidate", candidate_to_json(0, resources),
+           "--input", f"shards={workdir}/shards", "--output", f"model={workdir}/model",
+           "--output", f"metrics={pod}/metrics", "--outcome", f"{pod}/outcome.json"]
+    for key, value in values.items():
+        text = json.dumps(value) if isinstance(value, bool) else str(value)
+        out += ["--param", f"{key}={text}"]
+    return out
+
+
 def mixed_job_manifests(
     resources: Any,
     *,
@@ -313,15 +364,44 @@ def mixed_job_manifests(
     command: Sequence[str] = ("heteroflow", "step", "train"),
     namespace: str = "default",
     profile: ClusterProfile | None = None,
+    endpoint: str | None = None,
+    workdir: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> list[dict[str, Any]]:
     """The manifests of a mixed candidate's train on a cluster: one Volcano Job (:func:`volcano_mixed_job`) with a
-    task per replica group of ``resources`` (:func:`mixed_roles`), each pod running ``command`` under torchrun.
+    task per replica group of ``resources`` (:func:`mixed_roles`), each pod running ``command`` as is (the train
+    step starts the pod's elastic agent itself: not under torchrun).
+
+    Args:
+        endpoint: ``host:port`` of the launcher's c10d store (see :func:`volcano_mixed_job`); default the first
+            task's pod 0 hosts it.
+        workdir: the job's folder on the shared storage (:data:`OUTPUT_ENV` on every container); it must lie under
+            the profile's ``shared_storage.mount_path`` (the ReadWriteMany claim every pod mounts), where the pod
+            holding rank 0 writes the outputs.
+        env: more environment variables for every container.
 
     Raises:
         InvalidResources: as :func:`volcano_mixed_job` (no image for a kind: pass ``image`` or name ``images.<kind>``
-            in the profile).
+            in the profile); a ``workdir`` without shared storage in the profile, or outside its mount.
     """
-    return [volcano_mixed_job(name, mixed_roles(resources), image, command, namespace=namespace, profile=profile)]
+    variables = dict(env or {})
+    if workdir is not None:
+        mount = profile.shared_mount if profile is not None and profile.shared_claim is not None else None
+        if mount is None:
+            raise InvalidResources(
+                f"workdir={workdir!r} needs shared storage every pod mounts; valid: a cluster profile with shared_storage: "
+                "{claim: NAME, mount_path: /mnt/heteroflow} (a ReadWriteMany PersistentVolumeClaim)")
+        if not (workdir == mount or workdir.startswith(mount.rstrip("/") + "/")):
+            raise InvalidResources(f"workdir={workdir!r} is not on the shared storage; valid: a folder under {mount}")
+        variables[OUTPUT_ENV] = workdir
+    job = volcano_mixed_job(name, mixed_roles(resources), image, command, namespace=namespace, profile=profile,
+                            env=variables, endpoint=endpoint, torchrun=False)
+    if workdir is not None:  # each pod's name (Volcano: <job>-<task>-<index>) names its own outcome folder
+        for task in job["spec"]["tasks"]:
+            for container in task["template"]["spec"]["containers"]:
+                container["env"].append({"name": POD_NAME_ENV, "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"}}})
+        validate_volcano_job(job)
+    return [job]
 
 
 def missing_images(resources: Any, image: str | Mapping[str, str] | None, profile: ClusterProfile | None) -> list[str]:

@@ -9,6 +9,11 @@ global batch is ``batch_size`` (``batch_sizes`` is refused: shares are measured)
 an epoch is dropped. A kind that is neither present nor simulated (``HETEROFLOW_SIMULATE_DEVICES``) is left out
 before the start and recorded as dropped at step 0; when no kind is left the step fails with
 ``DeviceUnavailable`` (a device failure: the next candidate runs).
+
+On a cluster (:mod:`heteroflow.components.training.mixed_launch`): the train task of a KFP or Airflow rendering,
+in a pod with the cluster profile, launches the mixed job's Volcano Job, hosts its c10d store and returns the facts
+of the pod that held rank 0, its model copied into the step's output; in each pod of that job the step is in worker
+mode: one elastic agent for the pod's kind joins the rendezvous, and only the pod holding rank 0 writes the model.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 
 from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
 
-__all__ = ["mixed_facts_lines", "profile_throughput", "refuse_in_launcher_pod", "step_dataset", "step_model", "train_mixed"]
+__all__ = ["mixed_facts_lines", "profile_throughput", "step_dataset", "step_model", "train_mixed"]
 
 
 def step_dataset(dataset_dir: str, values: Mapping[str, Any]) -> Any:
@@ -91,31 +96,6 @@ def profile_throughput(resources: Any, training_profile: str) -> dict[str, float
     return out
 
 
-def refuse_in_launcher_pod(resources: Any, environ: Mapping[str, str] | None = None) -> None:
-    """Refuse a mixed candidate in a cluster rendering's train task (a KFP task or an Airflow pod: the CPU launcher
-    pod :func:`heteroflow.components.devices.podplan.plan_pod` renders for it, which carries the cluster profile
-    in ``HETEROFLOW_CLUSTER_PROFILE``, inside a Kubernetes pod: ``KUBERNETES_SERVICE_HOST``): its kinds need a pod each, which one task pod cannot be. As a multi-node
-    candidate whose launcher lacks a cluster, it is a device failure, so the step falls back to its next candidate.
-    A pod of the mixed job's own Volcano Job (``HETEROFLOW_REPLICA_KIND`` set) is not refused.
-
-    Raises:
-        DeviceUnavailable: in such a task pod; the message names the alternative (``heteroflow manifests``).
-    """
-    from heteroflow.components.training.mixed_job import REPLICA_KIND_ENV
-    from heteroflow.components.training.trainjob import PROFILE_ENV
-
-    env = os.environ if environ is None else environ
-    # KUBERNETES_SERVICE_HOST: set by the kubelet in every pod; kfp.local's and Airflow's local tasks carry the
-    # profile too, but they run on this machine, where the kinds' replicas train as local processes.
-    if env.get(PROFILE_ENV) and env.get("KUBERNETES_SERVICE_HOST") and not env.get(REPLICA_KIND_ENV):
-        spec = "+".join(f"{g.kind.value}:count={g.count}" for g in resources.replicas)
-        raise DeviceUnavailable(
-            f"the mixed candidate {resources.describe()} cannot train inside one pipeline task (each kind needs its own "
-            f"pods); the step falls back to its next candidate. Valid: render its Volcano Job with `heteroflow "
-            f"manifests --inventory FILE -c '{spec}' -o DIR` and submit it (kubectl create -f), or run the pipeline on one "
-            "machine (heteroflow run)")
-
-
 def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str],
                 values: dict[str, Any], splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path,
                 started: float, say: Callable[[str], None]) -> Any:
@@ -137,8 +117,13 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
         raise InvalidParameter("train_function with a mixed candidate: its replicas run the built-in classifier loop; valid: leave train_function empty, or use a single-kind candidate")
     if values.get("batch_sizes"):
         raise InvalidParameter("batch_sizes with a mixed candidate: the shares of the global batch (batch_size) are measured; valid: leave batch_sizes empty")
-    refuse_in_launcher_pod(resources)
-    groups, left_out = _groups(resources, say)
+    from heteroflow.components.training.mixed_launch import in_launcher_pod, pod_group, pod_rendezvous
+
+    pod = pod_rendezvous()  # a pod of the mixed job's Volcano Job: one agent for its kind (worker mode)
+    if pod is None and in_launcher_pod():  # the cluster rendering's task: launch the job, host its store, wait
+        return _launched(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=values, key=ckpt_dir.name,
+                         started=started, say=say)
+    groups, left_out = ([pod_group(resources, pod, say)], []) if pod is not None else _groups(resources, say)
     if not groups:
         raise DeviceUnavailable(f"no kind of the mixed candidate {resources.describe()} is here: " + "; ".join(d["reason"] for d in left_out))
     from_profile = profile_throughput(resources, str(values.get("training_profile") or ""))
@@ -154,12 +139,14 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
         rebalance_every_steps=resources.rebalance_every_steps, rebalance_every_minutes=resources.rebalance_every_minutes,
         compression=resources.compression, checkpoint_dir=str(ckpt_dir), profile_throughput=from_profile,
         checkpoint_every_steps=int(values["checkpoint_every_steps"]))
-    result = run_mixed(job, groups, say=say)
+    joined = {"rendezvous": pod, "last_call_timeout": pod["last_call_timeout"]} if pod is not None else {}
+    result = run_mixed(job, groups, say=say, **joined)
     result.dropped[:0] = left_out
+    writer = result.rank0  # in a pod of a cluster job, the pod holding rank 0 writes the model
     model = spec.build()
     model.load_state_dict(result.state_dict)
     val_acc = None
-    if splits.validation is not None:
+    if splits.validation is not None and writer:
         from heteroflow.components.training.mixed import _collate
 
         import numpy as np
@@ -172,20 +159,45 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
                 correct += int((model(x).argmax(1) == y).sum())
         val_acc = correct / max(1, len(splits.validation))
     kinds = "+".join(dict.fromkeys(result.kinds))
-    out = _write_model(model_dir, model, dataset_dir=dataset_dir, splits=splits, spec=spec, params=params,
-                       steps=result.steps, precision="float32", device="cpu", device_kind=kinds)
+    out = Path(model_dir)
+    if writer:
+        out = _write_model(model_dir, model, dataset_dir=dataset_dir, splits=splits, spec=spec, params=params,
+                           steps=result.steps, precision="float32", device="cpu", device_kind=kinds)
     last = result.history[-1] if result.history else {}
     facts = result.facts()
     facts["replicas"] = [{"kind": g.kind, "count": g.count, "device": g.device_type, "speed": g.speed} for g in groups]
-    import shutil
+    if pod is not None:
+        facts.update(pod=pod["pod"], writer=writer)
+        say(f"train: pod {pod['pod']} ({pod['kind']}) trained its share; " + ("it held rank 0 and wrote the model" if writer else "the pod holding rank 0 writes the model"))
+    if writer:
+        import shutil
 
-    shutil.rmtree(ckpt_dir, ignore_errors=True)
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
     return TrainResult(
         model_dir=out, device="cpu", steps=result.steps, resumed_from_step=result.resumed_from_step,
         checkpoints_written=0, samples_per_second=result.samples / result.loop_seconds if result.loop_seconds > 0 else 0.0,
         final_loss=float(last.get("loss", float("nan"))), validation_accuracy=val_acc, seconds=time.perf_counter() - started,
         history=tuple(result.history), precision="float32", model=spec.to_dict(), device_kind=kinds, num_workers=0,
         processes=len(result.kinds), batch_size=job.global_batch, mixed=facts)
+
+
+def _launched(resources: Any, *, dataset_dir: Any, model_dir: Any, values: Mapping[str, Any], key: str, started: float,
+              say: Callable[[str], None]) -> Any:
+    """The launcher's ``TrainResult``: the facts of the job's pod that held rank 0
+    (:func:`~heteroflow.components.training.mixed_launch.launch_mixed_job`), its model copied into ``model_dir``."""
+    from heteroflow.components.training.mixed_launch import launch_mixed_job
+    from heteroflow.components.training.step import TrainResult
+
+    facts = launch_mixed_job(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=values, key=key, say=say)
+    return TrainResult(
+        model_dir=Path(model_dir), device=str(facts.get("device", "cpu")), steps=int(facts.get("steps", 0)),
+        resumed_from_step=int(facts.get("resumed_from_step", 0)), checkpoints_written=int(facts.get("checkpoints_written", 0)),
+        samples_per_second=float(facts.get("samples_per_second", 0.0)), final_loss=float(facts.get("final_loss", float("nan"))),
+        validation_accuracy=facts.get("validation_accuracy"), seconds=time.perf_counter() - started,
+        history=tuple(facts.get("history") or ()), precision=str(facts.get("precision", "float32")),
+        model={"factory": facts.get("model"), "args": facts.get("model_args")}, device_kind=str(facts.get("device_kind", "")),
+        num_workers=0, processes=int(facts.get("processes", 0)), batch_size=int(facts.get("batch_size", 0)),
+        mixed=dict(facts.get("mixed") or {}))
 
 
 def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:

@@ -1,0 +1,414 @@
+"""A mixed candidate's train on a cluster (issue #29): the train step's task launches one Volcano Job and hosts its
+rendezvous store; each pod of the job runs the train step in *worker mode*.
+
+Launcher (:func:`launch_mixed_job`)
+    The train step's own task (a KFP task or Airflow pod, in a Kubernetes pod: ``KUBERNETES_SERVICE_HOST``, with the
+    cluster profile in ``HETEROFLOW_CLUSTER_PROFILE``: :func:`in_launcher_pod`) is the launcher, as for a multi-node
+    candidate (:mod:`heteroflow.components.training.trainjob`, whose credential, profile, namespace and copy
+    helpers it reuses). It
+
+    1. copies the input data to ``<mount>/jobs/<job>/shards`` on the profile's shared storage (a ReadWriteMany
+       claim mounted on the task and on every pod of the job: a path under ``shared_storage.mount_path``; fsspec
+       URLs are not an output location the train step writes today);
+    2. hosts the c10d store itself (:func:`host_store`: a ``torch.distributed.TCPStore`` server, as the local
+       launch :func:`~heteroflow.components.training.mixed.run_mixed` does), so no kind's failure takes the store
+       down; the endpoint is its pod IP (:func:`pod_ip`: ``POD_IP`` from the downward API, else what ``hostname -i``
+       gives) and the store's port;
+    3. renders the Volcano Job (:func:`~heteroflow.components.training.mixed_job.mixed_job_manifests`) with
+       ``PET_RDZV_ENDPOINT=<pod IP>:<port>`` and ``PET_RDZV_CONF=is_host=false`` in every pod, each pod running
+       :func:`~heteroflow.components.training.mixed_job.pod_command`, and creates it with the kubernetes client; a
+       job of the same name (a retried launcher's: its pods point at a store that is gone) is deleted first, and
+       the new one resumes from the shared checkpoints;
+    4. waits for it (``status.state.phase``); a job still ``Pending`` after ``HETEROFLOW_GANG_WAIT_SECONDS`` is
+       deleted (a device failure: the step falls back to its next candidate);
+    5. reads the outputs: the pod that held rank 0 wrote ``<workdir>/model`` and its outcome (``writer``) under
+       ``<workdir>/pods/<pod>/``; the model is copied into the step's output atomically and its facts returned.
+       Without such an outcome the most severe failure a pod reported fails the step (permanent > device >
+       transient; none: transient).
+
+    No cluster, no profile, no shared storage, no image for a kind, no Volcano CRD or no permission to create
+    Jobs: :class:`~heteroflow.components.errors.DeviceUnavailable` naming what is missing and what to do.
+
+Worker mode (:func:`pod_rendezvous`, :func:`pod_group`)
+    In a pod of the job (``HETEROFLOW_REPLICA_KIND`` and ``PET_RDZV_ENDPOINT`` set) the train step starts ONE
+    elastic agent for its kind (``nproc_per_node`` = ``PET_NPROC_PER_NODE``) through the same
+    :func:`~heteroflow.components.training.mixed.run_mixed`, joining the rendezvous (``PET_RDZV_ID``,
+    ``--nnodes=1:<pods>`` from ``PET_NNODES``, ``is_host`` from ``PET_RDZV_CONF``: false when the launcher hosts the
+    store; unset, torch decides by hostname, so a job from ``heteroflow manifests`` has its first task's pod 0 host
+    it). Every pod gets the (all-gathered, identical) result; the pod holding rank 0 writes the model.
+
+Sources: Volcano Job phases (``status.state.phase``: Pending, Running, Completing, Completed, Failed, Aborted,
+Terminated...), https://volcano.sh/en/docs/vcjob/ and the CRD in ``cache/data/crds``; torchrun's ``PET_*``
+variables and ``--rdzv-conf is_host``, https://pytorch.org/docs/stable/elastic/run.html; the downward API,
+https://kubernetes.io/docs/concepts/workloads/pods/downward-api/.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
+
+__all__ = [
+    "JOB_GROUP",
+    "JOB_PLURAL",
+    "JOB_VERSION",
+    "POD_IP_ENV",
+    "PORT_ENV",
+    "host_store",
+    "in_launcher_pod",
+    "job_phase",
+    "launch_mixed_job",
+    "pod_group",
+    "pod_ip",
+    "pod_rendezvous",
+    "read_job_outcome",
+]
+
+JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
+"""The Volcano Job's API coordinates (the CRD's ``spec.group``, version and ``spec.names.plural``)."""
+PORT_ENV = "HETEROFLOW_RDZV_PORT"
+"""The port of the launcher's c10d store (default 29400; 0: any free port)."""
+POD_IP_ENV = "POD_IP"
+"""The launcher pod's IP, from the downward API (``fieldRef: status.podIP``); else the hostname's address."""
+POLL_SECONDS = 5.0
+"""Seconds between the launcher's reads of the job's status."""
+_DONE = {"Completed": "succeeded", "Failed": "failed", "Aborted": "failed", "Terminated": "failed"}
+_SEVERITY = {"permanent": 3, "device": 2, "transient": 1}
+
+
+def in_launcher_pod(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether this process is a cluster rendering's train task (a KFP task or an Airflow pod, in a Kubernetes pod:
+    ``KUBERNETES_SERVICE_HOST`` set by the kubelet, carrying the cluster profile in ``HETEROFLOW_CLUSTER_PROFILE``)
+    and not a pod of a mixed job (``HETEROFLOW_REPLICA_KIND``): it launches the mixed job. kfp.local's and Airflow's
+    local tasks carry the profile too but run on this machine, where the kinds train as local processes."""
+    from heteroflow.components.training.mixed_job import REPLICA_KIND_ENV
+    from heteroflow.components.training.trainjob import PROFILE_ENV
+
+    env = os.environ if environ is None else environ
+    return bool(env.get(PROFILE_ENV) and env.get("KUBERNETES_SERVICE_HOST") and not env.get(REPLICA_KIND_ENV))
+
+
+def pod_rendezvous(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+    """The rendezvous a pod of a mixed job joins (worker mode), from its environment; None outside such a pod.
+
+    Returns:
+        ``{"kind", "endpoint", "run_id", "max_nodes", "max_restarts", "is_host", "nproc", "last_call_timeout",
+        "pod"}``: ``is_host`` False/True from ``PET_RDZV_CONF`` (``is_host=false``), None when unset (torch decides
+        by hostname); ``last_call_timeout`` from ``PET_RDZV_CONF`` too, default 30 s (pods start at different times).
+
+    Raises:
+        InvalidParameter: a variable that is not what the rendering writes (the message names it), or the step runs
+            under torchrun (``TORCHELASTIC_RUN_ID``): in a mixed job's pod the step starts the agent itself.
+    """
+    from heteroflow.components.training.mixed_job import POD_NAME_ENV, REPLICA_KIND_ENV
+
+    env = os.environ if environ is None else environ
+    kind, endpoint = env.get(REPLICA_KIND_ENV), env.get("PET_RDZV_ENDPOINT")
+    if not kind or not endpoint:
+        return None
+    if env.get("TORCHELASTIC_RUN_ID"):
+        raise InvalidParameter(
+            "heteroflow step train runs under torchrun in a mixed job's pod; valid: the command without "
+            "`python -m torch.distributed.run` (the step starts its kind's elastic agent itself: render with mixed_job_manifests)")
+
+    def number(name: str, text: str, low: int) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if value < low:
+            raise InvalidParameter(f"{name}={text!r}; valid: an integer >= {low}")
+        return value
+
+    nnodes = env.get("PET_NNODES", "1:1")
+    max_nodes = number("PET_NNODES", nnodes.rpartition(":")[2], 1)
+    conf: dict[str, str] = {}
+    for pair in filter(None, (env.get("PET_RDZV_CONF") or "").split(",")):
+        key, sep, value = pair.partition("=")
+        if not sep:
+            raise InvalidParameter(f"PET_RDZV_CONF={env['PET_RDZV_CONF']!r}; valid: key=value pairs separated by commas")
+        conf[key.strip()] = value.strip()
+    host = conf.get("is_host", "").lower()
+    if host not in ("", "true", "false", "1", "0"):
+        raise InvalidParameter(f"PET_RDZV_CONF is_host={host!r}; valid: true or false")
+    return {
+        "kind": kind,
+        "endpoint": endpoint,
+        "run_id": env.get("PET_RDZV_ID") or "heteroflow-mixed",
+        "max_nodes": max_nodes,
+        "max_restarts": number("PET_MAX_RESTARTS", env.get("PET_MAX_RESTARTS", "3"), 0),
+        "is_host": None if not host else host in ("true", "1"),
+        "nproc": number("PET_NPROC_PER_NODE", env.get("PET_NPROC_PER_NODE", "1"), 1),
+        "last_call_timeout": float(conf.get("last_call_timeout", 30)),
+        "pod": env.get(POD_NAME_ENV) or socket.gethostname(),
+    }
+
+
+def pod_group(resources: Any, rendezvous: Mapping[str, Any], say: Callable[[str], None]) -> Any:
+    """This pod's :class:`~heteroflow.components.training.mixed.ReplicaGroup`: its kind's replica group of the mixed
+    candidate, ``PET_NPROC_PER_NODE`` workers, on the kind's device (or the CPU where the kind is simulated, as
+    on one machine).
+
+    Raises:
+        InvalidParameter: ``HETEROFLOW_REPLICA_KIND`` names no kind of the candidate.
+        DeviceUnavailable: the kind's device is not in this pod.
+    """
+    from heteroflow.components.training.mixed_step import _groups
+
+    kind = rendezvous["kind"]
+    mine = [g for g in resources.replicas if g.kind.value == kind]
+    if not mine:
+        raise InvalidParameter(f"HETEROFLOW_REPLICA_KIND={kind!r} is not a kind of the candidate {resources.describe()}; "
+                               f"valid: {', '.join(g.kind.value for g in resources.replicas)}")
+
+    @dataclasses.dataclass
+    class _One:
+        replicas: list[Any]
+
+    groups, left_out = _groups(_One(mine), say)
+    if not groups:
+        raise DeviceUnavailable(f"this pod of the mixed job has no {kind} device: {left_out[0]['reason']}")
+    return dataclasses.replace(groups[0], count=int(rendezvous["nproc"]))
+
+
+def pod_ip(environ: Mapping[str, str] | None = None) -> str:
+    """This pod's IP: ``POD_IP`` (the downward API's ``status.podIP``), else the address of this host's name (what
+    ``hostname -i`` prints; in a pod, the kubelet's ``/etc/hosts`` maps the pod's hostname to its IP).
+
+    Raises:
+        DeviceUnavailable: neither gives an address other pods can reach (only a loopback one).
+    """
+    env = os.environ if environ is None else environ
+    ip = env.get(POD_IP_ENV, "").strip()
+    if not ip:
+        try:
+            ip = socket.gethostbyname(socket.gethostname())
+        except OSError:
+            ip = ""
+    if not ip or ip.startswith("127.") or ip == "::1":
+        where = f"POD_IP={ip}" if env.get(POD_IP_ENV, "").strip() else f"POD_IP unset, the hostname resolves to {ip or 'nothing'}"
+        raise DeviceUnavailable(
+            f"the mixed job's launcher has no address its pods can reach ({where}); "
+            "valid: set POD_IP on the train task from the downward API (valueFrom.fieldRef.fieldPath: status.podIP)")
+    return ip
+
+
+def host_store(port: int) -> Any:
+    """A c10d store server (``torch.distributed.TCPStore``, multi-tenant, not waiting for workers) on ``port`` of every
+    interface of this process (0: any free port; the store's ``port`` says which); it lives as long as the returned
+    object. The local launch hosts its store the same way."""
+    from torch.distributed import TCPStore
+
+    return TCPStore("127.0.0.1", port, is_master=True, wait_for_workers=False, multi_tenant=True)
+
+
+def job_phase(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """``(phase, Volcano's phase)`` of a Volcano Job: ``succeeded`` (Completed), ``failed`` (Failed, Aborted,
+    Terminated), else ``pending`` (Pending, or no status yet) or ``running``."""
+    state = (obj.get("status") or {}).get("state") or {}
+    vc = str(state.get("phase") or "Pending")
+    if vc in _DONE:
+        return _DONE[vc], vc
+    return ("pending" if vc == "Pending" else "running"), vc
+
+
+def read_job_outcome(workdir: Path) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+    """The pods' outcomes under ``<workdir>/pods/*/outcome.json``: (the facts of the pod that held rank 0 when it
+    succeeded, else None; the most severe failure ``(class, reason)`` any pod reported, else None). A pod that
+    failed with a device failure while the job went on is a kind that dropped out: it joins the writer's
+    ``mixed.dropped`` (its kind from the pod's name, ``<job>-<kind>-<index>``), once per kind."""
+    writer, worst = None, None
+    dropped: dict[str, dict[str, Any]] = {}
+    for path in sorted(workdir.glob("pods/*/outcome.json")):
+        try:
+            outcome = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        facts = outcome.get("facts") or {}
+        if outcome.get("status") == "succeeded" and (facts.get("mixed") or {}).get("writer"):
+            writer = dict(facts)
+        elif outcome.get("status") == "failed":
+            cls = str(outcome.get("failure") or "transient")
+            if worst is None or _SEVERITY.get(cls, 1) > _SEVERITY.get(worst[0], 1):
+                worst = (cls, f"pod {path.parent.name}: {outcome.get('reason') or 'no reason given'}")
+            if cls == "device":
+                kind = path.parent.name.rsplit("-", 2)[-2] if path.parent.name.count("-") >= 2 else path.parent.name
+                dropped.setdefault(kind, {"kind": kind, "pod": path.parent.name, "step": None,
+                                          "reason": str(outcome.get("reason") or "")})
+    if writer is not None and dropped:
+        mixed = writer.setdefault("mixed", {})
+        known = {d.get("kind") for d in mixed.get("dropped") or []}
+        mixed["dropped"] = [*(mixed.get("dropped") or []),
+                            *({**d, "resumed_from_step": writer.get("resumed_from_step")} for k, d in dropped.items() if k not in known)]
+    return writer, worst
+
+
+def _api_error(exc: BaseException, what: str, namespace: str) -> DeviceUnavailable:
+    status = getattr(exc, "status", None)
+    if status == 404:
+        return DeviceUnavailable(
+            f"{what}: the cluster has no Volcano Job API ({JOB_PLURAL}.{JOB_GROUP}/{JOB_VERSION} not found); install Volcano "
+            "(https://volcano.sh/en/docs/installation/), or give the step a single-kind candidate")
+    if status in (401, 403):
+        return DeviceUnavailable(
+            f"{what}: this task's service account may not create {JOB_PLURAL}.{JOB_GROUP} in namespace {namespace} "
+            f"(HTTP {status}); grant it a Role with verbs create, get, delete on {JOB_PLURAL}.{JOB_GROUP} and a RoleBinding")
+    return DeviceUnavailable(f"{what}: creating the Volcano Job failed ({type(exc).__name__}: {exc})")
+
+
+def launch_mixed_job(
+    resources: Any,
+    *,
+    dataset_dir: str | os.PathLike[str],
+    model_dir: str | os.PathLike[str],
+    values: Mapping[str, Any],
+    key: str,
+    say: Callable[[str], None] = lambda line: None,
+    environ: Mapping[str, str] | None = None,
+    api: Any = None,
+    poll_seconds: float | None = None,
+    port: int | None = None,
+    image: str | Mapping[str, str] | None = None,
+) -> dict[str, Any]:
+    """Launch a mixed candidate's train as one Volcano Job, host its store, wait, and return the facts of the pod
+    that held rank 0 (its model copied into ``model_dir``); the module docstring's steps.
+
+    Args:
+        resources: the mixed candidate (:class:`~heteroflow.components.replicas.MixedResources`).
+        dataset_dir: the step's input (copied to the shared storage once).
+        model_dir: the step's model output (the job's model is copied here, atomically).
+        values: train's parameters (every pod gets the same; ``checkpoint_root`` defaults to ``<mount>/checkpoints``).
+        key: a stable key of this training (the checkpoint folder's name): names the job ``heteroflow-mixed-<key>``.
+        say: prints a progress line.
+        environ: the environment (default ``os.environ``).
+        api: a ``kubernetes.client.CustomObjectsApi`` (default: from the pod's service account or ``HETEROFLOW_KUBECONFIG``).
+        poll_seconds: seconds between status reads (default :data:`POLL_SECONDS`).
+        port: the store's port (default :data:`PORT_ENV`, else :data:`~heteroflow.components.training.mixed_job.RDZV_PORT`;
+            0: any free one).
+        image: the pods' image, one or per kind (default the profile's ``images``).
+
+    Raises:
+        DeviceUnavailable: no cluster, profile, shared storage, reachable pod IP, image, Volcano API or permission;
+            the job not admitted in time; every pod reported a device failure.
+        JobPermanentFailure / JobTransientFailure: the job failed (a pod's permanent failure; pods lost without one).
+    """
+    from heteroflow.components.training.mixed_job import RDZV_PORT, missing_images, mixed_job_manifests, pod_command
+    from heteroflow.components.training.trainjob import (
+        GANG_WAIT_ENV,
+        GANG_WAIT_SECONDS,
+        JobPermanentFailure,
+        KUBECONFIG_ENV,
+        JobTransientFailure,
+        _cluster,
+        _copy_atomic,
+        _namespace,
+        _profile,
+    )
+
+    env = os.environ if environ is None else environ
+    poll_seconds = POLL_SECONDS if poll_seconds is None else poll_seconds
+    what = f"the mixed candidate {resources.describe()}"
+    if api is None:
+        try:
+            api = _cluster(env, what)
+        except DeviceUnavailable:
+            raise
+        except Exception as exc:  # noqa: BLE001 - the client's ConfigException: no service account token in the pod
+            raise DeviceUnavailable(
+                f"{what}: this pod has no Kubernetes credentials ({type(exc).__name__}: {exc}); valid: a service account "
+                f"token mounted in the train task's pod (automountServiceAccountToken), or {KUBECONFIG_ENV}=FILE") from exc
+    profile = _profile(env, what)
+    lacking = missing_images(resources, image, profile)
+    if lacking:
+        raise DeviceUnavailable(f"{what}: the cluster profile names no image for {', '.join(lacking)}; add images.<kind> to it")
+    namespace = _namespace(env)
+    name = f"heteroflow-mixed-{key[:12]}".strip("-")
+    mount = Path(str(profile.shared_mount))
+    workdir = mount / "jobs" / name
+    if not (workdir / "shards").is_dir():
+        workdir.mkdir(parents=True, exist_ok=True)
+        _copy_atomic(Path(dataset_dir), workdir / "shards")
+    job_values = dict(values)
+    job_values.pop("progress", None)
+    if not job_values.get("checkpoint_root"):
+        job_values["checkpoint_root"] = str(mount / "checkpoints")
+    if job_values.get("training_profile"):  # the pods read it from the shared storage
+        import shutil
+
+        shutil.copyfile(str(job_values["training_profile"]), workdir / "training_profile.json")
+        job_values["training_profile"] = str(workdir / "training_profile.json")
+    if port is None:
+        port = int(env.get(PORT_ENV) or RDZV_PORT)
+    store = host_store(port)
+    ip = pod_ip(env)
+    endpoint = f"[{ip}]:{store.port}" if ":" in ip else f"{ip}:{store.port}"  # an IPv6 address in brackets
+    (job,) = mixed_job_manifests(resources, name=name, image=image, command=pod_command(resources, values=job_values, workdir=str(workdir)),
+                                 namespace=namespace, profile=profile, endpoint=endpoint, workdir=str(workdir))
+    import shutil
+
+    shutil.rmtree(workdir / "pods", ignore_errors=True)  # a retried launcher: the last job's outcomes are not this one's
+    _create_job(api, namespace, job, what)
+    pods = sum(t["replicas"] for t in job["spec"]["tasks"])
+    say(f"train: submitted Volcano Job {namespace}/{name} ({pods} pods: "
+        + ", ".join(f"{t['name']} x{t['replicas']}" for t in job["spec"]["tasks"]) + f", gang-scheduled); this task hosts its c10d store at {endpoint}")
+    gang_wait = float(env.get(GANG_WAIT_ENV) or GANG_WAIT_SECONDS)
+    started, seen = time.monotonic(), None
+    try:
+        while True:
+            phase, vc = job_phase(api.get_namespaced_custom_object(JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name))
+            if vc != seen:
+                seen = vc
+                say(f"train: Volcano Job {name} is {vc}")
+            if phase in ("succeeded", "failed"):
+                break
+            if phase == "pending" and time.monotonic() - started > gang_wait:
+                _delete_job(api, namespace, name)
+                raise DeviceUnavailable(f"{what}: the cluster did not start all {pods} pods of Volcano Job {name} within "
+                                        f"{gang_wait:g} s (still Pending); deleted it (set {GANG_WAIT_ENV} to wait longer)")
+            time.sleep(poll_seconds)
+    except KeyboardInterrupt:
+        _delete_job(api, namespace, name)  # an interrupted run leaves no job behind; the rerun resumes from checkpoints
+        raise
+    finally:
+        del store  # the store closes when the job is over
+    facts, worst = read_job_outcome(workdir)
+    if facts is not None and (workdir / "model").is_dir():
+        # a kind that dropped out failed its pods (Volcano then calls the job Failed): the others trained on
+        _copy_atomic(workdir / "model", Path(model_dir))
+        return facts
+    cls, reason = worst or ("transient", f"Volcano Job {name} ended {seen} without an outcome of the pod holding rank 0")
+    if cls == "permanent":
+        raise JobPermanentFailure(f"Volcano Job {name} failed: {reason}")
+    if cls == "device":
+        raise DeviceUnavailable(f"Volcano Job {name} failed on its devices: {reason}")
+    raise JobTransientFailure(f"Volcano Job {name} failed ({reason}); a retry resubmits it and resumes from its checkpoints")
+
+
+def _create_job(api: Any, namespace: str, job: Mapping[str, Any], what: str) -> None:
+    name = job["metadata"]["name"]
+    for attempt in range(30):
+        try:
+            api.create_namespaced_custom_object(JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, dict(job))
+            return
+        except Exception as exc:  # noqa: BLE001 - the client's ApiException
+            if getattr(exc, "status", None) != 409:
+                raise _api_error(exc, what, namespace) from exc
+            if attempt == 0:  # a retried launcher's job: its pods point at a store that is gone
+                _delete_job(api, namespace, name)
+            time.sleep(2.0)
+    raise DeviceUnavailable(f"{what}: Volcano Job {namespace}/{name} from an earlier attempt is still being deleted; retry")
+
+
+def _delete_job(api: Any, namespace: str, name: str) -> None:
+    try:
+        api.delete_namespaced_custom_object(JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name, propagation_policy="Foreground")
+    except Exception:  # noqa: BLE001,S110 - best effort: gone already, or the API is unreachable
+        pass
