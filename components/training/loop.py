@@ -307,9 +307,11 @@ class TrainContext:
         (the whole epoch when ``step`` lies before it).
 
         After :meth:`measure_loading`, the first :data:`~heteroflow.components.training.batches.PROBE_BATCHES`
-        batches load in this process, each timed with the step that consumes it, and the rest of the training
+        batches load in this process, each timed with the step that consumes it, while the loader with the most
+        workers starts on the batches after them (its start-up overlaps the probe); the rest of the training
         comes from a loader with the worker count :func:`~heteroflow.components.training.batches.choose_workers`
-        picks from those times (printed). The batches and their order are the same with any worker count.
+        picks from those times (printed; that loader kept when it has the count). The batches and their order are
+        the same with any worker count.
 
         Nothing here waits for the device or reads a clock per batch, apart from those first batches.
         """
