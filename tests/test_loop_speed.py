@@ -206,10 +206,11 @@ def make(split):
 SEEN = {}
 
 def record(ctx):
-    """A training function that records the batches it sees: epoch 0 whole, epoch 1 from its third batch."""
+    """A training function that records the batches it sees: epoch 0 from its fourth batch (a resume: the probe
+    and the loader started ahead begin mid-epoch), epoch 1 from its third, epoch 2 whole."""
     model = ctx.build_model()
     out = []
-    for epoch, step in ((0, 0), (1, ctx.steps_per_epoch + 2)):
+    for epoch, step in ((0, 3), (1, ctx.steps_per_epoch + 2), (2, 2 * ctx.steps_per_epoch)):
         for x, y in ctx.batches(epoch, step):
             out.append((x.clone(), y.clone()))
     SEEN["batches"] = out
@@ -227,7 +228,7 @@ def test_the_batches_and_their_order_do_not_depend_on_the_workers(tmp_path: Path
 
     runs = {}
     for workers in (0, 2, -1):
-        result = train(tmp_path, tmp_path / f"m{workers}", epochs=2, batch_size=8, loader_workers=workers,
+        result = train(tmp_path, tmp_path / f"m{workers}", epochs=3, batch_size=8, loader_workers=workers,
                        dataset_factory="speeddata32:make", train_function="speeddata32:record",
                        checkpoint_every_steps=10**9, checkpoint_root=str(tmp_path / f"ck{workers}"))
         runs[workers] = (speeddata32.SEEN["batches"], speeddata32.SEEN["workers"], result.num_workers)
@@ -236,7 +237,7 @@ def test_the_batches_and_their_order_do_not_depend_on_the_workers(tmp_path: Path
     assert f"train: loader_workers={chosen} (chosen:" in capsys.readouterr().err
     assert (runs[0][2], runs[2][2]) == (0, 2)
     base = runs[0][0]
-    assert len(base) == 12 + 10  # 90 samples in batches of 8: 12 in epoch 0, 10 from the third of epoch 1
+    assert len(base) == 9 + 10 + 12  # 90 samples in batches of 8, 12 an epoch: 9 from the fourth, 10 from the third, 12
     for workers in (2, -1):
         other = runs[workers][0]
         assert len(other) == len(base)
