@@ -27,6 +27,8 @@ from heteroflow.components.training import loop as loop_module  # noqa: E402
 from heteroflow.components.training.batches import (  # noqa: E402
     NEGLIGIBLE_LOAD,
     PROBE_BATCHES,
+    auto_workers,
+    batch_seconds,
     choose_workers,
     make_loader,
 )
@@ -96,6 +98,22 @@ def test_the_loop_waits_for_the_device_per_epoch_never_per_step(digits_shards: P
 def test_the_worker_count_follows_the_measured_times(load: float, compute: float, cpus: int, most: int,
                                                     expected: int) -> None:
     assert choose_workers(load, compute, cpus=cpus, most=most) == expected
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [(1, 0), (2, 2), (3, 3), (16, 4)])
+def test_the_most_workers_is_one_per_core_up_to_4_and_none_on_one_core(monkeypatch: pytest.MonkeyPatch, cpus: int,
+                                                                         expected: int) -> None:
+    monkeypatch.setattr("heteroflow.components.data.preprocess.available_cpus", lambda: cpus)
+    assert auto_workers(in_memory=False, requested=-1) == expected
+    assert auto_workers(in_memory=True, requested=-1) == 0  # in-memory tensors: nothing to decode
+    assert auto_workers(in_memory=False, requested=3) == 3  # asked for
+
+
+def test_the_predicted_time_per_batch_is_the_largest_bound() -> None:
+    assert batch_seconds(8.0, 4.8, workers=0, cpus=2) == pytest.approx(12.8)  # one process does both in turn
+    assert batch_seconds(8.0, 4.8, workers=1, cpus=2) == pytest.approx(8.0)   # the worker's loading
+    assert batch_seconds(8.0, 4.8, workers=2, cpus=2) == pytest.approx(6.4)   # the cores: (8 + 4.8) / 2
+    assert batch_seconds(8.0, 4.8, workers=4, cpus=16) == pytest.approx(4.8)  # the training's step
 
 
 def test_the_worker_count_refuses_negative_measurements() -> None:
