@@ -36,6 +36,11 @@ whether the other thread got a core, so section 1 swung from 0.06x to 2.2x betwe
 (one thread in both): validation off 0.88-1.03x, both validating 0.89-0.98x over six runs at load 3-5 (about
 120,000 samples/s each; 1.03x and 0.95x with --epochs 60 --repeats 5). Per batch, heteroflow's loader 13 us against the plain loop's index 11 us (timeit, best of 21). compile_model=True: 0.21-0.57x (the first compile
 took 95 s). Loading overlap: 1 worker chosen, 40-76% of ideal (two processes sharing cores with other work).
+With 6,000 files and the loader started during the probe (#32 item 3), at load average 15-16: 1 or 2 workers
+chosen, best-of lines 44% and 61%, each repeat's own 44-59%. That machine was saturated and schedules by session
+(``/proc/sys/kernel/sched_autogroup_enabled`` = 1): the training and its workers share one session's share, what
+load alone got, so the ratio there cannot pass about max(load, compute) / (load + compute), 62% for those
+figures, whatever the loader does; the target is for a quiet machine.
 """
 
 from __future__ import annotations
