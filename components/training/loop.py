@@ -358,9 +358,10 @@ class TrainContext:
         fetched = iter(in_process)
         b = start
         # The loader built with the most workers starts now on the batches after the probe, so its start-up (a
-        # fork, the worker's first touches of the parent's memory, its first batch) overlaps the probe batches
-        # this process loads and computes; it is kept when the choice is the most, the common case (one worker
-        # on 2 cores). Without it the training waited for that start-up after the probe (#32).
+        # fork, the workers' first touches of the parent's memory, their first batches) overlaps the probe batches
+        # this process loads and computes, and it is kept when the choice is the most (2 workers on 2 cores when
+        # loading costs more than computing). Before, the training waited for that start-up after the probe (#32).
+        # An epoch too short to reach past the probe starts nothing.
         ahead_loader, ahead = self.train_loader, None
         after_probe = start + PROBE_BATCHES - len(probe)
         if ahead_loader.num_workers > 0 and after_probe < start + len(sampler):
