@@ -27,6 +27,8 @@ from heteroflow.components.training import loop as loop_module  # noqa: E402
 from heteroflow.components.training.batches import (  # noqa: E402
     NEGLIGIBLE_LOAD,
     PROBE_BATCHES,
+    auto_workers,
+    batch_seconds,
     choose_workers,
     make_loader,
 )
@@ -81,18 +83,37 @@ def test_the_loop_waits_for_the_device_per_epoch_never_per_step(digits_shards: P
     [
         (0.004, 0.050, 8, 4, 0),            # loading under NEGLIGIBLE_LOAD of a step: not worth a process
         (4.1, 3.9, 2, 1, 1),                # the issue's example: one worker on 2 cores
+        (4.1, 3.9, 2, 2, 1),                # a second worker would gain 2.5% (the cores' bound): not worth it
+        (8.0, 4.8, 2, 2, 2),                # loading costs more than computing: 2 workers share the cores, 6.4 per batch, not 8
+        (8.0, 8.0, 2, 2, 1),                # equal: the cores are the bound, one worker is as fast as two
         (4.1, 3.9, 8, 4, 2),                # ceil(4.1 / 3.9) workers keep up
         (30.0, 10.0, 8, 4, 3),
         (100.0, 10.0, 8, 4, 4),             # at most `most`
-        (100.0, 10.0, 3, 4, 2),             # one core left to the training
-        (100.0, 10.0, 1, 4, 0),             # no core for a worker
-        (5.0, 0.0, 4, 4, 3),                # a step that costs nothing: as many as allowed
+        (100.0, 10.0, 3, 4, 3),             # the cores are the bound: (100 + 10) / 3 per batch
+        (100.0, 10.0, 1, 4, 0),             # one core: nothing to overlap with
+        (5.0, 0.0, 4, 4, 4),                # a step that costs nothing: as many as the cores
         (1.0, 1.0, 8, 0, 0),                # an explicit bound of none
     ],
 )
 def test_the_worker_count_follows_the_measured_times(load: float, compute: float, cpus: int, most: int,
                                                     expected: int) -> None:
     assert choose_workers(load, compute, cpus=cpus, most=most) == expected
+
+
+@pytest.mark.parametrize(("cpus", "expected"), [(1, 0), (2, 2), (3, 3), (16, 4)])
+def test_the_most_workers_is_one_per_core_up_to_4_and_none_on_one_core(monkeypatch: pytest.MonkeyPatch, cpus: int,
+                                                                         expected: int) -> None:
+    monkeypatch.setattr("heteroflow.components.data.preprocess.available_cpus", lambda: cpus)
+    assert auto_workers(in_memory=False, requested=-1) == expected
+    assert auto_workers(in_memory=True, requested=-1) == 0  # in-memory tensors: nothing to decode
+    assert auto_workers(in_memory=False, requested=3) == 3  # asked for
+
+
+def test_the_predicted_time_per_batch_is_the_largest_bound() -> None:
+    assert batch_seconds(8.0, 4.8, workers=0, cpus=2) == pytest.approx(12.8)  # one process does both in turn
+    assert batch_seconds(8.0, 4.8, workers=1, cpus=2) == pytest.approx(8.0)   # the worker's loading
+    assert batch_seconds(8.0, 4.8, workers=2, cpus=2) == pytest.approx(6.4)   # the cores: (8 + 4.8) / 2
+    assert batch_seconds(8.0, 4.8, workers=4, cpus=16) == pytest.approx(4.8)  # the training's step
 
 
 def test_the_worker_count_refuses_negative_measurements() -> None:
@@ -142,7 +163,8 @@ def _context(tmp_path: Path, dataset: Any, *, device: str = "cpu", workers: int 
 @pytest.mark.parametrize(("per_sample", "step", "cpus", "expected"), [
     (0.010, 0.020, 4, 2),   # a batch of 4 loads in 40 ms, a step takes 20 ms: two workers keep up
     (0.0001, 0.050, 4, 0),  # loading is negligible: none
-    (0.010, 0.020, 2, 1),   # two cores: one worker, one core for the training
+    (0.010, 0.020, 2, 2),   # two cores: two workers share them with the training (30 ms a batch, not 40)
+    (0.005, 0.020, 2, 1),   # loading costs what computing does: the loader started ahead (1 worker) is kept
 ])
 def test_the_context_chooses_the_workers_from_its_first_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str], per_sample: float,
@@ -171,6 +193,9 @@ def test_the_context_chooses_the_workers_from_its_first_batches(tmp_path: Path, 
     assert f"a step computes in {step * 1e3:.1f} ms; {cpus} cores, at most 3" in err
     assert len(seen) == 16 and sorted(i for b in seen for i in b) == list(range(64))  # every sample, once
     assert sum(len(b) for b in seen[:PROBE_BATCHES]) == 4 * PROBE_BATCHES
+    plain = make_loader(data, batch_size=4, seed=3, shuffle=True, num_workers=0, device=torch.device("cpu"))
+    plain.batch_sampler.set_epoch(0)
+    assert seen == [x[:, 0].long().tolist() for x, _ in plain]  # the batches of no workers, in their order
 
 
 # --- the same batches with any worker count -----------------------------------------------------------------
@@ -199,10 +224,11 @@ def make(split):
 SEEN = {}
 
 def record(ctx):
-    """A training function that records the batches it sees: epoch 0 whole, epoch 1 from its third batch."""
+    """A training function that records the batches it sees: epoch 0 from its fourth batch (a resume: the probe
+    and the loader started ahead begin mid-epoch), epoch 1 from its third, epoch 2 whole."""
     model = ctx.build_model()
     out = []
-    for epoch, step in ((0, 0), (1, ctx.steps_per_epoch + 2)):
+    for epoch, step in ((0, 3), (1, ctx.steps_per_epoch + 2), (2, 2 * ctx.steps_per_epoch)):
         for x, y in ctx.batches(epoch, step):
             out.append((x.clone(), y.clone()))
     SEEN["batches"] = out
@@ -215,21 +241,21 @@ def test_the_batches_and_their_order_do_not_depend_on_the_workers(tmp_path: Path
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "speeddata32.py").write_text(textwrap.dedent(_DATA))
     monkeypatch.syspath_prepend(str(tmp_path))
-    monkeypatch.setattr("heteroflow.components.data.preprocess.available_cpus", lambda: 3)  # room for 2 workers
+    monkeypatch.setattr("heteroflow.components.data.preprocess.available_cpus", lambda: 3)  # room for 3 workers
     import speeddata32  # type: ignore[import-not-found]
 
     runs = {}
     for workers in (0, 2, -1):
-        result = train(tmp_path, tmp_path / f"m{workers}", epochs=2, batch_size=8, loader_workers=workers,
+        result = train(tmp_path, tmp_path / f"m{workers}", epochs=3, batch_size=8, loader_workers=workers,
                        dataset_factory="speeddata32:make", train_function="speeddata32:record",
                        checkpoint_every_steps=10**9, checkpoint_root=str(tmp_path / f"ck{workers}"))
         runs[workers] = (speeddata32.SEEN["batches"], speeddata32.SEEN["workers"], result.num_workers)
     chosen = runs[-1][1]
-    assert 1 <= chosen <= 2 and runs[-1][2] == chosen  # loading dominates these steps: workers were chosen
+    assert 1 <= chosen <= 3 and runs[-1][2] == chosen  # loading dominates these steps: workers were chosen
     assert f"train: loader_workers={chosen} (chosen:" in capsys.readouterr().err
     assert (runs[0][2], runs[2][2]) == (0, 2)
     base = runs[0][0]
-    assert len(base) == 12 + 10  # 90 samples in batches of 8: 12 in epoch 0, 10 from the third of epoch 1
+    assert len(base) == 9 + 10 + 12  # 90 samples in batches of 8, 12 an epoch: 9 from the fourth, 10 from the third, 12
     for workers in (2, -1):
         other = runs[workers][0]
         assert len(other) == len(base)

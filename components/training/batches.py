@@ -14,7 +14,8 @@ if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's p
     import numpy as np
     import torch
 
-__all__ = ["NEGLIGIBLE_LOAD", "PROBE_BATCHES", "EpochBatches", "auto_workers", "choose_workers", "make_loader"]
+__all__ = ["NEGLIGIBLE_LOAD", "PROBE_BATCHES", "WORTH_A_WORKER", "EpochBatches", "auto_workers", "batch_seconds", "choose_workers",
+           "make_loader"]
 
 
 class EpochBatches:
@@ -120,8 +121,8 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
 
 def auto_workers(in_memory: bool, requested: int) -> int:
     """DataLoader worker processes: ``requested`` when >= 0; else 0 for in-memory tensors (nothing to decode),
-    and up to 4 (leaving one core to the training) for data decoded from files: the most
-    :func:`choose_workers` may pick once the first batches are timed (:meth:`TrainContext.batches
+    and up to 4, at most one per core, for data decoded from files on 2 cores or more (on one core a worker has
+    nothing to overlap with): the most :func:`choose_workers` may pick once the first batches are timed (:meth:`TrainContext.batches
     <heteroflow.components.training.loop.TrainContext.batches>`)."""
     if requested >= 0:
         return requested
@@ -129,7 +130,8 @@ def auto_workers(in_memory: bool, requested: int) -> int:
         return 0
     from heteroflow.components.data.preprocess import available_cpus
 
-    return max(0, min(4, available_cpus() - 1))
+    cpus = available_cpus()
+    return min(4, cpus) if cpus >= 2 else 0
 
 
 PROBE_BATCHES = 4
@@ -140,16 +142,32 @@ NEGLIGIBLE_LOAD = 0.1
 """Loading a batch that takes under this share of a step's compute is not worth a worker process: overlapping it
 gains less than 10% while each worker pickles its batches to the training process and holds a copy of the dataset."""
 
+WORTH_A_WORKER = 0.05
+"""Another worker process must shorten the predicted time per batch by more than this share (5%) to be started."""
+
+
+def batch_seconds(load_seconds: float, compute_seconds: float, *, workers: int, cpus: int) -> float:
+    """The predicted wall time per batch of a training whose batches load in ``load_seconds`` and whose steps
+    compute in ``compute_seconds`` (both measured in one process), with ``workers`` DataLoader worker processes
+    on ``cpus`` cores.
+
+    No workers: ``load + compute`` (one process does both in turn). ``n`` workers: the largest of three bounds,
+    ``compute`` (the training process's step), ``load / n`` (the workers' throughput: the pipelining bound of
+    PyTorch's DataLoader prefetching) and ``(load + compute) / cpus`` (all the work of a batch shared by the
+    cores: a worker beyond ``cpus - 1`` still helps while the training process waits for data, and on 2 cores
+    two workers beat one when loading costs more than computing). Transfer costs between the processes (shared
+    memory, about 1 ms for a 2.4 MB batch on a loaded 2-core machine) are not counted.
+    """
+    if workers <= 0:
+        return load_seconds + compute_seconds
+    return max(compute_seconds, load_seconds / workers, (load_seconds + compute_seconds) / max(1, cpus))
+
 
 def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, most: int) -> int:
     """How many DataLoader worker processes keep the training fed: none when loading a batch is negligible
-    (under :data:`NEGLIGIBLE_LOAD` of its compute) or no core is left for a worker, else enough that the workers
-    together load a batch in the time a step computes one, ``ceil(load / compute)``, at most ``most`` and one
-    core left to the training (``cpus - 1``).
-
-    With ``n`` workers on their own cores a step waits for data only when ``load / n > compute``: the wall time
-    of an epoch tends to ``max(load / n, compute)`` per batch (the pipelining bound of PyTorch's DataLoader
-    prefetching, ``prefetch_factor`` batches per worker).
+    (under :data:`NEGLIGIBLE_LOAD` of its compute), else the fewest, 0 to ``most``, whose predicted time per batch
+    (:func:`batch_seconds`) is within :data:`WORTH_A_WORKER` of the best: ``ceil(load / compute)`` on enough
+    cores, fewer when the cores are the bound.
 
     Args:
         load_seconds: time to load (read, decode, augment, collate) one batch in the training process, seconds.
@@ -158,7 +176,7 @@ def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, mo
         most: the largest count allowed (:func:`auto_workers`' bound).
 
     Returns:
-        The worker count, 0 to ``min(most, cpus - 1)``.
+        The worker count, 0 to ``most``.
 
     Raises:
         InvalidParameter: a negative time or count.
@@ -166,9 +184,8 @@ def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, mo
     for name, value in (("load_seconds", load_seconds), ("compute_seconds", compute_seconds), ("cpus", cpus), ("most", most)):
         if not value >= 0:
             raise InvalidParameter(f"{name}={value!r} is out of range; valid: a number >= 0")
-    bound = min(most, cpus - 1)
-    if bound <= 0 or load_seconds <= NEGLIGIBLE_LOAD * compute_seconds:
+    if most <= 0 or load_seconds <= NEGLIGIBLE_LOAD * compute_seconds:
         return 0
-    if compute_seconds <= 0:
-        return bound
-    return max(1, min(bound, math.ceil(round(load_seconds / compute_seconds, 6))))  # 2.0000000001 is 2
+    times = [batch_seconds(load_seconds, compute_seconds, workers=n, cpus=cpus) for n in range(most + 1)]
+    best = min(times)
+    return next(n for n, t in enumerate(times) if t <= best * (1 + WORTH_A_WORKER) + 1e-12)

@@ -307,9 +307,11 @@ class TrainContext:
         (the whole epoch when ``step`` lies before it).
 
         After :meth:`measure_loading`, the first :data:`~heteroflow.components.training.batches.PROBE_BATCHES`
-        batches load in this process, each timed with the step that consumes it, and the rest of the training
+        batches load in this process, each timed with the step that consumes it, while the loader with the most
+        workers starts on the batches after them (its start-up overlaps the probe); the rest of the training
         comes from a loader with the worker count :func:`~heteroflow.components.training.batches.choose_workers`
-        picks from those times (printed). The batches and their order are the same with any worker count.
+        picks from those times (printed; that loader kept when it has the count). The batches and their order are
+        the same with any worker count.
 
         Nothing here waits for the device or reads a clock per batch, apart from those first batches.
         """
@@ -318,16 +320,20 @@ class TrainContext:
             return self._probed_batches(epoch, start)
         return self._loader_batches(self.train_loader, epoch, start)  # one generator between the loop and the data
 
-    def _loader_batches(self, loader: Any, epoch: int, start: int, *, shares: bool = True) -> Iterator[Any]:
+    def _loader_batches(self, loader: Any, epoch: int, start: int, *, shares: bool = True,
+                        started: Iterator[Any] | None = None) -> Iterator[Any]:
         sampler = loader.batch_sampler
-        sampler.set_epoch(epoch, start)
-        if loader.num_workers == 0 and not loader.pin_memory:
+        if started is not None:
+            source: Iterator[Any] = started  # its sampler was set to this epoch and batch when it started
+        elif loader.num_workers == 0 and not loader.pin_memory:
+            sampler.set_epoch(epoch, start)
             # a DataLoader without workers fetches and collates in this process: the same calls without its
             # iterator's per-batch bookkeeping (about 10 us a batch, several % of a small model's step)
             dataset, collate = loader.dataset, loader.collate_fn
             fetch = getattr(dataset, "__getitems__", None) or (lambda idx: [dataset[i] for i in idx])
-            source: Iterator[Any] = (collate(fetch(idx)) for idx in sampler)
+            source = (collate(fetch(idx)) for idx in sampler)
         else:
+            sampler.set_epoch(epoch, start)
             source = iter(loader)
         shared, on_cpu = shares and self.world_size > 1, self.device.type == "cpu"
         if on_cpu and not shared:
@@ -351,6 +357,16 @@ class TrainContext:
         sampler.set_epoch(epoch, start)
         fetched = iter(in_process)
         b = start
+        # The loader built with the most workers starts now on the batches after the probe, so its start-up (a
+        # fork, the workers' first touches of the parent's memory, their first batches) overlaps the probe batches
+        # this process loads and computes, and it is kept when the choice is the most (2 workers on 2 cores when
+        # loading costs more than computing). Before, the training waited for that start-up after the probe (#32).
+        # An epoch too short to reach past the probe starts nothing.
+        ahead_loader, ahead = self.train_loader, None
+        after_probe = start + PROBE_BATCHES - len(probe)
+        if ahead_loader.num_workers > 0 and after_probe < start + len(sampler):
+            ahead_loader.batch_sampler.set_epoch(epoch, after_probe)
+            ahead = iter(ahead_loader)
         while len(probe) < PROBE_BATCHES:
             t0 = time.perf_counter()
             batch = next(fetched, None)
@@ -362,31 +378,35 @@ class TrainContext:
             yield self.to_device(batch)
             probe.append((t1 - t0, time.perf_counter() - t1))  # loading the batch, then the step that used it
             b += 1
-        self._choose_loader(in_process)
-        if self.train_loader is in_process:
-            yield from self._loader_batches(in_process, epoch, b)
+        n = self._choose_workers()
+        if n == 0 or ahead is None:
+            _stop_workers(ahead)
+            if n == 0:
+                self.train_loader = in_process
+            elif n != self.train_loader.num_workers:
+                self.train_loader = self._loader_with(n)  # type: ignore[misc]
+            yield from self._loader_batches(self.train_loader, epoch, b)
             return
-        # The workers start now and prefetch from HEAD_START batches on, while this process loads the batches
-        # before and the training computes them: their start-up (a fork and the first batch, about 0.1-0.2 s on
-        # a loaded 2-core machine) overlaps steps instead of stalling the training.
-        workers = self.train_loader.batch_sampler
-        workers.set_epoch(epoch, b + HEAD_START)
-        ahead = iter(self.train_loader)
-        for _ in range(HEAD_START):
-            batch = next(fetched, None)
-            if batch is None:
-                return
+        if n == ahead_loader.num_workers:
+            yield from self._loader_batches(ahead_loader, epoch, b, started=ahead)
+            return
+        # Another count: its workers start on the batches after HEAD_START more from the loader started ahead
+        # (already prefetched), which then stops.
+        self.train_loader = self._loader_with(n)  # type: ignore[misc]
+        self.train_loader.batch_sampler.set_epoch(epoch, b + HEAD_START)
+        chosen = iter(self.train_loader)
+        for _, batch in zip(range(HEAD_START), ahead, strict=False):
             if self.world_size > 1:
-                self._share = sampler.share(b)
+                self._share = ahead_loader.batch_sampler.share(b)
             yield self.to_device(batch)
             b += 1
-        for b, batch in enumerate(ahead, b):
-            if self.world_size > 1:
-                self._share = workers.share(b)
-            yield self.to_device(batch)
+        _stop_workers(ahead)
+        yield from self._loader_batches(self.train_loader, epoch, b, started=chosen)
 
-    def _choose_loader(self, in_process: Any) -> None:
+    def _choose_workers(self) -> int:
+        """The worker count from the probe's times (printed); ends the probe."""
         from heteroflow.components.data.preprocess import available_cpus
+        from heteroflow.components.training.batches import batch_seconds
 
         timed = (self._probe or [])[1:] or (self._probe or [(0.0, 0.0)])  # the first batch pays start-up costs
         load = statistics.median(t[0] for t in timed)
@@ -394,15 +414,17 @@ class TrainContext:
         cpus = available_cpus()
         n = choose_workers(load, compute, cpus=cpus, most=self._most_workers)
         self._probe = None
-        if n == 0:
-            self.train_loader = in_process
-        elif n != self.train_loader.num_workers:
-            self.train_loader = self._loader_with(n)  # type: ignore[misc]
         self.loader_workers = n
+        if self.device.type == "cpu" and self.world_size == 1:
+            import torch
+
+            torch.set_num_threads(max(1, cpus - n))  # train sized them for the most workers: the cores left now
         if self.rank == 0:
+            predicted = batch_seconds(load, compute, workers=n, cpus=cpus)
             print(f"train: loader_workers={n} (chosen: a batch loads in {load * 1e3:.1f} ms and a step computes in "
-                  f"{compute * 1e3:.1f} ms; {cpus} cores, at most {self._most_workers}; set loader_workers to choose)",
-                  file=sys.stderr, flush=True)
+                  f"{compute * 1e3:.1f} ms; {cpus} cores, at most {self._most_workers}; predicted {predicted * 1e3:.1f} "
+                  "ms a batch; set loader_workers to choose)", file=sys.stderr, flush=True)
+        return n
 
     def step_done(self, step: int, *, model: nn.Module, optimizer: Any = None, scheduler: Any = None,
                   extra: Mapping[str, Any] | None = None) -> bool:
@@ -534,7 +556,16 @@ def compile_available(device: torch.device) -> str:
 
 
 HEAD_START = 2
-"""Batches the training process still loads itself after choosing workers, while the workers start."""
+"""Batches taken from the loader started during the probe when another worker count is chosen, while the chosen
+count's workers start."""
+
+
+def _stop_workers(batches: Any) -> None:
+    """Stop the worker processes of a DataLoader iterator (None: nothing to stop)."""
+    shutdown = getattr(batches, "_shutdown_workers", None)
+    if shutdown is not None:
+        shutdown()
+
 
 _CROSS_ENTROPY: list[Callable[..., Any]] = []
 
