@@ -231,7 +231,9 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
                 f"{Path(t.source).name}: {_listed(own)}; of {Path(canon_table.source).name}: {_listed(features)}); every "
                 "file needs the same columns"
             )
-        part = t.frame.rename(columns={**rename, label: canon_label})[[*features, canon_label]]
+        part = t.frame.rename(columns={**rename, label: canon_label}) if rename or label != canon_label else t.frame
+        if list(part.columns) != [*features, canon_label]:  # a copy of the cells: only when the order differs
+            part = part[[*features, canon_label]]
         for own_name, name in zip(own, features):
             name = rename.get(own_name, own_name)
             kind = t.kinds[own_name]
