@@ -43,8 +43,10 @@ __all__ = ["ENABLED", "read"]
 ENABLED = True
 """Read with pyarrow where the file allows (False: always with pandas, the reference the tests compare with)."""
 
-BLOCK_BYTES = 16 << 20
-"""Bytes of the file pyarrow parses at a time (a column comes in one chunk per block: fewer to join for pandas)."""
+BLOCK_BYTES = 1 << 20
+"""Bytes of the file pyarrow parses at a time: with typed columns, about what the reader holds beyond the table
+per thread (1 MiB: 144 MB of pyarrow memory at the peak for the benchmark's 135 MB table, 183 MB with 16 MiB
+blocks)."""
 
 _TRUE = ["True", "TRUE", "true"]
 _FALSE = ["False", "FALSE", "false"]
@@ -84,8 +86,26 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
     # (5.8-7.1 s against 2.7-3.7 s, benchmarks/preprocess.py's CSV) and kept more memory after it.
     pool = pa.system_memory_pool()
     try:
-        table = csv.read_csv(path, read_options=read_options, parse_options=parse_options, convert_options=convert({}),
-                             memory_pool=pool)
+        # Typed: each column's type taken from the first block (a typed column's parsed blocks are freed as soon as
+        # they are converted, where inferring keeps them to the end: 144 MB of pyarrow memory at the peak for the
+        # benchmark's 135 MB table, against 326 MB); a later cell that does not fit the type reads the file again,
+        # inferring from every block, as before.
+        typed = _sampled_types(path, read_options, parse_options, convert({}), pool, pa, csv)
+        if typed and all(_streamed(kind, pa) for kind in typed.values()):
+            frame = _stream(path, fmt, read_options, parse_options, convert(typed), typed, pool, pa, pc, csv)
+            if frame is not None:
+                return frame
+        table = None
+        if typed:
+            try:
+                table = csv.read_csv(path, read_options=read_options, parse_options=parse_options,
+                                     convert_options=convert(typed), memory_pool=pool)
+            except pa.ArrowInvalid as exc:
+                if "conversion error" not in str(exc):
+                    return None  # not a matter of types (a row of another width, say): pandas words it
+        if table is None:
+            table = csv.read_csv(path, read_options=read_options, parse_options=parse_options,
+                                 convert_options=convert({}), memory_pool=pool)
         names = table.column_names
         if fmt.header and [n.strip() for n in names] != list(fmt.header_names[: len(names)]):
             return None  # the header row is not the one sniffed (a quoted name, say): pandas decides
@@ -104,12 +124,132 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
             column = pa.nulls(len(column), pa.float64())  # pandas: a column of missing cells is float64 NaN
         columns[name] = column
     table = pa.table(columns) if len(set(columns)) == len(table.column_names) else None
+    columns.clear()  # the table holds the only reference to each column: to_pandas frees each once converted
     if table is None:
         return None
     frame = table.to_pandas(split_blocks=True, self_destruct=True, memory_pool=pool)  # each column freed once converted
     del table
     _trim()
     return frame
+
+
+SAMPLE_BYTES = 1 << 20
+"""Bytes of the file's start whose inferred column types the whole file is read with (see :func:`read`)."""
+
+
+def _sampled_types(path: Any, read_options: Any, parse_options: Any, convert_options: Any, pool: Any, pa: Any,
+                   csv: Any) -> dict[str, Any]:
+    """Each column's type as pyarrow infers it from the first :data:`SAMPLE_BYTES` of the file: the types
+    :func:`_plain` allows as they are (a dictionary of text as ``dictionary<int32, string>``), any other as text
+    (what :func:`read` reads dates and times as); a column with no value there is left out (inferred from the
+    whole file). Empty when the sample cannot be read (the whole-file read then decides)."""
+    sample_options = csv.ReadOptions(use_threads=False, block_size=SAMPLE_BYTES,
+                                     autogenerate_column_names=read_options.autogenerate_column_names)
+    try:
+        reader = csv.open_csv(path, read_options=sample_options, parse_options=parse_options,
+                              convert_options=convert_options, memory_pool=pool)
+        schema = reader.schema
+        reader.close()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError, StopIteration):
+        return {}
+    if len(set(schema.names)) != len(schema.names):
+        return {}
+    types = {}
+    for name, kind in zip(schema.names, schema.types):
+        if pa.types.is_null(kind):
+            continue
+        if pa.types.is_dictionary(kind):
+            types[name] = pa.dictionary(pa.int32(), pa.string())
+        else:
+            types[name] = kind if _plain(kind, pa) else pa.string()
+    return types
+
+
+def _streamed(kind: Any, pa: Any) -> bool:
+    """A type :func:`_stream` reads: numbers (int64, float64) and dictionaries of text."""
+    return bool(pa.types.is_int64(kind) or pa.types.is_float64(kind) or pa.types.is_dictionary(kind))
+
+
+def _line_ends(path: Any) -> int:
+    """The number of ``\\n`` bytes in the file (an upper bound of its rows, less one)."""
+    count = 0
+    with open(path, "rb") as fh:
+        while block := fh.read(16 << 20):
+            count += block.count(b"\n")
+    return count
+
+
+def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, convert_options: Any,
+            typed: dict[str, Any], pool: Any, pa: Any, pc: Any, csv: Any) -> pd.DataFrame | None:
+    """The frame :func:`read` makes, read block by block (pyarrow's streaming reader, every column typed) straight
+    into one numpy array per column (numbers) or one array of dictionary codes (text), so that the file's cells
+    are held once: the whole-table read holds the table and the frame made of it at once (issue #32 item 1: 522 MB
+    at the peak for the benchmark's 135 MB table, against about 300 MB). None where a block does not fit (a type
+    not that of the first block, more rows than line ends, a row pyarrow refuses): :func:`read` then reads the
+    whole table as before, and decides.
+    """
+    import numpy as np
+    import pandas as pd
+
+    capacity = _line_ends(path) + 1  # pages never written are never resident: no cost for the rows not there
+    names = list(typed)
+    kinds = [typed[n] for n in names]
+    numbers: dict[int, np.ndarray] = {}
+    gaps: dict[int, np.ndarray] = {}  # int64 columns with a missing cell: where (pandas makes them float64)
+    codes: dict[int, np.ndarray] = {}
+    values: dict[int, dict[str, int]] = {}
+    for j, kind in enumerate(kinds):
+        if pa.types.is_dictionary(kind):
+            codes[j], values[j] = np.empty(capacity, dtype=np.int32), {}
+        else:
+            numbers[j] = np.empty(capacity, dtype=np.float64 if pa.types.is_float64(kind) else np.int64)
+    at = 0
+    try:
+        reader = csv.open_csv(path, read_options=read_options, parse_options=parse_options,
+                              convert_options=convert_options, memory_pool=pool)
+        with reader:
+            if reader.schema.names != names:
+                return None
+            if fmt.header and [n.strip() for n in names] != list(fmt.header_names[: len(names)]):
+                return None
+            for batch in reader:
+                n = batch.num_rows
+                if at + n > capacity or batch.schema.types != kinds:
+                    return None
+                for j, column in enumerate(batch.columns):
+                    if j in numbers:
+                        if column.null_count and pa.types.is_int64(column.type):
+                            gap = gaps.setdefault(j, np.zeros(capacity, dtype=bool))
+                            gap[at:at + n] = column.is_null().to_numpy(zero_copy_only=False)
+                            column = pc.fill_null(column, 0)
+                        numbers[j][at:at + n] = column.to_numpy(zero_copy_only=False)  # float: NaN where missing
+                    else:
+                        seen = values[j]
+                        lookup = np.array([seen.setdefault(v, len(seen)) for v in column.dictionary.to_pylist()] + [-1],
+                                          dtype=np.int32)
+                        indices = pc.fill_null(column.indices, -1).to_numpy(zero_copy_only=False)
+                        codes[j][at:at + n] = lookup[indices]  # -1 (missing) takes the last entry
+                at += n
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):
+        return None
+    columns: dict[str, Any] = {}
+    for j, name in enumerate(names):
+        if j in numbers:
+            column = numbers.pop(j)[:at]
+            if j in gaps:
+                column = column.astype(np.float64)
+                column[gaps.pop(j)[:at]] = np.nan
+            columns[name] = pd.Series(column, name=name, copy=False)
+        else:
+            found = codes.pop(j)[:at]
+            dictionary = pa.DictionaryArray.from_arrays(pa.array(found, mask=found < 0),
+                                                        pa.array(list(values.pop(j)), pa.string()))
+            del found
+            column = _as_numbers(pa.chunked_array([dictionary]), pa, pc)
+            columns[name] = column.to_pandas(memory_pool=pool)
+            columns[name].name = name
+    _trim()
+    return pd.DataFrame(columns, copy=False)
 
 
 def _trim() -> None:

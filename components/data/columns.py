@@ -269,8 +269,19 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     frame = frame.reset_index(drop=True)
     file_of = np.concatenate([np.full(len(t.frame), i, dtype=np.int32) for i, t in enumerate(tables)])
-    row_of = np.concatenate([t.frame.index.to_numpy(dtype=np.int64) for t in tables])
+    rows = [_positions(t.frame.index) for t in tables]
+    row_of = rows[0] if len(rows) == 1 else np.concatenate(rows)
     return _Table(frame, kinds, canon_label, canon_reason, tables, file_of, row_of, mixed)
+
+
+def _positions(index: pd.Index) -> np.ndarray:
+    """An index's values as int64 (a RangeIndex's without the copy it would keep of them)."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(index, pd.RangeIndex):
+        return np.arange(index.start, index.stop, index.step, dtype=np.int64)
+    return index.to_numpy(dtype=np.int64)
 
 
 def _listed(names: list[str], limit: int = 8) -> str:

@@ -467,6 +467,9 @@ def _preprocess_tables(
             f"of that class, or drop it ({label_note})"
         ),
     )
+    from heteroflow.components.data import arrowcsv
+
+    arrowcsv._trim()  # the checks' freed memory back to the system before scikit-learn is imported (about 60 MB)
     from heteroflow.components.data import tabular
 
     impute = missing == "impute" and bool(missing_counts)
@@ -540,7 +543,8 @@ def _preprocess_tables(
     )
 
 
-_SHARD_BUFFERS = 3  # shards' features held at a time: one being computed, two being written
+_PIECE_BYTES = 2 << 20  # features computed at a time (float32), each piece written while the next is computed
+_PIECES = 3  # pieces held at a time: one being computed, two being written
 
 
 def _write_splits(
@@ -548,34 +552,45 @@ def _write_splits(
     per_shard: int, width: int, y: np.ndarray, table: Any, check: Callable[[np.ndarray, str], None],
 ) -> dict[str, list[str]]:
     """Write every split as ``<split>-NNNNN.npz`` shards of at most ``per_shard`` samples (an empty split: one empty
-    shard), shard by shard: each shard's features are computed into one of :data:`_SHARD_BUFFERS` buffers
-    (``x_of(split, begin, end, out)``), checked, and written on ``writer`` (a second thread: writing releases the
-    GIL) while the next one is computed, so no split's features are held whole (issue #32 item 1). The names of
-    each split's shards."""
+    shard), in pieces of about :data:`_PIECE_BYTES`: each piece's features are computed into one of
+    :data:`_PIECES` buffers (``x_of(split, begin, end, out)``), checked, and written into its shard on ``writer``
+    (a second thread: writing releases the GIL) while the next one is computed, so that neither a split's nor a
+    shard's features are held whole (issue #32 item 1: the peak memory of preprocess). The names of each split's
+    shards."""
     import numpy as np
 
-    capacity = min(per_shard, max(len(rows) for rows in split.values()))
-    free = [np.empty(max(capacity, 1) * width, dtype=np.float32) for _ in range(_SHARD_BUFFERS)]
-    pending: list[tuple[Future[None], np.ndarray]] = []
+    from heteroflow.components.data.shards import _ShardFile
+
+    piece_rows = max(1, _PIECE_BYTES // (4 * max(width, 1)))
+    free = [np.empty(piece_rows * max(width, 1), dtype=np.float32) for _ in range(_PIECES)]
+    pending: list[tuple[Future[None], np.ndarray | None]] = []
     names: dict[str, list[str]] = {}
+
+    def submit(buffer: np.ndarray | None, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        pending.append((writer.submit(fn, *args, **kwargs), buffer))
+
     try:
         for name in SPLITS:
             rows = split[name]
             names[name] = []
             for k, begin in enumerate(range(0, max(len(rows), 1), per_shard)):
                 end = min(begin + per_shard, len(rows))
-                if not free:  # the oldest write gives its buffer back
-                    future, buffer = pending.pop(0)
-                    future.result()
-                    free.append(buffer)
-                buffer = free.pop()
-                x = x_of(name, begin, end, buffer[: (end - begin) * width].reshape(end - begin, width))
-                check(x, name)
+                shard = _ShardFile(tmp / f"{name}-{k:05d}.npz", end - begin, width)
+                submit(None, shard.begin)
+                for first in range(begin, end, piece_rows):
+                    last = min(first + piece_rows, end)
+                    while not free:  # the oldest piece written gives its buffer back
+                        future, buffer = pending.pop(0)
+                        future.result()
+                        if buffer is not None:
+                            free.append(buffer)
+                    buffer = free.pop()
+                    x = x_of(name, first, last, buffer[: (last - first) * width].reshape(last - first, width))
+                    check(x, name)
+                    submit(buffer, shard.write, x)
                 at = rows[begin:end]
-                shard = f"{name}-{k:05d}.npz"
-                pending.append((writer.submit(_write_shard, tmp / shard, x=x, y=y[at], source_file=table.file_of[at],
-                                              source_row=table.row_of[at]), buffer))
-                names[name].append(shard)
+                submit(None, shard.end, y=y[at], source_file=table.file_of[at], source_row=table.row_of[at])
+                names[name].append(shard.path.name)
         for future, _ in pending:
             future.result()
     finally:
