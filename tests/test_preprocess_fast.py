@@ -272,7 +272,7 @@ def _blocks_table(change: str) -> str:
     return "n,v,kind,label\n" + "\n".join(rows) + "\n"
 
 
-@pytest.mark.parametrize("change", ["none", "gaps", "fraction", "text", "spaces"])
+@pytest.mark.parametrize("change", ["none", "gaps", "fraction", "text", "spaces", "more rows than expected"])
 def test_the_streaming_reader_over_many_blocks_reads_what_pandas_reads(
     change: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -286,13 +286,20 @@ def test_the_streaming_reader_over_many_blocks_reads_what_pandas_reads(
         reference = read_table(path)
     streamed = []
     real_stream = arrowcsv._stream
-    monkeypatch.setattr(arrowcsv, "_stream", lambda *a, **k: streamed.append(real_stream(*a, **k)) or streamed[-1])
+
+    def stream(*args: Any, **kwargs: Any) -> Any:
+        if change == "more rows than expected":  # room for 10 rows: the arrays grow
+            kwargs["rows"] = 10
+        streamed.append(real_stream(*args, **kwargs))
+        return streamed[-1]
+
+    monkeypatch.setattr(arrowcsv, "_stream", stream)
     monkeypatch.setattr(arrowcsv, "SAMPLE_BYTES", 4 << 10)
     monkeypatch.setattr(arrowcsv, "BLOCK_BYTES", 4 << 10)
     fast = read_table(path)
     pd.testing.assert_frame_equal(reference.frame, fast.frame)
     assert reference.kinds == fast.kinds
-    if change in ("none", "gaps"):  # read block by block, into one array per column
+    if change in ("none", "gaps", "more rows than expected"):  # read block by block, into one array per column
         assert len(streamed) == 1 and streamed[0] is not None
     elif change in ("fraction", "text"):  # a later block does not fit the first one's types: the whole file again
         assert streamed == [None]

@@ -90,9 +90,12 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
         # they are converted, where inferring keeps them to the end: 144 MB of pyarrow memory at the peak for the
         # benchmark's 135 MB table, against 326 MB); a later cell that does not fit the type reads the file again,
         # inferring from every block, as before.
-        typed = _sampled_types(path, read_options, parse_options, convert({}), pool, pa, csv)
+        typed, sampled_rows = _sampled_types(path, read_options, parse_options, convert({}), pool, pa, csv)
         if typed and all(_streamed(kind, pa) for kind in typed.values()):
-            frame = _stream(path, fmt, read_options, parse_options, convert(typed), typed, pool, pa, pc, csv)
+            size = os.path.getsize(path)  # rows expected: the sample's rows per byte (twice that room is reserved)
+            expected = sampled_rows if size <= SAMPLE_BYTES else int(size * sampled_rows / SAMPLE_BYTES)
+            frame = _stream(path, fmt, read_options, parse_options, convert(typed), typed, pool, pa, pc, csv,
+                            rows=2 * expected + 1024)
             if frame is not None:
                 return frame
         table = None
@@ -138,22 +141,26 @@ SAMPLE_BYTES = 1 << 20
 
 
 def _sampled_types(path: Any, read_options: Any, parse_options: Any, convert_options: Any, pool: Any, pa: Any,
-                   csv: Any) -> dict[str, Any]:
+                   csv: Any) -> tuple[dict[str, Any], int]:
     """Each column's type as pyarrow infers it from the first :data:`SAMPLE_BYTES` of the file: the types
     :func:`_plain` allows as they are (a dictionary of text as ``dictionary<int32, string>``), any other as text
     (what :func:`read` reads dates and times as); a column with no value there is left out (inferred from the
-    whole file). Empty when the sample cannot be read (the whole-file read then decides)."""
+    whole file); and the sample's rows. Empty when the sample cannot be read (the whole-file read then decides)."""
     sample_options = csv.ReadOptions(use_threads=False, block_size=SAMPLE_BYTES,
                                      autogenerate_column_names=read_options.autogenerate_column_names)
     try:
         reader = csv.open_csv(path, read_options=sample_options, parse_options=parse_options,
                               convert_options=convert_options, memory_pool=pool)
         schema = reader.schema
+        try:
+            rows = reader.read_next_batch().num_rows
+        except StopIteration:
+            rows = 0
         reader.close()
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError, StopIteration):
-        return {}
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+        return {}, 0
     if len(set(schema.names)) != len(schema.names):
-        return {}
+        return {}, 0
     types = {}
     for name, kind in zip(schema.names, schema.types):
         if pa.types.is_null(kind):
@@ -162,7 +169,7 @@ def _sampled_types(path: Any, read_options: Any, parse_options: Any, convert_opt
             types[name] = pa.dictionary(pa.int32(), pa.string())
         else:
             types[name] = kind if _plain(kind, pa) else pa.string()
-    return types
+    return types, rows
 
 
 def _streamed(kind: Any, pa: Any) -> bool:
@@ -170,28 +177,28 @@ def _streamed(kind: Any, pa: Any) -> bool:
     return bool(pa.types.is_int64(kind) or pa.types.is_float64(kind) or pa.types.is_dictionary(kind))
 
 
-def _line_ends(path: Any) -> int:
-    """The number of ``\\n`` bytes in the file (an upper bound of its rows, less one)."""
-    count = 0
-    with open(path, "rb") as fh:
-        while block := fh.read(16 << 20):
-            count += block.count(b"\n")
-    return count
+def _grown(array: Any, rows: int, filled: int) -> Any:
+    """``array`` with room for ``rows`` (its first ``filled`` entries kept)."""
+    import numpy as np
+
+    grown = np.empty(rows, dtype=array.dtype) if array.dtype != bool else np.zeros(rows, dtype=bool)
+    grown[:filled] = array[:filled]
+    return grown
 
 
 def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, convert_options: Any,
-            typed: dict[str, Any], pool: Any, pa: Any, pc: Any, csv: Any) -> pd.DataFrame | None:
+            typed: dict[str, Any], pool: Any, pa: Any, pc: Any, csv: Any, rows: int) -> pd.DataFrame | None:
     """The frame :func:`read` makes, read block by block (pyarrow's streaming reader, every column typed) straight
     into one numpy array per column (numbers) or one array of dictionary codes (text), so that the file's cells
     are held once: the whole-table read holds the table and the frame made of it at once (issue #32 item 1: 522 MB
-    at the peak for the benchmark's 135 MB table, against about 300 MB). None where a block does not fit (a type
-    not that of the first block, more rows than line ends, a row pyarrow refuses): :func:`read` then reads the
-    whole table as before, and decides.
+    at the peak for the benchmark's 135 MB table, against about 300 MB). Room is reserved for ``rows`` rows (pages
+    never written are never resident) and grown when more come. None where a block does not fit (a type not that
+    of the first block, a row pyarrow refuses): :func:`read` then reads the whole table as before, and decides.
     """
     import numpy as np
     import pandas as pd
 
-    capacity = _line_ends(path) + 1  # pages never written are never resident: no cost for the rows not there
+    capacity = max(rows, 1)
     names = list(typed)
     kinds = [typed[n] for n in names]
     numbers: dict[int, np.ndarray] = {}
@@ -214,8 +221,13 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
                 return None
             for batch in reader:
                 n = batch.num_rows
-                if at + n > capacity or batch.schema.types != kinds:
+                if batch.schema.types != kinds:
                     return None
+                if at + n > capacity:
+                    capacity = max(2 * capacity, at + n)
+                    for arrays in (numbers, codes, gaps):
+                        for j in arrays:
+                            arrays[j] = _grown(arrays[j], capacity, at)
                 for j, column in enumerate(batch.columns):
                     if j in numbers:
                         if column.null_count and pa.types.is_int64(column.type):
@@ -227,7 +239,8 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
                         seen = values[j]
                         lookup = np.array([seen.setdefault(v, len(seen)) for v in column.dictionary.to_pylist()] + [-1],
                                           dtype=np.int32)
-                        indices = pc.fill_null(column.indices, -1).to_numpy(zero_copy_only=False)
+                        indices = column.indices
+                        indices = (pc.fill_null(indices, -1) if indices.null_count else indices).to_numpy()
                         codes[j][at:at + n] = lookup[indices]  # -1 (missing) takes the last entry
                 at += n
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):

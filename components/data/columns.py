@@ -349,7 +349,12 @@ def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: 
     import pandas as pd
 
     n = len(y_raw)
-    if kind == "number":
+    if kind == "number" and y_raw.dtype == np.int64:  # whole numbers already: no infinite value, no fraction
+        codes, found = pd.factorize(y_raw.to_numpy())
+        uniques = np.sort(found)
+        y = np.searchsorted(uniques, found)[codes]
+        classes = [str(int(u)) for u in uniques]
+    elif kind == "number":
         values = y_raw.to_numpy(dtype="float64")
         infinite = np.isinf(values)
         if infinite.any():
@@ -382,7 +387,7 @@ def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: 
             f"class column {label!r} ({label_reason}) has {len(classes)} distinct values in {n} rows: nearly one class "
             f"per row, so it looks like an id or a measurement, not a class; set label_column to the class column"
         )
-    return classes, y.astype(np.int64)
+    return classes, y.astype(np.int64, copy=False)
 
 
 def _text_problem(name: str, col: pd.Series, table: _Table, parameters: dict[str, Any]) -> str | None:

@@ -388,6 +388,7 @@ def fit_columns(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, 
     Returns:
         The fitted ColumnTransformer.
     """
+    from sklearn import config_context
     from sklearn.impute import SimpleImputer
     from sklearn.preprocessing import StandardScaler
 
@@ -412,7 +413,8 @@ def fit_columns(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, 
                 imputer = SimpleImputer(strategy="median", keep_empty_features=True).fit(values)
                 fills.append(imputer.statistics_)
                 values = imputer.transform(values)
-            scalers.append(StandardScaler().fit(values))
+            with config_context(assume_finite=True):  # preprocess found no infinite value: scikit-learn's own
+                scalers.append(StandardScaler().fit(values))  # check (it only raises) is skipped
         if impute:
             steps["impute"].statistics_ = np.concatenate(fills)
         seen = np.array([s.n_samples_seen_ for s in scalers], dtype=np.int64)
