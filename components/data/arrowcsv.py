@@ -22,6 +22,13 @@ How the frame is made the same:
   a gap), and one of numbers float64;
 - text columns of few distinct values come dictionary-encoded (a pandas Categorical), the cleaning's own kind.
 
+How it is read (issue #32 item 1: speed and peak memory): every column typed from the file's first
+:data:`SAMPLE_BYTES` (typed columns free each parsed block once converted; inferring keeps them all), and, where
+every column is a number or a dictionary of text, streamed block by block straight into one numpy array per
+column (:func:`_stream`), so that the cells are never held twice (a pyarrow table and the frame made of it). A
+later block that does not fit the first one's types sends the file to the whole-table read, which infers each
+column's type from every block, as before.
+
 Source of the reader: :func:`pyarrow.csv.read_csv` (Apache Arrow), options in
 https://arrow.apache.org/docs/python/generated/pyarrow.csv.ConvertOptions.html
 """
@@ -92,10 +99,12 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
         # inferring from every block, as before.
         typed, sampled_rows = _sampled_types(path, read_options, parse_options, convert({}), pool, pa, csv)
         if typed and all(_streamed(kind, pa) for kind in typed.values()):
-            size = os.path.getsize(path)  # rows expected: the sample's rows per byte (twice that room is reserved)
+            # Room for the rows expected from the sample's rows per byte, and 5% more: numpy backs large arrays with
+            # huge pages (2 MiB), and room reserved well past the last row would hold one resident per column.
+            size = os.path.getsize(path)
             expected = sampled_rows if size <= SAMPLE_BYTES else int(size * sampled_rows / SAMPLE_BYTES)
             frame = _stream(path, fmt, read_options, parse_options, convert(typed), typed, pool, pa, pc, csv,
-                            rows=2 * expected + 1024)
+                            rows=int(expected * 1.05) + 1024)
             if frame is not None:
                 return frame
         table = None
@@ -223,8 +232,8 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
                 n = batch.num_rows
                 if batch.schema.types != kinds:
                     return None
-                if at + n > capacity:
-                    capacity = max(2 * capacity, at + n)
+                if at + n > capacity:  # more rows than expected: room for a quarter more
+                    capacity = max(capacity + capacity // 4, at + n)
                     for arrays in (numbers, codes, gaps):
                         for j in arrays:
                             arrays[j] = _grown(arrays[j], capacity, at)
@@ -268,14 +277,24 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
 def _trim() -> None:
     """Hand the memory the reader's threads freed back to the system (glibc keeps it in per-thread arenas: 613 MB
     resident after reading the benchmark's 135 MB table, 266 MB after this); nothing where there is no glibc."""
-    import ctypes
-    import ctypes.util
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+        try:  # the name first: find_library runs a subprocess (a fork of this large process)
+            _LIBC = ctypes.CDLL("libc.so.6")
+        except OSError:
+            try:
+                _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            except OSError:
+                _LIBC = False
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+_LIBC: Any = None
 
 
 def _plain(kind: Any, pa: Any) -> bool:

@@ -22,10 +22,12 @@ Steps, each decision reported in :attr:`PreprocessResult.report` (and ``meta.jso
 5. Fit the transformation (:mod:`heteroflow.components.data.tabular`: scikit-learn's ColumnTransformer,
    StandardScaler, OneHotEncoder, SimpleImputer) on the train split only, and apply it to every split. The
    statistics are learned column by column and the features computed with numpy
-   (:func:`~heteroflow.components.data.tabular.fit_fast`, :func:`~heteroflow.components.data.tabular.apply_fast`),
+   (:func:`~heteroflow.components.data.tabular.fit_columns`, :func:`~heteroflow.components.data.tabular.apply_into`),
    value for value what the ColumnTransformer gives, without passing each split through it; the fitted
    ColumnTransformer is what is archived (issue #32).
-6. Write shards ``<split>-NNNNN.npz`` (``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``, ``source_file`` int32
+6. Write shards ``<split>-NNNNN.npz`` (the bytes :func:`numpy.savez` writes; computed and written in pieces of
+   about 2 MiB of features, each written on a second thread while the next is computed, so that no split's
+   features are held whole: issue #32 item 1) (``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``, ``source_file`` int32
    and ``source_row`` int64: the file's index in ``meta.json``'s ``files`` and the row's position in it),
    ``meta.json``, and the transformation (``transform.joblib``, ``transform.json``), which train copies into
    the model folder so the archived model can read raw rows
@@ -90,7 +92,6 @@ from heteroflow.components.data.shards import (
     TRANSFORM_FILES,
     TRANSFORM_NAME,
     PreprocessResult,
-    _write_shard,
     load_split,
     read_meta,
     split_rows,
@@ -371,6 +372,7 @@ def _preprocess_tables(
     if not absent.all() or missing == "drop":  # a class column with no value at all has nothing more to check
         try:
             classes, y = _classes(y_raw, table.kinds[label], label, label_reason, table)
+            y = y.astype(np.min_scalar_type(-max(len(classes), 1)), copy=False)  # int8 for < 128 classes (int64 in the shards)
         except DatasetError as exc:
             problems.append(str(exc))
         else:
@@ -467,9 +469,6 @@ def _preprocess_tables(
             f"of that class, or drop it ({label_note})"
         ),
     )
-    from heteroflow.components.data import arrowcsv
-
-    arrowcsv._trim()  # the checks' freed memory back to the system before scikit-learn is imported (about 60 MB)
     from heteroflow.components.data import tabular
 
     impute = missing == "impute" and bool(missing_counts)
@@ -600,8 +599,8 @@ def _write_splits(
 
 
 _FAST_TRANSFORM = True
-"""Fit and apply the transformation with :func:`~heteroflow.components.data.tabular.fit_fast` and
-:func:`~heteroflow.components.data.tabular.apply_fast` (False: through scikit-learn's ColumnTransformer, the
+"""Fit and apply the transformation with :func:`~heteroflow.components.data.tabular.fit_columns` and
+:func:`~heteroflow.components.data.tabular.apply_into` (False: through scikit-learn's ColumnTransformer, the
 reference ``tests/test_preprocess_fast.py`` compares them with)."""
 
 
@@ -609,8 +608,8 @@ def _fast_splits(
     frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
     impute: bool, missing_counts: dict[str, int],
 ) -> tuple[Any, list[str], Callable[..., np.ndarray]]:
-    """The fitted transformation, its feature names, and each split's features (computed when asked for, so one
-    split's features are held at a time besides the shards being written)."""
+    """The fitted transformation, its feature names, and ``x_of(split, begin, end, out)``: the features of the
+    split's rows ``begin:end``, computed into ``out``."""
     import numpy as np
 
     from heteroflow.components.data import tabular

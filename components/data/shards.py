@@ -142,29 +142,11 @@ def _write_shards(folder: Path, split: str, per_shard: int, **arrays: np.ndarray
     return names
 
 
-def _write_shard(path: Path, **arrays: np.ndarray) -> None:
-    """Write one shard (an ``.npz`` of ``arrays``, ``y`` as int64), as :func:`_write_shards` writes each."""
-    import numpy as np
-
-    import zipfile
-
-    from numpy.lib import format as npy
-
-    arrays["y"] = arrays["y"].astype(np.int64, copy=False)
-    # What np.savez writes (an uncompressed zip of one .npy per array), each array's bytes handed to the zip as they
-    # are: np.savez copies them in 16 MiB pieces first (issue #32 item 1: the peak memory of preprocess).
-    with zipfile.ZipFile(path, "w", compression=zipfile.ZIP_STORED, allowZip64=True) as archive:
-        for key, value in arrays.items():
-            value = np.ascontiguousarray(value)
-            with archive.open(f"{key}.npy", "w", force_zip64=True) as fh:
-                npy.write_array_header_1_0(fh, npy.header_data_from_array_1_0(value))
-                fh.write(memoryview(value.reshape(-1)).cast("B"))
-
-
 class _ShardFile:
     """One shard written in pieces, each call on the same writer thread, in order: :meth:`begin`, :meth:`write`
-    for each piece of ``x`` (float32 rows, in order), :meth:`end` with the other arrays: the file
-    :func:`_write_shard` writes for the whole ``x``, byte for byte, without ``x`` held whole."""
+    for each piece of ``x`` (float32 rows, in order), :meth:`end` with the other arrays: the bytes
+    :func:`numpy.savez` writes for the whole ``x`` (an uncompressed zip of one ``.npy`` per array), without ``x``
+    held whole and without np.savez's copy of each array in 16 MiB pieces (issue #32 item 1)."""
 
     def __init__(self, path: Path, rows: int, width: int) -> None:
         self.path, self.rows, self.width = path, rows, width

@@ -407,8 +407,9 @@ def fit_columns(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, 
     if numeric:
         steps = parts["number"].named_steps
         fills, scalers = [], []
+        taken = np.empty((len(train_rows), 1), dtype=np.float64)  # each column's train cells in turn: one array
         for name in numeric:
-            values = np.take(columns[name], train_rows).reshape(-1, 1)
+            values = np.take(columns[name], train_rows, out=taken[:, 0]).reshape(-1, 1)
             if impute:
                 imputer = SimpleImputer(strategy="median", keep_empty_features=True).fit(values)
                 fills.append(imputer.statistics_)
