@@ -220,6 +220,7 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
         else:
             numbers[j] = np.empty(capacity, dtype=np.float64 if pa.types.is_float64(kind) else np.int64)
     at = 0
+    reader = batch = column = None
     try:
         reader = csv.open_csv(path, read_options=read_options, parse_options=parse_options,
                               convert_options=convert_options, memory_pool=pool)
@@ -254,6 +255,8 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
                 at += n
     except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):
         return None
+    del reader, batch, column  # the last block
+    _trim()
     columns: dict[str, Any] = {}
     for j, name in enumerate(names):
         if j in numbers:
@@ -270,7 +273,6 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
             column = _as_numbers(pa.chunked_array([dictionary]), pa, pc)
             columns[name] = column.to_pandas(memory_pool=pool)
             columns[name].name = name
-    _trim()
     return pd.DataFrame(columns, copy=False)
 
 
