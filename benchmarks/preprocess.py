@@ -27,13 +27,18 @@ that imports heteroflow and runs one preprocess (the imports of pandas, pyarrow 
 190 MB of it, 65-85 MB of that scikit-learn's), its ``VmHWM``. ``ratio per repeat`` pairs each repeat's parse with
 its own preprocess (the median of those is the figure to quote on a shared machine).
 
-Measured at #32 item 1 (2 shared cores, load average 10-15 from other work: wall times 3-10x a quiet machine's, so
-the ratios mostly say how each side fared in the queue for a core): peak RSS 680 MB (5.05x) before, 395-440 MB
-(3.07-3.4x, bimodal from run to run) after; CPU seconds of one warm preprocess 2.1 -> 1.3 (all threads), of which
-the typed streaming read 0.8-1.0 against pandas.read_csv's 0.5-0.8 alone on the same file; what follows the read
-(checks, split, fit, features, shards) 0.25 s of CPU on the main thread. On this VM pandas' C parser takes less CPU
-than pyarrow's (about 0.55 s against 0.75 s for this file); pyarrow is ahead in wall time only where its second
-thread gets a core of its own.
+Measured at #32 item 1 (2 shared cores, load average 8-13 from other work: wall times 2-5x a quiet machine's, so
+the ratios mostly say how each side fared in the queue for a core). Four runs of 3 repeats: ratio (best of each)
+0.66, 0.38, 0.55, 0.48x (median 0.52x); per-repeat medians 0.43, 0.35, 0.43, 0.44x; vs pyarrow.read_csv alone 1.36,
+0.93, 0.65, 1.10x (the typed streaming read with the system allocator beats pyarrow's defaults). The code before,
+run in between: 0.41x, 0.85x vs pyarrow. Peak RSS 409-442 MB (3.04-3.28x) after, 680-730 MB (5.05-5.42x) before.
+CPU seconds of one warm preprocess 2.1 -> 1.3 (all threads), of which the typed streaming read 0.8-1.0 against
+pandas.read_csv's 0.5-0.8 alone on the same file; what follows the read (checks, split, fit, features, shards)
+0.25 s of CPU on the main thread; under cProfile the read is 53% of a run, computing and writing the shards 30%
+(mostly waiting on the disk, shared with the other work), the fit 4%, the features 5%. On this VM pandas' C parser
+takes less CPU than pyarrow's (about 0.55 s against 0.75 s for this file): pyarrow is ahead in wall time only
+where its second thread gets a core of its own. What keeps the peak above 3x: the imports (about 190 MB, 65-85 MB
+of it scikit-learn's, imported to fit while the table is held) plus the table as numpy arrays (about 1x the CSV).
 
 Measured (issue #16 item 22; 2 shared cores, load average 6-10 from other work, so each figure is noisy):
 0.17x with one repeat (the imports counted), 0.29-0.31x best of 3 before and after the vectorised one-hot
