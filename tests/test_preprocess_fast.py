@@ -120,6 +120,27 @@ def test_published_tables_give_the_same_outputs(
     _same_outputs(reference, fast, rows)
 
 
+@pytest.mark.parametrize("shard_size", [0, 97])
+def test_shards_written_in_pieces_are_the_shards_of_the_reference(
+    shard_size: int, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each shard's features are computed and written in pieces (issue #32 item 1): with pieces of a few rows and
+    shards of 97 rows, the shards are still the reference's, array for array."""
+    from heteroflow.components.data.datasets import export_digits
+
+    src = export_digits(tmp_path / "digits")
+    monkeypatch.setattr(preprocess_module, "_PIECE_BYTES", 64 * 4 * 10)  # 10 rows a piece (64 features)
+    reference, fast = _both(src, tmp_path, monkeypatch, shard_size=shard_size, validation_fraction=0.0)
+    _same_outputs(reference, fast)
+    shards = sorted(p.name for p in fast.glob("*.npz"))
+    assert shards == sorted(p.name for p in reference.glob("*.npz"))
+    assert "validation-00000.npz" in shards  # an empty split: one empty shard
+    if shard_size:
+        assert len([s for s in shards if s.startswith("train-")]) > 10
+    x, y = load_split(fast, "train")
+    assert x.dtype == np.float32 and x.shape == (len(y), 64)
+
+
 # --- item 1: tricky inputs ----------------------------------------------------------------------------------
 
 
@@ -232,6 +253,56 @@ def test_a_line_end_in_quotes_past_the_sample_and_a_block_is_read_as_pandas_read
         fast = read_table(path)
         pd.testing.assert_frame_equal(reference.frame, fast.frame)
     assert reference.frame["b"].iloc[8000] == "two\nlines, and a comma"
+
+
+def _blocks_table(change: str) -> str:
+    """A table of about 60 KiB whose later rows hold what the first ones do not (``change``)."""
+    rows = [f"{i},{i * 0.25},c{i % 4},{i % 3}" for i in range(3000)]
+    for k in range(2000, 3000, 97):
+        if change == "gaps":  # missing cells in an integer column, and a new text value, only past the first blocks
+            rows[k] = f",{k * 0.25},new{k % 5},{k % 3}"
+        elif change == "fraction":  # a whole-number column with a fraction past the sample: float64 in all
+            rows[k] = f"{k}.5,{k * 0.25},c{k % 4},{k % 3}"
+        elif change == "text":  # a number column with text past the sample: text in all
+            rows[k] = f"x{k},{k * 0.25},c{k % 4},{k % 3}"
+        elif change == "spaces":  # a text column of numbers written with spaces around them
+            rows[k] = f"{k},{k * 0.25}, {k % 4} ,{k % 3}"
+    if change == "spaces":
+        rows = [r.replace(",c", ", ") for r in rows]
+    return "n,v,kind,label\n" + "\n".join(rows) + "\n"
+
+
+@pytest.mark.parametrize("change", ["none", "gaps", "fraction", "text", "spaces", "more rows than expected"])
+def test_the_streaming_reader_over_many_blocks_reads_what_pandas_reads(
+    change: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The column types come from the first block; each later block is read into the same arrays (issue #32
+    item 1: the peak memory), or the whole file is read again where a later block does not fit them."""
+    import pandas as pd
+
+    path = _write(tmp_path, "t.csv", _blocks_table(change)) / "t.csv"
+    with monkeypatch.context() as m:
+        m.setattr(arrowcsv, "ENABLED", False)
+        reference = read_table(path)
+    streamed = []
+    real_stream = arrowcsv._stream
+
+    def stream(*args: Any, **kwargs: Any) -> Any:
+        if change == "more rows than expected":  # room for 10 rows: the arrays grow
+            kwargs["rows"] = 10
+        streamed.append(real_stream(*args, **kwargs))
+        return streamed[-1]
+
+    monkeypatch.setattr(arrowcsv, "_stream", stream)
+    monkeypatch.setattr(arrowcsv, "SAMPLE_BYTES", 4 << 10)
+    monkeypatch.setattr(arrowcsv, "BLOCK_BYTES", 4 << 10)
+    fast = read_table(path)
+    pd.testing.assert_frame_equal(reference.frame, fast.frame)
+    assert reference.kinds == fast.kinds
+    if change in ("none", "gaps", "more rows than expected"):  # read block by block, into one array per column
+        assert len(streamed) == 1 and streamed[0] is not None
+    elif change in ("fraction", "text"):  # a later block does not fit the first one's types: the whole file again
+        assert streamed == [None]
 
 
 # --- item 1: a model archived before #32 ----------------------------------------------------------------------

@@ -22,6 +22,13 @@ How the frame is made the same:
   a gap), and one of numbers float64;
 - text columns of few distinct values come dictionary-encoded (a pandas Categorical), the cleaning's own kind.
 
+How it is read (issue #32 item 1: speed and peak memory): every column typed from the file's first
+:data:`SAMPLE_BYTES` (typed columns free each parsed block once converted; inferring keeps them all), and, where
+every column is a number or a dictionary of text, streamed block by block straight into one numpy array per
+column (:func:`_stream`), so that the cells are never held twice (a pyarrow table and the frame made of it). A
+later block that does not fit the first one's types sends the file to the whole-table read, which infers each
+column's type from every block, as before.
+
 Source of the reader: :func:`pyarrow.csv.read_csv` (Apache Arrow), options in
 https://arrow.apache.org/docs/python/generated/pyarrow.csv.ConvertOptions.html
 """
@@ -43,8 +50,10 @@ __all__ = ["ENABLED", "read"]
 ENABLED = True
 """Read with pyarrow where the file allows (False: always with pandas, the reference the tests compare with)."""
 
-BLOCK_BYTES = 16 << 20
-"""Bytes of the file pyarrow parses at a time (a column comes in one chunk per block: fewer to join for pandas)."""
+BLOCK_BYTES = 1 << 20
+"""Bytes of the file pyarrow parses at a time: with typed columns, about what the reader holds beyond the table
+per thread (1 MiB: 144 MB of pyarrow memory at the peak for the benchmark's 135 MB table, 183 MB with 16 MiB
+blocks)."""
 
 _TRUE = ["True", "TRUE", "true"]
 _FALSE = ["False", "FALSE", "false"]
@@ -84,8 +93,31 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
     # (5.8-7.1 s against 2.7-3.7 s, benchmarks/preprocess.py's CSV) and kept more memory after it.
     pool = pa.system_memory_pool()
     try:
-        table = csv.read_csv(path, read_options=read_options, parse_options=parse_options, convert_options=convert({}),
-                             memory_pool=pool)
+        # Typed: each column's type taken from the first block (a typed column's parsed blocks are freed as soon as
+        # they are converted, where inferring keeps them to the end: 144 MB of pyarrow memory at the peak for the
+        # benchmark's 135 MB table, against 326 MB); a later cell that does not fit the type reads the file again,
+        # inferring from every block, as before.
+        typed, sampled_rows = _sampled_types(path, read_options, parse_options, convert({}), pool, pa, csv)
+        if typed and all(_streamed(kind, pa) for kind in typed.values()):
+            # Room for the rows expected from the sample's rows per byte, and 5% more: numpy backs large arrays with
+            # huge pages (2 MiB), and room reserved well past the last row would hold one resident per column.
+            size = os.path.getsize(path)
+            expected = sampled_rows if size <= SAMPLE_BYTES else int(size * sampled_rows / SAMPLE_BYTES)
+            frame = _stream(path, fmt, read_options, parse_options, convert(typed), typed, pool, pa, pc, csv,
+                            rows=int(expected * 1.05) + 1024)
+            if frame is not None:
+                return frame
+        table = None
+        if typed:
+            try:
+                table = csv.read_csv(path, read_options=read_options, parse_options=parse_options,
+                                     convert_options=convert(typed), memory_pool=pool)
+            except pa.ArrowInvalid as exc:
+                if "conversion error" not in str(exc):
+                    return None  # not a matter of types (a row of another width, say): pandas words it
+        if table is None:
+            table = csv.read_csv(path, read_options=read_options, parse_options=parse_options,
+                                 convert_options=convert({}), memory_pool=pool)
         names = table.column_names
         if fmt.header and [n.strip() for n in names] != list(fmt.header_names[: len(names)]):
             return None  # the header row is not the one sniffed (a quoted name, say): pandas decides
@@ -104,6 +136,7 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
             column = pa.nulls(len(column), pa.float64())  # pandas: a column of missing cells is float64 NaN
         columns[name] = column
     table = pa.table(columns) if len(set(columns)) == len(table.column_names) else None
+    columns.clear()  # the table holds the only reference to each column: to_pandas frees each once converted
     if table is None:
         return None
     frame = table.to_pandas(split_blocks=True, self_destruct=True, memory_pool=pool)  # each column freed once converted
@@ -112,17 +145,158 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
     return frame
 
 
+SAMPLE_BYTES = 1 << 20
+"""Bytes of the file's start whose inferred column types the whole file is read with (see :func:`read`)."""
+
+
+def _sampled_types(path: Any, read_options: Any, parse_options: Any, convert_options: Any, pool: Any, pa: Any,
+                   csv: Any) -> tuple[dict[str, Any], int]:
+    """Each column's type as pyarrow infers it from the first :data:`SAMPLE_BYTES` of the file: the types
+    :func:`_plain` allows as they are (a dictionary of text as ``dictionary<int32, string>``), any other as text
+    (what :func:`read` reads dates and times as); a column with no value there is left out (inferred from the
+    whole file); and the sample's rows. Empty when the sample cannot be read (the whole-file read then decides)."""
+    sample_options = csv.ReadOptions(use_threads=False, block_size=SAMPLE_BYTES,
+                                     autogenerate_column_names=read_options.autogenerate_column_names)
+    try:
+        reader = csv.open_csv(path, read_options=sample_options, parse_options=parse_options,
+                              convert_options=convert_options, memory_pool=pool)
+        schema = reader.schema
+        try:
+            rows = reader.read_next_batch().num_rows
+        except StopIteration:
+            rows = 0
+        reader.close()
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, UnicodeDecodeError):
+        return {}, 0
+    if len(set(schema.names)) != len(schema.names):
+        return {}, 0
+    types = {}
+    for name, kind in zip(schema.names, schema.types):
+        if pa.types.is_null(kind):
+            continue
+        if pa.types.is_dictionary(kind):
+            types[name] = pa.dictionary(pa.int32(), pa.string())
+        else:
+            types[name] = kind if _plain(kind, pa) else pa.string()
+    return types, rows
+
+
+def _streamed(kind: Any, pa: Any) -> bool:
+    """A type :func:`_stream` reads: numbers (int64, float64) and dictionaries of text."""
+    return bool(pa.types.is_int64(kind) or pa.types.is_float64(kind) or pa.types.is_dictionary(kind))
+
+
+def _grown(array: Any, rows: int, filled: int) -> Any:
+    """``array`` with room for ``rows`` (its first ``filled`` entries kept)."""
+    import numpy as np
+
+    grown = np.empty(rows, dtype=array.dtype) if array.dtype != bool else np.zeros(rows, dtype=bool)
+    grown[:filled] = array[:filled]
+    return grown
+
+
+def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, convert_options: Any,
+            typed: dict[str, Any], pool: Any, pa: Any, pc: Any, csv: Any, rows: int) -> pd.DataFrame | None:
+    """The frame :func:`read` makes, read block by block (pyarrow's streaming reader, every column typed) straight
+    into one numpy array per column (numbers) or one array of dictionary codes (text), so that the file's cells
+    are held once: the whole-table read holds the table and the frame made of it at once (issue #32 item 1: 522 MB
+    at the peak for the benchmark's 135 MB table, against about 300 MB). Room is reserved for ``rows`` rows (pages
+    never written are never resident) and grown when more come. None where a block does not fit (a type not that
+    of the first block, a row pyarrow refuses): :func:`read` then reads the whole table as before, and decides.
+    """
+    import numpy as np
+    import pandas as pd
+
+    capacity = max(rows, 1)
+    names = list(typed)
+    kinds = [typed[n] for n in names]
+    numbers: dict[int, np.ndarray] = {}
+    gaps: dict[int, np.ndarray] = {}  # int64 columns with a missing cell: where (pandas makes them float64)
+    codes: dict[int, np.ndarray] = {}
+    values: dict[int, dict[str, int]] = {}
+    for j, kind in enumerate(kinds):
+        if pa.types.is_dictionary(kind):
+            codes[j], values[j] = np.empty(capacity, dtype=np.int32), {}
+        else:
+            numbers[j] = np.empty(capacity, dtype=np.float64 if pa.types.is_float64(kind) else np.int64)
+    at = 0
+    reader = batch = column = None
+    try:
+        reader = csv.open_csv(path, read_options=read_options, parse_options=parse_options,
+                              convert_options=convert_options, memory_pool=pool)
+        with reader:
+            if reader.schema.names != names:
+                return None
+            if fmt.header and [n.strip() for n in names] != list(fmt.header_names[: len(names)]):
+                return None
+            for batch in reader:
+                n = batch.num_rows
+                if batch.schema.types != kinds:
+                    return None
+                if at + n > capacity:  # more rows than expected: room for a quarter more
+                    capacity = max(capacity + capacity // 4, at + n)
+                    for arrays in (numbers, codes, gaps):
+                        for j in arrays:
+                            arrays[j] = _grown(arrays[j], capacity, at)
+                for j, column in enumerate(batch.columns):
+                    if j in numbers:
+                        if column.null_count and pa.types.is_int64(column.type):
+                            gap = gaps.setdefault(j, np.zeros(capacity, dtype=bool))
+                            gap[at:at + n] = column.is_null().to_numpy(zero_copy_only=False)
+                            column = pc.fill_null(column, 0)
+                        numbers[j][at:at + n] = column.to_numpy(zero_copy_only=False)  # float: NaN where missing
+                    else:
+                        seen = values[j]
+                        lookup = np.array([seen.setdefault(v, len(seen)) for v in column.dictionary.to_pylist()] + [-1],
+                                          dtype=np.int32)
+                        indices = column.indices
+                        indices = (pc.fill_null(indices, -1) if indices.null_count else indices).to_numpy()
+                        codes[j][at:at + n] = lookup[indices]  # -1 (missing) takes the last entry
+                at += n
+    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):
+        return None
+    del reader, batch, column  # the last block
+    _trim()
+    columns: dict[str, Any] = {}
+    for j, name in enumerate(names):
+        if j in numbers:
+            column = numbers.pop(j)[:at]
+            if j in gaps:
+                column = column.astype(np.float64)
+                column[gaps.pop(j)[:at]] = np.nan
+            columns[name] = pd.Series(column, name=name, copy=False)
+        else:
+            found = codes.pop(j)[:at]
+            dictionary = pa.DictionaryArray.from_arrays(pa.array(found, mask=found < 0),
+                                                        pa.array(list(values.pop(j)), pa.string()))
+            del found
+            column = _as_numbers(pa.chunked_array([dictionary]), pa, pc)
+            columns[name] = column.to_pandas(memory_pool=pool)
+            columns[name].name = name
+    return pd.DataFrame(columns, copy=False)
+
+
 def _trim() -> None:
     """Hand the memory the reader's threads freed back to the system (glibc keeps it in per-thread arenas: 613 MB
     resident after reading the benchmark's 135 MB table, 266 MB after this); nothing where there is no glibc."""
-    import ctypes
-    import ctypes.util
+    global _LIBC
+    if _LIBC is None:
+        import ctypes
+        import ctypes.util
 
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
-        libc.malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+        try:  # the name first: find_library runs a subprocess (a fork of this large process)
+            _LIBC = ctypes.CDLL("libc.so.6")
+        except OSError:
+            try:
+                _LIBC = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+            except OSError:
+                _LIBC = False
+    trim = getattr(_LIBC, "malloc_trim", None)
+    if trim is not None:
+        trim(0)
+
+
+_LIBC: Any = None
 
 
 def _plain(kind: Any, pa: Any) -> bool:

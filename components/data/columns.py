@@ -231,7 +231,9 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
                 f"{Path(t.source).name}: {_listed(own)}; of {Path(canon_table.source).name}: {_listed(features)}); every "
                 "file needs the same columns"
             )
-        part = t.frame.rename(columns={**rename, label: canon_label})[[*features, canon_label]]
+        part = t.frame.rename(columns={**rename, label: canon_label}) if rename or label != canon_label else t.frame
+        if list(part.columns) != [*features, canon_label]:  # a copy of the cells: only when the order differs
+            part = part[[*features, canon_label]]
         for own_name, name in zip(own, features):
             name = rename.get(own_name, own_name)
             kind = t.kinds[own_name]
@@ -267,8 +269,19 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
     frame = frames[0] if len(frames) == 1 else pd.concat(frames, ignore_index=True)
     frame = frame.reset_index(drop=True)
     file_of = np.concatenate([np.full(len(t.frame), i, dtype=np.int32) for i, t in enumerate(tables)])
-    row_of = np.concatenate([t.frame.index.to_numpy(dtype=np.int64) for t in tables])
+    rows = [_positions(t.frame.index) for t in tables]
+    row_of = rows[0] if len(rows) == 1 else np.concatenate(rows)
     return _Table(frame, kinds, canon_label, canon_reason, tables, file_of, row_of, mixed)
+
+
+def _positions(index: pd.Index) -> np.ndarray:
+    """An index's values as int64 (a RangeIndex's without the copy it would keep of them)."""
+    import numpy as np
+    import pandas as pd
+
+    if isinstance(index, pd.RangeIndex):
+        return np.arange(index.start, index.stop, index.step, dtype=np.int64)
+    return index.to_numpy(dtype=np.int64)
 
 
 def _listed(names: list[str], limit: int = 8) -> str:
@@ -336,7 +349,12 @@ def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: 
     import pandas as pd
 
     n = len(y_raw)
-    if kind == "number":
+    if kind == "number" and y_raw.dtype == np.int64:  # whole numbers already: no infinite value, no fraction
+        codes, found = pd.factorize(y_raw.to_numpy())
+        uniques = np.sort(found)
+        y = np.searchsorted(uniques, found)[codes]
+        classes = [str(int(u)) for u in uniques]
+    elif kind == "number":
         values = y_raw.to_numpy(dtype="float64")
         infinite = np.isinf(values)
         if infinite.any():
@@ -369,7 +387,7 @@ def _classes(y_raw: pd.Series, kind: str, label: str, label_reason: str, table: 
             f"class column {label!r} ({label_reason}) has {len(classes)} distinct values in {n} rows: nearly one class "
             f"per row, so it looks like an id or a measurement, not a class; set label_column to the class column"
         )
-    return classes, y.astype(np.int64)
+    return classes, y.astype(np.int64, copy=False)
 
 
 def _text_problem(name: str, col: pd.Series, table: _Table, parameters: dict[str, Any]) -> str | None:

@@ -22,10 +22,12 @@ Steps, each decision reported in :attr:`PreprocessResult.report` (and ``meta.jso
 5. Fit the transformation (:mod:`heteroflow.components.data.tabular`: scikit-learn's ColumnTransformer,
    StandardScaler, OneHotEncoder, SimpleImputer) on the train split only, and apply it to every split. The
    statistics are learned column by column and the features computed with numpy
-   (:func:`~heteroflow.components.data.tabular.fit_fast`, :func:`~heteroflow.components.data.tabular.apply_fast`),
+   (:func:`~heteroflow.components.data.tabular.fit_columns`, :func:`~heteroflow.components.data.tabular.apply_into`),
    value for value what the ColumnTransformer gives, without passing each split through it; the fitted
    ColumnTransformer is what is archived (issue #32).
-6. Write shards ``<split>-NNNNN.npz`` (``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``, ``source_file`` int32
+6. Write shards ``<split>-NNNNN.npz`` (the bytes :func:`numpy.savez` writes; computed and written in pieces of
+   about 2 MiB of features, each written on a second thread while the next is computed, so that no split's
+   features are held whole: issue #32 item 1) (``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``, ``source_file`` int32
    and ``source_row`` int64: the file's index in ``meta.json``'s ``files`` and the row's position in it),
    ``meta.json``, and the transformation (``transform.joblib``, ``transform.json``), which train copies into
    the model folder so the archived model can read raw rows
@@ -90,7 +92,6 @@ from heteroflow.components.data.shards import (
     TRANSFORM_FILES,
     TRANSFORM_NAME,
     PreprocessResult,
-    _write_shards,
     load_split,
     read_meta,
     split_rows,
@@ -371,6 +372,7 @@ def _preprocess_tables(
     if not absent.all() or missing == "drop":  # a class column with no value at all has nothing more to check
         try:
             classes, y = _classes(y_raw, table.kinds[label], label, label_reason, table)
+            y = y.astype(np.min_scalar_type(-max(len(classes), 1)), copy=False)  # int8 for < 128 classes (int64 in the shards)
         except DatasetError as exc:
             problems.append(str(exc))
         else:
@@ -479,17 +481,8 @@ def _preprocess_tables(
     width = len(features)
     per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
     with atomic_directory(out) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
-        # Shards are written on a second thread while the next split is transformed (writing releases the GIL).
-        written: dict[str, Future[list[str]]] = {}
-        for name in SPLITS:
-            idx = split[name]
-            x = x_of(name)
-            _check_finite(x[:, : len(numeric)], features, name, frame, numeric)  # numbers first; 0/1 after them
-            written[name] = writer.submit(
-                _write_shards, tmp, name, per_shard, x=x, y=y[idx], source_file=table.file_of[idx], source_row=table.row_of[idx]
-            )
-            del x
-        shards = {name: future.result() for name, future in written.items()}
+        shards = _write_splits(tmp, writer, split, x_of, per_shard=per_shard, width=width, y=y, table=table,
+                               check=lambda x, name: _check_finite(x[:, : len(numeric)], features, name, frame, numeric))
         report = _report(
             table=table, tables=tables, rows_read=rows_read, classes=classes, y=y, used=used, numeric=numeric,
             text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, transform=transform,
@@ -549,18 +542,74 @@ def _preprocess_tables(
     )
 
 
+_PIECE_BYTES = 2 << 20  # features computed at a time (float32), each piece written while the next is computed
+_PIECES = 3  # pieces held at a time: one being computed, two being written
+
+
+def _write_splits(
+    tmp: Path, writer: ThreadPoolExecutor, split: dict[str, np.ndarray], x_of: Callable[..., np.ndarray], *,
+    per_shard: int, width: int, y: np.ndarray, table: Any, check: Callable[[np.ndarray, str], None],
+) -> dict[str, list[str]]:
+    """Write every split as ``<split>-NNNNN.npz`` shards of at most ``per_shard`` samples (an empty split: one empty
+    shard), in pieces of about :data:`_PIECE_BYTES`: each piece's features are computed into one of
+    :data:`_PIECES` buffers (``x_of(split, begin, end, out)``), checked, and written into its shard on ``writer``
+    (a second thread: writing releases the GIL) while the next one is computed, so that neither a split's nor a
+    shard's features are held whole (issue #32 item 1: the peak memory of preprocess). The names of each split's
+    shards."""
+    import numpy as np
+
+    from heteroflow.components.data.shards import _ShardFile
+
+    piece_rows = max(1, _PIECE_BYTES // (4 * max(width, 1)))
+    free = [np.empty(piece_rows * max(width, 1), dtype=np.float32) for _ in range(_PIECES)]
+    pending: list[tuple[Future[None], np.ndarray | None]] = []
+    names: dict[str, list[str]] = {}
+
+    def submit(buffer: np.ndarray | None, fn: Callable[..., None], *args: Any, **kwargs: Any) -> None:
+        pending.append((writer.submit(fn, *args, **kwargs), buffer))
+
+    try:
+        for name in SPLITS:
+            rows = split[name]
+            names[name] = []
+            for k, begin in enumerate(range(0, max(len(rows), 1), per_shard)):
+                end = min(begin + per_shard, len(rows))
+                shard = _ShardFile(tmp / f"{name}-{k:05d}.npz", end - begin, width)
+                submit(None, shard.begin)
+                for first in range(begin, end, piece_rows):
+                    last = min(first + piece_rows, end)
+                    while not free:  # the oldest piece written gives its buffer back
+                        future, buffer = pending.pop(0)
+                        future.result()
+                        if buffer is not None:
+                            free.append(buffer)
+                    buffer = free.pop()
+                    x = x_of(name, first, last, buffer[: (last - first) * width].reshape(last - first, width))
+                    check(x, name)
+                    submit(buffer, shard.write, x)
+                at = rows[begin:end]
+                submit(None, shard.end, y=y[at], source_file=table.file_of[at], source_row=table.row_of[at])
+                names[name].append(shard.path.name)
+        for future, _ in pending:
+            future.result()
+    finally:
+        for future, _ in pending:
+            future.cancel()
+    return names
+
+
 _FAST_TRANSFORM = True
-"""Fit and apply the transformation with :func:`~heteroflow.components.data.tabular.fit_fast` and
-:func:`~heteroflow.components.data.tabular.apply_fast` (False: through scikit-learn's ColumnTransformer, the
+"""Fit and apply the transformation with :func:`~heteroflow.components.data.tabular.fit_columns` and
+:func:`~heteroflow.components.data.tabular.apply_into` (False: through scikit-learn's ColumnTransformer, the
 reference ``tests/test_preprocess_fast.py`` compares them with)."""
 
 
 def _fast_splits(
     frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
     impute: bool, missing_counts: dict[str, int],
-) -> tuple[Any, list[str], Callable[[str], np.ndarray]]:
-    """The fitted transformation, its feature names, and each split's features (computed when asked for, so one
-    split's features are held at a time besides the shards being written)."""
+) -> tuple[Any, list[str], Callable[..., np.ndarray]]:
+    """The fitted transformation, its feature names, and ``x_of(split, begin, end, out)``: the features of the
+    split's rows ``begin:end``, computed into ``out``."""
     import numpy as np
 
     from heteroflow.components.data import tabular
@@ -575,15 +624,12 @@ def _fast_splits(
             cells = columns[name][train_rows] if name in numeric else columns[name][0][train_rows]
             if (np.isnan(cells) if name in numeric else cells < 0).any():
                 indicate.append(name)
-    transform, train_x = tabular.fit_fast(frame, columns, train_rows, used=used, numeric=numeric, text=text,
-                                          impute=impute, indicate=indicate)
+    transform = tabular.fit_columns(frame, columns, train_rows, used=used, numeric=numeric, text=text, impute=impute,
+                                    indicate=indicate)
     features = tabular.output_names(transform)
-    held = {"train": train_x}
 
-    def x_of(name: str) -> np.ndarray:
-        if name in held:
-            return held.pop(name)  # not held after it is handed out
-        return tabular.apply_fast(transform, columns, split[name], numeric=numeric, text=text)
+    def x_of(name: str, begin: int, end: int, out: np.ndarray) -> np.ndarray:
+        return tabular.apply_into(transform, columns, split[name][begin:end], out, numeric=numeric, text=text)
 
     return transform, features, x_of
 
@@ -591,7 +637,7 @@ def _fast_splits(
 def _reference_splits(
     frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
     impute: bool, missing_counts: dict[str, int],
-) -> tuple[Any, list[str], Callable[[str], np.ndarray]]:
+) -> tuple[Any, list[str], Callable[..., np.ndarray]]:
     """:func:`_fast_splits` through scikit-learn's ColumnTransformer: fitted on the train split, applied to each."""
     import numpy as np
 
@@ -606,14 +652,21 @@ def _reference_splits(
         train_x = np.asarray(transform.fit_transform(train_frame), dtype=np.float32)
     features = tabular.output_names(transform)
 
-    def x_of(name: str) -> np.ndarray:
+    held = {"train": train_x}
+
+    def whole(name: str) -> np.ndarray:
         k = SPLITS.index(name)
-        if name == "train":
-            return train_x
+        if name in held:
+            return held[name]
         if not len(split[name]):  # validation_fraction=0
             return np.zeros((0, len(features)), dtype=np.float32)
+        held.clear()  # one split's features held at a time
         with np.errstate(all="ignore"), _threads():
-            return np.asarray(transform.transform(ordered.iloc[bounds[k]:bounds[k + 1]]), dtype=np.float32)
+            held[name] = np.asarray(transform.transform(ordered.iloc[bounds[k]:bounds[k + 1]]), dtype=np.float32)
+        return held[name]
+
+    def x_of(name: str, begin: int, end: int, out: np.ndarray) -> np.ndarray:
+        return whole(name)[begin:end]
 
     return transform, features, x_of
 

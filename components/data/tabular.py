@@ -49,9 +49,11 @@ __all__ = [
     "OneHotCodes",
     "TextCodes",
     "apply_fast",
+    "apply_into",
     "as_float32",
     "build_transform",
     "column_codes",
+    "fit_columns",
     "fit_fast",
     "input_columns",
     "known_categories",
@@ -358,6 +360,14 @@ def _text_lookup(categories: np.ndarray, uniques: list[str]) -> np.ndarray:
 
 def fit_fast(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, *, used: Sequence[str],
              numeric: Sequence[str], text: Sequence[str], impute: bool, indicate: Sequence[str]) -> tuple[Any, np.ndarray]:
+    """:func:`fit_columns`, and the train split's features (:func:`apply_fast`), float32 ``(n, num_features)``."""
+    transform = fit_columns(frame, columns, train_rows, used=used, numeric=numeric, text=text, impute=impute,
+                            indicate=indicate)
+    return transform, apply_fast(transform, columns, train_rows, numeric=numeric, text=text)
+
+
+def fit_columns(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, *, used: Sequence[str],
+                numeric: Sequence[str], text: Sequence[str], impute: bool, indicate: Sequence[str]) -> Any:
     """The fitted ColumnTransformer of :func:`build_transform` (the object archived with a model) and the train
     split's features, without passing the train split through it.
 
@@ -376,8 +386,9 @@ def fit_fast(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, *, 
         impute / indicate: as for :func:`build_transform`.
 
     Returns:
-        The fitted ColumnTransformer and the train split's features (:func:`apply_fast`), float32 ``(n, num_features)``.
+        The fitted ColumnTransformer.
     """
+    from sklearn import config_context
     from sklearn.impute import SimpleImputer
     from sklearn.preprocessing import StandardScaler
 
@@ -391,18 +402,20 @@ def fit_fast(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, *, 
         keep.update(np.flatnonzero(gaps)[:1].tolist())
     few = np.asarray(sorted(keep), dtype=np.int64)
     transform = build_transform(numeric=numeric, text=text, impute=impute, indicate=indicate)
-    transform.fit(frame[list(used)].take(train_rows[few]))
+    transform.fit(frame.take(train_rows[few])[list(used)])  # the few rows first: no copy of the whole table
     parts = {name: part for name, part, _ in transform.transformers_}
     if numeric:
         steps = parts["number"].named_steps
         fills, scalers = [], []
+        taken = np.empty((len(train_rows), 1), dtype=np.float64)  # each column's train cells in turn: one array
         for name in numeric:
-            values = np.take(columns[name], train_rows).reshape(-1, 1)
+            values = np.take(columns[name], train_rows, out=taken[:, 0]).reshape(-1, 1)
             if impute:
                 imputer = SimpleImputer(strategy="median", keep_empty_features=True).fit(values)
                 fills.append(imputer.statistics_)
                 values = imputer.transform(values)
-            scalers.append(StandardScaler().fit(values))
+            with config_context(assume_finite=True):  # preprocess found no infinite value: scikit-learn's own
+                scalers.append(StandardScaler().fit(values))  # check (it only raises) is skipped
         if impute:
             steps["impute"].statistics_ = np.concatenate(fills)
         seen = np.array([s.n_samples_seen_ for s in scalers], dtype=np.int64)
@@ -420,7 +433,7 @@ def fit_fast(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, *, 
             imputer = SimpleImputer(missing_values=_MISSING_CODE, strategy="most_frequent", keep_empty_features=True)
             most.append(imputer.fit(train_codes).statistics_)
         steps["impute"].statistics_ = np.concatenate(most)
-    return transform, apply_fast(transform, columns, train_rows, numeric=numeric, text=text)
+    return transform
 
 
 _CHUNK_ROWS = 1 << 14  # rows :func:`apply_fast` standardises at a time (16 numeric columns: 2 MiB of float64)
@@ -447,7 +460,21 @@ def apply_fast(transform: Any, columns: Mapping[str, Any], rows: np.ndarray, *, 
     Raises:
         ValueError: ``transform`` was not built for these columns.
     """
-    out = np.zeros((len(rows), _width(transform)), dtype=np.float32)
+    return apply_into(transform, columns, rows, np.empty((len(rows), _width(transform)), dtype=np.float32),
+                      numeric=numeric, text=text)
+
+
+def apply_into(transform: Any, columns: Mapping[str, Any], rows: np.ndarray, out: np.ndarray, *,
+               numeric: Sequence[str], text: Sequence[str]) -> np.ndarray:
+    """:func:`apply_fast` written into ``out`` (float32 ``(len(rows), num_features)``, C order, any content: it is
+    overwritten), which is returned: preprocess computes each shard into one of a few buffers it reuses.
+
+    Raises:
+        ValueError: ``transform`` was not built for these columns, or ``out`` has another shape or type.
+    """
+    if out.shape != (len(rows), _width(transform)) or out.dtype != np.float32 or not out.flags.c_contiguous:
+        raise ValueError(f"out is {out.dtype} {out.shape}; expected float32 {(len(rows), _width(transform))}, C order")
+    out.fill(0)
     for name, part, names in transform.transformers_:
         if name != "number":
             continue
