@@ -481,8 +481,6 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
             end, so NaN weights are never saved).
         CheckpointError: see :meth:`Checkpoint.load`.
     """
-    import torch
-
     model = ctx.build_model()
     optimizer = ctx.build_optimizer(model)
     state = ctx.checkpoint.load(model=model, optimizer=optimizer, scaler=ctx.scaler)
