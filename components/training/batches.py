@@ -15,7 +15,7 @@ if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's p
     import torch
 
 __all__ = ["EVAL_BYTES", "GATHER_BYTES", "NEGLIGIBLE_LOAD", "PROBE_BATCHES", "EpochBatches", "auto_workers", "choose_workers",
-           "eval_batch_size", "make_loader", "tensor_batches"]
+           "eval_batch_size", "make_loader", "tensor_batches", "train_threads"]
 
 
 class EpochBatches:
@@ -172,6 +172,28 @@ def eval_batch_size(batch_size: int, input_shape: tuple[int, ...]) -> int:
     batches cost fewer model calls; digits' 269 validation rows are one batch, a 3x224x224 image batch stays 256)."""
     row_bytes = 4 * math.prod(input_shape or (1,))
     return max(batch_size, min(4096, max(256, EVAL_BYTES // max(1, row_bytes))))
+
+
+def train_threads(workers: int) -> int:
+    """torch's intra-op threads for a training with ``workers`` DataLoader worker processes (at most that many:
+    train sizes its threads by the most workers it may use, a count that does not depend on timing): the cores
+    this process may use (:func:`heteroflow.components.data.preprocess.available_cpus`: affinity and cgroup quota)
+    less one per worker, at least 1, and at most ``OMP_NUM_THREADS`` when that is set (torch reads it at start;
+    train's ``torch.set_num_threads`` would otherwise override it).
+
+    Deterministic on purpose: the thread count can change a CPU result's last bits (how a reduction is split), and
+    a resumed run must end with the uninterrupted run's weights. On an oversubscribed host (more runnable work
+    than cores) extra OpenMP threads cost more than they give: with 2 threads on 2 cores at load average 9, a
+    digits MLP epoch took 6x as long as with 1 thread, an MLP of 1024 hidden units at batch 256 5.5x (#32); pin
+    the process (``taskset``) or set ``OMP_NUM_THREADS=1`` there.
+    """
+    import os
+
+    from heteroflow.components.data.preprocess import available_cpus
+
+    threads = max(1, available_cpus() - workers)
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(threads, int(omp)) if omp.isdigit() and int(omp) >= 1 else threads
 
 
 def auto_workers(in_memory: bool, requested: int) -> int:

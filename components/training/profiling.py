@@ -19,7 +19,8 @@ key                         meaning
 ``loader_workers``          DataLoader worker processes of the profiled steps: train's count (``loader_workers``
                             -1 on files: chosen as train chooses it, from the warm-up batches' load and compute
                             times, :func:`~heteroflow.components.training.batches.choose_workers`)
-``torch_threads``           torch's intra-op threads: train's, the cores less the most workers it may use
+``torch_threads``           torch's intra-op threads: train's (the cores less the most workers it may use, at
+                            most ``OMP_NUM_THREADS``: :func:`~heteroflow.components.training.batches.train_threads`)
 ==========================  ===================================================================================
 
 Shares are of operator self time (PyTorch's ``key_averages()`` ``self_cpu_time_total`` /
@@ -82,7 +83,13 @@ def profile_training(
     from heteroflow.components.data.preprocess import available_cpus
     from heteroflow.components.data.readers import open_splits
     from heteroflow.components.core.step import with_defaults
-    from heteroflow.components.training.batches import PROBE_BATCHES, auto_workers, choose_workers, make_loader
+    from heteroflow.components.training.batches import (
+        PROBE_BATCHES,
+        auto_workers,
+        choose_workers,
+        make_loader,
+        train_threads,
+    )
     from heteroflow.components.training.device import resolve_device
     from heteroflow.components.training.params import model_spec, union_batch_size
     from heteroflow.components.training.precision import make_scaler, resolve_precision
@@ -113,7 +120,7 @@ def profile_training(
     cpus = available_cpus()
     probing = loader_workers == -1 and not splits.in_memory and most > 0
     workers = 0 if probing else most
-    threads_before, threads = torch.get_num_threads(), max(1, cpus - most)
+    threads_before, threads = torch.get_num_threads(), train_threads(most)
     autocast = (lambda: torch.autocast(device_type=dev.type, dtype=dtype)) if dtype is not None else None
 
     def batches(n: int) -> Any:
