@@ -3,10 +3,15 @@
 1. **train vs a plain PyTorch loop** (target >= 0.97x): the built-in MLP (hidden 128) on the digits table, batch
    64, Adam, the same epochs and seed. heteroflow: :func:`heteroflow.components.training.step.train` (checkpoints off),
    samples/s of its training loop. Baseline: the loop a PyTorch user writes for in-memory tensors (a per-epoch
-   permutation, index, forward, backward, step, the epoch's mean loss as train reports it), timed the same way. Two figures: validation off in both (the
-   table preprocessed with ``validation_fraction=0``, so train has no validation split), and both validating after
-   every epoch (train's per-epoch validation accuracy; the plain loop computes the same accuracy). Then
-   ``compile_model=True`` against the default, compile time included (``--no-compile`` skips it).
+   permutation, index, forward, backward, step, the epoch's mean loss as train reports it: :class:`PlainLoop`),
+   timed the same way. Two figures: validation off in both (the table preprocessed with
+   ``validation_fraction=0``, so train has no validation split), and both validating after every epoch (train's
+   per-epoch validation accuracy; the plain loop computes the same accuracy). Both run on one core with one torch
+   thread (train and the plain loop size their threads by the cores they may use). A third line interleaves the
+   two in one train call, an epoch of each in turn (:func:`interleaved_loop`, 5x the epochs), and gives the median
+   of the per-epoch ratios, validation off and both validating: on a shared machine whole runs meet different
+   loads, epochs side by side the same. Then ``compile_model=True`` against the default, compile time included
+   (``--no-compile`` skips it).
 2. **DataLoader workers vs none** (target >= 1.2x): an image folder whose decoding costs (RGB PNG files of noise,
    96x96 pixels) and a model that costs little (average-pool + linear), trained by train with
    ``loader_workers=2`` against ``loader_workers=0``.
@@ -35,6 +40,11 @@ whether the other thread got a core, so section 1 swung from 0.06x to 2.2x betwe
 (one thread in both): validation off 0.88-1.03x, both validating 0.89-0.98x over six runs at load 3-5 (about
 120,000 samples/s each; 1.03x and 0.95x with --epochs 60 --repeats 5). Per batch, heteroflow's loader 13 us against the plain loop's index 11 us (timeit, best of 21). compile_model=True: 0.21-0.57x (the first compile
 took 95 s). Loading overlap: 1 worker chosen, 40-76% of ideal (two processes sharing cores with other work).
+After #32 item 2 (in-memory batches gathered a chunk at a time, one loss wait per epoch, validation in one
+batch under inference_mode), three runs at load 8-13: interleaved epochs 1.05-1.08x validation off, 1.04-1.06x
+both validating (main before it, same harness: 0.99x and 0.96x); whole runs 0.85-1.24x and 0.81-1.00x (best of
+3 each), same-round medians 0.85-1.12x and 0.85-1.15x. compile_model=True, a cold Inductor cache: 1.13x and
+0.84x of eager in two rounds (not a gain to count on: off by default).
 """
 
 from __future__ import annotations
