@@ -3,10 +3,15 @@
 1. **train vs a plain PyTorch loop** (target >= 0.97x): the built-in MLP (hidden 128) on the digits table, batch
    64, Adam, the same epochs and seed. heteroflow: :func:`heteroflow.components.training.step.train` (checkpoints off),
    samples/s of its training loop. Baseline: the loop a PyTorch user writes for in-memory tensors (a per-epoch
-   permutation, index, forward, backward, step), timed the same way. Two figures: validation off in both (the
-   table preprocessed with ``validation_fraction=0``, so train has no validation split), and both validating after
-   every epoch (train's per-epoch validation accuracy; the plain loop computes the same accuracy). Then
-   ``compile_model=True`` against the default, compile time included (``--no-compile`` skips it).
+   permutation, index, forward, backward, step, the epoch's mean loss as train reports it: :class:`PlainLoop`),
+   timed the same way. Two figures: validation off in both (the table preprocessed with
+   ``validation_fraction=0``, so train has no validation split), and both validating after every epoch (train's
+   per-epoch validation accuracy; the plain loop computes the same accuracy). Both run on one core with one torch
+   thread (train and the plain loop size their threads by the cores they may use). A third line interleaves the
+   two in one train call, an epoch of each in turn (:func:`interleaved_loop`, 5x the epochs), and gives the median
+   of the per-epoch ratios, validation off and both validating: on a shared machine whole runs meet different
+   loads, epochs side by side the same. Then ``compile_model=True`` against the default, compile time included
+   (``--no-compile`` skips it).
 2. **DataLoader workers vs none** (target >= 1.2x): an image folder whose decoding costs (RGB PNG files of noise,
    96x96 pixels) and a model that costs little (average-pool + linear), trained by train with
    ``loader_workers=2`` against ``loader_workers=0``.
@@ -26,7 +31,8 @@
    L4 121, A10 125). Target >= 40% for the transformer.
 
 Each pair runs alternately ``--repeats`` times and the best of each is used (on a shared machine the best run is
-the one least disturbed by other work; the load average is printed). Nothing here asserts a time: it prints.
+the one least disturbed by other work; the load average is printed); section 1 also prints the median of the
+ratios of each round's pair (the two ran back to back, under about the same load). Nothing here asserts a time: it prints.
 Usage: ``python benchmarks/training.py [--repeats 3] [--epochs 60] [--no-compile] [--only loop|workers|checkpoint|overlap]``
 (about 3-5 minutes on 2 CPU cores, torch.compile's first compile most of it).
 
@@ -41,11 +47,17 @@ chosen, best-of lines 44% and 61%, each repeat's own 44-59%. That machine was sa
 (``/proc/sys/kernel/sched_autogroup_enabled`` = 1): the training and its workers share one session's share, what
 load alone got, so the ratio there cannot pass about max(load, compute) / (load + compute), 62% for those
 figures, whatever the loader does; the target is for a quiet machine.
+After #32 item 2 (in-memory batches gathered a chunk at a time, one loss wait per epoch, validation in one
+batch under inference_mode), three runs at load 8-13: interleaved epochs 1.05-1.08x validation off, 1.04-1.06x
+both validating (main before it, same harness: 0.99x and 0.96x); whole runs 0.85-1.24x and 0.81-1.00x (best of
+3 each), same-round medians 0.85-1.12x and 0.85-1.15x. compile_model=True, a cold Inductor cache: 1.13x and
+0.84x of eager in two rounds (not a gain to count on: off by default).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import math
 import os
 import statistics
@@ -53,6 +65,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -153,39 +166,108 @@ def loading_overlap(work: Path, repeats: int) -> str:
             f"workers chosen: {', '.join(map(str, workers))})")
 
 
-def plain_loop(shards: Path, *, epochs: int, batch_size: int, seed: int, validate: bool = False) -> float:
-    """The baseline: samples/s of a plain PyTorch loop on the same tensors (``validate``: with the accuracy on the
-    validation split after every epoch, as heteroflow's loop reports it)."""
-    from heteroflow.components.data.preprocess import available_cpus, load_split, read_meta
-    from heteroflow.components.training.factories import mlp
+class PlainLoop:
+    """The baseline: a plain PyTorch loop on the same tensors as train (the MLP built after seeding torch with
+    ``seed``, Adam), with the same results per epoch as heteroflow's loop reports: the epoch's mean train loss (the
+    losses kept as tensors, one ``.item()`` an epoch) and, with ``validate``, the accuracy on the validation split
+    (the whole split in one forward, no autograd)."""
 
-    torch.set_num_threads(available_cpus())
-    meta = read_meta(shards)
-    x_np, y_np = load_split(shards, "train")
-    x, y = torch.from_numpy(x_np), torch.from_numpy(y_np)
-    xv_np, yv_np = load_split(shards, "validation")
-    xv, yv = torch.from_numpy(xv_np), torch.from_numpy(yv_np)
-    torch.manual_seed(seed)
-    model = mlp(meta["num_features"], len(meta["classes"]), 128)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
-    n = len(y)
-    started = time.perf_counter()
-    samples = 0
-    for epoch in range(epochs):
-        order = torch.from_numpy(np.random.default_rng(seed + epoch).permutation(n))
+    def __init__(self, shards: Path, *, seed: int) -> None:
+        from heteroflow.components.data.preprocess import load_split, read_meta
+        from heteroflow.components.training.factories import mlp
+
+        meta = read_meta(shards)
+        x_np, y_np = load_split(shards, "train")
+        self.x, self.y = torch.from_numpy(x_np), torch.from_numpy(y_np)
+        xv_np, yv_np = load_split(shards, "validation")
+        self.xv, self.yv = torch.from_numpy(xv_np), torch.from_numpy(yv_np)
+        self.seed = seed
+        torch.manual_seed(seed)
+        self.model = mlp(meta["num_features"], len(meta["classes"]), 128)
+        self.opt = torch.optim.Adam(self.model.parameters(), lr=1e-3)
+
+    def epoch(self, epoch: int, *, batch_size: int, validate: bool) -> int:
+        """One epoch; returns its samples."""
+        x, y, model, opt = self.x, self.y, self.model, self.opt
+        n = len(y)
+        order = torch.from_numpy(np.random.default_rng(self.seed + epoch).permutation(n))
+        losses = []
+        samples = 0
         for b in range(math.ceil(n / batch_size)):
             idx = order[b * batch_size:(b + 1) * batch_size]
             loss = nn.functional.cross_entropy(model(x[idx]), y[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            losses.append(loss.detach())
             samples += len(idx)
+        torch.stack(losses).mean().item()  # the epoch's mean train loss
         if validate:
             model.eval()
-            with torch.no_grad():
-                (model(xv).argmax(dim=1) == yv).float().mean().item()
+            with torch.inference_mode():
+                (model(self.xv).argmax(dim=1) == self.yv).float().mean().item()
             model.train()
+        return samples
+
+
+def plain_loop(shards: Path, *, epochs: int, batch_size: int, seed: int, validate: bool = False) -> float:
+    """Samples/s of :class:`PlainLoop` over ``epochs`` epochs (``validate``: with the accuracy on the validation
+    split after every epoch, as heteroflow's loop reports it), timed as train times its loop."""
+    from heteroflow.components.data.preprocess import available_cpus
+
+    torch.set_num_threads(available_cpus())
+    loop = PlainLoop(shards, seed=seed)
+    started = time.perf_counter()
+    samples = sum(loop.epoch(e, batch_size=batch_size, validate=validate) for e in range(epochs))
     return samples / (time.perf_counter() - started)
+
+
+INTERLEAVED: dict[str, Any] = {}
+"""What :func:`interleaved_loop` measured: ``times`` of each epoch, ``shards``/``validate`` of its plain loop."""
+
+
+def interleaved_loop(ctx: Any) -> Any:
+    """A training function (``__main__:interleaved_loop``): heteroflow's :func:`classifier_loop` as train runs it,
+    with one epoch of :class:`PlainLoop` run before each of its epochs, in the same process on the same core, each
+    epoch timed (the load of a shared machine changes over seconds: epochs of 10-20 ms side by side meet the same).
+    Its ``ctx.batches`` is wrapped per instance; the loop itself is unchanged."""
+    from heteroflow.components.training.loop import classifier_loop
+
+    validate = ctx.val_loader is not None
+    plain = PlainLoop(INTERLEAVED["shards"], seed=ctx.seed)
+    marks: list[tuple[float, float, float]] = []  # (plain epoch starts, plain epoch ends, heteroflow's first batch)
+    INTERLEAVED["marks"] = marks
+    batches = ctx.batches
+
+    def interleaved(epoch: int, step: int = 0) -> Any:
+        t0 = time.perf_counter()
+        plain.epoch(epoch, batch_size=ctx.batch_size, validate=validate)
+        t1 = time.perf_counter()
+        first = True
+        for batch in batches(epoch, step):
+            if first:
+                marks.append((t0, t1, time.perf_counter()))
+                first = False
+            yield batch
+
+    ctx.batches = interleaved
+    return classifier_loop(ctx)
+
+
+def interleaved_ratio(data: Path, work: Path, *, epochs: int) -> tuple[float, int]:
+    """The median over epochs of (plain epoch time / heteroflow epoch time) from :func:`interleaved_loop`, and the
+    number of epoch pairs (the first 2 left out: warm-up). A heteroflow epoch runs from its first batch to the
+    next epoch's, less the plain epoch between them: its steps, its epoch end (loss, report, validation) and the
+    next epoch's start."""
+    from heteroflow.components.training.step import train
+
+    INTERLEAVED["shards"] = data
+    train(data, work / f"interleaved-{data.name}", epochs=epochs, train_function="__main__:interleaved_loop",
+          checkpoint_every_steps=10**9, checkpoint_root=str(work / "ck"))
+    marks = INTERLEAVED["marks"][2:]
+    ratios = [(p1 - p0) / ((q0 - f) + (f1 - q1))
+              for (p0, p1, f), (q0, q1, f1) in itertools.pairwise(marks)]  # plain epoch e / heteroflow epoch e
+    return statistics.median(ratios), len(ratios)
 
 
 def noise_images(root: Path, *, classes: int = 4, per_class: int = 150, size: int = 96) -> Path:
@@ -293,10 +375,15 @@ def main() -> None:
             plain.append(plain_loop(noval, epochs=args.epochs, batch_size=64, seed=0))
             plain_val.append(plain_loop(shards, epochs=args.epochs, batch_size=64, seed=0, validate=True))
         a, av, b, c = max(hf), max(hf_val), max(plain), max(plain_val)
+        inter = [interleaved_ratio(data, work, epochs=5 * args.epochs) for data in (noval, shards)]
+        paired = statistics.median(h / p for h, p in zip(hf, plain, strict=True))
+        paired_val = statistics.median(h / p for h, p in zip(hf_val, plain_val, strict=True))
         report.append(f"train vs plain PyTorch loop (MLP, digits, batch 64, one core, validation off in both): {a:.0f} vs {b:.0f} "
-                      f"samples/s = {a / b:.2f}x (target >= 0.97x)")
+                      f"samples/s = {a / b:.2f}x (target >= 0.97x; median of the {len(hf)} same-round ratios {paired:.2f}x)")
         report.append(f"train vs the same plain loop validating after each epoch, as train does: {av:.0f} vs {c:.0f} "
-                      f"samples/s = {av / c:.2f}x")
+                      f"samples/s = {av / c:.2f}x (median of the same-round ratios {paired_val:.2f}x)")
+        report.append(f"train's loop vs the plain loop, epochs interleaved (median of {inter[0][1]} per-epoch ratios): "
+                      f"validation off {inter[0][0]:.2f}x, both validating {inter[1][0]:.2f}x")
         if not args.no_compile:
             from heteroflow.components.training.loop import compile_available
 

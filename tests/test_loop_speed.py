@@ -264,6 +264,91 @@ def test_the_batches_and_their_order_do_not_depend_on_the_workers(tmp_path: Path
             assert torch.equal(x0, x1)  # the same samples and the same random draws
 
 
+# --- in-memory tensors: a chunk of batches gathered at once ----------------------------------------------------
+
+
+@pytest.mark.parametrize("gather_bytes", [1, 200, 10**9])  # a batch per chunk, chunks of a few batches, one chunk
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_in_memory_batches_are_the_dataloaders_gathered_in_chunks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                   gather_bytes: int, shuffle: bool) -> None:
+    from heteroflow.components.data.readers import TensorData
+    from heteroflow.components.training import batches as batches_module
+
+    monkeypatch.setattr(batches_module, "GATHER_BYTES", gather_bytes)
+    x = torch.arange(103 * 3, dtype=torch.float32).reshape(103, 3)
+    data = TensorData(x, torch.arange(103) % 5)
+    kept = x.clone()
+    reference = make_loader(data, batch_size=8, seed=7, shuffle=shuffle, num_workers=0, device=torch.device("cpu"))
+    ctx = _context(tmp_path, data, batch_size=8)
+    ctx.train_loader = make_loader(data, batch_size=8, seed=7, shuffle=shuffle, num_workers=0, device=torch.device("cpu"))
+    gathered: list[int] = []
+    original = batches_module.tensor_batches
+
+    def spy(*a: Any) -> Any:
+        gathered.append(1)
+        return original(*a)
+
+    monkeypatch.setattr(loop_module, "tensor_batches", spy)
+    for epoch, step in ((0, 0), (1, 13 + 3), (2, 2 * 13 + 12), (3, 4 * 13)):  # whole, from the 4th, the last, none
+        reference.batch_sampler.set_epoch(epoch, max(0, step - epoch * 13))
+        expected = list(reference)
+        got = list(ctx.batches(epoch, step))
+        assert len(got) == len(expected) == max(0, 13 - max(0, step - epoch * 13))
+        for (x0, y0), (x1, y1) in zip(expected, got, strict=True):
+            assert torch.equal(x0, x1) and torch.equal(y0, y1)
+        for x1, _ in got:
+            x1.mul_(0)  # a model that writes into its input
+    assert len(gathered) == 4  # the context went through the chunked gather
+    assert torch.equal(x, kept)  # the batches were copies: the data set is unchanged
+
+
+def test_the_chunked_gather_refuses_a_sampler_split_over_ranks() -> None:
+    from heteroflow.components.training.batches import EpochBatches, tensor_batches
+
+    with pytest.raises(InvalidParameter, match=r"world_size=2 is out of range for tensor_batches; valid: 1"):
+        list(tensor_batches(torch.zeros(8, 2), torch.zeros(8), EpochBatches(8, 4, 0, rank=0, world_size=2)))
+
+
+def test_the_next_checkpoint_step_is_the_first_step_due(tmp_path: Path) -> None:
+    for every, total, enabled in ((5, 23, True), (1, 4, True), (50, 40, True), (5, 23, False), (7, 21, True)):
+        ck = Checkpoint(tmp_path, every_steps=every, model={}, amp_dtype="float32", total_steps=total, enabled=enabled)
+        for step in range(total + 2):
+            later = [s for s in range(step + 1, total + every + 2) if ck.due(s)]
+            assert ck.next_due(step) == (later[0] if later else -1), (every, total, enabled, step)
+
+
+def test_validation_runs_in_inference_mode_in_few_batches(tmp_path: Path) -> None:
+    from heteroflow.components.data.readers import TensorData
+    from heteroflow.components.training.batches import eval_batch_size
+
+    assert eval_batch_size(64, (64,)) == 4096  # digits' rows: their validation split in one batch
+    assert eval_batch_size(64, (3, 224, 224)) == 256  # large images: batches of 256, as before
+    assert eval_batch_size(512, (3, 224, 224)) == 512  # never below the training batch
+    assert eval_batch_size(8, (2000,)) == 524  # about 4 MiB of float32 samples
+
+    class Recording(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.linear = torch.nn.Linear(3, 2)
+            self.calls: list[tuple[int, bool, bool]] = []
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            self.calls.append((len(x), torch.is_inference_mode_enabled(), self.training))
+            return self.linear(x)
+
+    val = TensorData(torch.randn(300, 3), torch.arange(300) % 2)
+    ctx = _context(tmp_path, val)
+    ctx.val_loader = make_loader(val, batch_size=eval_batch_size(4, (3,)), seed=3, shuffle=False, num_workers=0,
+                                 device=torch.device("cpu"))
+    model = Recording()
+    accuracy = ctx.evaluate_accuracy(model)
+    with torch.inference_mode():
+        expected = (model.linear(val.x).argmax(dim=1) == val.y).float().mean().item()
+    assert accuracy == pytest.approx(expected)
+    assert model.calls == [(300, True, False)]  # one batch, no autograd, eval mode
+    assert model.training  # put back
+
+
 # --- accelerators: pinned memory, non-blocking copies ---------------------------------------------------------
 
 

@@ -306,18 +306,23 @@ def test_a_checkpoint_restores_every_rng_state(tmp_path: Path) -> None:
     assert (random.gauss(0, 1), float(np.random.rand()), float(torch.rand(1))) == after_save
 
 
-def test_the_training_leaves_a_core_to_each_loader_worker(digits_shards: Path, tmp_path: Path) -> None:
+def test_the_training_leaves_a_core_to_each_loader_worker(digits_shards: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """torch's OpenMP threads spin between operations and took the cores DataLoader workers decode on (2 workers on
-    2 cores: 0.67x of no workers, benchmarks/training.py): train uses the cores it may use less one per worker."""
-    from heteroflow.components.data.preprocess import available_cpus
-
+    2 cores: 0.67x of no workers, benchmarks/training.py): train uses the cores it may use less one per worker,
+    and no more than OMP_NUM_THREADS when it is set (the standard knob on a shared host)."""
+    monkeypatch.setattr("heteroflow.components.data.preprocess.available_cpus", lambda: 3)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     before = torch.get_num_threads()
     try:
         result = train(digits_shards, tmp_path / "m", epochs=1, loader_workers=1, checkpoint_root=str(tmp_path / "ck"))
         assert result.num_workers == 1
-        assert torch.get_num_threads() == max(1, available_cpus() - 1)
+        assert torch.get_num_threads() == 2
         train(digits_shards, tmp_path / "n", epochs=1, loader_workers=0, checkpoint_root=str(tmp_path / "ck"))
-        assert torch.get_num_threads() == available_cpus()
+        assert torch.get_num_threads() == 3
+        monkeypatch.setenv("OMP_NUM_THREADS", "1")
+        train(digits_shards, tmp_path / "o", epochs=1, loader_workers=0, checkpoint_root=str(tmp_path / "ck"))
+        assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
 

@@ -78,3 +78,52 @@ def test_the_profile_command_takes_trains_parameters_with_their_types_from_the_s
         from heteroflow.components.training.profiling import profile_training
 
         profile_training(digits_shards, out, steps=1, hiden=3)
+
+
+_FILES = """
+import torch
+
+class Decoded(torch.utils.data.Dataset):
+    \"\"\"Samples decoded when read (not in memory): train chooses its loader workers from the first batches.\"\"\"
+    classes = ["a", "b"]
+    draws_random = False
+
+    def __len__(self):
+        return 64
+
+    def __getitem__(self, i):
+        return torch.full((4,), float(i)), i % 2
+
+def make(split):
+    return Decoded() if split == "train" else None
+"""
+
+
+def test_a_profile_uses_trains_loader_workers_and_threads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import torch
+
+    from heteroflow.components.training import batches
+    from heteroflow.components.training.profiling import profile_training
+
+    (tmp_path / "profdata32.py").write_text(_FILES)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr("heteroflow.components.data.preprocess.available_cpus", lambda: 3)  # at most 2 workers
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    asked: list[tuple[float, float, int, int]] = []
+
+    def choose(load: float, compute: float, *, cpus: int, most: int) -> int:
+        asked.append((load, compute, cpus, most))
+        return 1
+
+    monkeypatch.setattr(batches, "choose_workers", choose)
+    before = torch.get_num_threads()
+    prof = profile_training(tmp_path, tmp_path / "p.json", steps=2, warmup_steps=1, batch_size=8,
+                            dataset_factory="profdata32:make")
+    assert len(asked) == 1 and asked[0][2:] == (3, 2) and asked[0][0] > 0 and asked[0][1] > 0  # timed, as train times
+    assert prof["loader_workers"] == 1  # the count chosen, as train would train with
+    assert prof["torch_threads"] == 1  # 3 cores less the 2 workers train may use
+    assert json.loads((tmp_path / "p.json").read_text())["loader_workers"] == 1
+    assert torch.get_num_threads() == before  # put back
+    fixed = profile_training(tmp_path, tmp_path / "q.json", steps=2, warmup_steps=1, batch_size=8,
+                             dataset_factory="profdata32:make", loader_workers=0)
+    assert (fixed["loader_workers"], fixed["torch_threads"], len(asked)) == (0, 3, 1)  # as asked: nothing chosen

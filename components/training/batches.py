@@ -14,8 +14,8 @@ if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's p
     import numpy as np
     import torch
 
-__all__ = ["NEGLIGIBLE_LOAD", "PROBE_BATCHES", "WORTH_A_WORKER", "EpochBatches", "auto_workers", "batch_seconds", "choose_workers",
-           "make_loader"]
+__all__ = ["EVAL_BYTES", "GATHER_BYTES", "NEGLIGIBLE_LOAD", "PROBE_BATCHES", "WORTH_A_WORKER", "EpochBatches", "auto_workers",
+           "batch_seconds", "choose_workers", "eval_batch_size", "make_loader", "tensor_batches", "train_threads"]
 
 
 class EpochBatches:
@@ -66,13 +66,18 @@ class EpochBatches:
     def __len__(self) -> int:
         return max(0, math.ceil(self.n / self.batch_size) - self.start)
 
-    def __iter__(self) -> Iterator[np.ndarray]:
+    def order(self) -> np.ndarray:
+        """The epoch's sample order, int64 ``(n,)``: the permutation seeded by ``seed + epoch``, or ``0..n-1``
+        unshuffled; batch ``b`` of the epoch is ``order[b * batch_size:(b + 1) * batch_size]`` (before a rank's share)."""
         import numpy as np
 
+        return np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
+
+    def __iter__(self) -> Iterator[np.ndarray]:
         from heteroflow.components.training.sample_seeds import draws_key, tag
 
         key = draws_key(self.seed, self.epoch)  # the batches carry it: a sample's random draws follow (seed, epoch)
-        order = np.random.default_rng(self.seed + self.epoch).permutation(self.n) if self.shuffle else np.arange(self.n)
+        order = self.order()
         for b in range(self.start, math.ceil(self.n / self.batch_size)):
             batch = order[b * self.batch_size:(b + 1) * self.batch_size]  # int64 array: one index op per batch
             if self.world_size > 1:
@@ -117,6 +122,78 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
         generator=torch.Generator().manual_seed(seed),
         multiprocessing_context=worker_context(PRELOAD_DATALOADER) if num_workers > 0 else None,  # imports first (#28.13)
     )
+
+
+GATHER_BYTES = 16 * 2**20
+"""At most this many bytes of samples are gathered by one index operation in :func:`tensor_batches` (a chunk of
+batches; a larger batch is gathered alone)."""
+
+
+def tensor_batches(x: torch.Tensor, y: torch.Tensor, sampler: EpochBatches) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """The batches ``(x[idx], y[idx])`` of ``sampler``'s epoch from its ``start`` on, for in-memory tensors (a
+    :class:`~heteroflow.components.data.readers.TensorData`'s ``x`` and ``y``) in one process: the same batches, in
+    the same order, as a DataLoader over them with ``sampler`` yields, gathered a chunk of batches at a time.
+
+    One ``index_select`` per tensor gathers up to :data:`GATHER_BYTES` of consecutive batches, and each batch is a
+    view of that chunk (a copy, as the DataLoader's: a model that writes into its input changes no data set),
+    instead of two index operations, a sampler step and a collate per batch: digits' epoch (1,257 rows, batches of
+    64) took 0.2 ms instead of 0.47 ms (timeit, one core), about 10 us a step, 2% of the built-in MLP's step.
+
+    Args:
+        x: samples ``(n, ...)``; y: labels ``(n,)``.
+        sampler: the loader's :class:`EpochBatches`, its epoch and start set; ``world_size`` must be 1.
+
+    Raises:
+        InvalidParameter: a sampler that splits batches over ranks (``world_size > 1``).
+    """
+    import torch
+
+    if sampler.world_size != 1:
+        raise InvalidParameter(f"world_size={sampler.world_size} is out of range for tensor_batches; valid: 1 (ranks' shares go through the DataLoader)")
+    n, size = sampler.n, sampler.batch_size
+    first = sampler.start * size
+    if first >= n:
+        return
+    order = torch.from_numpy(sampler.order()[first:])
+    row_bytes = max(1, x[:1].numel() * x.element_size() + y.element_size())
+    step = max(1, GATHER_BYTES // (row_bytes * size)) * size  # samples per chunk: whole batches
+    for at in range(0, len(order), step):
+        idx = order[at:at + step]  # index_select: about 8x faster than x[idx] for a thousand rows (torch 2.13, CPU)
+        yield from zip(x.index_select(0, idx).split(size), y.index_select(0, idx).split(size))
+
+
+EVAL_BYTES = 4 * 2**20
+"""The validation loader's batches hold about this many bytes of float32 samples (:func:`eval_batch_size`)."""
+
+
+def eval_batch_size(batch_size: int, input_shape: tuple[int, ...]) -> int:
+    """The validation loader's batch size: about :data:`EVAL_BYTES` of float32 samples of ``input_shape``, at least
+    256 and ``batch_size``, at most 4096 (evaluation keeps no activations for a backward pass: fewer, larger
+    batches cost fewer model calls; digits' 269 validation rows are one batch, a 3x224x224 image batch stays 256)."""
+    row_bytes = 4 * math.prod(input_shape or (1,))
+    return max(batch_size, min(4096, max(256, EVAL_BYTES // max(1, row_bytes))))
+
+
+def train_threads(workers: int) -> int:
+    """torch's intra-op threads for a training with ``workers`` DataLoader worker processes (at most that many:
+    train sizes its threads by the most workers it may use, a count that does not depend on timing): the cores
+    this process may use (:func:`heteroflow.components.data.preprocess.available_cpus`: affinity and cgroup quota)
+    less one per worker, at least 1, and at most ``OMP_NUM_THREADS`` when that is set (torch reads it at start;
+    train's ``torch.set_num_threads`` would otherwise override it).
+
+    Deterministic on purpose: the thread count can change a CPU result's last bits (how a reduction is split), and
+    a resumed run must end with the uninterrupted run's weights. On an oversubscribed host (more runnable work
+    than cores) extra OpenMP threads cost more than they give: with 2 threads on 2 cores at load average 9, a
+    digits MLP epoch took 6x as long as with 1 thread, an MLP of 1024 hidden units at batch 256 5.5x (#32); pin
+    the process (``taskset``) or set ``OMP_NUM_THREADS=1`` there.
+    """
+    import os
+
+    from heteroflow.components.data.preprocess import available_cpus
+
+    threads = max(1, available_cpus() - workers)
+    omp = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return min(threads, int(omp)) if omp.isdigit() and int(omp) >= 1 else threads
 
 
 def auto_workers(in_memory: bool, requested: int) -> int:

@@ -99,6 +99,14 @@ class Checkpoint:
         """Whether a checkpoint is due after optimizer step ``step`` (every ``every_steps``, not the last)."""
         return self.enabled and step % self.every_steps == 0 and step < self.total_steps
 
+    def next_due(self, step: int) -> int:
+        """The first optimizer step after ``step`` at which :meth:`due` holds, or -1 when none does (a loop compares
+        its step counter with it instead of asking every step)."""
+        if not self.enabled:
+            return -1
+        nxt = (step // self.every_steps + 1) * self.every_steps
+        return nxt if nxt < self.total_steps else -1
+
     def save(self, step: int, *, model: nn.Module, optimizer: Any = None, scheduler: Any = None, scaler: Any = None,
              extra: Mapping[str, Any] | None = None) -> None:
         """Write a checkpoint after optimizer step ``step`` (atomically; CPU copies of every tensor).

@@ -29,6 +29,7 @@ def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path
     batches may use, and the count is chosen from the first batches' load and compute times
     (:meth:`~heteroflow.components.training.loop.TrainContext.measure_loading`)."""
     from heteroflow.components.core.failures import _faults_of, fault_after_steps
+    from heteroflow.components.training.batches import eval_batch_size
     from heteroflow.components.training.loop import Checkpoint, TrainContext, make_loader, make_scaler
 
     rank = distributed.rank if distributed is not None else 0
@@ -43,7 +44,7 @@ def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path
     train_loader = train_loader_with(loader_workers)
     val_loader = None
     if splits.validation is not None:
-        val_loader = make_loader(splits.validation, batch_size=max(batch_size, 256), seed=seed, shuffle=False,
+        val_loader = make_loader(splits.validation, batch_size=eval_batch_size(batch_size, splits.input_shape), seed=seed, shuffle=False,
                                  num_workers=loader_workers, device=device)
 
     def fault_check(step: int) -> None:

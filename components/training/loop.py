@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import shutil
 import statistics
 import sys
@@ -55,7 +56,14 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.errors import InvalidParameter, NonFiniteError
-from heteroflow.components.training.batches import PROBE_BATCHES, EpochBatches, auto_workers, choose_workers, make_loader
+from heteroflow.components.training.batches import (
+    PROBE_BATCHES,
+    EpochBatches,
+    auto_workers,
+    choose_workers,
+    make_loader,
+    tensor_batches,
+)
 from heteroflow.components.training.checkpoint import (
     _FORMAT,
     CHECKPOINT_FILE,
@@ -323,6 +331,7 @@ class TrainContext:
     def _loader_batches(self, loader: Any, epoch: int, start: int, *, shares: bool = True,
                         started: Iterator[Any] | None = None) -> Iterator[Any]:
         sampler = loader.batch_sampler
+        shared, on_cpu = shares and self.world_size > 1, self.device.type == "cpu"
         if started is not None:
             source: Iterator[Any] = started  # its sampler was set to this epoch and batch when it started
         elif loader.num_workers == 0 and not loader.pin_memory:
@@ -330,12 +339,15 @@ class TrainContext:
             # a DataLoader without workers fetches and collates in this process: the same calls without its
             # iterator's per-batch bookkeeping (about 10 us a batch, several % of a small model's step)
             dataset, collate = loader.dataset, loader.collate_fn
-            fetch = getattr(dataset, "__getitems__", None) or (lambda idx: [dataset[i] for i in idx])
-            source = (collate(fetch(idx)) for idx in sampler)
+            if type(dataset) is _tensor_data() and sampler.world_size == 1:
+                # in-memory tensors: a chunk of batches gathered at once, each batch a view of it
+                source = tensor_batches(dataset.x, dataset.y, sampler)
+            else:
+                fetch = getattr(dataset, "__getitems__", None) or (lambda idx: [dataset[i] for i in idx])
+                source = (collate(fetch(idx)) for idx in sampler)
         else:
             sampler.set_epoch(epoch, start)
             source = iter(loader)
-        shared, on_cpu = shares and self.world_size > 1, self.device.type == "cpu"
         if on_cpu and not shared:
             yield from source
             return
@@ -415,10 +427,8 @@ class TrainContext:
         n = choose_workers(load, compute, cpus=cpus, most=self._most_workers)
         self._probe = None
         self.loader_workers = n
-        if self.device.type == "cpu" and self.world_size == 1:
-            import torch
-
-            torch.set_num_threads(max(1, cpus - n))  # train sized them for the most workers: the cores left now
+        # torch's threads stay what train set from the most workers (batches.train_threads): a count that depends
+        # on this timed choice could change a CPU result's last bits between a run and its resumed rerun
         if self.rank == 0:
             predicted = batch_seconds(load, compute, workers=n, cpus=cpus)
             print(f"train: loader_workers={n} (chosen: a batch loads in {load * 1e3:.1f} ms and a step computes in "
@@ -467,7 +477,9 @@ class TrainContext:
         was_training = model.training
         model.eval()
         correct, total = None, 0
-        with torch.no_grad(), self.autocast():
+        # inference_mode: no autograd and no version counters (torch's recommended mode for evaluation; Lightning
+        # validates in it by default)
+        with torch.inference_mode(), self.autocast():
             for x, y in self._loader_batches(loader, 0, 0, shares=False):
                 hits = (model(x).argmax(dim=1) == y).sum()
                 correct = hits if correct is None else correct + hits  # on the device: one wait, at the end
@@ -489,49 +501,50 @@ def classifier_loop(ctx: TrainContext) -> nn.Module:
             end, so NaN weights are never saved).
         CheckpointError: see :meth:`Checkpoint.load`.
     """
-    import torch
-
     model = ctx.build_model()
     optimizer = ctx.build_optimizer(model)
     state = ctx.checkpoint.load(model=model, optimizer=optimizer, scaler=ctx.scaler)
     step = state["step"] if state else 0
     extra = state["extra"] if state else {}  # the history came back with the checkpoint (Checkpoint.load)
-    loss_sum = torch.as_tensor(float(extra.get("epoch_loss_sum", 0.0)), dtype=torch.float64)
+    loss_sum = float(extra.get("epoch_loss_sum", 0.0))  # float64, as the sums below
     loss_count = int(extra.get("epoch_loss_count", 0))
     if loss_count and step % ctx.steps_per_epoch == 0:
         # The checkpoint fell on the last step of an epoch, before that epoch was reported: report it now (the
         # weights are those it ended with, so validation accuracy is what it would have said).
-        _report_epoch(ctx, model, epoch=step // ctx.steps_per_epoch - 1, step=step, loss=float(loss_sum / loss_count))
-        loss_sum, loss_count = torch.zeros((), dtype=torch.float64), 0
+        _report_epoch(ctx, model, epoch=step // ctx.steps_per_epoch - 1, step=step, loss=loss_sum / loss_count)
+        loss_sum, loss_count = 0.0, 0
     model.train()
     started = time.perf_counter()
     amp = ctx.autocast_dtype is not None
-    due, fault_check = ctx.checkpoint.due, ctx.fault_check
+    # per step: no device wait, no clock, no file system; the next checkpoint is a step number (Checkpoint.next_due)
+    checkpoint, fault_check, loss_fn, backward = ctx.checkpoint, ctx.fault_check, ctx.loss_fn, ctx.backward
+    next_due = checkpoint.next_due(step)
     for epoch in range(ctx.epoch_of(step), ctx.epochs):
         losses: list[torch.Tensor] = []  # device tensors: nothing waits for the device per step
-        first_step = step
+        first_step, seen = step, 0
         for x, y in ctx.batches(epoch, step):
             if amp:
                 with ctx.autocast():
-                    loss = ctx.loss_fn(model(x), y)
+                    loss = loss_fn(model(x), y)
             else:
-                loss = ctx.loss_fn(model(x), y)
-            losses.append(ctx.backward(loss, optimizer).float())
+                loss = loss_fn(model(x), y)
+            losses.append(backward(loss, optimizer))
             step += 1
-            ctx.samples_seen += len(y)
-            if due(step):
-                _check_losses(losses, first_step=first_step, epoch=epoch, ctx=ctx)  # never save NaN weights
-                part = ctx.mean_across_workers(float((loss_sum + torch.stack(losses).double().sum().cpu()).item()))
+            seen += len(y)
+            if step == next_due:
+                # never save NaN weights: _loss_sum raises first
+                part = ctx.mean_across_workers(loss_sum + _loss_sum(losses, first_step=first_step, epoch=epoch, ctx=ctx))
                 ctx.step_done(step, model=model, optimizer=optimizer, extra={
                     "epoch_loss_sum": part, "epoch_loss_count": loss_count + len(losses),
                 })
+                next_due = checkpoint.next_due(step)
             elif fault_check is not None:
                 fault_check(step)
-        _check_losses(losses, first_step=first_step, epoch=epoch, ctx=ctx)
-        total = ctx.mean_across_workers(float(loss_sum + (torch.stack(losses).double().sum().cpu() if losses else 0.0)))
+        ctx.samples_seen += seen
+        total = ctx.mean_across_workers(loss_sum + _loss_sum(losses, first_step=first_step, epoch=epoch, ctx=ctx))
         count = loss_count + len(losses)
-        epoch_loss = float(total / count) if count else float("nan")
-        loss_sum, loss_count = torch.zeros((), dtype=torch.float64), 0
+        epoch_loss = total / count if count else float("nan")
+        loss_sum, loss_count = 0.0, 0
         _report_epoch(ctx, model, epoch=epoch, step=step, loss=epoch_loss)
     _synchronize(ctx.device)
     ctx.loop_seconds = time.perf_counter() - started
@@ -579,10 +592,36 @@ def _cross_entropy() -> Callable[..., Any]:
     return _CROSS_ENTROPY[0]
 
 
+def _tensor_data() -> type:
+    """:class:`heteroflow.components.data.readers.TensorData` (imported where used: the readers import NumPy)."""
+    from heteroflow.components.data.readers import TensorData
+
+    return TensorData
+
+
 def _report_epoch(ctx: TrainContext, model: nn.Module, *, epoch: int, step: int, loss: float) -> None:
     val = ctx.evaluate_accuracy(model)
     ctx.report(epoch=epoch + 1, step=step, total_steps=ctx.total_steps, loss=round(loss, 6),
                **({"validation_accuracy": round(val, 6)} if val is not None else {}))
+
+
+def _loss_sum(losses: list[torch.Tensor], *, first_step: int, epoch: int, ctx: TrainContext) -> float:
+    """The sum of ``losses`` (scalar tensors of steps ``first_step + 1`` on) in float64: one wait for the device.
+
+    A sum in float64 of finite losses (float32 or narrower: at most 3.4e38 each) cannot overflow, so it is finite
+    exactly when every loss is; only then are they not looked at one by one.
+
+    Raises:
+        NonFiniteError: a loss is NaN or infinite (:func:`_check_losses`).
+    """
+    import torch
+
+    if not losses:
+        return 0.0
+    total = float(torch.stack(losses).double().sum())
+    if not math.isfinite(total):
+        _check_losses(losses, first_step=first_step, epoch=epoch, ctx=ctx)
+    return total
 
 
 def _check_losses(losses: list[torch.Tensor], *, first_step: int, epoch: int, ctx: TrainContext) -> None:
@@ -595,7 +634,7 @@ def _check_losses(losses: list[torch.Tensor], *, first_step: int, epoch: int, ct
 
     if not losses:
         return
-    stacked = torch.stack(losses)
+    stacked = torch.stack(losses).float()
     finite = torch.isfinite(stacked)
     if bool(finite.all()):
         return

@@ -16,6 +16,11 @@ key                         meaning
 ``peak_memory_bytes``       device memory high-water mark (``torch.cuda.max_memory_allocated``) on a GPU; the
                             process's peak resident set size (``getrusage`` ``ru_maxrss``) on the CPU
 ``peak_memory_of``          ``device`` or ``host_rss``
+``loader_workers``          DataLoader worker processes of the profiled steps: train's count (``loader_workers``
+                            -1 on files: chosen as train chooses it, from the warm-up batches' load and compute
+                            times, :func:`~heteroflow.components.training.batches.choose_workers`)
+``torch_threads``           torch's intra-op threads: train's (the cores less the most workers it may use, at
+                            most ``OMP_NUM_THREADS``: :func:`~heteroflow.components.training.batches.train_threads`)
 ==========================  ===================================================================================
 
 Shares are of operator self time (PyTorch's ``key_averages()`` ``self_cpu_time_total`` /
@@ -71,12 +76,20 @@ def profile_training(
         InvalidParameter: a parameter out of range or not one of train's, or a factory that cannot be imported.
         DeviceUnavailable: the device is absent.
     """
-    import torch
-    from torch.profiler import ProfilerActivity, profile
+    import statistics
 
+    import torch
+
+    from heteroflow.components.data.preprocess import available_cpus
     from heteroflow.components.data.readers import open_splits
     from heteroflow.components.core.step import with_defaults
-    from heteroflow.components.training.batches import auto_workers, make_loader
+    from heteroflow.components.training.batches import (
+        PROBE_BATCHES,
+        auto_workers,
+        choose_workers,
+        make_loader,
+        train_threads,
+    )
     from heteroflow.components.training.device import resolve_device
     from heteroflow.components.training.params import model_spec, union_batch_size
     from heteroflow.components.training.precision import make_scaler, resolve_precision
@@ -101,11 +114,17 @@ def profile_training(
     torch.manual_seed(seed)
     model = model_cpu.to(dev).train()
     opt = torch.optim.Adam(model.parameters(), lr=learning_rate)
-    loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True,
-                         num_workers=auto_workers(splits.in_memory, loader_workers), device=dev)
+    # the workers and threads train uses: at most `most` workers, the threads sized by it (train.step), and with
+    # loader_workers=-1 on files the count chosen from the first batches' times (TrainContext.batches)
+    most = auto_workers(splits.in_memory, loader_workers)
+    cpus = available_cpus()
+    probing = loader_workers == -1 and not splits.in_memory and most > 0
+    workers = 0 if probing else most
+    threads_before, threads = torch.get_num_threads(), train_threads(most)
     autocast = (lambda: torch.autocast(device_type=dev.type, dtype=dtype)) if dtype is not None else None
 
-    def batches() -> Any:
+    def batches(n: int) -> Any:
+        loader = make_loader(splits.train, batch_size=batch_size, seed=seed, shuffle=True, num_workers=n, device=dev)
         epoch = 0
         while True:
             loader.batch_sampler.set_epoch(epoch)
@@ -113,10 +132,12 @@ def profile_training(
                 yield x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
             epoch += 1
 
-    stream = batches()
+    stream = batches(workers)
 
     def one_step() -> int:
-        x, y = next(stream)
+        return compute(*next(stream))
+
+    def compute(x: Any, y: Any) -> int:
         if autocast is not None:
             with autocast():
                 loss = torch.nn.functional.cross_entropy(model(x), y)
@@ -140,9 +161,50 @@ def profile_training(
         if kind is not None:
             kind.synchronize(dev)
 
-    for _ in range(warmup_steps):
-        one_step()
-    sync()
+    torch.set_num_threads(threads)
+    try:
+        if probing:  # warm-up batches loaded in this process and timed, each with the step that uses it
+            times = []
+            for _ in range(max(warmup_steps, PROBE_BATCHES)):
+                t0 = time.perf_counter()
+                batch = next(stream)
+                t1 = time.perf_counter()
+                compute(*batch)
+                sync()
+                times.append((t1 - t0, time.perf_counter() - t1))
+            timed_batches = times[1:] or times  # the first pays start-up costs
+            workers = choose_workers(statistics.median(t[0] for t in timed_batches),
+                                     statistics.median(t[1] for t in timed_batches), cpus=cpus, most=most)
+            if workers:
+                stream = batches(workers)  # its start-up in warm-up steps, not in the timed ones
+        for _ in range(warmup_steps if not probing or workers else 0):
+            one_step()
+        sync()
+        measured = _measure(steps=steps, one_step=one_step, sync=sync, kind=kind, dev=dev)
+    finally:
+        torch.set_num_threads(threads_before)
+    result = {
+        "format": 1,
+        "device": str(dev),
+        "precision": str(dtype).replace("torch.", "") if dtype is not None else "float32",
+        "model": spec.to_dict(),
+        "batch_size": batch_size,
+        "steps": steps,
+        **measured,
+        "loader_workers": workers,
+        "torch_threads": threads,
+        "torch": torch.__version__,
+    }
+    out = Path(output_path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_bytes(out, json.dumps(result, indent=2).encode())
+    return result
+
+
+def _measure(*, steps: int, one_step: Any, sync: Any, kind: Any, dev: Any) -> dict[str, Any]:
+    """Time ``steps`` steps, then profile ``steps`` more: the profile's measured keys."""
+    from torch.profiler import ProfilerActivity, profile
+
     if kind is not None:
         kind.reset_peak_memory(dev)
     t0 = time.perf_counter()
@@ -171,13 +233,7 @@ def profile_training(
     else:
         rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
         peak, peak_of = int(rss if sys.platform == "darwin" else rss * 1024), "host_rss"
-    result = {
-        "format": 1,
-        "device": str(dev),
-        "precision": str(dtype).replace("torch.", "") if dtype is not None else "float32",
-        "model": spec.to_dict(),
-        "batch_size": batch_size,
-        "steps": steps,
+    return {
         "samples_per_second": samples / timed if timed > 0 else 0.0,
         "step_seconds": timed / steps,
         "operators": operators,
@@ -185,12 +241,7 @@ def profile_training(
         "time_measured_on": "device" if on_device else "cpu",
         "peak_memory_bytes": peak,
         "peak_memory_of": peak_of,
-        "torch": torch.__version__,
     }
-    out = Path(output_path)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    atomic_write_bytes(out, json.dumps(result, indent=2).encode())
-    return result
 
 
 def read_profile(path: str | os.PathLike[str], *, field: str = "profile") -> dict[str, Any]:

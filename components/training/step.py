@@ -44,7 +44,6 @@ from typing import TYPE_CHECKING, Any
 from heteroflow.cache.locations import home_dir
 from heteroflow.components.errors import InvalidParameter, Problems
 from heteroflow.components.data.parameters import SEED_MAX, check_integer
-from heteroflow.components.data.preprocess import available_cpus
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 from heteroflow.components.training.checkpoint_lock import LOCK_WAIT_SECONDS, _exclusive, _take_finished_model  # noqa: F401  (set it there: _exclusive reads it there)
@@ -261,7 +260,7 @@ def train(
 
     Sets torch's intra-op thread count (process-wide) to the CPU cores this process may use
     (:func:`~heteroflow.components.data.preprocess.available_cpus`: affinity and cgroup quota) less one per DataLoader
-    worker process (at least 1).
+    worker process (at least 1; at most ``OMP_NUM_THREADS`` when set: :func:`~heteroflow.components.training.batches.train_threads`).
 
     Returns:
         A :class:`TrainResult`.
@@ -275,6 +274,7 @@ def train(
     """
     import torch  # imported before the clock starts: seconds measure the training, not the import
 
+    from heteroflow.components.training.batches import train_threads
     from heteroflow.components.training.loop import auto_workers, resolve_precision
 
     started = time.perf_counter()
@@ -308,7 +308,7 @@ def train(
     # torch sizes its thread pool by the host's cores, not by the container's CPU limit: use what we are given,
     # less one core per DataLoader worker (the training's OpenMP threads spin between operations and took the
     # cores the workers decode on: 2 workers on 2 cores went from 0.67x to 1.0x of no workers, benchmarks/training.py)
-    torch.set_num_threads(max(1, available_cpus() - workers))
+    torch.set_num_threads(train_threads(workers))  # OMP_NUM_THREADS, when set, caps it
 
     say = _sayer(progress)
     sizes = parse_batch_sizes(batch_sizes)
