@@ -232,3 +232,55 @@ def test_a_kfp_local_run_imports_no_docker_and_draws_its_timeline_once(digits_di
     artifact = next(run_dir.glob("kfp/*/heteroflow-check/report"))
     for html in (artifact.read_text(encoding="utf-8"), (run_dir / "report.html").read_text(encoding="utf-8")):
         assert 'data-plot="timeline"' in html
+
+
+# --- the report's plots ----------------------------------------------------------------------------------------
+
+
+def test_a_plot_another_thread_is_drawing_is_waited_for_not_drawn_twice(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kfp.local's check task renders the report while the prerendering thread may still draw a plot: the second
+    caller waits for that drawing and gets its result; the function ran once. Where the drawing fails, the waiting
+    caller draws the plot itself."""
+    import threading
+
+    from heteroflow.pipelines.runs import charts
+
+    monkeypatch.setattr(charts, "_CHARTS", {})
+    started, release = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    @charts._memo
+    def plot(label: str) -> str:
+        calls.append(label)
+        started.set()
+        assert release.wait(30)
+        if label == "broken" and len(calls) == 1:
+            raise RuntimeError("the first drawing failed")
+        return f"<svg>{label}</svg>"
+
+    results: dict[str, Any] = {}
+
+    def first(label: str) -> None:
+        try:
+            results["first"] = plot(label)
+        except RuntimeError as exc:
+            results["first"] = exc
+
+    for label, expected_calls in (("same", ["same"]), ("broken", ["broken", "broken"])):
+        calls.clear()
+        started.clear()
+        release.clear()
+        drawer = threading.Thread(target=first, args=(label,))
+        drawer.start()
+        assert started.wait(30)
+        waiter = threading.Thread(target=lambda label=label: results.__setitem__("second", plot(label)))
+        waiter.start()
+        time.sleep(0.2)
+        assert calls == [label], "the second caller waits while the first draws"
+        release.set()
+        drawer.join(30)
+        waiter.join(30)
+        assert calls == expected_calls
+        assert results["second"] == f"<svg>{label}</svg>"
+        assert charts._DRAWING == {}
+    assert isinstance(results["first"], RuntimeError)

@@ -37,21 +37,40 @@ def _plotting_imported() -> bool:
     return "matplotlib.figure" in sys.modules and "matplotlib.backends.backend_svg" in sys.modules
 
 
+_DRAWING: dict[str, threading.Event] = {}
+"""Plots being drawn now, by their :data:`_CHARTS` key: set when the drawing ends."""
+
+
 def _memo(func: Any) -> Any:
     """Keep ``func``'s result by its (JSON) arguments in :data:`_CHARTS`, for
-    :func:`heteroflow.pipelines.runs.prerendering.prerender`."""
+    :func:`heteroflow.pipelines.runs.prerendering.prerender`. A call whose plot another thread is drawing waits for
+    that drawing instead of drawing it a second time beside it (kfp.local's check task renders the report while the
+    prerendering thread may still draw evaluate's plots); where that drawing failed, it draws the plot itself."""
 
     @functools.wraps(func)
     def wrapper(*args: Any) -> Any:
         key = func.__name__ + json.dumps(args, sort_keys=True, default=str)
         with _CHARTS_LOCK:
             hit = _CHARTS.get(key)
+            drawing = _DRAWING.get(key) if hit is None else None
+            if hit is None and drawing is None:
+                done = _DRAWING[key] = threading.Event()
         if hit is not None:
             return hit
-        out = func(*args)
-        with _CHARTS_LOCK:
-            _CHARTS[key] = out
-        return out
+        if drawing is not None:
+            drawing.wait()
+            with _CHARTS_LOCK:
+                hit = _CHARTS.get(key)
+            return hit if hit is not None else func(*args)
+        try:
+            out = func(*args)
+            with _CHARTS_LOCK:
+                _CHARTS[key] = out
+            return out
+        finally:
+            with _CHARTS_LOCK:
+                _DRAWING.pop(key, None)
+            done.set()
 
     return wrapper
 
