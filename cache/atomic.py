@@ -20,10 +20,8 @@ left by a SIGKILL never stays for good. Files are created with the process umask
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import errno
 import os
-import secrets
 import shutil
 import socket
 import tempfile
@@ -84,7 +82,8 @@ def _host() -> str:
 
 
 def _temp_name(target: Path, kind: str) -> Path:
-    return target.with_name(f".{target.name}.{_host()}.{os.getpid()}.{secrets.token_hex(4)}.{kind}")
+    # os.urandom(4).hex() is secrets.token_hex(4) without importing secrets (hmac, hashlib) into every step process
+    return target.with_name(f".{target.name}.{_host()}.{os.getpid()}.{os.urandom(4).hex()}.{kind}")
 
 
 def _owner_gone(path: Path) -> bool:
@@ -165,6 +164,8 @@ def sync_filesystem(path: str | os.PathLike[str]) -> None:
     Linux ``syncfs(2)`` (the filesystem of ``path`` only); elsewhere ``os.sync()`` (all filesystems). One call
     replaces an fsync per file when many files were written (the cost ``cp -r`` + ``sync`` pays).
     """
+    import ctypes  # here: a step process that writes records only needs it not (~2 ms of its start)
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         syncfs = libc.syncfs
@@ -188,6 +189,8 @@ def exchange_paths(a: str | os.PathLike[str], b: str | os.PathLike[str]) -> bool
     Raises:
         OSError: any other failure (e.g. a path is missing).
     """
+    import ctypes
+
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         renameat2 = libc.renameat2

@@ -20,6 +20,7 @@ from heteroflow.pipelines.kfp.patches import (
     BOOKKEEPING_IN_PROCESS,
     CHEAP_CONTAINER_CHECK,
     LAZY_KFP_CLIENT,
+    NO_DOCKER_IMPORT,
     ONE_LOGGER_SETUP,
     ONE_PRINT_INDENT,
     PARALLEL_DAG,
@@ -53,13 +54,14 @@ def _source(func: Any) -> str:
 
 
 def test_every_patch_is_named_documented_and_its_targets_exist() -> None:
-    assert len({p.name for p in PATCHES}) == len(PATCHES) == 7
+    assert len({p.name for p in PATCHES}) == len(PATCHES) == 8
     targets = [t for p in PATCHES for t in p.replaces]
     assert len(set(targets)) == len(targets), "each kfp attribute belongs to one patch"
     for patch in UNDONE:
         assert len(patch.works_around) > 80, patch.name
         assert all(t.startswith("kfp.") and ":" in t for t in patch.replaces), patch.name
-        assert all(callable(v) for v in patch.current().values()), patch.name
+        # a function or class; no-docker-import replaces a flag (kfp's own `_DOCKER_AVAILABLE`)
+        assert all(callable(v) or (patch is NO_DOCKER_IMPORT and isinstance(v, bool)) for v in patch.current().values()), patch.name
     assert all(p.issue is None or p.issue.startswith("https://github.com/kubeflow/pipelines/") for p in PATCHES)
 
 
@@ -222,6 +224,46 @@ def test_lazy_kfp_client_skips_kfp_client_and_imports_it_on_first_use() -> None:
     assert out == {"client_skipped": True, "env": None, "getattr": True, "dsl": "kfp.dsl", "client": "Client",
                    "client_imported": True}
     assert LAZY_KFP_CLIENT.replaces == ("kfp:__getattr__",) and not LAZY_KFP_CLIENT.undone
+
+
+def test_no_docker_import_relies_on_a_flag_kfp_reads_per_task_and_an_import_it_guards() -> None:
+    """kfp's dispatcher imports the docker handler at its top, inside ``try/except ImportError`` that sets
+    ``_DOCKER_AVAILABLE``, and reads the flag (a module global) for every task before it touches the handler."""
+    import importlib.util
+
+    from kfp.local import task_dispatcher
+
+    source = Path(importlib.util.find_spec("kfp.local.task_dispatcher").origin).read_text()  # type: ignore[arg-type, union-attr]
+    assert "    from kfp.local import docker_task_handler\n    _DOCKER_AVAILABLE = True\nexcept ImportError:" in source
+    body = _source(task_dispatcher.run_single_task_implementation)
+    assert body.index("if _DOCKER_AVAILABLE:") < body.index("docker_task_handler.DockerTaskHandler")
+    assert NO_DOCKER_IMPORT.replaces == ("kfp.local.task_dispatcher:_DOCKER_AVAILABLE",) and NO_DOCKER_IMPORT.undone
+
+
+@pytest.mark.slow
+def test_no_docker_import_leaves_docker_unimported_during_a_run_and_usable_after() -> None:
+    """In a fresh interpreter: while the run's patches apply, kfp.local's dispatcher is imported without the docker
+    SDK and reads no docker handler; after them, kfp's DockerRunner handler loads on first use."""
+    pytest.importorskip("docker", reason="kfp's DockerRunner needs the docker package, not installed here")
+    code = (
+        "import json, sys\n"
+        "from heteroflow.pipelines.kfp.patches import import_kfp, kfp_local_patches\n"
+        "import_kfp()\n"
+        "with kfp_local_patches(parallel=4) as applied:\n"
+        "    from kfp.local import task_dispatcher\n"
+        "    during = {'applied': applied, 'docker': 'docker' in sys.modules, 'flag': task_dispatcher._DOCKER_AVAILABLE}\n"
+        "after = {'docker': 'docker' in sys.modules, 'flag': task_dispatcher._DOCKER_AVAILABLE}\n"
+        "handler = task_dispatcher.docker_task_handler.DockerTaskHandler.__name__\n"
+        "print(json.dumps({'during': during, 'after': after, 'handler': handler, 'loaded': 'docker' in sys.modules}))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {
+        "during": {"applied": True, "docker": False, "flag": False},
+        "after": {"docker": False, "flag": True},
+        "handler": "DockerTaskHandler",
+        "loaded": True,
+    }
 
 
 def test_kfps_init_still_has_the_runtime_switch_lazy_kfp_client_relies_on() -> None:

@@ -29,7 +29,6 @@ import shutil
 import stat
 import subprocess
 import time
-from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -127,6 +126,8 @@ def _taken_by(version_dir: Path) -> str:
 
 def code_version() -> dict[str, str | None]:
     """heteroflow's installed version and, when run from a git checkout, its commit (``-dirty`` if modified)."""
+    from importlib import metadata  # imported here: defining a pipeline, or starting a step task, needs it not
+
     try:
         version = metadata.version("heteroflow")
     except metadata.PackageNotFoundError:  # pragma: no cover - always installed

@@ -203,13 +203,26 @@ def run_local(
 
 def _warm_pool(size: int, pipeline: Pipeline) -> WarmPool:
     """The run's prestarted step processes: the command line's early pool (:func:`prestart.start_early`), else
-    ``size`` new ones preloading :func:`_preload`'s modules (0: none)."""
+    ``size`` new ones preloading :func:`_preload`'s modules (0: none); either starts no more than the run's step
+    tasks (:func:`_step_tasks`) can take."""
     early = take_early()
     if early is not None and size > 0:
+        early.set_limit(_step_tasks(pipeline))
         return early
     if early is not None:
         early.close()
-    return WarmPool(size, preload=_preload(pipeline))
+    return WarmPool(size, preload=_preload(pipeline), limit=_step_tasks(pipeline))
+
+
+def _step_tasks(pipeline: Pipeline) -> int | None:
+    """How many step tasks a run of ``pipeline`` starts when no step fails: one per call, except a device-bound call
+    that no planner places, whose candidates may each run in turn (its chain starts at the first); None when a call
+    is inside a loop (one task per item). A retry, or a fallback after a placed candidate failed, starts its own
+    process, as kfp.local does."""
+    if any(getattr(group, "kind", None) == "loop" for call in pipeline.calls for group in call.groups):
+        return None
+    placed = {call.name for call in pipeline.placed_calls} if pipeline.planner is not None else set()
+    return sum(len(call.candidates) if call.device_bound and call.name not in placed else 1 for call in pipeline.calls)
 
 
 def _preload(pipeline: Pipeline) -> list[str]:

@@ -13,8 +13,8 @@ path (kfp's DAG loop, one task at a time, every task in a process of its own), w
 What applies them:
 
 - :func:`kfp_local_patches`: for the duration of one kfp.local run (:func:`heteroflow.pipelines.kfp.local.run_local`):
-  :data:`PARALLEL_DAG`, :data:`ONE_LOGGER_SETUP`, :data:`ONE_PRINT_INDENT`, :data:`STOP_ON_INTERRUPT` (those four
-  only with ``parallel > 1``) and :data:`BOOKKEEPING_IN_PROCESS`;
+  :data:`NO_DOCKER_IMPORT`, :data:`PARALLEL_DAG`, :data:`ONE_LOGGER_SETUP`, :data:`ONE_PRINT_INDENT`,
+  :data:`STOP_ON_INTERRUPT` (those four only with ``parallel > 1``) and :data:`BOOKKEEPING_IN_PROCESS`;
 - :func:`cheap_container_checks`: :data:`CHEAP_CONTAINER_CHECK` while a pipeline is rendered
   (:func:`heteroflow.pipelines.kfp.render.to_kfp`);
 - :func:`import_kfp`: :data:`LAZY_KFP_CLIENT`, once per process (the one patch that is not undone: the ``kfp``
@@ -43,6 +43,7 @@ __all__ = [
     "BOOKKEEPING_IN_PROCESS",
     "CHEAP_CONTAINER_CHECK",
     "LAZY_KFP_CLIENT",
+    "NO_DOCKER_IMPORT",
     "ONE_LOGGER_SETUP",
     "ONE_PRINT_INDENT",
     "PARALLEL_DAG",
@@ -58,6 +59,7 @@ __all__ = [
     "import_kfp",
     "installed_kfp_version",
     "kfp_local_patches",
+    "no_docker_import",
     "parallel_tasks",
     "patches_usable",
     "resolve",
@@ -187,7 +189,21 @@ LAZY_KFP_CLIENT = Patch(
     undone=False,
 )
 
+NO_DOCKER_IMPORT = Patch(
+    name="no-docker-import",
+    replaces=("kfp.local.task_dispatcher:_DOCKER_AVAILABLE",),
+    works_around=(
+        "kfp.local.task_dispatcher imports kfp.local.docker_task_handler, and with it the docker SDK (requests, "
+        "urllib3: ~0.1 s of the driver's start), when it is imported, and reads DockerTaskHandler from it for every "
+        "task, though only DockerRunner uses it; a heteroflow run uses SubprocessRunner. The handler module is "
+        "imported lazily (importlib.util.LazyLoader: run on first attribute use; only where the docker package is "
+        "installed, so a missing one still fails at import as kfp expects), and _DOCKER_AVAILABLE reads False "
+        "for the run's duration, so that no task touches it; after the run a DockerRunner task loads it as usual."
+    ),
+)
+
 PATCHES: tuple[Patch, ...] = (
+    NO_DOCKER_IMPORT,
     PARALLEL_DAG,
     ONE_LOGGER_SETUP,
     ONE_PRINT_INDENT,
@@ -314,6 +330,7 @@ def kfp_local_patches(*, parallel: int = 4, pool: WarmPool | None = None, on_int
         yield False
         return
     with contextlib.ExitStack() as stack:
+        stack.enter_context(no_docker_import())  # first: the others import kfp.local.task_dispatcher
         if parallel > 1:
             stack.enter_context(parallel_tasks(parallel, on_interrupt=on_interrupt))
         stack.enter_context(bookkeeping_in_process(pool))
@@ -321,6 +338,40 @@ def kfp_local_patches(*, parallel: int = 4, pool: WarmPool | None = None, on_int
 
         stack.enter_context(loop_inputs())
         yield True
+
+
+_DOCKER_HANDLER = "kfp.local.docker_task_handler"
+
+
+@contextlib.contextmanager
+def no_docker_import() -> Iterator[None]:
+    """:data:`NO_DOCKER_IMPORT` for the duration (applied whatever the kfp version: :func:`kfp_local_patches` checks
+    it): ``kfp.local.task_dispatcher`` imported without running ``kfp.local.docker_task_handler`` (nor the docker
+    SDK), and its ``_DOCKER_AVAILABLE`` False while the run's SubprocessRunner tasks are dispatched.
+
+    The handler module is made lazy only when neither it nor the dispatcher is imported yet and the ``docker``
+    package is installed (without it, kfp's own import fails at once and sets ``_DOCKER_AVAILABLE`` False); it
+    stays lazy after the run (a module that runs on first use, as imported modules stay imported), so a later
+    DockerRunner task in this process loads it then.
+    """
+    import importlib.util
+
+    if _DOCKER_HANDLER not in sys.modules and "kfp.local.task_dispatcher" not in sys.modules:
+        with contextlib.suppress(ImportError, ValueError):
+            if importlib.util.find_spec("docker") is not None:
+                spec = importlib.util.find_spec(_DOCKER_HANDLER)
+                if spec is not None and spec.loader is not None:
+                    spec.loader = importlib.util.LazyLoader(spec.loader)
+                    module = importlib.util.module_from_spec(spec)
+                    sys.modules[_DOCKER_HANDLER] = module
+                    spec.loader.exec_module(module)  # LazyLoader: the module's code runs on first attribute use
+                    import kfp.local
+
+                    kfp.local.docker_task_handler = module  # type: ignore[attr-defined]  # as an import sets it
+    from kfp.local import task_dispatcher
+
+    with _replaced(task_dispatcher, "_DOCKER_AVAILABLE", False):
+        yield
 
 
 @contextlib.contextmanager

@@ -50,8 +50,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from heteroflow.pipelines.environment import CONTRACT
-
 __all__ = [
     "PRESTART_ENV",
     "TASK_VARIABLES",
@@ -76,10 +74,29 @@ DEFAULT_PRELOAD: tuple[str, ...] = ("numpy", "heteroflow.components.core.runtime
 """What an early pool preloads before the pipeline is known: numpy (the shipped data steps import it when they run;
 their modules do not, so that defining a pipeline stays light), heteroflow's runtime and the shipped steps."""
 
-TASK_VARIABLES: frozenset[str] = frozenset({*CONTRACT, "TMPDIR"})
-"""The variables a task's environment may set unlike a waiting process's: the step contract
-(:data:`heteroflow.pipelines.environment.CONTRACT`: the run folder and id, the driver's pid, the testing settings)
-and ``TMPDIR`` (kfp.local's scratch folder in the run folder)."""
+_TASK_VARIABLES: frozenset[str] | None = None
+
+
+def _task_variables() -> frozenset[str]:
+    """:data:`TASK_VARIABLES`, read from :mod:`heteroflow.pipelines.environment` when first needed: this module is
+    imported before anything else of a ``heteroflow run`` (:mod:`heteroflow.pipelines.cli.script`), so that its
+    pool starts without waiting for the step contract's modules (~0.1 s of imports the command line does later)."""
+    global _TASK_VARIABLES
+    if _TASK_VARIABLES is None:
+        from heteroflow.pipelines.environment import CONTRACT
+
+        _TASK_VARIABLES = frozenset({*CONTRACT, "TMPDIR"})
+    return _TASK_VARIABLES
+
+
+def __getattr__(name: str) -> Any:
+    """``TASK_VARIABLES``: the variables a task's environment may set unlike a waiting process's: the step contract
+    (:data:`heteroflow.pipelines.environment.CONTRACT`: the run folder and id, the driver's pid, the testing
+    settings) and ``TMPDIR`` (kfp.local's scratch folder in the run folder). Computed on first use
+    (:func:`_task_variables`)."""
+    if name == "TASK_VARIABLES":
+        return _task_variables()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 _EXECUTOR_MODULE = "kfp.dsl.executor_main"
 
@@ -194,6 +211,9 @@ class WarmPool:
             runs it).
         executable: the Python to start (kfp.local's, ``sys.executable``).
         idle_cores: returns the cores idle since its previous call (default: the machine's, from psutil).
+        limit: the most tasks the run has for it (None: no limit; :meth:`set_limit`): processes are started
+            only while the tasks that asked for one so far plus those ready are fewer, so none is started that no
+            task will take (a process imports for ~0.4 s of CPU, on a core the run's last steps and its report then share).
 
     Use it as a context manager (or call :meth:`start` and :meth:`close`): processes not used are killed at the
     end. Thread-safe: kfp.local runs independent tasks from several threads.
@@ -206,14 +226,17 @@ class WarmPool:
         executable: str = sys.executable,
         *,
         idle_cores: Callable[[], float] | None = None,
+        limit: int | None = None,
     ) -> None:
         self.size = size
+        self.limit = limit
         self.preload = tuple(preload)
         self.executable = executable
         self.started = 0
         """Processes started so far."""
         self.used = 0
         """Tasks that ran in a prestarted process."""
+        self._asked = 0
         self._idle_cores = idle_cores
         self._ready: list[_Prestarted] = []
         self._starting: _Prestarted | None = None
@@ -231,6 +254,18 @@ class WarmPool:
     def _environ(self, extra: Mapping[str, str] | None = None) -> dict[str, str]:
         return {**os.environ, **(extra or {}), "_KFP_RUNTIME": "true"}
 
+    def set_limit(self, limit: int | None) -> None:
+        """Set :attr:`limit`: the most tasks the run has for this pool, those that asked already included (None:
+        no limit)."""
+        with self._cond:
+            self.limit = limit
+            self._cond.notify_all()
+
+    def _enough(self) -> bool:
+        """Whether no process is to be started now: ``size`` are ready, or the tasks that asked for one (taken or
+        started their own) plus those ready reach :attr:`limit` (called holding the lock)."""
+        return len(self._ready) >= self.size or (self.limit is not None and self._asked + len(self._ready) >= self.limit)
+
     def start(self) -> None:
         """Start the thread that starts the processes (idempotent; nothing with ``size`` 0)."""
         with self._cond:
@@ -245,8 +280,8 @@ class WarmPool:
             with self._cond:
                 if self._closed:
                     return
-                if len(self._ready) >= self.size:
-                    self._cond.wait()  # until a task takes one (or the pool closes)
+                if self._enough():
+                    self._cond.wait()  # until a task takes one (or the pool closes, or the limit changes)
                     continue
             if idle() < MIN_IDLE_CORES:
                 with self._cond:
@@ -287,6 +322,7 @@ class WarmPool:
         stale: list[_Prestarted] = []
         deadline = time.monotonic() + TAKE_WAIT_SECONDS
         with self._cond:
+            self._asked += 1  # a task of the run, whether it gets a process or starts its own
             while not self._closed:
                 for prestarted in list(self._ready):
                     self._ready.remove(prestarted)
@@ -383,7 +419,8 @@ def _await_ready(prestarted: _Prestarted) -> bool:
 def _compatible(started: Mapping[str, str], task: Mapping[str, str]) -> bool:
     """Whether a process started with ``started`` can run a task whose environment is ``task``: they differ in
     :data:`TASK_VARIABLES` alone."""
-    return all(started.get(k) == task.get(k) for k in started.keys() | task.keys() if k not in TASK_VARIABLES)
+    variables = _task_variables()
+    return all(started.get(k) == task.get(k) for k in started.keys() | task.keys() if k not in variables)
 
 
 _EARLY: WarmPool | None = None

@@ -37,21 +37,40 @@ def _plotting_imported() -> bool:
     return "matplotlib.figure" in sys.modules and "matplotlib.backends.backend_svg" in sys.modules
 
 
+_DRAWING: dict[str, threading.Event] = {}
+"""Plots being drawn now, by their :data:`_CHARTS` key: set when the drawing ends."""
+
+
 def _memo(func: Any) -> Any:
     """Keep ``func``'s result by its (JSON) arguments in :data:`_CHARTS`, for
-    :func:`heteroflow.pipelines.runs.prerendering.prerender`."""
+    :func:`heteroflow.pipelines.runs.prerendering.prerender`. A call whose plot another thread is drawing waits for
+    that drawing instead of drawing it a second time beside it (kfp.local's check task renders the report while the
+    prerendering thread may still draw evaluate's plots); where that drawing failed, it draws the plot itself."""
 
     @functools.wraps(func)
     def wrapper(*args: Any) -> Any:
         key = func.__name__ + json.dumps(args, sort_keys=True, default=str)
         with _CHARTS_LOCK:
             hit = _CHARTS.get(key)
+            drawing = _DRAWING.get(key) if hit is None else None
+            if hit is None and drawing is None:
+                done = _DRAWING[key] = threading.Event()
         if hit is not None:
             return hit
-        out = func(*args)
-        with _CHARTS_LOCK:
-            _CHARTS[key] = out
-        return out
+        if drawing is not None:
+            drawing.wait()
+            with _CHARTS_LOCK:
+                hit = _CHARTS.get(key)
+            return hit if hit is not None else func(*args)
+        try:
+            out = func(*args)
+            with _CHARTS_LOCK:
+                _CHARTS[key] = out
+            return out
+        finally:
+            with _CHARTS_LOCK:
+                _DRAWING.pop(key, None)
+            done.set()
 
     return wrapper
 
@@ -188,37 +207,51 @@ def _svg(fig: Any, label: str) -> str:
 
 
 def _timeline_plot(run: dict[str, Any]) -> str:
+    """The attempts' timeline: one bar per attempt (by status), a hatched bar for each wait before a retry.
+
+    Drawn from the bars alone (:func:`_timeline_svg`, kept by them in the memo): a kfp.local run's check task
+    draws it for its HTML artifact, and the report written when the run ends reuses that drawing when the attempts
+    are the same."""
     recs = [(name, r) for name, rs in (run.get("attempts") or {}).items() for r in rs if isinstance(r.get("started_at"), (int, float))]
     if not recs:
         return ""
     t0 = min(r["started_at"] for _, r in recs)
     order = [s.get("name") for s in run.get("steps") or []]
     names = [n for n in order if any(n == name for name, _ in recs)] + sorted({n for n, _ in recs} - set(order))
-    with _style("timeline"):
-        return _draw_timeline(run, recs, t0, names)
-
-
-def _draw_timeline(run: dict[str, Any], recs: list[tuple[str, dict[str, Any]]], t0: float, names: list[str]) -> str:
-    fig = _figure(7.5, 0.45 * len(names) + 1.0)
-    ax = fig.add_subplot()
-    colours = {"succeeded": "#2da44e", "failed": "#cf222e", "running": "#0969da", "interrupted": "#bf8700"}
+    bars = []
     for y, name in enumerate(names):
         for _, r in (x for x in recs if x[0] == name):
             start = r["started_at"] - t0
             end = (r.get("ended_at") or r["started_at"] + (r.get("seconds") or 0.0)) - t0
-            ax.barh(y, max(end - start, 0.01), left=start, color=colours.get(r.get("status"), "#8c959f"), edgecolor="black", linewidth=0.4)
+            bars.append([y, start, max(end - start, 0.01), r.get("status")])
     waited = [r for r in retries(run) if r["wait_seconds"]]
+    waits = []
     for r in waited:
-        if r["wait_seconds"]:
-            nxt = next((x for n, x in recs if n == r["step"] and x.get("attempt") == r["attempt"]), None)
-            if nxt is not None:
-                ax.barh(names.index(r["step"]), r["wait_seconds"], left=nxt["started_at"] - t0 - r["wait_seconds"], color="none", hatch="//", edgecolor="#9a6700", linewidth=0.4)
-    ax.set_yticks(range(len(names)), labels=names)
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds since the first attempt started" + (" (hatched: waiting to retry)" if waited else ""))
-    ax.set_title("attempts over time (green succeeded, red failed)")
-    _fit(fig, ax)
-    return _svg(fig, "timeline")
+        nxt = next((x for n, x in recs if n == r["step"] and x.get("attempt") == r["attempt"]), None)
+        if nxt is not None:
+            waits.append([names.index(r["step"]), r["wait_seconds"], nxt["started_at"] - t0 - r["wait_seconds"]])
+    return _timeline_svg(names, bars, waits, bool(waited))
+
+
+@_memo
+def _timeline_svg(names: list[str], bars: list[list[Any]], waits: list[list[Any]], waited: bool) -> str:
+    """The timeline plot of :func:`_timeline_plot`'s bars: ``[row, start, width, status]`` per attempt and
+    ``[row, width, start]`` per wait before a retry (seconds since the first attempt started); ``waited``: some
+    retry waited."""
+    with _style("timeline"):
+        fig = _figure(7.5, 0.45 * len(names) + 1.0)
+        ax = fig.add_subplot()
+        colours = {"succeeded": "#2da44e", "failed": "#cf222e", "running": "#0969da", "interrupted": "#bf8700"}
+        for y, start, width, status in bars:
+            ax.barh(y, width, left=start, color=colours.get(status, "#8c959f"), edgecolor="black", linewidth=0.4)
+        for y, width, start in waits:
+            ax.barh(y, width, left=start, color="none", hatch="//", edgecolor="#9a6700", linewidth=0.4)
+        ax.set_yticks(range(len(names)), labels=names)
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds since the first attempt started" + (" (hatched: waiting to retry)" if waited else ""))
+        ax.set_title("attempts over time (green succeeded, red failed)")
+        _fit(fig, ax)
+        return _svg(fig, "timeline")
 
 
 def _resume_at(xs: list[Any], history: list[dict[str, Any]], resumed: Any, steps: Any) -> float | None:

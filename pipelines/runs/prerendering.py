@@ -92,6 +92,8 @@ def prerender(
         if stop.is_set():
             return  # the report imports matplotlib itself
         _import_plotting()
+        with contextlib.suppress(Exception):  # metrics.prom is written when the run ends too (~10 ms of import)
+            import prometheus_client  # noqa: F401
         while not stop.is_set():
             woken.clear()  # before reading: a task that ends while the records are read wakes the next read
             try:
