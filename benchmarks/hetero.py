@@ -2,9 +2,9 @@
 fastest kind alone, replica utilization, and compression of the exchange between kinds.
 
 Setup: a CNN on scikit-learn's bundled digits (1,797 8x8 images; a fixed 80/20 split: 1,437 to train, 360 to
-test), upsampled to 16x16 inside the model, convolutions of 32 and 64 channels (66k parameters, about 45 MFLOP per
-sample for forward and backward), so compute dominates a step (tens of milliseconds against about 1 ms for the
-gradient exchange on this machine). Two simulated kinds, ``gpu`` at speed 1.0 and ``npu`` at speed 0.5
+test), upsampled to 24x24 inside the model, convolutions of 32, 64 and 64 channels (79k parameters, about 100
+MFLOP per sample for forward and backward), so compute dominates a step (about 60 ms for 64 samples on one core
+against about 1 ms for the gradient exchange, the optimizer's step and the sampling together). Two simulated kinds, ``gpu`` at speed 1.0 and ``npu`` at speed 0.5
 (:class:`~heteroflow.components.training.shares.SlowDown`: the slower replica sleeps in proportion to its
 compute, so two replicas on two cores do not contend), one replica per kind, one torch thread per replica, the
 same global batch (64) and the same steps in every configuration; SGD with momentum 0.9, learning rate 0.05.
@@ -12,7 +12,8 @@ same global batch (64) and the same steps in every configuration; SGD with momen
 Configurations (each a job of :mod:`heteroflow.components.training.mixed`, one worker process per replica):
 
 - **equal**: both kinds, shares 32 and 32;
-- **balanced**: both kinds, shares measured after 5 warm-up steps (equal until then), then every 20 steps;
+- **balanced**: both kinds, shares measured after 3 warm-up steps (equal until then; the median step, see
+  :class:`~heteroflow.components.training.shares.ShareEstimator`), then every 20 steps;
 - **fastest alone**: the ``gpu`` replica alone with the whole batch;
 - **topk 1%** / **powersgd rank 2**: balanced, with the cross-kind exchange compressed.
 
@@ -65,15 +66,15 @@ def digits(train: bool = True) -> object:
 def cnn() -> nn.Module:
     """The benchmark's CNN (see the module docstring); no dropout, no batch norm."""
     return nn.Sequential(
-        nn.Upsample(scale_factor=2), nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-        nn.MaxPool2d(2), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 4 * 4, 10))
+        nn.Upsample(scale_factor=3), nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 6 * 6, 10))
 
 
 def _job(steps: int, **kw: object) -> object:
     from heteroflow.components.training.mixed import MixedJob
 
     return MixedJob(model=f"{HERE}:cnn", data=f"{HERE}:digits", global_batch=BATCH, learning_rate=0.05, max_steps=steps,
-                    optimizer="sgd", seed=0, warmup_steps=5, rebalance_every_steps=20, **kw)
+                    optimizer="sgd", seed=0, warmup_steps=3, rebalance_every_steps=20, **kw)
 
 
 def _accuracy(state: dict) -> float:
@@ -90,6 +91,9 @@ def _run(name: str, job: object, kinds: list[str], speeds: list[float]) -> objec
     r = run_mixed_local(job, kinds, speeds)
     print(f"  {name}: {r.loop_seconds:.2f} s, shares {r.shares}, busy {[round(b, 2) for b in r.busy_fraction]}, "
           f"throughput {[round(t) for t in r.throughput]} samples/busy s, loss {r.history[-1]['loss']:.3f}", file=sys.stderr, flush=True)
+    for rank, ph in enumerate(r.phase_seconds):
+        print(f"    rank {rank} ({r.kinds[rank]}) phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(ph.items(), key=lambda kv: -kv[1])),
+              file=sys.stderr, flush=True)
     return r
 
 

@@ -178,6 +178,7 @@ class MixedResult:
     bytes_per_step: float = 0.0
     uncompressed_bytes_per_step: float = 0.0
     dropped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    phase_seconds: list[dict[str, float]] = dataclasses.field(default_factory=list)
 
     def facts(self) -> dict[str, Any]:
         """The JSON-ready summary for the run record (no weights)."""
@@ -186,6 +187,7 @@ class MixedResult:
             "busy_fraction": [round(b, 3) for b in self.busy_fraction], "shares_history": self.shares_history,
             "dropped": self.dropped, "bytes_per_step": round(self.bytes_per_step, 1),
             "uncompressed_bytes_per_step": round(self.uncompressed_bytes_per_step, 1),
+            "phase_seconds": self.phase_seconds,
         }
 
 
@@ -249,6 +251,22 @@ def _save(path: Path, blob: dict[str, Any]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def _estimate(estimator: Any, window: list[tuple[float, int, bool]], world: int) -> list[float]:
+    """Every rank's timed steps since the last measurement (one collective), into ``estimator``: the
+    throughput by rank (samples per busy second; every rank gets the same)."""
+    import torch.distributed as dist
+
+    windows: list[Any] = [None] * world
+    if world > 1:
+        dist.all_gather_object(windows, window)
+    else:
+        windows = [window]
+    for r, w in enumerate(windows):
+        for busy, samples, first in w:
+            estimator.record(r, busy, samples, first)
+    return estimator.estimate()
+
+
 def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> MixedResult | None:
     import torch
     import torch.distributed as dist
@@ -257,7 +275,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     from heteroflow.components.core.failures import fault_after_steps
     from heteroflow.components.training.hierarchy import Hierarchy, HookState, hierarchical_hook
     from heteroflow.components.training.loop import _to_cpu
-    from heteroflow.components.training.shares import GlobalSampler, SlowDown, shares_from_throughput
+    from heteroflow.components.training.shares import GlobalSampler, ShareEstimator, SlowDown, shares_from_throughput
 
     torch.set_num_threads(1)
     from heteroflow.components.training.rendezvous import backend_for
@@ -296,57 +314,68 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
                       clock=time.thread_time if device.type == "cpu" else time.perf_counter)
     ddp.register_comm_hook(state, hierarchical_hook)
 
-    history: list[dict[str, Any]] = []
     shares_history = [{"step": start, "shares": list(shares), "throughput": [], "why": "start"}]
-    window_busy = [0.0] * world
-    window_samples = [0] * world
-    total_busy = [0.0] * world
-    last_rebalance_step, last_rebalance_time = start, time.perf_counter()
-    next_measure = start + 1 + max(1, job.warmup_steps) if measure else None  # the first step is not timed
+    estimator = ShareEstimator(world)
+    window: list[tuple[float, int, bool]] = []  # this rank's timed steps since the last measurement
+    busy_wall = 0.0  # this rank's busy wall time (utilization)
+    losses: list[Any] = []  # this rank's share-weighted loss per step (tensors: no host sync per step)
+    warm_until = start + 1 + max(1, job.warmup_steps)  # the first step is not timed
+    next_measure = warm_until if measure else None
     throughput = [0.0] * world
     samples_done = 0
-    loop_started = time.perf_counter()
+    first_at_share = False
+    phase = state.add_phase
+    loop_started = last_rebalance_time = time.perf_counter()
     step = start
     for step in range(start, total):
+        t_sample = time.perf_counter()
         idx = sampler.part(step, state.shares, rank)
         x, y = _collate(dataset, idx)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        phase("sample", time.perf_counter() - t_sample)
         state.begin_step()
         out = ddp(x)
         loss = loss_fn(out, y)
         loss.backward()
-        state.end_compute()  # no-op when the hook ran
-        stepped, stepped_wall = state.clock(), time.perf_counter()
+        state.end_backward()
+        done = step + 1
+        by_minutes = None  # rebalance_every_minutes: rank 0's clock decides, sent while the optimizer steps
+        if next_measure is not None and world > 1 and done >= warm_until and done < next_measure:
+            flag = torch.tensor([1.0 if time.perf_counter() - last_rebalance_time >= job.rebalance_every_minutes * 60 else 0.0])
+            by_minutes = (flag, dist.broadcast(flag, src=0, async_op=True))
+        stepped_wall = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         samples_done += len(idx)
         if device.type != "cpu":
             torch.accelerator.synchronize()
-        update = state.clock() - stepped  # the optimizer's step: busy, but the same work whatever the share
-        update_wall = time.perf_counter() - stepped_wall
-        _CURRENT_STEP[0] = step + 1
-        stats = torch.tensor([state.step_busy, float(len(idx)), float(loss.detach()) * state.weight(), update,  # [3]: the update alone (not used for shares)
-                              state.step_busy_wall + update_wall], dtype=torch.float64)
-        gathered = [torch.zeros(5, dtype=torch.float64) for _ in range(world)]
-        dist.all_gather(gathered, stats)
-        for r, g in enumerate(gathered):
-            if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
-                window_busy[r] += float(g[0])
-                window_samples[r] += int(g[1])
-            total_busy[r] += float(g[4])  # wall time: utilization
-        history.append({"step": step + 1, "loss": sum(float(g[2]) for g in gathered)})
-        done = step + 1
-        if next_measure is not None and all(window_samples):
-            warmed = done >= start + 1 + max(1, job.warmup_steps)  # the minutes count once the warm-up has measured
-            due = done >= next_measure or (warmed and (time.perf_counter() - last_rebalance_time) >= job.rebalance_every_minutes * 60)
+        update_wall = time.perf_counter() - stepped_wall  # the optimizer's step: busy, the same work whatever the share
+        phase("optimizer", update_wall)
+        busy_wall += state.step_busy_wall + update_wall
+        losses.append(loss.detach() * state.weight())
+        if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
+            window.append((state.step_busy, len(idx), first_at_share))
+            first_at_share = False
+        _CURRENT_STEP[0] = done
+        t_rebalance = time.perf_counter()
+        if next_measure is not None:
+            due = done >= next_measure
+            if by_minutes is not None:
+                by_minutes[1].wait()
+                due = due or bool(by_minutes[0][0] > 0)
+            elif world == 1 and done >= warm_until:
+                due = due or time.perf_counter() - last_rebalance_time >= job.rebalance_every_minutes * 60
             if due:
-                throughput = [window_samples[r] / window_busy[r] if window_busy[r] > 0 else 0.0 for r in range(world)]
+                throughput = _estimate(estimator, window, world)
+                window = []
                 new = shares_from_throughput(job.global_batch, throughput)
+                first_at_share = new[rank] != state.shares[rank]
                 state.shares = new
                 shares_history.append({"step": done, "shares": list(new), "throughput": [round(t, 1) for t in throughput], "why": "measured"})
-                window_busy, window_samples = [0.0] * world, [0] * world
-                last_rebalance_step, last_rebalance_time = done, time.perf_counter()
+                last_rebalance_time = time.perf_counter()
                 next_measure = done + job.rebalance_every_steps
+        t_ckpt = time.perf_counter()
+        phase("rebalance", t_ckpt - t_rebalance)
         if ckpt is not None and done % job.checkpoint_every_steps == 0 and done < total:
             if rank == 0:
                 by_kind: dict[str, float] = {}
@@ -356,25 +385,35 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
                 _save(ckpt, {"model": _to_cpu(model.state_dict()), "optimizer": optimizer.state_dict(), "step": done,
                              "shares": list(state.shares), "kinds": h.kinds, "throughput_by_kind": by_kind})
             dist.barrier()
+        phase("checkpoint", time.perf_counter() - t_ckpt)
         fault = fault_after_steps(job.fault_step, kind, done)
         if fault is not None:
             raise fault
     loop_seconds = time.perf_counter() - loop_started
-    sent = torch.tensor([float(state.bytes_sent), float(state.bytes_uncompressed), 1.0 if h.is_leader and h.cross_group is not None else 0.0], dtype=torch.float64)
-    dist.all_reduce(sent)
-    steps_run = max(1, total - start)
+    # after the loop, one exchange of what each rank kept: losses, busy time, samples, bytes sent
+    steps_run = len(losses)
+    loss_sum = torch.stack(losses).to("cpu", torch.float64) if losses else torch.zeros(0, dtype=torch.float64)
+    dist.all_reduce(loss_sum)
+    history = [{"step": start + i + 1, "loss": float(v)} for i, v in enumerate(loss_sum.tolist())]
+    mine = torch.tensor([float(state.bytes_sent), float(state.bytes_uncompressed), 1.0 if h.is_leader and h.cross_group is not None else 0.0,
+                         busy_wall, float(samples_done)], dtype=torch.float64)
+    every = [torch.zeros(5, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(every, mine)
+    sent = sum(every)
     leaders = max(1.0, float(sent[2]))
-    if throughput == [0.0] * world:
-        throughput = [window_samples[r] / window_busy[r] if window_busy[r] > 0 else 0.0 for r in range(world)]
+    if throughput == [0.0] * world:  # never measured (fixed or equal shares): this run's steps
+        throughput = _estimate(estimator, window, world)
+    phases_mine = dict(state.phase_seconds)
+    phases_mine["other"] = max(0.0, loop_seconds - sum(phases_mine.values()))
+    phases: list[Any] = [None] * world
+    dist.all_gather_object(phases, {k: round(v, 4) for k, v in phases_mine.items()})
     result = MixedResult(
         state_dict=_to_cpu(model.state_dict()), steps=total, resumed_from_step=start, history=history, kinds=h.kinds,
         shares=list(state.shares), shares_history=shares_history, throughput=throughput,
-        busy_fraction=[min(1.0, b / loop_seconds) if loop_seconds > 0 else 0.0 for b in total_busy],
-        loop_seconds=loop_seconds, samples=samples_done,
-        bytes_per_step=float(sent[0]) / leaders / steps_run, uncompressed_bytes_per_step=float(sent[1]) / leaders / steps_run)
-    samples_all = torch.tensor([float(samples_done)], dtype=torch.float64)
-    dist.all_reduce(samples_all)
-    result.samples = int(samples_all.item())
+        busy_fraction=[min(1.0, float(e[3]) / loop_seconds) if loop_seconds > 0 else 0.0 for e in every],
+        loop_seconds=loop_seconds, samples=int(sent[4]),
+        bytes_per_step=float(sent[0]) / leaders / max(1, steps_run), uncompressed_bytes_per_step=float(sent[1]) / leaders / max(1, steps_run),
+        phase_seconds=phases)
     if rank == 0 and results is not None:
         from heteroflow.cache.atomic import atomic_write_bytes
 
