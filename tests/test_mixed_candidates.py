@@ -12,7 +12,8 @@ from heteroflow.components.core.fallback import cannot_run
 from heteroflow.components.errors import InvalidParameter, InvalidResources
 from heteroflow.components.replicas import MixedResources, Replicas, is_mixed
 from heteroflow.components.resources import Candidates, Resources
-from heteroflow.components.training.shares import GlobalSampler, ShareEstimator, SlowDown, equal_shares, shares_from_throughput, simulated_speeds
+from heteroflow.components.training.shares import (GlobalSampler, ShareEstimator, SlowDown, equal_shares, shares_from_throughput,
+                                                   simulated_speeds, step_seconds, worth_changing)
 
 
 def test_cli_spelling_and_python_spelling_are_the_same_candidate():
@@ -114,6 +115,19 @@ def test_shares_minimise_the_slowest_replicas_step():
         # no other split of the batch into positive integers finishes sooner (two replicas: all splits)
         if len(tput) == 2:
             assert all(max(b / tput[0], (batch - b) / tput[1]) >= slowest - 1e-12 for b in range(1, batch))
+
+
+def test_shares_change_only_when_the_saving_pays_for_the_new_shapes():
+    tput = [2000.0, 1000.0]
+    assert step_seconds([43, 21], tput) == pytest.approx(43 / 2000)
+    assert step_seconds([32, 32], tput) == pytest.approx(32 / 1000)
+    # equal -> balanced saves a third of every step: worth it even with few steps left
+    assert worth_changing([32, 32], [43, 21], tput, remaining_steps=10)
+    # 42:22 -> 43:21 saves 1/44 of a step: pays after 44 steps (a step's set-up), not after 30
+    assert worth_changing([42, 22], [43, 21], tput, remaining_steps=200)
+    assert not worth_changing([42, 22], [43, 21], tput, remaining_steps=30)
+    assert not worth_changing([43, 21], [43, 21], tput, remaining_steps=1000)
+    assert worth_changing([63, 1], [43, 21], [2000.0, 0.0], remaining_steps=1)  # no estimate for the current
 
 
 def _synthetic_steps(rng, est, seconds_per_sample, shares, steps, outliers=0.0):

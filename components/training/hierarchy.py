@@ -22,6 +22,10 @@ One exchange (:func:`hierarchical_hook`, a DDP communication hook [DH])
          leaders;
     4. each leader broadcasts the result to its kind group.
 
+    A kind with one replica and no compression sends each bucket across kinds asynchronously (the future of
+    gloo's all-reduce goes back to DDP), so the exchange of one bucket overlaps the backward pass of the next, as
+    DDP's own all-reduce does [DH]; the other cases wait for each step of the exchange in the hook.
+
     :attr:`HookState.bytes_sent` counts what one leader sends across kinds per exchange: the bucket's float32
     bytes uncompressed; values plus indices for top-k; the P and Q factors (and the uncompressed tensors) for
     PowerSGD. The simulated slow-down of a kind (:class:`~heteroflow.components.training.shares.SlowDown`) runs in
@@ -258,6 +262,24 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
         dist.all_reduce(buffer, group=h.kind_group)
     t1 = time.perf_counter()
     state.add_phase("exchange_kind", t1 - t0)
+    if h.cross_group is not None and h.kind_group is None and state.compression == "none":
+        # the kind's only replica: its leader sends the bucket across kinds without waiting (gloo runs it on its
+        # own thread) and backward goes on to the next bucket; DDP waits for the futures when backward ends
+        n = buffer.numel()
+        state.bytes_uncompressed += n * 4
+        state.bytes_sent += n * 4
+        cpu = buffer.detach().to("cpu")
+        fut = dist.all_reduce(cpu, group=h.cross_group, async_op=True).get_future()
+        state.add_phase("exchange_cross", time.perf_counter() - t1)
+        state.resume()
+        if cpu.data_ptr() == buffer.data_ptr():
+            return fut.then(lambda f: f.value()[0])
+
+        def back(f):  # type: ignore[no-untyped-def]
+            buffer.copy_(f.value()[0])
+            return buffer
+
+        return fut.then(back)
     if h.cross_group is not None:
         n = buffer.numel()
         state.bytes_uncompressed += n * 4

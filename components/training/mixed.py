@@ -251,6 +251,14 @@ def _save(path: Path, blob: dict[str, Any]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def _bucket_mb(model: Any) -> float:
+    """DDP's bucket size for ``model``: a quarter of its gradient bytes, 0.1 to 25 MiB (DDP's default), so
+    a model's gradients leave in about four buckets and the exchange of one overlaps the backward pass of the
+    next (every rank computes the same size from the same model)."""
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return min(25.0, max(0.1, grad_bytes / 4 / 2**20))
+
+
 def _estimate(estimator: Any, window: list[tuple[float, int, bool]], world: int) -> list[float]:
     """Every rank's timed steps since the last measurement (one collective), into ``estimator``: the
     throughput by rank (samples per busy second; every rank gets the same)."""
@@ -275,7 +283,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     from heteroflow.components.core.failures import fault_after_steps
     from heteroflow.components.training.hierarchy import Hierarchy, HookState, hierarchical_hook
     from heteroflow.components.training.loop import _to_cpu
-    from heteroflow.components.training.shares import GlobalSampler, ShareEstimator, SlowDown, shares_from_throughput
+    from heteroflow.components.training.shares import GlobalSampler, ShareEstimator, SlowDown, shares_from_throughput, worth_changing
 
     torch.set_num_threads(1)
     from heteroflow.components.training.rendezvous import backend_for
@@ -307,7 +315,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         saved = blob.get("throughput_by_kind") or {}
         if measure and saved and all(k in saved for k in h.kinds):  # recomputed over the replicas left
             shares = shares_from_throughput(job.global_batch, [float(saved[k]) for k in h.kinds])
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=_bucket_mb(model))
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
                       powersgd_rank=job.powersgd_rank, slowdown=slowdown,
@@ -369,6 +377,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
                 throughput = _estimate(estimator, window, world)
                 window = []
                 new = shares_from_throughput(job.global_batch, throughput)
+                if not worth_changing(state.shares, new, throughput, total - done):
+                    new = list(state.shares)
                 first_at_share = new[rank] != state.shares[rank]
                 state.shares = new
                 shares_history.append({"step": done, "shares": list(new), "throughput": [round(t, 1) for t in throughput], "why": "measured"})

@@ -33,7 +33,7 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["GlobalSampler", "ShareEstimator", "SlowDown", "shares_from_throughput", "simulated_speeds", "equal_shares", "utilization"]
+__all__ = ["GlobalSampler", "ShareEstimator", "SlowDown", "shares_from_throughput", "step_seconds", "worth_changing", "simulated_speeds", "equal_shares", "utilization"]
 
 
 def simulated_speeds(environ: Mapping[str, str] | None = None) -> dict[str, float]:
@@ -97,6 +97,31 @@ def shares_from_throughput(global_batch: int, throughput: Sequence[float]) -> li
         i = min(range(n), key=lambda i: ((shares[i] + 1) / t[i], i))
         shares[i] += 1
     return shares
+
+
+def step_seconds(shares: Sequence[int], throughput: Sequence[float]) -> float:
+    """The predicted time of a step under ``shares``: the slowest replica's ``b_r / t_r`` (seconds; inf when a
+    replica with samples has no throughput)."""
+    return max((b / t if t > 0 else math.inf) if b > 0 else 0.0 for b, t in zip(shares, throughput))
+
+
+def worth_changing(current: Sequence[int], new: Sequence[int], throughput: Sequence[float], remaining_steps: int,
+                   setup_steps: float = 1.0) -> bool:
+    """Whether moving from shares ``current`` to ``new`` pays off over the ``remaining_steps`` steps.
+
+    A new share is a new batch shape: its first step sets up the kernels again (oneDNN's primitives on the CPU,
+    cuDNN's algorithm search on a GPU), which costs about ``setup_steps`` steps' time once (measured on the 2-core
+    machine: the first step at a new batch size took 0.1 to 0.5 steps more than a settled one for the benchmark's
+    CNN, up to 2 more for a smaller one, where set-up weighs more). The change pays when the
+    predicted saving per step (:func:`step_seconds`), times the steps left, exceeds that; it also damps shares
+    that would flip between neighbours (43:21, 42:22) on measurement noise.
+    """
+    if list(new) == list(current):
+        return False
+    before, after = step_seconds(current, throughput), step_seconds(new, throughput)
+    if not math.isfinite(before):
+        return True
+    return (before - after) * max(0, remaining_steps) > setup_steps * before
 
 
 class ShareEstimator:
