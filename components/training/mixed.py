@@ -22,8 +22,18 @@ Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.shares.GlobalSampler` sliced by share, so the trajectory does not depend
     on the layout. Shares start from the step profile's throughput by kind when one is given, else equal, and are
     re-measured and rebalanced after ``warmup_steps`` steps, then every ``rebalance_every_steps`` steps or
-    ``rebalance_every_minutes`` minutes, whichever comes first (KAITIAN rebalances every 10 minutes). Every
+    ``rebalance_every_minutes`` minutes, whichever comes first (KAITIAN rebalances every 10 minutes), by
+    :class:`~heteroflow.components.training.shares.ShareEstimator` (median step, smoothed), and changed only when
+    the saving pays for the new shapes' set-up (:func:`~heteroflow.components.training.shares.worth_changing`).
+    No collective runs per step besides the gradient exchange and, while the minutes may trigger a measurement,
+    rank 0's asynchronous one-value broadcast of "due" (overlapping the optimizer's step): each rank keeps its own
+    step timings (gathered when shares are measured) and losses (gathered once, after the loop). Every
     ``checkpoint_every_steps`` steps rank 0 writes a checkpoint (atomically: model, optimizer, step, shares).
+    :attr:`MixedResult.phase_seconds` gives each replica's loop wall time by phase: ``sample`` (slicing the global
+    batch, collating), ``compute`` (forward and backward), ``slowdown`` (the simulated kind's sleep),
+    ``exchange_kind`` / ``exchange_cross`` (in the hook: within the kind, across kinds, waiting for the peers
+    included), ``exchange_wait`` (DDP waiting for asynchronous exchanges after backward), ``optimizer``,
+    ``rebalance`` (the "due" flag, gathering timings, new shares), ``checkpoint``, ``other``.
 
 A kind drops out
     A replica whose step fails with a *device-class* failure
@@ -162,6 +172,8 @@ class MixedResult:
         bytes_per_step / uncompressed_bytes_per_step: what a leader sent across kinds per step, and would have
             uncompressed (mean over leaders).
         dropped: ``[{"kind", "step", "reason", "resumed_from_step"}]``: kinds that dropped out.
+        phase_seconds: per replica, ``{phase: wall seconds}`` of the last incarnation's loop (the module
+            docstring lists the phases; they sum to :attr:`loop_seconds`).
     """
 
     state_dict: dict[str, Any]
