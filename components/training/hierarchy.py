@@ -122,9 +122,8 @@ class HookState:
         step_busy: busy seconds of this step so far (compute by :attr:`clock`, and the simulated slow-down): what
             throughput, and so the shares, are measured by.
         step_busy_wall: the same in wall time (compute's wall time and the slow-down): what utilization is.
-        clock: what measures compute: ``time.perf_counter`` (wall time: an accelerator's replica), or
-            ``time.thread_time`` for a replica on the CPU (one torch thread: its compute is the CPU time of this
-            thread, which other processes on a shared machine do not inflate).
+        clock: what measures compute: ``time.perf_counter`` (wall time; what a mixed job uses, see
+            :mod:`~heteroflow.components.training.mixed`), or ``time.thread_time`` (this thread's CPU time).
     """
 
     hierarchy: Hierarchy

@@ -11,9 +11,12 @@ Launch (:func:`run_mixed`)
     ``HETEROFLOW_MIXED_KIND``, its torch device type in ``HETEROFLOW_MIXED_DEVICE`` (``cuda``: ``cuda:<local
     rank>``, and the kind group uses the registry's backend, nccl) and a simulated speed in
     ``HETEROFLOW_MIXED_SPEED``; one torch thread each. Busy time (utilization) is compute, the simulated slow-down
-    and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down. Compute is
-    timed by the replica thread's CPU time on the CPU (one torch thread: other processes on a shared machine do not
-    inflate it) and by wall time on an accelerator; busy time is wall time.
+    and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down. Both are wall
+    time, the simulated slow-down's sleep too (``(1/speed - 1)`` times the compute's wall time): on a machine
+    that other processes load, a replica's compute stretches by the load, and the slower kind's sleep stretches
+    with it, so the kinds keep their speed ratio in wall time and shares measured in wall time balance the steps'
+    wall time (measured in the thread's CPU time, the slower kind's sleep did not stretch and it waited for the
+    faster one in every step).
 
 Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.hierarchy.Hierarchy` groups by kind; DDP with
@@ -327,11 +330,14 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         saved = blob.get("throughput_by_kind") or {}
         if measure and saved and all(k in saved for k in h.kinds):  # recomputed over the replicas left
             shares = shares_from_throughput(job.global_batch, [float(saved[k]) for k in h.kinds])
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=_bucket_mb(model))
+    # small buckets where each leaves asynchronously (every kind has one replica, no compression: the hook's
+    # async path); elsewhere the hook waits per bucket, and top-k picks from the whole gradient: DDP's 25 MiB
+    overlap = job.compression == "none" and len(set(h.kinds)) == len(h.kinds)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=_bucket_mb(model) if overlap else 25.0)
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
                       powersgd_rank=job.powersgd_rank, slowdown=slowdown,
-                      clock=time.thread_time if device.type == "cpu" else time.perf_counter)
+                      clock=time.perf_counter)
     ddp.register_comm_hook(state, hierarchical_hook)
 
     shares_history = [{"step": start, "shares": list(shares), "throughput": [], "why": "start"}]
