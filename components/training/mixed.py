@@ -28,8 +28,9 @@ Training (:func:`mixed_worker`)
     ``rebalance_every_minutes`` minutes, whichever comes first (KAITIAN rebalances every 10 minutes), by
     :class:`~heteroflow.components.training.shares.ShareEstimator` (median step, smoothed), and changed only when
     the saving pays for the new shapes' set-up (:func:`~heteroflow.components.training.shares.worth_changing`).
-    No collective runs per step besides the gradient exchange and, while the minutes may trigger a measurement,
-    rank 0's asynchronous one-value broadcast of "due" (overlapping the optimizer's step): each rank keeps its own
+    No collective runs per step besides the gradient exchange and, once half the steps the minutes take at the
+    last measurement's pace have passed, rank 0's asynchronous one-value broadcast of "due" (overlapping the
+    optimizer's step; steps more than twice as slow as measured can trigger late, at most by the steps' rule): each rank keeps its own
     step timings (gathered when shares are measured) and losses (gathered once, after the loop). Every
     ``checkpoint_every_steps`` steps rank 0 writes a checkpoint (atomically: model, optimizer, step, shares).
     :attr:`MixedResult.phase_seconds` gives each replica's loop wall time by phase: ``sample`` (slicing the global
@@ -274,20 +275,21 @@ def _bucket_mb(model: Any) -> float:
     return min(25.0, max(0.1, grad_bytes / 4 / 2**20))
 
 
-def _estimate(estimator: Any, window: list[tuple[float, int, bool]], world: int) -> list[float]:
+def _estimate(estimator: Any, window: list[tuple[float, int, bool]], world: int, seconds: float = 0.0) -> tuple[list[float], float]:
     """Every rank's timed steps since the last measurement (one collective), into ``estimator``: the
-    throughput by rank (samples per busy second; every rank gets the same)."""
+    throughput by rank (samples per busy second) and rank 0's ``seconds`` (its wall time since the last
+    measurement); every rank gets the same."""
     import torch.distributed as dist
 
     windows: list[Any] = [None] * world
     if world > 1:
-        dist.all_gather_object(windows, window)
+        dist.all_gather_object(windows, (window, seconds))
     else:
-        windows = [window]
-    for r, w in enumerate(windows):
+        windows = [(window, seconds)]
+    for r, (w, _) in enumerate(windows):
         for busy, samples, first in w:
             estimator.record(r, busy, samples, first)
-    return estimator.estimate()
+    return estimator.estimate(), float(windows[0][1])
 
 
 def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> MixedResult | None:
@@ -352,6 +354,10 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     first_at_share = False
     phase = state.add_phase
     loop_started = last_rebalance_time = time.perf_counter()
+    # rank 0's "due by the minutes" flag is polled (a collective) only from about half the steps the minutes
+    # take at the last measurement's pace; before the first measurement (the warm-up) the minutes do not count
+    poll_from: int | None = None
+    measured_at = start
     step = start
     for step in range(start, total):
         t_sample = time.perf_counter()
@@ -366,7 +372,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         state.end_backward()
         done = step + 1
         by_minutes = None  # rebalance_every_minutes: rank 0's clock decides, sent while the optimizer steps
-        if next_measure is not None and world > 1 and done >= warm_until and done < next_measure:
+        if next_measure is not None and world > 1 and poll_from is not None and poll_from <= done < next_measure:
             flag = torch.tensor([1.0 if time.perf_counter() - last_rebalance_time >= job.rebalance_every_minutes * 60 else 0.0])
             by_minutes = (flag, dist.broadcast(flag, src=0, async_op=True))
         stepped_wall = time.perf_counter()
@@ -392,8 +398,11 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
             elif world == 1 and done >= warm_until:
                 due = due or time.perf_counter() - last_rebalance_time >= job.rebalance_every_minutes * 60
             if due:
-                throughput = _estimate(estimator, window, world)
+                throughput, seconds = _estimate(estimator, window, world, time.perf_counter() - last_rebalance_time)
                 window = []
+                step_seconds_now = seconds / max(1, done - measured_at)
+                poll_from = done + (int(0.5 * job.rebalance_every_minutes * 60 / step_seconds_now) if step_seconds_now > 0 else 0)
+                measured_at = done
                 new = shares_from_throughput(job.global_batch, throughput)
                 if not worth_changing(state.shares, new, throughput, total - done):
                     new = list(state.shares)
@@ -430,7 +439,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     sent = sum(every)
     leaders = max(1.0, float(sent[2]))
     if throughput == [0.0] * world:  # never measured (fixed or equal shares): this run's steps
-        throughput = _estimate(estimator, window, world)
+        throughput = _estimate(estimator, window, world)[0]
     phases_mine = dict(state.phase_seconds)
     phases_mine["other"] = max(0.0, loop_seconds - sum(phases_mine.values()))
     phases: list[Any] = [None] * world
