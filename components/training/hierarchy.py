@@ -119,11 +119,13 @@ class HookState:
         bytes_sent / bytes_uncompressed: what this rank sent across kinds, and what it would have sent
             uncompressed (bytes, summed over exchanges).
         step_started: when the compute now running began (by :attr:`clock`; reset after each hook call).
-        step_busy: busy seconds of this step so far (compute by :attr:`clock`, and the simulated slow-down): what
-            throughput, and so the shares, are measured by.
-        step_busy_wall: the same in wall time (compute's wall time and the slow-down): what utilization is.
-        clock: what measures compute: ``time.perf_counter`` (wall time; what a mixed job uses, see
-            :mod:`~heteroflow.components.training.mixed`), or ``time.thread_time`` (this thread's CPU time).
+        step_busy: busy seconds of this step so far: compute by :attr:`clock` over the simulated speed (what
+            throughput, and so the shares, are measured by).
+        step_busy_wall: busy wall time of this step so far: compute's wall time and the simulated slow-down's
+            sleep, ``(1/speed - 1)`` times that wall time (what utilization is).
+        clock: what measures compute for the shares: ``time.perf_counter`` (wall time: an accelerator's
+            replica), or ``time.thread_time`` for a replica on the CPU (one torch thread: its compute is the CPU
+            time of this thread, which other processes on a shared machine inflate much less than wall time).
     """
 
     hierarchy: Hierarchy
@@ -176,11 +178,15 @@ class HookState:
         compute = self.clock() - self.step_started
         now = time.perf_counter()
         wall = now - self._started_wall
-        busy = self.slowdown.pause(compute) if self.slowdown is not None else compute
-        self.step_busy += busy
-        self.step_busy_wall += wall + (busy - compute)
+        # the sleep follows the compute's wall time (a loaded machine stretches both kinds' compute alike, so the
+        # slower kind keeps its speed ratio in wall time); the shares follow :attr:`clock` (this thread's CPU time
+        # on the CPU: steadier under load), scaled by the same speed
+        speed = self.slowdown.speed if self.slowdown is not None else 1.0
+        busy_wall = self.slowdown.pause(wall) if self.slowdown is not None else wall
+        self.step_busy += compute / speed
+        self.step_busy_wall += busy_wall
         self.add_phase("compute", wall)
-        if busy > compute:
+        if busy_wall > wall:
             self.add_phase("slowdown", time.perf_counter() - now)
         self.resume()
 
