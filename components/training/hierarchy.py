@@ -29,7 +29,8 @@ One exchange (:func:`hierarchical_hook`, a DDP communication hook [DH])
     :attr:`HookState.bytes_sent` counts what one leader sends across kinds per exchange: the bucket's float32
     bytes uncompressed; values plus indices for top-k; the P and Q factors (and the uncompressed tensors) for
     PowerSGD. The simulated slow-down of a kind (:class:`~heteroflow.components.training.shares.SlowDown`) runs in
-    the first hook call of a step, when the compute before it is known.
+    each hook call, for the compute since the last one, so each bucket leaves when a device at that speed would
+    have it ready.
 
 Sources: [DH] DDP communication hooks, https://pytorch.org/docs/stable/ddp_comm_hooks.html.
 """
