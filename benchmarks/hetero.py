@@ -2,9 +2,12 @@
 fastest kind alone, replica utilization, and compression of the exchange between kinds.
 
 Setup: a CNN on scikit-learn's bundled digits (1,797 8x8 images; a fixed 80/20 split: 1,437 to train, 360 to
-test), upsampled to 16x16 inside the model, convolutions of 32 and 64 channels (66k parameters, about 45 MFLOP per
-sample for forward and backward), so compute dominates a step (tens of milliseconds against about 1 ms for the
-gradient exchange on this machine). Two simulated kinds, ``gpu`` at speed 1.0 and ``npu`` at speed 0.5
+test), upsampled to 16x16 inside the model, convolutions of 32 and 64 channels at 16x16 and two of 128 at 8x8
+(261k parameters, 1 MB of gradients; 114 MFLOP per sample for forward and backward, counted by
+``torch.utils.flop_counter``), so compute dominates a step: about 40 ms for a share of 43 samples on one core of
+this machine against about 0.8 ms for a 1 MB gloo all-reduce between two processes (hidden behind backward: the
+gradients leave in four buckets) and under 1 ms for the optimizer's step and the sampling. Two simulated kinds,
+``gpu`` at speed 1.0 and ``npu`` at speed 0.5
 (:class:`~heteroflow.components.training.shares.SlowDown`: the slower replica sleeps in proportion to its
 compute, so two replicas on two cores do not contend), one replica per kind, one torch thread per replica, the
 same global batch (64) and the same steps in every configuration; SGD with momentum 0.9, learning rate 0.05.
@@ -12,11 +15,15 @@ same global batch (64) and the same steps in every configuration; SGD with momen
 Configurations (each a job of :mod:`heteroflow.components.training.mixed`, one worker process per replica):
 
 - **equal**: both kinds, shares 32 and 32;
-- **balanced**: both kinds, shares measured after 5 warm-up steps (equal until then), then every 20 steps;
+- **balanced**: both kinds, shares measured after 3 warm-up steps (equal until then; the median step, see
+  :class:`~heteroflow.components.training.shares.ShareEstimator`), then every 20 steps;
 - **fastest alone**: the ``gpu`` replica alone with the whole batch;
 - **topk 1%** / **powersgd rank 2**: balanced, with the cross-kind exchange compressed.
 
 Time is the training loop's wall time (the warm-up steps that measure speed included; process start-up not).
+stderr also gives each replica's loop time by phase
+(:attr:`~heteroflow.components.training.mixed.MixedResult.phase_seconds`) and the compute per step in CPU time (the slowest replica's share over its measured throughput), which other
+processes on a shared machine do not inflate.
 Utilization is busy time (compute, the simulated slow-down and the optimizer's step) over wall time, the minimum
 over replicas. Bytes per step are what a kind's leader sends
 across kinds (values and int32 indices for top-k; P and Q for PowerSGD), against the float32 gradient. Each
@@ -66,14 +73,15 @@ def cnn() -> nn.Module:
     """The benchmark's CNN (see the module docstring); no dropout, no batch norm."""
     return nn.Sequential(
         nn.Upsample(scale_factor=2), nn.Conv2d(1, 32, 3, padding=1), nn.ReLU(), nn.Conv2d(32, 64, 3, padding=1), nn.ReLU(),
-        nn.MaxPool2d(2), nn.Conv2d(64, 64, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(64 * 4 * 4, 10))
+        nn.MaxPool2d(2), nn.Conv2d(64, 128, 3, padding=1), nn.ReLU(), nn.Conv2d(128, 128, 3, padding=1), nn.ReLU(),
+        nn.MaxPool2d(2), nn.Flatten(), nn.Linear(128 * 4 * 4, 10))
 
 
 def _job(steps: int, **kw: object) -> object:
     from heteroflow.components.training.mixed import MixedJob
 
     return MixedJob(model=f"{HERE}:cnn", data=f"{HERE}:digits", global_batch=BATCH, learning_rate=0.05, max_steps=steps,
-                    optimizer="sgd", seed=0, warmup_steps=5, rebalance_every_steps=20, **kw)
+                    optimizer="sgd", seed=0, warmup_steps=3, rebalance_every_steps=20, **kw)
 
 
 def _accuracy(state: dict) -> float:
@@ -90,6 +98,9 @@ def _run(name: str, job: object, kinds: list[str], speeds: list[float]) -> objec
     r = run_mixed_local(job, kinds, speeds)
     print(f"  {name}: {r.loop_seconds:.2f} s, shares {r.shares}, busy {[round(b, 2) for b in r.busy_fraction]}, "
           f"throughput {[round(t) for t in r.throughput]} samples/busy s, loss {r.history[-1]['loss']:.3f}", file=sys.stderr, flush=True)
+    for rank, ph in enumerate(r.phase_seconds):
+        print(f"    rank {rank} ({r.kinds[rank]}) phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(ph.items(), key=lambda kv: -kv[1])),
+              file=sys.stderr, flush=True)
     return r
 
 
@@ -114,6 +125,13 @@ def main() -> None:
             if name not in best or r.loop_seconds < best[name].loop_seconds:
                 best[name] = r
     eq, bal, alone = best["equal"], best["balanced"], best["fastest alone"]
+    # the compute side alone (no waiting, no scheduling): the slowest replica's share over its measured throughput
+    # (samples per busy second of its thread's CPU time, the slow-down included); on a loaded machine the wall
+    # times above also hold the other processes' turns on the cores, this does not
+    compute_ms = {n: 1000 * max(s / t for s, t in zip(r.shares, r.throughput) if t > 0) for n, r in (("equal", eq), ("balanced", bal), ("fastest alone", alone))}
+    print("  compute per step (CPU time, from the measured throughput): " + ", ".join(f"{n} {v:.1f} ms" for n, v in compute_ms.items())
+          + f"; balanced vs equal {compute_ms['equal'] / compute_ms['balanced']:.2f}x, vs fastest alone {compute_ms['fastest alone'] / compute_ms['balanced']:.2f}x"
+          + f"; load average now {os.getloadavg()[0]:.1f}", file=sys.stderr, flush=True)
     topk = _run("topk 1%", _job(steps, compression="topk", topk_ratio=0.01), kinds, speeds)
     psgd = _run("powersgd rank 2", _job(steps, compression="powersgd", powersgd_rank=2), kinds, speeds)
     base_acc = _accuracy(bal.state_dict)

@@ -42,5 +42,10 @@ def mlp() -> nn.Module:
     return builtin(64, 10, hidden_units=32, input_shape=(1, 8, 8))
 
 
+def wide_mlp() -> nn.Module:
+    """An MLP of 167k parameters (0.67 MB of gradients): DDP sends them in several buckets in a mixed job."""
+    return nn.Sequential(nn.Flatten(), nn.Linear(64, 512), nn.ReLU(), nn.Linear(512, 256), nn.ReLU(), nn.Linear(256, 10))
+
+
 def sgd(params, lr):  # type: ignore[no-untyped-def]
     return torch.optim.SGD(params, lr=lr, momentum=0.9)

@@ -12,7 +12,8 @@ from heteroflow.components.core.fallback import cannot_run
 from heteroflow.components.errors import InvalidParameter, InvalidResources
 from heteroflow.components.replicas import MixedResources, Replicas, is_mixed
 from heteroflow.components.resources import Candidates, Resources
-from heteroflow.components.training.shares import GlobalSampler, SlowDown, equal_shares, shares_from_throughput, simulated_speeds
+from heteroflow.components.training.shares import (GlobalSampler, ShareEstimator, SlowDown, equal_shares, shares_from_throughput,
+                                                   simulated_speeds, step_seconds, worth_changing)
 
 
 def test_cli_spelling_and_python_spelling_are_the_same_candidate():
@@ -103,6 +104,76 @@ def test_shares_follow_throughput_and_keep_the_global_batch():
     assert sum(shares_from_throughput(257, [3.3, 1.7, float("nan"), 0.0])) == 257
     with pytest.raises(InvalidParameter, match="batch_size=2 is smaller than the 3 replicas"):
         shares_from_throughput(2, [1.0, 1.0, 1.0])
+
+
+def test_shares_minimise_the_slowest_replicas_step():
+    # 2:1 of 64: 43:21 (steps of 43 and 42 sample-times); largest-remainder rounding gave 42:22 (44)
+    assert shares_from_throughput(64, [1.0, 0.5]) == [43, 21]
+    for batch, tput in ((64, [1.0, 0.5]), (100, [3.0, 1.0, 0.7]), (17, [5.0, 1.0]), (64, [1.0, 1e-9])):
+        best = shares_from_throughput(batch, tput)
+        slowest = max(b / t for b, t in zip(best, tput))
+        # no other split of the batch into positive integers finishes sooner (two replicas: all splits)
+        if len(tput) == 2:
+            assert all(max(b / tput[0], (batch - b) / tput[1]) >= slowest - 1e-12 for b in range(1, batch))
+
+
+def test_shares_change_only_when_the_saving_pays_for_the_new_shapes():
+    tput = [2000.0, 1000.0]
+    assert step_seconds([43, 21], tput) == pytest.approx(43 / 2000)
+    assert step_seconds([32, 32], tput) == pytest.approx(32 / 1000)
+    # equal -> balanced saves a third of every step: worth it even with few steps left
+    assert worth_changing([32, 32], [43, 21], tput, remaining_steps=10)
+    # 42:22 -> 43:21 saves 1/44 of a step: pays after 44 steps (a step's set-up), not after 30
+    assert worth_changing([42, 22], [43, 21], tput, remaining_steps=200)
+    assert not worth_changing([42, 22], [43, 21], tput, remaining_steps=30)
+    assert not worth_changing([43, 21], [43, 21], tput, remaining_steps=1000)
+    assert worth_changing([63, 1], [43, 21], [2000.0, 0.0], remaining_steps=1)  # no estimate for the current
+
+
+def _synthetic_steps(rng, est, seconds_per_sample, shares, steps, outliers=0.0):
+    """Feed ``est`` ``steps`` steps of replicas at ``seconds_per_sample`` with 5% noise; with probability
+    ``outliers`` a step takes 20x as long (a process descheduled, a page fault)."""
+    for _ in range(steps):
+        for r, (sps, n) in enumerate(zip(seconds_per_sample, shares)):
+            busy = sps * n * rng.uniform(0.95, 1.05)
+            if rng.random() < outliers:
+                busy *= 20
+            est.record(r, busy, n)
+
+
+def test_share_estimator_ignores_noisy_steps_and_smooths():
+    rng = np.random.default_rng(0)
+    truth = [1 / 2000, 1 / 1000]  # speeds 1.0 and 0.5: 43:21 of 64
+    # one noisy step in ten (20x slower) on either replica: the median of a 5-step window gives 43:21 or a
+    # neighbour unless 3 of its 5 steps are noisy (under 1% of windows); a mean is thrown off by any one
+    results = []
+    for _ in range(200):
+        est = ShareEstimator(2)
+        _synthetic_steps(rng, est, truth, [32, 32], 5, outliers=0.1)
+        windows = [w for w in est._window]
+        mean_tput = [sum(n for _, n, _ in w) / sum(b for b, _, _ in w) for w in windows]
+        results.append((shares_from_throughput(64, est.estimate()), shares_from_throughput(64, mean_tput)))
+    assert sum(abs(med[0] - 43) > 2 for med, _ in results) <= 6
+    assert sum(abs(mean[0] - 43) > 2 for _, mean in results) > 40
+    # smoothing: a window where the slow replica looked 3x slower moves the shares only part of the way
+    est = ShareEstimator(2, smoothing=0.5)
+    _synthetic_steps(rng, est, truth, [43, 21], 5)
+    assert shares_from_throughput(64, est.estimate()) == [43, 21]
+    _synthetic_steps(rng, est, [truth[0], truth[1] * 3], [43, 21], 5)
+    moved = shares_from_throughput(64, est.estimate())
+    assert 43 < moved[0] < shares_from_throughput(64, [2000, 1000 / 3])[0]
+    # the first step after a share change (new shapes: set-up) is left out when the window has others
+    est = ShareEstimator(2, smoothing=1.0)
+    est.record(0, 1.0, 10, first_at_share=True)
+    est.record(1, 0.01, 10, first_at_share=True)
+    for _ in range(3):
+        est.record(0, 0.01, 10)
+        est.record(1, 0.01, 10)
+    assert est.estimate() == pytest.approx([1000.0, 1000.0])
+    # an empty window keeps the last estimate
+    assert est.estimate() == pytest.approx([1000.0, 1000.0])
+    with pytest.raises(InvalidParameter, match="smoothing=0"):
+        ShareEstimator(2, smoothing=0)
 
 
 def test_global_sampler_batches_do_not_depend_on_the_layout():

@@ -88,6 +88,25 @@ def test_measured_and_rebalanced_shares_keep_the_trajectory():
 
 
 @pytest.mark.slow
+def test_gradients_sent_across_kinds_bucket_by_bucket_during_backward_keep_the_trajectory():
+    """A model whose gradients DDP splits into several buckets: each leaves for the other kind asynchronously while
+    backward goes on (the slow kind sleeps per bucket); the weights are still those of one process."""
+    import mixed_models
+
+    from heteroflow.components.training.mixed import _bucket_mb
+
+    torch.manual_seed(7)
+    model = mixed_models.wide_mlp()  # the initial weights of every run
+    grad_mb = sum(p.numel() * 4 for p in model.parameters()) / 2**20
+    assert _bucket_mb(model) <= grad_mb / 3  # several buckets, not one
+    reference = _single_process("wide_mlp")
+    run = run_mixed_local(_job("wide_mlp", fixed_shares={"gpu": [21], "npu": [11]}), ["gpu", "npu"], speeds=[1.0, 0.5])
+    assert run.shares == [21, 11] and sum(run.phase_seconds[1].values()) > 0 and run.phase_seconds[1]["slowdown"] > 0
+    assert _largest_difference(reference, {k: v.detach() for k, v in model.state_dict().items()}) > 1e-2  # trained
+    assert _largest_difference(run.state_dict, reference) <= TOL
+
+
+@pytest.mark.slow
 def test_shares_start_from_the_step_profile():
     run = run_mixed_local(_job("mlp", profile_throughput={"gpu": 300.0, "npu": 100.0}, warmup_steps=50), ["gpu", "npu"])
     assert run.shares_history[0]["shares"] == [24, 8] and run.shares == [24, 8]

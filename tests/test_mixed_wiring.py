@@ -199,7 +199,7 @@ def test_the_first_shares_of_a_mixed_train_come_from_the_plan_steps_profile(digi
     first = profiled["results"]["train"]["mixed"]["shares_history"][0]
     from heteroflow.components.training.shares import shares_from_throughput
 
-    assert first["why"] == "start" and first["shares"] == shares_from_throughput(64, [1 / 0.01, 1 / 0.03]) == [47, 17]
+    assert first["why"] == "start" and first["shares"] == shares_from_throughput(64, [1 / 0.01, 1 / 0.03]) == [48, 16]
     assert "the first shares come from the training profile" in profiled["_out"]
     plain = run(tmp_path / "plain")
     assert plain["results"]["train"]["mixed"]["shares_history"][0]["shares"] == [32, 32]

@@ -22,10 +22,15 @@ One exchange (:func:`hierarchical_hook`, a DDP communication hook [DH])
          leaders;
     4. each leader broadcasts the result to its kind group.
 
+    A kind with one replica and no compression sends each bucket across kinds asynchronously (the future of
+    gloo's all-reduce goes back to DDP), so the exchange of one bucket overlaps the backward pass of the next, as
+    DDP's own all-reduce does [DH]; the other cases wait for each step of the exchange in the hook.
+
     :attr:`HookState.bytes_sent` counts what one leader sends across kinds per exchange: the bucket's float32
     bytes uncompressed; values plus indices for top-k; the P and Q factors (and the uncompressed tensors) for
     PowerSGD. The simulated slow-down of a kind (:class:`~heteroflow.components.training.shares.SlowDown`) runs in
-    the first hook call of a step, when the compute before it is known.
+    each hook call, for the compute since the last one, so each bucket leaves when a device at that speed would
+    have it ready.
 
 Sources: [DH] DDP communication hooks, https://pytorch.org/docs/stable/ddp_comm_hooks.html.
 """
@@ -114,13 +119,14 @@ class HookState:
         slowdown: the simulated slow-down of this kind (None: full speed).
         bytes_sent / bytes_uncompressed: what this rank sent across kinds, and what it would have sent
             uncompressed (bytes, summed over exchanges).
-        step_started: when this step's compute began (``time.perf_counter``).
-        step_busy: busy seconds of this step so far (compute by :attr:`clock`, and the simulated slow-down): what
-            throughput, and so the shares, are measured by.
-        step_busy_wall: the same in wall time (compute's wall time and the slow-down): what utilization is.
-        clock: what measures compute: ``time.perf_counter`` (wall time: an accelerator's replica), or
-            ``time.thread_time`` for a replica on the CPU (one torch thread: its compute is the CPU time of this
-            thread, which other processes on a shared machine do not inflate).
+        step_started: when the compute now running began (by :attr:`clock`; reset after each hook call).
+        step_busy: busy seconds of this step so far: compute by :attr:`clock` over the simulated speed (what
+            throughput, and so the shares, are measured by).
+        step_busy_wall: busy wall time of this step so far: compute's wall time and the simulated slow-down's
+            sleep, ``(1/speed - 1)`` times that wall time (what utilization is).
+        clock: what measures compute for the shares: ``time.perf_counter`` (wall time: an accelerator's
+            replica), or ``time.thread_time`` for a replica on the CPU (one torch thread: its compute is the CPU
+            time of this thread, which other processes on a shared machine inflate much less than wall time).
     """
 
     hierarchy: Hierarchy
@@ -135,8 +141,9 @@ class HookState:
     step_busy: float = 0.0
     step_busy_wall: float = 0.0
     clock: Any = time.perf_counter
+    phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     _started_wall: float = 0.0
-    _paused: bool = False
+    _hooks: int = 0
     _residuals: dict[int, Any] = dataclasses.field(default_factory=dict)
     _powersgd: Any = None
 
@@ -157,21 +164,44 @@ class HookState:
 
     def begin_step(self) -> None:
         """Mark the start of a step's compute."""
-        self.step_started = self.clock()
-        self._started_wall = time.perf_counter()
         self.step_busy = self.step_busy_wall = 0.0
-        self._paused = False
+        self._hooks = 0
+        self.resume()
+
+    def resume(self) -> None:
+        """Compute (re)starts now: at the step's start and when a hook call returns."""
+        self.step_started, self._started_wall = self.clock(), time.perf_counter()
 
     def end_compute(self) -> None:
-        """The step's compute is over (called by the first hook call, or after backward when no hook ran)."""
-        if self._paused:
-            return
-        self._paused = True
+        """The compute since the last mark is over (each hook call: a bucket of gradients is ready): add it to the
+        step's busy time and sleep this kind's slow-down for it, so the bucket leaves when a device at this speed
+        would have it ready."""
         compute = self.clock() - self.step_started
-        wall = time.perf_counter() - self._started_wall
-        busy = self.slowdown.pause(compute) if self.slowdown is not None else compute
-        self.step_busy += busy
-        self.step_busy_wall += wall + (busy - compute)
+        now = time.perf_counter()
+        wall = now - self._started_wall
+        # the sleep follows the compute's wall time (a loaded machine stretches both kinds' compute alike, so the
+        # slower kind keeps its speed ratio in wall time); the shares follow :attr:`clock` (this thread's CPU time
+        # on the CPU: steadier under load), scaled by the same speed
+        speed = self.slowdown.speed if self.slowdown is not None else 1.0
+        busy_wall = self.slowdown.pause(wall) if self.slowdown is not None else wall
+        self.step_busy += compute / speed
+        self.step_busy_wall += busy_wall
+        self.add_phase("compute", wall)
+        if busy_wall > wall:
+            self.add_phase("slowdown", time.perf_counter() - now)
+        self.resume()
+
+    def end_backward(self) -> None:
+        """Backward returned. With no hook call this step its compute ends here; otherwise the time since the last
+        hook call was DDP waiting for the exchange and copying gradients (exchange, not compute)."""
+        if self._hooks == 0:
+            self.end_compute()
+        else:
+            self.add_phase("exchange_wait", time.perf_counter() - self._started_wall)
+
+    def add_phase(self, name: str, seconds: float) -> None:
+        """Add ``seconds`` (wall time) to phase ``name`` of :attr:`phase_seconds`."""
+        self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + seconds
 
     def weight(self) -> float:
         return self.shares[self.hierarchy.rank] / sum(self.shares)
@@ -229,11 +259,33 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
     import torch.distributed as dist
 
     state.end_compute()
+    state._hooks += 1
     h = state.hierarchy
+    t0 = time.perf_counter()
     buffer = bucket.buffer()
     buffer.mul_(state.weight())
     if h.kind_group is not None:
         dist.all_reduce(buffer, group=h.kind_group)
+    t1 = time.perf_counter()
+    state.add_phase("exchange_kind", t1 - t0)
+    if h.cross_group is not None and h.kind_group is None and state.compression == "none":
+        # the kind's only replica: its leader sends the bucket across kinds without waiting (gloo runs it on its
+        # own thread) and backward goes on to the next bucket; DDP waits for the futures when backward ends
+        n = buffer.numel()
+        state.bytes_uncompressed += n * 4
+        state.bytes_sent += n * 4
+        cpu = buffer.detach().to("cpu")
+        fut = dist.all_reduce(cpu, group=h.cross_group, async_op=True).get_future()
+        state.add_phase("exchange_cross", time.perf_counter() - t1)
+        state.resume()
+        if cpu.data_ptr() == buffer.data_ptr():
+            return fut.then(lambda f: f.value()[0])
+
+        def back(f):  # type: ignore[no-untyped-def]
+            buffer.copy_(f.value()[0])
+            return buffer
+
+        return fut.then(back)
     if h.cross_group is not None:
         n = buffer.numel()
         state.bytes_uncompressed += n * 4
@@ -253,8 +305,12 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
             if cpu.data_ptr() != buffer.data_ptr():
                 buffer.copy_(cpu)
             state.bytes_sent += n * 4
+    t2 = time.perf_counter()
+    state.add_phase("exchange_cross", t2 - t1)
     if h.kind_group is not None:
         dist.broadcast(buffer, src=h.kind_ranks[0], group=h.kind_group)
+    state.add_phase("exchange_kind", time.perf_counter() - t2)
+    state.resume()
     fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
     fut.set_result(buffer)
     return fut

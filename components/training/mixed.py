@@ -11,12 +11,16 @@ Launch (:func:`run_mixed`)
     ``HETEROFLOW_MIXED_KIND``, its torch device type in ``HETEROFLOW_MIXED_DEVICE`` (``cuda``: ``cuda:<local
     rank>``, and the kind group uses the registry's backend, nccl) and a simulated speed in
     ``HETEROFLOW_MIXED_SPEED``; one torch thread each. Busy time (utilization) is compute, the simulated slow-down
-    and the optimizer's step; throughput (for shares) is samples per second of compute and slow-down. Compute is
-    timed by the replica thread's CPU time on the CPU (one torch thread: other processes on a shared machine do not
-    inflate it) and by wall time on an accelerator; busy time is wall time. In a pod of a cluster job
-    (``rendezvous=``, :mod:`~heteroflow.components.training.mixed_launch`) the same launch starts one agent, for
-    the pod's kind, on a store another process (the launcher) hosts; every pod's first worker keeps a copy of the
-    result, and the one holding rank 0 is marked (``MixedResult.rank0``).
+    and the optimizer's step, in wall time; the simulated slow-down sleeps ``(1/speed - 1)`` times the compute's
+    wall time (on a machine that other processes load, both kinds' compute stretches, and the slower kind's sleep
+    with it, so the kinds keep their speed ratio in wall time). Throughput (for shares) is samples per second of
+    compute over the speed, compute timed by the replica thread's CPU time on the CPU (one torch thread: other
+    processes on a shared machine inflate it much less than wall time: measured under a load average of 8-13 on 2
+    cores, wall-time shares of a 2:1 pair ranged from 38:26 to 50:14, CPU-time shares from 42:22 to 44:20) and
+    by wall time on an accelerator.
+    In a pod of a cluster job (``rendezvous=``, :mod:`~heteroflow.components.training.mixed_launch`) the same launch
+    starts one agent, for the pod's kind, on a store another process (the launcher) hosts; every pod's first worker
+    keeps a copy of the result, and the one holding rank 0 is marked (``MixedResult.rank0``).
 
 Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.hierarchy.Hierarchy` groups by kind; DDP with
@@ -25,8 +29,19 @@ Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.shares.GlobalSampler` sliced by share, so the trajectory does not depend
     on the layout. Shares start from the step profile's throughput by kind when one is given, else equal, and are
     re-measured and rebalanced after ``warmup_steps`` steps, then every ``rebalance_every_steps`` steps or
-    ``rebalance_every_minutes`` minutes, whichever comes first (KAITIAN rebalances every 10 minutes). Every
+    ``rebalance_every_minutes`` minutes, whichever comes first (KAITIAN rebalances every 10 minutes), by
+    :class:`~heteroflow.components.training.shares.ShareEstimator` (median step, smoothed), and changed only when
+    the saving pays for the new shapes' set-up (:func:`~heteroflow.components.training.shares.worth_changing`).
+    No collective runs per step besides the gradient exchange and, once half the steps the minutes take at the
+    last measurement's pace have passed, rank 0's asynchronous one-value broadcast of "due" (overlapping the
+    optimizer's step; steps more than twice as slow as measured can trigger late, at most by the steps' rule): each rank keeps its own
+    step timings (gathered when shares are measured) and losses (gathered once, after the loop). Every
     ``checkpoint_every_steps`` steps rank 0 writes a checkpoint (atomically: model, optimizer, step, shares).
+    :attr:`MixedResult.phase_seconds` gives each replica's loop wall time by phase: ``sample`` (slicing the global
+    batch, collating), ``compute`` (forward and backward), ``slowdown`` (the simulated kind's sleep),
+    ``exchange_kind`` / ``exchange_cross`` (in the hook: within the kind, across kinds, waiting for the peers
+    included), ``exchange_wait`` (DDP waiting for asynchronous exchanges after backward), ``optimizer``,
+    ``rebalance`` (the "due" flag, gathering timings, new shares), ``checkpoint``, ``other``.
 
 A kind drops out
     A replica whose step fails with a *device-class* failure
@@ -166,6 +181,8 @@ class MixedResult:
         bytes_per_step / uncompressed_bytes_per_step: what a leader sent across kinds per step, and would have
             uncompressed (mean over leaders).
         dropped: ``[{"kind", "step", "reason", "resumed_from_step"}]``: kinds that dropped out.
+        phase_seconds: per replica, ``{phase: wall seconds}`` of the last incarnation's loop (the module
+            docstring lists the phases; they sum to :attr:`loop_seconds`).
     """
 
     state_dict: dict[str, Any]
@@ -183,6 +200,7 @@ class MixedResult:
     uncompressed_bytes_per_step: float = 0.0
     dropped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     rank0: bool = True  # False: a copy another pod's agent wrote (rendezvous joined, not hosted: the pod holding rank 0 writes the model)
+    phase_seconds: list[dict[str, float]] = dataclasses.field(default_factory=list)
 
     def facts(self) -> dict[str, Any]:
         """The JSON-ready summary for the run record (no weights)."""
@@ -191,6 +209,7 @@ class MixedResult:
             "busy_fraction": [round(b, 3) for b in self.busy_fraction], "shares_history": self.shares_history,
             "dropped": self.dropped, "bytes_per_step": round(self.bytes_per_step, 1),
             "uncompressed_bytes_per_step": round(self.uncompressed_bytes_per_step, 1),
+            "phase_seconds": self.phase_seconds,
         }
 
 
@@ -254,6 +273,31 @@ def _save(path: Path, blob: dict[str, Any]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+def _bucket_mb(model: Any) -> float:
+    """DDP's bucket size for ``model``: a quarter of its gradient bytes, 0.1 to 25 MiB (DDP's default), so
+    a model's gradients leave in about four buckets and the exchange of one overlaps the backward pass of the
+    next (every rank computes the same size from the same model)."""
+    grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
+    return min(25.0, max(0.1, grad_bytes / 4 / 2**20))
+
+
+def _estimate(estimator: Any, window: list[tuple[float, int, bool]], world: int, seconds: float = 0.0) -> tuple[list[float], float]:
+    """Every rank's timed steps since the last measurement (one collective), into ``estimator``: the
+    throughput by rank (samples per busy second) and rank 0's ``seconds`` (its wall time since the last
+    measurement); every rank gets the same."""
+    import torch.distributed as dist
+
+    windows: list[Any] = [None] * world
+    if world > 1:
+        dist.all_gather_object(windows, (window, seconds))
+    else:
+        windows = [(window, seconds)]
+    for r, (w, _) in enumerate(windows):
+        for busy, samples, first in w:
+            estimator.record(r, busy, samples, first)
+    return estimator.estimate(), float(windows[0][1])
+
+
 def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> MixedResult | None:
     import torch
     import torch.distributed as dist
@@ -262,7 +306,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     from heteroflow.components.core.failures import fault_after_steps
     from heteroflow.components.training.hierarchy import Hierarchy, HookState, hierarchical_hook
     from heteroflow.components.training.loop import _to_cpu
-    from heteroflow.components.training.shares import GlobalSampler, SlowDown, shares_from_throughput
+    from heteroflow.components.training.shares import GlobalSampler, ShareEstimator, SlowDown, shares_from_throughput, worth_changing
 
     torch.set_num_threads(1)
     from heteroflow.components.training.rendezvous import backend_for
@@ -294,64 +338,87 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         saved = blob.get("throughput_by_kind") or {}
         if measure and saved and all(k in saved for k in h.kinds):  # recomputed over the replicas left
             shares = shares_from_throughput(job.global_batch, [float(saved[k]) for k in h.kinds])
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None)
+    # small buckets where each leaves asynchronously (every kind has one replica, no compression: the hook's
+    # async path); elsewhere the hook waits per bucket, and top-k picks from the whole gradient: DDP's 25 MiB
+    overlap = job.compression == "none" and len(set(h.kinds)) == len(h.kinds)
+    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=_bucket_mb(model) if overlap else 25.0)
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
                       powersgd_rank=job.powersgd_rank, slowdown=slowdown,
                       clock=time.thread_time if device.type == "cpu" else time.perf_counter)
     ddp.register_comm_hook(state, hierarchical_hook)
 
-    history: list[dict[str, Any]] = []
     shares_history = [{"step": start, "shares": list(shares), "throughput": [], "why": "start"}]
-    window_busy = [0.0] * world
-    window_samples = [0] * world
-    total_busy = [0.0] * world
-    last_rebalance_step, last_rebalance_time = start, time.perf_counter()
-    next_measure = start + 1 + max(1, job.warmup_steps) if measure else None  # the first step is not timed
+    estimator = ShareEstimator(world)
+    window: list[tuple[float, int, bool]] = []  # this rank's timed steps since the last measurement
+    busy_wall = 0.0  # this rank's busy wall time (utilization)
+    losses: list[Any] = []  # this rank's share-weighted loss per step (tensors: no host sync per step)
+    warm_until = start + 1 + max(1, job.warmup_steps)  # the first step is not timed
+    next_measure = warm_until if measure else None
     throughput = [0.0] * world
     samples_done = 0
-    loop_started = time.perf_counter()
+    first_at_share = False
+    phase = state.add_phase
+    loop_started = last_rebalance_time = time.perf_counter()
+    # rank 0's "due by the minutes" flag is polled (a collective) only from about half the steps the minutes
+    # take at the last measurement's pace; before the first measurement (the warm-up) the minutes do not count
+    poll_from: int | None = None
+    measured_at = start
     step = start
     for step in range(start, total):
+        t_sample = time.perf_counter()
         idx = sampler.part(step, state.shares, rank)
         x, y = _collate(dataset, idx)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
+        phase("sample", time.perf_counter() - t_sample)
         state.begin_step()
         out = ddp(x)
         loss = loss_fn(out, y)
         loss.backward()
-        state.end_compute()  # no-op when the hook ran
-        stepped, stepped_wall = state.clock(), time.perf_counter()
+        state.end_backward()
+        done = step + 1
+        by_minutes = None  # rebalance_every_minutes: rank 0's clock decides, sent while the optimizer steps
+        if next_measure is not None and world > 1 and poll_from is not None and poll_from <= done < next_measure:
+            flag = torch.tensor([1.0 if time.perf_counter() - last_rebalance_time >= job.rebalance_every_minutes * 60 else 0.0])
+            by_minutes = (flag, dist.broadcast(flag, src=0, async_op=True))
+        stepped_wall = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         samples_done += len(idx)
         if device.type != "cpu":
             torch.accelerator.synchronize()
-        update = state.clock() - stepped  # the optimizer's step: busy, but the same work whatever the share
-        update_wall = time.perf_counter() - stepped_wall
-        _CURRENT_STEP[0] = step + 1
-        stats = torch.tensor([state.step_busy, float(len(idx)), float(loss.detach()) * state.weight(), update,  # [3]: the update alone (not used for shares)
-                              state.step_busy_wall + update_wall], dtype=torch.float64)
-        gathered = [torch.zeros(5, dtype=torch.float64) for _ in range(world)]
-        dist.all_gather(gathered, stats)
-        for r, g in enumerate(gathered):
-            if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
-                window_busy[r] += float(g[0])
-                window_samples[r] += int(g[1])
-            total_busy[r] += float(g[4])  # wall time: utilization
-        history.append({"step": step + 1, "loss": sum(float(g[2]) for g in gathered)})
-        done = step + 1
-        if next_measure is not None and all(window_samples):
-            warmed = done >= start + 1 + max(1, job.warmup_steps)  # the minutes count once the warm-up has measured
-            due = done >= next_measure or (warmed and (time.perf_counter() - last_rebalance_time) >= job.rebalance_every_minutes * 60)
+        update_wall = time.perf_counter() - stepped_wall  # the optimizer's step: busy, the same work whatever the share
+        phase("optimizer", update_wall)
+        busy_wall += state.step_busy_wall + update_wall
+        losses.append(loss.detach() * state.weight())
+        if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
+            window.append((state.step_busy, len(idx), first_at_share))
+            first_at_share = False
+        _CURRENT_STEP[0] = done
+        t_rebalance = time.perf_counter()
+        if next_measure is not None:
+            due = done >= next_measure
+            if by_minutes is not None:
+                by_minutes[1].wait()
+                due = due or bool(by_minutes[0][0] > 0)
+            elif world == 1 and done >= warm_until:
+                due = due or time.perf_counter() - last_rebalance_time >= job.rebalance_every_minutes * 60
             if due:
-                throughput = [window_samples[r] / window_busy[r] if window_busy[r] > 0 else 0.0 for r in range(world)]
+                throughput, seconds = _estimate(estimator, window, world, time.perf_counter() - last_rebalance_time)
+                window = []
+                step_seconds_now = seconds / max(1, done - measured_at)
+                poll_from = done + (int(0.5 * job.rebalance_every_minutes * 60 / step_seconds_now) if step_seconds_now > 0 else 0)
+                measured_at = done
                 new = shares_from_throughput(job.global_batch, throughput)
+                if not worth_changing(state.shares, new, throughput, total - done):
+                    new = list(state.shares)
+                first_at_share = new[rank] != state.shares[rank]
                 state.shares = new
                 shares_history.append({"step": done, "shares": list(new), "throughput": [round(t, 1) for t in throughput], "why": "measured"})
-                window_busy, window_samples = [0.0] * world, [0] * world
-                last_rebalance_step, last_rebalance_time = done, time.perf_counter()
+                last_rebalance_time = time.perf_counter()
                 next_measure = done + job.rebalance_every_steps
+        t_ckpt = time.perf_counter()
+        phase("rebalance", t_ckpt - t_rebalance)
         if ckpt is not None and done % job.checkpoint_every_steps == 0 and done < total:
             if rank == 0:
                 by_kind: dict[str, float] = {}
@@ -361,25 +428,35 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
                 _save(ckpt, {"model": _to_cpu(model.state_dict()), "optimizer": optimizer.state_dict(), "step": done,
                              "shares": list(state.shares), "kinds": h.kinds, "throughput_by_kind": by_kind})
             dist.barrier()
+        phase("checkpoint", time.perf_counter() - t_ckpt)
         fault = fault_after_steps(job.fault_step, kind, done)
         if fault is not None:
             raise fault
     loop_seconds = time.perf_counter() - loop_started
-    sent = torch.tensor([float(state.bytes_sent), float(state.bytes_uncompressed), 1.0 if h.is_leader and h.cross_group is not None else 0.0], dtype=torch.float64)
-    dist.all_reduce(sent)
-    steps_run = max(1, total - start)
+    # after the loop, one exchange of what each rank kept: losses, busy time, samples, bytes sent
+    steps_run = len(losses)
+    loss_sum = torch.stack(losses).to("cpu", torch.float64) if losses else torch.zeros(0, dtype=torch.float64)
+    dist.all_reduce(loss_sum)
+    history = [{"step": start + i + 1, "loss": float(v)} for i, v in enumerate(loss_sum.tolist())]
+    mine = torch.tensor([float(state.bytes_sent), float(state.bytes_uncompressed), 1.0 if h.is_leader and h.cross_group is not None else 0.0,
+                         busy_wall, float(samples_done)], dtype=torch.float64)
+    every = [torch.zeros(5, dtype=torch.float64) for _ in range(world)]
+    dist.all_gather(every, mine)
+    sent = sum(every)
     leaders = max(1.0, float(sent[2]))
-    if throughput == [0.0] * world:
-        throughput = [window_samples[r] / window_busy[r] if window_busy[r] > 0 else 0.0 for r in range(world)]
+    if throughput == [0.0] * world:  # never measured (fixed or equal shares): this run's steps
+        throughput = _estimate(estimator, window, world)[0]
+    phases_mine = dict(state.phase_seconds)
+    phases_mine["other"] = max(0.0, loop_seconds - sum(phases_mine.values()))
+    phases: list[Any] = [None] * world
+    dist.all_gather_object(phases, {k: round(v, 4) for k, v in phases_mine.items()})
     result = MixedResult(
         state_dict=_to_cpu(model.state_dict()), steps=total, resumed_from_step=start, history=history, kinds=h.kinds,
         shares=list(state.shares), shares_history=shares_history, throughput=throughput,
-        busy_fraction=[min(1.0, b / loop_seconds) if loop_seconds > 0 else 0.0 for b in total_busy],
-        loop_seconds=loop_seconds, samples=samples_done,
-        bytes_per_step=float(sent[0]) / leaders / steps_run, uncompressed_bytes_per_step=float(sent[1]) / leaders / steps_run)
-    samples_all = torch.tensor([float(samples_done)], dtype=torch.float64)
-    dist.all_reduce(samples_all)
-    result.samples = int(samples_all.item())
+        busy_fraction=[min(1.0, float(e[3]) / loop_seconds) if loop_seconds > 0 else 0.0 for e in every],
+        loop_seconds=loop_seconds, samples=int(sent[4]),
+        bytes_per_step=float(sent[0]) / leaders / max(1, steps_run), uncompressed_bytes_per_step=float(sent[1]) / leaders / max(1, steps_run),
+        phase_seconds=phases)
     # every pod of a cluster job gets the (identical, all-gathered) result from its first worker; rank 0's is marked
     pod_copy = os.environ.get(_POD_ENV) == "1" and int(os.environ.get("LOCAL_RANK", "0")) == 0
     if (rank == 0 or pod_copy) and results is not None:

@@ -33,7 +33,7 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["GlobalSampler", "SlowDown", "shares_from_throughput", "simulated_speeds", "equal_shares", "utilization"]
+__all__ = ["GlobalSampler", "ShareEstimator", "SlowDown", "shares_from_throughput", "step_seconds", "worth_changing", "simulated_speeds", "equal_shares", "utilization"]
 
 
 def simulated_speeds(environ: Mapping[str, str] | None = None) -> dict[str, float]:
@@ -67,7 +67,10 @@ def equal_shares(global_batch: int, replicas: int) -> list[int]:
 
 def shares_from_throughput(global_batch: int, throughput: Sequence[float]) -> list[int]:
     """Integer shares of ``global_batch`` proportional to ``throughput`` (samples/s per replica), summing to
-    ``global_batch``, each >= 1 (largest-remainder rounding; ties to the lower rank).
+    ``global_batch``, each >= 1, rounded so the slowest replica's step is as short as integers allow: from the
+    proportional shares rounded down, each sample left goes to the replica that would then finish first
+    (smallest ``(b_r + 1) / t_r``; ties to the lower rank), which minimises ``max_r b_r / t_r`` (a greedy
+    makespan rule; largest-remainder rounding can leave a sample on the slower replica: 42:22 for 2:1 of 64).
 
     Args:
         global_batch: samples per optimizer step, >= number of replicas.
@@ -85,14 +88,108 @@ def shares_from_throughput(global_batch: int, throughput: Sequence[float]) -> li
     good = [t for t in throughput if math.isfinite(t) and t > 0]
     floor_t = min(good) if good else 1.0
     t = [x if math.isfinite(x) and x > 0 else floor_t for x in throughput]
-    spare = global_batch - n  # each replica has 1; the rest by throughput
-    exact = [spare * x / sum(t) for x in t]
-    base = [int(math.floor(e)) for e in exact]
-    left = spare - sum(base)
-    order = sorted(range(n), key=lambda i: (-(exact[i] - base[i]), i))
-    for i in order[:left]:
-        base[i] += 1
-    return [1 + b for b in base]
+    total = sum(t)
+    shares = [max(1, int(math.floor(global_batch * x / total + 1e-9))) for x in t]
+    while sum(shares) > global_batch:  # the one-sample floors took too many: from the replica that finishes last
+        i = max((i for i in range(n) if shares[i] > 1), key=lambda i: (shares[i] / t[i], -i))
+        shares[i] -= 1
+    while sum(shares) < global_batch:
+        i = min(range(n), key=lambda i: ((shares[i] + 1) / t[i], i))
+        shares[i] += 1
+    return shares
+
+
+def step_seconds(shares: Sequence[int], throughput: Sequence[float]) -> float:
+    """The predicted time of a step under ``shares``: the slowest replica's ``b_r / t_r`` (seconds; inf when a
+    replica with samples has no throughput)."""
+    return max((b / t if t > 0 else math.inf) if b > 0 else 0.0 for b, t in zip(shares, throughput))
+
+
+def worth_changing(current: Sequence[int], new: Sequence[int], throughput: Sequence[float], remaining_steps: int,
+                   setup_steps: float = 1.0) -> bool:
+    """Whether moving from shares ``current`` to ``new`` pays off over the ``remaining_steps`` steps.
+
+    A new share is a new batch shape: its first step sets up the kernels again (oneDNN's primitives on the CPU,
+    cuDNN's algorithm search on a GPU), which costs about ``setup_steps`` steps' time once (measured on the 2-core
+    machine: the first step at a new batch size took 0.1 to 0.5 steps more than a settled one for the benchmark's
+    CNN, up to 2 more for a smaller one, where set-up weighs more). The change pays when the
+    predicted saving per step (:func:`step_seconds`), times the steps left, exceeds that; it also damps shares
+    that would flip between neighbours (43:21, 42:22) on measurement noise.
+    """
+    if list(new) == list(current):
+        return False
+    before, after = step_seconds(current, throughput), step_seconds(new, throughput)
+    if not math.isfinite(before):
+        return True
+    return (before - after) * max(0, remaining_steps) > setup_steps * before
+
+
+class ShareEstimator:
+    """Each replica's throughput from per-step timings, robust to noisy steps (the shares follow it).
+
+    A step's record per replica is its busy seconds (compute and simulated slow-down) and samples. An estimate
+    (:meth:`estimate`) takes, per replica, the median over the window's steps of seconds per sample (one slow
+    step, a page fault or another process on the core, moves a median of 3+ steps little; a mean of 5 it moves by
+    a fifth of its excess), skipping each replica's first step after its share changed (new tensor shapes: the
+    kernels' one-off set-up) when the window has other steps, and smooths it with the previous estimate
+    (exponential moving average, weight ``smoothing`` on the new window) so one noisy window moves the shares only
+    part of the way. The first estimate is the window's alone.
+
+    Args:
+        replicas: how many replicas report.
+        smoothing: the new window's weight in (0, 1] (1: no smoothing).
+
+    Raises:
+        InvalidParameter: ``replicas`` < 1 or ``smoothing`` outside (0, 1].
+    """
+
+    def __init__(self, replicas: int, smoothing: float = 0.5) -> None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise InvalidParameter(f"replicas={replicas!r}; valid: an integer >= 1")
+        if not 0 < smoothing <= 1:
+            raise InvalidParameter(f"smoothing={smoothing!r}; valid: a weight in (0, 1]")
+        self.replicas, self.smoothing = replicas, smoothing
+        self.seconds_per_sample: list[float] | None = None
+        self._window: list[list[tuple[float, int, bool]]] = [[] for _ in range(replicas)]
+
+    def record(self, replica: int, busy_seconds: float, samples: int, first_at_share: bool = False) -> None:
+        """One step of ``replica``: ``busy_seconds`` for ``samples``; ``first_at_share``: its first step since its
+        share changed."""
+        self._window[replica].append((float(busy_seconds), int(samples), bool(first_at_share)))
+
+    def window_steps(self) -> int:
+        """Steps recorded since the last estimate (the fewest over replicas)."""
+        return min(len(w) for w in self._window)
+
+    def estimate(self) -> list[float]:
+        """Samples per busy second per replica (0.0 for a replica never measured); clears the window.
+
+        Returns the previous estimate where a replica's window holds no usable step."""
+        import statistics
+
+        prev = self.seconds_per_sample
+        new: list[float] = []
+        for r, window in enumerate(self._window):
+            usable = [(b, n) for b, n, first in window if n > 0 and b > 0 and math.isfinite(b)]
+            settled = [(b, n) for b, n, first in window if n > 0 and b > 0 and math.isfinite(b) and not first]
+            steps = settled or usable
+            measured = statistics.median(b / n for b, n in steps) if steps else None
+            before = prev[r] if prev is not None and prev[r] > 0 else None
+            if measured is None:
+                new.append(before or 0.0)
+            elif before is None:
+                new.append(measured)
+            else:
+                new.append(self.smoothing * measured + (1 - self.smoothing) * before)
+        self.seconds_per_sample = new
+        self._window = [[] for _ in range(self.replicas)]
+        return self.throughput()
+
+    def throughput(self) -> list[float]:
+        """The last estimate as samples per busy second (0.0 where none)."""
+        if self.seconds_per_sample is None:
+            return [0.0] * self.replicas
+        return [1.0 / s if s > 0 else 0.0 for s in self.seconds_per_sample]
 
 
 def utilization(busy_seconds: Sequence[float], wall_seconds: float) -> list[float]:
