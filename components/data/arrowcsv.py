@@ -276,9 +276,10 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
     return pd.DataFrame(columns, copy=False)
 
 
-def _trim() -> None:
+def trim_memory() -> None:
     """Hand the memory the reader's threads freed back to the system (glibc keeps it in per-thread arenas: 613 MB
-    resident after reading the benchmark's 135 MB table, 266 MB after this); nothing where there is no glibc."""
+    resident after reading the benchmark's 135 MB table, 266 MB after this; preprocess calls it again once the
+    table is freed); nothing where there is no glibc."""
     global _LIBC
     if _LIBC is None:
         import ctypes
@@ -297,6 +298,7 @@ def _trim() -> None:
 
 
 _LIBC: Any = None
+_trim = trim_memory
 
 
 def _plain(kind: Any, pa: Any) -> bool:
