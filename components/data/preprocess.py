@@ -482,7 +482,9 @@ def _preprocess_tables(
     features = fitted.output_names()
     width = len(features)
     per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
-    with atomic_directory(out) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
+    # The old output is removed on a second thread once the new one is in place; the files written inside are
+    # made durable by the one syncfs before the rename (no fsync each: nothing is visible before that rename).
+    with atomic_directory(out, remove_old_later=True) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
         shards = _write_splits(tmp, writer, split, x_of, per_shard=per_shard, width=width, y=y, table=table,
                                check=lambda x, name: _check_finite(x[:, : len(numeric)], features, name, frame, numeric))
         report = _report(
@@ -537,7 +539,7 @@ def _preprocess_tables(
 
         if transform is None:
             transform = tabular.to_transform(fitted, sample)
-        tabular.save_transform(tmp, transform, schema)
+        tabular.save_transform(tmp, transform, schema, durable=False)
     for notice in notices:
         if notice == said:  # said at once
             continue

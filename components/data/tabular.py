@@ -215,16 +215,18 @@ def text_categories(transform: Any) -> dict[str, list[str]]:
     return found
 
 
-def save_transform(folder: str | os.PathLike[str], transform: Any, schema: Mapping[str, Any]) -> None:
-    """Write ``transform.joblib`` and ``transform.json`` into ``folder`` (each atomically)."""
+def save_transform(folder: str | os.PathLike[str], transform: Any, schema: Mapping[str, Any], *,
+                   durable: bool = True) -> None:
+    """Write ``transform.joblib`` and ``transform.json`` into ``folder`` (each atomically; ``durable``: each
+    fsynced, False where the folder is made durable as a whole, as preprocess's :func:`atomic_directory` does)."""
     import io
 
     import joblib
 
     buffer = io.BytesIO()
     joblib.dump(transform, buffer)
-    atomic_write_bytes(Path(folder, TRANSFORM_NAME), buffer.getvalue())
-    atomic_write_bytes(Path(folder, SCHEMA_NAME), json.dumps(schema, indent=2).encode())
+    atomic_write_bytes(Path(folder, TRANSFORM_NAME), buffer.getvalue(), durable=durable)
+    atomic_write_bytes(Path(folder, SCHEMA_NAME), json.dumps(schema, indent=2).encode(), durable=durable)
 
 
 def load_transform(folder: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
