@@ -23,8 +23,10 @@ Steps, each decision reported in :attr:`PreprocessResult.report` (and ``meta.jso
    StandardScaler, OneHotEncoder, SimpleImputer) on the train split only, and apply it to every split. The
    statistics are learned column by column and the features computed with numpy
    (:func:`~heteroflow.components.data.tabular.fit_columns`, :func:`~heteroflow.components.data.tabular.apply_into`),
-   value for value what the ColumnTransformer gives, without passing each split through it; the fitted
-   ColumnTransformer is what is archived (issue #32).
+   value for value what the ColumnTransformer gives, without passing each split through it, and with numpy
+   alone (:mod:`heteroflow.components.data.colstats`); the fitted ColumnTransformer, what is archived, is built
+   from those statistics once the shards are written and the table is freed, so that scikit-learn's import
+   (60-90 MB) and the table are never held together (issue #32).
 6. Write shards ``<split>-NNNNN.npz`` (the bytes :func:`numpy.savez` writes; computed and written in pieces of
    about 2 MiB of features, each written on a second thread while the next is computed, so that no split's
    features are held whole: issue #32 item 1) (``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``, ``source_file`` int32

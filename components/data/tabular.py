@@ -16,10 +16,11 @@ Built from scikit-learn parts in one :class:`~sklearn.compose.ColumnTransformer`
 ``pandas.factorize`` hashes them, so the codes cost about a quarter of the encoder's time on a million rows.
 
 Preprocess fits and applies it without passing the splits through the ColumnTransformer (issue #32 item 1):
-:func:`fit_fast` fits the ColumnTransformer on a few rows that hold every text value, then sets its statistics
-to those the same estimators learn from the whole train split, column by column; :func:`apply_fast` computes
-the features with numpy, value for value what ``transform`` gives (``tests/test_preprocess_fast.py`` compares
-them). The archived object is the same ColumnTransformer as before, so models archived before still load.
+:mod:`heteroflow.components.data.colstats` learns the statistics the same estimators learn from the whole
+train split, column by column, with numpy alone, and computes the features from them, value for value what
+``transform`` gives (``tests/test_preprocess_fast.py`` compares them); :func:`to_transform` then fits the
+ColumnTransformer on a few rows that hold every text value and sets its statistics to those. The archived
+object is the same ColumnTransformer as before, so models archived before still load.
 
 This module imports scikit-learn at import time (the saved transformation refers to :class:`TextCodes` by
 this module's name); heteroflow imports it only inside the functions that fit or apply a transformation.
