@@ -38,6 +38,7 @@ __all__ = [
     "atomic_directory",
     "atomic_file",
     "atomic_write_bytes",
+    "wait_for_removals",
     "exchange_paths",
     "current_umask",
     "fsync_dir",
@@ -276,9 +277,23 @@ def atomic_directory(path: str | os.PathLike[str], *, remove_old_later: bool = F
     fsync_dir(target.parent)
 
 
+_REMOVALS: list[threading.Thread] = []
+
+
 def _remove_later(path: Path) -> None:
-    """:func:`_remove` on a non-daemon thread (the interpreter joins it at exit)."""
-    threading.Thread(target=_remove, args=(path,), name=f"remove {path.name}", daemon=False).start()
+    """:func:`_remove` on a non-daemon thread (the interpreter joins it at exit; :func:`wait_for_removals`)."""
+    thread = threading.Thread(target=_remove, args=(path,), name=f"remove {path.name}", daemon=False)
+    _REMOVALS[:] = [t for t in _REMOVALS if t.is_alive()]
+    _REMOVALS.append(thread)
+    thread.start()
+
+
+def wait_for_removals(timeout: float | None = None) -> bool:
+    """Wait until the old versions that ``atomic_directory(..., remove_old_later=True)`` hands to a second thread
+    are removed (at most ``timeout`` seconds each). Returns whether none is still being removed."""
+    for thread in list(_REMOVALS):
+        thread.join(timeout)
+    return not any(t.is_alive() for t in _REMOVALS)
 
 
 def _publish_directory(tmp: Path, target: Path, remove: Callable[[Path], None] = _remove) -> None:

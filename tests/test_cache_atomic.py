@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import heteroflow.cache.atomic as atomic
-from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes, recover_leftovers
+from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes, recover_leftovers, wait_for_removals
 
 
 def _write_version(target: Path, n: int) -> None:
@@ -189,6 +189,5 @@ def test_the_old_folder_removed_later_is_gone_once_its_thread_ends(tmp_path: Pat
             (tmp / "version.txt").write_text(version)
             (tmp / "payload.bin").write_bytes(b"x" * 1000)
         assert (target / "version.txt").read_text() == version
-    for thread in [t for t in threading.enumerate() if t.name.startswith("remove .out.")]:
-        thread.join(timeout=60)
+    assert wait_for_removals(timeout=60)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
