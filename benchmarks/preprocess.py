@@ -46,13 +46,16 @@ imported only once the table is freed (the archived ColumnTransformer is built f
 written: ``tabular.to_transform``). Where the peak falls (RSS sampled every 5 ms in one fresh process, MB):
 imports 27; read 323-329; checks and split 304-346; fit 322-357; shards 325-360; building and saving the
 transformation (scikit-learn imported, table freed) 274 (before: 378-440 there, scikit-learn on top of the table).
-Peak RSS 2.53-2.84x the CSV (341-383 MB; six runs), was 3.04-3.28x. A file of 16 MiB or more is read as two
-halves on two threads (``arrowcsv._halves``): a fresh process reads the benchmark's table in 1.03-1.39 s against
-1.37-1.80 s in one stream (CPU 1.5-2.1 s against 1.5-1.9 s), 335-346 MB at the read's peak against 309-331 MB.
+Peak RSS 2.53-2.66x the CSV (341-357 MB) with the one-stream read, was 3.04-3.28x. Reading a large file as two halves on two
+threads (``arrowcsv.PARALLEL``, off): a fresh process reads the benchmark's table in 1.03-1.39 s against 1.37-1.80 s
+in one stream (CPU 1.5-2.1 s against 1.5-1.9 s), 335-346 MB at the read's peak against 309-331 MB; inside
+preprocess, paired runs gave no gain (median ratios 0.38 vs 0.42, 0.31 vs 0.32) and a peak RSS of 2.60-2.86x
+(without the trim every 4 blocks: 3.10-3.32x), so it stays off.
 The old output is removed on a second thread once the new one is in place (``atomic_directory(remove_old_later)``).
 Ratio vs pandas.read_csv, median of per-repeat ratios: 0.43, 0.40, 0.35, 0.35, 0.24x (pandas' own time 0.36-0.69 s,
 faster the quieter the machine: it gets both cores); the target 0.8x is not reached. Under cProfile (a quiet
-moment, 1.49 s): read 60% (the two halves 50%), features 9%, shards 11%, syncfs 5%, fit 4%; pandas' parser takes
+moment, 1.49 s, two-half read): read 60%, features 9%, shards 11%, syncfs 5%, fit 4%; with one stream (loaded,
+3.63 s) read 58%, shards 27% (waiting on the disk), syncfs 2%, old-output removal 0% (now on a thread); pandas' parser takes
 less CPU than pyarrow's streaming reader here (0.52-0.54 s against 0.71-0.89 s for this file).
 
 Measured (issue #16 item 22; 2 shared cores, load average 6-10 from other work, so each figure is noisy):

@@ -308,9 +308,12 @@ class _NoRoom(Exception):
     """A half of the file held more rows than the room reserved for it (:func:`_halves`)."""
 
 
-PARALLEL = True
+PARALLEL = False
 """Read a large file (:data:`PARALLEL_BYTES` or more, no quote in its first 64 KiB) as two halves on two threads
-(pyarrow's streaming reader parses on one thread; issue #32 item 1)."""
+(pyarrow's streaming reader parses on one thread; issue #32 item 1). Off: on the 2-core VM shared with other
+work it measured no faster inside preprocess (paired medians of the ratio vs pandas.read_csv 0.38 vs 0.42 serial,
+0.31 vs 0.32), while its peak is 25-40 MB higher (both threads' blocks); a read alone in a fresh process was
+1.03-1.39 s against 1.37-1.80 s. ``tests/test_preprocess_fast.py`` checks it gives the one-stream frame."""
 
 PARALLEL_BYTES = 16 << 20
 
