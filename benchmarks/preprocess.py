@@ -40,6 +40,24 @@ takes less CPU than pyarrow's (about 0.55 s against 0.75 s for this file): pyarr
 where its second thread gets a core of its own. What keeps the peak above 3x: the imports (about 190 MB, 65-85 MB
 of it scikit-learn's, imported to fit while the table is held) plus the table as numpy arrays (about 1x the CSV).
 
+Measured at #32 item 1 follow-up (2 shared cores, load average 2-10 from other work). The statistics of the
+transformation are now learned with numpy (:mod:`heteroflow.components.data.colstats`) and scikit-learn is
+imported only once the table is freed (the archived ColumnTransformer is built from them after the shards are
+written: ``tabular.to_transform``). Where the peak falls (RSS sampled every 5 ms in one fresh process, MB):
+imports 27; read 323-329; checks and split 304-346; fit 322-357; shards 325-360; building and saving the
+transformation (scikit-learn imported, table freed) 274 (before: 378-440 there, scikit-learn on top of the table).
+Peak RSS 2.53-2.66x the CSV (341-357 MB) with the one-stream read, was 3.04-3.28x. Reading a large file as two halves on two
+threads (``arrowcsv.PARALLEL``, off): a fresh process reads the benchmark's table in 1.03-1.39 s against 1.37-1.80 s
+in one stream (CPU 1.5-2.1 s against 1.5-1.9 s), 335-346 MB at the read's peak against 309-331 MB; inside
+preprocess, paired runs gave no gain (median ratios 0.38 vs 0.42, 0.31 vs 0.32) and a peak RSS of 2.60-2.86x
+(without the trim every 4 blocks: 3.10-3.32x), so it stays off.
+The old output is removed on a second thread once the new one is in place (``atomic_directory(remove_old_later)``).
+Ratio vs pandas.read_csv, median of per-repeat ratios: 0.43, 0.40, 0.35, 0.35, 0.24x (pandas' own time 0.36-0.69 s,
+faster the quieter the machine: it gets both cores); the target 0.8x is not reached. Under cProfile (a quiet
+moment, 1.49 s, two-half read): read 60%, features 9%, shards 11%, syncfs 5%, fit 4%; with one stream (loaded,
+3.63 s) read 58%, shards 27% (waiting on the disk), syncfs 2%, old-output removal 0% (now on a thread); pandas' parser takes
+less CPU than pyarrow's streaming reader here (0.52-0.54 s against 0.71-0.89 s for this file).
+
 Measured (issue #16 item 22; 2 shared cores, load average 6-10 from other work, so each figure is noisy):
 0.17x with one repeat (the imports counted), 0.29-0.31x best of 3 before and after the vectorised one-hot
 transform (:class:`heteroflow.components.data.tabular.OneHotCodes`, 0.32 s -> 0.19 s on 700,000 rows). What bounds
@@ -133,6 +151,7 @@ _PHASES = {
     "read_table": "read (sniff, parse, clean)",
     "read": "of which pyarrow's reader (arrowcsv.read)",
     "_stream": "of which the typed streaming read into arrays",
+    "_halves": "of which the two halves read on two threads",
     "_combine": "files as one table",
     "_classes": "class column",
     "stratified_split": "split",
@@ -143,6 +162,8 @@ _PHASES = {
     "apply_into": "apply the transformation (all pieces, fast)",
     "_check_finite": "check the features are finite",
     "_write_splits": "compute and write the shards, piece by piece",
+    "to_transform": "build the archived ColumnTransformer (table freed)",
+    "save_transform": "write the transformation",
     "sync_filesystem": "make the output durable (syncfs)",
     "_publish_directory": "rename into place, remove the old output",
 }

@@ -27,7 +27,7 @@ import socket
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -36,6 +36,7 @@ __all__ = [
     "atomic_directory",
     "atomic_file",
     "atomic_write_bytes",
+    "wait_for_removals",
     "exchange_paths",
     "current_umask",
     "fsync_dir",
@@ -252,11 +253,17 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes, *, durable: bo
 
 
 @contextlib.contextmanager
-def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
+def atomic_directory(path: str | os.PathLike[str], *, remove_old_later: bool = False) -> Iterator[Path]:
     """Yield an empty temporary folder beside ``path``; when the block ends without error its content is made
     durable and it replaces ``path`` (an existing folder or file there is swapped out in one atomic step where
     the filesystem allows, see the module docstring, then removed). On an error the temporary folder is removed
     and ``path`` is left as it was. Leftovers of killed writers of ``path`` are recovered first.
+
+    Args:
+        remove_old_later: remove the old version (already out of ``path``, under a temporary name) on a
+            second thread instead of before returning; the interpreter waits for it at exit (a non-daemon
+            thread), and a process killed meanwhile leaves a temporary that the next writer removes. Preprocess
+            uses it: removing the previous shards took 0.1-0.3 s of its run (issue #32).
     """
     target = Path(path)
     target.parent.mkdir(parents=True, exist_ok=True)
@@ -266,16 +273,36 @@ def atomic_directory(path: str | os.PathLike[str]) -> Iterator[Path]:
     try:
         yield tmp
         sync_filesystem(tmp)
-        _publish_directory(tmp, target)
+        _publish_directory(tmp, target, remove=_remove_later if remove_old_later else _remove)
     except BaseException:
         _remove(tmp)
         raise
     fsync_dir(target.parent)
 
 
-def _publish_directory(tmp: Path, target: Path) -> None:
+_REMOVALS: list[threading.Thread] = []
+
+
+def _remove_later(path: Path) -> None:
+    """:func:`_remove` on a non-daemon thread (the interpreter joins it at exit; :func:`wait_for_removals`)."""
+    thread = threading.Thread(target=_remove, args=(path,), name=f"remove {path.name}", daemon=False)
+    _REMOVALS[:] = [t for t in _REMOVALS if t.is_alive()]
+    _REMOVALS.append(thread)
+    thread.start()
+
+
+def wait_for_removals(timeout: float | None = None) -> bool:
+    """Wait until the old versions that ``atomic_directory(..., remove_old_later=True)`` hands to a second thread
+    are removed (at most ``timeout`` seconds each). Returns whether none is still being removed."""
+    for thread in list(_REMOVALS):
+        thread.join(timeout)
+    return not any(t.is_alive() for t in _REMOVALS)
+
+
+def _publish_directory(tmp: Path, target: Path, remove: Callable[[Path], None] = _remove) -> None:
     """Put the complete folder ``tmp`` at ``target``; never leaves ``target`` missing when it existed before
-    (except in the documented two-rename fallback, which :func:`recover_leftovers` repairs)."""
+    (except in the documented two-rename fallback, which :func:`recover_leftovers` repairs). The old version is
+    handed to ``remove`` once out of ``target``."""
     if not os.path.lexists(target):
         try:
             os.rename(tmp, target)
@@ -284,9 +311,9 @@ def _publish_directory(tmp: Path, target: Path) -> None:
             if exc.errno not in (errno.EEXIST, errno.ENOTEMPTY, errno.EISDIR, errno.ENOTDIR):
                 raise
     if exchange_paths(tmp, target):
-        _remove(tmp)  # tmp now holds the old version
+        remove(tmp)  # tmp now holds the old version
         return
     old = _temp_name(target, "old")
     os.rename(target, old)
     os.rename(tmp, target)
-    _remove(old)
+    remove(old)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import heteroflow.cache.atomic as atomic
-from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes, recover_leftovers
+from heteroflow.cache.atomic import atomic_directory, atomic_file, atomic_write_bytes, recover_leftovers, wait_for_removals
 
 
 def _write_version(target: Path, n: int) -> None:
@@ -178,3 +178,16 @@ def test_atomic_file_permissions_and_leftovers(tmp_path: Path):
             raise ValueError("nope")
     assert target.read_bytes() == b"{}"
     assert [p.name for p in tmp_path.iterdir()] == ["f.json"]
+
+
+def test_the_old_folder_removed_later_is_gone_once_its_thread_ends(tmp_path: Path) -> None:
+    """``remove_old_later`` (preprocess, issue #32): the new version is in place when the block ends; the old one,
+    swapped out under a temporary name, is removed on a second thread, after which nothing else is left beside it."""
+    target = tmp_path / "out"
+    for version in ("old", "new"):
+        with atomic_directory(target, remove_old_later=True) as tmp:
+            (tmp / "version.txt").write_text(version)
+            (tmp / "payload.bin").write_bytes(b"x" * 1000)
+        assert (target / "version.txt").read_text() == version
+    assert wait_for_removals(timeout=60)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -377,3 +377,37 @@ def test_the_quick_pre_run_check_certifies_only_what_the_full_check_finds_fine(
         assert full == []
     elif files == {"t.csv": ONE_CLASS}:
         assert "has 1 class ('healthy') in class column 'label'" in full[0]
+
+
+@pytest.mark.parametrize("newline", ["\n", "\r\n"])
+def test_a_file_read_as_two_halves_is_the_file_read_in_one_stream(
+    newline: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue #32 item 1: a large file is read as two halves on two threads (``arrowcsv._halves``); the frame is
+    the one-stream read's, cell for cell: rows in order, an int column with gaps (float64 NaN), text values that
+    first appear in the second half (the categories' order of first appearance), missing text cells."""
+    rng = np.random.default_rng(7)
+    n = 4000
+    lines = ["id,count,x,kind,label"]
+    for i in range(n):
+        count = "" if i % 97 == 5 else str(int(rng.integers(0, 1000)))
+        kind = "" if i % 89 == 3 else (f"late-{i % 5}" if i > n * 3 // 4 else f"k{i % 3}")
+        lines.append(f"{i},{count},{rng.normal():.4f},{kind},{i % 2}")
+    path = tmp_path / "t.csv"
+    path.write_bytes((newline.join(lines) + newline).encode())
+    halves = []
+    real = arrowcsv._halves
+    monkeypatch.setattr(arrowcsv, "_halves", lambda *a, **k: halves.append(real(*a, **k)) or halves[-1])
+    monkeypatch.setattr(arrowcsv, "PARALLEL_BYTES", 1 << 10)
+    monkeypatch.setattr(arrowcsv, "BLOCK_BYTES", 1 << 12)  # many blocks in each half
+    monkeypatch.setattr(arrowcsv, "PARALLEL", True)
+    split = read_table(path).frame
+    assert halves == [n], "the file was read as two halves"
+    monkeypatch.setattr(arrowcsv, "PARALLEL", False)
+    serial = read_table(path).frame
+    assert len(halves) == 1
+    import pandas as pd
+
+    pd.testing.assert_frame_equal(split, serial)
+    assert split["count"].isna().sum() == len(range(5, n, 97))
+    assert list(split["kind"].cat.categories)[-5:] == [f"late-{k}" for k in (1, 2, 3, 4, 0)]

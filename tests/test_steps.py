@@ -349,6 +349,10 @@ def test_preprocess_replaces_output_and_leaves_no_temp(digits_dir: Path, tmp_pat
     (out / "stale.npz").write_bytes(b"old")
     preprocess(digits_dir, out, num_workers=1)
     assert not (out / "stale.npz").exists()
+    # The old version is swapped out at once and removed on a second thread (issue #32 item 1): gone once it ends.
+    from heteroflow.cache.atomic import wait_for_removals
+
+    assert wait_for_removals(timeout=60)
     assert [p.name for p in tmp_path.iterdir()] == ["shards"]
 
 

@@ -219,43 +219,67 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
             codes[j], values[j] = np.empty(capacity, dtype=np.int32), {}
         else:
             numbers[j] = np.empty(capacity, dtype=np.float64 if pa.types.is_float64(kind) else np.int64)
-    at = 0
-    reader = batch = column = None
-    try:
-        reader = csv.open_csv(path, read_options=read_options, parse_options=parse_options,
+    def fill(source: Any, options: Any, start: int, limit: int, seen_values: dict[int, dict[str, int]],
+             gap_of: dict[int, np.ndarray], grow: bool) -> int:
+        """Stream ``source`` into the arrays from row ``start`` (up to ``limit``, else grown where ``grow``, else
+        :class:`_NoRoom`, and then freed memory handed back every :data:`TRIM_BLOCKS` blocks); the rows read."""
+        nonlocal capacity
+        at = start
+        blocks = 0
+        reader = csv.open_csv(source, read_options=options, parse_options=parse_options,
                               convert_options=convert_options, memory_pool=pool)
         with reader:
             if reader.schema.names != names:
-                return None
+                raise _NotStreamed
             if fmt.header and [n.strip() for n in names] != list(fmt.header_names[: len(names)]):
-                return None
+                raise _NotStreamed
             for batch in reader:
                 n = batch.num_rows
                 if batch.schema.types != kinds:
-                    return None
-                if at + n > capacity:  # more rows than expected: room for a quarter more
-                    capacity = max(capacity + capacity // 4, at + n)
-                    for arrays in (numbers, codes, gaps):
+                    raise _NotStreamed
+                if at + n > limit:
+                    if not grow:
+                        raise _NoRoom
+                    capacity = limit = max(capacity + capacity // 4, at + n)  # a quarter more
+                    for arrays in (numbers, codes, gap_of):
                         for j in arrays:
                             arrays[j] = _grown(arrays[j], capacity, at)
                 for j, column in enumerate(batch.columns):
                     if j in numbers:
                         if column.null_count and pa.types.is_int64(column.type):
-                            gap = gaps.setdefault(j, np.zeros(capacity, dtype=bool))
+                            gap = gap_of.setdefault(j, np.zeros(capacity, dtype=bool))
                             gap[at:at + n] = column.is_null().to_numpy(zero_copy_only=False)
                             column = pc.fill_null(column, 0)
                         numbers[j][at:at + n] = column.to_numpy(zero_copy_only=False)  # float: NaN where missing
                     else:
-                        seen = values[j]
+                        seen = seen_values[j]
                         lookup = np.array([seen.setdefault(v, len(seen)) for v in column.dictionary.to_pylist()] + [-1],
                                           dtype=np.int32)
                         indices = column.indices
                         indices = (pc.fill_null(indices, -1) if indices.null_count else indices).to_numpy()
                         codes[j][at:at + n] = lookup[indices]  # -1 (missing) takes the last entry
                 at += n
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):
-        return None
-    del reader, batch, column  # the last block
+                del batch, column
+                blocks += 1
+                if not grow and blocks % TRIM_BLOCKS == 0:
+                    trim_memory()  # the blocks this thread freed, kept by glibc in its arena otherwise
+        return at - start
+
+    halves = PARALLEL and os.path.getsize(path) >= PARALLEL_BYTES and not parse_options.newlines_in_values
+    if halves:  # room for each half's rows and 10% more (pages never written are never resident)
+        capacity = int(capacity * 1.1) + 2048
+        for arrays in (numbers, codes):
+            for j in arrays:
+                arrays[j] = np.empty(capacity, dtype=arrays[j].dtype)
+    at = _halves(path, read_options, csv, names, fill, numbers, codes, gaps, values, capacity, np, pa) if halves else None
+    if at is None:
+        try:
+            for arrays in (gaps, values):
+                arrays.clear()
+            values.update({j: {} for j in codes})
+            at = fill(path, read_options, 0, capacity, values, gaps, True)
+        except (_NotStreamed, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):
+            return None
     _trim()
     columns: dict[str, Any] = {}
     for j, name in enumerate(names):
@@ -276,9 +300,108 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
     return pd.DataFrame(columns, copy=False)
 
 
-def _trim() -> None:
+class _NotStreamed(Exception):
+    """A block :func:`_stream` does not read (another type or header than the first block's)."""
+
+
+class _NoRoom(Exception):
+    """A half of the file held more rows than the room reserved for it (:func:`_halves`)."""
+
+
+PARALLEL = False
+"""Read a large file (:data:`PARALLEL_BYTES` or more, no quote in its first 64 KiB) as two halves on two threads
+(pyarrow's streaming reader parses on one thread; issue #32 item 1). Off: on the 2-core VM shared with other
+work it measured no faster inside preprocess (paired medians of the ratio vs pandas.read_csv 0.38 vs 0.42 serial,
+0.31 vs 0.32), while its peak is 25-40 MB higher (both threads' blocks); a read alone in a fresh process was
+1.03-1.39 s against 1.37-1.80 s. ``tests/test_preprocess_fast.py`` checks it gives the one-stream frame."""
+
+PARALLEL_BYTES = 16 << 20
+
+TRIM_BLOCKS = 4
+"""While two halves are read, each thread hands the memory it freed back every this many blocks (without it the
+two threads' glibc arenas held about 90 MB more at the peak for the benchmark's table)."""
+
+
+class _Range:
+    """The bytes ``[start, stop)`` of a file as a read-only stream (what pyarrow's reader reads a half from)."""
+
+    def __init__(self, path: Any, start: int, stop: int) -> None:
+        self._file = open(path, "rb")  # noqa: SIM115  (closed by pyarrow's reader, or by close())
+        self._file.seek(start)
+        self._left = stop - start
+        self.closed = False
+
+    def read(self, size: int = -1) -> bytes:
+        size = self._left if size is None or size < 0 else min(size, self._left)
+        data = self._file.read(size)
+        self._left -= len(data)
+        return data
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return False
+
+    def writable(self) -> bool:
+        return False
+
+    def close(self) -> None:
+        self._file.close()
+        self.closed = True
+
+
+def _halves(path: Any, read_options: Any, csv: Any, names: list[str], fill: Any, numbers: dict[int, Any],
+            codes: dict[int, Any], gaps: dict[int, Any], values: dict[int, dict[str, int]], capacity: int, np: Any,
+            pa: Any) -> int | None:
+    """Stream the file's two halves (split at the line end after its middle) into the arrays at once, the second
+    on a thread of its own, into the room past the first half's share of ``capacity``, then moved up to follow the
+    first half (its text values' codes renumbered as the first half's): the rows, or None where the file is not
+    split that way (a half outside its room, a block of another type, an error: the caller reads it serially).
+    The rows, their order and the values' order of first appearance are the serial read's."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    size = os.path.getsize(path)
+    with open(path, "rb") as fh:
+        fh.seek(size // 2)
+        tail = fh.read(1 << 20)
+    end = tail.find(b"\n")
+    if end < 0:
+        return None
+    split = size // 2 + end + 1
+    offset = min(int(capacity * split / size), capacity)
+    second_options = csv.ReadOptions(use_threads=read_options.use_threads, column_names=names,
+                                     block_size=read_options.block_size)
+    values2: dict[int, dict[str, int]] = {j: {} for j in codes}
+    gaps2: dict[int, Any] = {}
+    for j in codes:
+        values[j] = {}
+    try:
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            second = pool.submit(fill, _Range(path, split, size), second_options, offset, capacity, values2, gaps2, False)
+            try:
+                first = fill(_Range(path, 0, split), read_options, 0, offset, values, gaps, False)
+            finally:
+                rows2 = second.result() if not second.cancel() else 0
+    except (_NotStreamed, _NoRoom, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):
+        return None
+    for j, seen in values2.items():  # the second half's codes as the first half's (new values numbered after)
+        remap = np.array([values[j].setdefault(v, len(values[j])) for v in seen] + [-1], dtype=np.int32)
+        part = codes[j][offset:offset + rows2]
+        part[...] = remap[part]
+    for arrays in (numbers, codes):
+        for j, array in arrays.items():
+            array[first:first + rows2] = array[offset:offset + rows2]  # numpy copies first where they overlap
+    for j, gap in gaps2.items():
+        mine = gaps.setdefault(j, np.zeros(capacity, dtype=bool))
+        mine[first:first + rows2] = gap[offset:offset + rows2]
+    return first + rows2
+
+
+def trim_memory() -> None:
     """Hand the memory the reader's threads freed back to the system (glibc keeps it in per-thread arenas: 613 MB
-    resident after reading the benchmark's 135 MB table, 266 MB after this); nothing where there is no glibc."""
+    resident after reading the benchmark's 135 MB table, 266 MB after this; preprocess calls it again once the
+    table is freed); nothing where there is no glibc."""
     global _LIBC
     if _LIBC is None:
         import ctypes
@@ -297,6 +420,7 @@ def _trim() -> None:
 
 
 _LIBC: Any = None
+_trim = trim_memory
 
 
 def _plain(kind: Any, pa: Any) -> bool:

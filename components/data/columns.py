@@ -429,29 +429,27 @@ def _report(
     dropped: dict[str, str],
     dropped_rows: dict[str, int],
     missing_counts: dict[str, int],
-    transform: Any,
+    fitted: Any,
     impute: bool,
     features: list[str],
     parameters: dict[str, Any],
     notices: list[str],
     label_reason: str,
 ) -> dict[str, Any]:
+    """The data report; ``fitted``: the transformation's statistics
+    (:class:`~heteroflow.components.data.colstats.FittedColumns`)."""
     import numpy as np
 
-    encoded: dict[str, int] = {}
+    encoded: dict[str, int] = {col: int(len(cats)) for col, cats in zip(fitted.text, fitted.categories)}
     imputed: dict[str, dict[str, Any]] = {}
-    for name, part, columns in transform.transformers_:
-        if name == "text":
-            for col, cats in zip(columns, part.named_steps["codes"].categories_):
-                encoded[col] = int(len(cats))
-        if impute and name in ("number", "text"):
-            imputer = part.named_steps["impute"]
-            for j, col in enumerate(columns):
-                if col not in missing_counts:
+    if impute:
+        for names, values, kind in ((fitted.numeric, fitted.fill, "number"), (fitted.text, fitted.most, "text")):
+            for j, col in enumerate(names):
+                if col not in missing_counts or values is None:
                     continue
-                value: Any = imputer.statistics_[j]
-                if name == "text":
-                    cats = part.named_steps["codes"].categories_[j]
+                value: Any = values[j]
+                if kind == "text":
+                    cats = fitted.categories[j]
                     value = str(cats[int(value)]) if 0 <= int(value) < len(cats) else None
                     strategy = "most frequent"
                 else:

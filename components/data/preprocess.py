@@ -23,8 +23,10 @@ Steps, each decision reported in :attr:`PreprocessResult.report` (and ``meta.jso
    StandardScaler, OneHotEncoder, SimpleImputer) on the train split only, and apply it to every split. The
    statistics are learned column by column and the features computed with numpy
    (:func:`~heteroflow.components.data.tabular.fit_columns`, :func:`~heteroflow.components.data.tabular.apply_into`),
-   value for value what the ColumnTransformer gives, without passing each split through it; the fitted
-   ColumnTransformer is what is archived (issue #32).
+   value for value what the ColumnTransformer gives, without passing each split through it, and with numpy
+   alone (:mod:`heteroflow.components.data.colstats`); the fitted ColumnTransformer, what is archived, is built
+   from those statistics once the shards are written and the table is freed, so that scikit-learn's import
+   (60-90 MB) and the table are never held together (issue #32).
 6. Write shards ``<split>-NNNNN.npz`` (the bytes :func:`numpy.savez` writes; computed and written in pieces of
    about 2 MiB of features, each written on a second thread while the next is computed, so that no split's
    features are held whole: issue #32 item 1) (``x`` float32 ``(n, d)``, ``y`` int64 ``(n,)``, ``source_file`` int32
@@ -44,6 +46,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
+import gc
 import json
 import logging
 import os
@@ -70,6 +73,7 @@ from heteroflow.components.data.columns import (
     _report,
     _text_problem,
 )
+from heteroflow.components.data.arrowcsv import trim_memory
 from heteroflow.components.data.csvformat import DELIMITERS
 from heteroflow.components.data.datasets import RawTable, read_table
 from heteroflow.components.data.formats import REGISTRY, TABLE
@@ -469,29 +473,31 @@ def _preprocess_tables(
             f"of that class, or drop it ({label_note})"
         ),
     )
-    from heteroflow.components.data import tabular
-
     impute = missing == "impute" and bool(missing_counts)
-    if _FAST_TRANSFORM:
-        transform, features, x_of = _fast_splits(frame, split, used=used, numeric=numeric, text=text, impute=impute,
-                                                 missing_counts=missing_counts)
+    transform = sample = None
+    if _FAST_TRANSFORM:  # the statistics with numpy: scikit-learn is imported once the table is freed (below)
+        fitted, x_of, sample = _fast_splits(frame, split, used=used, numeric=numeric, text=text, impute=impute,
+                                            missing_counts=missing_counts)
     else:
-        transform, features, x_of = _reference_splits(frame, split, used=used, numeric=numeric, text=text, impute=impute,
-                                                      missing_counts=missing_counts)
+        transform, fitted, x_of = _reference_splits(frame, split, used=used, numeric=numeric, text=text, impute=impute,
+                                                    missing_counts=missing_counts)
+    features = fitted.output_names()
     width = len(features)
     per_shard = shard_size or max(1, _SHARD_BYTES // (4 * max(width, 1)))
-    with atomic_directory(out) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
+    # The old output is removed on a second thread once the new one is in place; the files written inside are
+    # made durable by the one syncfs before the rename (no fsync each: nothing is visible before that rename).
+    with atomic_directory(out, remove_old_later=True) as tmp, ThreadPoolExecutor(max_workers=1) as writer:
         shards = _write_splits(tmp, writer, split, x_of, per_shard=per_shard, width=width, y=y, table=table,
                                check=lambda x, name: _check_finite(x[:, : len(numeric)], features, name, frame, numeric))
         report = _report(
             table=table, tables=tables, rows_read=rows_read, classes=classes, y=y, used=used, numeric=numeric,
-            text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, transform=transform,
+            text=text, dropped=dropped, dropped_rows=dropped_rows, missing_counts=missing_counts, fitted=fitted,
             impute=impute, features=features, parameters=parameters, notices=notices, label_reason=label_reason,
         )
         if report["columns_imputed"]:  # a decision on the user's cells: said on the console (issue #28 item 4)
             notices.append(_imputed_notice(report["columns_imputed"]))
             report["notices"] = list(notices)
-        categories = tabular.text_categories(transform)
+        categories = fitted.text_categories()
         schema = {
             "format_version": 1,
             "label_column": label,
@@ -525,7 +531,17 @@ def _preprocess_tables(
             "report": report,
         }
         (tmp / META_NAME).write_text(json.dumps(meta, indent=2), encoding="utf-8")
-        tabular.save_transform(tmp, transform, schema)
+        # The table is no longer needed: freed before scikit-learn is imported to build the archived
+        # transformation, so that the two are never held together (issue #32 item 1: the peak memory).
+        x_of = frame = table = y_raw = col = t = None  # (col, t: the last column checked, file described)
+        tables.clear()
+        gc.collect()
+        trim_memory()  # glibc keeps freed heap memory (the table's columns) resident without it
+        from heteroflow.components.data import tabular
+
+        if transform is None:
+            transform = tabular.to_transform(fitted, sample)
+        tabular.save_transform(tmp, transform, schema, durable=False)
     for notice in notices:
         if notice == said:  # said at once
             continue
@@ -607,14 +623,16 @@ reference ``tests/test_preprocess_fast.py`` compares them with)."""
 def _fast_splits(
     frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
     impute: bool, missing_counts: dict[str, int],
-) -> tuple[Any, list[str], Callable[..., np.ndarray]]:
-    """The fitted transformation, its feature names, and ``x_of(split, begin, end, out)``: the features of the
-    split's rows ``begin:end``, computed into ``out``."""
+) -> tuple[Any, Callable[..., np.ndarray], pd.DataFrame]:
+    """The transformation's statistics (:class:`~heteroflow.components.data.colstats.FittedColumns`, learned
+    with numpy: no scikit-learn import), ``x_of(split, begin, end, out)``: the features of the split's rows
+    ``begin:end``, computed into ``out``, and the few train rows the archived ColumnTransformer is fitted on
+    (:func:`~heteroflow.components.data.tabular.to_transform`)."""
     import numpy as np
 
-    from heteroflow.components.data import tabular
+    from heteroflow.components.data import colstats
 
-    columns = tabular.input_columns(frame, numeric=numeric, text=text)
+    columns = colstats.input_columns(frame, numeric=numeric, text=text)
     train_rows = split["train"]
     indicate: list[str] = []
     if impute:
@@ -624,21 +642,22 @@ def _fast_splits(
             cells = columns[name][train_rows] if name in numeric else columns[name][0][train_rows]
             if (np.isnan(cells) if name in numeric else cells < 0).any():
                 indicate.append(name)
-    transform = tabular.fit_columns(frame, columns, train_rows, used=used, numeric=numeric, text=text, impute=impute,
-                                    indicate=indicate)
-    features = tabular.output_names(transform)
+    fitted = colstats.fit_columns(columns, train_rows, numeric=numeric, text=text, impute=impute, indicate=indicate)
+    few = colstats.sample_rows(columns, train_rows, numeric=numeric, text=text, indicate=indicate)
+    sample = frame.take(few)[list(used)].copy()  # its own cells: the table is freed before it is used
 
     def x_of(name: str, begin: int, end: int, out: np.ndarray) -> np.ndarray:
-        return tabular.apply_into(transform, columns, split[name][begin:end], out, numeric=numeric, text=text)
+        return colstats.apply_into(fitted, columns, split[name][begin:end], out)
 
-    return transform, features, x_of
+    return fitted, x_of, sample
 
 
 def _reference_splits(
     frame: pd.DataFrame, split: dict[str, np.ndarray], *, used: list[str], numeric: list[str], text: list[str],
     impute: bool, missing_counts: dict[str, int],
-) -> tuple[Any, list[str], Callable[..., np.ndarray]]:
-    """:func:`_fast_splits` through scikit-learn's ColumnTransformer: fitted on the train split, applied to each."""
+) -> tuple[Any, Any, Callable[..., np.ndarray]]:
+    """:func:`_fast_splits` through scikit-learn's ColumnTransformer: fitted on the train split, applied to each:
+    the transformation, its statistics, and ``x_of``."""
     import numpy as np
 
     from heteroflow.components.data import tabular
@@ -668,7 +687,7 @@ def _reference_splits(
     def x_of(name: str, begin: int, end: int, out: np.ndarray) -> np.ndarray:
         return whole(name)[begin:end]
 
-    return transform, features, x_of
+    return transform, tabular.fitted_of(transform), x_of
 
 
 @contextlib.contextmanager

@@ -16,10 +16,11 @@ Built from scikit-learn parts in one :class:`~sklearn.compose.ColumnTransformer`
 ``pandas.factorize`` hashes them, so the codes cost about a quarter of the encoder's time on a million rows.
 
 Preprocess fits and applies it without passing the splits through the ColumnTransformer (issue #32 item 1):
-:func:`fit_fast` fits the ColumnTransformer on a few rows that hold every text value, then sets its statistics
-to those the same estimators learn from the whole train split, column by column; :func:`apply_fast` computes
-the features with numpy, value for value what ``transform`` gives (``tests/test_preprocess_fast.py`` compares
-them). The archived object is the same ColumnTransformer as before, so models archived before still load.
+:mod:`heteroflow.components.data.colstats` learns the statistics the same estimators learn from the whole
+train split, column by column, with numpy alone, and computes the features from them, value for value what
+``transform`` gives (``tests/test_preprocess_fast.py`` compares them); :func:`to_transform` then fits the
+ColumnTransformer on a few rows that hold every text value and sets its statistics to those. The archived
+object is the same ColumnTransformer as before, so models archived before still load.
 
 This module imports scikit-learn at import time (the saved transformation refers to :class:`TextCodes` by
 this module's name); heteroflow imports it only inside the functions that fit or apply a transformation.
@@ -215,16 +216,18 @@ def text_categories(transform: Any) -> dict[str, list[str]]:
     return found
 
 
-def save_transform(folder: str | os.PathLike[str], transform: Any, schema: Mapping[str, Any]) -> None:
-    """Write ``transform.joblib`` and ``transform.json`` into ``folder`` (each atomically)."""
+def save_transform(folder: str | os.PathLike[str], transform: Any, schema: Mapping[str, Any], *,
+                   durable: bool = True) -> None:
+    """Write ``transform.joblib`` and ``transform.json`` into ``folder`` (each atomically; ``durable``: each
+    fsynced, False where the folder is made durable as a whole, as preprocess's :func:`atomic_directory` does)."""
     import io
 
     import joblib
 
     buffer = io.BytesIO()
     joblib.dump(transform, buffer)
-    atomic_write_bytes(Path(folder, TRANSFORM_NAME), buffer.getvalue())
-    atomic_write_bytes(Path(folder, SCHEMA_NAME), json.dumps(schema, indent=2).encode())
+    atomic_write_bytes(Path(folder, TRANSFORM_NAME), buffer.getvalue(), durable=durable)
+    atomic_write_bytes(Path(folder, SCHEMA_NAME), json.dumps(schema, indent=2).encode(), durable=durable)
 
 
 def load_transform(folder: str | os.PathLike[str]) -> tuple[Any, dict[str, Any]]:
@@ -330,32 +333,71 @@ def prepare_rows(rows: Any, schema: Mapping[str, Any], *, where: str = "rows") -
 
 
 # --- the fitted transformation computed without a per-call ColumnTransformer (issue #32 item 1) ----------------
+# The statistics are learned and applied with numpy in :mod:`heteroflow.components.data.colstats` (no scikit-learn
+# import there); here the archived ColumnTransformer is built from them, and read back into them.
+
+from heteroflow.components.data.colstats import (  # noqa: E402  (re-exported: their former home)
+    FittedColumns,
+    column_codes,
+    input_columns,
+    sample_rows,
+)
 
 
-def column_codes(column: Any) -> tuple[np.ndarray, list[str]]:
-    """A text column's codes (int, -1 missing) and its values as ``str``: a Categorical's own codes, else
-    :func:`pandas.factorize`'s."""
-    import pandas as pd
+def to_transform(fitted: FittedColumns, sample: Any) -> Any:
+    """The fitted ColumnTransformer of :func:`build_transform` (the object archived with a model) holding
+    ``fitted``'s statistics.
 
-    if isinstance(column.dtype, pd.CategoricalDtype):
-        return column.cat.codes.to_numpy(), [str(v) for v in column.cat.categories]
-    codes, uniques = pd.factorize(column, use_na_sentinel=True)
-    return codes, [str(v) for v in uniques]
+    The ColumnTransformer is fitted on ``sample``, a few train rows that hold every text value of the train split
+    (and a missing cell of each ``indicate`` column; :func:`~heteroflow.components.data.colstats.sample_rows`):
+    what it learns from the column layout and the text values (columns, categories, output widths) is the same
+    from those rows as from all. Its statistics are then set to ``fitted``'s, those the same estimators learn
+    from the whole train split: the scaler's mean, variance, scale and samples seen, the imputers' medians and
+    most frequent values. Preprocess calls it after the table is freed (scikit-learn's import is 60-90 MB).
+
+    Args:
+        fitted: :func:`~heteroflow.components.data.colstats.fit_columns` of the train split.
+        sample: the sample rows (pandas DataFrame of the input columns, in the table's order).
+    """
+    transform = build_transform(numeric=fitted.numeric, text=fitted.text, impute=fitted.impute, indicate=fitted.indicate)
+    transform.fit(sample)
+    parts = {name: part for name, part, _ in transform.transformers_}
+    if fitted.numeric:
+        steps = parts["number"].named_steps
+        if fitted.impute:
+            steps["impute"].statistics_ = fitted.fill.copy()
+        scale = steps["scale"]
+        scale.mean_, scale.var_, scale.scale_ = fitted.mean.copy(), fitted.var.copy(), fitted.scale.copy()
+        scale.n_samples_seen_ = fitted.seen
+    if fitted.text and fitted.impute:
+        parts["text"].named_steps["impute"].statistics_ = fitted.most.copy()
+    return transform
 
 
-def input_columns(frame: Any, *, numeric: Sequence[str], text: Sequence[str]) -> dict[str, Any]:
-    """The input columns as :func:`fit_fast` and :func:`apply_fast` take them: per numeric column its float64
-    values (NaN missing; a view where the column is float64), per text column :func:`column_codes`."""
-    columns: dict[str, Any] = {name: frame[name].to_numpy(dtype="float64", na_value=np.nan) for name in numeric}
-    columns.update({name: column_codes(frame[name]) for name in text})
-    return columns
-
-
-def _text_lookup(categories: np.ndarray, uniques: list[str]) -> np.ndarray:
-    """Per code of ``uniques`` (and -1, last), :class:`TextCodes`' code: the index among ``categories``, -2 for a
-    value not among them, -1 for missing."""
-    index = {str(v): i for i, v in enumerate(categories)}
-    return np.array([index.get(u, _UNSEEN_CODE) for u in uniques] + [_MISSING_CODE], dtype=np.int64)
+def fitted_of(transform: Any) -> FittedColumns:
+    """The statistics a fitted :func:`build_transform` holds, as :class:`FittedColumns` (what
+    :func:`apply_into` computes the features from)."""
+    parts = {name: (part, list(columns)) for name, part, columns in transform.transformers_}
+    numeric, text = parts.get("number", (None, []))[1], parts.get("text", (None, []))[1]
+    fill = mean = var = scale = most = None
+    seen: Any = 0
+    if numeric:
+        steps = parts["number"][0].named_steps
+        fill = np.asarray(steps["impute"].statistics_) if "impute" in steps else None
+        scaler = steps["scale"]
+        mean, var, scale, seen = scaler.mean_, scaler.var_, scaler.scale_, scaler.n_samples_seen_
+    categories, onehot = [], []
+    impute = fill is not None
+    if text:
+        steps = parts["text"][0].named_steps
+        most = np.asarray(steps["impute"].statistics_) if "impute" in steps else None
+        impute = impute or most is not None
+        categories, onehot = list(steps["codes"].categories_), list(steps["onehot"].categories_)
+    empty = np.zeros(0)
+    return FittedColumns(numeric=numeric, text=text, indicate=parts.get("missing", (None, []))[1], impute=impute,
+                         fill=fill, mean=empty if mean is None else mean, var=empty if var is None else var,
+                         scale=empty if scale is None else scale, seen=seen, categories=categories, most=most,
+                         onehot=onehot)
 
 
 def fit_fast(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, *, used: Sequence[str],
@@ -368,15 +410,9 @@ def fit_fast(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, *, 
 
 def fit_columns(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, *, used: Sequence[str],
                 numeric: Sequence[str], text: Sequence[str], impute: bool, indicate: Sequence[str]) -> Any:
-    """The fitted ColumnTransformer of :func:`build_transform` (the object archived with a model) and the train
-    split's features, without passing the train split through it.
-
-    The ColumnTransformer is fitted on a few train rows that hold every text value of the train split (and a
-    missing cell of each ``indicate`` column): what it learns from the column layout and the text values
-    (columns, categories, output widths) is the same from those rows as from all. Its statistics are then set
-    to those the same scikit-learn estimators learn from the whole train split, one column at a time (each
-    statistic is a column's own): the scaler's mean, variance and scale, the imputers' medians and most
-    frequent values.
+    """The fitted ColumnTransformer of :func:`build_transform` for the train split ``train_rows`` of ``frame``,
+    without passing the train split through it: :func:`~heteroflow.components.data.colstats.fit_columns`, then
+    :func:`to_transform` on the sample rows.
 
     Args:
         frame: the whole table (pandas DataFrame; ``train_rows`` are positions in it).
@@ -384,152 +420,41 @@ def fit_columns(frame: Any, columns: Mapping[str, Any], train_rows: np.ndarray, 
         train_rows: the train split's row positions, in the split's order (int, ``(n,)``).
         used: the input columns in the table's order (``numeric`` and ``text`` together).
         impute / indicate: as for :func:`build_transform`.
-
-    Returns:
-        The fitted ColumnTransformer.
     """
-    from sklearn import config_context
-    from sklearn.impute import SimpleImputer
-    from sklearn.preprocessing import StandardScaler
+    from heteroflow.components.data import colstats
 
-    keep = {0}
-    for name in text:
-        codes = columns[name][0]
-        _, first = np.unique(codes[train_rows], return_index=True)  # a row of each value (and of a missing cell)
-        keep.update(first.tolist())
-    for name in indicate:
-        gaps = np.isnan(columns[name][train_rows]) if name in numeric else columns[name][0][train_rows] < 0
-        keep.update(np.flatnonzero(gaps)[:1].tolist())
-    few = np.asarray(sorted(keep), dtype=np.int64)
-    transform = build_transform(numeric=numeric, text=text, impute=impute, indicate=indicate)
-    transform.fit(frame.take(train_rows[few])[list(used)])  # the few rows first: no copy of the whole table
-    parts = {name: part for name, part, _ in transform.transformers_}
-    if numeric:
-        steps = parts["number"].named_steps
-        fills, scalers = [], []
-        taken = np.empty((len(train_rows), 1), dtype=np.float64)  # each column's train cells in turn: one array
-        for name in numeric:
-            values = np.take(columns[name], train_rows, out=taken[:, 0]).reshape(-1, 1)
-            if impute:
-                imputer = SimpleImputer(strategy="median", keep_empty_features=True).fit(values)
-                fills.append(imputer.statistics_)
-                values = imputer.transform(values)
-            with config_context(assume_finite=True):  # preprocess found no infinite value: scikit-learn's own
-                scalers.append(StandardScaler().fit(values))  # check (it only raises) is skipped
-        if impute:
-            steps["impute"].statistics_ = np.concatenate(fills)
-        seen = np.array([s.n_samples_seen_ for s in scalers], dtype=np.int64)
-        scale = steps["scale"]
-        scale.mean_ = np.concatenate([s.mean_ for s in scalers])
-        scale.var_ = np.concatenate([s.var_ for s in scalers])
-        scale.scale_ = np.concatenate([s.scale_ for s in scalers])
-        scale.n_samples_seen_ = seen[0] if seen.max() == seen.min() else seen
-    if text and impute:
-        steps = parts["text"].named_steps
-        most = []
-        for j, name in enumerate(text):
-            codes, uniques = columns[name]
-            train_codes = _text_lookup(steps["codes"].categories_[j], uniques)[codes[train_rows]].reshape(-1, 1)
-            imputer = SimpleImputer(missing_values=_MISSING_CODE, strategy="most_frequent", keep_empty_features=True)
-            most.append(imputer.fit(train_codes).statistics_)
-        steps["impute"].statistics_ = np.concatenate(most)
-    return transform
-
-
-_CHUNK_ROWS = 1 << 14  # rows :func:`apply_fast` standardises at a time (16 numeric columns: 2 MiB of float64)
-
-
-def _width(transform: Any) -> int:
-    return sum(s.stop - s.start for s in transform.output_indices_.values())
+    fitted = colstats.fit_columns(columns, train_rows, numeric=numeric, text=text, impute=impute, indicate=indicate)
+    few = sample_rows(columns, train_rows, text=text, indicate=indicate, numeric=numeric)
+    return to_transform(fitted, frame.take(few)[list(used)])
 
 
 def apply_fast(transform: Any, columns: Mapping[str, Any], rows: np.ndarray, *, numeric: Sequence[str],
                text: Sequence[str]) -> np.ndarray:
     """What ``transform.transform`` gives for the table's ``rows`` (positions), value for value: float32
-    ``(len(rows), num_features)``, computed column by column into one array: each number
-    ``float32((x - mean) / scale)`` in float64 as scikit-learn's StandardScaler does it (a missing one first set
-    to the imputer's median), each text value's 1 at its column among its column's sorted codes
-    (:class:`OneHotCodes`; a value never seen in training: all zeros; a missing one: the imputed value's), each
-    indicator 1 where the cell is missing.
-
-    Args:
-        transform: a fitted :func:`build_transform` of these columns (:func:`fit_fast`'s, or one fitted on a frame).
-        columns: :func:`input_columns` of the table.
-        rows: int positions, ``(n,)``.
+    ``(len(rows), num_features)`` (:func:`apply_into` into a new array).
 
     Raises:
         ValueError: ``transform`` was not built for these columns.
     """
-    return apply_into(transform, columns, rows, np.empty((len(rows), _width(transform)), dtype=np.float32),
+    fitted = transform if isinstance(transform, FittedColumns) else fitted_of(transform)
+    return apply_into(fitted, columns, rows, np.empty((len(rows), fitted.width), dtype=np.float32),
                       numeric=numeric, text=text)
 
 
 def apply_into(transform: Any, columns: Mapping[str, Any], rows: np.ndarray, out: np.ndarray, *,
                numeric: Sequence[str], text: Sequence[str]) -> np.ndarray:
-    """:func:`apply_fast` written into ``out`` (float32 ``(len(rows), num_features)``, C order, any content: it is
-    overwritten), which is returned: preprocess computes each shard into one of a few buffers it reuses.
+    """:func:`~heteroflow.components.data.colstats.apply_into` for a fitted :func:`build_transform` (or its
+    :class:`FittedColumns`): the features of ``rows`` written into ``out`` (float32 ``(len(rows), num_features)``,
+    C order), which is returned.
 
     Raises:
         ValueError: ``transform`` was not built for these columns, or ``out`` has another shape or type.
     """
-    if out.shape != (len(rows), _width(transform)) or out.dtype != np.float32 or not out.flags.c_contiguous:
-        raise ValueError(f"out is {out.dtype} {out.shape}; expected float32 {(len(rows), _width(transform))}, C order")
-    out.fill(0)
-    for name, part, names in transform.transformers_:
-        if name != "number":
-            continue
-        if list(names) != list(numeric):
-            raise ValueError(f"the transformation's numeric columns {names} are not {list(numeric)}")
-        steps = part.named_steps
-        fill = steps["impute"].statistics_ if "impute" in steps else None
-        mean, scale = steps["scale"].mean_, steps["scale"].scale_
-        start = transform.output_indices_["number"].start
-        block = out[:, start:start + len(numeric)]
-        buffer = np.empty((len(numeric), _CHUNK_ROWS), dtype=np.float64)  # one feature a row: contiguous
-        with np.errstate(all="ignore"):
-            for first in range(0, len(rows), _CHUNK_ROWS):  # in chunks that stay in the cache, then one copy
-                chunk = rows[first:first + _CHUNK_ROWS]
-                part = buffer[:, : len(chunk)]
-                for j, column in enumerate(numeric):
-                    values = part[j]
-                    np.take(columns[column], chunk, out=values)
-                    if fill is not None:
-                        values[np.isnan(values)] = fill[j]
-                    values -= mean[j]
-                    values /= scale[j]
-                block[first:first + len(chunk)] = part.T
-    _apply_rest(transform, columns, rows, out, numeric=numeric, text=text)
-    return out
+    from heteroflow.components.data import colstats
 
-
-def _apply_rest(transform: Any, columns: Mapping[str, Any], rows: np.ndarray, out: np.ndarray, *,
-                numeric: Sequence[str], text: Sequence[str]) -> None:
-    """The one-hot and indicator parts of :func:`apply_fast`, written into ``out``."""
-    n, width = out.shape
-    for name, part, names in transform.transformers_:
-        start = transform.output_indices_[name].start if name in transform.output_indices_ else 0
-        if name == "text":
-            if list(names) != list(text):
-                raise ValueError(f"the transformation's text columns {names} are not {list(text)}")
-            steps = part.named_steps
-            fill = np.asarray(steps["impute"].statistics_) if "impute" in steps else None
-            flat = out.reshape(-1)
-            base = np.arange(n, dtype=np.int64) * width
-            offset = start
-            for j, (column, cats) in enumerate(zip(text, steps["onehot"].categories_)):
-                codes, uniques = columns[column]
-                lookup = _text_lookup(steps["codes"].categories_[j], uniques)  # per code of the table: TextCodes'
-                if fill is not None:
-                    lookup[lookup == _MISSING_CODE] = fill[j]
-                where = np.minimum(np.searchsorted(cats, lookup), len(cats) - 1)  # ... its place among the one-hot
-                place = np.where(cats[where] == lookup, where, -1)  # columns, or -1 (all zeros)
-                at = place[codes[rows]]
-                known = at >= 0
-                flat[base[known] + offset + at[known]] = 1
-                offset += len(cats)
-        elif name == "missing":
-            for j, column in enumerate(names):
-                if column in numeric:
-                    out[:, start + j] = np.isnan(np.take(columns[column], rows))
-                else:
-                    out[:, start + j] = columns[column][0][rows] < 0
+    fitted = transform if isinstance(transform, FittedColumns) else fitted_of(transform)
+    if fitted.numeric and list(fitted.numeric) != list(numeric):
+        raise ValueError(f"the transformation's numeric columns {fitted.numeric} are not {list(numeric)}")
+    if fitted.text and list(fitted.text) != list(text):
+        raise ValueError(f"the transformation's text columns {fitted.text} are not {list(text)}")
+    return colstats.apply_into(fitted, columns, rows, out)
