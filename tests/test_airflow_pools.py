@@ -123,6 +123,39 @@ def _wait_for_state(db: Path, dag_id: str, task: str, states: set[str], deadline
     pytest.fail(f"{dag_id}.{task} did not reach {states} within {deadline_s:.0f} s: {tasks}")
 
 
+def _wait_for_url(url: str, deadline_s: float, procs: list[subprocess.Popen[bytes]]) -> None:
+    """Return once ``url`` answers 200; fail if a server process ends first. The deadline is to give up, not a timing
+    tested."""
+    import urllib.error
+    import urllib.request
+
+    end = time.monotonic() + deadline_s
+    while time.monotonic() < end:
+        assert all(p.poll() is None for p in procs), [p.args[1] for p in procs if p.poll() is not None]
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                if response.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(1)
+    pytest.fail(f"{url} did not answer within {deadline_s:.0f} s")
+
+
+def _api(port: int, method: str, path: str, body: dict[str, object]) -> dict[str, object]:
+    """One call of Airflow's REST API (``/api/v2``) on the test's api-server; its JSON answer."""
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(f"http://localhost:{port}/api/v2{path}", data=json.dumps(body).encode(), method=method,
+                                     headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=120) as response:
+            return json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        pytest.fail(f"{method} {path}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:2000]}")
+
+
 def _task_log(home: Path, dag_id: str, task: str, *texts: str, deadline_s: float = 60) -> str:
     """The task's first-attempt log once it holds every one of ``texts``: the task's state reaches the database
     before its log file is complete (a loaded machine read its first line only). The deadline is to give up, not
@@ -148,6 +181,11 @@ def test_a_scheduled_run_fails_at_once_instead_of_hanging(tmp_path: Path, migrat
         "AIRFLOW__API__PORT": str(port),
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"http://localhost:{port}/execution/",
         "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "5",
+        # the scheduler's log server (default 8793): a free port, as another Airflow on the machine may hold 8793
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(_free_port()),
+        # the REST API without logging in (the simple auth manager's all-admins mode): unpause and trigger through the
+        # running api-server instead of one `airflow dags ...` process each (an Airflow import, 5-30 s of a loaded CPU)
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_ALL_ADMINS": "True",
     }
     airflow = str(BIN / "airflow")
     logs = tmp_path / "logs"
@@ -157,9 +195,12 @@ def test_a_scheduled_run_fails_at_once_instead_of_hanging(tmp_path: Path, migrat
         for args in (["api-server", "--port", str(port)], ["scheduler"], ["dag-processor"])
     ]
     try:
-        assert _run(env, airflow, "dags", "unpause", "hf-pools").returncode == 0
-        triggered = _run(env, airflow, "dags", "trigger", "hf-pools", "-c", json.dumps({"epochs": 1}))
-        assert triggered.returncode == 0, triggered.stderr[-2000:]
+        # a task reaches its supervisor through the api-server's execution API: trigger once it answers (on a loaded
+        # machine the api-server took over 90 s to start and the first task failed with "Connection refused")
+        _wait_for_url(f"http://localhost:{port}/execution/health", 300, procs)
+        assert _api(port, "PATCH", "/dags/hf-pools", {"is_paused": False})["is_paused"] is False
+        triggered = _api(port, "POST", "/dags/hf-pools/dagRuns", {"logical_date": None, "conf": {"epochs": 1}})
+        assert triggered["state"] == "queued" and triggered["conf"] == {"epochs": 1}, triggered
         tasks = _wait_for_state(home / "airflow.db", "hf-pools", "prepare-run", {"failed", "success"}, 240)
         assert tasks["prepare-run"] == "failed", tasks  # not left scheduled: the run ends
         log = _task_log(home, "hf-pools", "prepare-run", "which do not exist", "heteroflow airflow pools --inventory FILE")
@@ -168,11 +209,9 @@ def test_a_scheduled_run_fails_at_once_instead_of_hanging(tmp_path: Path, migrat
 
         made = _run(env, str(BIN / "heteroflow"), "airflow", "pools")
         assert made.returncode == 0, made.stderr
-        again = _run(env, airflow, "dags", "trigger", "hf-pools", "-c", json.dumps({"epochs": 1}))
-        assert again.returncode == 0, again.stderr[-2000:]
-        time.sleep(1)
-        with sqlite3.connect(home / "airflow.db") as c:  # wait for the second run's prepare-run
-            run_id = c.execute("select run_id from dag_run where dag_id='hf-pools' order by id desc limit 1").fetchone()[0]
+        again = _api(port, "POST", "/dags/hf-pools/dagRuns", {"logical_date": None, "conf": {"epochs": 1}})
+        run_id = again["dag_run_id"]  # wait for the second run's prepare-run
+        assert run_id != triggered["dag_run_id"], again
         end = time.monotonic() + 240
         state = None
         while time.monotonic() < end and state not in ("success", "failed"):
