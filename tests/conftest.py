@@ -22,6 +22,20 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.pop(_name, None)
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
+    """How many pytest-xdist workers ``-n auto`` (pyproject.toml's addopts) starts: two for a run of the whole suite
+    (no path given: pytest runs ``testpaths``, with or without ``-m``) on a machine with two CPUs or more; none (one
+    process, as without xdist) when paths are given (``pytest tests/test_x.py -k y``: no workers to start, ``-s`` and
+    ``--pdb`` work) or with ``-s``. ``-n N`` or ``PYTEST_XDIST_AUTO_NUM_WORKERS=N`` choose N, ``-n 0`` none."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    if config.args_source is not pytest.Config.ArgsSource.TESTPATHS or config.getoption("capture") == "no":
+        return 0
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return 2 if cpus >= 2 else 0
+
+
 @pytest.fixture(autouse=True)
 def heteroflow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "hf-home"

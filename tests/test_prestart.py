@@ -251,8 +251,40 @@ def _wait_ready(pool: WarmPool, timeout: float = 60.0) -> Any:
     raise AssertionError("no prestarted process became ready")
 
 
+# The pool starts a process only while a core is idle (prestart.MIN_IDLE_CORES): alone on a quiet machine it is,
+# beside another pytest-xdist worker or a loaded machine it may never be, and no task runs prestarted. Loaded through
+# PYTHONPATH as `sitecustomize` in the command line's processes, this sets the threshold to 0 once the module is
+# imported, so the test sees the pool's tasks whatever else runs on the machine.
+_ANY_LOAD_HOOK = """
+import importlib.abc, importlib.util, sys
+
+
+class _AnyLoad(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name != "heteroflow.pipelines.kfp.prestart":
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(name)
+        run = spec.loader.exec_module
+
+        def exec_module(module):
+            run(module)
+            module.MIN_IDLE_CORES = 0.0
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+sys.meta_path.insert(0, _AnyLoad())
+"""
+
+
 def _cli_run(tmp_path: Path, name: str, digits_dir: Path, env: dict[str, str]) -> tuple[dict, str, list[dict]]:
     out = tmp_path / name
+    hook = tmp_path / f"{name}-hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(_ANY_LOAD_HOOK)
+    env = {"PYTHONPATH": os.pathsep.join(p for p in (str(hook), os.environ.get("PYTHONPATH", "")) if p), **env}
     proc = subprocess.run(
         [str(Path(sys.executable).with_name("heteroflow")), "run", "--dataset", str(digits_dir), "--output", str(out),
          "--param", "epochs=1", "--simulate-devices", "npu,gpu", "--inject-fault", "train@npu=device"],

@@ -163,7 +163,11 @@ class Page:
             if e["method"] == "Runtime.consoleAPICalled" and p.get("type") in ("error", "assert"):
                 out.append(" ".join(str(a.get("value", a.get("description", ""))) for a in p.get("args", [])))
             elif e["method"] == "Runtime.exceptionThrown":
-                out.append(json.dumps(p.get("exceptionDetails", {}))[:500])
+                # the message first: 500 characters of the details' JSON, where the page's URL comes before it, cut
+                # "Error: boom" off under pytest-xdist (a longer tmp_path: .../popen-gw0/...)
+                details = p.get("exceptionDetails", {})
+                message = f"{details.get('text', '')} {details.get('exception', {}).get('description', '')}".strip()
+                out.append(f"{message} {json.dumps(details)}"[:500])
             elif e["method"] == "Log.entryAdded" and p.get("entry", {}).get("level") == "error":
                 out.append(p["entry"].get("text", ""))
         return out

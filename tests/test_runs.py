@@ -132,9 +132,9 @@ def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env:
     airflow = str(Path(sys.executable).parent / "airflow")
     heteroflow = str(Path(sys.executable).parent / "heteroflow")
     # the device pools the DAG's tasks use: without them prepare-run fails the run at once (#16.14)
-    # `home` holds a migrated database (the session's `airflow db migrate`: conftest.py migrated_airflow_home)
-    for cmd in ((heteroflow, "airflow", "pools"), (airflow, "dags", "reserialize"),
-                (airflow, "dags", "test", dag_id, "-c", json.dumps(conf))):
+    # `home` holds a migrated database (the session's `airflow db migrate`: conftest.py migrated_airflow_home); no
+    # `airflow dags reserialize`: `airflow dags test` parses the DAG file and syncs it to the database itself
+    for cmd in ((heteroflow, "airflow", "pools"), (airflow, "dags", "test", dag_id, "-c", json.dumps(conf))):
         done = subprocess.run(list(cmd), env=full, capture_output=True, text=True, timeout=600)
         assert done.returncode == 0, f"{' '.join(cmd[1:])}:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}"
     return done.stdout + done.stderr
