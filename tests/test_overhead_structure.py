@@ -82,11 +82,11 @@ def test_a_step_that_does_not_train_runs_without_torch(tmp_path: Path) -> None:
         "from heteroflow.components.core.runtime import run_step\n"
         "from heteroflow.components.core.step import load_step\n"
         "from heteroflow.pipelines.default import default_pipeline\n"
-        "from heteroflow.components.placement.plan import _GPU_DEVICE_FILES, _NPU_DEVICE_FILES\n"
+        "from heteroflow.components.devices import all_kinds\n"
         "p = default_pipeline()\n"
         "outputs = {s.name: os.path.join(os.environ['HETEROFLOW_RUN_DIR'], 'out', s.name) for s in p['plan'].step.outputs}\n"
         "outcome = run_step(p['plan'].step, placements=p.placements(), outputs=outputs)  # records: $HETEROFLOW_RUN_DIR\n"
-        "driver = any(os.path.exists(f) for f in _GPU_DEVICE_FILES + _NPU_DEVICE_FILES)\n"
+        "driver = any(os.path.exists(f) for k in all_kinds() for f in k.device_files)\n"
         "print(json.dumps({'status': outcome.status, 'reason': outcome.reason, 'driver': driver,\n"
         "                  'heavy': sorted(m for m in ('torch', 'numpy', 'pandas', 'matplotlib') if m in sys.modules)}))\n"
     )
