@@ -124,9 +124,9 @@ class HookState:
             throughput, and so the shares, are measured by).
         step_busy_wall: busy wall time of this step so far: compute's wall time and the simulated slow-down's
             sleep, ``(1/speed - 1)`` times that wall time (what utilization is).
-        clock: what measures compute for the shares: ``time.perf_counter`` (wall time: an accelerator's
-            replica), or ``time.thread_time`` for a replica on the CPU (one torch thread: its compute is the CPU
-            time of this thread, which other processes on a shared machine inflate much less than wall time).
+        clock: what measures compute for the shares: ``time.perf_counter`` (wall time, what a step waits for;
+            :mod:`~heteroflow.components.training.mixed` uses it on every device), or ``time.thread_time`` (this
+            thread's CPU time: steadier on a loaded machine, but blind to the compute's waits for a core).
     """
 
     hierarchy: Hierarchy

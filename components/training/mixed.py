@@ -14,10 +14,12 @@ Launch (:func:`run_mixed`)
     and the optimizer's step, in wall time; the simulated slow-down sleeps ``(1/speed - 1)`` times the compute's
     wall time (on a machine that other processes load, both kinds' compute stretches, and the slower kind's sleep
     with it, so the kinds keep their speed ratio in wall time). Throughput (for shares) is samples per second of
-    compute over the speed, compute timed by the replica thread's CPU time on the CPU (one torch thread: other
-    processes on a shared machine inflate it much less than wall time: measured under a load average of 8-13 on 2
-    cores, wall-time shares of a 2:1 pair ranged from 38:26 to 50:14, CPU-time shares from 42:22 to 44:20) and
-    by wall time on an accelerator.
+    compute over the speed, in wall time on every device (what a step waits for: on 2 quiet cores the slower CPU
+    replica's compute took 18% more wall than CPU time, contending with the exchange's threads, so CPU-time shares
+    of 44:20 left the faster replica waiting 1.5 s of a 7.7 s run; wall-time shares reached 46:18 and 82% / 82%
+    busy). Under load wall time is noisier (measured at load average 8-13 on 2 cores: a 2:1 pair's wall-time
+    shares ranged from 38:26 to 50:14, CPU-time shares from 42:22 to 44:20); the median step over a window
+    (:class:`~heteroflow.components.training.shares.ShareEstimator`) damps it.
     In a pod of a cluster job (``rendezvous=``, :mod:`~heteroflow.components.training.mixed_launch`) the same launch
     starts one agent, for the pod's kind, on a store another process (the launcher) hosts; every pod's first worker
     keeps a copy of the result, and the one holding rank 0 is marked (``MixedResult.rank0``).
@@ -345,7 +347,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
                       powersgd_rank=job.powersgd_rank, slowdown=slowdown,
-                      clock=time.thread_time if device.type == "cpu" else time.perf_counter)
+                      clock=time.perf_counter)  # wall time: what a step waits for (see the module docstring)
     ddp.register_comm_hook(state, hierarchical_hook)
 
     shares_history = [{"step": start, "shares": list(shares), "throughput": [], "why": "start"}]
