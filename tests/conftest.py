@@ -20,12 +20,6 @@ from heteroflow.components.data.datasets import export_digits
 if os.environ.get("PYTEST_XDIST_WORKER"):
     for _name in ("COLUMNS", "LINES"):
         os.environ.pop(_name, None)
-    # each worker (and the processes its tests start) takes its share of the cores for torch's intra-op threads
-    # (train's batches.train_threads honours OMP_NUM_THREADS): with two workers on two cores, a second OpenMP
-    # thread waits for a core the other worker holds (a digits MLP epoch took 6x as long, #32). A value already set
-    # is kept.
-    _cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, _cpus // max(1, int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))))
 
 
 @pytest.hookimpl(tryfirst=True)
