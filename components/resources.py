@@ -208,7 +208,7 @@ class Resources:
         if self.accelerator is not None:
             accel = find_accelerator(self.accelerator)
             object.__setattr__(self, "accelerator", accel.name)
-        kind = DeviceKind.parse(self.kind) if self.kind is not None else (accel.kind if accel else DeviceKind.CPU)
+        kind = DeviceKind.parse(self.kind) if self.kind is not None else (accel.kind if accel else DeviceKind.host())
         object.__setattr__(self, "kind", kind)
         if accel is not None and accel.kind is not kind:
             raise InvalidResources(

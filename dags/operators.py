@@ -221,7 +221,7 @@ class StepEnding(BaseOperator, SkipMixin):
                 self.skip(ti, [self.dag.get_task(t) for t in dict.fromkeys(skips)])  # raises DownstreamTasksSkipped
             return result
         ti.xcom_push(key=FAILURE_KEY, value=result)
-        kind = result.get("kind") or "cpu"
+        kind = result.get("kind") or DeviceKind.host().value
         where = f" on candidate {result.get('candidate')} ({kind})" if tasks.grouped else ""
         message = f"step {self.call_name!r} failed{where} with a {route} failure: {result.get('reason')}"
         if route == "permanent" and self.pipeline[self.call_name].retry.retry_on == "any":

@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from heteroflow.components.devices import DeviceKind
 from heteroflow.components.placement.clusters import InvalidTrace, ThroughputTable
 from heteroflow.components.placement.inventory import PlacementInventory as ClusterInventory
 from heteroflow.components.placement.policies import get_policy, max_min_allocation
@@ -203,7 +204,7 @@ def _finish(policy: str, meter: _Meter, inventory: ClusterInventory, jobs: Seque
     makespan = (max(finish.values()) - t0) if finish else 0.0
     cap = inventory.capacity()
     util = {m: float(meter.busy_seconds[i] / (cap[m] * makespan)) if cap.get(m) and makespan > 0 else 0.0
-            for i, m in enumerate(meter.models) if m != "cpu"}
+            for i, m in enumerate(meter.models) if m != DeviceKind.host().value}  # devices, not the host CPU
     return SimResult(
         policy=policy,
         jct={j.name: finish[j.name] - j.arrival for j in jobs},
@@ -405,7 +406,7 @@ def plot_utilization(results: Sequence[SimResult], path: str | Path, *, title: s
     for ax, r in zip(axes[:, 0], results, strict=True):
         times, busy = r.timeline
         for k, m in enumerate(r.models):
-            if m != "cpu" and busy.size:
+            if m != DeviceKind.host().value and busy.size:
                 ax.step(times / 3600, busy[:, k], where="post", label=m.removeprefix("nvidia-"))
         ax.set_ylabel("busy devices")
         ax.set_title(f"{r.policy}: avg JCT {r.avg_jct / 3600:.1f} h, makespan {r.makespan / 3600:.1f} h", fontsize=9)

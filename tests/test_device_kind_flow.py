@@ -164,3 +164,171 @@ def test_unregister_refuses_builtin_and_unknown_kinds() -> None:
         unregister("cuda")
     with pytest.raises(InvalidResources, match="'mlu' is not registered"):
         unregister("mlu")
+
+
+# --- the device set-up of a replica, and the host kind, asked of the kind object ---------------------------
+
+
+class _Recorder:
+    """A fake ``torch.<type>`` namespace: records ``set_device`` calls."""
+
+    def __init__(self, available: bool = True) -> None:
+        self.calls: list[int] = []
+        self.available = available
+
+    def set_device(self, index: int) -> None:
+        self.calls.append(index)
+
+    def is_available(self) -> bool:
+        return self.available
+
+
+@pytest.fixture
+def xpu() -> Iterator[DeviceKind]:
+    kind = register(_xpu(None))
+    try:
+        yield kind
+    finally:
+        unregister(kind)
+
+
+def test_set_device_imports_the_kinds_module_and_selects_the_index(mlu: DeviceKind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A plugin kind's set_device imports its torch module first (which registers the device type), then calls
+    ``torch.<type>.set_device``; torch's device-agnostic API when the namespace has none; nothing on the host."""
+    import sys
+    import types
+
+    from heteroflow.components.errors import DeviceUnavailable
+
+    with pytest.raises(DeviceUnavailable, match="torch_mlu is not installed"):
+        mlu.set_device(0, torch=types.SimpleNamespace(mlu=_Recorder()))
+    monkeypatch.setitem(sys.modules, "torch_mlu", types.ModuleType("torch_mlu"))
+    fake = types.SimpleNamespace(mlu=_Recorder())
+    mlu.set_device(2, torch=fake)
+    assert fake.mlu.calls == [2]
+    mlu.set_device(1, device_type="cpu", torch=fake)  # a simulated replica runs on the host: nothing to select
+    DeviceKind.host().set_device(3, torch=fake)
+    assert fake.mlu.calls == [2]
+
+    picked: list[int] = []
+    current = types.SimpleNamespace(type="mlu")
+    accelerator = types.SimpleNamespace(is_available=lambda: True, current_accelerator=lambda: current,
+                                        set_device_index=picked.append)
+    mlu.set_device(5, torch=types.SimpleNamespace(accelerator=accelerator))  # no torch.mlu.set_device
+    assert picked == [5]
+
+
+def test_ddp_device_ids_and_torch_device_come_from_the_kind(xpu: DeviceKind) -> None:
+    import torch
+
+    assert xpu.torch_device(3) == torch.device("xpu", 3) and xpu.torch_device() == torch.device("xpu")
+    assert xpu.torch_device(3, device_type="cpu") == torch.device("cpu")  # simulated on the host
+    assert xpu.ddp_device_ids(torch.device("xpu", 3)) == [3]
+    assert xpu.ddp_device_ids(torch.device("xpu")) is None  # no index: DDP takes the current device
+    assert xpu.ddp_device_ids(torch.device("cpu")) is None
+    host = DeviceKind.host()
+    assert host.is_host and not xpu.is_host
+    assert host.torch_device(3) == torch.device("cpu") and host.ddp_device_ids(torch.device("cpu")) is None
+
+
+def test_a_mixed_replica_selects_its_kinds_device_at_its_local_rank(xpu: DeviceKind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """components/training/mixed.py's set-up: a replica of a plugin kind calls that kind's set_device with its
+    local rank and builds its kind group on the kind's backend; a simulated replica of it stays on the host."""
+    import torch
+
+    from heteroflow.components.training import mixed
+    from heteroflow.components.training.hierarchy import Hierarchy
+
+    seen: list[tuple[str, str | None]] = []
+
+    class Built(Exception):
+        pass
+
+    def build(kind: str, *, kind_backend: str | None = None) -> None:
+        seen.append((kind, kind_backend))
+        raise Built
+
+    recorder = _Recorder()
+    monkeypatch.setattr(torch.xpu, "set_device", recorder.set_device)
+    monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # _train sets one thread: not this process's
+    monkeypatch.setattr(Hierarchy, "build", staticmethod(build))
+    monkeypatch.setenv("LOCAL_RANK", "3")
+    monkeypatch.setenv(mixed.DEVICE_ENV, "xpu")
+    with pytest.raises(Built):
+        mixed._train(None, "xpu", 1.0, None)  # type: ignore[arg-type]  # stops where the groups are built
+    assert recorder.calls == [3] and seen == [("xpu", "xccl")]
+    monkeypatch.setenv(mixed.DEVICE_ENV, "cpu")  # the same kind simulated on the host
+    with pytest.raises(Built):
+        mixed._train(None, "xpu", 1.0, None)  # type: ignore[arg-type]
+    assert recorder.calls == [3] and seen[-1] == ("xpu", "gloo")
+
+
+def test_a_distributed_worker_selects_its_kinds_device(xpu: DeviceKind, monkeypatch: pytest.MonkeyPatch) -> None:
+    """components/training/worker.py: the worker of local rank 1 on a plugin kind's devices selects device 1
+    through the kind, before it resolves its function."""
+    import sys
+
+    import torch
+
+    from heteroflow.components.training.worker import _run_worker
+
+    recorder = _Recorder()
+    monkeypatch.setattr(torch.xpu, "set_device", recorder.set_device)
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    payload = {"device_types": ["xpu", "xpu"], "deterministic": False, "sys_path": list(sys.path),
+               "function": "heteroflow_no_such_module_for_this_test:fn"}
+    with pytest.raises(ModuleNotFoundError, match="heteroflow_no_such_module_for_this_test"):
+        _run_worker(payload, 1)
+    assert recorder.calls == [1]
+
+
+@pytest.mark.parametrize(("backend", "device_type", "ids", "relay"),
+                         [("gloo", "xpu", [1], True), ("xccl", "xpu", [1], False), ("gloo", "cpu", None, False)])
+def test_ddp_of_a_worker_relays_through_the_host_in_the_hosts_backend(
+        xpu: DeviceKind, monkeypatch: pytest.MonkeyPatch, backend: str, device_type: str, ids: list[int] | None,
+        relay: bool) -> None:
+    """A plugin kind's rank in a group of the host kind's backend (gloo, mixed device types) reduces host
+    copies; in its own backend it reduces on the device; a host rank has no device ids."""
+    import torch
+
+    from heteroflow.components.training import worker
+
+    made: dict[str, object] = {}
+
+    class FakeDDP:
+        def __init__(self, module: object, **kwargs: object) -> None:
+            made.update(kwargs)
+
+        def register_comm_hook(self, state: object, hook: object) -> None:
+            made["hook"] = hook
+
+    def comm_hook(compression: str, **kwargs: object) -> tuple[object, object]:
+        made.update(kwargs)
+        return None, "hook"
+
+    monkeypatch.setattr(torch.nn.parallel, "DistributedDataParallel", FakeDDP)
+    monkeypatch.setattr(worker, "comm_hook", comm_hook)
+    ctx = worker.DistributedContext(rank=1, local_rank=1, world_size=2, backend=backend, device_type=device_type,
+                                    device_index=1)
+    ctx.ddp(torch.nn.Linear(2, 2))
+    assert (made["device_ids"], made["relay_through_cpu"], made["hook"]) == (ids, relay, "hook")
+
+
+def test_the_host_kind_stays_the_builtin_cpu(xpu: DeviceKind) -> None:
+    """A plugin kind that asks for no devices is a host kind too, but the host (the default kind, the kind every
+    inventory has, the world group's backend across kinds) stays the built-in cpu."""
+    from heteroflow.components.devices import cross_kind_backend, host_kind
+    from heteroflow.components.placement.inventory import from_mapping
+    from heteroflow.components.training.step import _where
+
+    vhost = register(DeviceKind(name="vhost", has_devices=False, torch_device_type="cpu", distributed_backend="mpi"))
+    try:
+        assert vhost.is_host and host_kind() is DeviceKind.host() is DeviceKind.CPU
+        assert cross_kind_backend() == "gloo"
+        assert Resources().kind is DeviceKind.CPU
+        assert from_mapping({"xpu": 4}, source="test").devices_per_kind() == {DeviceKind.CPU: 1, xpu: 4}
+    finally:
+        unregister(vhost)
+    assert _where({"device_kind": "xpu", "device": "cpu"}) == "xpu (simulated, on cpu)"
+    assert _where({"device_kind": "xpu", "device": "xpu:0"}) == "xpu (on xpu:0)"

@@ -112,7 +112,7 @@ class Outcome:
     failure: str | None = None
     reason: str | None = None
     candidate: int | None = None
-    kind: str = "cpu"
+    kind: str = dataclasses.field(default_factory=lambda: DeviceKind.host().value)
     accelerator: str | None = None
     device: str = "cpu"
     simulated: bool = False

@@ -80,11 +80,18 @@ class AttemptRecord:
     error: str | None = None
     failure: str | None = None
     candidate: int | None = None
-    kind: str = "cpu"
+    kind: str = dataclasses.field(default_factory=lambda: _host_kind_name())
     accelerator: str | None = None
     simulated: bool = False
     pid: int | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+def _host_kind_name() -> str:
+    """The host kind's name (``cpu``): a record's kind when it names none."""
+    from heteroflow.components.devices import host_kind
+
+    return host_kind().value
 
 
 def process_alive(pid: int | None) -> bool:

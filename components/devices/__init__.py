@@ -8,7 +8,7 @@ Owns:
       default accelerator family and Kubernetes extended resource, node-label keys, failure patterns for the
       classifier and its simulated form.
     - the registry (``registry.py``): :func:`register`, :func:`unregister`, :func:`get`, :func:`all_kinds`,
-      :func:`for_torch_device_type`; third-party kinds load from the entry-point group ``heteroflow.devices``
+      :func:`for_torch_device_type`, :func:`host_kind`, :func:`cross_kind_backend`; third-party kinds load from the entry-point group ``heteroflow.devices``
       (:data:`ENTRY_POINT_GROUP`), lazily, once.
     - the three built-in registrations (``builtin.py``): :data:`CPU`, :data:`GPU`, :data:`NPU`.
     - the accelerator-model registry (``accelerators.py``: every model, its extended resource per device plugin,
@@ -32,10 +32,12 @@ from heteroflow.components.devices.kind import DeviceKind, FailurePattern, Probe
 from heteroflow.components.devices.registry import (
     ENTRY_POINT_GROUP,
     all_kinds,
+    cross_kind_backend,
     find,
     for_torch_device_type,
     get,
     has_devices,
+    host_kind,
     is_host_device_type,
     register,
     unregister,
@@ -47,10 +49,12 @@ __all__ = [
     "FailurePattern",
     "Probe",
     "all_kinds",
+    "cross_kind_backend",
     "find",
     "for_torch_device_type",
     "get",
     "has_devices",
+    "host_kind",
     "is_host_device_type",
     "register",
     "unregister",

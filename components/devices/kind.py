@@ -289,7 +289,92 @@ class DeviceKind(str, metaclass=_DeviceKindType):
 
         return get(value, field=field)
 
+    @classmethod
+    def host(cls) -> DeviceKind:
+        """The host CPU's kind: the first registered kind that asks for no devices (the built-in ``cpu``).
+
+        What a candidate that names no kind and no accelerator runs on, the kind every inventory has, and the
+        model name of a node without devices."""
+        from heteroflow.components.devices.registry import host_kind
+
+        return host_kind()
+
+    @property
+    def is_host(self) -> bool:
+        """Whether this is a host kind (asks for no devices: no device index, ``set_device`` or DDP device ids)."""
+        return not self.has_devices
+
     # -- behaviour -----------------------------------------------------------------------------------------
+
+    def _driven_type(self, device_type: str | None) -> str | None:
+        """The torch device type a replica of this kind drives (``device_type``, default its own), or None when
+        that is the host's (a host kind, or a simulated replica on the host)."""
+        from heteroflow.components.devices.registry import is_host_device_type
+
+        dtype = device_type or self.torch_device_type
+        if self.is_host or is_host_device_type(dtype):
+            return None
+        return dtype
+
+    def torch_device(self, index: int | None = None, *, device_type: str | None = None) -> Any:
+        """The ``torch.device`` of device ``index`` of this kind (``cuda:1``); a host kind's has no index
+        (``cpu`` whatever ``index``), and ``index`` None gives the type alone (torch's current device of it).
+
+        Args:
+            index: the device index, >= 0, or None.
+            device_type: the torch device type when the replica's accelerator model is driven by another type
+                than the kind's own (Gaudi's ``hpu`` for ``npu``), or the host's for a simulated replica;
+                default :attr:`torch_device_type`.
+
+        Raises:
+            DeviceUnavailable: :attr:`torch_module` is not installed (torch does not know the device type).
+        """
+        import torch
+
+        dtype = self._driven_type(device_type)
+        if dtype is None:
+            return torch.device(device_type or self.torch_device_type)
+        if dtype == self.torch_device_type:
+            self.import_backend()
+        return torch.device(dtype) if index is None else torch.device(dtype, int(index))
+
+    def set_device(self, index: int, *, device_type: str | None = None, torch: Any | None = None) -> None:
+        """Make device ``index`` of this kind the process's current one (what a worker does with its local rank
+        before it builds a model or a process group): ``torch.<type>.set_device(index)`` (``torch.cuda``, or
+        ``torch.npu`` once :attr:`torch_module` is imported), else, for a type torch's device-agnostic API drives,
+        ``torch.accelerator.set_device_index(index)``; nothing on the host (a host kind, a simulated replica), or
+        when torch has neither.
+
+        Args:
+            index: the device index, >= 0 (a worker's local rank among the workers of its kind).
+            device_type: as for :meth:`torch_device`.
+            torch: the torch module (default: imported here).
+
+        Raises:
+            DeviceUnavailable: :attr:`torch_module` is not installed.
+        """
+        dtype = self._driven_type(device_type)
+        if dtype is None:
+            return
+        if torch is None:
+            import torch  # noqa: PLC0415
+        if dtype == self.torch_device_type:
+            self.import_backend()
+        setter = getattr(getattr(torch, dtype, None), "set_device", None)
+        if callable(setter):
+            setter(int(index))
+            return
+        acc = getattr(torch, "accelerator", None)
+        if acc is not None and acc.is_available() and acc.current_accelerator().type == dtype:
+            acc.set_device_index(int(index))
+
+    def ddp_device_ids(self, device: Any) -> list[int] | None:
+        """``DistributedDataParallel``'s ``device_ids`` for a replica of this kind on ``device`` (a
+        ``torch.device``): ``[device.index]`` on an accelerator device with an index; None on a host kind, on the
+        host (a simulated kind's replica), or without an index."""
+        if self._driven_type(device.type) is None or device.index is None:
+            return None
+        return [int(device.index)]
 
     def import_backend(self, device: str | None = None) -> None:
         """Import :attr:`torch_module` (which registers the device type with torch), if the kind needs one.

@@ -18,8 +18,8 @@ from heteroflow.components.devices.kind import DeviceKind
 from heteroflow.components.errors import InvalidResources
 
 __all__ = [
-    "ENTRY_POINT_GROUP", "all_kinds", "find", "for_torch_device_type", "get", "has_devices", "is_host_device_type",
-    "load_plugins", "register", "unregister",
+    "ENTRY_POINT_GROUP", "all_kinds", "cross_kind_backend", "find", "for_torch_device_type", "get", "has_devices",
+    "host_kind", "is_host_device_type", "load_plugins", "register", "unregister",
 ]
 
 ENTRY_POINT_GROUP = "heteroflow.devices"
@@ -197,6 +197,24 @@ def for_torch_device_type(device_type: str) -> DeviceKind | None:
         if kind.torch_device_type == device_type:
             return kind
     return None
+
+
+def host_kind() -> DeviceKind:
+    """The host CPU's kind: the first registered kind that asks for no devices (the built-in ``cpu``, which
+    cannot be unregistered, so there always is one)."""
+    _ensure_builtins()
+    with _LOCK:
+        for kind in _KINDS.values():
+            if not kind.has_devices:
+                return kind
+    raise AssertionError("no host device kind is registered")  # pragma: no cover - cpu is built in
+
+
+def cross_kind_backend() -> str:
+    """The ``torch.distributed`` backend of a process group whose ranks are on devices of different kinds (or
+    types): the host kind's (``gloo``), which reduces host tensors; NCCL and HCCL groups cannot span each other's
+    devices."""
+    return host_kind().distributed_backend
 
 
 def is_host_device_type(device_type: str) -> bool:

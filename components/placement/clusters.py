@@ -9,6 +9,7 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from heteroflow.components.devices.accelerators import ACCELERATORS, DeviceKind
 from heteroflow.components.placement.inventory import (
     InvalidInventory,
     PlacementInputError,
@@ -136,8 +137,6 @@ def uniform_inventory(per_model: Mapping[str, int], *, devices_per_node: int = 4
     Raises:
         InvalidInventory: unknown model, or a count that is not a multiple of ``devices_per_node``.
     """
-    from heteroflow.components.devices.accelerators import ACCELERATORS
-
     nodes: list[Node] = []
     for name, n in per_model.items():
         model = _model_key(name, field=f"{source} model")
@@ -187,14 +186,15 @@ def pai_inventory(path: str | Path | None = None, *, replicate: int = 1) -> Clus
             if ngpu < 0:
                 raise InvalidInventory(f"{path}:{lineno}: cap_gpu={ngpu} is negative")
             if gpu_type == "CPU" or ngpu == 0:
-                base.append(Node(name=machine, kind="cpu", model="cpu", devices=0, cpu_millicores=cpu * 1000,
+                host = DeviceKind.host().value  # a machine without GPUs: the host kind, its model named as it
+                base.append(Node(name=machine, kind=host, model=host, devices=0, cpu_millicores=cpu * 1000,
                                  memory_bytes=mem * 2**30, idle_watts=HOST_IDLE_WATTS))
                 continue
             if gpu_type not in _PAI_MODELS:
                 raise InvalidInventory(f"{path}:{lineno}: gpu_type={gpu_type!r} is unknown; valid: CPU, {', '.join(_PAI_MODELS)}")
             model, gib = _PAI_MODELS[gpu_type]
             busy, idle, price = DEVICE_DEFAULTS[model]
-            base.append(Node(name=machine, kind="gpu", model=model, devices=ngpu, device_memory_bytes=gib * 2**30,
+            base.append(Node(name=machine, kind=ACCELERATORS[model].kind.value, model=model, devices=ngpu, device_memory_bytes=gib * 2**30,
                              cpu_millicores=cpu * 1000, memory_bytes=mem * 2**30, cost_per_hour=price * ngpu,
                              idle_watts=HOST_IDLE_WATTS + idle * ngpu, busy_watts=busy - idle))
     nodes = base if replicate == 1 else [dataclasses.replace(n, name=f"{n.name}/{r}") for r in range(replicate) for n in base]

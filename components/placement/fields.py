@@ -100,8 +100,9 @@ def model_key(name: object, *, field: str) -> str:
     Raises:
         InvalidInventory: unknown name or a family (the message lists the valid models).
     """
-    if isinstance(name, str) and name.strip().lower() == DeviceKind.CPU.value:
-        return DeviceKind.CPU.value
+    host = DeviceKind.host().value
+    if isinstance(name, str) and name.strip().lower() == host:
+        return host
     return _model(name, field).name
 
 

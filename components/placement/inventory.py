@@ -257,7 +257,8 @@ def _node_devices(value: Any, i: int, *, source: str, line: int) -> tuple[dict[s
         if "model" in raw or "count" in raw or "kind" in raw:
             raw = _mapping(value, field, _NODE_DEVICE_KEYS, source=source, line=line)
             count = _count(raw.get("count", 0), f"{field}.count", noun="count of devices")
-            if count == 0 or str(raw.get("model", DeviceKind.CPU.value)).lower() == DeviceKind.CPU.value:
+            host = DeviceKind.host().value  # a node without devices: its model is the host kind's name
+            if count == 0 or str(raw.get("model", host)).lower() == host:
                 return {}, None
             accel = _model(raw.get("model"), f"{field}.model")
             if "kind" in raw:

@@ -264,7 +264,7 @@ class PackingPlanner:
                 continue
             top = [(n, s + 0.0) for n, s in ranked(req.workers()[0], self.cluster, self.policy) if s is not None]
             first = d.nodes[0][0]
-            model = self.cluster.nodes[self.cluster.index[first]].model or "cpu"
+            model = self.cluster.nodes[self.cluster.index[first]].model or DeviceKind.host().value
             known = times.get(model)
             share = f" ({milli} milli)" if milli else ""
             where = f"{model} x{req.num_gpu}{share}" if req.num_gpu else "cpu only"

@@ -462,7 +462,7 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
                                               queue_state=queue_state))
             except NoCandidateAvailable as exc:
                 raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
-        counts: dict[str, int] = {DeviceKind.CPU.value: 1}  # the CPU is always there
+        counts: dict[str, int] = {DeviceKind.host().value: 1}  # the host CPU is always there
         for n in nodes.nodes:
             counts[n.kind] = counts.get(n.kind, 0) + n.devices if DeviceKind.parse(n.kind).has_devices else 1
         inventory_counts = counts

@@ -29,7 +29,7 @@ import dataclasses
 import math
 from typing import Any
 
-from heteroflow.components.devices.accelerators import ACCELERATORS
+from heteroflow.components.devices.accelerators import ACCELERATORS, DeviceKind
 from heteroflow.components.devices.cluster import DEFAULT_PROFILE, ClusterProfile
 from heteroflow.components.devices.podplan import PodPlan, plan_pod
 from heteroflow.components.errors import InvalidResources
@@ -67,7 +67,7 @@ def placed_pod_plan(resources: Resources, *, model: str, nodes: tuple[str, ...] 
     """
     used = profile or DEFAULT_PROFILE
     accel = resources.accelerator_spec
-    if accel is None or model == "cpu":
+    if accel is None or model == DeviceKind.host().value:  # a node without devices: the host kind's name
         plan = plan_pod(resources, profile)
         return _prefer_nodes(plan, nodes)
     accepted = {m.name for m in resources.accelerator_models}

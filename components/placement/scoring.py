@@ -165,19 +165,23 @@ def step_seconds_per_model(profile: Mapping[str, Any] | None, throughputs: Mappi
     from heteroflow.components.placement.fields import model_key
     from heteroflow.components.placement.views import InvalidInventory
 
+    host = DeviceKind.host().value  # the model name of the host CPU
     measured: dict[str, float] = {}
     if profile:
         by_model = profile.get("step_seconds_by_model")
         if isinstance(by_model, Mapping):
             measured.update({str(m): float(s) for m, s in by_model.items() if isinstance(s, int | float) and s > 0})
         step_s = profile.get("step_seconds")
-        model = profile.get("device_model") or ("cpu" if str(profile.get("device", "")).startswith("cpu") else None)
+        from heteroflow.components.devices import is_host_device_type
+
+        device_type = str(profile.get("device", "")).partition(":")[0]
+        model = profile.get("device_model") or (host if device_type and is_host_device_type(device_type) else None)
         if isinstance(step_s, int | float) and step_s > 0 and model:
             measured.setdefault(str(model), float(step_s))
     keyed: dict[str, float] = {}
     for m, s in measured.items():
         try:
-            keyed[m if m == "cpu" else model_key(m, field="profile model")] = s
+            keyed[m if m == host else model_key(m, field="profile model")] = s
         except InvalidInventory:
             continue
     out: dict[str, tuple[float, str]] = {m: (s, "profiled") for m, s in keyed.items()}

@@ -196,8 +196,9 @@ class ClusterInventory:
     def devices_per_kind(self) -> dict[DeviceKind, int]:
         """Devices per kind, the CPU always present (its stated count, at least 1); a kind the per-kind form
         names with 0 devices is present with 0."""
-        cpu = self.stated.get(DeviceKind.CPU.value)
-        out: dict[DeviceKind, int] = {DeviceKind.CPU: max(cpu, 1) if isinstance(cpu, int) else 1}
+        host = DeviceKind.host()
+        cpu = self.stated.get(host.value)
+        out: dict[DeviceKind, int] = {host: max(cpu, 1) if isinstance(cpu, int) else 1}
         for key in self.stated:
             out.setdefault(DeviceKind.parse(key), 0)
         for key, n in self.devices.items():
@@ -242,7 +243,7 @@ class ClusterInventory:
                 [(model, count)] = n.devices.items()
                 kind = ACCELERATORS[model].kind.value
             else:
-                model, count, kind = DeviceKind.CPU.value, 0, DeviceKind.CPU.value
+                model, count, kind = DeviceKind.host().value, 0, DeviceKind.host().value
             nodes.append(PlacementNode(
                 name=n.name, kind=kind, model=model, devices=count, device_memory_bytes=n.device_memory_bytes,
                 cpu_millicores=n.cpu_millicores or 0, memory_bytes=n.memory_bytes or 0, cost_per_hour=n.cost_per_hour,

@@ -39,13 +39,13 @@ def resolve_device(device: str) -> torch.device:
     if kind is not None and kind.has_devices and kind.torch_namespace(torch) is not None:
         if not kind.is_available(torch):
             raise DeviceUnavailable(f"device={device!r}: no {kind.device_noun} is available to this process")
-    elif dev.type not in ("cpu", "meta"):
+    elif dev.type != "meta" and (kind is None or not kind.is_host):
         # other accelerators (xpu, hpu, mps, ...): torch's device-agnostic API (torch >= 2.6) says what is here
         acc = getattr(torch, "accelerator", None)
         current = acc.current_accelerator() if acc is not None and acc.is_available() else None
         if current is None or current.type != dev.type:
             raise DeviceUnavailable(f"device={device!r}: no {dev.type} device is available to this process")
-    if dev.type != "cpu" and dev.index is None:
+    if (kind is None or not kind.is_host) and dev.index is None:
         # the process's current device of that type (the one CUDA_VISIBLE_DEVICES / ASCEND_RT_VISIBLE_DEVICES leave)
         acc = getattr(torch, "accelerator", None)
         if acc is not None and acc.is_available() and acc.current_accelerator().type == dev.type:

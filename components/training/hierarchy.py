@@ -78,14 +78,20 @@ class Hierarchy:
         return self.rank == self.kind_ranks[0]
 
     @classmethod
-    def build(cls, kind: str, *, kind_backend: str = "gloo") -> Hierarchy:
+    def build(cls, kind: str, *, kind_backend: str | None = None) -> Hierarchy:
         """Exchange kinds over the world group and create the subgroups (a collective: every rank calls it).
 
         Args:
             kind: this rank's device kind.
-            kind_backend: the backend of the kind groups (gloo here; nccl/hccl on a cluster).
+            kind_backend: the backend of the kind groups (nccl/hccl on a cluster); default: the host kind's
+                (gloo), which the group across kinds always uses.
         """
         import torch.distributed as dist
+
+        from heteroflow.components.devices import cross_kind_backend
+
+        across = cross_kind_backend()
+        kind_backend = kind_backend or across
 
         rank, world = dist.get_rank(), dist.get_world_size()
         kinds: list[Any] = [None] * world
@@ -100,7 +106,7 @@ class Hierarchy:
             if k == kind:
                 kind_group = g
         if len(leaders) > 1:
-            cg = dist.new_group(leaders, backend="gloo")
+            cg = dist.new_group(leaders, backend=across)
             cross_group = cg if rank in leaders else None
         return cls(rank=rank, world=world, kind=kind, kinds=[str(k) for k in kinds], kind_ranks=by_kind[kind],
                    kind_index=by_kind[kind].index(rank), leaders=leaders, kind_group=kind_group, cross_group=cross_group)

@@ -311,12 +311,16 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     from heteroflow.components.training.shares import GlobalSampler, ShareEstimator, SlowDown, shares_from_throughput, worth_changing
 
     torch.set_num_threads(1)
+    from heteroflow.components.devices import DeviceKind, for_torch_device_type, host_kind
     from heteroflow.components.training.rendezvous import backend_for
 
-    device_type = os.environ.get(DEVICE_ENV, "cpu") or "cpu"
-    device = torch.device(device_type, int(os.environ.get("LOCAL_RANK", "0"))) if device_type != "cpu" else torch.device("cpu")
-    if device.type == "cuda":
-        torch.cuda.set_device(device)
+    # the replica's device: its kind's device at the local rank (a simulated kind's replica runs on the host;
+    # an accelerator model may drive another type than its kind's own, Gaudi's hpu for npu)
+    device_type = os.environ.get(DEVICE_ENV, "") or host_kind().torch_device_type
+    device_kind = for_torch_device_type(device_type) or DeviceKind.parse(kind, field=KIND_ENV)
+    local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+    device = device_kind.torch_device(local_rank, device_type=device_type)
+    device_kind.set_device(local_rank, device_type=device_type)
     # the kind's own backend within a kind (nccl, hccl); gloo on the CPU and across kinds
     h = Hierarchy.build(kind, kind_backend=backend_for(device_type))
     rank, world = h.rank, h.world
@@ -343,7 +347,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     # small buckets where each leaves asynchronously (every kind has one replica, no compression: the hook's
     # async path); elsewhere the hook waits per bucket, and top-k picks from the whole gradient: DDP's 25 MiB
     overlap = job.compression == "none" and len(set(h.kinds)) == len(h.kinds)
-    ddp = DDP(model, device_ids=[device.index] if device.type == "cuda" else None, bucket_cap_mb=_bucket_mb(model) if overlap else 25.0)
+    ddp = DDP(model, device_ids=device_kind.ddp_device_ids(device), bucket_cap_mb=_bucket_mb(model) if overlap else 25.0)
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
                       powersgd_rank=job.powersgd_rank, slowdown=slowdown,
@@ -480,17 +484,18 @@ def mixed_worker(job_path: str) -> Any:
     import torch.distributed as dist
 
     from heteroflow.components.core.failures import FailureClass, classify
+    from heteroflow.components.devices import cross_kind_backend, host_kind
     from heteroflow.components.training.worker import _is_peer_loss
 
     path = Path(job_path)
     job: MixedJob = pickle.loads(path.read_bytes())
     results = path.parent
-    kind = os.environ.get(KIND_ENV, "cpu")
+    kind = os.environ.get(KIND_ENV, "") or host_kind().value
     speed = float(os.environ.get(SPEED_ENV, "1.0") or 1.0)
     rank = int(os.environ.get("RANK", "0"))
     try:
         if not dist.is_initialized():
-            dist.init_process_group("gloo")
+            dist.init_process_group(cross_kind_backend())  # the world group spans the kinds (gloo)
         _train(job, kind, speed, results)
         return None
     except BaseException as exc:  # noqa: BLE001

@@ -56,7 +56,7 @@ def _groups(resources: Any, say: Callable[[str], None]) -> tuple[list[Any], list
     for g in resources.replicas:
         kind = g.kind
         if not kind.has_devices:
-            groups.append(ReplicaGroup(kind.value, g.count, "cpu", 1.0))
+            groups.append(ReplicaGroup(kind.value, g.count, kind.torch_device_type, 1.0))
         elif kind.value in simulated:
             groups.append(ReplicaGroup(kind.value, g.count, kind.simulated_device_type, speeds.get(kind.value, 1.0)))
         else:
@@ -88,7 +88,7 @@ def profile_throughput(resources: Any, training_profile: str) -> dict[str, float
     seconds = step_seconds_per_model(read_profile(training_profile, field="training_profile"), None)
     out: dict[str, float] = {}
     for g in resources.replicas:
-        models = [m.name for m in g.resources.accelerator_models] if g.kind.has_devices else ["cpu"]
+        models = [m.name for m in g.resources.accelerator_models] if g.kind.has_devices else [g.kind.value]
         timed = next((seconds[m][0] for m in models if m in seconds), None)
         if timed is None:
             return {}

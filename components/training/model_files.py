@@ -36,10 +36,11 @@ def build_model(in_features: int, num_classes: int, hidden_units: int) -> torch.
 
 def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, dataset_dir: str | os.PathLike[str],
                  splits: Any, spec: Any, params: dict[str, Any], steps: int, precision: str,
-                 device: str = "cpu", device_kind: str = "cpu") -> Path:
+                 device: str = "cpu", device_kind: str | None = None) -> Path:
     """Write ``model.pt`` (CPU state dict), ``model.json`` and the table transformation, atomically."""
     import torch
 
+    from heteroflow.components.devices import host_kind
     from heteroflow.components.training.loop import BUILTIN_MODEL
 
     meta: dict[str, Any] = {}
@@ -66,7 +67,7 @@ def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, d
             "params": params,
             "precision": precision,
             "device": device,  # where it trained (lineage); not part of params: the checkpoint key ignores devices
-            "device_kind": device_kind,
+            "device_kind": device_kind or host_kind().value,  # default: the host kind's (cpu)
             "steps": steps,
         }
         (tmp / MODEL_CONFIG).write_text(json.dumps(config, indent=2, default=str), encoding="utf-8")

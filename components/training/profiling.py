@@ -212,7 +212,7 @@ def _measure(*, steps: int, one_step: Any, sync: Any, kind: Any, dev: Any) -> di
     sync()
     timed = time.perf_counter() - t0
 
-    device_activity = kind.profiler_activity if kind is not None and dev.type != "cpu" else None
+    device_activity = kind.profiler_activity if kind is not None else None  # the host kind's: None
     activities = [ProfilerActivity.CPU] + ([getattr(ProfilerActivity, device_activity)] if device_activity else [])
     with profile(activities=activities) as prof:
         for _ in range(steps):

@@ -31,14 +31,14 @@ def backend_for(device_types: str | Sequence[str]) -> str:
 
     Returns:
         The backend of the registry's accelerators of that device type (``nccl`` for ``cuda``, ``hccl`` for
-        ``npu``), ``gloo`` for ``cpu``, and ``gloo`` when ranks use different device types (NCCL and HCCL groups
-        cannot span each other's devices).
+        ``npu``), ``gloo`` for ``cpu``, and the host kind's backend (``gloo``) when ranks use different device
+        types (NCCL and HCCL groups cannot span each other's devices).
 
     Raises:
         InvalidParameter: a device type no registry accelerator uses (the message lists the valid ones).
     """
+    from heteroflow.components.devices import all_kinds, cross_kind_backend
     from heteroflow.components.devices.accelerators import ACCELERATORS
-    from heteroflow.components.devices import all_kinds
 
     types = [device_types] if isinstance(device_types, str) else list(device_types)
     if not types:
@@ -52,7 +52,7 @@ def backend_for(device_types: str | Sequence[str]) -> str:
         if t not in known:
             raise InvalidParameter(f"device type {t!r} is unknown; valid: {', '.join(sorted(known))}")
     if len(set(types)) > 1:
-        return "gloo"
+        return cross_kind_backend()
     return known[types[0]]
 
 

@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 from heteroflow.cache.locations import home_dir
 from heteroflow.components.errors import InvalidParameter, Problems
 from heteroflow.components.data.parameters import SEED_MAX, check_integer
-from heteroflow.components.resources import Candidates, Resources, RetryPolicy
+from heteroflow.components.resources import Candidates, DeviceKind, Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 from heteroflow.components.training.checkpoint_lock import LOCK_WAIT_SECONDS, _exclusive, _take_finished_model  # noqa: F401  (set it there: _exclusive reads it there)
 from heteroflow.components.training.context import _make_context, _trained_module, _training_function
@@ -116,7 +116,7 @@ class TrainResult:
     history: tuple[dict[str, Any], ...] = ()
     precision: str = "float32"
     model: dict[str, Any] = dataclasses.field(default_factory=dict)
-    device_kind: str = "cpu"
+    device_kind: str = dataclasses.field(default_factory=lambda: DeviceKind.host().value)
     num_workers: int = 0
     processes: int = 1
     batch_size: int = 0
@@ -583,10 +583,10 @@ def _train_metrics(facts: dict[str, Any]) -> dict[str, Any]:
 def _where(f: dict[str, Any]) -> str:
     """Where train ran, worded as the steps table words it (one source: a simulated kind's torch device is the CPU)."""
     from heteroflow.components.core.telemetry import where_ran
-    from heteroflow.components.devices import has_devices
+    from heteroflow.components.devices import has_devices, is_host_device_type
 
     kind, device = f.get("device_kind") or "", str(f.get("device") or "")
-    simulated = bool(kind) and has_devices(str(kind)) and device.split(":")[0] == "cpu"
+    simulated = bool(kind) and has_devices(str(kind)) and is_host_device_type(device.split(":")[0])
     return where_ran(kind or device, device, accelerator=f.get("accelerator"), simulated=simulated)
 
 

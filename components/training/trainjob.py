@@ -139,9 +139,9 @@ def job_status(obj: Mapping[str, Any]) -> JobStatus:
 def launcher_candidate(resources: Any) -> Any:
     """What the task of a multi-node candidate asks for: it only launches and watches the job (and copies the data
     and the model), so one CPU and 2Gi, the candidate's labels and annotations, no devices."""
-    from heteroflow.components.resources import Resources
+    from heteroflow.components.resources import DeviceKind, Resources
 
-    return Resources(kind="cpu", labels=resources.labels, annotations=resources.annotations)
+    return Resources(kind=DeviceKind.host(), labels=resources.labels, annotations=resources.annotations)
 
 
 class MultiNodeWarning(UserWarning):

@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from pathlib import Path
 from typing import Any
 
-from heteroflow.components.devices.registry import is_host_device_type
+from heteroflow.components.devices.registry import cross_kind_backend, is_host_device_type
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
 from heteroflow.components.training.gradients import comm_hook
 
@@ -180,8 +180,9 @@ class DistributedContext:
         device_ids = None if on_host else [self.device_index]
         model = DistributedDataParallel(module, device_ids=device_ids, **ddp_kwargs)
         sizes = self.batch_sizes if (weighted or weighted is None) and self.batch_sizes else ()
-        # an accelerator rank in a gloo group (mixed device types) reduces CPU copies: gloo cannot reduce NPU tensors
-        relay = self.backend == "gloo" and not on_host
+        # an accelerator rank in a group of the host's backend (gloo: mixed device types) reduces CPU copies: gloo
+        # cannot reduce NPU tensors
+        relay = not on_host and self.backend == cross_kind_backend()
         state, hook = comm_hook(compression, batch_sizes=sizes, rank=self.rank, relay_through_cpu=relay)
         model.register_comm_hook(state, hook)
         return model
@@ -316,7 +317,9 @@ def _run_worker(payload: Mapping[str, Any], rank: int) -> Any:
     if kind is not None:
         kind.import_backend()  # e.g. torch_npu, which registers the "npu" device type with torch
     device_index = device_types[:local_rank].count(device_type)
-    if not is_host_device_type(device_type):
+    if kind is not None:
+        kind.set_device(device_index)  # nothing on the host
+    elif not is_host_device_type(device_type):  # a type no kind drives as its own (Gaudi's hpu, an npu model)
         getattr(torch, device_type).set_device(device_index)
     sys.path[:] = list(payload["sys_path"]) + [p for p in sys.path if p not in payload["sys_path"]]
     fn = _resolve(payload["function"])

@@ -173,7 +173,9 @@ def simulate_command(
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=2) from None
     bound = lower_bound_makespan(jobs, inv, table)
-    models = [m for m in inv.models if m != "cpu"]
+    from heteroflow.components.devices import DeviceKind
+
+    models = [m for m in inv.models if m != DeviceKind.host().value]  # the devices' models, not the host's
     t = Table(title=f"{len(jobs)} jobs on {inv.source}; makespan lower bound {bound / 3600:.1f} h")
     for col in ("policy", "avg JCT h", "p99 JCT h", "makespan h", "/bound", "queueing h", *(f"util {m.removeprefix('nvidia-')}" for m in models), "cost", "energy kWh"):
         t.add_column(col, justify="left" if col == "policy" else "right")

@@ -89,8 +89,14 @@ def prices_from_profile(profile: Any = None) -> Prices:
     return dict(profile.prices), profile.currency
 
 
+def _host_kind_name() -> str:
+    from heteroflow.components.devices import host_kind
+
+    return host_kind().value
+
+
 def _device_labels(rec: Mapping[str, Any]) -> tuple[str, str, str]:
-    kind = str(rec.get("kind") or rec.get("device") or "cpu")
+    kind = str(rec.get("kind") or rec.get("device") or _host_kind_name())
     return kind, str(rec.get("accelerator") or ""), "true" if rec.get("simulated") else "false"
 
 
