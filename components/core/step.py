@@ -267,7 +267,7 @@ class Step:
     inputs: tuple[ArtifactSpec, ...] = ()
     outputs: tuple[ArtifactSpec, ...] = ()
     params: tuple[Param, ...] = ()
-    candidates: Candidates = dataclasses.field(default_factory=lambda: Candidates([Resources(kind="cpu")]))
+    candidates: Candidates = dataclasses.field(default_factory=lambda: Candidates([Resources()]))  # the host kind
     retry: RetryPolicy = dataclasses.field(default_factory=RetryPolicy)
     cacheable: bool = True
     device_bound: bool = False
@@ -512,7 +512,7 @@ def step(
         outputs=outputs,
         params=tuple(params),
         candidates=(
-            Candidates([Resources(kind="cpu")])
+            Candidates([Resources()])  # the host kind (cpu)
             if candidates is None
             else candidates if isinstance(candidates, Candidates) else Candidates(candidates)
         ),

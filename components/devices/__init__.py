@@ -4,7 +4,8 @@ Owns:
     - :class:`DeviceKind` (``kind.py``): one object per device kind. It is a ``str`` (equal to, and hashed
       like, its name, so records, JSON and compiled YAML show ``"gpu"``) that carries everything heteroflow
       needs to know about the kind: aliases, detection and device counting, the PyTorch device type and the
-      module to import first, the ``torch.distributed`` backend, bf16 / synchronize / peak-memory hooks, the
+      module to import first, the ``torch.distributed`` backend, selecting a replica's device (``set_device``,
+      ``torch_device``, ``ddp_device_ids``), bf16 / synchronize / peak-memory hooks, the
       default accelerator family and Kubernetes extended resource, node-label keys, failure patterns for the
       classifier and its simulated form.
     - the registry (``registry.py``): :func:`register`, :func:`unregister`, :func:`get`, :func:`all_kinds`,
