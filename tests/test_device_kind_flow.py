@@ -332,3 +332,21 @@ def test_the_host_kind_stays_the_builtin_cpu(xpu: DeviceKind) -> None:
         unregister(vhost)
     assert _where({"device_kind": "xpu", "device": "cpu"}) == "xpu (simulated, on cpu)"
     assert _where({"device_kind": "xpu", "device": "xpu:0"}) == "xpu (on xpu:0)"
+
+
+def test_resolve_device_asks_torch_about_a_kind_torch_has_no_module_for() -> None:
+    """components/training/device.py: a plugin kind whose device type torch has no ``torch.<type>`` module for
+    is not the host: torch's device-agnostic API answers whether it is here (on this CPU machine: not)."""
+    import torch
+
+    from heteroflow.components.errors import DeviceUnavailable
+    from heteroflow.components.training.device import resolve_device
+
+    assert getattr(torch, "ve", None) is None  # NEC's vector engine: a device type torch parses, with no module
+    kind = register(DeviceKind(name="vector", torch_device_type="ve"))
+    try:
+        with pytest.raises(DeviceUnavailable, match="no ve device is available"):
+            resolve_device("ve:1")
+        assert resolve_device("cpu") == torch.device("cpu")
+    finally:
+        unregister(kind)
