@@ -60,6 +60,7 @@ __all__ = [
     "JOB_GROUP",
     "JOB_PLURAL",
     "JOB_VERSION",
+    "LAUNCHER_LABEL",
     "POD_IP_ENV",
     "PORT_ENV",
     "host_store",
@@ -78,6 +79,9 @@ PORT_ENV = "HETEROFLOW_RDZV_PORT"
 """The port of the launcher's c10d store (default 29400; 0: any free port)."""
 POD_IP_ENV = "POD_IP"
 """The launcher pod's IP, from the downward API (``fieldRef: status.podIP``); else the hostname's address."""
+LAUNCHER_LABEL = "heteroflow.io/rendezvous-host"
+"""A label (value ``"true"``) on a mixed candidate's train task pod, the launcher hosting the job's c10d store: what a
+NetworkPolicy admitting the store's port (:data:`PORT_ENV`, TCP) from the job's pods selects."""
 POLL_SECONDS = 5.0
 """Seconds between the launcher's reads of the job's status."""
 _DONE = {"Completed": "succeeded", "Failed": "failed", "Aborted": "failed", "Terminated": "failed"}
