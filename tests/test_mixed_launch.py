@@ -128,14 +128,23 @@ def test_job_phases_and_the_pods_outcomes(tmp_path: Path) -> None:
     assert read_job_outcome(tmp_path) == (None, None)
     outcome("j-gpu-0", status="failed", failure="device", reason="gpu gone")
     outcome("j-gpu-1", status="succeeded", facts={"steps": 9, "mixed": {"writer": False}})
-    assert read_job_outcome(tmp_path) == (None, ("device", "pod j-gpu-0: gpu gone"))  # no pod held rank 0 to the end
+    # no pod held rank 0 to the end; the failure names the Volcano task (the kind) and the pod
+    assert read_job_outcome(tmp_path) == (None, ("device", "Volcano task gpu, pod j-gpu-0: gpu gone"))
     outcome("j-npu-0", status="failed", failure="permanent", reason="a bug")
     outcome("j-npu-1", status="succeeded", facts={"steps": 9, "resumed_from_step": 4, "mixed": {"writer": True, "dropped": []}})
-    facts, worst = read_job_outcome(tmp_path)
-    assert worst == ("permanent", "pod j-npu-0: a bug")
-    # the writer's facts, with the kind whose pod failed on its device as a kind that dropped out
+    facts, worst = read_job_outcome(tmp_path, {"cpu": 1})  # Volcano counts a failed cpu pod that wrote no outcome
+    assert worst == ("permanent", "Volcano task npu, pod j-npu-0: a bug")
+    # the writer's facts, with each kind whose task's pod failed as a kind that dropped out, once per kind
     assert facts == {"steps": 9, "resumed_from_step": 4, "mixed": {"writer": True, "dropped": [
-        {"kind": "gpu", "pod": "j-gpu-0", "step": None, "reason": "gpu gone", "resumed_from_step": 4}]}}
+        {"kind": "gpu", "task": "gpu", "pod": "j-gpu-0", "step": None, "reason": "device failure: gpu gone", "resumed_from_step": 4},
+        {"kind": "npu", "task": "npu", "pod": "j-npu-0", "step": None, "reason": "permanent failure: a bug", "resumed_from_step": 4},
+        {"kind": "cpu", "task": "cpu", "pod": None, "step": None, "resumed_from_step": 4,
+         "reason": "1 pod(s) of Volcano task cpu failed without an outcome (killed: out of memory, a lost node?)"}]}}
+    # a task name with a dash, read against the job's name (the folder's)
+    job = tmp_path / "heteroflow-mixed-abc"
+    (job / "pods" / "heteroflow-mixed-abc-npu-v2-1").mkdir(parents=True)
+    (job / "pods" / "heteroflow-mixed-abc-npu-v2-1" / "outcome.json").write_text(json.dumps({"status": "failed", "failure": "device", "reason": "x"}))
+    assert read_job_outcome(job)[1] == ("device", "Volcano task npu-v2, pod heteroflow-mixed-abc-npu-v2-1: x")
 
 
 def test_the_endpoint_is_host_and_port_an_ipv6_address_in_brackets() -> None:
