@@ -138,3 +138,28 @@ def test_the_caller_may_set_pod_ip_itself_on_an_airflow_pod(tmp_path: Path) -> N
 
 def test_the_launcher_reads_the_rendered_pod_ip() -> None:
     assert pod_ip({POD_IP_ENV: "10.1.2.3"}) == "10.1.2.3"
+
+
+def test_the_readmes_role_and_network_policy_are_valid_and_admit_the_rendered_port_to_the_launcher() -> None:
+    """The README's mixed-cluster section: its Role and NetworkPolicy validate (kubernetes-validate, strict); the
+    policy selects the label the renderings put on the launcher and admits the port they render, TCP."""
+    kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is a dev extra")
+    import re
+
+    from heteroflow.components.devices.podplan import plan_pod
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Mixed jobs on a cluster"):]
+    section = section[:section.index("\n## ")]
+    docs = {d["kind"]: d for d in (yaml.safe_load(b) for b in re.findall(r"```yaml\n(.*?)```", section, re.S))}
+    for doc in docs.values():
+        assert kubernetes_validate.validate(doc, K8S_VERSION, strict=True)
+    (rule,) = docs["Role"]["rules"]
+    assert rule["apiGroups"] == ["batch.volcano.sh"] and rule["resources"] == ["jobs"]
+    assert set(rule["verbs"]) >= {"create", "get", "delete"}  # what launch_mixed_job calls
+    plan = plan_pod(Candidates([MIXED])[0], _profile())
+    policy = docs["NetworkPolicy"]["spec"]
+    assert policy["podSelector"]["matchLabels"].items() <= plan.labels.items()  # it selects the launcher's pod
+    (ingress,) = policy["ingress"]
+    assert ingress["ports"] == [{"protocol": "TCP", "port": int(plan.env[PORT_ENV])}]
+    assert ingress["from"] == [{"podSelector": {"matchExpressions": [{"key": "volcano.sh/job-name", "operator": "Exists"}]}}]

@@ -220,10 +220,10 @@ def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
         parts.append(f"{k}[{r}] share {s}{t}{b}")
     lines = ["train: mixed replicas: " + "; ".join(parts)] if parts else []
     for d in mixed.get("dropped") or []:
-        where = f"at step {d.get('step')}" if d.get("step") is not None else ""
+        where = f" at step {d.get('step')}" if d.get("step") is not None else ""
         if d.get("task"):  # a cluster job: the kind's Volcano task failed
-            where = ", ".join(filter(None, [where, f"Volcano task {d['task']} failed" + (f" (pod {d['pod']})" if d.get("pod") else "")]))
-        lines.append(f"train: kind {d.get('kind')} dropped out{' ' + where if where else ''} ({d.get('reason')}); "
+            where += f", its Volcano task {d['task']} failed" + (f" (pod {d['pod']})" if d.get("pod") else "")
+        lines.append(f"train: kind {d.get('kind')} dropped out{where} ({d.get('reason')}); "
                      f"the others resumed from step {d.get('resumed_from_step')}")
     return lines
 

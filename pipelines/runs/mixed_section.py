@@ -33,7 +33,7 @@ def mixed_section(run: dict[str, Any]) -> str:
         dropped = "".join(
             f"<li class=dropped>kind <b>{_e(d.get('kind'))}</b> dropped out"
             + (f" at step {_e(d.get('step'))}" if d.get("step") is not None else "")
-            + (f", Volcano task <b>{_e(d['task'])}</b> failed" + (f" (pod {_e(d['pod'])})" if d.get("pod") else "") if d.get("task") else "")
+            + (f", its Volcano task <b>{_e(d['task'])}</b> failed" + (f" (pod {_e(d['pod'])})" if d.get("pod") else "") if d.get("task") else "")
             + " "
             f"({_e(d.get('reason'))}); the others resumed from step {_e(d.get('resumed_from_step'))}</li>"
             for d in mixed.get("dropped") or []
