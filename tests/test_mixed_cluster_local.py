@@ -164,7 +164,9 @@ def test_the_launcher_hosts_the_store_and_the_volcano_jobs_pods_train_in_worker_
     workdir = shared / "jobs" / job["metadata"]["name"]
     facts, failure = read_job_outcome(workdir)
     assert failure is None and facts is not None and facts["mixed"]["writer"] is True
-    assert sorted(p.name for p in (workdir / "pods").iterdir()) == [f"{job['metadata']['name']}-{k}-0" for k in ("gpu", "npu")]
+    # the writer's outcome folder, and the other pod's where it ended before the finished job killed it
+    outcomes = {p.name for p in (workdir / "pods").iterdir()}
+    assert launched.mixed["pod"] in outcomes and outcomes <= set(cluster.pods)
     assert (workdir / "model" / "model.pt").is_file()  # the pod holding rank 0 wrote the model on the shared storage
     assert not any((shared / "checkpoints").glob("*/mixed-checkpoint.pt"))  # finished: its checkpoints removed
     assert sorted(launched.mixed["kinds"]) == ["gpu", "npu"] and launched.steps == facts["steps"] > 0
