@@ -335,7 +335,9 @@ def lifecycle(*, store_in_job: bool, writer_last: bool) -> dict[str, Any]:
     Launched by the train step (``store_in_job=False``: the launcher hosts the store; ``writer_last=True``: every
     pod but the one holding rank 0 waits for that pod's outcome on the shared storage before it exits,
     :func:`heteroflow.components.training.mixed_launch.wait_for_writer`): no policies (a kind's failing pod is left
-    Failed while the others train on, an evicted one is recreated and rejoins the elastic rendezvous), and
+    Failed while the others train on; an evicted one is recreated, and joins the elastic rendezvous again where
+    the scheduler places it: with Failed pods the gang of all pods cannot be met, so it may stay Pending, and the
+    launcher ends the job once the training's outcome is recorded; not exercised in the tests), and
     ``minSuccess: 1``: the first pod to succeed is one whose training ended with the model written, so the job is
     ``Completed`` then, whichever kinds dropped out; when every pod fails, ``Failed`` (0 succeeded < 1). The job's
     ``minAvailable`` stays the gang (all pods of all kinds start together).
