@@ -218,7 +218,8 @@ def pod_task_factory(
 
     def make(call: Call, index: int | None, *, dag_id: str, layout: Layout, **task_kwargs: Any) -> PodStepOperator:
         res = call.candidates[index or 0]
-        built = build_pod_resources(res, cluster).kubernetes_pod_operator_kwargs()
+        pod_resources = build_pod_resources(res, cluster)
+        built = pod_resources.kubernetes_pod_operator_kwargs()
         if res.nodes > 1:
             from heteroflow.components.training.trainjob import warn_if_unlaunchable
 
@@ -234,8 +235,11 @@ def pod_task_factory(
         from kubernetes.client import models as k8s
 
         # the candidate's own (a multi-node candidate's launcher: the cluster profile), then the caller's
-        plain = {"HETEROFLOW_RUN_ID": RUN_ID, **built.pop("env_vars", {}), **dict(pod_kwargs.get("env_vars") or {}), **call.env}
+        built.pop("env_vars", None)
+        plain = {"HETEROFLOW_RUN_ID": RUN_ID, **pod_resources.env, **dict(pod_kwargs.get("env_vars") or {}), **call.env}
         env = [k8s.V1EnvVar(name=k, value=v) for k, v in plain.items()]
+        # a mixed candidate's launcher: POD_IP from the downward API (status.podIP), unless the caller set it
+        env += [e for e in pod_resources.field_env_vars() if e.name not in plain]
         for secret in call.secrets:  # credentials from a Kubernetes Secret, never a parameter
             for var, key in secret.env.items():
                 selector = k8s.V1SecretKeySelector(name=secret.secret, key=key)

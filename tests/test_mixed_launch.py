@@ -128,14 +128,23 @@ def test_job_phases_and_the_pods_outcomes(tmp_path: Path) -> None:
     assert read_job_outcome(tmp_path) == (None, None)
     outcome("j-gpu-0", status="failed", failure="device", reason="gpu gone")
     outcome("j-gpu-1", status="succeeded", facts={"steps": 9, "mixed": {"writer": False}})
-    assert read_job_outcome(tmp_path) == (None, ("device", "pod j-gpu-0: gpu gone"))  # no pod held rank 0 to the end
+    # no pod held rank 0 to the end; the failure names the Volcano task (the kind) and the pod
+    assert read_job_outcome(tmp_path) == (None, ("device", "Volcano task gpu, pod j-gpu-0: gpu gone"))
     outcome("j-npu-0", status="failed", failure="permanent", reason="a bug")
     outcome("j-npu-1", status="succeeded", facts={"steps": 9, "resumed_from_step": 4, "mixed": {"writer": True, "dropped": []}})
-    facts, worst = read_job_outcome(tmp_path)
-    assert worst == ("permanent", "pod j-npu-0: a bug")
-    # the writer's facts, with the kind whose pod failed on its device as a kind that dropped out
+    facts, worst = read_job_outcome(tmp_path, {"cpu": 1})  # Volcano counts a failed cpu pod that wrote no outcome
+    assert worst == ("permanent", "Volcano task npu, pod j-npu-0: a bug")
+    # the writer's facts, with each kind whose task's pod failed as a kind that dropped out, once per kind
     assert facts == {"steps": 9, "resumed_from_step": 4, "mixed": {"writer": True, "dropped": [
-        {"kind": "gpu", "pod": "j-gpu-0", "step": None, "reason": "gpu gone", "resumed_from_step": 4}]}}
+        {"kind": "gpu", "task": "gpu", "pod": "j-gpu-0", "step": None, "reason": "device failure: gpu gone", "resumed_from_step": 4},
+        {"kind": "npu", "task": "npu", "pod": "j-npu-0", "step": None, "reason": "permanent failure: a bug", "resumed_from_step": 4},
+        {"kind": "cpu", "task": "cpu", "pod": None, "step": None, "resumed_from_step": 4,
+         "reason": "1 pod(s) of Volcano task cpu failed without an outcome (killed: out of memory, a lost node?)"}]}}
+    # a task name with a dash, read against the job's name (the folder's)
+    job = tmp_path / "heteroflow-mixed-abc"
+    (job / "pods" / "heteroflow-mixed-abc-npu-v2-1").mkdir(parents=True)
+    (job / "pods" / "heteroflow-mixed-abc-npu-v2-1" / "outcome.json").write_text(json.dumps({"status": "failed", "failure": "device", "reason": "x"}))
+    assert read_job_outcome(job)[1] == ("device", "Volcano task npu-v2, pod heteroflow-mixed-abc-npu-v2-1: x")
 
 
 def test_the_endpoint_is_host_and_port_an_ipv6_address_in_brackets() -> None:
@@ -233,3 +242,88 @@ def test_on_a_real_cluster_the_launcher_runs_a_mixed_job_to_completion(digits_sh
                              key=os.urandom(6).hex(), environ=environ, say=print)
     assert facts["mixed"]["writer"] is True and sorted(set(facts["mixed"]["kinds"])) == sorted(cand.kinds)
     assert (tmp_path / "model" / "model.pt").is_file() and facts["steps"] > 0
+
+
+class _FakeVolcano:
+    """The Volcano Job API as the launcher uses it: on create, the job's pods 'run' (``pods``: pod -> its outcome,
+    written under the job's folder as the pods write them, the writer's model too); every read returns the next of
+    ``phases`` (the last repeats) with ``taskStatusCount``."""
+
+    def __init__(self, pods: dict[str, dict[str, Any]], phases: list[str], counts: dict[str, dict[str, int]]) -> None:
+        self.pods, self.phases, self.counts, self.created, self.deleted = pods, phases, counts, [], []
+
+    def create_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, body: dict) -> None:
+        validate_volcano_job(body)
+        self.created.append(body)
+        workdir = Path(_env(body["spec"]["tasks"][0]["template"]["spec"]["containers"][0])[OUTPUT_ENV])
+        for pod, outcome in self.pods.items():
+            (workdir / "pods" / pod).mkdir(parents=True)
+            (workdir / "pods" / pod / "outcome.json").write_text(json.dumps(outcome))
+            if (outcome.get("facts") or {}).get("mixed", {}).get("writer"):
+                (workdir / "model").mkdir()
+                (workdir / "model" / "model.pt").write_bytes(b"weights")
+
+    def get_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str) -> dict:
+        phase = self.phases.pop(0) if len(self.phases) > 1 else self.phases[0]
+        return {"status": {"state": {"phase": phase}, "taskStatusCount": {t: {"phase": c} for t, c in self.counts.items()}}}
+
+    def delete_namespaced_custom_object(self, group: str, version: str, namespace: str, plural: str, name: str, **kwargs: Any) -> None:
+        self.deleted.append(name)
+
+
+def _launch(tmp_path: Path, api: _FakeVolcano, gang_wait: str = "60", **kwargs: Any) -> tuple[dict[str, Any], list[str]]:
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / "meta.json").write_text("{}")
+    (tmp_path / "mnt").mkdir()
+    environ = {PROFILE_ENV: json.dumps(_profile(tmp_path / "mnt")), "POD_IP": "10.1.2.3", PORT_ENV: "0", "HETEROFLOW_NAMESPACE": "ml",
+               "HETEROFLOW_GANG_WAIT_SECONDS": gang_wait}
+    lines: list[str] = []
+    facts = launch_mixed_job(MIXED, dataset_dir=tmp_path / "data", model_dir=tmp_path / "model", values={"epochs": 1}, key="abcdef",
+                             environ=environ, api=api, poll_seconds=0.01, say=lines.append, **kwargs)
+    return facts, lines
+
+
+WRITER = {"status": "succeeded", "facts": {"steps": 9, "resumed_from_step": 4, "mixed": {"writer": True, "kinds": ["gpu", "gpu"], "dropped": []}}}
+
+
+def test_when_a_kinds_task_fails_the_launcher_says_which_and_returns_the_writers_model(tmp_path: Path) -> None:
+    api = _FakeVolcano({"heteroflow-mixed-abcdef-gpu-0": WRITER,
+                        "heteroflow-mixed-abcdef-npu-0": {"status": "failed", "failure": "device", "reason": "npu 0 lost"}},
+                       ["Pending", "Running", "Completed"], {"gpu": {"Succeeded": 1, "Running": 1}, "npu": {"Failed": 1}})
+    facts, lines = _launch(tmp_path, api)
+    (job,) = api.created
+    assert job["spec"]["minSuccess"] == 1 and "policies" not in job["spec"]
+    assert facts["mixed"]["dropped"] == [{"kind": "npu", "task": "npu", "pod": "heteroflow-mixed-abcdef-npu-0", "step": None,
+                                          "reason": "device failure: npu 0 lost", "resumed_from_step": 4}]
+    assert "train: Volcano task npu (kind npu) failed, pod heteroflow-mixed-abcdef-npu-0: device failure: npu 0 lost; the other " \
+           "kinds trained on and resumed from step 4" in lines, lines
+    assert (tmp_path / "model" / "model.pt").read_bytes() == b"weights" and not api.deleted
+    from heteroflow.components.training.mixed_step import mixed_facts_lines
+
+    assert "train: kind npu dropped out, its Volcano task npu failed (pod heteroflow-mixed-abcdef-npu-0) (device failure: " \
+           "npu 0 lost); the others resumed from step 4" in mixed_facts_lines(facts["mixed"])
+    from heteroflow.pipelines.runs.mixed_section import mixed_section
+
+    html = mixed_section({"results": {"train": {"mixed": facts["mixed"]}}})  # the run report's section
+    assert "kind <b>npu</b> dropped out, its Volcano task <b>npu</b> failed (pod heteroflow-mixed-abcdef-npu-0) " \
+           "(device failure: npu 0 lost); the others resumed from step 4" in html, html
+
+
+def test_a_job_back_to_pending_after_it_ran_is_not_a_gang_timeout_and_ends_once_the_writer_recorded(tmp_path: Path) -> None:
+    """A pod recreated after an eviction that the gang cannot place keeps the job Pending (Volcano's pending state
+    never completes it): the launcher, past the gang's wait, does not give up on the running training, and once the
+    pod holding rank 0 recorded its outcome it deletes the job after the grace and returns the model."""
+    api = _FakeVolcano({"heteroflow-mixed-abcdef-gpu-0": WRITER}, ["Running", "Pending"], {"gpu": {"Succeeded": 1}})
+    facts, lines = _launch(tmp_path, api, gang_wait="0", finish_grace=0.05)
+    assert api.deleted == ["heteroflow-mixed-abcdef"] and facts["steps"] == 9
+    assert any("recorded its outcome 0.05 s ago and Volcano Job heteroflow-mixed-abcdef is still Pending; deleting it" in line
+               for line in lines), lines
+
+
+def test_when_every_task_fails_the_error_names_the_tasks(tmp_path: Path) -> None:
+    api = _FakeVolcano({"heteroflow-mixed-abcdef-gpu-0": {"status": "failed", "failure": "device", "reason": "gpu 0 lost"}},
+                       ["Running", "Failed"], {"gpu": {"Failed": 2}, "npu": {"Failed": 1}})
+    with pytest.raises(DeviceUnavailable, match=r"failed on its devices \(failed pods by Volcano task: gpu 2, npu 1\): "
+                                                r"Volcano task gpu, pod heteroflow-mixed-abcdef-gpu-0: gpu 0 lost"):
+        _launch(tmp_path, api)
+    assert not (tmp_path / "model").exists()

@@ -21,6 +21,7 @@ from heteroflow.components.training.mixed_job import (
     REPLICA_KIND_ENV,
     ROLES_ENV,
     RoleSpec,
+    mixed_job_manifests,
     validate_volcano_job,
     volcano_mixed_job,
 )
@@ -143,6 +144,51 @@ def test_bad_input_names_the_field_and_what_is_valid(roles: list[RoleSpec], kwar
         volcano_mixed_job(args.pop("name"), roles, **args)
 
 
+def _launched_job() -> dict[str, Any]:
+    """The Job the train step's launcher creates (tests/test_mixed_launch.py): the store on its pod IP, the pods'
+    outcomes under the job's folder on the shared storage."""
+    from heteroflow.components.resources import Candidates
+    from heteroflow.components.training.mixed_job import pod_command
+
+    (mixed,) = Candidates(["gpu:count=2+npu:count=4"])
+    workdir = "/mnt/heteroflow/jobs/heteroflow-mixed-abc"
+    (job,) = mixed_job_manifests(mixed, name="heteroflow-mixed-abc", profile=PROFILE, endpoint="10.1.2.3:29400", workdir=workdir,
+                                 command=pod_command(mixed, values={"epochs": 2}, workdir=workdir))
+    return job
+
+
+def test_a_launched_jobs_kind_failing_neither_fails_nor_restarts_it_and_it_completes_with_the_training() -> None:
+    """Volcano's own rules (tests/volcano_rules.py, ported from v1.15.1) applied to the launcher's Job: the npu
+    task's pods fail while the gpu pods train on; the job completes when the pod holding rank 0 succeeds."""
+    from volcano_rules import action_for, running_phase
+
+    job = _launched_job()
+    validate_volcano_job(job)  # the CRD (minSuccess >= 1) and the pod templates
+    spec = job["spec"]
+    assert spec["minAvailable"] == 6 and spec["minSuccess"] == 1  # the gang stays all pods of all kinds
+    assert "policies" not in spec and all("policies" not in t for t in spec["tasks"])
+    for task in ("gpu", "npu"):  # a failed pod stays Failed, an evicted one is recreated: nothing restarts the job
+        assert action_for(job, task, "PodFailed") == action_for(job, task, "PodEvicted") == "SyncJob"
+    assert running_phase(job, {}, {"npu": 4}) == "Running"  # npu dropped out; the gpu pods train on
+    assert running_phase(job, {"gpu": 1}, {"npu": 4}) == "Completed"  # the pod holding rank 0 succeeded
+    assert running_phase(job, {"gpu": 1}, {}) == "Completed"  # no kind dropped: the same
+    assert running_phase(job, {}, {"gpu": 2, "npu": 4}) == "Failed"  # every pod failed: the training did
+    # as rendered before: a job-level PodEvicted -> RestartJob and no minSuccess, so the task minAvailable (its
+    # replicas, the webhook's default) failed the whole job although the gpu pods finished the training
+    before = {**job, "spec": {**{k: v for k, v in spec.items() if k != "minSuccess"},
+                              "policies": [{"event": "PodEvicted", "action": "RestartJob"}]}}
+    assert running_phase(before, {"gpu": 2}, {"npu": 4}) == "Failed"
+    assert action_for(before, "npu", "PodEvicted") == "RestartJob"
+
+
+def test_a_job_rendered_alone_restarts_when_a_pod_is_evicted_as_its_first_pod_hosts_the_store() -> None:
+    from volcano_rules import action_for
+
+    job = volcano_mixed_job("mix", ROLES, profile=PROFILE)
+    assert action_for(job, "npu", "PodEvicted") == "RestartJob" and action_for(job, "npu", "PodFailed") == "SyncJob"
+    assert "minSuccess" not in job["spec"]  # its workers exit as they finish: the first would end the job
+
+
 @pytest.mark.skipif(not os.environ.get("HETEROFLOW_TEST_KUBECONFIG"),
                     reason="needs a cluster with Volcano installed: set HETEROFLOW_TEST_KUBECONFIG=FILE "
                            "(the Job is created in a server-side dry run, nothing runs)")
@@ -155,3 +201,7 @@ def test_on_a_real_cluster_the_api_server_accepts_the_job_in_a_dry_run() -> None
     created = api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", job, dry_run="All")
     assert created["spec"]["minAvailable"] == 6
     assert [t["name"] for t in created["spec"]["tasks"]] == ["gpu", "npu"]
+    launched = _launched_job()  # the launcher's: minSuccess 1 and no policies pass Volcano's admission webhook too
+    launched["metadata"]["namespace"] = namespace
+    created = api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", launched, dry_run="All")
+    assert created["spec"]["minSuccess"] == 1

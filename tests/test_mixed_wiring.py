@@ -117,7 +117,9 @@ def test_the_kfp_rendering_compiles_and_the_mixed_task_is_the_jobs_launcher_in_a
     from heteroflow.pipelines.k8s.resources import build_pod_resources
 
     airflow_pod = build_pod_resources(cands[0], ClusterProfile.from_dict(yaml.safe_load(PROFILE_YAML))).kubernetes_pod_operator_kwargs()
-    assert airflow_pod["container_resources"].limits == {"cpu": "1", "memory": "2Gi"} and PROFILE_ENV in airflow_pod["env_vars"]
+    assert airflow_pod["container_resources"].limits == {"cpu": "1", "memory": "2Gi"}
+    # the operator's list form: the profile, and POD_IP from the downward API (tests/test_mixed_launcher_pod.py)
+    assert {e.name for e in airflow_pod["env_vars"]} >= {PROFILE_ENV, "POD_IP"}
 
     in_pod = {**env, "KUBERNETES_SERVICE_HOST": "10.96.0.1"}  # the kubelet sets it in every pod
     assert in_launcher_pod(in_pod)  # it launches the Volcano Job and hosts the store (tests/test_mixed_launch.py)

@@ -103,6 +103,8 @@ class PodPlan:
         env: environment variables for the container (a multi-node candidate's launcher: the cluster profile).
         shared_claim / shared_mount: a PersistentVolumeClaim to mount and where (a multi-node candidate's
             launcher: the profile's ``shared_storage``), or None.
+        field_env: environment variables from the downward API, name -> ``fieldRef.fieldPath`` (a mixed
+            candidate's launcher: ``POD_IP`` from ``status.podIP``, where it hosts the job's c10d store).
     """
 
     requests: dict[str, str]
@@ -119,6 +121,7 @@ class PodPlan:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     shared_claim: str | None = None
     shared_mount: str | None = None
+    field_env: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 def _accelerator_plan(
@@ -291,5 +294,15 @@ def _launcher_plan(resources: Resources, profile: ClusterProfile | None) -> PodP
         plan_pod(one, profile)
     launcher = plan_pod(launcher_candidate(resources), profile)
     used = profile or DEFAULT_PROFILE
-    return dataclasses.replace(launcher, env={PROFILE_ENV: json.dumps(used.to_dict(), sort_keys=True)},
+    env = {PROFILE_ENV: json.dumps(used.to_dict(), sort_keys=True)}
+    field_env: dict[str, str] = {}
+    labels = dict(launcher.labels)
+    if getattr(resources, "replicas", None):  # a mixed job's pods reach the store on this pod's IP and port
+        from heteroflow.components.training.mixed_job import RDZV_PORT
+        from heteroflow.components.training.mixed_launch import LAUNCHER_LABEL, POD_IP_ENV, PORT_ENV
+
+        env[PORT_ENV] = str(RDZV_PORT)
+        field_env[POD_IP_ENV] = "status.podIP"
+        labels[LAUNCHER_LABEL] = "true"  # what a NetworkPolicy admitting the port selects
+    return dataclasses.replace(launcher, env=env, field_env=field_env, labels=labels,
                                shared_claim=used.shared_claim, shared_mount=used.shared_mount)

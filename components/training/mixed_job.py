@@ -9,7 +9,10 @@ are of several device kinds (for example 2 GPU pods and 4 NPU pods), given one :
   other pod heteroflow renders;
 - gang scheduling: ``minAvailable`` = the sum of the replicas, so Volcano starts every pod of every kind together
   or none (a GPU half of the job never holds its devices waiting for NPUs); ``schedulerName`` is the profile's
-  (default ``volcano``), ``queue`` the profile's Volcano queue; an evicted pod restarts the job;
+  (default ``volcano``), ``queue`` the profile's Volcano queue;
+- lifecycle (:func:`lifecycle`): launched by the train step, a kind's failing pods neither fail nor restart the
+  job while the other kinds train on, and the job completes when the training does (``minSuccess: 1``, no
+  policies); rendered alone, an evicted pod restarts the job (its first pod hosts the store);
 - the rendezvous in every container's environment, in torchrun's ``PET_*`` variables [TR]:
   ``PET_RDZV_BACKEND=c10d``, ``PET_RDZV_ID=<job>``, ``PET_NNODES=1:<pods>`` (elastic: the group re-forms with the
   agents that remain when a kind's pods fail), ``PET_NPROC_PER_NODE`` = the pod's devices (1 on the CPU),
@@ -78,6 +81,7 @@ __all__ = [
     "REPLICA_KIND_ENV",
     "ROLES_ENV",
     "RoleSpec",
+    "lifecycle",
     "missing_images",
     "mixed_job_manifests",
     "mixed_roles",
@@ -169,6 +173,7 @@ def volcano_mixed_job(
     torchrun: bool = True,
     validate: bool = True,
     endpoint: str | None = None,
+    writer_last: bool = False,
 ) -> dict[str, Any]:
     """One Volcano Job for a mixed job: a task per role, gang-scheduled, with the c10d rendezvous in the environment
     (see the module docstring for every field and its source).
@@ -193,6 +198,9 @@ def volcano_mixed_job(
         endpoint: ``host:port`` of a c10d store hosted outside the job (the launcher's pod IP,
             :func:`heteroflow.components.training.mixed_launch.launch_mixed_job`): every pod joins it with
             ``PET_RDZV_CONF=is_host=false`` and no pod opens the port; default: the first task's pod 0 hosts it.
+        writer_last: the pods exit only after the pod holding rank 0 recorded its outcome (a launched job's pods,
+            :func:`mixed_job_manifests` with a ``workdir``): with ``endpoint``, the job completes at its first
+            succeeded pod (``minSuccess: 1``, :func:`lifecycle`).
 
     Returns:
         The Job manifest (``apiVersion``, ``kind``, ``metadata``, ``spec``).
@@ -288,7 +296,7 @@ def volcano_mixed_job(
         "schedulerName": profile.scheduler_name or "volcano",
         "minAvailable": pods,
         "plugins": {"svc": [], "env": []},
-        "policies": [{"event": "PodEvicted", "action": "RestartJob"}],
+        **lifecycle(store_in_job=not hosted_outside, writer_last=writer_last),
         "tasks": spec_tasks,
     }
     if profile.volcano_queue:
@@ -300,6 +308,57 @@ def volcano_mixed_job(
     if validate:
         validate_volcano_job(job)
     return job
+
+
+def lifecycle(*, store_in_job: bool, writer_last: bool) -> dict[str, Any]:
+    """The Volcano Job's lifecycle fields (``minSuccess``, ``policies``) for a mixed job.
+
+    What Volcano does (v1.15.1 sources, the release of the CRD in ``cache/data/crds``):
+
+    - a pod turning Failed is the event ``PodFailed``, a pod deleted by anyone but the job controller (eviction,
+      preemption, a drained node) ``PodEvicted`` (``pkg/controllers/job/job_controller_handler.go``, updatePod and
+      deletePod); with no policy for the event (task-level ``policies`` first, then the job's) the action is
+      ``SyncJob`` (``job_controller_util.go``, applyPolicies: "default action is sync job"), which leaves a Failed
+      pod as it is and recreates a deleted one (``job_controller_actions.go``, syncJob); ``RestartJob`` kills
+      every pod and starts the job over (up to ``maxRetry``, which the admission webhook defaults to 3);
+    - a Running job's phase after a sync (``pkg/controllers/job/state/running.go``, runningState.Execute, the
+      default branch): ``Completed`` as soon as ``status.succeeded >= minSuccess`` (when set); else, once every pod
+      has ended, ``Failed`` if a task has fewer Succeeded pods than its ``minAvailable`` (the mutating webhook,
+      ``pkg/webhooks/admission/jobs/mutate/mutate_job.go``, defaults a task's ``minAvailable`` to its
+      ``replicas``) or fewer than the job's ``minAvailable``. So with the gang's ``minAvailable`` = all pods and no
+      ``minSuccess``, a kind whose pods failed makes the job ``Failed`` although the other kinds finished the
+      training; and a finished job kills the pods still running (``state/finished.go``: KillJob, keeping
+      Succeeded and Failed pods);
+    - ``SyncJob`` and the other internal actions are refused in ``policies`` by the admission webhook
+      (``pkg/webhooks/admission/jobs/validate/util.go``, policyActionMap), so "do nothing" is no policy at all.
+
+    Launched by the train step (``store_in_job=False``: the launcher hosts the store; ``writer_last=True``: every
+    pod but the one holding rank 0 waits for that pod's outcome on the shared storage before it exits,
+    :func:`heteroflow.components.training.mixed_launch.wait_for_writer`): no policies (a kind's failing pod is left
+    Failed while the others train on; an evicted one is recreated, and joins the elastic rendezvous again where
+    the scheduler places it: with Failed pods the gang of all pods cannot be met, so it may stay Pending, and the
+    launcher ends the job once the training's outcome is recorded; not exercised in the tests), and
+    ``minSuccess: 1``: the first pod to succeed is one whose training ended with the model written, so the job is
+    ``Completed`` then, whichever kinds dropped out; when every pod fails, ``Failed`` (0 succeeded < 1). The job's
+    ``minAvailable`` stays the gang (all pods of all kinds start together).
+
+    Rendered alone (``store_in_job=True``, ``heteroflow manifests``): the first task's pod 0 hosts the store, so an
+    evicted pod restarts the whole job (``PodEvicted`` -> ``RestartJob``), and without the writer's barrier no
+    ``minSuccess`` (the first worker to exit would end the job before rank 0 wrote its output).
+
+    Args:
+        store_in_job: a pod of the job hosts the c10d store.
+        writer_last: the pods exit only after the pod holding rank 0 recorded its outcome.
+
+    Returns:
+        ``{"policies": [...]}`` and/or ``{"minSuccess": 1}``, or ``{}``.
+    """
+    out: dict[str, Any] = {}
+    if store_in_job:
+        out["policies"] = [{"event": "PodEvicted", "action": "RestartJob"}]
+    if writer_last and not store_in_job:
+        out["minSuccess"] = 1
+    return out
 
 
 def validate_volcano_job(job: Mapping[str, Any], *, k8s_version: str = "1.33.0") -> None:
@@ -395,7 +454,7 @@ def mixed_job_manifests(
             raise InvalidResources(f"workdir={workdir!r} is not on the shared storage; valid: a folder under {mount}")
         variables[OUTPUT_ENV] = workdir
     job = volcano_mixed_job(name, mixed_roles(resources), image, command, namespace=namespace, profile=profile,
-                            env=variables, endpoint=endpoint, torchrun=False)
+                            env=variables, endpoint=endpoint, torchrun=False, writer_last=workdir is not None)
     if workdir is not None:  # each pod's name (Volcano: <job>-<task>-<index>) names its own outcome folder
         for task in job["spec"]["tasks"]:
             for container in task["template"]["spec"]["containers"]:

@@ -19,12 +19,17 @@ Launcher (:func:`launch_mixed_job`)
        :func:`~heteroflow.components.training.mixed_job.pod_command`, and creates it with the kubernetes client; a
        job of the same name (a retried launcher's: its pods point at a store that is gone) is deleted first, and
        the new one resumes from the shared checkpoints;
-    4. waits for it (``status.state.phase``); a job still ``Pending`` after ``HETEROFLOW_GANG_WAIT_SECONDS`` is
-       deleted (a device failure: the step falls back to its next candidate);
+    4. waits for it (``status.state.phase``); a job still ``Pending`` after ``HETEROFLOW_GANG_WAIT_SECONDS`` that
+       never ran is deleted (a device failure: the step falls back to its next candidate). A kind's failing pods
+       leave the job Running while the other kinds train on, and it is Completed at its first succeeded pod, every
+       other pod having waited for the pod holding rank 0 to record its outcome (:func:`wait_for_writer`; the
+       lifecycle and its Volcano sources: :func:`~heteroflow.components.training.mixed_job.lifecycle`); a job
+       still not finished :data:`FINISH_GRACE_SECONDS` after that outcome is deleted;
     5. reads the outputs: the pod that held rank 0 wrote ``<workdir>/model`` and its outcome (``writer``) under
-       ``<workdir>/pods/<pod>/``; the model is copied into the step's output atomically and its facts returned.
-       Without such an outcome the most severe failure a pod reported fails the step (permanent > device >
-       transient; none: transient).
+       ``<workdir>/pods/<pod>/``; the model is copied into the step's output atomically and its facts returned,
+       with each kind whose Volcano task failed in ``mixed.dropped`` (from the pods' outcomes and the job's
+       ``status.taskStatusCount``). Without such an outcome the most severe failure a pod reported fails the step
+       (permanent > device > transient; none: transient), naming the Volcano tasks with failed pods.
 
     No cluster, no profile, no shared storage, no image for a kind, no Volcano CRD or no permission to create
     Jobs: :class:`~heteroflow.components.errors.DeviceUnavailable` naming what is missing and what to do.
@@ -60,6 +65,9 @@ __all__ = [
     "JOB_GROUP",
     "JOB_PLURAL",
     "JOB_VERSION",
+    "LAUNCHER_LABEL",
+    "WRITER_WAIT_ENV",
+    "failed_tasks",
     "POD_IP_ENV",
     "PORT_ENV",
     "host_store",
@@ -70,6 +78,7 @@ __all__ = [
     "pod_ip",
     "pod_rendezvous",
     "read_job_outcome",
+    "wait_for_writer",
 ]
 
 JOB_GROUP, JOB_VERSION, JOB_PLURAL = "batch.volcano.sh", "v1alpha1", "jobs"
@@ -78,8 +87,16 @@ PORT_ENV = "HETEROFLOW_RDZV_PORT"
 """The port of the launcher's c10d store (default 29400; 0: any free port)."""
 POD_IP_ENV = "POD_IP"
 """The launcher pod's IP, from the downward API (``fieldRef: status.podIP``); else the hostname's address."""
+LAUNCHER_LABEL = "heteroflow.io/rendezvous-host"
+"""A label (value ``"true"``) on a mixed candidate's train task pod, the launcher hosting the job's c10d store: what a
+NetworkPolicy admitting the store's port (:data:`PORT_ENV`, TCP) from the job's pods selects."""
 POLL_SECONDS = 5.0
 """Seconds between the launcher's reads of the job's status."""
+FINISH_GRACE_SECONDS = 60.0
+"""Seconds the launcher gives Volcano to call the job finished once the pod holding rank 0 recorded its outcome
+(a pod recreated after an eviction that the gang cannot place keeps the job Pending for ever); then it deletes it."""
+WRITER_WAIT_ENV = "HETEROFLOW_WRITER_WAIT_SECONDS"
+"""Seconds a pod of a launched mixed job waits for the pod holding rank 0 to record its outcome (default 600)."""
 _DONE = {"Completed": "succeeded", "Failed": "failed", "Aborted": "failed", "Terminated": "failed"}
 _SEVERITY = {"permanent": 3, "device": 2, "transient": 1}
 
@@ -220,11 +237,28 @@ def job_phase(obj: Mapping[str, Any]) -> tuple[str, str]:
     return ("pending" if vc == "Pending" else "running"), vc
 
 
-def read_job_outcome(workdir: Path) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
+def _task_of(pod: str, job: str) -> str:
+    """The Volcano task (a mixed job's device kind) of pod ``<job>-<task>-<index>``."""
+    if pod.startswith(job + "-"):
+        return pod[len(job) + 1:].rpartition("-")[0] or pod
+    return pod.rsplit("-", 2)[-2] if pod.count("-") >= 2 else pod
+
+
+def failed_tasks(obj: Mapping[str, Any]) -> dict[str, int]:
+    """Failed pods per task of a Volcano Job, from its ``status.taskStatusCount.<task>.phase.Failed``."""
+    counts = (obj.get("status") or {}).get("taskStatusCount") or {}
+    out = {str(t): int(((c or {}).get("phase") or {}).get("Failed", 0) or 0) for t, c in counts.items()}
+    return {t: n for t, n in out.items() if n}
+
+
+def read_job_outcome(workdir: Path, failed: Mapping[str, int] | None = None) -> tuple[dict[str, Any] | None, tuple[str, str] | None]:
     """The pods' outcomes under ``<workdir>/pods/*/outcome.json``: (the facts of the pod that held rank 0 when it
     succeeded, else None; the most severe failure ``(class, reason)`` any pod reported, else None). A pod that
-    failed with a device failure while the job went on is a kind that dropped out: it joins the writer's
-    ``mixed.dropped`` (its kind from the pod's name, ``<job>-<kind>-<index>``), once per kind."""
+    failed while the job went on is its kind's Volcano task failing, the kind dropping out: it joins the writer's
+    ``mixed.dropped`` as ``{"kind", "task", "pod", "step", "reason", "resumed_from_step"}`` (the task from the
+    pod's name, ``<job>-<task>-<index>``, the job being ``workdir``'s name), once per kind; so does a task that
+    Volcano counts Failed pods of (``failed``: task -> pods, :func:`failed_tasks`) without any pod outcome (a pod
+    killed before it could write one: OOM, a lost node)."""
     writer, worst = None, None
     dropped: dict[str, dict[str, Any]] = {}
     for path in sorted(workdir.glob("pods/*/outcome.json")):
@@ -237,18 +271,42 @@ def read_job_outcome(workdir: Path) -> tuple[dict[str, Any] | None, tuple[str, s
             writer = dict(facts)
         elif outcome.get("status") == "failed":
             cls = str(outcome.get("failure") or "transient")
+            task = _task_of(path.parent.name, workdir.name)
             if worst is None or _SEVERITY.get(cls, 1) > _SEVERITY.get(worst[0], 1):
-                worst = (cls, f"pod {path.parent.name}: {outcome.get('reason') or 'no reason given'}")
-            if cls == "device":
-                kind = path.parent.name.rsplit("-", 2)[-2] if path.parent.name.count("-") >= 2 else path.parent.name
-                dropped.setdefault(kind, {"kind": kind, "pod": path.parent.name, "step": None,
-                                          "reason": str(outcome.get("reason") or "")})
+                worst = (cls, f"Volcano task {task}, pod {path.parent.name}: {outcome.get('reason') or 'no reason given'}")
+            dropped.setdefault(task, {"kind": task, "task": task, "pod": path.parent.name, "step": None,
+                                      "reason": f"{cls} failure: {outcome.get('reason') or 'no reason given'}"})
+    for task, pods in (failed or {}).items():
+        dropped.setdefault(task, {"kind": task, "task": task, "pod": None, "step": None,
+                                  "reason": f"{pods} pod(s) of Volcano task {task} failed without an outcome (killed: out of memory, a lost node?)"})
+        if worst is None:
+            worst = ("transient", dropped[task]["reason"])
     if writer is not None and dropped:
         mixed = writer.setdefault("mixed", {})
         known = {d.get("kind") for d in mixed.get("dropped") or []}
         mixed["dropped"] = [*(mixed.get("dropped") or []),
                             *({**d, "resumed_from_step": writer.get("resumed_from_step")} for k, d in dropped.items() if k not in known)]
     return writer, worst
+
+
+def wait_for_writer(workdir: Path, *, timeout: float, say: Callable[[str], None] = lambda line: None,
+                    poll: float = 1.0) -> bool:
+    """In a pod of a launched mixed job that did not hold rank 0: wait until the pod that did recorded its outcome
+    under ``<workdir>/pods/`` (:func:`read_job_outcome`), at most ``timeout`` seconds. The job completes at its first
+    succeeded pod (``minSuccess: 1``, :func:`~heteroflow.components.training.mixed_job.lifecycle`) and Volcano then
+    kills the pods still running, so no pod may exit before the training's output is recorded.
+
+    Returns:
+        Whether the writer's outcome is there (False: ``timeout`` passed; this pod exits anyway, saying so).
+    """
+    deadline = time.monotonic() + timeout
+    while read_job_outcome(workdir)[0] is None:
+        if time.monotonic() > deadline:
+            say(f"train: the pod holding rank 0 recorded no outcome under {workdir}/pods within {timeout:g} s; "
+                f"this pod ends anyway (set {WRITER_WAIT_ENV} to wait longer)")
+            return False
+        time.sleep(poll)
+    return True
 
 
 def _api_error(exc: BaseException, what: str, namespace: str) -> DeviceUnavailable:
@@ -277,6 +335,7 @@ def launch_mixed_job(
     poll_seconds: float | None = None,
     port: int | None = None,
     image: str | Mapping[str, str] | None = None,
+    finish_grace: float | None = None,
 ) -> dict[str, Any]:
     """Launch a mixed candidate's train as one Volcano Job, host its store, wait, and return the facts of the pod
     that held rank 0 (its model copied into ``model_dir``); the module docstring's steps.
@@ -294,6 +353,13 @@ def launch_mixed_job(
         port: the store's port (default :data:`PORT_ENV`, else :data:`~heteroflow.components.training.mixed_job.RDZV_PORT`;
             0: any free one).
         image: the pods' image, one or per kind (default the profile's ``images``).
+        finish_grace: seconds Volcano has to call the job finished once the pod holding rank 0 recorded its
+            outcome, before the launcher deletes it (default :data:`FINISH_GRACE_SECONDS`).
+
+    Returns:
+        The facts of the pod that held rank 0; ``mixed.dropped`` names each kind whose Volcano task failed
+        (``kind``, ``task``, ``pod``, ``reason``, ``resumed_from_step``), from the pods' outcomes and Volcano's
+        ``status.taskStatusCount``.
 
     Raises:
         DeviceUnavailable: no cluster, profile, shared storage, reachable pod IP, image, Volcano API or permission;
@@ -360,36 +426,54 @@ def launch_mixed_job(
     say(f"train: submitted Volcano Job {namespace}/{name} ({pods} pods: "
         + ", ".join(f"{t['name']} x{t['replicas']}" for t in job["spec"]["tasks"]) + f", gang-scheduled); this task hosts its c10d store at {endpoint}")
     gang_wait = float(env.get(GANG_WAIT_ENV) or GANG_WAIT_SECONDS)
-    started, seen = time.monotonic(), None
+    grace = FINISH_GRACE_SECONDS if finish_grace is None else finish_grace
+    started, seen, ran, trained, obj = time.monotonic(), None, False, None, {}
     try:
         while True:
-            phase, vc = job_phase(api.get_namespaced_custom_object(JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name))
+            obj = api.get_namespaced_custom_object(JOB_GROUP, JOB_VERSION, namespace, JOB_PLURAL, name)
+            phase, vc = job_phase(obj)
             if vc != seen:
                 seen = vc
                 say(f"train: Volcano Job {name} is {vc}")
             if phase in ("succeeded", "failed"):
                 break
-            if phase == "pending" and time.monotonic() - started > gang_wait:
+            ran = ran or phase == "running"
+            # the gang's wait: only before the job first ran (back to Pending later: a pod recreated after an
+            # eviction waits for room while the other pods train on)
+            if phase == "pending" and not ran and time.monotonic() - started > gang_wait:
                 _delete_job(api, namespace, name)
                 raise DeviceUnavailable(f"{what}: the cluster did not start all {pods} pods of Volcano Job {name} within "
                                         f"{gang_wait:g} s (still Pending); deleted it (set {GANG_WAIT_ENV} to wait longer)")
+            if trained is None and read_job_outcome(workdir)[0] is not None:
+                trained = time.monotonic()
+            if trained is not None and time.monotonic() - trained > grace:
+                say(f"train: the pod holding rank 0 recorded its outcome {grace:g} s ago and Volcano Job {name} is still "
+                    f"{vc}; deleting it")
+                _delete_job(api, namespace, name)
+                break
             time.sleep(poll_seconds)
     except KeyboardInterrupt:
         _delete_job(api, namespace, name)  # an interrupted run leaves no job behind; the rerun resumes from checkpoints
         raise
     finally:
         del store  # the store closes when the job is over
-    facts, worst = read_job_outcome(workdir)
+    failed = failed_tasks(obj)
+    facts, worst = read_job_outcome(workdir, failed)
     if facts is not None and (workdir / "model").is_dir():
-        # a kind that dropped out failed its pods (Volcano then calls the job Failed): the others trained on
+        # a kind's task failing leaves the job running (no policy restarts it) and Completed at the end (minSuccess 1)
+        for d in (facts.get("mixed") or {}).get("dropped") or []:
+            if d.get("task"):
+                say(f"train: Volcano task {d['task']} (kind {d['kind']}) failed" + (f", pod {d['pod']}" if d.get("pod") else "")
+                    + f": {d['reason']}; the other kinds trained on and resumed from step {d.get('resumed_from_step')}")
         _copy_atomic(workdir / "model", Path(model_dir))
         return facts
+    tasks = (" (failed pods by Volcano task: " + ", ".join(f"{t} {n}" for t, n in sorted(failed.items())) + ")") if failed else ""
     cls, reason = worst or ("transient", f"Volcano Job {name} ended {seen} without an outcome of the pod holding rank 0")
     if cls == "permanent":
-        raise JobPermanentFailure(f"Volcano Job {name} failed: {reason}")
+        raise JobPermanentFailure(f"Volcano Job {name} failed{tasks}: {reason}")
     if cls == "device":
-        raise DeviceUnavailable(f"Volcano Job {name} failed on its devices: {reason}")
-    raise JobTransientFailure(f"Volcano Job {name} failed ({reason}); a retry resubmits it and resumes from its checkpoints")
+        raise DeviceUnavailable(f"Volcano Job {name} failed on its devices{tasks}: {reason}")
+    raise JobTransientFailure(f"Volcano Job {name} failed{tasks} ({reason}); a retry resubmits it and resumes from its checkpoints")
 
 
 def _create_job(api: Any, namespace: str, job: Mapping[str, Any], what: str) -> None:

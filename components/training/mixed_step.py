@@ -169,6 +169,13 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
     if pod is not None:
         facts.update(pod=pod["pod"], writer=writer)
         say(f"train: pod {pod['pod']} ({pod['kind']}) trained its share; " + ("it held rank 0 and wrote the model" if writer else "the pod holding rank 0 writes the model"))
+        from heteroflow.components.training.mixed_job import OUTPUT_ENV
+
+        output = os.environ.get(OUTPUT_ENV)
+        if output and not writer:  # a launched job completes at its first succeeded pod: that must be after the writer's outcome
+            from heteroflow.components.training.mixed_launch import WRITER_WAIT_ENV, wait_for_writer
+
+            wait_for_writer(Path(output), timeout=float(os.environ.get(WRITER_WAIT_ENV) or 600), say=say)
     if writer:
         import shutil
 
@@ -213,7 +220,10 @@ def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
         parts.append(f"{k}[{r}] share {s}{t}{b}")
     lines = ["train: mixed replicas: " + "; ".join(parts)] if parts else []
     for d in mixed.get("dropped") or []:
-        lines.append(f"train: kind {d.get('kind')} dropped out at step {d.get('step')} ({d.get('reason')}); "
+        where = f" at step {d.get('step')}" if d.get("step") is not None else ""
+        if d.get("task"):  # a cluster job: the kind's Volcano task failed
+            where += f", its Volcano task {d['task']} failed" + (f" (pod {d['pod']})" if d.get("pod") else "")
+        lines.append(f"train: kind {d.get('kind')} dropped out{where} ({d.get('reason')}); "
                      f"the others resumed from step {d.get('resumed_from_step')}")
     return lines
 

@@ -7,6 +7,7 @@ Registered in :mod:`heteroflow.pipelines.cli.main` with ``app.command("step")(st
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -84,7 +85,9 @@ def step_(
     if outcome_file is not None:
         try:
             outcome_file.parent.mkdir(parents=True, exist_ok=True)
-            outcome_file.write_text(text, encoding="utf-8")
+            partial = outcome_file.with_name(f".{outcome_file.name}.{os.getpid()}.tmp")
+            partial.write_text(text, encoding="utf-8")
+            os.replace(partial, outcome_file)  # whole or absent: others read it while this process runs (#29)
         except OSError as exc:
             _fail(exc)
     print(text)

@@ -84,6 +84,8 @@ class PodResources:
         image: the profile's image for the device kind, or None.
         env: ``dict[str, str]`` of container environment variables (a multi-node candidate's launcher).
         volumes / volume_mounts: ``list[V1Volume]`` / ``list[V1VolumeMount]`` (the launcher's shared claim).
+        field_env: ``dict[str, str]`` of variables from the downward API, name -> ``fieldRef.fieldPath`` (a mixed
+            candidate's launcher: ``POD_IP`` from ``status.podIP``); :meth:`env_vars` renders them.
     """
 
     resources: Any
@@ -97,6 +99,14 @@ class PodResources:
     env: dict[str, str] = dataclasses.field(default_factory=dict)
     volumes: list[Any] = dataclasses.field(default_factory=list)
     volume_mounts: list[Any] = dataclasses.field(default_factory=list)
+    field_env: dict[str, str] = dataclasses.field(default_factory=dict)
+
+    def field_env_vars(self) -> list[Any]:
+        """:attr:`field_env` as ``V1EnvVar`` values from the downward API (``valueFrom.fieldRef.fieldPath``)."""
+        from kubernetes import client
+
+        return [client.V1EnvVar(name=name, value_from=client.V1EnvVarSource(field_ref=client.V1ObjectFieldSelector(field_path=path)))
+                for name, path in self.field_env.items()]
 
     def pod(self, *, name: str, image: str | None = None, command: list[str] | None = None) -> Any:
         """A minimal ``V1Pod`` with one container (``main``) carrying these resources, e.g. to validate or to
@@ -131,7 +141,11 @@ class PodResources:
     def kubernetes_pod_operator_kwargs(self) -> dict[str, Any]:
         """Keyword arguments for Airflow's ``KubernetesPodOperator`` (``container_resources``, ``tolerations``,
         ``node_selector``, ``affinity``, ``labels``, ``annotations``, ``schedulername`` and, where the profile
-        names one, ``image``; for a multi-node candidate's launcher ``env_vars``, ``volumes``, ``volume_mounts``)."""
+        names one, ``image``; for a multi-node candidate's launcher ``env_vars``, ``volumes``, ``volume_mounts``:
+        ``env_vars`` is a dict, or a list of ``V1EnvVar`` where some come from the downward API, a mixed
+        candidate's launcher's ``POD_IP``)."""
+        from kubernetes import client
+
         out: dict[str, Any] = {
             "container_resources": self.resources,
             "tolerations": self.tolerations,
@@ -143,7 +157,9 @@ class PodResources:
         }
         if self.image is not None:
             out["image"] = self.image
-        if self.env:
+        if self.field_env:  # some from the downward API: the operator's list form
+            out["env_vars"] = [*(client.V1EnvVar(name=k, value=v) for k, v in self.env.items()), *self.field_env_vars()]
+        elif self.env:
             out["env_vars"] = dict(self.env)
         if self.volumes:
             out["volumes"] = list(self.volumes)
@@ -188,6 +204,7 @@ def build_pod_resources(resources: Resources, profile: ClusterProfile | None = N
         scheduler_name=plan.scheduler_name,
         image=plan.image,
         env=dict(plan.env),
+        field_env=dict(plan.field_env),
         volumes=[client.V1Volume(name="heteroflow-shared", persistent_volume_claim=client.V1PersistentVolumeClaimVolumeSource(
             claim_name=plan.shared_claim))] if plan.shared_claim else [],
         volume_mounts=[client.V1VolumeMount(name="heteroflow-shared", mount_path=plan.shared_mount)] if plan.shared_claim else [],

@@ -10,7 +10,8 @@ own setters and the ``kfp-kubernetes`` extension (``kfp.kubernetes``, installed 
   convention names (``huawei.com/Ascend910`` or ``huawei.com/Ascend910B3`` for the same 910B3);
 - ``kfp.kubernetes.add_node_selector``, ``add_node_affinity`` (one call per node-selector term: the KFP
   backend ORs the terms, and the model's requirement is ANDed into each), ``add_toleration``,
-  ``add_pod_label`` and ``add_pod_annotation``.
+  ``add_pod_label`` and ``add_pod_annotation``; a mixed candidate's launcher gets ``POD_IP`` from the downward API
+  with ``use_field_path_as_env`` (``status.podIP``: the address the job's pods reach its c10d store on).
 
 Not expressible on KFP (kfp 2.17 / kfp-kubernetes 2.17): a pod's ``schedulerName`` (a warning is issued when the
 profile sets one: make it the namespace default or inject it with a webhook), pod affinity and anti-affinity
@@ -167,5 +168,7 @@ def _kubernetes_settings(task: PipelineTask, plan: Any) -> None:
         kubernetes.add_pod_label(task, label_key=key, label_value=value)
     for key, value in plan.annotations.items():
         kubernetes.add_pod_annotation(task, annotation_key=key, annotation_value=value)
+    for name, field_path in plan.field_env.items():  # a mixed candidate's launcher: POD_IP from status.podIP
+        kubernetes.use_field_path_as_env(task, env_name=name, field_path=field_path)
     if plan.shared_claim is not None:  # a multi-node candidate's launcher: where the job's nodes share data
         kubernetes.mount_pvc(task, pvc_name=plan.shared_claim, mount_path=str(plan.shared_mount))

@@ -31,7 +31,10 @@ def mixed_section(run: dict[str, Any]) -> str:
         history = mixed.get("shares_history") or []
         changes = "".join(f"<li>step {_e(h.get('step'))}: shares {_e(h.get('shares'))} ({_e(h.get('why'))})</li>" for h in history)
         dropped = "".join(
-            f"<li class=dropped>kind <b>{_e(d.get('kind'))}</b> dropped out at step {_e(d.get('step'))} "
+            f"<li class=dropped>kind <b>{_e(d.get('kind'))}</b> dropped out"
+            + (f" at step {_e(d.get('step'))}" if d.get("step") is not None else "")
+            + (f", its Volcano task <b>{_e(d['task'])}</b> failed" + (f" (pod {_e(d['pod'])})" if d.get("pod") else "") if d.get("task") else "")
+            + " "
             f"({_e(d.get('reason'))}); the others resumed from step {_e(d.get('resumed_from_step'))}</li>"
             for d in mixed.get("dropped") or []
         )
