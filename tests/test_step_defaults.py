@@ -135,3 +135,13 @@ def test_no_module_repeats_a_step_parameter_default() -> None:
 def test_the_scan_finds_a_repeated_literal(source: str, found: list[tuple[int, str, Any]]) -> None:
     names = {"checkpoint_every_steps": 50, "hidden_units": 128, "validation_fraction": 0.15, "epochs": 30}
     assert literal_defaults(ast.parse(source), names) == found
+
+
+def test_a_mixed_job_defaults_to_the_mixed_candidate_options() -> None:
+    """MixedJob's exchange and rebalancing options default to a mixed candidate's (the train step passes the
+    candidate's values), and JOB_DEFAULTS are MixedResources' own field defaults."""
+    from heteroflow.components.replicas import JOB_DEFAULTS, JOB_OPTIONS, MixedResources
+
+    fields = _defaults(MixedResources)
+    assert JOB_DEFAULTS == {k: fields[k] for k in JOB_OPTIONS}
+    assert {k: _defaults(MixedJob)[k] for k in JOB_OPTIONS} == JOB_DEFAULTS
