@@ -432,18 +432,21 @@ def workers_vs_none(work: Path, repeats: int, report: list[str]) -> None:
 
 
 def checkpoint_cost(work: Path, shards: Path, repeats: int, report: list[str]) -> None:
+    from heteroflow.components.core.step import with_defaults
     from heteroflow.components.training.checkpoint import Checkpoint
     from heteroflow.components.training.factories import mlp
     from heteroflow.components.training.step import train
 
+    defaults = with_defaults(train)  # the step's batch size, MLP width and checkpoint interval
+    batch, default_every = defaults["batch_size"], defaults["checkpoint_every_steps"]
     every, none = [], []
     for r in range(repeats):
         for k, out in ((1, every), (10**9, none)):
             res = train(shards, work / f"c{r}{k}", epochs=5, checkpoint_every_steps=k, checkpoint_root=str(work / "ck"))
             out.append(res.samples_per_second)
     a, b = max(every), max(none)
-    per_step_ms = (64 / a - 64 / b) * 1000
-    model = mlp(64, 10, 128)
+    per_step_ms = (batch / a - batch / b) * 1000
+    model = mlp(64, 10, defaults["hidden_units"])  # the digits: 64 features, 10 classes
     opt = torch.optim.Adam(model.parameters())
     model(torch.randn(2, 64)).sum().backward()
     opt.step()
@@ -453,11 +456,11 @@ def checkpoint_cost(work: Path, shards: Path, repeats: int, report: list[str]) -
     for s in range(10):
         ck.save(s, model=model, optimizer=opt)
     save_ms = (time.perf_counter() - t0) / 10 * 1000
-    step_ms = 64 / b * 1000
+    step_ms = batch / b * 1000
     report.append(
         f"checkpoint every step vs none: {a:.0f} vs {b:.0f} samples/s, {per_step_ms:.2f} ms per checkpoint "
         f"(one save of the MLP + Adam state, fsync included: {save_ms:.2f} ms; a step: {step_ms:.2f} ms; at the default "
-        f"checkpoint_every_steps=50: {save_ms / (50 * step_ms):.1%} of training time)"
+        f"checkpoint_every_steps={default_every}: {save_ms / (default_every * step_ms):.1%} of training time)"
     )
 
 

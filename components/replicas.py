@@ -27,7 +27,7 @@ from heteroflow.components.devices.accelerators import DeviceKind
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.resources import Resources
 
-__all__ = ["COMPRESSIONS", "JOB_OPTIONS", "MixedResources", "Replicas", "is_mixed"]
+__all__ = ["COMPRESSIONS", "JOB_DEFAULTS", "JOB_OPTIONS", "MixedResources", "Replicas", "is_mixed"]
 
 COMPRESSIONS = ("none", "topk", "powersgd")
 """Compression of the gradient exchange between kinds (:mod:`heteroflow.components.training.hierarchy`)."""
@@ -291,11 +291,12 @@ class MixedResources(Resources):
 
     def to_dict(self) -> dict[str, Any]:
         """Resources' dict of the first group plus ``replicas`` (every group's :meth:`Replicas.to_dict`)."""
-        options = {k: getattr(self, k) for k in JOB_OPTIONS if getattr(self, k) != _DEFAULTS[k]}
+        options = {k: getattr(self, k) for k in JOB_OPTIONS if getattr(self, k) != JOB_DEFAULTS[k]}
         return {**Resources.to_dict(self), "replicas": [g.to_dict() for g in self.replicas], **({"mixed": options} if options else {})}
 
 
-_DEFAULTS = {"compression": "none", "rebalance_every_steps": 50, "rebalance_every_minutes": 10.0}
+JOB_DEFAULTS: dict[str, Any] = {f.name: f.default for f in dataclasses.fields(MixedResources) if f.name in JOB_OPTIONS}
+"""The mixed-job options' defaults (:class:`MixedResources`' own), by name."""
 
 
 def is_mixed(resources: Any) -> bool:

@@ -160,3 +160,19 @@ def test_fill_draws_until_the_arrived_demand_reaches_the_capacity() -> None:
         fill([Request(name="c", cpu_milli=1)], c, "bestfit")
     with pytest.raises(InvalidRequest, match="no GPUs"):
         fill(pods, Cluster([node("cpu-only")]), "bestfit")
+
+
+@pytest.mark.parametrize("first", ["fgd", "packing", "packplan"])
+def test_the_registry_holds_each_policy_class_whichever_module_is_imported_first(first: str) -> None:
+    """PACKING_POLICIES maps each name to its class (FgdPolicy included: it registers itself, its module subclassing
+    PackingPolicy), in a fresh interpreter that imports fgd, packing or packplan first."""
+    import subprocess
+    import sys
+
+    code = (f"import heteroflow.components.placement.{first}\n"
+            "from heteroflow.components.placement.fgd import FgdPolicy\n"
+            "from heteroflow.components.placement.packing import PACKING_POLICIES, PackingPolicy\n"
+            "assert PACKING_POLICIES['fgd'] is FgdPolicy, PACKING_POLICIES\n"
+            "assert all(isinstance(c, type) and issubclass(c, PackingPolicy) and c.name == n for n, c in PACKING_POLICIES.items())\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

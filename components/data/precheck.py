@@ -49,7 +49,9 @@ def dataset_problems(uri: str, params: Mapping[str, Any] | None = None) -> list[
         The problems, in the order found; empty when none was found.
     """
     from heteroflow.cache.dataset import open_dataset
+    from heteroflow.components.core.step import with_defaults
     from heteroflow.components.data.formats import REGISTRY
+    from heteroflow.components.data.preprocess import preprocess
 
     if "://" in uri:
         return []
@@ -58,7 +60,7 @@ def dataset_problems(uri: str, params: Mapping[str, Any] | None = None) -> list[
         kind = REGISTRY.detect_kind(view.relative)
     except (DatasetError, InvalidParameter) as exc:
         return [str(exc)]
-    values = dict(params or {})
+    values = with_defaults(preprocess, params)  # preprocess's own defaults for those not given
     if kind == "image_folder":
         return _image_problems(view)
     if kind == "table":
@@ -154,13 +156,14 @@ def _unreadable(path: Path) -> str:
 
 
 def _table_problems(view: Any, params: Mapping[str, Any]) -> list[str]:
+    """``params``: every preprocess parameter (:func:`dataset_problems` fills in the defaults)."""
     from heteroflow.components.data.formats import REGISTRY, TABLE
 
     files = [f for f in view.files if REGISTRY.is_data_file(str(f), TABLE)]
     if not files or sum(f.stat().st_size for f in files) > TABLE_BYTES:
         return []
-    header, delimiter = params.get("header", "auto"), params.get("delimiter", "auto")
-    label_column = str(params.get("label_column", "") or "").strip()
+    header, delimiter = params["header"], params["delimiter"]
+    label_column = str(params["label_column"] or "").strip()
     if _plainly_fine(files, header=header, delimiter=delimiter, label_column=label_column):
         return []  # what the full read below would find: nothing (without importing pandas in the driver)
     from heteroflow.components.data.columns import _combine

@@ -117,10 +117,12 @@ class ArchivedModel:
 
     def read(self, path: str | os.PathLike[str]) -> pd.DataFrame:
         """A table file read (and cleaned) the way training read its files: every column, index = row position."""
+        from heteroflow.components.core.step import with_defaults
         from heteroflow.components.data.datasets import read_table
+        from heteroflow.components.data.preprocess import preprocess
 
-        read = self.schema.get("read", {})
-        return read_table(path, header=read.get("header", "auto"), delimiter=read.get("delimiter", "auto")).frame
+        read = with_defaults(preprocess, self.schema.get("read", {}))  # an archive without them: preprocess's defaults
+        return read_table(path, header=read["header"], delimiter=read["delimiter"]).frame
 
     def features(self, rows: Any) -> np.ndarray:
         """The model's input for raw rows: float32 ``(n, num_features)``.

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from heteroflow.components.placement.packing import PackingPolicy
+from heteroflow.components.placement.packing import PACKING_POLICIES, PackingPolicy
 from heteroflow.components.placement.vectors import MILLI, Cluster, InvalidRequest, Request
 
 __all__ = ["FgdPolicy", "TypicalRequests", "node_fragmentation"]
@@ -228,3 +228,6 @@ class FgdPolicy(PackingPolicy):
             _delta, device = self._deltas(request, cluster, ok)
             return (int(device[node]),)
         return cluster.best_fit_devices(node, request)
+
+
+PACKING_POLICIES[FgdPolicy.name] = FgdPolicy

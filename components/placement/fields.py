@@ -17,7 +17,7 @@ from heteroflow.components.devices.accelerators import Accelerator, DeviceKind, 
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.placement.views import InvalidInventory, _where
 
-__all__ = ["dns_label", "load_yaml_with_lines", "model_key", "policy_reference"]
+__all__ = ["dns_label", "load_yaml_with_lines", "lookup_policy", "model_key", "policy_reference"]
 
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
@@ -92,6 +92,28 @@ def policy_reference(name: str, bases: type | tuple[type, ...], *, where: str = 
     if isinstance(obj, type) and issubclass(obj, bases):
         return obj()
     return obj if isinstance(obj, bases) else None
+
+
+def lookup_policy(name: Any, registry: Mapping[str, type], bases: type | tuple[type, ...], *, unknown: str,
+                  wrong: str, where: str = "") -> Any:
+    """The policy ``name`` names, for every registry of policies (whole-device, packing, both): an instance of
+    ``bases`` as it is; a name of ``registry`` (its class, made without arguments); ``module:attribute``
+    (:func:`policy_reference`).
+
+    Raises:
+        InvalidInventory: an unknown name (``{where}policy=NAME {unknown}``: the caller lists the valid names) or an
+            attribute of another type (``{where}policy=NAME {wrong}``).
+    """
+    if isinstance(name, bases):
+        return name
+    if name in registry:
+        return registry[name]()
+    if ":" in name:
+        policy = policy_reference(name, bases, where=where)
+        if policy is None:
+            raise InvalidInventory(f"{where}policy={name!r} {wrong}")
+        return policy
+    raise InvalidInventory(f"{where}policy={name!r} {unknown}")
 
 
 def model_key(name: object, *, field: str) -> str:

@@ -32,15 +32,14 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 import numpy as np
 
-from heteroflow.components.placement.fields import policy_reference
+from heteroflow.components.placement.fields import lookup_policy
 from heteroflow.components.placement.views import InvalidInventory
 from heteroflow.components.placement.vectors import MILLI, Cluster, Request
 
-__all__ = ["PACKING_POLICIES", "FillResult", "PackingDecision", "PackingPolicy", "default_packing_policy", "fill", "get_packing_policy",
+__all__ = ["PACKING_POLICIES", "FillResult", "PackingDecision", "PackingPolicy", "default_packing_policy", "fill", "get_packing_policy", "packing_registry",
            "place", "ranked"]
 
 
@@ -192,16 +191,12 @@ class PowerAwarePolicy(BestFitPolicy):
         return 2.0 * on + super().node_scores(request, cluster, feasible) - 1e-6 * watts
 
 
-def _fgd() -> type[PackingPolicy]:
-    from heteroflow.components.placement.fgd import FgdPolicy
-
-    return FgdPolicy
-
-
-PACKING_POLICIES: dict[str, Any] = {p.name: p for p in (RandomPolicy, FirstFitPolicy, BestFitPolicy, DotProductPolicy,
-                                                       GpuPackingPolicy, LeastLoadedPolicy, PowerAwarePolicy)}
-PACKING_POLICIES["fgd"] = _fgd
-"""Packing policies by name (a class, or a function returning one); ``module:attribute`` names a user's own."""
+PACKING_POLICIES: dict[str, type[PackingPolicy]] = {p.name: p for p in (RandomPolicy, FirstFitPolicy, BestFitPolicy,
+                                                                         DotProductPolicy, GpuPackingPolicy,
+                                                                         LeastLoadedPolicy, PowerAwarePolicy)}
+"""Packing policies by name, their classes (``fgd``: :class:`~heteroflow.components.placement.fgd.FgdPolicy`, which
+registers itself: its module, imported at the end of this one, subclasses :class:`PackingPolicy`);
+``module:attribute`` names a user's own."""
 
 ALIASES = {"best-fit": "bestfit", "first-fit": "firstfit", "dot-product": "dotprod", "gpu-packing": "gpupacking",
            "least-loaded": "leastloaded", "poweraware": "power-aware"}
@@ -220,19 +215,13 @@ def get_packing_policy(name: str | PackingPolicy) -> PackingPolicy:
     Raises:
         InvalidInventory: an unknown name, listing the valid ones.
     """
-    if isinstance(name, PackingPolicy):
-        return name
-    key = ALIASES.get(name, name)
-    if key in PACKING_POLICIES:
-        cls = PACKING_POLICIES[key]
-        cls = cls() if not isinstance(cls, type) else cls
-        return cls()
-    if ":" in name:
-        policy = policy_reference(name, PackingPolicy)
-        if policy is None:
-            raise InvalidInventory(f"policy={name!r} is not a PackingPolicy")
-        return policy
-    raise InvalidInventory(f"policy={name!r} is not a packing policy; valid: {', '.join(sorted(PACKING_POLICIES))}, or module:attribute")
+    return lookup_policy(name, packing_registry(), PackingPolicy, wrong="is not a PackingPolicy",
+                         unknown=f"is not a packing policy; valid: {', '.join(sorted(PACKING_POLICIES))}, or module:attribute")
+
+
+def packing_registry() -> dict[str, type[PackingPolicy]]:
+    """:data:`PACKING_POLICIES` and their other spellings (:data:`ALIASES`: ``best-fit``...)."""
+    return {**{alias: PACKING_POLICIES[key] for alias, key in ALIASES.items()}, **PACKING_POLICIES}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -398,3 +387,6 @@ def fill(pods: Sequence[Request], cluster: Cluster, policy: PackingPolicy | str,
             break
     return FillResult(policy=pol.name, arrived=np.array(arrived), unallocated=np.array(unalloc), placed=placed, failed=failed,
                       reasons=reasons, explanations=explanations)
+
+
+import heteroflow.components.placement.fgd  # noqa: E402,F401  (FgdPolicy registers itself in PACKING_POLICIES)

@@ -40,7 +40,7 @@ from typing import Any
 
 import numpy as np
 
-from heteroflow.components.placement.packing import ALIASES, PACKING_POLICIES, PackingPolicy, get_packing_policy, place, ranked
+from heteroflow.components.placement.packing import PACKING_POLICIES, PackingPolicy, get_packing_policy, packing_registry, place, ranked
 from heteroflow.components.placement.vectors import MILLI, Cluster, NodeSpec, QueueLimit, Request
 from heteroflow.components.placement.views import InvalidInventory
 from heteroflow.components.resources import Candidates, DeviceKind, Resources
@@ -59,20 +59,15 @@ def resolve_policy(name: str, *, where: str = "") -> tuple[str, Any]:
     Raises:
         InvalidInventory: an unknown name (both registries' names listed), or ``module:attribute`` that is neither.
     """
-    from heteroflow.components.placement.fields import policy_reference
-    from heteroflow.components.placement.policies import POLICIES, Policy, get_policy
+    from heteroflow.components.placement.fields import lookup_policy
+    from heteroflow.components.placement.policies import POLICIES, Policy
 
-    if name in POLICIES:
-        return "round", get_policy(name, where=where)
-    if ALIASES.get(name, name) in PACKING_POLICIES:
-        return "packing", get_packing_policy(name)
-    if ":" in name:
-        policy = policy_reference(name, (PackingPolicy, Policy), where=where)
-        if policy is None:
-            raise InvalidInventory(f"{where}policy={name!r} is neither a Policy nor a PackingPolicy")
-        return ("packing" if isinstance(policy, PackingPolicy) else "round"), policy
-    raise InvalidInventory(f"{where}policy={name!r} is unknown; valid: placement policies {', '.join(sorted(POLICIES))}; "
-                           f"packing policies {', '.join(sorted(PACKING_POLICIES))}; or module:attribute")
+    # a whole-device policy's name first (``least-loaded``, ``power-aware`` name one of each)
+    policy = lookup_policy(name, {**packing_registry(), **POLICIES}, (PackingPolicy, Policy), where=where,
+                           wrong="is neither a Policy nor a PackingPolicy",
+                           unknown=f"is unknown; valid: placement policies {', '.join(sorted(POLICIES))}; "
+                                   f"packing policies {', '.join(sorted(PACKING_POLICIES))}; or module:attribute")
+    return ("packing" if isinstance(policy, PackingPolicy) else "round"), policy
 
 
 def is_packing_policy(name: str) -> bool:

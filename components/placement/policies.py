@@ -57,7 +57,7 @@ from heteroflow.components.placement.clusters import (  # noqa: F401  (re-export
     pai_inventory,
     uniform_inventory,
 )
-from heteroflow.components.placement.fields import policy_reference
+from heteroflow.components.placement.fields import lookup_policy
 from heteroflow.components.placement.inventory import InvalidInventory, PlacementInputError, kubernetes_nodes  # noqa: F401
 from heteroflow.components.placement.inventory import PlacementInventory as ClusterInventory
 from heteroflow.components.placement.inventory import PlacementNode as Node
@@ -232,16 +232,8 @@ def get_policy(name: str | Policy, *, where: str = "") -> Policy:
     Raises:
         InvalidInventory: unknown name (lists the valid ones), or an attribute that is not a Policy.
     """
-    if isinstance(name, Policy):
-        return name
-    if name in POLICIES:
-        return POLICIES[name]()
-    if ":" in name:
-        policy = policy_reference(name, Policy, where=where)
-        if policy is None:
-            raise InvalidInventory(f"{where}policy={name!r} is not a Policy")
-        return policy
-    raise InvalidInventory(f"{where}policy={name!r} is unknown; valid: {', '.join(sorted(POLICIES))}, or module:attribute")
+    return lookup_policy(name, POLICIES, Policy, where=where, wrong="is not a Policy",
+                         unknown=f"is unknown; valid: {', '.join(sorted(POLICIES))}, or module:attribute")
 
 # --- Gavel-style max-min fairness ----------------------------------------------------------------------------
 

@@ -82,9 +82,9 @@ def _make_context(splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path
         world_size=world,
         distributed=distributed,
         loader_workers=loader_workers,
-        compile_model=bool(v.get("compile_model", False)),
+        compile_model=bool(v["compile_model"]),
     )
-    if v.get("loader_workers", -1) == -1 and not splits.in_memory and loader_workers > 0:
+    if v["loader_workers"] == -1 and not splits.in_memory and loader_workers > 0:
         ctx.measure_loading(train_loader_with, loader_workers)
     return ctx
 

@@ -11,6 +11,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.training.step import TRAIN
 
 if TYPE_CHECKING:  # torch is imported where it is used: train's parameter checks import this module
     from torch import nn
@@ -18,9 +19,11 @@ if TYPE_CHECKING:  # torch is imported where it is used: train's parameter check
 __all__ = ["BUILTIN_MODEL", "ModelSpec", "mlp"]
 
 
-def mlp(in_features: int, num_classes: int, hidden_units: int = 128, input_shape: tuple[int, ...] = ()) -> nn.Module:
+def mlp(in_features: int, num_classes: int, hidden_units: int = TRAIN.param("hidden_units").default,
+        input_shape: tuple[int, ...] = ()) -> nn.Module:
     """The built-in classifier: ``in -> hidden -> ReLU -> hidden -> ReLU -> classes`` (inputs of more than one
-    dimension are flattened first). Input ``(batch, *input_shape)`` float32, output logits ``(batch, num_classes)``."""
+    dimension are flattened first). Input ``(batch, *input_shape)`` float32, output logits ``(batch, num_classes)``;
+    ``hidden_units`` defaults to the train step's (:data:`~heteroflow.components.training.step.TRAIN`)."""
     from torch import nn
 
     body = nn.Sequential(

@@ -82,6 +82,7 @@ from heteroflow.components.training.precision import (
     resolve_precision,
     scaled_step,
 )
+from heteroflow.components.training.step import TRAIN
 
 if TYPE_CHECKING:  # torch is imported where it is used: train's parameter checks import this module
     import torch
@@ -134,6 +135,9 @@ class TrainContext:
         loader_workers: the training loader's worker processes (the count :meth:`batches` chose, once it has,
             when :meth:`measure_loading` asked it to).
         compile_model: :meth:`build_model` compiles the model with ``torch.compile`` where it is available.
+
+    ``loss_ref``, ``optimizer_ref`` and ``compile_model`` default to the train step's ``loss``, ``optimizer`` and
+    ``compile_model`` (:data:`~heteroflow.components.training.step.TRAIN`).
     """
 
     device: torch.device
@@ -151,8 +155,8 @@ class TrainContext:
     params: dict[str, Any]
     checkpoint: Checkpoint
     model_spec: ModelSpec
-    loss_ref: str = ""
-    optimizer_ref: str = ""
+    loss_ref: str = TRAIN.param("loss").default
+    optimizer_ref: str = TRAIN.param("optimizer").default
     rank: int = 0
     world_size: int = 1
     distributed: Any = None
@@ -161,7 +165,7 @@ class TrainContext:
     fault_check: Callable[[int], None] | None = None
     model: Any = None
     loader_workers: int = 0
-    compile_model: bool = False
+    compile_model: bool = TRAIN.param("compile_model").default
     samples_seen: int = 0
     loop_seconds: float = 0.0
     _started: float = dataclasses.field(default_factory=time.perf_counter)

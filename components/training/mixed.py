@@ -81,6 +81,8 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.replicas import JOB_DEFAULTS
+from heteroflow.components.training.step import TRAIN
 
 __all__ = ["KIND_ENV", "MixedJob", "MixedResult", "ReplicaGroup", "SPEED_ENV", "mixed_worker", "run_mixed", "run_mixed_local"]
 
@@ -108,6 +110,11 @@ class ReplicaGroup:
 class MixedJob:
     """What every replica trains (picklable; the train step builds it from its parameters).
 
+    A field named like a train parameter (``epochs``, ``optimizer``, ``loss``, ``seed``, ``checkpoint_every_steps``)
+    defaults to that parameter's default in the step definition (:data:`~heteroflow.components.training.step.TRAIN`);
+    ``rebalance_every_steps``, ``rebalance_every_minutes`` and ``compression`` default to a mixed candidate's
+    (:class:`~heteroflow.components.replicas.MixedResources`).
+
     Attributes:
         model: ``module:function`` returning the ``torch.nn.Module`` (called after ``torch.manual_seed(seed)``).
         data: ``module:function`` returning the training ``Dataset`` of ``(x, y)``.
@@ -130,24 +137,24 @@ class MixedJob:
     data: str
     global_batch: int
     learning_rate: float
-    epochs: int = 1
+    epochs: int = TRAIN.param("epochs").default
     max_steps: int = 0
     model_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     data_kwargs: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    optimizer: str = ""
-    loss: str = ""
-    seed: int = 0
+    optimizer: str = TRAIN.param("optimizer").default
+    loss: str = TRAIN.param("loss").default
+    seed: int = TRAIN.param("seed").default
     fixed_shares: Mapping[str, Sequence[int]] = dataclasses.field(default_factory=dict)
     profile_throughput: Mapping[str, float] = dataclasses.field(default_factory=dict)
     equal_shares: bool = False
     warmup_steps: int = 3
-    rebalance_every_steps: int = 50
-    rebalance_every_minutes: float = 10.0
-    compression: str = "none"
+    rebalance_every_steps: int = JOB_DEFAULTS["rebalance_every_steps"]
+    rebalance_every_minutes: float = JOB_DEFAULTS["rebalance_every_minutes"]
+    compression: str = JOB_DEFAULTS["compression"]
     topk_ratio: float = 0.01
     powersgd_rank: int = 2
     checkpoint_dir: str = ""
-    checkpoint_every_steps: int = 50
+    checkpoint_every_steps: int = TRAIN.param("checkpoint_every_steps").default
     fault_step: str = "train"
 
     def check(self) -> None:

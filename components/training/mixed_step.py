@@ -26,7 +26,7 @@ from typing import Any
 
 from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
 
-__all__ = ["mixed_facts_lines", "profile_throughput", "step_dataset", "step_model", "train_mixed"]
+__all__ = ["mixed_facts_lines", "mixed_metrics", "profile_throughput", "replica_rows", "step_dataset", "step_model", "train_mixed"]
 
 
 def step_dataset(dataset_dir: str, values: Mapping[str, Any]) -> Any:
@@ -207,17 +207,25 @@ def _launched(resources: Any, *, dataset_dir: Any, model_dir: Any, values: Mappi
         mixed=dict(facts.get("mixed") or {}))
 
 
+def replica_rows(mixed: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One row per replica of a mixed run's facts, by rank: ``rank``, ``kind``, ``share`` (samples of the global
+    batch), ``samples_per_second`` (per busy second) and ``busy_fraction`` (0-1), each None where the facts have no
+    value for that rank. The summary lines, the metrics and the report's section are made from them."""
+    columns = {name: mixed.get(key) or [] for name, key in (("share", "shares"), ("samples_per_second", "throughput"),
+                                                             ("busy_fraction", "busy_fraction"))}
+    return [{"rank": r, "kind": kind, **{name: values[r] if r < len(values) else None for name, values in columns.items()}}
+            for r, kind in enumerate(mixed.get("kinds") or [])]
+
+
 def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
     """The summary lines of a mixed run's facts: each replica's kind, share, throughput and busy fraction; the
     kinds that dropped out."""
-    kinds = mixed.get("kinds") or []
-    shares, tput, busy = mixed.get("shares") or [], mixed.get("throughput") or [], mixed.get("busy_fraction") or []
     parts = []
-    for r, k in enumerate(kinds):
-        s = shares[r] if r < len(shares) else "?"
-        t = f", {tput[r]:.0f} samples/s" if r < len(tput) and tput[r] else ""
-        b = f", busy {busy[r] * 100:.0f}%" if r < len(busy) else ""
-        parts.append(f"{k}[{r}] share {s}{t}{b}")
+    for row in replica_rows(mixed):
+        s = row["share"] if row["share"] is not None else "?"
+        t = f", {row['samples_per_second']:.0f} samples/s" if row["samples_per_second"] else ""
+        b = f", busy {row['busy_fraction'] * 100:.0f}%" if row["busy_fraction"] is not None else ""
+        parts.append(f"{row['kind']}[{row['rank']}] share {s}{t}{b}")
     lines = ["train: mixed replicas: " + "; ".join(parts)] if parts else []
     for d in mixed.get("dropped") or []:
         where = f" at step {d.get('step')}" if d.get("step") is not None else ""
@@ -228,17 +236,14 @@ def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-
 def mixed_metrics(mixed: Mapping[str, Any]) -> dict[str, float]:
     """Scalar metrics of a mixed run, per replica ``<kind>_<rank>``: ``share_...`` (samples of the global
     batch), ``samples_per_second_...`` (per busy second), ``busy_fraction_...`` (0-1); ``dropped_kinds`` (how many
     kinds dropped out). They reach the Metrics output and Prometheus (``heteroflow_step_metric``)."""
     out: dict[str, float] = {}
-    kinds = mixed.get("kinds") or []
-    for name, values in (("share", mixed.get("shares")), ("samples_per_second", mixed.get("throughput")),
-                         ("busy_fraction", mixed.get("busy_fraction"))):
-        for r, v in enumerate(values or []):
-            if r < len(kinds) and isinstance(v, (int, float)):
-                out[f"{name}_{kinds[r]}_{r}"] = float(v)
+    for name in ("share", "samples_per_second", "busy_fraction"):
+        for row in replica_rows(mixed):
+            if isinstance(row[name], (int, float)):
+                out[f"{name}_{row['kind']}_{row['rank']}"] = float(row[name])
     out["dropped_kinds"] = float(len(mixed.get("dropped") or []))
     return out

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from heteroflow.components.training.mixed_step import replica_rows
 from heteroflow.pipelines.runs.markup import _e
 
 __all__ = ["mixed_section"]
@@ -18,14 +19,12 @@ def mixed_section(run: dict[str, Any]) -> str:
         mixed = facts.get("mixed") if isinstance(facts, dict) else None
         if not isinstance(mixed, dict):
             continue
-        kinds = mixed.get("kinds") or []
-        shares, tput, busy = mixed.get("shares") or [], mixed.get("throughput") or [], mixed.get("busy_fraction") or []
         rows = []
-        for r, kind in enumerate(kinds):
-            share = shares[r] if r < len(shares) else ""
-            t = f"{tput[r]:.0f}" if r < len(tput) and tput[r] else "-"
-            b = f"{busy[r] * 100:.0f}%" if r < len(busy) else "-"
-            rows.append(f"<tr><td>{r}</td><td>{_e(kind)}</td><td>{_e(share)}</td><td>{_e(t)}</td><td>{_e(b)}</td></tr>")
+        for row in replica_rows(mixed):
+            share = row["share"] if row["share"] is not None else ""
+            t = f"{row['samples_per_second']:.0f}" if row["samples_per_second"] else "-"
+            b = f"{row['busy_fraction'] * 100:.0f}%" if row["busy_fraction"] is not None else "-"
+            rows.append(f"<tr><td>{row['rank']}</td><td>{_e(row['kind'])}</td><td>{_e(share)}</td><td>{_e(t)}</td><td>{_e(b)}</td></tr>")
         table = ("<table class=mixed><tr><th>replica</th><th>kind</th><th>share (samples of the global batch)</th>"
                  "<th>samples/s (per busy second)</th><th>busy</th></tr>" + "".join(rows) + "</table>")
         history = mixed.get("shares_history") or []

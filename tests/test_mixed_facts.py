@@ -1,0 +1,45 @@
+"""A mixed run's facts per replica (components/training/mixed_step.py ``replica_rows``) feed three outputs: the
+summary lines, the metrics and the report's section (pipelines/runs/mixed_section.py) read the same rows."""
+
+from __future__ import annotations
+
+from heteroflow.components.training.mixed_step import mixed_facts_lines, mixed_metrics, replica_rows
+from heteroflow.pipelines.runs.mixed_section import mixed_section
+
+FACTS = {
+    "kinds": ["gpu", "gpu", "npu"], "shares": [22, 22, 20], "throughput": [410.4, 0, 198.6], "busy_fraction": [0.82, 0.8],
+    "dropped": [{"kind": "npu", "step": 40, "reason": "DeviceUnavailable: gone", "resumed_from_step": 30}],
+}
+
+
+def test_replica_rows_pair_each_rank_with_its_values_and_none_where_missing() -> None:
+    assert replica_rows(FACTS) == [
+        {"rank": 0, "kind": "gpu", "share": 22, "samples_per_second": 410.4, "busy_fraction": 0.82},
+        {"rank": 1, "kind": "gpu", "share": 22, "samples_per_second": 0, "busy_fraction": 0.8},
+        {"rank": 2, "kind": "npu", "share": 20, "samples_per_second": 198.6, "busy_fraction": None},
+    ]
+    assert replica_rows({}) == [] and replica_rows({"shares": [3]}) == []
+
+
+def test_lines_metrics_and_report_section_show_the_same_rows() -> None:
+    lines = mixed_facts_lines(FACTS)
+    assert lines[0] == ("train: mixed replicas: gpu[0] share 22, 410 samples/s, busy 82%; gpu[1] share 22, busy 80%; "
+                        "npu[2] share 20, 199 samples/s")
+    assert lines[1] == "train: kind npu dropped out at step 40 (DeviceUnavailable: gone); the others resumed from step 30"
+    metrics = mixed_metrics(FACTS)
+    assert metrics == {"share_gpu_0": 22.0, "share_gpu_1": 22.0, "share_npu_2": 20.0, "samples_per_second_gpu_0": 410.4,
+                       "samples_per_second_gpu_1": 0.0, "samples_per_second_npu_2": 198.6, "busy_fraction_gpu_0": 0.82,
+                       "busy_fraction_gpu_1": 0.8, "dropped_kinds": 1.0}
+    html = mixed_section({"results": {"train": {"mixed": FACTS}, "plan": {}}})
+    assert "<tr><td>0</td><td>gpu</td><td>22</td><td>410</td><td>82%</td></tr>" in html
+    assert "<tr><td>1</td><td>gpu</td><td>22</td><td>-</td><td>80%</td></tr>" in html
+    assert "<tr><td>2</td><td>npu</td><td>20</td><td>199</td><td>-</td></tr>" in html
+    assert "kind <b>npu</b> dropped out at step 40" in html
+
+
+def test_a_missing_value_inside_a_list_is_shown_as_missing() -> None:
+    facts = {"kinds": ["gpu", "npu"], "shares": [3, None], "throughput": [None, 2.0], "busy_fraction": [None, 0.5]}
+    assert mixed_facts_lines(facts) == ["train: mixed replicas: gpu[0] share 3; npu[1] share ?, 2 samples/s, busy 50%"]
+    assert mixed_metrics(facts) == {"share_gpu_0": 3.0, "samples_per_second_npu_1": 2.0, "busy_fraction_npu_1": 0.5,
+                                    "dropped_kinds": 0.0}
+    assert "<tr><td>0</td><td>gpu</td><td>3</td><td>-</td><td>-</td></tr>" in mixed_section({"results": {"t": {"mixed": facts}}})
