@@ -283,6 +283,16 @@ def preprocess(
 
     workers = min(workers, len(files))
     read = partial(read_table, header=header, delimiter=delimiter)
+    with _small_pages():
+        return _read_and_preprocess(files, read, workers, output_dir, in_source_terms, source_uri=source_uri,
+                                    dataset_sha256=dataset_sha256, dataset_version=view.version,
+                                    parameters=parameters, shard_size=shard_size, started=started)
+
+
+def _read_and_preprocess(files: list[Any], read: Callable[..., RawTable], workers: int, output_dir: Any,
+                         in_source_terms: Callable[[str], str], *, source_uri: str, dataset_sha256: str | None,
+                         dataset_version: str | None, parameters: dict[str, Any], shard_size: int,
+                         started: float) -> PreprocessResult:
     try:
         if workers > 1:
             with process_pool(workers, preload=PRELOAD_TABLE_READERS) as pool:  # imports first, then forks (#28.13)
@@ -296,7 +306,7 @@ def preprocess(
             out,
             source_uri=source_uri,
             dataset_sha256=dataset_sha256,
-            dataset_version=view.version,
+            dataset_version=dataset_version,
             parameters=parameters,
             shard_size=shard_size,
             workers=workers,
@@ -688,6 +698,27 @@ def _reference_splits(
         return whole(name)[begin:end]
 
     return transform, tabular.fitted_of(transform), x_of
+
+
+@contextlib.contextmanager
+def _small_pages() -> Iterator[None]:
+    """numpy's large arrays without ``madvise(MADV_HUGEPAGE)`` for the time of a table's preprocess (numpy asks for
+    transparent huge pages for arrays of 4 MiB or more; with the kernel's ``defrag=madvise``, the default, each
+    first touch of such a page may compact memory on the faulting thread). Issue #32 item 1: on the 2-core VM the
+    main thread's CPU in the read (moving 17 columns of the benchmark's table into arrays) was 0.14-0.19 s without,
+    0.32-0.83 s with, growing from run to run as memory fragments. numpy's own switch (``NUMPY_MADVISE_HUGEPAGE``
+    at import) turned off and restored; nothing where numpy has none."""
+    import numpy as np
+
+    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    if setter is None:
+        yield
+        return
+    before = setter(False)
+    try:
+        yield
+    finally:
+        setter(before)
 
 
 @contextlib.contextmanager
