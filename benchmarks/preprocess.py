@@ -13,6 +13,7 @@ warms the page cache, and one preprocess that pays the imports of scikit-learn a
 
     .venv/bin/python benchmarks/preprocess.py                 # 1,000,000 rows
     .venv/bin/python benchmarks/preprocess.py --rows 200000   # quicker
+    .venv/bin/python benchmarks/preprocess.py --phases        # and the wall time of each phase of one warm run
     .venv/bin/python benchmarks/preprocess.py --profile       # and where preprocess spends its time (cProfile)
     .venv/bin/python benchmarks/preprocess.py --reference     # the implementation before #32 (pandas, ColumnTransformer)
 
@@ -79,6 +80,7 @@ model (predict applies that object): left for a design decision.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -101,6 +103,78 @@ def make_table(path: Path, rows: int, seed: int = 0) -> None:
     score = frame["f0"] + 0.5 * frame["f1"] - frame["f2"] + (frame["color"] == "red") + 0.1 * rng.normal(size=rows)
     frame["label"] = np.digitize(score, [-1.0, 0.0, 1.0])
     frame.to_csv(path, index=False)
+
+
+def write_and_sync(folder: Path, data: np.ndarray) -> float:
+    """Seconds to write ``data``'s bytes into a new file in ``folder`` and fsync it (the file removed after)."""
+    path = folder / "floor.bin"
+    started = time.perf_counter()
+    with open(path, "wb") as fh:
+        fh.write(memoryview(data).cast("B"))
+        fh.flush()
+        os.fsync(fh.fileno())
+    seconds = time.perf_counter() - started
+    path.unlink()
+    return seconds
+
+
+def output_bytes(folder: Path) -> int:
+    """Bytes of the shard files preprocess wrote into ``folder``."""
+    return sum(f.stat().st_size for f in folder.glob("*.npz"))
+
+
+_TIMED = {  # module (under heteroflow.components.data, or heteroflow.cache), function: the phase it is
+    ("preprocess", "read_table"): "read (sniff, parse into arrays, clean)",
+    ("arrowcsv", "_threaded"): "  of which pyarrow's threaded read + moving columns",
+    ("preprocess", "_combine"): "files as one table",
+    ("preprocess", "_classes"): "class column",
+    ("preprocess", "stratified_split"): "split",
+    ("preprocess", "_fast_splits"): "statistics (fit) and the rows of each split",
+    ("preprocess", "_write_splits"): "features computed and written, piece by piece",
+    ("colstats", "apply_into"): "  of which computing the features (main thread)",
+    ("shards._ShardFile", "write"): "  writing the pieces (writer thread, overlapped)",
+    ("tabular", "to_transform"): "build the archived ColumnTransformer",
+    ("tabular", "save_transform"): "write the transformation",
+    ("atomic", "sync_filesystem"): "make the output durable (syncfs)",
+    ("atomic", "_publish_directory"): "rename into place",
+}
+
+
+def phases(run) -> None:
+    """Run ``run`` with the functions of :data:`_TIMED` timed (wall clock, no profiler) and print each phase's
+    seconds, and what is left (the checks of the columns, the report, meta.json, freeing the table)."""
+    import importlib
+
+    spent: dict[tuple[str, str], float] = {}
+    originals = []
+    for (where, name) in _TIMED:
+        module_name, _, owner = where.partition(".")
+        package = "heteroflow.cache" if module_name == "atomic" else "heteroflow.components.data"
+        target = importlib.import_module(f"{package}.{module_name}")
+        target = getattr(target, owner) if owner else target
+        function = getattr(target, name)
+
+        def timed(*args, _function=function, _key=(where, name), **kwargs):
+            started = time.perf_counter()
+            try:
+                return _function(*args, **kwargs)
+            finally:
+                spent[_key] = spent.get(_key, 0.0) + time.perf_counter() - started
+
+        originals.append((target, name, function))
+        setattr(target, name, timed)
+    try:
+        started = time.perf_counter()
+        run()
+        total = time.perf_counter() - started
+    finally:
+        for target, name, function in originals:
+            setattr(target, name, function)
+    print(f"phases of one warm preprocess ({total:.2f} s, wall clock):")
+    for key, what in _TIMED.items():
+        print(f"  {what:52s} {spent.get(key, 0.0):6.3f} s  {spent.get(key, 0.0) / total:5.0%}")
+    top = sum(v for k, v in spent.items() if not _TIMED[k].startswith(" "))
+    print(f"  {'the rest (checks, report, meta.json, freeing)':52s} {total - top:6.3f} s  {(total - top) / total:5.0%}")
 
 
 def best_seconds(fn, repeat: int) -> float:
@@ -150,6 +224,7 @@ def read_rss(csv_path: Path) -> int:
 _PHASES = {
     "read_table": "read (sniff, parse, clean)",
     "read": "of which pyarrow's reader (arrowcsv.read)",
+    "_threaded": "of which the threaded typed read into arrays",
     "_stream": "of which the typed streaming read into arrays",
     "_halves": "of which the two halves read on two threads",
     "_combine": "files as one table",
@@ -191,6 +266,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--keep", type=Path, default=None, help="folder to keep (and reuse) the generated CSV in")
     parser.add_argument("--profile", action="store_true", help="print where one warm preprocess run spends its time")
+    parser.add_argument("--phases", action="store_true", help="print the wall time of each phase of one warm run")
     parser.add_argument("--reference", action="store_true", help="measure the implementation before #32")
     args = parser.parse_args()
 
@@ -214,13 +290,20 @@ def main() -> None:
         pd.read_csv(csv_path)  # warm the page cache for both measurements
 
         # Interleaved (parse, preprocess, parse, ...) so that all see the same machine; best of each.
-        parses, arrows, fulls = [], [], []
+        parses, arrows, fulls, writes = [], [], [], []
+        written = None  # the floor: as many bytes as preprocess writes, written and synced from memory
         for _ in range(args.repeat):
             parses.append(best_seconds(lambda: pd.read_csv(csv_path), 1))
             arrows.append(best_seconds(lambda: arrow_csv.read_csv(csv_path), 1))
             started = time.perf_counter()
             result = preprocess(csv_path, work / "shards", num_workers=1)
             fulls.append(time.perf_counter() - started)
+            if written is None:
+                written = np.ones(output_bytes(work / "shards"), dtype=np.uint8)
+            writes.append(write_and_sync(work, written))
+        del written
+        if args.phases:
+            phases(lambda: preprocess(csv_path, work / "shards", num_workers=1))
         if args.profile:
             profile(lambda: preprocess(csv_path, work / "shards", num_workers=1))
         parse, arrow, full = min(parses), min(arrows), min(fulls)
@@ -236,6 +319,11 @@ def main() -> None:
         ratio = (rows / full) / (args.rows / parse)
         print(f"ratio                 : {ratio:.2f}x  (target >= 0.8x)")
         print(f"ratio vs pyarrow      : {(rows / full) / (args.rows / arrow):.2f}x")
+        floors = [a + w for a, w in zip(arrows, writes)]  # each repeat's pyarrow read and write, paired
+        k = floors.index(min(floors))
+        print(f"floor: pyarrow read + writing and syncing the same bytes alone: {floors[k]:.2f} s = "
+              f"{parse / floors[k]:.2f}x  (read {arrows[k]:.2f} s; {output_bytes(work / 'shards') / 1e6:.0f} MB written "
+              f"and fsynced in {writes[k]:.2f} s; the ratio preprocess could reach if all else cost nothing)")
         print(f"ratio per repeat      : {', '.join(f'{r:.2f}' for r in each)} (median {each[len(each) // 2]:.2f}x); "
               f"vs pyarrow {', '.join(f'{r:.2f}' for r in each_arrow)} (median {each_arrow[len(each_arrow) // 2]:.2f}x)")
         size = csv_path.stat().st_size
