@@ -655,8 +655,10 @@ def _fast_splits(
     few = colstats.sample_rows(columns, train_rows, numeric=numeric, text=text, indicate=indicate)
     sample = frame.take(few)[list(used)].copy()  # its own cells: the table is freed before it is used
 
+    scratch = np.empty(len(numeric) * colstats._CHUNK_ROWS, dtype=np.float64)  # one for every piece (main thread)
+
     def x_of(name: str, begin: int, end: int, out: np.ndarray) -> np.ndarray:
-        return colstats.apply_into(fitted, columns, split[name][begin:end], out)
+        return colstats.apply_into(fitted, columns, split[name][begin:end], out, scratch=scratch)
 
     return fitted, x_of, sample
 
