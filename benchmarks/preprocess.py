@@ -38,10 +38,12 @@ file is parsed whole on pyarrow's threads and moved column by column (``arrowcsv
 quietest run (pandas 0.31 s): preprocess 0.95 s = 0.33x (0.52x vs pyarrow), phases read 0.58 s (pyarrow's read and
 moving 0.50 s), features and shards 0.18 s (the features 0.14 s on the main thread, the writes 0.05 s beside it),
 syncfs 0.06 s, statistics 0.05 s, split 0.02 s, the rest 0.08 s; floor (pyarrow read 0.49 s + 160 MB written and
-fsynced 0.11 s) 0.59 s = 0.52x. Three more runs (pandas 0.63-0.93 s, slowed by the load): 0.39-0.43x, floor 0.39-0.51x.
+fsynced 0.11 s) 0.59 s = 0.52x. Three more runs (pandas 0.63-0.93 s, slowed by the load): 0.39-0.43x, floor 0.39-0.51x; one at load average 3
+(pandas 0.33 s, pyarrow 0.34 s): preprocess 0.81 s = 0.41x, floor 0.45 s = 0.73x (the figure in the README).
+Blocks of 4 MiB instead of 1 MiB: no faster (0.46-0.51 s against 0.46-0.59 s), peak RSS 2.91-3.12x.
 Peak RSS 2.52-2.81x (set while pyarrow parses: its blocks in flight beside the table). 0.8x is out of reach here:
-pyarrow's parser alone takes longer than ``pandas.read_csv`` on this VM (0.49 s against 0.31 s; 0.7-0.8 s of CPU
-against 0.55-0.64 s), so even pyarrow's read plus writing the output's bytes is 0.52x at best; pandas' parser
+pyarrow's parser alone takes longer than ``pandas.read_csv`` on this VM (0.49 s against 0.31 s; 0.67-0.77 s of
+CPU against 0.64 s, best of 3 at a quiet moment), so even pyarrow's read plus writing the output's bytes is 0.52-0.73x; pandas' parser
 would hold 4.1x the CSV (the memory target is 3x).
 
 Measured at #32 item 1 (2 shared cores, load average 8-13 from other work: wall times 2-5x a quiet machine's, so
