@@ -19,8 +19,8 @@ warms the page cache, and one preprocess that pays the imports of scikit-learn a
 
 Issue #32 item 1 (target >= 0.8x vs pandas.read_csv; peak RSS <= 3x the CSV): text tables are read with pyarrow's
 CSV reader where the file allows (:mod:`heteroflow.components.data.arrowcsv`), every column typed from the file's
-first MiB and streamed block by block into one numpy array per column (no pyarrow table and pandas frame held at
-once); the transformation is fitted column by column (:func:`heteroflow.components.data.tabular.fit_columns`) and
+first MiB, parsed on pyarrow's threads and moved column by column into one numpy array per column (or, with
+``arrowcsv.THREADED`` off, streamed block by block; no pyarrow table and pandas frame held whole at once); the transformation is fitted column by column (:func:`heteroflow.components.data.tabular.fit_columns`) and
 applied with numpy (``apply_into``) in pieces of 2 MiB of float32 features, each piece written into its shard on a
 second thread while the next is computed (no split's or shard's features held whole). ``--reference`` measures the
 code before #32 (kept for the tests that compare the two). The peak RSS is the high-water mark of a fresh process
@@ -34,8 +34,8 @@ load average 4-6 from other work). Phases of one warm run (``--phases``, wall cl
 0.3-0.8 s of CPU, growing from run to run: numpy asks for huge pages, and with ``defrag=madvise`` each first touch
 compacted memory), the features and shards 0.2-0.25 s, syncfs 0.06-0.08 s, a full ``gc.collect`` 0.1 s of CPU. Now the
 file is parsed whole on pyarrow's threads and moved column by column (``arrowcsv.THREADED``), numpy's huge-page
-``madvise`` is off while preprocess runs, ``apply_into`` keeps one scratch array, and the collection is gone. The
-quietest run (pandas 0.31 s): preprocess 0.95 s = 0.33x (0.52x vs pyarrow), phases read 0.58 s (pyarrow's read and
+``madvise`` is off while preprocess runs, ``apply_into`` keeps one scratch array, and the collection is gone. A
+run with pandas at 0.31 s: preprocess 0.95 s = 0.33x (0.52x vs pyarrow), phases read 0.58 s (pyarrow's read and
 moving 0.50 s), features and shards 0.18 s (the features 0.14 s on the main thread, the writes 0.05 s beside it),
 syncfs 0.06 s, statistics 0.05 s, split 0.02 s, the rest 0.08 s; floor (pyarrow read 0.49 s + 160 MB written and
 fsynced 0.11 s) 0.59 s = 0.52x. Three more runs (pandas 0.63-0.93 s, slowed by the load): 0.39-0.43x, floor 0.39-0.51x; one at load average 3
