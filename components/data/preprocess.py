@@ -706,8 +706,8 @@ def _small_pages() -> Iterator[None]:
     """numpy's large arrays without ``madvise(MADV_HUGEPAGE)`` for the time of a table's preprocess (numpy asks for
     transparent huge pages for arrays of 4 MiB or more; with the kernel's ``defrag=madvise``, the default, each
     first touch of such a page may compact memory on the faulting thread). Issue #32 item 1: on the 2-core VM the
-    main thread's CPU in the read (moving 17 columns of the benchmark's table into arrays) was 0.14-0.19 s without,
-    0.32-0.83 s with, growing from run to run as memory fragments. numpy's own switch (``NUMPY_MADVISE_HUGEPAGE``
+    main thread's CPU in the read (moving 17 columns of the benchmark's table into arrays) was 0.13-0.17 s without,
+    0.17-0.83 s with (0.32, 0.73, 0.83 in three warm runs in a row: it grows as memory fragments). numpy's own switch (``NUMPY_MADVISE_HUGEPAGE``
     at import) turned off and restored; nothing where numpy has none."""
     import numpy as np
 
