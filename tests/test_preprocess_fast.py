@@ -272,13 +272,18 @@ def _blocks_table(change: str) -> str:
     return "n,v,kind,label\n" + "\n".join(rows) + "\n"
 
 
+@pytest.mark.parametrize("threaded", [True, False], ids=["threaded", "streaming"])
 @pytest.mark.parametrize("change", ["none", "gaps", "fraction", "text", "spaces", "more rows than expected"])
 def test_the_streaming_reader_over_many_blocks_reads_what_pandas_reads(
-    change: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    change: str, threaded: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The column types come from the first block; each later block is read into the same arrays (issue #32
-    item 1: the peak memory), or the whole file is read again where a later block does not fit them."""
+    item 1: the peak memory), or the whole file is read again where a later block does not fit them; the same
+    frame whether the blocks are parsed on pyarrow's threads and then moved column by column (``THREADED``) or
+    streamed one by one."""
     import pandas as pd
+
+    monkeypatch.setattr(arrowcsv, "THREADED", threaded)
 
     path = _write(tmp_path, "t.csv", _blocks_table(change)) / "t.csv"
     with monkeypatch.context() as m:
@@ -401,6 +406,7 @@ def test_a_file_read_as_two_halves_is_the_file_read_in_one_stream(
     monkeypatch.setattr(arrowcsv, "PARALLEL_BYTES", 1 << 10)
     monkeypatch.setattr(arrowcsv, "BLOCK_BYTES", 1 << 12)  # many blocks in each half
     monkeypatch.setattr(arrowcsv, "PARALLEL", True)
+    monkeypatch.setattr(arrowcsv, "THREADED", False)  # the halves are a way of the streaming read
     split = read_table(path).frame
     assert halves == [n], "the file was read as two halves"
     monkeypatch.setattr(arrowcsv, "PARALLEL", False)
@@ -409,5 +415,7 @@ def test_a_file_read_as_two_halves_is_the_file_read_in_one_stream(
     import pandas as pd
 
     pd.testing.assert_frame_equal(split, serial)
+    monkeypatch.setattr(arrowcsv, "THREADED", True)
+    pd.testing.assert_frame_equal(read_table(path).frame, serial)
     assert split["count"].isna().sum() == len(range(5, n, 97))
     assert list(split["kind"].cat.categories)[-5:] == [f"late-{k}" for k in (1, 2, 3, 4, 0)]

@@ -265,6 +265,15 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
                     trim_memory()  # the blocks this thread freed, kept by glibc in its arena otherwise
         return at - start
 
+    if THREADED:  # the whole file parsed on pyarrow's threads, then each column moved into its array and freed
+        for j in codes:
+            values[j] = {}
+        try:
+            at = _threaded(path, fmt, read_options, parse_options, convert_options, names, kinds, numbers, codes,
+                           gaps, values, pool, pa, pc, csv, np)
+        except (_NotStreamed, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):
+            return None
+        return _frame_of(names, numbers, codes, gaps, values, at, pool, pa, pc, np, pd)
     halves = PARALLEL and os.path.getsize(path) >= PARALLEL_BYTES and not parse_options.newlines_in_values
     if halves:  # room for each half's rows and 10% more (pages never written are never resident)
         capacity = int(capacity * 1.1) + 2048
@@ -280,6 +289,14 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
             at = fill(path, read_options, 0, capacity, values, gaps, True)
         except (_NotStreamed, pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowIndexError, UnicodeDecodeError):
             return None
+    return _frame_of(names, numbers, codes, gaps, values, at, pool, pa, pc, np, pd)
+
+
+def _frame_of(names: list[str], numbers: dict[int, Any], codes: dict[int, Any], gaps: dict[int, Any],
+              values: dict[int, dict[str, int]], at: int, pool: Any, pa: Any, pc: Any, np: Any, pd: Any) -> Any:
+    """The frame of :func:`_stream`'s arrays (their first ``at`` rows): numbers as they are (an int64 column with a
+    gap as float64 with NaN there), dictionary codes as a Categorical of the values in order of first appearance
+    (or numbers, :func:`_as_numbers`)."""
     _trim()
     columns: dict[str, Any] = {}
     for j, name in enumerate(names):
@@ -298,6 +315,66 @@ def _stream(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, co
             columns[name] = column.to_pandas(memory_pool=pool)
             columns[name].name = name
     return pd.DataFrame(columns, copy=False)
+
+
+THREADED = True
+"""Read a file whose every column is typed from its sample with :func:`pyarrow.csv.read_csv` (the whole file parsed on
+pyarrow's threads), then move each column into its numpy array and free it (:func:`_threaded`), rather than block by
+block with the streaming reader, which parses on one thread (issue #32 item 1: 2 quiet cores, the benchmark's table,
+0.72 s against 1.13 s in a fresh process; the peak is the table held once, column by column, see :func:`_threaded`).
+False: the streaming reader (``tests/test_preprocess_fast.py`` reads with both)."""
+
+
+def _threaded(path: Any, fmt: CsvFormat, read_options: Any, parse_options: Any, convert_options: Any, names: list[str],
+              kinds: list[Any], numbers: dict[int, Any], codes: dict[int, Any], gaps: dict[int, Any],
+              values: dict[int, dict[str, int]], pool: Any, pa: Any, pc: Any, csv: Any, np: Any) -> int:
+    """Read the whole file typed (``convert_options``) on pyarrow's threads, then fill ``numbers`` / ``codes`` /
+    ``gaps`` / ``values`` as :func:`_stream`'s streaming read does, block by block, one column at a time, each
+    column's blocks freed once moved (and the freed memory handed back every few columns), so that a cell is held
+    twice only for the column being moved: the rows read.
+
+    Raises:
+        _NotStreamed: a header or a column type other than the sample's; pyarrow's errors (a conversion error:
+            a later cell that does not fit the sample's type).
+    """
+    table = csv.read_csv(path, read_options=read_options, parse_options=parse_options,
+                         convert_options=convert_options, memory_pool=pool)
+    if table.column_names != names or table.schema.types != kinds:
+        raise _NotStreamed
+    if fmt.header and [n.strip() for n in names] != list(fmt.header_names[: len(names)]):
+        raise _NotStreamed
+    rows = table.num_rows
+    held = table.columns
+    del table  # the list holds the only reference to each column: each is freed once moved
+    for j in range(len(held)):
+        column, held[j] = held[j], None
+        if j in numbers:
+            numbers[j] = target = np.empty(rows, dtype=numbers[j].dtype)
+            integer = pa.types.is_int64(column.type) and column.null_count > 0
+            if integer:
+                gaps[j] = gap = np.zeros(rows, dtype=bool)
+        else:
+            codes[j] = target = np.empty(rows, dtype=np.int32)
+            seen = values[j]
+        at = 0
+        for chunk in column.chunks:
+            n = len(chunk)
+            if j in numbers:
+                if integer and chunk.null_count:
+                    gap[at:at + n] = chunk.is_null().to_numpy(zero_copy_only=False)
+                    chunk = pc.fill_null(chunk, 0)
+                target[at:at + n] = chunk.to_numpy(zero_copy_only=False)  # float: NaN where missing
+            else:
+                lookup = np.array([seen.setdefault(v, len(seen)) for v in chunk.dictionary.to_pylist()] + [-1],
+                                  dtype=np.int32)
+                indices = chunk.indices
+                indices = (pc.fill_null(indices, -1) if indices.null_count else indices).to_numpy()
+                target[at:at + n] = lookup[indices]  # -1 (missing) takes the last entry
+            at += n
+        del column
+        if j % TRIM_BLOCKS == TRIM_BLOCKS - 1:
+            trim_memory()  # the moved columns' blocks, freed into the parsing threads' glibc arenas
+    return rows
 
 
 class _NotStreamed(Exception):

@@ -210,9 +210,12 @@ def sample_rows(columns: Mapping[str, Any], train_rows: np.ndarray, *, numeric: 
 _CHUNK_ROWS = 1 << 14  # rows :func:`apply_into` standardises at a time (16 numeric columns: 2 MiB of float64)
 
 
-def apply_into(fitted: FittedColumns, columns: Mapping[str, Any], rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+def apply_into(fitted: FittedColumns, columns: Mapping[str, Any], rows: np.ndarray, out: np.ndarray, *,
+               scratch: np.ndarray | None = None) -> np.ndarray:
     """The features of the table's ``rows`` (positions) written into ``out`` (float32 ``(len(rows), width)``, C
-    order, any content: it is overwritten), which is returned. Value for value what the archived
+    order, any content: it is overwritten), which is returned. ``scratch``: a float64 array of at least
+    ``len(fitted.numeric) * 16384`` entries to standardise in, kept by a caller that calls this for many pieces
+    (a new 2 MiB array each call is page-faulted in each time: issue #32 item 1); None: one is allocated. Value for value what the archived
     ColumnTransformer's ``transform`` gives: each number ``float32((x - mean) / scale)`` in float64 (a missing one
     first set to the median), each text value's 1 at its column among its column's one-hot codes (a value never
     seen in training: all zeros; a missing one: the most frequent value's), each indicator 1 where the cell is
@@ -229,7 +232,10 @@ def apply_into(fitted: FittedColumns, columns: Mapping[str, Any], rows: np.ndarr
     if numeric:
         start = starts["number"]
         block = out[:, start:start + len(numeric)]
-        buffer = np.empty((len(numeric), _CHUNK_ROWS), dtype=np.float64)  # one feature a row: contiguous
+        size = len(numeric) * _CHUNK_ROWS
+        if scratch is None or scratch.dtype != np.float64 or scratch.size < size:
+            scratch = np.empty(size, dtype=np.float64)
+        buffer = scratch.reshape(-1)[:size].reshape(len(numeric), _CHUNK_ROWS)  # one feature a row: contiguous
         with np.errstate(all="ignore"):
             for first in range(0, len(rows), _CHUNK_ROWS):  # in chunks that stay in the cache, then one copy
                 chunk = rows[first:first + _CHUNK_ROWS]

@@ -46,7 +46,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import difflib
-import gc
 import json
 import logging
 import os
@@ -283,6 +282,16 @@ def preprocess(
 
     workers = min(workers, len(files))
     read = partial(read_table, header=header, delimiter=delimiter)
+    with _small_pages():
+        return _read_and_preprocess(files, read, workers, output_dir, in_source_terms, source_uri=source_uri,
+                                    dataset_sha256=dataset_sha256, dataset_version=view.version,
+                                    parameters=parameters, shard_size=shard_size, started=started)
+
+
+def _read_and_preprocess(files: list[Any], read: Callable[..., RawTable], workers: int, output_dir: Any,
+                         in_source_terms: Callable[[str], str], *, source_uri: str, dataset_sha256: str | None,
+                         dataset_version: str | None, parameters: dict[str, Any], shard_size: int,
+                         started: float) -> PreprocessResult:
     try:
         if workers > 1:
             with process_pool(workers, preload=PRELOAD_TABLE_READERS) as pool:  # imports first, then forks (#28.13)
@@ -296,7 +305,7 @@ def preprocess(
             out,
             source_uri=source_uri,
             dataset_sha256=dataset_sha256,
-            dataset_version=view.version,
+            dataset_version=dataset_version,
             parameters=parameters,
             shard_size=shard_size,
             workers=workers,
@@ -534,8 +543,8 @@ def _preprocess_tables(
         # The table is no longer needed: freed before scikit-learn is imported to build the archived
         # transformation, so that the two are never held together (issue #32 item 1: the peak memory).
         x_of = frame = table = y_raw = col = t = None  # (col, t: the last column checked, file described)
-        tables.clear()
-        gc.collect()
+        tables.clear()  # freed by their reference counts: no gc.collect (issue #32 item 1: a full collection took
+        # 0.1 s of CPU in a warm process; the resident memory when the transformation is built was the same without it)
         trim_memory()  # glibc keeps freed heap memory (the table's columns) resident without it
         from heteroflow.components.data import tabular
 
@@ -646,8 +655,10 @@ def _fast_splits(
     few = colstats.sample_rows(columns, train_rows, numeric=numeric, text=text, indicate=indicate)
     sample = frame.take(few)[list(used)].copy()  # its own cells: the table is freed before it is used
 
+    scratch = np.empty(len(numeric) * colstats._CHUNK_ROWS, dtype=np.float64)  # one for every piece (main thread)
+
     def x_of(name: str, begin: int, end: int, out: np.ndarray) -> np.ndarray:
-        return colstats.apply_into(fitted, columns, split[name][begin:end], out)
+        return colstats.apply_into(fitted, columns, split[name][begin:end], out, scratch=scratch)
 
     return fitted, x_of, sample
 
@@ -688,6 +699,27 @@ def _reference_splits(
         return whole(name)[begin:end]
 
     return transform, tabular.fitted_of(transform), x_of
+
+
+@contextlib.contextmanager
+def _small_pages() -> Iterator[None]:
+    """numpy's large arrays without ``madvise(MADV_HUGEPAGE)`` for the time of a table's preprocess (numpy asks for
+    transparent huge pages for arrays of 4 MiB or more; with the kernel's ``defrag=madvise``, the default, each
+    first touch of such a page may compact memory on the faulting thread). Issue #32 item 1: on the 2-core VM the
+    main thread's CPU in the read (moving 17 columns of the benchmark's table into arrays) was 0.13-0.17 s without,
+    0.17-0.83 s with (0.32, 0.73, 0.83 in three warm runs in a row: it grows as memory fragments). numpy's own switch (``NUMPY_MADVISE_HUGEPAGE``
+    at import) turned off and restored; nothing where numpy has none."""
+    import numpy as np
+
+    setter = getattr(getattr(getattr(np, "_core", None), "multiarray", None), "_set_madvise_hugepage", None)
+    if setter is None:
+        yield
+        return
+    before = setter(False)
+    try:
+        yield
+    finally:
+        setter(before)
 
 
 @contextlib.contextmanager
