@@ -455,7 +455,8 @@ class Rebalancer:
     :attr:`settled` is False after a proposal that changed the shares, and after one that the noise alone held
     back (the caller re-measures soon: the new shares give the model a second point, and more steps at the same
     shares pool into a steadier median; two or three rebalances reach the balance of an affine ``t(b)``); True
-    when the shares are the best the model sees, or the change is below ``min_gain`` or does not pay.
+    when the shares are the best the model sees, or the change is below ``min_gain`` or does not pay;
+    :attr:`held` is True when the noise alone held the change back (the caller may wait longer each time).
 
     Args:
         replicas: how many replicas report.
@@ -479,6 +480,7 @@ class Rebalancer:
         self._last_move: list[int] | None = None
         self.reach = reach if reach is not None else max(1, math.ceil(global_batch / 10))
         self.settled = False
+        self.held = False
 
     def record(self, replica: int, share: int, seconds: float, first_at_share: bool = False) -> None:
         """One step of ``replica`` (see :meth:`StepTimeModel.record`)."""
@@ -494,7 +496,7 @@ class Rebalancer:
         current = list(current)
         lines = [self.model.line(r, current[r]) for r in range(len(current))]
         if any(ln is None for ln in lines):
-            self.settled = False
+            self.settled, self.held = False, False
             return current
         bounds = []
         for r in range(len(current)):
@@ -511,11 +513,11 @@ class Rebalancer:
         noise = max(self.model.noise(r, b) for r, b in enumerate(current))
         pays = (before - after) * max(0, remaining_steps) > self.setup_steps * before
         if new == current or gain <= self.min_gain or not pays:
-            self.settled = True
+            self.settled, self.held = True, False
             return current
         if gain <= min(self.max_hold, self.noise_factor * noise):  # maybe only noise: more steps at these shares first
-            self.settled = False
+            self.settled, self.held = False, True
             return current
-        self.settled = False
+        self.settled, self.held = False, False
         self._last_move = [n - c for n, c in zip(new, current)]
         return new
