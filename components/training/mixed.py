@@ -324,8 +324,9 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     torch.set_num_threads(1)
     # the cross-kind exchange's completions (the futures' callbacks of the comm hook) run on gloo's thread and
     # need the GIL: at Python's default 5 ms switch interval they waited for the training thread's Python (the
-    # hook, the loop) up to 5 ms a step; 0.5 ms cut the faster replica's exchange wait from ~0.9 s to ~0.5 s
-    # of a 3.5 s benchmark run (2 cores, load average 4.5)
+    # hook, the loop) up to 5 ms a step; 0.5 ms cut the faster replica's exchange wait from 0.86-0.90 s to
+    # 0.48-0.51 s of a 3.5 s benchmark run and raised the lower busy fraction from 71-73% to 80-81% (balanced
+    # shares, 2 runs each way, 2 cores at load average 4.5)
     sys.setswitchinterval(_SWITCH_INTERVAL)
     from heteroflow.components.training.rendezvous import backend_for
 
