@@ -15,8 +15,9 @@ same global batch (64) and the same steps in every configuration; SGD with momen
 Configurations (each a job of :mod:`heteroflow.components.training.mixed`, one worker process per replica):
 
 - **equal**: both kinds, shares 32 and 32;
-- **balanced**: both kinds, shares measured after 3 warm-up steps (equal until then; the median step, see
-  :class:`~heteroflow.components.training.shares.ShareEstimator`), then every 20 steps;
+- **balanced**: both kinds, shares measured after 3 warm-up steps (equal until then), again 3 steps after each
+  change, then every 20 steps (:class:`~heteroflow.components.training.shares.Rebalancer`: the shares that
+  equalize the replicas' measured time per step);
 - **fastest alone**: the ``gpu`` replica alone with the whole batch;
 - **topk 1%** / **powersgd rank 2**: balanced, with the cross-kind exchange compressed.
 
@@ -98,6 +99,8 @@ def _run(name: str, job: object, kinds: list[str], speeds: list[float]) -> objec
     r = run_mixed_local(job, kinds, speeds)
     print(f"  {name}: {r.loop_seconds:.2f} s, shares {r.shares}, busy {[round(b, 2) for b in r.busy_fraction]}, "
           f"throughput {[round(t) for t in r.throughput]} samples/busy s, loss {r.history[-1]['loss']:.3f}", file=sys.stderr, flush=True)
+    if len(r.shares_history) > 1:
+        print("    shares by step: " + ", ".join(f"{h['step']}: {':'.join(map(str, h['shares']))}" for h in r.shares_history), file=sys.stderr, flush=True)
     for rank, ph in enumerate(r.phase_seconds):
         print(f"    rank {rank} ({r.kinds[rank]}) phases (s): " + ", ".join(f"{k} {v:.2f}" for k, v in sorted(ph.items(), key=lambda kv: -kv[1])),
               file=sys.stderr, flush=True)

@@ -130,6 +130,8 @@ class HookState:
             throughput, and so the shares, are measured by).
         step_busy_wall: busy wall time of this step so far: compute's wall time and the simulated slow-down's
             sleep, ``(1/speed - 1)`` times that wall time (what utilization is).
+        step_hook_own: wall time of this step's hook calls that wait for no peer (the asynchronous path: scaling
+            the bucket, starting its exchange), which delays this replica's next bucket like compute does.
         clock: what measures compute for the shares: ``time.perf_counter`` (wall time, what a step waits for;
             :mod:`~heteroflow.components.training.mixed` uses it on every device), or ``time.thread_time`` (this
             thread's CPU time: steadier on a loaded machine, but blind to the compute's waits for a core).
@@ -146,6 +148,7 @@ class HookState:
     step_started: float = 0.0
     step_busy: float = 0.0
     step_busy_wall: float = 0.0
+    step_hook_own: float = 0.0
     clock: Any = time.perf_counter
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     _started_wall: float = 0.0
@@ -170,7 +173,7 @@ class HookState:
 
     def begin_step(self) -> None:
         """Mark the start of a step's compute."""
-        self.step_busy = self.step_busy_wall = 0.0
+        self.step_busy = self.step_busy_wall = self.step_hook_own = 0.0
         self._hooks = 0
         self.resume()
 
@@ -282,7 +285,9 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
         state.bytes_sent += n * 4
         cpu = buffer.detach().to("cpu")
         fut = dist.all_reduce(cpu, group=h.cross_group, async_op=True).get_future()
-        state.add_phase("exchange_cross", time.perf_counter() - t1)
+        t2 = time.perf_counter()
+        state.add_phase("exchange_cross", t2 - t1)
+        state.step_hook_own += t2 - t0
         state.resume()
         if cpu.data_ptr() == buffer.data_ptr():
             return fut.then(lambda f: f.value()[0])

@@ -31,9 +31,15 @@ Training (:func:`mixed_worker`)
     :class:`~heteroflow.components.training.shares.GlobalSampler` sliced by share, so the trajectory does not depend
     on the layout. Shares start from the step profile's throughput by kind when one is given, else equal, and are
     re-measured and rebalanced after ``warmup_steps`` steps, then every ``rebalance_every_steps`` steps or
-    ``rebalance_every_minutes`` minutes, whichever comes first (KAITIAN rebalances every 10 minutes), by
-    :class:`~heteroflow.components.training.shares.ShareEstimator` (median step, smoothed), and changed only when
-    the saving pays for the new shapes' set-up (:func:`~heteroflow.components.training.shares.worth_changing`).
+    ``rebalance_every_minutes`` minutes, whichever comes first (KAITIAN rebalances every 10 minutes), and again
+    ``warmup_steps`` steps after a change (until a rebalance keeps the shares; after one the measurements' noise
+    held back, twice the last gap), by
+    :class:`~heteroflow.components.training.shares.Rebalancer`: shares that equalize each replica's measured time
+    per step before its gradients are all out (sampling, compute over the speed, the hook's own calls), from a
+    line ``t(b) = a + c * b`` per replica through its measurements (at a small share a replica's time per sample
+    is higher: shares proportional to throughput over-assign the slower kind), changed only when the saving is
+    above the measurements' noise and pays for the new shapes' set-up. The reported throughput is
+    :class:`~heteroflow.components.training.shares.ShareEstimator`'s (median step, smoothed).
     No collective runs per step besides the gradient exchange and, once half the steps the minutes take at the
     last measurement's pace have passed, rank 0's asynchronous one-value broadcast of "due" (overlapping the
     optimizer's step; steps more than twice as slow as measured can trigger late, at most by the steps' rule): each rank keeps its own
@@ -93,6 +99,7 @@ _POD_ENV = "HETEROFLOW_MIXED_POD"  # "1": the agent joined a rendezvous hosted e
 DEVICE_ENV = "HETEROFLOW_MIXED_DEVICE"
 _CHECKPOINT = "mixed-checkpoint.pt"
 _CURRENT_STEP = [0]  # optimizer steps done by this replica (a drop record names it)
+_SWITCH_INTERVAL = 0.0005  # seconds: the replicas' GIL switch interval (see _train)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -290,10 +297,12 @@ def _bucket_mb(model: Any) -> float:
     return min(25.0, max(0.1, grad_bytes / 4 / 2**20))
 
 
-def _estimate(estimator: Any, window: list[tuple[float, int, bool]], world: int, seconds: float = 0.0) -> tuple[list[float], float]:
-    """Every rank's timed steps since the last measurement (one collective), into ``estimator``: the
-    throughput by rank (samples per busy second) and rank 0's ``seconds`` (its wall time since the last
-    measurement); every rank gets the same."""
+def _estimate(estimator: Any, window: list[tuple[float, int, bool, float]], world: int, seconds: float = 0.0,
+              rebalancer: Any = None) -> tuple[list[float], float]:
+    """Every rank's timed steps since the last measurement (one collective), into ``estimator`` (busy seconds,
+    samples) and ``rebalancer`` (share, seconds until the replica's gradients are all out): the throughput by
+    rank (samples per busy second) and rank 0's ``seconds`` (its wall time since the last measurement); every
+    rank gets the same."""
     import torch.distributed as dist
 
     windows: list[Any] = [None] * world
@@ -302,8 +311,10 @@ def _estimate(estimator: Any, window: list[tuple[float, int, bool]], world: int,
     else:
         windows = [(window, seconds)]
     for r, (w, _) in enumerate(windows):
-        for busy, samples, first in w:
+        for busy, samples, first, ready in w:
             estimator.record(r, busy, samples, first)
+            if rebalancer is not None:
+                rebalancer.record(r, samples, ready, first)
     return estimator.estimate(), float(windows[0][1])
 
 
@@ -315,10 +326,16 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     from heteroflow.components.core.failures import fault_after_steps
     from heteroflow.components.training.hierarchy import Hierarchy, HookState, hierarchical_hook
     from heteroflow.components.training.loop import _to_cpu
-    from heteroflow.components.training.shares import GlobalSampler, ShareEstimator, SlowDown, shares_from_throughput, worth_changing
+    from heteroflow.components.training.shares import GlobalSampler, Rebalancer, ShareEstimator, SlowDown, shares_from_throughput
 
     torch.set_num_threads(1)
     from heteroflow.components.devices import DeviceKind, for_torch_device_type, host_kind
+    # the cross-kind exchange's completions (the futures' callbacks of the comm hook) run on gloo's thread and
+    # need the GIL: at Python's default 5 ms switch interval they waited for the training thread's Python (the
+    # hook, the loop) up to 5 ms a step; 0.5 ms cut the faster replica's exchange wait from 0.86-0.90 s to
+    # 0.48-0.51 s of a 3.5 s benchmark run and raised the lower busy fraction from 71-73% to 80-81% (balanced
+    # shares, 2 runs each way, 2 cores at load average 4.5)
+    sys.setswitchinterval(_SWITCH_INTERVAL)
     from heteroflow.components.training.rendezvous import backend_for
 
     # the replica's device: its kind's device at the local rank (a simulated kind's replica runs on the host;
@@ -363,7 +380,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
 
     shares_history = [{"step": start, "shares": list(shares), "throughput": [], "why": "start"}]
     estimator = ShareEstimator(world)
-    window: list[tuple[float, int, bool]] = []  # this rank's timed steps since the last measurement
+    rebalancer = Rebalancer(world, job.global_batch)
+    window: list[tuple[float, int, bool, float]] = []  # this rank's timed steps since the last measurement
     busy_wall = 0.0  # this rank's busy wall time (utilization)
     losses: list[Any] = []  # this rank's share-weighted loss per step (tensors: no host sync per step)
     warm_until = start + 1 + max(1, job.warmup_steps)  # the first step is not timed
@@ -377,13 +395,15 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     # take at the last measurement's pace; before the first measurement (the warm-up) the minutes do not count
     poll_from: int | None = None
     measured_at = start
+    gap = 1 + max(1, job.warmup_steps)  # steps between share measurements (see below)
     step = start
     for step in range(start, total):
         t_sample = time.perf_counter()
         idx = sampler.part(step, state.shares, rank)
         x, y = _collate(dataset, idx)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
-        phase("sample", time.perf_counter() - t_sample)
+        sample_wall = time.perf_counter() - t_sample
+        phase("sample", sample_wall)
         state.begin_step()
         out = ddp(x)
         loss = loss_fn(out, y)
@@ -405,7 +425,9 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         busy_wall += state.step_busy_wall + update_wall
         losses.append(loss.detach() * state.weight())
         if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
-            window.append((state.step_busy, len(idx), first_at_share))
+            # for the shares: what this replica's part of the step takes before its gradients are all out (what
+            # the others wait for): sampling, compute over the speed, the hook's own calls
+            window.append((state.step_busy, len(idx), first_at_share, sample_wall + state.step_busy + state.step_hook_own))
             first_at_share = False
         _CURRENT_STEP[0] = done
         t_rebalance = time.perf_counter()
@@ -417,19 +439,28 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
             elif world == 1 and done >= warm_until:
                 due = due or time.perf_counter() - last_rebalance_time >= job.rebalance_every_minutes * 60
             if due:
-                throughput, seconds = _estimate(estimator, window, world, time.perf_counter() - last_rebalance_time)
+                throughput, seconds = _estimate(estimator, window, world, time.perf_counter() - last_rebalance_time, rebalancer)
                 window = []
                 step_seconds_now = seconds / max(1, done - measured_at)
                 poll_from = done + (int(0.5 * job.rebalance_every_minutes * 60 / step_seconds_now) if step_seconds_now > 0 else 0)
                 measured_at = done
-                new = shares_from_throughput(job.global_batch, throughput)
-                if not worth_changing(state.shares, new, throughput, total - done):
-                    new = list(state.shares)
+                # shares that equalize the replicas' measured time per step (a line per replica through its
+                # measurements; hysteresis against noise): after a change, measure again after the warm-up's
+                # steps (the second share gives the line its slope), else after rebalance_every_steps
+                new = rebalancer.propose(state.shares, total - done)
                 first_at_share = new[rank] != state.shares[rank]
                 state.shares = new
                 shares_history.append({"step": done, "shares": list(new), "throughput": [round(t, 1) for t in throughput], "why": "measured"})
                 last_rebalance_time = time.perf_counter()
-                next_measure = done + job.rebalance_every_steps
+                # after a change, the warm-up's steps (and the first at the new shares); after a hold for noise,
+                # twice the last gap (each measurement costs a collective); else rebalance_every_steps
+                if rebalancer.settled:
+                    gap = job.rebalance_every_steps
+                elif rebalancer.held:
+                    gap = min(job.rebalance_every_steps, 2 * gap)
+                else:
+                    gap = min(job.rebalance_every_steps, 1 + max(1, job.warmup_steps))
+                next_measure = done + gap
         t_ckpt = time.perf_counter()
         phase("rebalance", t_ckpt - t_rebalance)
         if ckpt is not None and done % job.checkpoint_every_steps == 0 and done < total:

@@ -33,7 +33,7 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["GlobalSampler", "ShareEstimator", "SlowDown", "shares_from_throughput", "step_seconds", "worth_changing", "simulated_speeds", "equal_shares", "utilization"]
+__all__ = ["GlobalSampler", "Rebalancer", "ShareEstimator", "SlowDown", "StepTimeModel", "balanced_shares", "shares_from_throughput", "step_seconds", "worth_changing", "simulated_speeds", "equal_shares", "utilization"]
 
 
 def simulated_speeds(environ: Mapping[str, str] | None = None) -> dict[str, float]:
@@ -249,20 +249,275 @@ class GlobalSampler:
 
 class SlowDown:
     """A simulated kind at ``speed`` (0, 1]: :meth:`pause` after a compute of ``seconds`` sleeps
-    ``(1/speed - 1) * seconds``; :attr:`busy_seconds` adds both (the device's busy time)."""
+    ``(1/speed - 1) * seconds``; :attr:`busy_seconds` adds both (the device's busy time).
+
+    ``time.sleep`` overshoots (the kernel's timer slack and the wake-up: 0.1-0.5 ms a call on the 2-core
+    machine, a few hundred calls a run), which would make the kind slower than ``speed``; each sleep is shortened
+    by what the earlier ones overshot, so the total sleep stays ``(1/speed - 1)`` times the total compute
+    (:attr:`slept_seconds` against :attr:`planned_seconds`)."""
 
     def __init__(self, speed: float = 1.0) -> None:
         if not 0 < speed <= 1:
             raise InvalidParameter(f"speed={speed!r}; valid: a number in (0, 1]")
         self.speed = speed
         self.busy_seconds = 0.0
+        self.planned_seconds = 0.0
+        self.slept_seconds = 0.0
 
     def pause(self, compute_seconds: float) -> float:
-        """Sleep for the slower kind's extra time after ``compute_seconds`` of compute; returns the busy time
-        of this compute (compute plus the sleep)."""
+        """Sleep for the slower kind's extra time after ``compute_seconds`` of compute (less what earlier sleeps
+        overshot); returns the busy time of this compute (compute plus the extra time)."""
         extra = compute_seconds * (1.0 / self.speed - 1.0)
         if extra > 0:
-            time.sleep(extra)
+            self.planned_seconds += extra
+            due = self.planned_seconds - self.slept_seconds
+            if due > 0:
+                t0 = time.perf_counter()
+                time.sleep(due)
+                self.slept_seconds += time.perf_counter() - t0
         busy = compute_seconds + extra
         self.busy_seconds += busy
         return busy
+
+
+# --- shares that equalize the measured step time (a feedback rebalance) --------------------------------------
+
+
+def balanced_shares(global_batch: int, lines: Sequence[tuple[float, float]],
+                    bounds: Sequence[tuple[int, int]] | None = None) -> list[int]:
+    """Integer shares of ``global_batch`` that minimise the slowest replica's predicted step time
+    ``max_r (a_r + c_r * b_r)`` (seconds), each ``b_r >= 1``, summing to ``global_batch``.
+
+    Every replica starts at one sample and each further sample goes to the replica whose step would then end
+    first (smallest ``a_r + c_r * (b_r + 1)``; ties to the lower rank). For step times that grow with the share
+    this greedy rule is optimal for the makespan (each sample is placed where it raises the maximum least).
+
+    Args:
+        global_batch: samples per optimizer step, >= number of replicas.
+        lines: ``(a_r, c_r)`` per replica: fixed seconds per step and seconds per sample (``c_r > 0``; a
+            non-finite or non-positive ``c_r`` counts as the largest positive one given, or 1.0 when none is).
+        bounds: ``(lowest, highest)`` share per replica (ignored when no split of ``global_batch`` fits them).
+
+    Raises:
+        InvalidParameter: no replicas, or fewer samples than replicas.
+    """
+    n = len(lines)
+    if n == 0:
+        raise InvalidParameter("lines is empty; valid: one (fixed seconds, seconds per sample) pair per replica")
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
+        raise InvalidParameter(f"batch_size={global_batch!r} is smaller than the {n} replicas; valid: an integer >= {n} (each replica takes at least one sample)")
+    good = [c for _, c in lines if math.isfinite(c) and c > 0]
+    worst = max(good) if good else 1.0
+    a = [x if math.isfinite(x) else 0.0 for x, _ in lines]
+    c = [y if math.isfinite(y) and y > 0 else worst for _, y in lines]
+    lo, hi = [1] * n, [global_batch] * n
+    if bounds is not None and len(bounds) == n:
+        blo, bhi = [max(1, int(x)) for x, _ in bounds], [min(global_batch, int(y)) for _, y in bounds]
+        if all(x <= y for x, y in zip(blo, bhi)) and sum(blo) <= global_batch <= sum(bhi):
+            lo, hi = blo, bhi
+    shares = list(lo)
+    for _ in range(global_batch - sum(shares)):
+        i = min((i for i in range(n) if shares[i] < hi[i]), key=lambda i: (a[i] + c[i] * (shares[i] + 1), i))
+        shares[i] += 1
+    return shares
+
+
+class StepTimeModel:
+    """Each replica's busy time per step as a function of its share, ``t_r(b) = a_r + c_r * b`` (seconds),
+    fit from the steps it measured.
+
+    Why not throughput alone: shares proportional to measured samples per second assume ``a_r = 0``; a step
+    has a part that does not shrink with the share (Python and autograd overhead per layer, kernel launches, the
+    hook's calls per bucket) and small batches use a core less well, so a replica measured at a large share is
+    predicted too fast at a small one. Measured on 2 cores for the benchmark's CNN: the slower kind's time per
+    sample at its ~20-sample share was 18-33% above its time at 32, and shares from throughput over-assigned it.
+
+    The fit (:meth:`line`): per replica, the median time of the steps at each share it ran (a median: a step
+    slowed by another process moves it little); the slope ``c_r`` is the least-squares slope over those medians,
+    weighted by their step counts, when two or more shares were measured, else ``t/b`` of the one share (the
+    proportional model: the first rebalance is the throughput one). The line is then anchored at the median of
+    the share given (the current one), so it goes through the latest measurement; repeated rebalancing is a
+    secant iteration that settles where the measured times are equal, whatever the true ``t_r(b)`` (convex,
+    affine, noisy). The slope is kept within ``[0.25, 1.5]`` times ``t/b`` at the anchor (a fixed part of at most
+    75% of the step; a per-sample cost at most 1.5x the mean one), so a noisy pair of nearby shares cannot send
+    the shares far off.
+
+    Args:
+        replicas: how many replicas report.
+        memory: steps kept per replica (the oldest go first: the machine's load drifts).
+
+    Raises:
+        InvalidParameter: ``replicas`` < 1 or ``memory`` < 1.
+    """
+
+    SLOPE_RANGE = (0.25, 1.5)
+
+    def __init__(self, replicas: int, memory: int = 64) -> None:
+        if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
+            raise InvalidParameter(f"replicas={replicas!r}; valid: an integer >= 1")
+        if isinstance(memory, bool) or not isinstance(memory, int) or memory < 1:
+            raise InvalidParameter(f"memory={memory!r}; valid: an integer >= 1")
+        from collections import deque
+
+        self.replicas, self.memory = replicas, memory
+        self._steps: list[deque[tuple[int, float]]] = [deque(maxlen=memory) for _ in range(replicas)]
+
+    def record(self, replica: int, share: int, seconds: float, first_at_share: bool = False) -> None:
+        """One step of ``replica`` at ``share`` samples that kept it busy ``seconds``. A step that is the first at
+        a new share (new tensor shapes: the kernels' one-off set-up) or is not a positive finite time is left
+        out."""
+        if first_at_share or share < 1 or not (math.isfinite(seconds) and seconds > 0):
+            return
+        self._steps[replica].append((int(share), float(seconds)))
+
+    def medians(self, replica: int) -> dict[int, tuple[float, int]]:
+        """``{share: (median seconds, steps)}`` of ``replica``'s kept steps."""
+        import statistics
+
+        by: dict[int, list[float]] = {}
+        for b, t in self._steps[replica]:
+            by.setdefault(b, []).append(t)
+        return {b: (statistics.median(ts), len(ts)) for b, ts in by.items()}
+
+    def line(self, replica: int, at: int | None = None) -> tuple[float, float] | None:
+        """``(a_r, c_r)`` of ``replica`` anchored at share ``at`` (the most measured share when ``at`` has no
+        step, or is None); None when the replica has no step."""
+        med = self.medians(replica)
+        if not med:
+            return None
+        b0 = at if at in med else max(med, key=lambda b: (med[b][1], b))
+        t0 = med[b0][0]
+        proportional = t0 / b0
+        c = proportional
+        if len(med) >= 2:
+            w = [n for _, n in med.values()]
+            bs = list(med)
+            ts = [t for t, _ in med.values()]
+            wsum = sum(w)
+            bbar = sum(wi * bi for wi, bi in zip(w, bs)) / wsum
+            tbar = sum(wi * ti for wi, ti in zip(w, ts)) / wsum
+            sxx = sum(wi * (bi - bbar) ** 2 for wi, bi in zip(w, bs))
+            if sxx > 0:
+                c = sum(wi * (bi - bbar) * (ti - tbar) for wi, bi, ti in zip(w, bs, ts)) / sxx
+            lo, hi = self.SLOPE_RANGE
+            c = min(hi * proportional, max(lo * proportional, c))
+        return t0 - c * b0, c
+
+    def shares_seen(self, replica: int) -> list[int]:
+        """The distinct shares of ``replica``'s kept steps, ascending."""
+        return sorted({b for b, _ in self._steps[replica]})
+
+    def noise(self, replica: int, share: int) -> float:
+        """The relative standard error of ``replica``'s median step time at ``share`` (0-1; 1.0 with fewer than
+        two steps): ``1.25 * 1.48 * MAD / median / sqrt(n)`` (the median's standard error for normal noise, from
+        the median absolute deviation)."""
+        import statistics
+
+        ts = [t for b, t in self._steps[replica] if b == share]
+        if len(ts) < 2:
+            return 1.0
+        m = statistics.median(ts)
+        mad = statistics.median(abs(t - m) for t in ts)
+        return min(1.0, 1.2533 * 1.4826 * mad / m / math.sqrt(len(ts))) if m > 0 else 1.0
+
+    def predict(self, shares: Sequence[int], at: Sequence[int] | None = None) -> list[float]:
+        """Predicted busy seconds per step of each replica at ``shares`` (lines anchored at ``at``, default
+        ``shares``; inf for a replica with no step)."""
+        anchors = list(at) if at is not None else list(shares)
+        out = []
+        for r, b in enumerate(shares):
+            ln = self.line(r, anchors[r])
+            out.append(ln[0] + ln[1] * b if ln is not None else math.inf)
+        return out
+
+
+class Rebalancer:
+    """Shares that equalize each replica's measured busy time per step (a feedback rebalance), with hysteresis.
+
+    Each step every replica :meth:`record` s its share and busy seconds (compute, the slow-down, sampling: what
+    the others wait for); :meth:`propose` fits :class:`StepTimeModel` lines anchored at the current shares and
+    returns :func:`balanced_shares` of them, or the current shares when the change does not pay:
+
+    - the predicted slowest step must shrink by more than ``min_gain`` and, unless it shrinks by more than
+      ``max_hold``, by more than ``noise_factor`` times the measurements' relative standard error at the
+      current shares (:meth:`StepTimeModel.noise`): a neighbour that only looks better by noise is not taken,
+      so shares do not flip between 43:21 and 44:20 (the steps at one share pool across windows, so the error
+      shrinks the longer shares stay), while a large imbalance (equal shares for speeds 2:1: a third of the
+      step) is corrected at once even on a loaded machine;
+    - the saving over the ``remaining_steps`` must exceed ``setup_steps`` steps' time (a new batch shape sets
+      up its kernels once: :func:`worth_changing`);
+    - once a replica has a slope (two shares measured), its new share stays within ``reach`` samples (default a
+      tenth of the global batch) of the shares it ran: a line is trusted near its points, so a noisy slope
+      cannot throw the shares far; the first rebalance, with one share measured, is the throughput rule's;
+    - a change back against the previous one (the load drifted between two measurements, or one was noisy)
+      goes at most half as far as the previous one went, so two such measurements bisect rather than flip.
+
+    :attr:`settled` is False after a proposal that changed the shares, and after one that the noise alone held
+    back (the caller re-measures soon: the new shares give the model a second point, and more steps at the same
+    shares pool into a steadier median; two or three rebalances reach the balance of an affine ``t(b)``); True
+    when the shares are the best the model sees, or the change is below ``min_gain`` or does not pay;
+    :attr:`held` is True when the noise alone held the change back (the caller may wait longer each time).
+
+    Args:
+        replicas: how many replicas report.
+        global_batch: samples per optimizer step.
+        setup_steps / noise_factor / min_gain / max_hold / reach: the hysteresis above.
+        memory: steps kept per replica (:class:`StepTimeModel`).
+
+    Raises:
+        InvalidParameter: bad counts or a non-positive factor.
+    """
+
+    def __init__(self, replicas: int, global_batch: int, *, setup_steps: float = 1.0, noise_factor: float = 2.0,
+                 min_gain: float = 0.01, max_hold: float = 0.1, memory: int = 64, reach: int | None = None) -> None:
+        if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < replicas:
+            raise InvalidParameter(f"batch_size={global_batch!r} is smaller than the {replicas} replicas; valid: an integer >= {replicas}")
+        if noise_factor < 0 or min_gain < 0 or setup_steps < 0 or max_hold < 0:
+            raise InvalidParameter(f"setup_steps={setup_steps!r}, noise_factor={noise_factor!r}, min_gain={min_gain!r}; valid: numbers >= 0")
+        self.model = StepTimeModel(replicas, memory)
+        self.global_batch, self.setup_steps, self.noise_factor, self.min_gain = global_batch, setup_steps, noise_factor, min_gain
+        self.max_hold = max_hold
+        self._last_move: list[int] | None = None
+        self.reach = reach if reach is not None else max(1, math.ceil(global_batch / 10))
+        self.settled = False
+        self.held = False
+
+    def record(self, replica: int, share: int, seconds: float, first_at_share: bool = False) -> None:
+        """One step of ``replica`` (see :meth:`StepTimeModel.record`)."""
+        self.model.record(replica, share, seconds, first_at_share)
+
+    def throughput(self, shares: Sequence[int]) -> list[float]:
+        """Samples per busy second of each replica at ``shares`` as the model predicts them (0.0 where it has no
+        step)."""
+        return [b / t if math.isfinite(t) and t > 0 else 0.0 for b, t in zip(shares, self.model.predict(shares))]
+
+    def propose(self, current: Sequence[int], remaining_steps: int) -> list[int]:
+        """The shares for the next steps (``current`` when no change pays; see the class docstring)."""
+        current = list(current)
+        lines = [self.model.line(r, current[r]) for r in range(len(current))]
+        if any(ln is None for ln in lines):
+            self.settled, self.held = False, False
+            return current
+        bounds = []
+        for r in range(len(current)):
+            seen = self.model.shares_seen(r)
+            bounds.append((seen[0] - self.reach, seen[-1] + self.reach) if len(seen) >= 2 else (1, self.global_batch))
+        new = balanced_shares(self.global_batch, lines, bounds)  # type: ignore[arg-type]
+        last = self._last_move
+        if last is not None and sum((n - c) * m for n, c, m in zip(new, current, last)) < 0:  # back against the last move
+            half = [(abs(m) + 1) // 2 for m in last]
+            new = balanced_shares(self.global_batch, lines, [(max(lo, c - h), min(hi, c + h)) for (lo, hi), c, h in zip(bounds, current, half)])  # type: ignore[arg-type]
+        before = max(a + c * b for (a, c), b in zip(lines, current))  # type: ignore[misc]
+        after = max(a + c * b for (a, c), b in zip(lines, new))  # type: ignore[misc]
+        gain = (before - after) / before if before > 0 else 0.0
+        noise = max(self.model.noise(r, b) for r, b in enumerate(current))
+        pays = (before - after) * max(0, remaining_steps) > self.setup_steps * before
+        if new == current or gain <= self.min_gain or not pays:
+            self.settled, self.held = True, False
+            return current
+        if gain <= min(self.max_hold, self.noise_factor * noise):  # maybe only noise: more steps at these shares first
+            self.settled, self.held = False, True
+            return current
+        self.settled, self.held = False, False
+        self._last_move = [n - c for n, c in zip(new, current)]
+        return new
