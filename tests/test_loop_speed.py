@@ -444,3 +444,29 @@ def test_compile_availability_names_what_is_missing(monkeypatch: pytest.MonkeyPa
         assert why == "no C++ compiler for torch.compile's CPU kernels (set CXX or install g++)"
     else:
         assert why == "torch.compile does not support this Python or platform"
+
+
+class _Strategy(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    draws_random = False
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, str]:
+        import torch.multiprocessing
+
+        return torch.full((3,), float(i)), torch.multiprocessing.get_sharing_strategy()
+
+
+def test_workers_hand_batches_over_by_file_name_and_leave_the_training_process_setting() -> None:
+    import torch.multiprocessing
+
+    before = torch.multiprocessing.get_sharing_strategy()
+    loader = make_loader(_Strategy(), batch_size=4, seed=1, shuffle=True, num_workers=2, device=torch.device("cpu"))
+    loader.batch_sampler.set_epoch(0)
+    got = list(loader)
+    assert {s for _, strategies in got for s in strategies} == {"file_system"}  # set in each worker
+    assert torch.multiprocessing.get_sharing_strategy() == before  # not in this process
+    plain = make_loader(_Strategy(), batch_size=4, seed=1, shuffle=True, num_workers=0, device=torch.device("cpu"))
+    plain.batch_sampler.set_epoch(0)
+    assert [x.tolist() for x, _ in got] == [x.tolist() for x, _ in plain]  # the same batches, in the same order

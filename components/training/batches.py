@@ -122,7 +122,29 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
         persistent_workers=num_workers > 0,
         generator=torch.Generator().manual_seed(seed),
         multiprocessing_context=worker_context(PRELOAD_DATALOADER) if num_workers > 0 else None,  # imports first (#28.13)
+        worker_init_fn=_worker_init if num_workers > 0 else None,
     )
+
+
+WORKER_SHARING_STRATEGY: str | None = "file_system"
+"""How a DataLoader worker of :func:`make_loader` hands its batches' shared memory to the training process
+(``torch.multiprocessing.set_sharing_strategy``, set in the worker only: the training process's own setting is
+left as it is; ``None``: torch's default, ``file_descriptor`` on Linux). With ``file_descriptor`` the training
+process fetches every tensor's descriptor from a thread of the worker (``multiprocessing.resource_sharer``: a
+socket connection and an HMAC challenge each way per tensor, two per batch), and waits while that thread waits
+for a core: a profile of #32's benchmark on a busy 2-core machine put 0.9 s of a 5.6 s epoch there.
+``file_system`` names the memory by a file in ``/dev/shm`` that torch's ``torch_shm_manager`` removes when the
+last process using it goes, even after a crash (torch's multiprocessing notes). A quiet 2-core machine, 200
+batches of 32 float32 3x80x80 crops through a queue: the training process's CPU per batch 1.2 ms instead of
+1.6-2.1 ms, the worker's 2.5-2.9 ms instead of 2.9-3.5 ms."""
+
+
+def _worker_init(worker_id: int) -> None:
+    """Each :func:`make_loader` worker's set-up: :data:`WORKER_SHARING_STRATEGY`."""
+    import torch.multiprocessing
+
+    if WORKER_SHARING_STRATEGY in torch.multiprocessing.get_all_sharing_strategies():
+        torch.multiprocessing.set_sharing_strategy(WORKER_SHARING_STRATEGY)
 
 
 GATHER_BYTES = 16 * 2**20
