@@ -19,7 +19,7 @@
    of one :meth:`Checkpoint.save` of the MLP with its Adam state.
 4. **loading overlapped with compute**: a dataset factory reading RGB PNG files (96x96 noise, one Pillow decode
    each) with a random 80x80 crop and a random horizontal flip, and a small CNN whose step costs about what
-   loading its batch does (0.6x on a quiet 2-core machine). 6,000 files, 188 batches of 32, one epoch
+   loading its batch does (0.6x on a quiet 2-core machine). 12,000 files, 375 batches of 32, one epoch
    (:data:`OVERLAP_PER_CLASS`). *load alone*: one pass of heteroflow's loader with 0 workers and no model;
    *compute alone*: the same steps (forward, backward, Adam) on those batches already in memory, one torch
    thread; *wall*: train with ``loader_workers=-1`` (its choice printed; the probe batches, worker start-up and
@@ -113,9 +113,11 @@ class PngCrops:
 
 
 PNG_ROOT_ENV = "HETEROFLOW_BENCH_PNG_ROOT"
-OVERLAP_PER_CLASS, OVERLAP_BATCH = 1500, 32
-"""Section 4's size: 4 classes of 1,500 files, 188 batches of 32 (on a quiet 2-core machine about 1.5 s of loading
-alone, so the workers' start-up, tens of ms, is a few % of it, as in a real epoch; 500 a class made it a tenth)."""
+OVERLAP_PER_CLASS, OVERLAP_BATCH = 3000, 32
+"""Section 4's size: 4 classes of 3,000 files, 375 batches of 32 (on a quiet 2-core machine about 2.6 s of loading
+alone, of the order of the issue's example line, 4.1 s; 1,500 a class gave 1.3 s, where the probe batches loaded
+in the training process, the workers' start-up and the last batches' drain were a tenth of the wall; 500 a class
+made it a third)."""
 
 
 def png_crops(split: str) -> PngCrops | None:
