@@ -47,6 +47,12 @@ chosen, best-of lines 44% and 61%, each repeat's own 44-59%. That machine was sa
 (``/proc/sys/kernel/sched_autogroup_enabled`` = 1): the training and its workers share one session's share, what
 load alone got, so the ratio there cannot pass about max(load, compute) / (load + compute), 62% for those
 figures, whatever the loader does; the target is for a quiet machine.
+#32 item 3 (this branch): the worker-count choice counts passing a batch over (printed: 2.34 MiB, 3.4 ms), the
+workers hand batches over by file name (``file_system``), 12,000 files. Under the bench lock at load average
+5-7 (other sessions' work, not quiet): best-of lines 83% (repeats 108%, 67%, 75%) and 137% (84%, 94%, 144%;
+load alone 19 s instead of about 2.6 s: the baselines were disturbed more than the training), 2 workers chosen
+each time. A cProfile of the training process, same load: receiving 189 batches took 1.17 s with descriptors
+(0.92 s of it fetching them from the workers' resource_sharer threads), 0.78 s by file name.
 After #32 item 2 (in-memory batches gathered a chunk at a time, one loss wait per epoch, validation in one
 batch under inference_mode), three runs at load 8-13: interleaved epochs 1.05-1.08x validation off, 1.04-1.06x
 both validating (main before it, same harness: 0.99x and 0.96x); whole runs 0.85-1.24x and 0.81-1.00x (best of

@@ -256,7 +256,9 @@ RECEIVE_SECONDS = 1.5e-3
 """What the training process pays to receive one batch from a worker, seconds: unpickling it, fetching each
 tensor's file descriptor from the worker (``multiprocessing.resource_sharer``: a connection and an authentication
 per tensor) and mapping the memory. Measured (#32): +1.5 ms a batch in the same run as
-:data:`SHARED_COLLATE_SECONDS_PER_BYTE`; about the same for a batch a quarter the size (uint8), so a fixed cost."""
+:data:`SHARED_COLLATE_SECONDS_PER_BYTE`; about the same for a batch a quarter the size (uint8), so a fixed cost.
+Both were measured with torch's ``file_descriptor`` strategy; :data:`WORKER_SHARING_STRATEGY` costs less (about
+a third less here), so the model errs towards fewer workers."""
 
 
 def batch_bytes(batch: Any) -> int:
