@@ -50,8 +50,9 @@ figures, whatever the loader does; the target is for a quiet machine.
 #32 item 3 (this branch): the worker-count choice counts passing a batch over (printed: 2.34 MiB, 3.4 ms), the
 workers hand batches over by file name (``file_system``), 12,000 files. Under the bench lock at load average
 5-7 (other sessions' work, not quiet): best-of lines 83% (repeats 108%, 67%, 75%) and 137% (84%, 94%, 144%;
-load alone 19 s instead of about 2.6 s: the baselines were disturbed more than the training), 2 workers chosen
-each time. A cProfile of the training process, same load: receiving 189 batches took 1.17 s with descriptors
+load alone 19 s instead of about 2.6 s: the baselines were disturbed more than the training), then 67% (load 3.9 s,
+compute 2.4 s, wall 5.8 s; repeats 66%, 74%, 56%), 2 workers chosen each time: the target is not met. Per batch
+that run's wall was 15.5 ms against a cores bound of (10.4 + 6.4 + 3.4 transfer) / 2 = 10.1 ms. A cProfile of the training process, same load: receiving 189 batches took 1.17 s with descriptors
 (0.92 s of it fetching them from the workers' resource_sharer threads), 0.78 s by file name.
 After #32 item 2 (in-memory batches gathered a chunk at a time, one loss wait per epoch, validation in one
 batch under inference_mode), three runs at load 8-13: interleaved epochs 1.05-1.08x validation off, 1.04-1.06x
