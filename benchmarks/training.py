@@ -19,7 +19,7 @@
    of one :meth:`Checkpoint.save` of the MLP with its Adam state.
 4. **loading overlapped with compute**: a dataset factory reading RGB PNG files (96x96 noise, one Pillow decode
    each) with a random 80x80 crop and a random horizontal flip, and a small CNN whose step costs about what
-   loading its batch does (0.6x on a quiet 2-core machine). 6,000 files, 188 batches of 32, one epoch
+   loading its batch does (0.6x on a quiet 2-core machine). 12,000 files, 375 batches of 32, one epoch
    (:data:`OVERLAP_PER_CLASS`). *load alone*: one pass of heteroflow's loader with 0 workers and no model;
    *compute alone*: the same steps (forward, backward, Adam) on those batches already in memory, one torch
    thread; *wall*: train with ``loader_workers=-1`` (its choice printed; the probe batches, worker start-up and
@@ -47,6 +47,13 @@ chosen, best-of lines 44% and 61%, each repeat's own 44-59%. That machine was sa
 (``/proc/sys/kernel/sched_autogroup_enabled`` = 1): the training and its workers share one session's share, what
 load alone got, so the ratio there cannot pass about max(load, compute) / (load + compute), 62% for those
 figures, whatever the loader does; the target is for a quiet machine.
+#32 item 3 (this branch): the worker-count choice counts passing a batch over (printed: 2.34 MiB, 3.4 ms), the
+workers hand batches over by file name (``file_system``), 12,000 files. Under the bench lock at load average
+5-7 (other sessions' work, not quiet): best-of lines 83% (repeats 108%, 67%, 75%) and 137% (84%, 94%, 144%;
+load alone 19 s instead of about 2.6 s: the baselines were disturbed more than the training), then 67% (load 3.9 s,
+compute 2.4 s, wall 5.8 s; repeats 66%, 74%, 56%), 2 workers chosen each time: the target is not met. Per batch
+that run's wall was 15.5 ms against a cores bound of (10.4 + 6.4 + 3.4 transfer) / 2 = 10.1 ms. A cProfile of the training process, same load: receiving 189 batches took 1.17 s with descriptors
+(0.92 s of it fetching them from the workers' resource_sharer threads), 0.78 s by file name.
 After #32 item 2 (in-memory batches gathered a chunk at a time, one loss wait per epoch, validation in one
 batch under inference_mode), three runs at load 8-13: interleaved epochs 1.05-1.08x validation off, 1.04-1.06x
 both validating (main before it, same harness: 0.99x and 0.96x); whole runs 0.85-1.24x and 0.81-1.00x (best of
@@ -113,9 +120,11 @@ class PngCrops:
 
 
 PNG_ROOT_ENV = "HETEROFLOW_BENCH_PNG_ROOT"
-OVERLAP_PER_CLASS, OVERLAP_BATCH = 1500, 32
-"""Section 4's size: 4 classes of 1,500 files, 188 batches of 32 (on a quiet 2-core machine about 1.5 s of loading
-alone, so the workers' start-up, tens of ms, is a few % of it, as in a real epoch; 500 a class made it a tenth)."""
+OVERLAP_PER_CLASS, OVERLAP_BATCH = 3000, 32
+"""Section 4's size: 4 classes of 3,000 files, 375 batches of 32 (on a quiet 2-core machine about 2.6 s of loading
+alone, of the order of the issue's example line, 4.1 s; 1,500 a class gave 1.3 s, where the probe batches loaded
+in the training process, the workers' start-up and the last batches' drain were a tenth of the wall; 500 a class
+made it a third)."""
 
 
 def png_crops(split: str) -> PngCrops | None:

@@ -18,6 +18,7 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 torch = pytest.importorskip("torch", reason="training needs PyTorch")
@@ -27,7 +28,10 @@ from heteroflow.components.training import loop as loop_module  # noqa: E402
 from heteroflow.components.training.batches import (  # noqa: E402
     NEGLIGIBLE_LOAD,
     PROBE_BATCHES,
+    RECEIVE_SECONDS,
+    SHARED_COLLATE_SECONDS_PER_BYTE,
     auto_workers,
+    batch_bytes,
     batch_seconds,
     choose_workers,
     make_loader,
@@ -110,10 +114,38 @@ def test_the_most_workers_is_one_per_core_up_to_4_and_none_on_one_core(monkeypat
 
 
 def test_the_predicted_time_per_batch_is_the_largest_bound() -> None:
+    r = RECEIVE_SECONDS  # what the training process pays per batch from a worker
     assert batch_seconds(8.0, 4.8, workers=0, cpus=2) == pytest.approx(12.8)  # one process does both in turn
     assert batch_seconds(8.0, 4.8, workers=1, cpus=2) == pytest.approx(8.0)   # the worker's loading
-    assert batch_seconds(8.0, 4.8, workers=2, cpus=2) == pytest.approx(6.4)   # the cores: (8 + 4.8) / 2
-    assert batch_seconds(8.0, 4.8, workers=4, cpus=16) == pytest.approx(4.8)  # the training's step
+    assert batch_seconds(8.0, 4.8, workers=2, cpus=2) == pytest.approx((8.0 + 4.8 + r) / 2)  # the cores
+    assert batch_seconds(8.0, 4.8, workers=4, cpus=16) == pytest.approx(4.8 + r)  # the training's step
+
+
+def test_the_predicted_time_counts_passing_the_batches_between_processes() -> None:
+    # the figures of #32's benchmark (quiet 2 cores): a batch of 32 float32 3x80x80 crops, 2.46 MB, loads in
+    # 6.9 ms and its step computes in 4.3 ms; a worker pays 1.9 ms more to collate it into shared memory, the
+    # training process 1.5 ms to receive it
+    nbytes = 32 * 3 * 80 * 80 * 4
+    assert nbytes * SHARED_COLLATE_SECONDS_PER_BYTE == pytest.approx(1.9e-3)
+    assert batch_seconds(6.9e-3, 4.3e-3, workers=1, cpus=2, nbytes=nbytes) == pytest.approx(8.8e-3)  # 6.9 + 1.9
+    assert batch_seconds(6.9e-3, 4.3e-3, workers=2, cpus=2, nbytes=nbytes) == pytest.approx(14.6e-3 / 2)  # the cores
+    assert choose_workers(6.9e-3, 4.3e-3, cpus=2, most=2, nbytes=nbytes) == 2
+    # loading that costs less than passing the batch over: the training process loads it itself
+    assert choose_workers(1.2e-3, 4.3e-3, cpus=8, most=4, nbytes=nbytes) == 0
+    assert choose_workers(1.2e-3, 4.3e-3, cpus=8, most=4) == 0  # the fixed cost alone
+    # a 10 MiB batch costs its worker 8.1 ms more than loading it: one worker would be slower than none, two keep up
+    big = 10 * 2**20
+    assert batch_seconds(3.0e-3, 4.3e-3, workers=1, cpus=8, nbytes=big) > batch_seconds(3.0e-3, 4.3e-3, workers=0, cpus=8)
+    assert choose_workers(3.0e-3, 4.3e-3, cpus=8, most=4, nbytes=big) == 2
+    assert choose_workers(3.0e-3, 4.3e-3, cpus=8, most=4) == 1  # counting the fixed cost only, one would do
+    with pytest.raises(InvalidParameter, match=r"nbytes=-1 is out of range"):
+        choose_workers(1.0, 1.0, cpus=2, most=1, nbytes=-1)
+
+
+def test_a_batch_counts_the_bytes_of_its_tensors_and_arrays() -> None:
+    assert batch_bytes((torch.zeros(32, 3, 80, 80), torch.zeros(32, dtype=torch.int64))) == 32 * 3 * 80 * 80 * 4 + 32 * 8
+    assert batch_bytes({"x": torch.zeros(4, dtype=torch.uint8), "n": np.zeros(3), "name": ["a", "b"]}) == 4 + 24
+    assert batch_bytes("text") == 0
 
 
 def test_the_worker_count_refuses_negative_measurements() -> None:
@@ -190,7 +222,7 @@ def test_the_context_chooses_the_workers_from_its_first_batches(tmp_path: Path, 
     assert built == [0] + ([expected] if expected > 1 else [])  # the loader in use kept when it has the count
     err = capsys.readouterr().err
     assert f"train: loader_workers={expected} (chosen: a batch loads in {per_sample * 4e3:.1f} ms" in err
-    assert f"a step computes in {step * 1e3:.1f} ms; {cpus} cores, at most 3" in err
+    assert f"a step computes in {step * 1e3:.1f} ms; a batch of 0.00 MiB costs 1.5 ms to pass from a worker; {cpus} cores, at most 3" in err
     assert len(seen) == 16 and sorted(i for b in seen for i in b) == list(range(64))  # every sample, once
     assert sum(len(b) for b in seen[:PROBE_BATCHES]) == 4 * PROBE_BATCHES
     plain = make_loader(data, batch_size=4, seed=3, shuffle=True, num_workers=0, device=torch.device("cpu"))
@@ -412,3 +444,29 @@ def test_compile_availability_names_what_is_missing(monkeypatch: pytest.MonkeyPa
         assert why == "no C++ compiler for torch.compile's CPU kernels (set CXX or install g++)"
     else:
         assert why == "torch.compile does not support this Python or platform"
+
+
+class _Strategy(torch.utils.data.Dataset):  # type: ignore[type-arg]
+    draws_random = False
+
+    def __len__(self) -> int:
+        return 12
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, str]:
+        import torch.multiprocessing
+
+        return torch.full((3,), float(i)), torch.multiprocessing.get_sharing_strategy()
+
+
+def test_workers_hand_batches_over_by_file_name_and_leave_the_training_process_setting() -> None:
+    import torch.multiprocessing
+
+    before = torch.multiprocessing.get_sharing_strategy()
+    loader = make_loader(_Strategy(), batch_size=4, seed=1, shuffle=True, num_workers=2, device=torch.device("cpu"))
+    loader.batch_sampler.set_epoch(0)
+    got = list(loader)
+    assert {s for _, strategies in got for s in strategies} == {"file_system"}  # set in each worker
+    assert torch.multiprocessing.get_sharing_strategy() == before  # not in this process
+    plain = make_loader(_Strategy(), batch_size=4, seed=1, shuffle=True, num_workers=0, device=torch.device("cpu"))
+    plain.batch_sampler.set_epoch(0)
+    assert [x.tolist() for x, _ in got] == [x.tolist() for x, _ in plain]  # the same batches, in the same order

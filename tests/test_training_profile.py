@@ -109,17 +109,18 @@ def test_a_profile_uses_trains_loader_workers_and_threads(tmp_path: Path, monkey
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setattr("heteroflow.components.data.preprocess.available_cpus", lambda: 3)  # at most 3 workers (one per core)
     monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
-    asked: list[tuple[float, float, int, int]] = []
+    asked: list[tuple[float, float, int, int, int]] = []
 
-    def choose(load: float, compute: float, *, cpus: int, most: int) -> int:
-        asked.append((load, compute, cpus, most))
+    def choose(load: float, compute: float, *, cpus: int, most: int, nbytes: int = 0) -> int:
+        asked.append((load, compute, cpus, most, nbytes))
         return 1
 
     monkeypatch.setattr(batches, "choose_workers", choose)
     before = torch.get_num_threads()
     prof = profile_training(tmp_path, tmp_path / "p.json", steps=2, warmup_steps=1, batch_size=8,
                             dataset_factory="profdata32:make")
-    assert len(asked) == 1 and asked[0][2:] == (3, 3) and asked[0][0] > 0 and asked[0][1] > 0  # timed, as train times
+    assert len(asked) == 1 and asked[0][2:4] == (3, 3) and asked[0][0] > 0 and asked[0][1] > 0  # timed, as train times
+    assert asked[0][4] > 0  # the bytes of a batch, for the cost of passing it from a worker
     assert prof["loader_workers"] == 1  # the count chosen, as train would train with
     assert prof["torch_threads"] == 1  # 3 cores less the 3 workers train may use, at least 1
     assert json.loads((tmp_path / "p.json").read_text())["loader_workers"] == 1

@@ -14,8 +14,9 @@ if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's p
     import numpy as np
     import torch
 
-__all__ = ["EVAL_BYTES", "GATHER_BYTES", "NEGLIGIBLE_LOAD", "PROBE_BATCHES", "WORTH_A_WORKER", "EpochBatches", "auto_workers",
-           "batch_seconds", "choose_workers", "eval_batch_size", "make_loader", "tensor_batches", "train_threads"]
+__all__ = ["EVAL_BYTES", "GATHER_BYTES", "NEGLIGIBLE_LOAD", "PROBE_BATCHES", "RECEIVE_SECONDS", "SHARED_COLLATE_SECONDS_PER_BYTE",
+           "WORTH_A_WORKER", "EpochBatches", "auto_workers", "batch_bytes", "batch_seconds", "choose_workers",
+           "eval_batch_size", "make_loader", "tensor_batches", "train_threads"]
 
 
 class EpochBatches:
@@ -121,7 +122,29 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
         persistent_workers=num_workers > 0,
         generator=torch.Generator().manual_seed(seed),
         multiprocessing_context=worker_context(PRELOAD_DATALOADER) if num_workers > 0 else None,  # imports first (#28.13)
+        worker_init_fn=_worker_init if num_workers > 0 else None,
     )
+
+
+WORKER_SHARING_STRATEGY: str | None = "file_system"
+"""How a DataLoader worker of :func:`make_loader` hands its batches' shared memory to the training process
+(``torch.multiprocessing.set_sharing_strategy``, set in the worker only: the training process's own setting is
+left as it is; ``None``: torch's default, ``file_descriptor`` on Linux). With ``file_descriptor`` the training
+process fetches every tensor's descriptor from a thread of the worker (``multiprocessing.resource_sharer``: a
+socket connection and an HMAC challenge each way per tensor, two per batch), and waits while that thread waits
+for a core: a profile of #32's benchmark on a busy 2-core machine put 0.9 s of a 5.6 s epoch there.
+``file_system`` names the memory by a file in ``/dev/shm`` that torch's ``torch_shm_manager`` removes when the
+last process using it goes, even after a crash (torch's multiprocessing notes). A quiet 2-core machine, 200
+batches of 32 float32 3x80x80 crops through a queue: the training process's CPU per batch 1.2 ms instead of
+1.6-2.1 ms, the worker's 2.5-2.9 ms instead of 2.9-3.5 ms."""
+
+
+def _worker_init(worker_id: int) -> None:
+    """Each :func:`make_loader` worker's set-up: :data:`WORKER_SHARING_STRATEGY`."""
+    import torch.multiprocessing
+
+    if WORKER_SHARING_STRATEGY in torch.multiprocessing.get_all_sharing_strategies():
+        torch.multiprocessing.set_sharing_strategy(WORKER_SHARING_STRATEGY)
 
 
 GATHER_BYTES = 16 * 2**20
@@ -223,24 +246,61 @@ WORTH_A_WORKER = 0.05
 """Another worker process must shorten the predicted time per batch by more than this share (5%) to be started."""
 
 
-def batch_seconds(load_seconds: float, compute_seconds: float, *, workers: int, cpus: int) -> float:
+SHARED_COLLATE_SECONDS_PER_BYTE = 1.9e-3 / (32 * 3 * 80 * 80 * 4)
+"""What a DataLoader worker pays per byte of a batch beyond loading it in the training process, seconds: its
+collate writes the batch into new shared memory (``default_collate`` in a worker; every page a fresh fault), and
+its queue hands each tensor's file descriptor over (torch's ``file_descriptor`` sharing strategy). Measured (#32):
++1.9 ms for a batch of 32 float32 3x80x80 crops (2.46 MB), ``benchmarks/training.py`` section 4, quiet 2 cores."""
+
+RECEIVE_SECONDS = 1.5e-3
+"""What the training process pays to receive one batch from a worker, seconds: unpickling it, fetching each
+tensor's file descriptor from the worker (``multiprocessing.resource_sharer``: a connection and an authentication
+per tensor) and mapping the memory. Measured (#32): +1.5 ms a batch in the same run as
+:data:`SHARED_COLLATE_SECONDS_PER_BYTE`; about the same for a batch a quarter the size (uint8), so a fixed cost.
+Both were measured with torch's ``file_descriptor`` strategy; :data:`WORKER_SHARING_STRATEGY` costs less (about
+a third less here), so the model errs towards fewer workers."""
+
+
+def batch_bytes(batch: Any) -> int:
+    """The bytes of the tensors (and NumPy arrays) in ``batch`` (tensors, tuples, lists, dicts of them): what a
+    worker moves to the training process per batch."""
+    import numpy as np
+    import torch
+
+    if isinstance(batch, torch.Tensor):
+        return batch.numel() * batch.element_size()
+    if isinstance(batch, np.ndarray):
+        return int(batch.nbytes)
+    if isinstance(batch, dict):
+        return sum(batch_bytes(v) for v in batch.values())
+    if isinstance(batch, (list, tuple)):
+        return sum(batch_bytes(v) for v in batch)
+    return 0
+
+
+def batch_seconds(load_seconds: float, compute_seconds: float, *, workers: int, cpus: int, nbytes: int = 0) -> float:
     """The predicted wall time per batch of a training whose batches load in ``load_seconds`` and whose steps
     compute in ``compute_seconds`` (both measured in one process), with ``workers`` DataLoader worker processes
-    on ``cpus`` cores.
+    on ``cpus`` cores, for batches of ``nbytes`` bytes (:func:`batch_bytes`).
 
-    No workers: ``load + compute`` (one process does both in turn). ``n`` workers: the largest of three bounds,
-    ``compute`` (the training process's step), ``load / n`` (the workers' throughput: the pipelining bound of
-    PyTorch's DataLoader prefetching) and ``(load + compute) / cpus`` (all the work of a batch shared by the
-    cores: a worker beyond ``cpus - 1`` still helps while the training process waits for data, and on 2 cores
-    two workers beat one when loading costs more than computing). Transfer costs between the processes (shared
-    memory, about 1 ms for a 2.4 MB batch on a loaded 2-core machine) are not counted.
+    No workers: ``load + compute`` (one process does both in turn). ``n`` workers: each batch costs its worker
+    ``load' = load + nbytes * SHARED_COLLATE_SECONDS_PER_BYTE`` and the training process ``compute' = compute +
+    RECEIVE_SECONDS`` (the transfer between the processes: :data:`SHARED_COLLATE_SECONDS_PER_BYTE`,
+    :data:`RECEIVE_SECONDS`); the time is the largest of three bounds, ``compute'`` (the training process's step),
+    ``load' / n`` (the workers' throughput: the pipelining bound of PyTorch's DataLoader prefetching) and
+    ``(load' + compute') / cpus`` (all the work of a batch shared by the cores: a worker beyond ``cpus - 1``
+    still helps while the training process waits for data, and on 2 cores two workers beat one when loading
+    costs more than computing). So a batch that loads in less than its transfer costs is loaded in the training
+    process.
     """
     if workers <= 0:
         return load_seconds + compute_seconds
-    return max(compute_seconds, load_seconds / workers, (load_seconds + compute_seconds) / max(1, cpus))
+    load = load_seconds + nbytes * SHARED_COLLATE_SECONDS_PER_BYTE
+    compute = compute_seconds + RECEIVE_SECONDS
+    return max(compute, load / workers, (load + compute) / max(1, cpus))
 
 
-def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, most: int) -> int:
+def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, most: int, nbytes: int = 0) -> int:
     """How many DataLoader worker processes keep the training fed: none when loading a batch is negligible
     (under :data:`NEGLIGIBLE_LOAD` of its compute), else the fewest, 0 to ``most``, whose predicted time per batch
     (:func:`batch_seconds`) is within :data:`WORTH_A_WORKER` of the best: ``ceil(load / compute)`` on enough
@@ -251,6 +311,7 @@ def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, mo
         compute_seconds: time of one training step on a batch already loaded, seconds.
         cpus: cores this process may use (:func:`heteroflow.components.data.preprocess.available_cpus`).
         most: the largest count allowed (:func:`auto_workers`' bound).
+        nbytes: the bytes of a batch (:func:`batch_bytes`; 0: transfers counted at their fixed cost only).
 
     Returns:
         The worker count, 0 to ``most``.
@@ -258,11 +319,12 @@ def choose_workers(load_seconds: float, compute_seconds: float, *, cpus: int, mo
     Raises:
         InvalidParameter: a negative time or count.
     """
-    for name, value in (("load_seconds", load_seconds), ("compute_seconds", compute_seconds), ("cpus", cpus), ("most", most)):
+    for name, value in (("load_seconds", load_seconds), ("compute_seconds", compute_seconds), ("cpus", cpus), ("most", most),
+                        ("nbytes", nbytes)):
         if not value >= 0:
             raise InvalidParameter(f"{name}={value!r} is out of range; valid: a number >= 0")
     if most <= 0 or load_seconds <= NEGLIGIBLE_LOAD * compute_seconds:
         return 0
-    times = [batch_seconds(load_seconds, compute_seconds, workers=n, cpus=cpus) for n in range(most + 1)]
+    times = [batch_seconds(load_seconds, compute_seconds, workers=n, cpus=cpus, nbytes=nbytes) for n in range(most + 1)]
     best = min(times)
     return next(n for n, t in enumerate(times) if t <= best * (1 + WORTH_A_WORKER) + 1e-12)

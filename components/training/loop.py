@@ -60,6 +60,7 @@ from heteroflow.components.training.batches import (
     PROBE_BATCHES,
     EpochBatches,
     auto_workers,
+    batch_bytes,
     choose_workers,
     make_loader,
     tensor_batches,
@@ -173,7 +174,7 @@ class TrainContext:
     _amp_skips: Any = None  # skipped steps not yet added to checkpoint.counters (a device tensor: no wait per step)
     _loader_with: Callable[[int], Any] | None = None  # the training loader with N workers (measure_loading)
     _most_workers: int = 0
-    _probe: list[tuple[float, float]] | None = None  # (load, compute) seconds of the batches timed so far
+    _probe: list[tuple[float, float, int]] | None = None  # (load, compute) seconds and bytes of the batches timed so far
 
     def __post_init__(self) -> None:
         # one list: the checkpoint saves the history reported so far and restores it in place on load, whatever
@@ -389,10 +390,11 @@ class TrainContext:
             if batch is None:
                 return  # the epoch ended first: the next one goes on timing
             t1 = time.perf_counter()
+            nbytes = batch_bytes(batch)
             if self.world_size > 1:
                 self._share = sampler.share(b)
             yield self.to_device(batch)
-            probe.append((t1 - t0, time.perf_counter() - t1))  # loading the batch, then the step that used it
+            probe.append((t1 - t0, time.perf_counter() - t1, nbytes))  # loading the batch, the step that used it, its bytes
             b += 1
         n = self._choose_workers()
         if n == 0 or ahead is None:
@@ -422,22 +424,25 @@ class TrainContext:
     def _choose_workers(self) -> int:
         """The worker count from the probe's times (printed); ends the probe."""
         from heteroflow.components.data.preprocess import available_cpus
-        from heteroflow.components.training.batches import batch_seconds
+        from heteroflow.components.training.batches import RECEIVE_SECONDS, SHARED_COLLATE_SECONDS_PER_BYTE, batch_seconds
 
-        timed = (self._probe or [])[1:] or (self._probe or [(0.0, 0.0)])  # the first batch pays start-up costs
+        timed = (self._probe or [])[1:] or (self._probe or [(0.0, 0.0, 0)])  # the first batch pays start-up costs
         load = statistics.median(t[0] for t in timed)
         compute = statistics.median(t[1] for t in timed)
+        nbytes = max(t[2] for t in timed)
         cpus = available_cpus()
-        n = choose_workers(load, compute, cpus=cpus, most=self._most_workers)
+        n = choose_workers(load, compute, cpus=cpus, most=self._most_workers, nbytes=nbytes)
         self._probe = None
         self.loader_workers = n
         # torch's threads stay what train set from the most workers (batches.train_threads): a count that depends
         # on this timed choice could change a CPU result's last bits between a run and its resumed rerun
         if self.rank == 0:
-            predicted = batch_seconds(load, compute, workers=n, cpus=cpus)
+            predicted = batch_seconds(load, compute, workers=n, cpus=cpus, nbytes=nbytes)
+            transfer = (nbytes * SHARED_COLLATE_SECONDS_PER_BYTE + RECEIVE_SECONDS) * 1e3
             print(f"train: loader_workers={n} (chosen: a batch loads in {load * 1e3:.1f} ms and a step computes in "
-                  f"{compute * 1e3:.1f} ms; {cpus} cores, at most {self._most_workers}; predicted {predicted * 1e3:.1f} "
-                  "ms a batch; set loader_workers to choose)", file=sys.stderr, flush=True)
+                  f"{compute * 1e3:.1f} ms; a batch of {nbytes / 2**20:.2f} MiB costs {transfer:.1f} ms to pass from a "
+                  f"worker; {cpus} cores, at most {self._most_workers}; predicted {predicted * 1e3:.1f} ms a batch; "
+                  "set loader_workers to choose)", file=sys.stderr, flush=True)
         return n
 
     def step_done(self, step: int, *, model: nn.Module, optimizer: Any = None, scheduler: Any = None,

@@ -86,6 +86,7 @@ def profile_training(
     from heteroflow.components.training.batches import (
         PROBE_BATCHES,
         auto_workers,
+        batch_bytes,
         choose_workers,
         make_loader,
         train_threads,
@@ -171,10 +172,11 @@ def profile_training(
                 t1 = time.perf_counter()
                 compute(*batch)
                 sync()
-                times.append((t1 - t0, time.perf_counter() - t1))
+                times.append((t1 - t0, time.perf_counter() - t1, batch_bytes(batch)))
             timed_batches = times[1:] or times  # the first pays start-up costs
             workers = choose_workers(statistics.median(t[0] for t in timed_batches),
-                                     statistics.median(t[1] for t in timed_batches), cpus=cpus, most=most)
+                                     statistics.median(t[1] for t in timed_batches), cpus=cpus, most=most,
+                                     nbytes=max(t[2] for t in timed_batches))
             if workers:
                 stream = batches(workers)  # its start-up in warm-up steps, not in the timed ones
         for _ in range(warmup_steps if not probing or workers else 0):
