@@ -36,6 +36,19 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return 2 if cpus >= 2 else 0
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the test files that hold ``slow`` tests run first (each file's tests kept together and in
+    their order), the files of quick tests last. xdist hands tests out in collection order (``--dist loadgroup``:
+    one test at a time, ``xdist_group``s first), so in file order a minute-long test collected late (test_user_*,
+    test_training_*) ran alone on one worker while the other had finished: a core idle at the suite's end. Quick
+    tests at the end even out the two workers' last minutes. A run without workers (``-n 0``, paths given) keeps
+    file order. Deterministic: every worker collects the same order, as xdist requires."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: file order within each part
+
+
 @pytest.fixture(autouse=True)
 def heteroflow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "hf-home"
