@@ -24,7 +24,9 @@ def _run(args: list[str], home: Path, cwd: Path, env: dict[str, str] | None = No
         [str(HETEROFLOW), "run", "--simulate-devices", "npu,gpu", "--param", "epochs=5", "--param", "checkpoint_every_steps=20",
          "--param", "deterministic=true", *args],
         cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env={**os.environ, "HETEROFLOW_HOME": str(home), "COLUMNS": "120", **(env or {})},
+        # one torch thread: beside the other xdist worker, train's default of a thread per core oversubscribes the
+        # two cores (a 20-epoch digits `heteroflow run` took 21.7 s of CPU with 2 threads, 10.4 s with 1, #32)
+        env={**os.environ, "HETEROFLOW_HOME": str(home), "COLUMNS": "120", "OMP_NUM_THREADS": "1", **(env or {})},
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     runs = sorted((cwd / "heteroflow-runs").iterdir(), key=lambda p: p.stat().st_mtime)
