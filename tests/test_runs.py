@@ -128,8 +128,7 @@ def _airflow_run(home: Path, dags: Path, dag_id: str, conf: dict[str, Any], env:
     from heteroflow.components.core.failures import FAULT_ENV, SIMULATE_ENV
 
     full = {k: v for k, v in os.environ.items() if k not in (SIMULATE_ENV, FAULT_ENV)}
-    full.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-                 "OMP_NUM_THREADS": "1", **env})  # one torch thread for `dags test`'s training beside the other xdist worker
+    full.update({"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **env})
     airflow = str(Path(sys.executable).parent / "airflow")
     heteroflow = str(Path(sys.executable).parent / "heteroflow")
     # the device pools the DAG's tasks use: without them prepare-run fails the run at once (#16.14)
