@@ -54,11 +54,8 @@ quick_retry = build_dag(_quick, "hf-quick-retry")
 
 def _airflow(home: Path, dags: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
     full = {k: v for k, v in os.environ.items() if k not in (SIMULATE_ENV, FAULT_ENV)}
-    # OMP_NUM_THREADS=1: `dags test` trains in its own process; beside the other xdist worker, torch's thread per
-    # core oversubscribes the two cores (a digits training took twice the CPU with 2 threads, #32)
     full.update(
-        {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
-         "OMP_NUM_THREADS": "1", **(env or {})}
+        {"AIRFLOW_HOME": str(home), "AIRFLOW__CORE__DAGS_FOLDER": str(dags), "AIRFLOW__CORE__LOAD_EXAMPLES": "False", **(env or {})}
     )
     return subprocess.run([str(BIN / "airflow"), *args], env=full, capture_output=True, text=True, timeout=timeout)
 

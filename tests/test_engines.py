@@ -224,7 +224,6 @@ def test_the_airflow_engine_runs_the_default_pipeline_on_sqlite(digits_dir: Path
     pytest.importorskip("airflow", reason="the airflow extra is not installed")
     monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
-    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # `airflow dags test` trains with one torch thread beside the other xdist worker
     for name in (SIMULATE_ENV, FAULT_ENV):
         monkeypatch.delenv(name, raising=False)
     run_dir = tmp_path / "run"

@@ -60,8 +60,7 @@ def test_the_steps_table_fills_in_live_in_a_terminal_with_trains_progress(
                f"--dataset {digits_dir} --output {tmp_path / 'run'}")
     proc = subprocess.run(
         ["script", "-qec", command, str(transcript)],
-        env={**os.environ, "COLUMNS": "140", "TERM": "xterm", "OMP_NUM_THREADS": "1",  # one torch thread beside the other xdist worker
-             **pause_train_at_checkpoint(1, seconds=0.75)},
+        env={**os.environ, "COLUMNS": "140", "TERM": "xterm", **pause_train_at_checkpoint(1, seconds=0.75)},
         capture_output=True,
         text=True,
         timeout=600,
