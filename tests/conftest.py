@@ -36,6 +36,34 @@ def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     return 2 if cpus >= 2 else 0
 
 
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Under pytest-xdist, the test files that hold ``slow`` tests run first (each file's tests kept together and in
+    their order), the files of quick tests last. xdist hands tests out in collection order (``--dist loadgroup``:
+    one test at a time, ``xdist_group``s first), so in file order a minute-long test collected late (test_user_*,
+    test_training_*) ran alone on one worker while the other had finished: a core idle at the suite's end. Quick
+    tests at the end even out the two workers' last minutes. A run without workers (``-n 0``, paths given) keeps
+    file order. Deterministic: every worker collects the same order, as xdist requires.
+
+    Also makes ``@pytest.mark.xdist_group`` work again: pytest-xdist 3.8 marks a grouped test by appending
+    ``@<group>`` to ``item._nodeid``, which pytest 9 no longer reads (a node's id is ``item._id``), so with
+    pytest 9.2 grouped tests were spread over the workers like any others. Here the suffix goes on the id."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: file order within each part
+    if not config.getvalue("loadgroup"):
+        return
+    try:
+        from _pytest.nodeid import coerce_node_id  # pytest >= 9; before it xdist's own suffix works
+    except ImportError:
+        return
+    for item in items:
+        groups = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default")) for m in item.iter_markers("xdist_group")})
+        if groups and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(groups)}")
+
+
 @pytest.fixture(autouse=True)
 def heteroflow_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     home = tmp_path / "hf-home"

@@ -9,12 +9,24 @@ from heteroflow.components.data.readers import TensorData
 
 
 def digits(limit: int = 0) -> TensorData:
-    """scikit-learn's bundled digits (1,797 8x8 images, 10 classes), scaled to [0, 1], shape (n, 1, 8, 8)."""
-    from sklearn.datasets import load_digits
+    """scikit-learn's bundled digits (1,797 8x8 images, 10 classes), scaled to [0, 1], shape (n, 1, 8, 8).
 
-    d = load_digits()
-    x = torch.tensor(d.images, dtype=torch.float32).unsqueeze(1) / 16.0
-    y = torch.tensor(d.target, dtype=torch.int64)
+    Read from the file ``sklearn.datasets.load_digits`` reads (``sklearn/datasets/data/digits.csv.gz``: 64 pixel
+    values 0-16 and the label per row), the same values, without importing scikit-learn: every worker process of
+    a mixed test calls this, and the import cost about 2 s of CPU in each."""
+    import gzip
+    import importlib.util
+    from pathlib import Path
+
+    import numpy as np
+
+    spec = importlib.util.find_spec("sklearn")  # finds the package without importing it
+    assert spec is not None and spec.submodule_search_locations, "scikit-learn is not installed"
+    path = Path(next(iter(spec.submodule_search_locations)), "datasets", "data", "digits.csv.gz")
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        data = np.loadtxt(f, delimiter=",")
+    x = torch.tensor(data[:, :-1].reshape(-1, 8, 8), dtype=torch.float32).unsqueeze(1) / 16.0
+    y = torch.tensor(data[:, -1].astype(int), dtype=torch.int64)
     if limit:
         x, y = x[:limit], y[:limit]
     return TensorData(x, y)

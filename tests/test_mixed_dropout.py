@@ -51,7 +51,7 @@ def test_every_kind_failing_raises_the_device_failure(tmp_path, monkeypatch):
 
 def _run(args: list[str], home: Path, cwd: Path, fault: str) -> dict:
     proc = subprocess.run(
-        [str(HETEROFLOW), "run", "--engine", "inprocess", "--simulate-devices", "gpu,npu@0.5", "--param", "epochs=2",
+        [str(HETEROFLOW), "run", "--engine", "inprocess", "--simulate-devices", "gpu,npu@0.5", "--param", "epochs=1",
          "--param", "checkpoint_every_steps=5", "--inject-fault", fault, *args],
         cwd=cwd, capture_output=True, text=True, timeout=900, stdin=subprocess.DEVNULL,
         env={**os.environ, "HETEROFLOW_HOME": str(home), "COLUMNS": "160"},

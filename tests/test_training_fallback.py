@@ -24,7 +24,9 @@ def _run(args: list[str], home: Path, cwd: Path, env: dict[str, str] | None = No
         [str(HETEROFLOW), "run", "--simulate-devices", "npu,gpu", "--param", "epochs=5", "--param", "checkpoint_every_steps=20",
          "--param", "deterministic=true", *args],
         cwd=cwd, capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL,
-        env={**os.environ, "HETEROFLOW_HOME": str(home), "COLUMNS": "120", **(env or {})},
+        # one torch thread: beside the other xdist worker, train's default of a thread per core oversubscribes the
+        # two cores (a 20-epoch digits `heteroflow run` took 21.7 s of CPU with 2 threads, 10.4 s with 1, #32)
+        env={**os.environ, "HETEROFLOW_HOME": str(home), "COLUMNS": "120", "OMP_NUM_THREADS": "1", **(env or {})},
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     runs = sorted((cwd / "heteroflow-runs").iterdir(), key=lambda p: p.stat().st_mtime)
@@ -35,9 +37,19 @@ def _weights(record: dict) -> dict:
     return torch.load(Path(record["results"]["archive"]["path"]) / "model" / "model.pt", weights_only=True)
 
 
+@pytest.fixture(scope="module")
+def one_npu_reference(digits_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """The uninterrupted run both tests below compare with (one run for both: a `heteroflow run` costs about 10 s
+    of CPU): train on one NPU (``-c npu:count=1``), the parameters of ``_run``, no fault. Read-only."""
+    root = tmp_path_factory.mktemp("one-npu-reference")
+    return _run(["--dataset", str(digits_dir), "-c", "npu:count=1"], root / "home", root)
+
+
+# the same xdist group: both tests run on one worker, which makes one_npu_reference once
 @pytest.mark.slow
+@pytest.mark.xdist_group("training_fallback")
 def test_a_device_failure_after_40_steps_resumes_on_the_gpu_with_the_uninterrupted_weights(
-    digits_dir: Path, tmp_path: Path
+    digits_dir: Path, tmp_path: Path, one_npu_reference: dict
 ) -> None:
     home = tmp_path / "home"
     data = ["--dataset", str(digits_dir)]
@@ -59,7 +71,7 @@ def test_a_device_failure_after_40_steps_resumes_on_the_gpu_with_the_uninterrupt
     env_run = _run(data, home, tmp_path, env={"HETEROFLOW_INJECT_FAULT": "train@npu=device:after_steps=40"})
     assert env_run["results"]["train"]["device_kind"] == "gpu" and env_run["results"]["train"]["resumed_from_step"] >= 40
 
-    reference = _run(data, home, tmp_path)
+    reference = one_npu_reference  # the default candidates' first (simulated) NPU: one NPU, as -c npu:count=1
     ref_train = reference["results"]["train"]
     assert ref_train["device_kind"] == "npu" and ref_train["resumed_from_step"] == 0
     assert train["final_loss"] == ref_train["final_loss"] and train["history"] == ref_train["history"]
@@ -69,7 +81,10 @@ def test_a_device_failure_after_40_steps_resumes_on_the_gpu_with_the_uninterrupt
 
 
 @pytest.mark.slow
-def test_a_two_device_candidate_that_fails_after_40_steps_resumes_on_one_gpu(digits_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.xdist_group("training_fallback")
+def test_a_two_device_candidate_that_fails_after_40_steps_resumes_on_one_gpu(
+    digits_dir: Path, tmp_path: Path, one_npu_reference: dict
+) -> None:
     """The case heteroflow exists for, with several devices: an NPU x2 candidate trains with two workers (one
     per device, each its share of every batch), its devices fail after 40 steps, and the one-GPU candidate resumes
     from rank 0's checkpoint: one optimizer step means the same on both, so the history equals an uninterrupted
@@ -88,7 +103,7 @@ def test_a_two_device_candidate_that_fails_after_40_steps_resumes_on_one_gpu(dig
 
     two = _run(["--dataset", str(digits_dir), "-c", "npu:count=2"], home, tmp_path)
     assert (two["results"]["train"]["device_kind"], two["results"]["train"]["processes"]) == ("npu", 2)
-    reference = _run(["--dataset", str(digits_dir), "-c", "npu:count=1"], home, tmp_path)
+    reference = one_npu_reference
     assert reference["results"]["train"]["processes"] == 1
     for run in (faulted, two):
         got = run["results"]["train"]["history"]

@@ -47,15 +47,20 @@ def _script(args: list[str], *, env: dict[str, str] | None = None, timeout: floa
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("script") is None, reason="util-linux `script` (a pseudo-terminal) is not installed here")
-def test_the_steps_table_fills_in_live_in_a_terminal_with_trains_progress(digits_dir: Path, tmp_path: Path) -> None:
+def test_the_steps_table_fills_in_live_in_a_terminal_with_trains_progress(
+    digits_dir: Path, tmp_path: Path, pause_train_at_checkpoint
+) -> None:
     """Issue input: ``script -qc "heteroflow run --param epochs=20" /dev/null`` showed no live table."""
     transcript = tmp_path / "typescript"
-    # long enough (about 10 s of training) that the live table, refreshed 4 times a second from records written
-    # at most twice a second, shows train's progress more than once on any machine
-    command = f"{HETEROFLOW} run --param epochs=100 --param batch_size=16 --dataset {digits_dir} --output {tmp_path / 'run'}"
+    # long enough (about 8 s of training) that the live table, refreshed 4 times a second from records written at
+    # most twice a second, shows train's progress more than once on any machine: 12 epochs of 20 steps, a
+    # checkpoint at the end of each, and train pausing 0.75 s after each checkpoint (a pause, not CPU work: 100
+    # epochs of batches of 16 cost about 45 s of CPU for the same frames)
+    command = (f"{HETEROFLOW} run --param epochs=12 --param batch_size=64 --param checkpoint_every_steps=20 "
+               f"--dataset {digits_dir} --output {tmp_path / 'run'}")
     proc = subprocess.run(
         ["script", "-qec", command, str(transcript)],
-        env={**os.environ, "COLUMNS": "140", "TERM": "xterm"},
+        env={**os.environ, "COLUMNS": "140", "TERM": "xterm", **pause_train_at_checkpoint(1, seconds=0.75)},
         capture_output=True,
         text=True,
         timeout=600,
@@ -63,7 +68,7 @@ def test_the_steps_table_fills_in_live_in_a_terminal_with_trains_progress(digits
     assert proc.returncode == 0, proc.stdout[-2000:]
     frames = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", transcript.read_text(errors="replace"))
     # the live table showed train running with its epoch, loss and throughput, before the final table
-    live = re.findall(r"train\s*│\s*running.*?epoch (\d+)/100, loss [0-9.]+, [0-9,]+ samples/s", frames)
+    live = re.findall(r"train\s*│\s*running.*?epoch (\d+)/12, loss [0-9.]+, [0-9,]+ samples/s", frames)
     assert live, "no live frame with train running and its progress"
     assert len(set(live)) > 1, f"the progress did not move: {live}"
     final = frames.rindex("run succeeded")
