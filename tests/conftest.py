@@ -52,7 +52,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     slow_files = {item.path for item in items if item.get_closest_marker("slow") is not None}
     items.sort(key=lambda item: item.path not in slow_files)  # stable: file order within each part
-    if not config.getvalue("loadgroup"):
+    if not getattr(config.option, "loadgroup", False):  # set by xdist in its workers only
         return
     try:
         from _pytest.nodeid import coerce_node_id  # pytest >= 9; before it xdist's own suffix works
