@@ -371,7 +371,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     # small buckets where each leaves asynchronously (every kind has one replica, no compression: the hook's
     # async path); elsewhere the hook waits per bucket, and top-k picks from the whole gradient: DDP's 25 MiB
     overlap = job.compression == "none" and len(set(h.kinds)) == len(h.kinds)
-    ddp = DDP(model, device_ids=device_kind.ddp_device_ids(device), bucket_cap_mb=_bucket_mb(model) if overlap else 25.0)
+    ddp = DDP(model, device_ids=device_kind.ddp_device_ids(device), bucket_cap_mb=_bucket_mb(model) if overlap else 25.0,
+              gradient_as_bucket_view=True)  # the gradients are views of the buckets: no copy back at the end
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
                       powersgd_rank=job.powersgd_rank, slowdown=slowdown,
