@@ -24,7 +24,9 @@ One exchange (:func:`hierarchical_hook`, a DDP communication hook [DH])
 
     A kind with one replica and no compression sends each bucket across kinds asynchronously (the future of
     gloo's all-reduce goes back to DDP), so the exchange of one bucket overlaps the backward pass of the next, as
-    DDP's own all-reduce does [DH]; the other cases wait for each step of the exchange in the hook.
+    DDP's own all-reduce does [DH] (except the step's last bucket, which DDP would wait for at once: its
+    all-reduce waits in the hook, so backward's end needs no callback on gloo's thread); the other cases wait for
+    each step of the exchange in the hook.
 
     :attr:`HookState.bytes_sent` counts what one leader sends across kinds per exchange: the bucket's float32
     bytes uncompressed; values plus indices for top-k; the P and Q factors (and the uncompressed tensors) for
