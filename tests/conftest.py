@@ -22,6 +22,45 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
         os.environ.pop(_name, None)
 
 
+def _kfp_stack_without_sources() -> None:
+    """KFP's resource setters (``set_cpu_limit``, ``set_accelerator_type`` ...) call
+    ``PipelineTask._ensure_container_spec_exists``, which calls ``inspect.stack()`` only to read its caller's name
+    (``inspect.stack()[1][3]``) for an error message. ``inspect.stack`` reads the source of every frame, and under
+    pytest (60 frames deep, thousands of modules for ``inspect.getmodule`` to scan) that took ~35 ms per call: 9 of
+    test_kfp_resources.py's 12 CPU-s, paid again by every test that builds a KFP task outside
+    ``heteroflow.pipelines.kfp.render.to_kfp`` (which applies heteroflow's own cheap check). Here kfp's module sees an
+    ``inspect`` whose ``stack()`` returns the same frames, names and line numbers without reading source lines; kfp's
+    check itself, message included, runs as is (tests/test_kfp_patches.py tests it)."""
+    import inspect
+    import types
+
+    from heteroflow.pipelines.kfp.patches import import_kfp
+
+    try:
+        import_kfp()  # as heteroflow imports kfp: kfp.client left to first use
+        from kfp.dsl import pipeline_task
+    except ImportError:  # kfp not installed, or hidden (tests/test_optional_deps.py)
+        return
+
+    class _Inspect(types.ModuleType):
+        def __getattr__(self, name: str) -> object:
+            return getattr(inspect, name)
+
+        @staticmethod
+        def stack(context: int = 1) -> list[inspect.FrameInfo]:
+            frames, frame = [], sys._getframe(1)
+            while frame is not None:
+                frames.append(inspect.FrameInfo(frame, frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name, None, None))
+                frame = frame.f_back
+            return frames
+
+    if getattr(pipeline_task, "inspect", None) is inspect:
+        pipeline_task.inspect = _Inspect("inspect")
+
+
+_kfp_stack_without_sources()
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int | None:
     """How many pytest-xdist workers ``-n auto`` (pyproject.toml's addopts) starts: two for a run of the whole suite

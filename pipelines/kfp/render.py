@@ -645,7 +645,7 @@ def _compact_ir(text: str) -> str:
     ``PipelineSpec``)."""
     lines = text.splitlines(keepends=True)
     start = next((i for i, line in enumerate(lines) if not line.startswith("#")), len(lines))
-    docs = list(yaml.safe_load_all("".join(lines[start:])))
+    docs = list(yaml.load_all("".join(lines[start:]), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)))  # libyaml: same data, ~5x faster
     _share_identical_specs(docs)
     platform.integer_defaults(docs)
     return "".join(lines[:start]) + yaml.dump_all(docs, sort_keys=True)
