@@ -65,6 +65,12 @@ def equal_shares(global_batch: int, replicas: int) -> list[int]:
     return shares_from_throughput(global_batch, [1.0] * replicas)
 
 
+
+def _check_batch(global_batch: object, n: int) -> None:
+    """Raise :class:`InvalidParameter` unless ``global_batch`` is an integer >= ``n`` (one sample per replica)."""
+    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
+        raise InvalidParameter(f"batch_size={global_batch!r} is smaller than the {n} replicas; valid: an integer >= {n} (each replica takes at least one sample)")
+
 def shares_from_throughput(global_batch: int, throughput: Sequence[float]) -> list[int]:
     """Integer shares of ``global_batch`` proportional to ``throughput`` (samples/s per replica), summing to
     ``global_batch``, each >= 1, rounded so the slowest replica's step is as short as integers allow: from the
@@ -83,8 +89,7 @@ def shares_from_throughput(global_batch: int, throughput: Sequence[float]) -> li
     n = len(throughput)
     if n == 0:
         raise InvalidParameter("throughput is empty; valid: one measured throughput per replica")
-    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
-        raise InvalidParameter(f"batch_size={global_batch!r} is smaller than the {n} replicas; valid: an integer >= {n} (each replica takes at least one sample)")
+    _check_batch(global_batch, n)
     good = [t for t in throughput if math.isfinite(t) and t > 0]
     floor_t = min(good) if good else 1.0
     t = [x if math.isfinite(x) and x > 0 else floor_t for x in throughput]
@@ -304,8 +309,7 @@ def balanced_shares(global_batch: int, lines: Sequence[tuple[float, float]],
     n = len(lines)
     if n == 0:
         raise InvalidParameter("lines is empty; valid: one (fixed seconds, seconds per sample) pair per replica")
-    if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
-        raise InvalidParameter(f"batch_size={global_batch!r} is smaller than the {n} replicas; valid: an integer >= {n} (each replica takes at least one sample)")
+    _check_batch(global_batch, n)
     good = [c for _, c in lines if math.isfinite(c) and c > 0]
     worst = max(good) if good else 1.0
     a = [x if math.isfinite(x) else 0.0 for x, _ in lines]
