@@ -116,6 +116,23 @@ def test_gradients_sent_across_kinds_bucket_by_bucket_during_backward_keep_the_t
 
 
 @pytest.mark.slow
+def test_three_kinds_exchange_directly_and_agree_with_one_process():
+    """Three kinds, one replica each: every leader sends each bucket to the two others and sums the three parts
+    in leader order (the direct exchange that replaced gloo's all-reduce); the weights are those of one process,
+    and each leader sent two buckets' bytes per step."""
+    import mixed_models
+
+    torch.manual_seed(7)
+    n = sum(p.numel() for p in mixed_models.wide_mlp().parameters())
+    reference = _single_process("wide_mlp")
+    run = run_mixed_local(_job("wide_mlp", fixed_shares={"gpu": [14], "npu": [10], "cpu": [8]}), ["gpu", "npu", "cpu"],
+                          speeds=[1.0, 0.5, 0.75])
+    assert run.kinds == ["gpu", "npu", "cpu"] and run.shares == [14, 10, 8]
+    assert run.uncompressed_bytes_per_step == n * 4 and run.bytes_per_step == 2 * n * 4
+    assert _largest_difference(run.state_dict, reference) <= TOL
+
+
+@pytest.mark.slow
 def test_shares_start_from_the_step_profile():
     run = run_mixed_local(_job("mlp", profile_throughput={"gpu": 300.0, "npu": 100.0}, warmup_steps=50), ["gpu", "npu"])
     assert run.shares_history[0]["shares"] == [24, 8] and run.shares == [24, 8]

@@ -12,7 +12,10 @@ One exchange (:func:`hierarchical_hook`, a DDP communication hook [DH])
        over ranks is the gradient of the whole global batch's mean loss (the built-in hooks average, which
        weights every rank alike);
     2. sum within the kind group (to every member);
-    3. the leaders sum across kinds, on CPU copies, optionally compressed:
+    3. the leaders sum across kinds, on CPU copies, optionally compressed; uncompressed, each leader sends its
+       bucket to every other leader and receives theirs (gloo ``isend`` / ``irecv``: one message each way, where
+       gloo's ring all-reduce takes several round trips; see :func:`_exchange_start`) and sums the parts in leader
+       order, so every leader gets the same sum bit for bit;
        - ``topk``: each leader sends its ``k = ceil(ratio * n)`` largest-magnitude entries (values float32 and
          indices int32) with error feedback: what it did not send is added to its next exchange (Stich et al.
          2018, "Sparsified SGD with Memory", NeurIPS; Lin et al. 2018, "Deep Gradient Compression", ICLR); the
@@ -22,11 +25,12 @@ One exchange (:func:`hierarchical_hook`, a DDP communication hook [DH])
          leaders;
     4. each leader broadcasts the result to its kind group.
 
-    A kind with one replica and no compression sends each bucket across kinds asynchronously (the future of
-    gloo's all-reduce goes back to DDP), so the exchange of one bucket overlaps the backward pass of the next, as
-    DDP's own all-reduce does [DH] (except the step's last bucket, which DDP would wait for at once: its
-    all-reduce waits in the hook, so backward's end needs no callback on gloo's thread); the other cases wait for
-    each step of the exchange in the hook.
+    A kind with one replica and no compression sends each bucket across kinds asynchronously (the hook returns
+    a future it completes itself), so the exchange of one bucket overlaps the backward pass of the next, as
+    DDP's own all-reduce does [DH]; the step's last bucket (which DDP would wait for at once) waits in the hook
+    for its own exchange and the earlier ones, sums them and completes their futures, so no callback runs on
+    gloo's threads (which would wait for the GIL). The other cases wait for each step of the exchange in the
+    hook.
 
     :attr:`HookState.bytes_sent` counts what one leader sends across kinds per exchange: the bucket's float32
     bytes uncompressed; values plus indices for top-k; the P and Q factors (and the uncompressed tensors) for
@@ -157,6 +161,8 @@ class HookState:
     _hooks: int = 0
     _residuals: dict[int, Any] = dataclasses.field(default_factory=dict)
     _powersgd: Any = None
+    _received: dict[tuple[int, int], Any] = dataclasses.field(default_factory=dict)  # (bucket, leader): receive buffer
+    _pending: list[Any] = dataclasses.field(default_factory=list)  # this step's exchanges still in flight
 
     def __post_init__(self) -> None:
         if self.compression not in CROSS_COMPRESSIONS:
@@ -262,6 +268,62 @@ def _topk_exchange(state: HookState, buffer: Any, index: int) -> Any:
     return out
 
 
+def _exchange_start(state: HookState, cpu: Any, index: int) -> tuple[list[Any], list[Any]]:
+    """Start the cross-kind exchange of one bucket: this leader sends its (share-weighted) bucket ``cpu`` to every
+    other leader and receives theirs (gloo ``isend`` / ``irecv``, tagged with the bucket's index). Returns the
+    works and every leader's part in leader order (None for this leader's own, ``cpu``).
+
+    Why not ``all_reduce``: between two processes gloo's ring all-reduce of a 1 MB bucket runs several
+    notification round trips, each a wake-up of gloo's I/O thread and then of its worker; on 2 cores it took
+    1.9-2.5 ms at the median and 4-6 ms at the 90th percentile, against 0.5-0.6 ms / 0.7-0.8 ms for one send
+    and one receive each way (the same 1 MB; 0.2 ms / 0.4 ms for 256 KB; 130 calls each, idle and with 2 ms
+    pauses between calls). A leader sends ``(K - 1)`` buckets for ``K`` kinds (a ring sends about 2); kinds are
+    few.
+    """
+    import torch
+    import torch.distributed as dist
+
+    h = state.hierarchy
+    ops, parts = [], []
+    for peer in h.leaders:
+        if peer == h.rank:
+            parts.append(None)
+            continue
+        other = state._received.get((index, peer))
+        if other is None or other.shape != cpu.shape or other.dtype != cpu.dtype:
+            other = state._received[(index, peer)] = torch.empty_like(cpu)
+        parts.append(other)
+        ops.append(dist.P2POp(dist.isend, cpu, peer, group=h.cross_group, tag=index))
+        ops.append(dist.P2POp(dist.irecv, other, peer, group=h.cross_group, tag=index))
+    state.bytes_sent += (len(h.leaders) - 1) * cpu.numel() * cpu.element_size()
+    return dist.batch_isend_irecv(ops), parts
+
+
+def _exchange_finish(cpu: Any, works: list[Any], parts: list[Any]) -> None:
+    """Wait for the exchange :func:`_exchange_start` began and sum every leader's part into ``cpu``, in leader
+    order (so every leader computes the same floating-point sum: bitwise equal results)."""
+    for work in works:
+        work.wait()
+    if len(parts) == 2:  # a + b: the same on both leaders (IEEE addition commutes)
+        cpu.add_(parts[1] if parts[0] is None else parts[0])
+        return
+    total = None
+    for part in parts:
+        t = cpu if part is None else part
+        total = t.clone() if total is None else total.add_(t)
+    cpu.copy_(total)
+
+
+def _finish_pending(state: HookState) -> None:
+    """Complete this step's earlier buckets' exchanges (their futures, returned to DDP, get their results)."""
+    pending, state._pending = state._pending, []
+    for fut, buffer, cpu, works, parts in pending:
+        _exchange_finish(cpu, works, parts)
+        if cpu.data_ptr() != buffer.data_ptr():
+            buffer.copy_(cpu)
+        fut.set_result(buffer)
+
+
 def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]  # DDP checks the annotations
     """The DDP communication hook of a mixed job (see the module docstring): share-weighted, within each kind,
     then across kinds between leaders (optionally compressed), then back within each kind. Returns a completed
@@ -281,20 +343,22 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
     state.add_phase("exchange_kind", t1 - t0)
     if h.cross_group is not None and h.kind_group is None and state.compression == "none":
         # the kind's only replica: its leader sends the bucket across kinds without waiting (gloo runs it on its
-        # own thread) and backward goes on to the next bucket; DDP waits for the futures when backward ends
+        # own threads) and backward goes on to the next bucket; the step's last bucket completes them all
         n = buffer.numel()
         state.bytes_uncompressed += n * 4
-        state.bytes_sent += n * 4
         cpu = buffer.detach().to("cpu")
+        works, parts = _exchange_start(state, cpu, bucket.index())
         if bucket.is_last():
-            # the step's last bucket: DDP would wait for its future right away, and the future's callback (and
+            # the step's last bucket: DDP would wait for its future right away, and a future's callback (and
             # so backward's end) waited for gloo's thread to get the GIL: 4.5 ms a step after the slower
-            # replica's last bucket, against 1.6-2.4 ms for this blocking call (benchmarks/hetero.py balanced,
-            # 80 steps, prioritized). The wait is the peer's, not this replica's own time (not in step_hook_own)
+            # replica's last bucket, against 1.6-2.4 ms for a blocking all-reduce here, 0.3 ms (median, the
+            # faster replica at 46:18) for this exchange (benchmarks/hetero.py). The wait is the peer's, not this
+            # replica's own time (not in step_hook_own)
             state.step_hook_own += t1 - t0
             state.add_phase("exchange_cross", time.perf_counter() - t1)
             t2 = time.perf_counter()
-            dist.all_reduce(cpu, group=h.cross_group)
+            _finish_pending(state)
+            _exchange_finish(cpu, works, parts)
             if cpu.data_ptr() != buffer.data_ptr():
                 buffer.copy_(cpu)
             state.add_phase("exchange_wait", time.perf_counter() - t2)
@@ -302,19 +366,15 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
             done: torch.futures.Future[torch.Tensor] = torch.futures.Future()
             done.set_result(buffer)
             return done
-        fut = dist.all_reduce(cpu, group=h.cross_group, async_op=True).get_future()
+        # an earlier bucket: its future is completed by the last bucket's call, after its exchange arrived (no
+        # callback on gloo's threads, which would wait for the GIL)
+        fut: torch.futures.Future[torch.Tensor] = torch.futures.Future()
+        state._pending.append((fut, buffer, cpu, works, parts))
         t2 = time.perf_counter()
         state.add_phase("exchange_cross", t2 - t1)
         state.step_hook_own += t2 - t0
         state.resume()
-        if cpu.data_ptr() == buffer.data_ptr():
-            return fut.then(lambda f: f.value()[0])
-
-        def back(f):  # type: ignore[no-untyped-def]
-            buffer.copy_(f.value()[0])
-            return buffer
-
-        return fut.then(back)
+        return fut
     if h.cross_group is not None:
         n = buffer.numel()
         state.bytes_uncompressed += n * 4
@@ -330,10 +390,9 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
                 buffer.copy_(result)
         else:
             cpu = buffer.detach().to("cpu")
-            dist.all_reduce(cpu, group=h.cross_group)
+            _exchange_finish(cpu, *_exchange_start(state, cpu, bucket.index()))
             if cpu.data_ptr() != buffer.data_ptr():
                 buffer.copy_(cpu)
-            state.bytes_sent += n * 4
     t2 = time.perf_counter()
     state.add_phase("exchange_cross", t2 - t1)
     if h.kind_group is not None:
