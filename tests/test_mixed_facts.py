@@ -43,3 +43,15 @@ def test_a_missing_value_inside_a_list_is_shown_as_missing() -> None:
     assert mixed_metrics(facts) == {"share_gpu_0": 3.0, "samples_per_second_npu_1": 2.0, "busy_fraction_npu_1": 0.5,
                                     "dropped_kinds": 0.0}
     assert "<tr><td>0</td><td>gpu</td><td>3</td><td>-</td><td>-</td></tr>" in mixed_section({"results": {"t": {"mixed": facts}}})
+
+
+def test_a_replica_left_with_almost_no_samples_is_named_with_what_to_try() -> None:
+    # the README's example on the default MLP: fixed costs per step dominate, the rebalancer leaves npu one sample
+    facts = {"kinds": ["gpu", "npu"], "shares": [63, 1], "throughput": [117444.0, 1396.0], "busy_fraction": [0.43, 0.53]}
+    lines = mixed_facts_lines(facts)
+    assert lines[1] == ("train: npu[1] kept only 1 of 64 samples per step: its step time hardly shrinks with its share "
+                        "(fixed costs dominate at this model's size), so the others wait for it each step; a candidate "
+                        "without npu may train faster")
+    assert len(lines) == 2
+    assert len(mixed_facts_lines({**facts, "shares": [61, 3]})) == 1  # 3 of 64: more than 1/32 of the batch
+    assert len(mixed_facts_lines({"kinds": ["gpu"], "shares": [1]})) == 1  # one replica: nothing to compare

@@ -227,6 +227,7 @@ def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
         b = f", busy {row['busy_fraction'] * 100:.0f}%" if row["busy_fraction"] is not None else ""
         parts.append(f"{row['kind']}[{row['rank']}] share {s}{t}{b}")
     lines = ["train: mixed replicas: " + "; ".join(parts)] if parts else []
+    lines += _starved_lines(replica_rows(mixed))
     for d in mixed.get("dropped") or []:
         where = f" at step {d.get('step')}" if d.get("step") is not None else ""
         if d.get("task"):  # a cluster job: the kind's Volcano task failed
@@ -234,6 +235,29 @@ def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
         lines.append(f"train: kind {d.get('kind')} dropped out{where} ({d.get('reason')}); "
                      f"the others resumed from step {d.get('resumed_from_step')}")
     return lines
+
+
+STARVED_FRACTION = 1 / 32
+"""A replica left with at most this fraction of the global batch (and at least one sample) is named in the summary:
+the rebalancer gives a replica so little only when its time per step is mostly fixed."""
+
+
+def _starved_lines(rows: list[dict[str, Any]]) -> list[str]:
+    """A line per replica the rebalancer left with almost none of the global batch (:data:`STARVED_FRACTION`): its
+    time per step is mostly fixed (a model this small: launching work and exchanging gradients cost more than its
+    samples), so whatever its share the others wait for it each step, and a candidate without its kind may train
+    faster."""
+    shares = [r["share"] for r in rows if isinstance(r["share"], int)]
+    total = sum(shares)
+    if len(shares) < 2 or total <= 0:
+        return []
+    out = []
+    for r in rows:
+        if isinstance(r["share"], int) and r["share"] <= max(1, int(total * STARVED_FRACTION)):
+            out.append(f"train: {r['kind']}[{r['rank']}] kept only {r['share']} of {total} samples per step: its step "
+                       f"time hardly shrinks with its share (fixed costs dominate at this model's size), so the others "
+                       f"wait for it each step; a candidate without {r['kind']} may train faster")
+    return out
 
 
 def mixed_metrics(mixed: Mapping[str, Any]) -> dict[str, float]:
