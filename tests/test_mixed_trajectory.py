@@ -107,7 +107,7 @@ def test_gradients_sent_across_kinds_bucket_by_bucket_during_backward_keep_the_t
     torch.manual_seed(7)
     model = mixed_models.wide_mlp()  # the initial weights of every run
     grad_mb = sum(p.numel() * 4 for p in model.parameters()) / 2**20
-    assert _bucket_mb(model) <= grad_mb / 3  # several buckets, not one
+    assert _bucket_mb(model) <= grad_mb / 2  # several buckets, not one
     reference = _single_process("wide_mlp")
     run = run_mixed_local(_job("wide_mlp", fixed_shares={"gpu": [21], "npu": [11]}), ["gpu", "npu"], speeds=[1.0, 0.5])
     assert run.shares == [21, 11] and sum(run.phase_seconds[1].values()) > 0 and run.phase_seconds[1]["slowdown"] > 0

@@ -290,11 +290,15 @@ def _save(path: Path, blob: dict[str, Any]) -> None:
 
 
 def _bucket_mb(model: Any) -> float:
-    """DDP's bucket size for ``model``: a quarter of its gradient bytes, 0.1 to 25 MiB (DDP's default), so
-    a model's gradients leave in about four buckets and the exchange of one overlaps the backward pass of the
-    next (every rank computes the same size from the same model)."""
+    """DDP's bucket size for ``model``: half its gradient bytes, 0.1 to 25 MiB (DDP's default), so a model's
+    gradients leave in two or three buckets and the exchange of one overlaps the backward pass of the next (every
+    rank computes the same size from the same model). Two rather than four: each bucket's exchange costs the
+    slower replica 0.3-1 ms of its own time on 2 cores (issuing the sends), and in paired runs of
+    ``benchmarks/hetero.py``'s balanced job (150 steps, 8 rounds each, interleaved with the fastest kind alone)
+    half the gradient per bucket gave a median 1.34x / 1.32x over the fastest kind alone against 1.19x / 1.20x
+    with a quarter and 1.23x / 1.28x with one bucket."""
     grad_bytes = sum(p.numel() * p.element_size() for p in model.parameters() if p.requires_grad)
-    return min(25.0, max(0.1, grad_bytes / 4 / 2**20))
+    return min(25.0, max(0.1, grad_bytes / 2 / 2**20))
 
 
 def _estimate(estimator: Any, window: list[tuple[float, int, bool, float]], world: int, seconds: float = 0.0,
