@@ -111,13 +111,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer steps, one repeat (under 3 minutes on 2 cores)")
     ap.add_argument("--steps", type=int, default=0, help="optimizer steps per configuration (default 150; quick 60)")
-    ap.add_argument("--repeats", type=int, default=0, help="runs of each timed configuration (default 2; quick 1)")
+    ap.add_argument("--repeats", type=int, default=0, help="runs of each timed configuration (default 3; quick 1)")
     args = ap.parse_args()
     steps = args.steps or (60 if args.quick else 150)
-    repeats = args.repeats or (1 if args.quick else 2)
+    repeats = args.repeats or (1 if args.quick else 3)
     print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; {steps} steps, batch {BATCH}, {repeats} repeat(s)", file=sys.stderr)
     kinds, speeds = ["gpu", "npu"], [1.0, 0.5]
     best: dict[str, object] = {}
+    seconds: dict[str, list[float]] = {}  # every repeat's loop time (the paired ratios on stderr)
     for _ in range(repeats):
         for name, job, ks, sp in (
             ("equal", _job(steps, equal_shares=True), kinds, speeds),
@@ -125,9 +126,15 @@ def main() -> None:
             ("fastest alone", _job(steps), ["gpu"], [1.0]),
         ):
             r = _run(name, job, ks, sp)
+            seconds.setdefault(name, []).append(r.loop_seconds)
             if name not in best or r.loop_seconds < best[name].loop_seconds:
                 best[name] = r
     eq, bal, alone = best["equal"], best["balanced"], best["fastest alone"]
+    # each repeat's balanced run against the equal and alone runs next to it in time (the host's speed drifts by
+    # 10-25% over a minute here; the headline figures below are best against best)
+    paired = {n: sorted(o / b for o, b in zip(seconds[n], seconds["balanced"])) for n in ("equal", "fastest alone")}
+    print("  paired by repeat: balanced vs equal " + ", ".join(f"{x:.2f}x" for x in paired["equal"])
+          + "; vs fastest alone " + ", ".join(f"{x:.2f}x" for x in paired["fastest alone"]), file=sys.stderr, flush=True)
     # the compute side alone (no waiting, no scheduling): the slowest replica's share over its measured throughput
     # (samples per busy second of its thread's CPU time, the slow-down included); on a loaded machine the wall
     # times above also hold the other processes' turns on the cores, this does not
