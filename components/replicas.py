@@ -140,7 +140,7 @@ class Replicas:
             else:
                 fields.append(item)
         try:
-            kind = DeviceKind.parse(kind_text.strip(), field=f"kind of {where}")
+            kind = DeviceKind.parse(kind_text.strip(), field="kind")  # "<where>: kind='foo' is not a device kind..."
             parts = [*fields, *(["count=1"] if kind.has_devices else [])]
             one = Resources.parse_spec(kind.value + (":" + ",".join(parts) if parts else ""))
         except InvalidResources as exc:
@@ -201,8 +201,9 @@ class MixedResources(Resources):
         for i, g in enumerate(groups):
             if g.kind.value in seen:
                 raise InvalidResources(
-                    f"kind {g.kind.value!r} is given twice in mixed candidate {' + '.join(x.describe() for x in groups)} "
-                    f"(replicas[{seen[g.kind.value]}] and replicas[{i}]); valid: each kind once, with count=N for N replicas"
+                    f"kind {g.kind.value!r} is given twice in a mixed candidate (replicas[{seen[g.kind.value]}] and "
+                    f"replicas[{i}]: parts {seen[g.kind.value] + 1} and {i + 1} between '+' signs); valid: each kind once, "
+                    "with count=N for N replicas (gpu:count=2+npu:count=4)"
                 )
             seen[g.kind.value] = i
         if DeviceKind.parse(self.kind) is not groups[0].kind:

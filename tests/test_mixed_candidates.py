@@ -43,7 +43,8 @@ def test_mixed_candidate_round_trips_through_json_and_dicts_with_its_options():
 @pytest.mark.parametrize(
     ("spec", "names"),
     [
-        ("gpu:count=2+gpu:count=1", "kind 'gpu' is given twice"),
+        ("gpu:count=2+gpu:count=1", "kind 'gpu' is given twice in a mixed candidate (replicas[0] and replicas[1]: parts 1 and 2"),
+        ("gpu:count=2+foo:count=1", "mixed candidate 'gpu:count=2+foo:count=1': kind='foo' is not a device kind; valid kinds: cpu, gpu, npu"),
         ("gpu+", "empty part"),
         ("gpu:count=x+npu", "count='x'"),
         ("gpu:count=0+npu", "count=0"),
