@@ -193,3 +193,19 @@ def test_a_change_back_goes_half_as_far():
         reb.record(0, 43, 0.090)
         reb.record(1, 21, 0.040)
     assert reb.propose([43, 21], remaining_steps=1000) == [37, 27]
+
+
+def test_after_one_bounce_between_neighbouring_splits_the_shares_settle():
+    # measurements near the balance, each a little noisy the other way: without the rule the shares went 46:18,
+    # 45:19, 46:18, 45:19, ... (a new batch shape every few steps); after one bounce they settle, then move again
+    reb = Rebalancer(2, B)
+    current = [44, 20]
+    seen = []
+    for t0, t1 in ((0.040, 0.0445), (0.0465, 0.0415), (0.0425, 0.0460), (0.0470, 0.0410), (0.0425, 0.0460)):
+        for _ in range(6):
+            reb.record(0, current[0], t0)
+            reb.record(1, current[1], t1)
+        current = reb.propose(current, remaining_steps=1000)
+        seen.append((current, reb.settled))
+    assert seen[:3] == [([46, 18], False), ([45, 19], False), ([45, 19], True)]
+    assert seen[4] == ([46, 18], False)  # the next measurement starts afresh
