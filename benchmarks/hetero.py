@@ -6,8 +6,8 @@ test), upsampled to 16x16 inside the model, convolutions of 32 and 64 channels a
 (261k parameters, 1 MB of gradients; 114 MFLOP per sample for forward and backward, counted by
 ``torch.utils.flop_counter``), so compute dominates a step: about 40 ms for a share of 43 samples on one core of
 this machine against about 0.5 ms to exchange 1 MB between two processes (gloo send and receive each way;
-gloo's ring all-reduce took 2-6 ms here; hidden behind backward: the gradients leave in two buckets) and under 1 ms for the optimizer's step and the sampling. Two simulated kinds,
-``gpu`` at speed 1.0 and ``npu`` at speed 0.5
+gloo's ring all-reduce took 2-6 ms here; hidden behind backward: the gradients leave in two buckets) and under
+1 ms for the optimizer's step and the sampling. Two simulated kinds, ``gpu`` at speed 1.0 and ``npu`` at speed 0.5
 (:class:`~heteroflow.components.training.shares.SlowDown`: the slower replica sleeps in proportion to its
 compute, so two replicas on two cores do not contend), one replica per kind, one torch thread per replica, the
 same global batch (64) and the same steps in every configuration; SGD with momentum 0.9, learning rate 0.05.

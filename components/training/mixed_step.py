@@ -221,13 +221,14 @@ def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
     """The summary lines of a mixed run's facts: each replica's kind, share, throughput and busy fraction; the
     kinds that dropped out."""
     parts = []
-    for row in replica_rows(mixed):
+    rows = replica_rows(mixed)
+    for row in rows:
         s = row["share"] if row["share"] is not None else "?"
         t = f", {row['samples_per_second']:.0f} samples/s" if row["samples_per_second"] else ""
         b = f", busy {row['busy_fraction'] * 100:.0f}%" if row["busy_fraction"] is not None else ""
         parts.append(f"{row['kind']}[{row['rank']}] share {s}{t}{b}")
     lines = ["train: mixed replicas: " + "; ".join(parts)] if parts else []
-    lines += _starved_lines(replica_rows(mixed))
+    lines += _starved_lines(rows)
     for d in mixed.get("dropped") or []:
         where = f" at step {d.get('step')}" if d.get("step") is not None else ""
         if d.get("task"):  # a cluster job: the kind's Volcano task failed

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 import os
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
@@ -71,6 +71,15 @@ def _check_batch(global_batch: object, n: int) -> None:
     if isinstance(global_batch, bool) or not isinstance(global_batch, int) or global_batch < n:
         raise InvalidParameter(f"batch_size={global_batch!r} is smaller than the {n} replicas; valid: an integer >= {n} (each replica takes at least one sample)")
 
+
+def _positive(values: Sequence[float], pick: Callable[[list[float]], float]) -> list[float]:
+    """``values`` with each non-finite or non-positive one replaced by ``pick`` of the good ones (1.0 when none
+    is good): a replica not measured yet counts as the slowest measured."""
+    good = [v for v in values if math.isfinite(v) and v > 0]
+    stand_in = pick(good) if good else 1.0
+    return [v if math.isfinite(v) and v > 0 else stand_in for v in values]
+
+
 def shares_from_throughput(global_batch: int, throughput: Sequence[float]) -> list[int]:
     """Integer shares of ``global_batch`` proportional to ``throughput`` (samples/s per replica), summing to
     ``global_batch``, each >= 1, rounded so the slowest replica's step is as short as integers allow: from the
@@ -90,9 +99,7 @@ def shares_from_throughput(global_batch: int, throughput: Sequence[float]) -> li
     if n == 0:
         raise InvalidParameter("throughput is empty; valid: one measured throughput per replica")
     _check_batch(global_batch, n)
-    good = [t for t in throughput if math.isfinite(t) and t > 0]
-    floor_t = min(good) if good else 1.0
-    t = [x if math.isfinite(x) and x > 0 else floor_t for x in throughput]
+    t = _positive(throughput, min)
     total = sum(t)
     shares = [max(1, int(math.floor(global_batch * x / total + 1e-9))) for x in t]
     while sum(shares) > global_batch:  # the one-sample floors took too many: from the replica that finishes last
@@ -310,10 +317,8 @@ def balanced_shares(global_batch: int, lines: Sequence[tuple[float, float]],
     if n == 0:
         raise InvalidParameter("lines is empty; valid: one (fixed seconds, seconds per sample) pair per replica")
     _check_batch(global_batch, n)
-    good = [c for _, c in lines if math.isfinite(c) and c > 0]
-    worst = max(good) if good else 1.0
     a = [x if math.isfinite(x) else 0.0 for x, _ in lines]
-    c = [y if math.isfinite(y) and y > 0 else worst for _, y in lines]
+    c = _positive([y for _, y in lines], max)
     lo, hi = [1] * n, [global_batch] * n
     if bounds is not None and len(bounds) == n:
         blo, bhi = [max(1, int(x)) for x, _ in bounds], [min(global_batch, int(y)) for _, y in bounds]
