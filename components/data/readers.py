@@ -79,14 +79,16 @@ class _Batch(tuple):  # type: ignore[type-arg]
     """A batch already gathered by :meth:`TensorData.__getitems__` (collated as is)."""
 
 
-def batch_collate(samples: Any) -> Any:
+def batch_collate(samples: Any, *, collate: Any = None) -> Any:
     """The DataLoader ``collate_fn`` of heteroflow's loaders: a batch gathered in one indexing operation
-    (:class:`TensorData`) passes as is; anything else goes through torch's ``default_collate``."""
+    (:class:`TensorData`) passes as is; anything else goes through ``collate`` (None: torch's ``default_collate``;
+    a worker's slots pass one that stacks into the worker's own memory: :mod:`heteroflow.components.training.slots`)."""
     if isinstance(samples, _Batch):
         return tuple(samples)
-    from torch.utils.data import default_collate
+    if collate is None:
+        from torch.utils.data import default_collate as collate
 
-    return default_collate(samples)
+    return collate(samples)
 
 
 class TensorData:

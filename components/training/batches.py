@@ -101,7 +101,8 @@ class EpochBatches:
 def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_workers: int, device: torch.device,
                 rank: int = 0, world_size: int = 1, parts: tuple[int, ...] = ()) -> Any:
     """A DataLoader over ``dataset`` with :class:`EpochBatches` (this rank's share of each batch when
-    ``world_size > 1``, ``parts`` the per-rank sizes when given): ``num_workers`` processes prefetching 2 batches each, pinned memory on accelerators, its
+    ``world_size > 1``, ``parts`` the per-rank sizes when given): ``num_workers`` processes prefetching 2 batches each
+    (on the CPU handing them over in reused shared-memory slots: :class:`~heteroflow.components.training.slots.SlotLoader`), pinned memory on accelerators, its
     own RNG (the global one stays the training's). A dataset's random draws (augmentation) are seeded per sample
     from (``seed``, epoch, sample index): :func:`heteroflow.components.training.sample_seeds.seeded_dataset`."""
     import torch
@@ -110,9 +111,10 @@ def make_loader(dataset: Any, *, batch_size: int, seed: int, shuffle: bool, num_
     from heteroflow.components.core.processes import PRELOAD_DATALOADER, worker_context
     from heteroflow.components.data.readers import batch_collate
     from heteroflow.components.training.sample_seeds import seeded_dataset
+    from heteroflow.components.training.slots import SlotLoader
 
     sampler = EpochBatches(len(dataset), batch_size, seed, shuffle=shuffle, rank=rank, world_size=world_size, parts=parts)
-    return DataLoader(
+    return (SlotLoader if num_workers > 0 and device.type == "cpu" else DataLoader)(
         seeded_dataset(dataset),
         batch_sampler=sampler,
         num_workers=num_workers,
@@ -246,19 +248,20 @@ WORTH_A_WORKER = 0.05
 """Another worker process must shorten the predicted time per batch by more than this share (5%) to be started."""
 
 
-SHARED_COLLATE_SECONDS_PER_BYTE = 1.9e-3 / (32 * 3 * 80 * 80 * 4)
-"""What a DataLoader worker pays per byte of a batch beyond loading it in the training process, seconds: its
-collate writes the batch into new shared memory (``default_collate`` in a worker; every page a fresh fault), and
-its queue hands each tensor's file descriptor over (torch's ``file_descriptor`` sharing strategy). Measured (#32):
-+1.9 ms for a batch of 32 float32 3x80x80 crops (2.46 MB), ``benchmarks/training.py`` section 4, quiet 2 cores."""
+SHARED_COLLATE_SECONDS_PER_BYTE = 1.0e-3 / (32 * 3 * 80 * 80 * 4)
+"""What a DataLoader worker pays per byte of a batch beyond loading it in the training process, seconds: stacking
+the batch and copying it into one of its reused shared-memory slots, and the queue's pickling
+(:mod:`heteroflow.components.training.slots`). Measured (#32): +1.0 ms for a batch of 32 float32 3x80x80 crops
+(2.46 MB; worker CPU per batch 8.0-8.4 ms against 7.0-7.2 ms in one process, three passes of 375 batches, 2 cores);
+torch's own path, ``default_collate`` into new shared memory (every page a fresh fault), cost +2.2-2.6 ms in the
+same run (+1.9 ms in the first measurement)."""
 
-RECEIVE_SECONDS = 1.5e-3
-"""What the training process pays to receive one batch from a worker, seconds: unpickling it, fetching each
-tensor's file descriptor from the worker (``multiprocessing.resource_sharer``: a connection and an authentication
-per tensor) and mapping the memory. Measured (#32): +1.5 ms a batch in the same run as
-:data:`SHARED_COLLATE_SECONDS_PER_BYTE`; about the same for a batch a quarter the size (uint8), so a fixed cost.
-Both were measured with torch's ``file_descriptor`` strategy; :data:`WORKER_SHARING_STRATEGY` costs less (about
-a third less here), so the model errs towards fewer workers."""
+RECEIVE_SECONDS = 1.0e-3
+"""What the training process pays to receive one batch from a worker, seconds: reading it from the queue,
+unpickling it and copying it out of its slot. Measured (#32, the run of :data:`SHARED_COLLATE_SECONDS_PER_BYTE`):
+0.8-1.4 ms of the training process's CPU per batch (1.0-1.4 ms with torch's path; 1.5 ms with torch's
+``file_descriptor`` strategy in the first measurement), about the same for a batch a quarter the size, so a fixed
+cost."""
 
 
 def batch_bytes(batch: Any) -> int:
