@@ -24,6 +24,12 @@ def _flat(text: str) -> str:
     return " ".join(text.split())
 
 
+def _first(caught: Any, category: type[Warning]) -> str:
+    """The first recorded warning of ``category`` (pytest.warns records every warning: a ResourceWarning of an
+    unrelated subprocess collected meanwhile came first once, "subprocess N is still running")."""
+    return next(str(w.message) for w in caught if issubclass(w.category, category))
+
+
 def _platform(path: Path) -> dict[str, Any]:
     docs = list(yaml.safe_load_all(path.read_text()))
     return docs[1]["platforms"]["kubernetes"]["deploymentSpec"]["executors"]
@@ -34,7 +40,7 @@ def test_the_issues_compile_warns_and_keeps_the_model(tmp_path: Path) -> None:
     with pytest.warns(DefaultProfileWarning) as caught:
         result = CliRunner().invoke(app, ["compile", "-o", str(out), "-c", "gpu:accelerator=t4"])
     assert result.exit_code == 0, result.output
-    said = _flat(str(caught[0].message))
+    said = _flat(_first(caught, DefaultProfileWarning))
     assert said.startswith("candidate gpu x1 (nvidia-t4)")
     assert "no cluster profile was given, so the default conventions pick NVIDIA T4: node label nvidia.com/gpu.product in Tesla-T4, TESLA-T4 (vendors.nvidia.labels: gfd)" in said
     assert "--profile FILE (vendors.nvidia.labels: gfd | gke | none; e.g. examples/profiles/nvidia-gfd.yaml" in said
@@ -91,7 +97,7 @@ def test_an_ascend_chip_names_both_assumed_conventions() -> None:
     """Sibling: the 910B3's resource name depends on the device plugin (official vs HAMi) and its chip on a label."""
     with pytest.warns(DefaultProfileWarning) as caught:
         plan = plan_pod(Resources.parse_spec("npu:accelerator=ascend-910b3"))
-    message = _flat(str(caught[0].message))
+    message = _flat(_first(caught, DefaultProfileWarning))
     assert "resource huawei.com/Ascend910 (vendors.ascend.plugin: official)" in message
     assert "node label node.kubernetes.io/npu.chip.name=910B3 (vendors.ascend.labels: npu-chip-name)" in message
     assert "vendors.ascend.plugin: hami | official" in message and "examples/profiles/ascend-hami.yaml" in message
