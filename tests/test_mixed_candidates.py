@@ -179,16 +179,37 @@ def test_share_estimator_ignores_noisy_steps_and_smooths():
 
 def test_global_sampler_batches_do_not_depend_on_the_layout():
     sampler = GlobalSampler(100, 16, seed=3)
-    assert sampler.steps_per_epoch == 6
-    for step in (0, 5, 6, 13):
+    assert sampler.steps_per_epoch == 7  # 6 whole batches and a last one of 4 samples, as one process trains
+    for step in (0, 5, 6, 7, 13):
         whole = sampler.batch(step)
         for shares in ([16], [12, 4], [4, 4, 8], [1, 1, 14]):
-            parts = [sampler.part(step, shares, r) for r in range(len(shares))]
+            weights = [sampler.weight(step, shares, r) for r in range(len(shares))]
+            parts = [sampler.part(step, shares, r) for r, w in enumerate(weights) if w > 0]
             assert np.array_equal(np.concatenate(parts), whole)
+            assert sum(weights) == pytest.approx(1.0)
     # epoch e is default_rng(seed + e)'s permutation, as the single-process loader's
-    assert np.array_equal(sampler.batch(6), np.random.default_rng(4).permutation(100)[:16])
+    assert np.array_equal(sampler.batch(7), np.random.default_rng(4).permutation(100)[:16])
     with pytest.raises(InvalidParameter, match="sum to 15"):
         sampler.part(0, [8, 7], 0)
+
+
+def test_an_epochs_last_partial_batch_is_split_by_the_shares_and_weighted_by_its_parts():
+    from heteroflow.components.training.batches import EpochBatches
+
+    sampler = GlobalSampler(100, 16, seed=3)
+    last = sampler.batch(6)
+    assert len(last) == 4 and np.array_equal(last, np.random.default_rng(3).permutation(100)[96:])
+    assert sampler.sizes(6, [12, 4]) == [3, 1]  # 4 * 12/16 and 4 * 4/16
+    assert sampler.sizes(6, [1, 1, 14]) == [0, 0, 4]  # 0.25, 0.25, 3.5: the largest remainder gets the sample
+    assert [sampler.weight(6, [12, 4], r) for r in (0, 1)] == [0.75, 0.25]
+    assert [sampler.weight(5, [12, 4], r) for r in (0, 1)] == [0.75, 0.25]  # a whole batch: the shares
+    # a replica with no sample of the partial batch takes a stand-in (every replica takes every step), weight 0
+    assert np.array_equal(sampler.part(6, [1, 1, 14], 0), last[:1]) and sampler.weight(6, [1, 1, 14], 0) == 0.0
+    # the same split as a single-kind DDP run with those per-rank batch sizes (EpochBatches with parts)
+    for shares in ([12, 4], [4, 4, 8], [1, 1, 14]):
+        for r in range(len(shares)):
+            ranks = EpochBatches(100, 16, 3, rank=r, world_size=len(shares), parts=tuple(shares))
+            assert all(np.array_equal(np.asarray(a), sampler.part(b, shares, r)) for b, a in enumerate(ranks))
 
 
 def test_slowdown_waits_in_proportion_to_compute():

@@ -20,15 +20,16 @@ def _job(model: str, data: str = "digits", **kw) -> MixedJob:
                     max_steps=STEPS, optimizer="mixed_models:sgd", seed=7, **kw)
 
 
-def _single_process(model_name: str, data_name: str = "digits") -> dict[str, torch.Tensor]:
-    """Plain PyTorch in this process: the global batches of default_rng(seed + epoch)'s permutation."""
+def _single_process(model_name: str, data_name: str = "digits", **data_kwargs) -> dict[str, torch.Tensor]:
+    """Plain PyTorch in this process: the global batches of default_rng(seed + epoch)'s permutation, each epoch's
+    last one partial when BATCH does not divide the data (a DataLoader without drop_last)."""
     import mixed_models
 
-    data = getattr(mixed_models, data_name)()
+    data = getattr(mixed_models, data_name)(**data_kwargs)
     torch.manual_seed(7)
     model = getattr(mixed_models, model_name)()
     opt = mixed_models.sgd(model.parameters(), lr=0.05)
-    per_epoch = len(data) // BATCH
+    per_epoch = -(-len(data) // BATCH)
     for step in range(STEPS):
         epoch, b = divmod(step, per_epoch)
         idx = np.random.default_rng(7 + epoch).permutation(len(data))[b * BATCH:(b + 1) * BATCH]
@@ -48,16 +49,31 @@ def _largest_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 def test_mlp_three_to_one_mixed_run_matches_one_process():
     """Quick: two replicas of two kinds (shares 24 and 8 of 32), launched as the train step launches them (one
     torch elastic agent per kind, c10d rendezvous on this process's store), against plain PyTorch in one process.
-    Kept cheap (about 25 s of CPU time, most of it five processes importing torch): 512 synthetic 8x8 samples
-    (no scikit-learn import in the workers; 20 steps of 32 cross an epoch) and the 32-unit MLP."""
-    reference = _single_process("mlp", "blobs")
-    mixed = run_mixed(_job("mlp", "blobs", fixed_shares={"gpu": [24], "npu": [8]}), [ReplicaGroup("gpu", 1), ReplicaGroup("npu", 1)])
+    Kept cheap (about 25 s of CPU time, most of it five processes importing torch): 300 synthetic 8x8 samples
+    (no scikit-learn import in the workers; an epoch is 9 batches of 32 and a last one of 12, split 9:3, so the
+    20 steps are two whole epochs) and the 32-unit MLP."""
+    reference = _single_process("mlp", "blobs", n=300)
+    mixed = run_mixed(_job("mlp", "blobs", fixed_shares={"gpu": [24], "npu": [8]}, data_kwargs={"n": 300}),
+                      [ReplicaGroup("gpu", 1), ReplicaGroup("npu", 1)])
     assert mixed.kinds == ["gpu", "npu"] and mixed.shares == [24, 8] and mixed.steps == STEPS and not mixed.dropped
     import mixed_models
 
     torch.manual_seed(7)
     assert _largest_difference(reference, mixed_models.mlp().state_dict()) > 1e-2  # the weights moved: not two untrained models
     assert _largest_difference(mixed.state_dict, reference) <= TOL
+    assert mixed.samples == 2 * 300  # every sample of both epochs, the partial batches' included
+
+
+@pytest.mark.slow
+def test_a_replica_with_no_sample_of_the_last_partial_batch_counts_nothing_and_the_trajectory_holds():
+    """Shares 31:1 and an epoch of 300 samples: the last batch of 12 splits 12:0 (11.6 and 0.4 rounded by largest
+    remainder), so the npu replica takes a stand-in sample weighted 0; the weights are still one process's."""
+    reference = _single_process("mlp", "blobs", n=300)
+    run = run_mixed_local(_job("mlp", "blobs", fixed_shares={"gpu": [31], "npu": [1]}, data_kwargs={"n": 300}),
+                          ["gpu", "npu"])
+    assert run.shares == [31, 1] and run.steps == STEPS
+    assert _largest_difference(run.state_dict, reference) <= TOL
+    assert run.samples == 2 * 300  # the stand-in is not counted as trained
 
 
 @pytest.mark.slow

@@ -138,6 +138,7 @@ class HookState:
             sleep, ``(1/speed - 1)`` times that wall time (what utilization is).
         step_hook_own: wall time of this step's hook calls that wait for no peer (the asynchronous path: scaling
             the bucket, starting its exchange), which delays this replica's next bucket like compute does.
+        step_weight: this step's weight when it is not the share's (a partial global batch); None otherwise.
         clock: what measures compute for the shares: ``time.perf_counter`` (wall time, what a step waits for;
             :mod:`~heteroflow.components.training.mixed` uses it on every device), or ``time.thread_time`` (this
             thread's CPU time: steadier on a loaded machine, but blind to the compute's waits for a core).
@@ -156,6 +157,7 @@ class HookState:
     step_busy_wall: float = 0.0
     step_hook_own: float = 0.0
     clock: Any = time.perf_counter
+    step_weight: float | None = None
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     _started_wall: float = 0.0
     _hooks: int = 0
@@ -221,6 +223,11 @@ class HookState:
         self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + seconds
 
     def weight(self) -> float:
+        """This rank's weight in the step's update: :attr:`step_weight` when set (an epoch's last, partial global
+        batch: :meth:`GlobalSampler.weight <heteroflow.components.training.shares.GlobalSampler.weight>`), else
+        its share of the global batch."""
+        if self.step_weight is not None:
+            return self.step_weight
         return self.shares[self.hierarchy.rank] / sum(self.shares)
 
 

@@ -126,7 +126,8 @@ class MixedJob:
         model: ``module:function`` returning the ``torch.nn.Module`` (called after ``torch.manual_seed(seed)``).
         data: ``module:function`` returning the training ``Dataset`` of ``(x, y)``.
         global_batch: samples per optimizer step ``B`` (the user's batch size; shares split it).
-        epochs: passes over the data (steps: ``epochs * (n // B)``), or ``max_steps`` when > 0.
+        epochs: passes over the data (steps: ``epochs * ceil(n / B)``, each epoch's last global batch partial when
+            ``B`` does not divide ``n``, split by the shares' proportions), or ``max_steps`` when > 0.
         learning_rate: the optimizer's rate.
         optimizer: ``""`` (Adam), ``"sgd"`` (SGD, momentum 0.9) or ``module:function(params, lr)``.
         loss: ``""`` (cross-entropy) or ``module:function()`` returning ``loss(output, target)``.
@@ -405,6 +406,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     for step in range(start, total):
         t_sample = time.perf_counter()
         idx = sampler.part(step, state.shares, rank)
+        whole = len(sampler.batch(step)) == job.global_batch  # else an epoch's last, partial batch
+        state.step_weight = None if whole else sampler.weight(step, state.shares, rank)
         x, y = _collate(dataset, idx)
         x, y = x.to(device, non_blocking=True), y.to(device, non_blocking=True)
         sample_wall = time.perf_counter() - t_sample
@@ -422,14 +425,15 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         stepped_wall = time.perf_counter()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
-        samples_done += len(idx)
+        samples_done += len(idx) if state.weight() > 0 else 0  # a stand-in sample is not trained on
         if device.type != "cpu":
             torch.accelerator.synchronize()
         update_wall = time.perf_counter() - stepped_wall  # the optimizer's step: busy, the same work whatever the share
         phase("optimizer", update_wall)
         busy_wall += state.step_busy_wall + update_wall
         losses.append(loss.detach() * state.weight())
-        if step > start:  # the first step of an incarnation builds buffers: not a measure of speed
+        if step > start and whole:  # the first step of an incarnation builds buffers: not a measure of speed; a
+            # partial batch's parts are not the shares the rebalancer models
             # for the shares: what this replica's part of the step takes before its gradients are all out (what
             # the others wait for): sampling, compute over the speed, the hook's own calls
             window.append((state.step_busy, len(idx), first_at_share, sample_wall + state.step_busy + state.step_hook_own))

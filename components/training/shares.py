@@ -11,9 +11,11 @@ Shares
 
 Global sampler
     :class:`GlobalSampler` draws each epoch's permutation of the ``n`` samples with numpy's ``default_rng(seed +
-    epoch)`` (as heteroflow's single-process loader does), cuts it into global batches of ``B`` (a last, partial
-    batch is dropped: every replica takes the same steps) and gives replica ``r`` the ``b_r`` samples after those
-    of replicas ``0 .. r-1`` (:func:`~heteroflow.components.training.gradients.rank_slice`). Which samples form a
+    epoch)`` (as heteroflow's single-process loader does), cuts it into global batches of ``B`` (the last one
+    partial when ``B`` does not divide ``n``, as there) and gives replica ``r`` the ``b_r`` samples after those of
+    replicas ``0 .. r-1`` (:func:`~heteroflow.components.training.gradients.rank_slice`); a partial batch is split
+    in the shares' proportions and weighted by each part's size (:meth:`GlobalSampler.weight`), so every epoch
+    trains on every sample and has the single-process run's steps. Which samples form a
     step's batch depends on ``seed``, ``B`` and the step only, never on how many replicas of which kinds train.
 
 Simulated speeds
@@ -230,11 +232,13 @@ class GlobalSampler:
 
     @property
     def steps_per_epoch(self) -> int:
-        """Optimizer steps per epoch (the last, partial global batch is dropped)."""
-        return self.n // self.global_batch
+        """Optimizer steps per epoch: ``ceil(n / B)``, the last global batch partial when ``B`` does not divide
+        ``n`` (as heteroflow's single-process loader, and a DataLoader without ``drop_last``, does)."""
+        return -(-self.n // self.global_batch)
 
     def batch(self, step: int) -> Any:
-        """The sample indices (int64 numpy array of ``B``) of global step ``step`` (0-based, across epochs)."""
+        """The sample indices (int64 numpy array of ``B``, fewer for an epoch's last, partial batch) of global step
+        ``step`` (0-based, across epochs)."""
         import numpy as np
 
         epoch, b = divmod(step, self.steps_per_epoch)
@@ -242,18 +246,50 @@ class GlobalSampler:
             self._orders = {epoch: np.random.default_rng(self.seed + epoch).permutation(self.n) if self.shuffle else np.arange(self.n)}
         return self._orders[epoch][b * self.global_batch:(b + 1) * self.global_batch]
 
+    def sizes(self, step: int, shares: Sequence[int]) -> list[int]:
+        """Each replica's samples of step ``step``'s global batch under ``shares``: the shares themselves for a
+        whole batch; a partial batch of ``m`` samples split in the same proportions, ``m * share / B`` rounded by
+        largest remainders, ties to the lower rank (Hamilton's method, as
+        :meth:`~heteroflow.components.training.batches.EpochBatches.sizes` splits a single-kind run's last batch).
+
+        Raises:
+            InvalidParameter: shares that do not sum to the global batch.
+        """
+        if sum(shares) != self.global_batch:
+            raise InvalidParameter(f"shares {list(shares)} sum to {sum(shares)}, not the global batch {self.global_batch}")
+        m = len(self.batch(step))
+        if m == self.global_batch:
+            return list(shares)
+        exact = [m * s / self.global_batch for s in shares]
+        out = [math.floor(e) for e in exact]
+        for r in sorted(range(len(out)), key=lambda r: (out[r] - exact[r], r))[: m - sum(out)]:
+            out[r] += 1
+        return out
+
     def part(self, step: int, shares: Sequence[int], rank: int) -> Any:
         """Replica ``rank``'s part of step ``step``'s global batch under ``shares`` (one integer per replica,
-        summing to ``B``).
+        summing to ``B``): its :meth:`sizes` entry of samples after those of the ranks before it. A replica whose
+        part of a partial batch is empty gets the batch's first sample, which :meth:`weight` makes count 0 (every
+        replica takes every step, or the collectives hang).
 
         Raises:
             InvalidParameter: shares that do not sum to the global batch, or a rank outside them.
         """
         from heteroflow.components.training.gradients import rank_slice
 
-        if sum(shares) != self.global_batch:
-            raise InvalidParameter(f"shares {list(shares)} sum to {sum(shares)}, not the global batch {self.global_batch}")
-        return self.batch(step)[rank_slice(list(shares), rank)]
+        sizes = self.sizes(step, shares)
+        batch = self.batch(step)
+        if not 0 <= rank < len(sizes):
+            rank_slice(list(shares), rank)  # raises with the field named
+        part = batch[sum(sizes[:rank]):sum(sizes[:rank + 1])]
+        return part if len(part) else batch[:1]
+
+    def weight(self, step: int, shares: Sequence[int], rank: int) -> float:
+        """What replica ``rank``'s mean loss (and gradient) counts in step ``step``'s update: its samples over the
+        step's, ``share / B`` for a whole batch (so the weighted sum over replicas is the mean over the global
+        batch), 0 for a stand-in sample."""
+        sizes = self.sizes(step, shares)
+        return sizes[rank] / sum(sizes)
 
     def steps(self, start: int, stop: int) -> Iterator[int]:
         return iter(range(start, stop))
