@@ -366,3 +366,47 @@ def test_the_step_graph_and_runs_show_word_the_device_as_the_steps_table(tmp_pat
     text = summary_text(run)
     assert "gpu (nvidia-gpu, simulated, on cpu) [candidate 1]" in text
     assert "placement of train: candidate 1 -> gpu (nvidia-gpu, simulated, on cpu) (placed on candidate 0, npu" in text
+
+
+def test_a_mixed_train_is_worded_by_every_kind_it_trained_on_in_every_view(tmp_path: Path) -> None:
+    """A fresh-clone finding (#29): after `heteroflow run -c 'gpu:count=1+npu:count=1'` the steps table and the
+    placement line said ``gpu (nvidia-gpu, simulated, on cpu)`` (the attempt's kind is the candidate's first, for
+    fault injection and fallback) while train's own line said it trained on gpu+npu; every view now says gpu+npu."""
+    import io
+
+    from rich.console import Console
+
+    from heteroflow.components.training.step import TRAIN
+    from heteroflow.pipelines.cli.runs import summary_text
+    from heteroflow.pipelines.cli.summary import _steps_table
+    from heteroflow.pipelines.runs.folders import device_of, load_run
+    from heteroflow.pipelines.runs.records import StepSummary
+
+    facts = {"device": "cpu", "device_kind": "gpu+npu", "steps": 600, "seconds": 9.6, "samples_per_second": 24702.0,
+             "final_loss": 0.0039}
+    folder = _record(
+        tmp_path,
+        steps=[{"name": "train", "status": "succeeded", "device": "cpu", "kind": "gpu", "accelerator": "nvidia-gpu",
+                "simulated": True, "candidate": 0, "attempts": 1, "seconds": 11.0, "details": facts}],
+        placement={"train": {"index": 0, "device_kind": "gpu", "torch_device": "cuda",
+                             "resources": {"kind": "gpu", "replicas": [{"kind": "gpu"}, {"kind": "npu"}]}, "passed_over": []}},
+        results={"train": facts},
+    )
+    where = "gpu+npu (simulated, on cpu)"
+    run = load_run(folder)
+    assert device_of(run["steps"][0]) == where
+    text = summary_text(run)
+    assert "placement of train: candidate 0 -> " + where in text and "nvidia-gpu" not in text
+    assert f"device: {where}" in render_report(run)
+    (line,) = TRAIN.summarize(facts)
+    assert line.startswith(f"train: 600 steps on {where} in 9.6 s"), line
+    out = io.StringIO()
+    step = StepSummary(name="train", status="succeeded", device="cpu", kind="gpu", accelerator="nvidia-gpu", simulated=True,
+                       candidate=0, attempts=1, seconds=11.0, details=facts)
+    Console(file=out, width=200).print(_steps_table([step]))
+    assert where in out.getvalue() and "nvidia-gpu" not in out.getvalue()
+    single = StepSummary(name="train", status="succeeded", device="cpu", kind="gpu", accelerator="nvidia-gpu", simulated=True,
+                         candidate=0, attempts=1, seconds=11.0, details={**facts, "device_kind": "gpu"})
+    out = io.StringIO()
+    Console(file=out, width=200).print(_steps_table([single]))
+    assert "gpu (nvidia-gpu, simulated, on cpu)" in out.getvalue()  # a single kind keeps its model

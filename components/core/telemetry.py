@@ -44,6 +44,15 @@ def where_ran(kind: Any, device: Any = "", *, accelerator: Any = None, simulated
     return f"{kind} ({', '.join(parts)})" if parts else str(kind)
 
 
+def mixed_kinds(details: Any) -> str | None:
+    """The kinds a step trained on together (``gpu+npu``: a mixed candidate's train, from its facts'
+    ``device_kind``), else None. Its attempt's ``kind`` names the candidate's first kind (what fault injection and
+    fallback match), so the views word where it ran from this (:func:`where_ran` of it, without the first kind's
+    accelerator model)."""
+    kind = details.get("device_kind") if isinstance(details, dict) else None
+    return kind if isinstance(kind, str) and "+" in kind else None
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class AttemptRecord:
     """One attempt of one step.
