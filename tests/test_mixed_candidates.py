@@ -191,6 +191,10 @@ def test_global_sampler_batches_do_not_depend_on_the_layout():
     assert np.array_equal(sampler.batch(7), np.random.default_rng(4).permutation(100)[:16])
     with pytest.raises(InvalidParameter, match="sum to 15"):
         sampler.part(0, [8, 7], 0)
+    with pytest.raises(InvalidParameter, match=r"batch_sizes\[1\]=-4 is not a batch size"):
+        sampler.part(0, [20, -4], 0)  # sums to 16, but a share is not a size
+    with pytest.raises(InvalidParameter, match="rank=2 has no share; shares has 2 entries"):
+        sampler.part(0, [12, 4], 2)
 
 
 def test_an_epochs_last_partial_batch_is_split_by_the_shares_and_weighted_by_its_parts():

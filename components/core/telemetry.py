@@ -26,13 +26,17 @@ __all__ = ["RUN_DIR_ENV", "AttemptRecord", "process_alive", "progress_reporter",
 RUN_DIR_ENV = "HETEROFLOW_RUN_DIR"
 
 
-def where_ran(kind: Any, device: Any = "", *, accelerator: Any = None, simulated: bool = False) -> str:
+def where_ran(kind: Any, device: Any = "", *, accelerator: Any = None, simulated: bool = False, details: Any = None) -> str:
     """Where a step ran, worded the one way every view says it (the steps tables, the report, the steps' own
     summaries): a device kind with its accelerator model and ``simulated, on cpu`` or its torch device
     (``gpu (nvidia-gpu, simulated, on cpu)``, ``npu (ascend-910, on npu:0)``); the CPU as its torch device
-    (``cpu``); ``-`` when nothing is known."""
+    (``cpu``); ``-`` when nothing is known. ``details``: the step's facts; a mixed candidate's train is worded by
+    every kind it trained on (:func:`mixed_kinds`: ``gpu+npu (simulated, on cpu)``), not its first kind's model."""
     from heteroflow.components.devices import has_devices
 
+    mixed = mixed_kinds(details)
+    if mixed:
+        kind, accelerator = mixed, None
     kind = getattr(kind, "value", kind)
     if not kind or not has_devices(str(kind)):
         return str(device or kind or "-")

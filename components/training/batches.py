@@ -5,7 +5,7 @@ worker processes) and :func:`choose_workers` (how many, from the measured load a
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.errors import InvalidParameter
@@ -16,7 +16,23 @@ if TYPE_CHECKING:  # numpy and torch are imported where they are used: train's p
 
 __all__ = ["EVAL_BYTES", "GATHER_BYTES", "NEGLIGIBLE_LOAD", "PROBE_BATCHES", "RECEIVE_SECONDS", "SHARED_COLLATE_SECONDS_PER_BYTE",
            "WORTH_A_WORKER", "EpochBatches", "auto_workers", "batch_bytes", "batch_seconds", "choose_workers",
-           "eval_batch_size", "make_loader", "tensor_batches", "train_threads"]
+           "eval_batch_size", "make_loader", "proportional_sizes", "tensor_batches", "train_threads"]
+
+
+def proportional_sizes(n: int, parts: Sequence[int]) -> list[int]:
+    """``n`` samples split in the proportions of ``parts`` (per-rank sizes of a whole batch of ``sum(parts)``):
+    ``parts`` itself when ``n == sum(parts)``, else ``n * part / sum(parts)`` rounded by largest remainders, ties to
+    the lower rank (Hamilton's apportionment method). The sizes sum to ``n``; a rank may get 0. Used for an epoch's
+    last, partial batch by :meth:`EpochBatches.sizes` and
+    :meth:`GlobalSampler.sizes <heteroflow.components.training.shares.GlobalSampler.sizes>`."""
+    total = sum(parts)
+    if n == total:
+        return list(parts)
+    exact = [n * p / total for p in parts]
+    out = [math.floor(e) for e in exact]
+    for r in sorted(range(len(out)), key=lambda r: (out[r] - exact[r], r))[: n - sum(out)]:
+        out[r] += 1
+    return out
 
 
 class EpochBatches:
@@ -53,13 +69,7 @@ class EpochBatches:
             return [n_batch]
         if not self.parts:
             return [n_batch // w + (r < n_batch % w) for r in range(w)]  # numpy.array_split's sizes
-        if n_batch == self.batch_size:
-            return list(self.parts)
-        exact = [n_batch * p / self.batch_size for p in self.parts]
-        out = [math.floor(e) for e in exact]
-        for r in sorted(range(w), key=lambda r: (out[r] - exact[r], r))[: n_batch - sum(out)]:
-            out[r] += 1  # largest remainder (Hamilton's method), ties to the lower rank
-        return out
+        return proportional_sizes(n_batch, self.parts)
 
     def set_epoch(self, epoch: int, start: int = 0) -> None:
         self.epoch, self.start = epoch, start
@@ -252,9 +262,10 @@ SHARED_COLLATE_SECONDS_PER_BYTE = 1.0e-3 / (32 * 3 * 80 * 80 * 4)
 """What a DataLoader worker pays per byte of a batch beyond loading it in the training process, seconds: stacking
 the batch and copying it into one of its reused shared-memory slots, and the queue's pickling
 (:mod:`heteroflow.components.training.slots`). Measured (#32): +1.0 ms for a batch of 32 float32 3x80x80 crops
-(2.46 MB; worker CPU per batch 8.0-8.4 ms against 7.0-7.2 ms in one process, three passes of 375 batches, 2 cores);
-torch's own path, ``default_collate`` into new shared memory (every page a fresh fault), cost +2.2-2.6 ms in the
-same run (+1.9 ms in the first measurement)."""
+(2.46 MB; a pass of 375 batches with 1 worker against one without, each pair back to back on 2 cores: worker CPU
+per batch 8.40 and 8.00 ms against 7.04 and 7.15 ms, +0.85-1.36 ms, the first, cold pair left out); torch's own
+path, ``default_collate`` into new shared memory (every page a fresh fault), cost +2.0-2.9 ms in the same
+script's three pairs (+1.9 ms in the first measurement)."""
 
 RECEIVE_SECONDS = 1.0e-3
 """What the training process pays to receive one batch from a worker, seconds: reading it from the queue,

@@ -253,18 +253,15 @@ class GlobalSampler:
         :meth:`~heteroflow.components.training.batches.EpochBatches.sizes` splits a single-kind run's last batch).
 
         Raises:
-            InvalidParameter: shares that do not sum to the global batch.
+            InvalidParameter: a share that is not an integer >= 1, or shares that do not sum to the global batch.
         """
+        from heteroflow.components.training.batches import proportional_sizes
+        from heteroflow.components.training.gradients import batch_weights
+
+        batch_weights(shares)  # each an integer >= 1
         if sum(shares) != self.global_batch:
             raise InvalidParameter(f"shares {list(shares)} sum to {sum(shares)}, not the global batch {self.global_batch}")
-        m = len(self.batch(step))
-        if m == self.global_batch:
-            return list(shares)
-        exact = [m * s / self.global_batch for s in shares]
-        out = [math.floor(e) for e in exact]
-        for r in sorted(range(len(out)), key=lambda r: (out[r] - exact[r], r))[: m - sum(out)]:
-            out[r] += 1
-        return out
+        return proportional_sizes(len(self.batch(step)), shares)
 
     def part(self, step: int, shares: Sequence[int], rank: int) -> Any:
         """Replica ``rank``'s part of step ``step``'s global batch under ``shares`` (one integer per replica,
@@ -275,12 +272,10 @@ class GlobalSampler:
         Raises:
             InvalidParameter: shares that do not sum to the global batch, or a rank outside them.
         """
-        from heteroflow.components.training.gradients import rank_slice
-
         sizes = self.sizes(step, shares)
-        batch = self.batch(step)
         if not 0 <= rank < len(sizes):
-            rank_slice(list(shares), rank)  # raises with the field named
+            raise InvalidParameter(f"rank={rank} has no share; shares has {len(sizes)} entries")
+        batch = self.batch(step)
         part = batch[sum(sizes[:rank]):sum(sizes[:rank + 1])]
         return part if len(part) else batch[:1]
 

@@ -71,8 +71,7 @@ class SlotBatch:
 
         def out(leaf: Any) -> Any:
             if isinstance(leaf, _Leaf):
-                view = buf[leaf.offset:leaf.offset + leaf.nbytes].view(leaf.dtype).view(leaf.shape)
-                return torch.empty(leaf.shape, dtype=leaf.dtype).copy_(view)
+                return buf[leaf.offset:leaf.offset + leaf.nbytes].view(leaf.dtype).view(leaf.shape).clone()
             return _map(leaf, out)
 
         batch = out(self.layout)
@@ -107,12 +106,17 @@ def _stack_plain(batch: list[torch.Tensor], *, collate_fn_map: Any = None) -> to
     return torch.stack(batch, 0)
 
 
+_PLAIN_MAP: dict[Any, Any] = {}
+
+
 def _collate_plain(samples: Any) -> Any:
     """torch's ``default_collate`` with tensors stacked into this process's memory (in a worker, torch's own
     stacks into new shared memory: the cost the slots save)."""
     from torch.utils.data._utils import collate as tcollate
 
-    return tcollate.collate(samples, collate_fn_map={**tcollate.default_collate_fn_map, torch.Tensor: _stack_plain})
+    if not _PLAIN_MAP:
+        _PLAIN_MAP.update({**tcollate.default_collate_fn_map, torch.Tensor: _stack_plain})
+    return tcollate.collate(samples, collate_fn_map=_PLAIN_MAP)
 
 
 class SlotCollate:
@@ -146,21 +150,20 @@ class SlotCollate:
     def _to_slot(self, batch: Any) -> Any:
         if self._busy is None:
             self._busy = torch.zeros(SLOTS, dtype=torch.int8).share_memory_()
+        tensors: list[tuple[_Leaf, torch.Tensor]] = []
         offset = 0
 
-        def place(leaf: Any) -> Any:
+        def place(item: Any) -> Any:  # the batch with each CPU tensor replaced by where it goes in the slot
             nonlocal offset
-            if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu" and not leaf.is_sparse:
-                nbytes = leaf.numel() * leaf.element_size()
-                at = offset
-                offset += -(-nbytes // _ALIGN) * _ALIGN
-                return (_Leaf(at, nbytes, leaf.dtype, tuple(leaf.shape)), leaf)
-            if isinstance(leaf, (tuple, list, dict)):
-                return _map(leaf, place)
-            return leaf
+            if isinstance(item, torch.Tensor) and item.device.type == "cpu" and not item.is_sparse:
+                leaf = _Leaf(offset, item.numel() * item.element_size(), item.dtype, tuple(item.shape))
+                offset += -(-leaf.nbytes // _ALIGN) * _ALIGN
+                tensors.append((leaf, item))
+                return leaf
+            return _map(item, place)
 
-        placed = place(batch)
-        if offset == 0:
+        layout = place(batch)
+        if not tensors:
             return batch  # no tensor to move
         busy = self._busy.tolist()
         free = [i for i in range(len(self._slots)) if busy[i] == 0]
@@ -174,15 +177,8 @@ class SlotCollate:
         else:
             return batch  # every slot in use: torch's queue moves this batch into new shared memory
         buf = self._slots[index]
-
-        def fill(item: Any) -> Any:
-            if isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], _Leaf):
-                leaf, tensor = item
-                buf[leaf.offset:leaf.offset + leaf.nbytes].view(leaf.dtype).view(leaf.shape).copy_(tensor)
-                return leaf
-            return _map(item, fill)
-
-        layout = fill(placed)
+        for leaf, tensor in tensors:
+            buf[leaf.offset:leaf.offset + leaf.nbytes].view(leaf.dtype).view(leaf.shape).copy_(tensor)
         self._busy[index] = 1
         return SlotBatch(buf, self._busy, index, layout, os.getpid())
 

@@ -19,7 +19,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from heteroflow.components.core.telemetry import mixed_kinds, where_ran
+from heteroflow.components.core.telemetry import where_ran
 
 __all__ = ["register"]
 
@@ -517,9 +517,8 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
     for col in ("step", "status", "device", "attempts", "seconds"):
         table.add_column(col, justify="right" if col in ("attempts", "seconds") else "left")
     for s in run.get("steps") or []:
-        mixed = mixed_kinds(s.get("details"))  # a mixed candidate's train: every kind it trained on
-        device = where_ran(mixed or s.get("kind"), s.get("device"), accelerator=None if mixed else s.get("accelerator"),
-                           simulated=bool(s.get("simulated")))
+        device = where_ran(s.get("kind"), s.get("device"), accelerator=s.get("accelerator"),
+                           simulated=bool(s.get("simulated")), details=s.get("details"))
         if s.get("candidate"):
             device += f" [candidate {s['candidate']}]"
         table.add_row(escape(str(s.get("name"))), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None),

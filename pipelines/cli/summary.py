@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from heteroflow.components.core.telemetry import mixed_kinds, where_ran
+from heteroflow.components.core.telemetry import where_ran
 from heteroflow.pipelines.cli.common import console
 
 __all__: list[str] = []
@@ -73,9 +73,8 @@ def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
             retry = pipeline[s.name].retry if s.name in pipeline else None
             status, seconds, note = live_state(s, records.get(s.name, []), retry, now)
         colour = colours.get(status, "dim")
-        mixed = mixed_kinds(s.details)  # a mixed candidate's train: every kind it trained on
-        device = where_ran(mixed or s.kind, s.device, accelerator=None if mixed else s.accelerator,
-                           simulated=s.simulated)  # one wording (#28 item 17)
+        device = where_ran(s.kind, s.device, accelerator=s.accelerator, simulated=s.simulated,
+                           details=s.details)  # one wording (#28 item 17)
         if s.candidate:
             device += f" [candidate {s.candidate}]"
         table.add_row(

@@ -182,13 +182,12 @@ def retries(run: dict[str, Any]) -> list[dict[str, Any]]:
 def device_of(step: dict[str, Any]) -> str:
     """Where a step ran, worded as every view words it (:func:`~heteroflow.components.core.telemetry.where_ran`:
     ``gpu (nvidia-gpu, simulated, on cpu)``); ``-`` for a step that did not run."""
-    from heteroflow.components.core.telemetry import mixed_kinds, where_ran
+    from heteroflow.components.core.telemetry import where_ran
 
     if not (step.get("kind") or step.get("device")) or step.get("status") == "not run":
         return "-"
-    mixed = mixed_kinds(step.get("details"))  # a mixed candidate's train: every kind, not the first one's model
-    return where_ran(mixed or step.get("kind") or step.get("device"), step.get("device"),
-                     accelerator=None if mixed else step.get("accelerator"), simulated=bool(step.get("simulated")))
+    return where_ran(step.get("kind") or step.get("device"), step.get("device"), accelerator=step.get("accelerator"),
+                     simulated=bool(step.get("simulated")), details=step.get("details"))
 
 
 def ran_on(run: dict[str, Any], call: str) -> str:
