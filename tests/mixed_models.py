@@ -61,3 +61,8 @@ def wide_mlp() -> nn.Module:
 
 def sgd(params, lr):  # type: ignore[no-untyped-def]
     return torch.optim.SGD(params, lr=lr, momentum=0.9)
+
+
+def sgd_no_momentum(params, lr):  # type: ignore[no-untyped-def]
+    """Plain SGD: what top-k with momentum correction and masking is when it sends everything (DGC)."""
+    return torch.optim.SGD(params, lr=lr)

@@ -19,7 +19,8 @@ One exchange (:func:`hierarchical_hook`, a DDP communication hook [DH])
        - ``topk``: each leader sends its ``k = ceil(ratio * n)`` largest-magnitude entries (values float32 and
          indices int32) with error feedback: what it did not send is added to its next exchange (Stich et al.
          2018, "Sparsified SGD with Memory", NeurIPS; Lin et al. 2018, "Deep Gradient Compression", ICLR); the
-         values are already share-weighted, so the sum of what arrives weights each kind by its share;
+         values are already share-weighted, so the sum of what arrives weights each kind by its share; with SGD
+         and momentum, DGC's momentum correction and factor masking (:func:`_topk_select`);
        - ``powersgd``: torch's ``powerSGD_hook`` (Vogels et al. 2019, NeurIPS) on the cross-kind group, with
          ``matrix_approximation_rank`` ``rank``; it averages, so the bucket is first multiplied by the number of
          leaders;
@@ -128,6 +129,10 @@ class HookState:
         compression: one of :data:`CROSS_COMPRESSIONS`.
         topk_ratio: the fraction of entries top-k sends, (0, 1].
         powersgd_rank: PowerSGD's ``matrix_approximation_rank``, >= 1.
+        topk_momentum: top-k's momentum correction (DGC): the SGD momentum taken out of the optimizer, which
+            the exchange accumulates instead (:func:`_topk_select`); 0.0: top-k accumulates the gradient. The
+            velocity and the residual live in this state (not in a checkpoint: a resumed top-k run starts both
+            from zero).
         slowdown: the simulated slow-down of this kind (None: full speed).
         bytes_sent / bytes_uncompressed: what this rank sent across kinds, and what it would have sent
             uncompressed (bytes, summed over exchanges).
@@ -161,7 +166,9 @@ class HookState:
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     _started_wall: float = 0.0
     _hooks: int = 0
+    topk_momentum: float = 0.0
     _residuals: dict[int, Any] = dataclasses.field(default_factory=dict)
+    _velocity: dict[int, Any] = dataclasses.field(default_factory=dict)
     _powersgd: Any = None
     _received: dict[tuple[int, int], Any] = dataclasses.field(default_factory=dict)  # (bucket, leader): receive buffer
     _pending: list[Any] = dataclasses.field(default_factory=list)  # this step's exchanges still in flight
@@ -249,26 +256,57 @@ def _powersgd_bytes(state: HookState, bucket: Any, rank: int) -> int:
     return total
 
 
+def _topk_select(state: HookState, flat: Any, index: int) -> tuple[Any, Any]:
+    """What one leader sends of bucket ``index`` in a top-k exchange: the values (float32) and indices (int64) of
+    the ``k = ceil(topk_ratio * n)`` largest magnitudes of its accumulator, ``flat`` being this step's
+    share-weighted gradient (1-D, ``n`` entries; not modified).
+
+    Error feedback (Stich et al. 2018, "Sparsified SGD with Memory", NeurIPS): the accumulator keeps what was not
+    sent and adds the next step's to it. With :attr:`HookState.topk_momentum` ``m > 0`` (the optimizer's momentum,
+    taken out of it: ``mixed._take_momentum``), momentum correction and momentum factor masking as in Lin et al.
+    2018, "Deep Gradient Compression", ICLR, section 3.2 and Algorithm 2: the velocity ``u = m * u + g``
+    accumulates, not the gradient ``g``, and both ``u`` and the accumulator are zeroed where they were sent.
+    Without the correction the accumulated gradient reaches the optimizer's momentum late and in bursts, each then
+    applied about ``1 / (1 - m)`` times over (SGD with momentum 0.9 at top-k 1% collapsed to a constant prediction
+    in ``benchmarks/hetero.py``); without the masking the velocity of a sent entry goes on pushing the stale
+    direction (the same collapse, measured). With density 1 this is SGD *without* momentum, since every entry of
+    ``u`` is zeroed every step.
+    """
+    m = state.topk_momentum
+    if m:
+        velocity = state._velocity.get(index)
+        if velocity is None or velocity.shape != flat.shape:
+            velocity = state._velocity[index] = flat.clone()
+        else:
+            velocity.mul_(m).add_(flat)
+        flat = velocity
+    acc = state._residuals.get(index)
+    if acc is None or acc.shape != flat.shape:
+        acc = state._residuals[index] = flat.clone()
+    else:
+        acc.add_(flat)
+    k = max(1, math.ceil(state.topk_ratio * acc.numel()))
+    _, idx = acc.abs().topk(k, sorted=False)
+    values = acc[idx]
+    acc[idx] = 0.0  # what stays is the next exchange's residual
+    if m:
+        velocity[idx] = 0.0
+    return values, idx
+
+
 def _topk_exchange(state: HookState, buffer: Any, index: int) -> Any:
     import torch
     import torch.distributed as dist
 
     group = state.hierarchy.cross_group
-    flat = buffer.detach().to("cpu", torch.float32)
-    residual = state._residuals.get(index)
-    acc = flat + residual if residual is not None and residual.shape == flat.shape else flat.clone()
-    k = max(1, math.ceil(state.topk_ratio * acc.numel()))
-    _, idx = acc.abs().topk(k, sorted=False)
-    values = acc[idx]
-    residual = acc.clone()
-    residual[idx] = 0.0
-    state._residuals[index] = residual
+    values, idx = _topk_select(state, buffer.detach().to("cpu", torch.float32), index)
+    k = values.numel()
     n = dist.get_world_size(group)
     all_values = [torch.empty_like(values) for _ in range(n)]
     all_idx = [torch.empty(k, dtype=torch.int32) for _ in range(n)]
     dist.all_gather(all_values, values, group=group)
     dist.all_gather(all_idx, idx.to(torch.int32), group=group)
-    out = torch.zeros_like(acc)
+    out = torch.zeros(buffer.numel(), dtype=torch.float32)
     for v, i in zip(all_values, all_idx):
         out.index_add_(0, i.long(), v)
     state.bytes_sent += k * (4 + 4)

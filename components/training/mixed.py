@@ -249,6 +249,25 @@ def _optimizer(job: MixedJob, params: Any) -> Any:
     return _resolve(job.optimizer)(params, lr=job.learning_rate)
 
 
+def _take_momentum(optimizer: Any) -> float:
+    """Momentum correction for top-k (Lin et al. 2018, "Deep Gradient Compression", ICLR, section 3.2): take the
+    momentum out of a plain SGD optimizer (every group's ``momentum`` the same and > 0, no dampening, not Nesterov;
+    its groups are left with momentum 0) and return it, for the top-k exchange to accumulate the momentum of the
+    gradient (:attr:`~heteroflow.components.training.hierarchy.HookState.topk_momentum`). Returns 0.0 (and
+    changes nothing) for any other optimizer: its top-k exchange accumulates the gradient, as before."""
+    import torch
+
+    if not isinstance(optimizer, torch.optim.SGD):
+        return 0.0
+    groups = optimizer.param_groups
+    m = {float(g.get("momentum", 0.0)) for g in groups}
+    if len(m) != 1 or not next(iter(m)) > 0 or any(g.get("dampening", 0) or g.get("nesterov", False) for g in groups):
+        return 0.0
+    for g in groups:
+        g["momentum"] = 0.0
+    return m.pop()
+
+
 def _collate(dataset: Any, idx: Any) -> tuple[Any, Any]:
     from heteroflow.components.data.readers import batch_collate
 
@@ -358,6 +377,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     torch.manual_seed(job.seed)
     model = _resolve(job.model)(**dict(job.model_kwargs)).to(device)
     optimizer = _optimizer(job, model.parameters())
+    momentum = [g.get("momentum") for g in optimizer.param_groups]  # as built (a checkpoint may hold 0: below)
     loss_fn = _resolve(job.loss)() if job.loss else torch.nn.functional.cross_entropy
     sampler = GlobalSampler(len(dataset), job.global_batch, job.seed)
     total = job.max_steps if job.max_steps > 0 else job.epochs * sampler.steps_per_epoch
@@ -369,10 +389,16 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         blob = torch.load(ckpt, map_location="cpu", weights_only=False)
         model.load_state_dict({k: v.to(device) for k, v in blob["model"].items()})
         optimizer.load_state_dict(blob["optimizer"])
+        for group, m in zip(optimizer.param_groups, momentum):
+            if m is not None:  # a checkpoint of a top-k run holds momentum 0 (taken below); these kinds may not be
+                group["momentum"] = m
         start = int(blob["step"])
         saved = blob.get("throughput_by_kind") or {}
         if measure and saved and all(k in saved for k in h.kinds):  # recomputed over the replicas left
             shares = shares_from_throughput(job.global_batch, [float(saved[k]) for k in h.kinds])
+    # top-k runs between kinds' leaders, and every rank (leader or not) applies what it returns: every rank takes
+    # the momentum out (one kind left after a drop-out: nothing to compress, the optimizer keeps its momentum)
+    topk_momentum = _take_momentum(optimizer) if job.compression == "topk" and len(h.leaders) > 1 else 0.0
     # small buckets where each leaves asynchronously (every kind has one replica, no compression: the hook's
     # async path); elsewhere the hook waits per bucket, and top-k picks from the whole gradient: DDP's 25 MiB
     overlap = job.compression == "none" and len(set(h.kinds)) == len(h.kinds)
@@ -380,7 +406,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
               gradient_as_bucket_view=True)  # the gradients are views of the buckets: no copy back at the end
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
-                      powersgd_rank=job.powersgd_rank, slowdown=slowdown,
+                      powersgd_rank=job.powersgd_rank, slowdown=slowdown, topk_momentum=topk_momentum,
                       clock=time.perf_counter)  # wall time: what a step waits for (see the module docstring)
     ddp.register_comm_hook(state, hierarchical_hook)
 
