@@ -31,7 +31,7 @@ __all__ = ["COMPRESSIONS", "JOB_DEFAULTS", "JOB_OPTIONS", "MixedResources", "Rep
 
 COMPRESSIONS = ("none", "topk", "powersgd")
 """Compression of the gradient exchange between kinds (:mod:`heteroflow.components.training.hierarchy`)."""
-JOB_OPTIONS = ("compression", "rebalance_every_steps", "rebalance_every_minutes")
+JOB_OPTIONS = ("compression", "topk_ratio", "powersgd_rank", "rebalance_every_steps", "rebalance_every_minutes")
 """Options of the whole mixed job; on the command line they may follow any part's fields
 (``gpu:count=2+npu:count=4,compression=topk``)."""
 
@@ -145,6 +145,8 @@ class Replicas:
             one = Resources.parse_spec(kind.value + (":" + ",".join(parts) if parts else ""))
         except InvalidResources as exc:
             msg = str(exc)
+            if msg.startswith("unknown resource field"):  # a misspelled job option lands here too
+                msg += f"; or an option of the whole job: {', '.join(JOB_OPTIONS)}"
             raise InvalidResources(msg if where in msg else f"{where}: {msg}") from None
         out = cls.__new__(cls)
         out.count, out.resources = count, one
@@ -175,6 +177,8 @@ class MixedResources(Resources):
 
     replicas: tuple[Replicas, ...] = ()
     compression: str = "none"
+    topk_ratio: float = 0.01
+    powersgd_rank: int = 2
     rebalance_every_steps: int = 50
     rebalance_every_minutes: float = 10.0
 
@@ -182,6 +186,12 @@ class MixedResources(Resources):
         Resources.__post_init__(self)
         if self.compression not in COMPRESSIONS:
             raise InvalidResources(f"compression={self.compression!r} is unknown; valid: {', '.join(COMPRESSIONS)} (of the exchange between kinds)")
+        ratio = self.topk_ratio
+        if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
+            raise InvalidResources(f"topk_ratio={ratio!r}; valid: a fraction in (0, 1] (of the gradient's entries top-k sends)")
+        rank = self.powersgd_rank
+        if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
+            raise InvalidResources(f"powersgd_rank={rank!r}; valid: an integer >= 1 (PowerSGD's matrix_approximation_rank)")
         steps = self.rebalance_every_steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InvalidResources(f"rebalance_every_steps={steps!r}; valid: an integer >= 1 (optimizer steps between share measurements)")
@@ -213,7 +223,8 @@ class MixedResources(Resources):
     @classmethod
     def of(cls, replicas: Iterable[Replicas | Mapping[str, Any] | str], **options: Any) -> MixedResources:
         """A mixed candidate from its replica groups (:class:`Replicas`, mappings or ``KIND[:...]`` parts) and the
-        job's options (``compression``: none, topk or powersgd; ``rebalance_every_steps``, >= 1;
+        job's options (``compression``: none, topk or powersgd; ``topk_ratio``, in (0, 1], the fraction of the
+        gradient's entries top-k sends, default 0.01; ``powersgd_rank``, >= 1, default 2; ``rebalance_every_steps``, >= 1;
         ``rebalance_every_minutes``, > 0: shares are re-measured at whichever comes first).
 
         Raises:
@@ -256,7 +267,7 @@ class MixedResources(Resources):
                     if key in options:
                         raise InvalidResources(f"mixed candidate {spec!r}: {key} is given twice; give it once")
                     try:
-                        options[key] = value.strip() if key == "compression" else (int(value) if key == "rebalance_every_steps" else float(value))
+                        options[key] = value.strip() if key == "compression" else (int(value) if key in ("rebalance_every_steps", "powersgd_rank") else float(value))
                     except ValueError:
                         raise InvalidResources(f"{key}={value.strip()!r} in mixed candidate {spec!r} is not a number") from None
                 else:

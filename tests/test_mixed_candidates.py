@@ -38,6 +38,9 @@ def test_mixed_candidate_round_trips_through_json_and_dicts_with_its_options():
     assert m.replicas[1].count == 3 and m.replicas[1].resources.cpu_millicores == 2000
     assert Resources.from_dict(m.to_dict()) == m
     assert Resources.parse_spec("gpu+npu,compression=powersgd").compression == "powersgd"
+    t = Candidates(["gpu+npu,compression=topk,topk_ratio=0.05", "gpu+npu:compression=powersgd,powersgd_rank=4"])
+    assert (t[0].topk_ratio, t[0].powersgd_rank, t[1].powersgd_rank, t[1].topk_ratio) == (0.05, 2, 4, 0.01)
+    assert Candidates.from_json(t.to_json()) == t and t[0].to_dict()["mixed"] == {"compression": "topk", "topk_ratio": 0.05}
 
 
 @pytest.mark.parametrize(
@@ -54,6 +57,14 @@ def test_mixed_candidate_round_trips_through_json_and_dicts_with_its_options():
         ("gpu+npu,rebalance_every_steps=0", "rebalance_every_steps=0"),
         ("gpu+npu,rebalance_every_minutes=-1", "rebalance_every_minutes=-1"),
         ("gpu+npu:compression=topk,compression=none", "compression is given twice"),
+        ("gpu+npu,topk_ratio=0", "topk_ratio=0.0; valid: a fraction in (0, 1]"),
+        ("gpu+npu,topk_ratio=2", "topk_ratio=2.0; valid: a fraction in (0, 1]"),
+        ("gpu+npu,topk_ratio=x", "topk_ratio='x' in mixed candidate 'gpu+npu,topk_ratio=x' is not a number"),
+        ("gpu+npu,powersgd_rank=0", "powersgd_rank=0; valid: an integer >= 1"),
+        ("gpu+npu,powersgd_rank=1.5", "powersgd_rank='1.5'"),
+        # a misspelled job option: the valid list names the job's options too
+        ("gpu+npu,compresion=topk", "unknown resource field(s) compresion; valid: kind,"),
+        ("gpu+npu,topk_ration=0.05", "; or an option of the whole job: compression, topk_ratio, powersgd_rank, rebalance_every_steps"),
     ],
 )
 def test_bad_mixed_spellings_name_the_field(spec, names):

@@ -26,6 +26,28 @@ def _diff(a, b) -> float:
 def test_a_bad_compression_names_the_field():
     with pytest.raises(InvalidParameter, match="compression='zip' is unknown; valid: none, topk, powersgd"):
         _job(compression="zip").check()
+    for bad in (0, 2, True):  # checked with the job, before any worker starts
+        with pytest.raises(InvalidParameter, match=rf"topk_ratio={bad!r}; valid: a fraction in \(0, 1\]"):
+            _job(compression="topk", topk_ratio=bad).check()
+    with pytest.raises(InvalidParameter, match="powersgd_rank=0; valid: an integer >= 1"):
+        _job(compression="powersgd", powersgd_rank=0).check()
+
+
+def test_the_exchange_is_worded_with_its_compression_and_momentum_correction():
+    from heteroflow.components.training.mixed_step import exchange_text, mixed_facts_lines
+
+    topk = {"kinds": ["gpu", "npu"], "shares": [24, 8], "bytes_per_step": 2096.0, "uncompressed_bytes_per_step": 104488.0,
+            "compression": {"method": "topk", "topk_ratio": 0.01, "momentum_correction": 0.9}}
+    assert exchange_text(topk) == ("top-k 1% with momentum correction (SGD's momentum 0.9 taken into the exchange, DGC): "
+                                   "2,096 bytes per step per leader, 0.02x of 104,488 uncompressed")
+    assert "train: cross-kind exchange: " + exchange_text(topk) in mixed_facts_lines(topk)
+    plain_ef = {**topk, "compression": {"method": "topk", "topk_ratio": 0.05, "momentum_correction": 0.0}}
+    assert exchange_text(plain_ef).startswith("top-k 5% with error feedback (no momentum correction")
+    psgd = {**topk, "bytes_per_step": 5000.0, "compression": {"method": "powersgd", "powersgd_rank": 2}}
+    assert exchange_text(psgd) == "PowerSGD rank 2: 5,000 bytes per step per leader, 0.05x of 104,488 uncompressed"
+    none = {k: v for k, v in topk.items() if k != "compression"} | {"bytes_per_step": 104488.0}
+    assert exchange_text(none) == "uncompressed: 104,488 bytes per step per leader"
+    assert exchange_text({"bytes_per_step": 0.0}) == ""  # one kind: nothing crossed
 
 
 def _state(momentum: float) -> HookState:
@@ -91,6 +113,8 @@ def test_topk_sending_everything_is_the_uncompressed_exchange_and_one_percent_se
     losses = [h["loss"] for h in sparse.history]  # it still learns (error feedback), if slower at 1%
     assert len(losses) == 40 and sum(losses[-5:]) / 5 < sum(losses[:5]) / 5 - 0.03
     assert _diff(plain.state_dict, sparse.state_dict) > 1e-4  # and it did compress
+    assert sparse.facts()["compression"] == {"method": "topk", "topk_ratio": 0.01, "momentum_correction": 0.9}
+    assert "compression" not in plain.facts()
 
 
 @pytest.mark.slow

@@ -159,8 +159,8 @@ class MixedJob:
     rebalance_every_steps: int = JOB_DEFAULTS["rebalance_every_steps"]
     rebalance_every_minutes: float = JOB_DEFAULTS["rebalance_every_minutes"]
     compression: str = JOB_DEFAULTS["compression"]
-    topk_ratio: float = 0.01
-    powersgd_rank: int = 2
+    topk_ratio: float = JOB_DEFAULTS["topk_ratio"]
+    powersgd_rank: int = JOB_DEFAULTS["powersgd_rank"]
     checkpoint_dir: str = ""
     checkpoint_every_steps: int = TRAIN.param("checkpoint_every_steps").default
     fault_step: str = "train"
@@ -178,6 +178,10 @@ class MixedJob:
             raise InvalidParameter(f"rebalance_every_minutes={self.rebalance_every_minutes!r}; valid: a number of minutes > 0")
         if self.compression not in CROSS_COMPRESSIONS:
             raise InvalidParameter(f"compression={self.compression!r} is unknown; valid: {', '.join(CROSS_COMPRESSIONS)}")
+        if isinstance(self.topk_ratio, bool) or not isinstance(self.topk_ratio, (int, float)) or not 0 < self.topk_ratio <= 1:
+            raise InvalidParameter(f"topk_ratio={self.topk_ratio!r}; valid: a fraction in (0, 1]")
+        if isinstance(self.powersgd_rank, bool) or not isinstance(self.powersgd_rank, int) or self.powersgd_rank < 1:
+            raise InvalidParameter(f"powersgd_rank={self.powersgd_rank!r}; valid: an integer >= 1")
 
 
 @dataclasses.dataclass
@@ -197,6 +201,8 @@ class MixedResult:
         samples: samples trained on by the last incarnation.
         bytes_per_step / uncompressed_bytes_per_step: what a leader sent across kinds per step, and would have
             uncompressed (mean over leaders).
+        compression: the cross-kind compression (``{}`` for none): ``method`` (topk, powersgd), ``topk_ratio`` and
+            ``momentum_correction`` (the SGD momentum the top-k exchange took over, 0.0 for none), ``powersgd_rank``.
         dropped: ``[{"kind", "step", "reason", "resumed_from_step"}]``: kinds that dropped out.
         phase_seconds: per replica, ``{phase: wall seconds}`` of the last incarnation's loop (the module
             docstring lists the phases; they sum to :attr:`loop_seconds`).
@@ -218,6 +224,7 @@ class MixedResult:
     dropped: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     rank0: bool = True  # False: a copy another pod's agent wrote (rendezvous joined, not hosted: the pod holding rank 0 writes the model)
     phase_seconds: list[dict[str, float]] = dataclasses.field(default_factory=list)
+    compression: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def facts(self) -> dict[str, Any]:
         """The JSON-ready summary for the run record (no weights)."""
@@ -226,7 +233,7 @@ class MixedResult:
             "busy_fraction": [round(b, 3) for b in self.busy_fraction], "shares_history": self.shares_history,
             "dropped": self.dropped, "bytes_per_step": round(self.bytes_per_step, 1),
             "uncompressed_bytes_per_step": round(self.uncompressed_bytes_per_step, 1),
-            "phase_seconds": self.phase_seconds,
+            "phase_seconds": self.phase_seconds, **({"compression": self.compression} if self.compression else {}),
         }
 
 
@@ -247,6 +254,17 @@ def _optimizer(job: MixedJob, params: Any) -> Any:
     if job.optimizer == "sgd":
         return torch.optim.SGD(params, lr=job.learning_rate, momentum=0.9)
     return _resolve(job.optimizer)(params, lr=job.learning_rate)
+
+
+def _compression_facts(job: MixedJob, topk_momentum: float) -> dict[str, Any]:
+    """The cross-kind compression as the run record gives it (MixedResult.compression): empty for none; the method,
+    and top-k's ratio and the momentum taken into the exchange (0.0: none, plain error feedback), or PowerSGD's
+    rank."""
+    if job.compression == "topk":
+        return {"method": "topk", "topk_ratio": job.topk_ratio, "momentum_correction": topk_momentum}
+    if job.compression == "powersgd":
+        return {"method": "powersgd", "powersgd_rank": job.powersgd_rank}
+    return {}
 
 
 def _take_momentum(optimizer: Any) -> float:
@@ -535,7 +553,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         busy_fraction=[min(1.0, float(e[3]) / loop_seconds) if loop_seconds > 0 else 0.0 for e in every],
         loop_seconds=loop_seconds, samples=int(sent[4]),
         bytes_per_step=float(sent[0]) / leaders / max(1, steps_run), uncompressed_bytes_per_step=float(sent[1]) / leaders / max(1, steps_run),
-        phase_seconds=phases)
+        phase_seconds=phases, compression=_compression_facts(job, topk_momentum))
     # every pod of a cluster job gets the (identical, all-gathered) result from its first worker; rank 0's is marked
     pod_copy = os.environ.get(_POD_ENV) == "1" and int(os.environ.get("LOCAL_RANK", "0")) == 0
     if (rank == 0 or pod_copy) and results is not None:

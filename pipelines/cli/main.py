@@ -97,7 +97,9 @@ def run(
             "--candidate",
             "-c",
             help="Train candidate KIND[:key=value,...], most preferred first (repeatable), "
-            "e.g. -c gpu:count=1,memory=16Gi -c cpu:cpu=4. Default: npu, gpu, cpu.",
+            "e.g. -c gpu:count=1,memory=16Gi -c cpu:cpu=4. Default: npu, gpu, cpu. Replicas of several kinds in one "
+            "job: -c gpu:count=2+npu:count=4, with the job's options after any part: compression=none|topk|powersgd, "
+            "topk_ratio (default 0.01), powersgd_rank (default 2), rebalance_every_steps, rebalance_every_minutes.",
         ),
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run folder. Default: ./heteroflow-runs/<run id>.")] = None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from heteroflow.components.training.mixed_step import replica_rows
+from heteroflow.components.training.mixed_step import exchange_text, replica_rows
 from heteroflow.pipelines.runs.markup import _e
 
 __all__ = ["mixed_section"]
@@ -37,8 +37,8 @@ def mixed_section(run: dict[str, Any]) -> str:
             f"({_e(d.get('reason'))}); the others resumed from step {_e(d.get('resumed_from_step'))}</li>"
             for d in mixed.get("dropped") or []
         )
-        sent = mixed.get("bytes_per_step")
-        extra = f"<p>cross-kind exchange: {_e(sent)} bytes per step per leader</p>" if sent else ""
+        exchange = exchange_text(mixed)
+        extra = f"<p>cross-kind exchange: {_e(exchange)}</p>" if exchange else ""
         out.append(f"<h3>{_e(call)}</h3>{table}{extra}" + (f"<ul>{changes}</ul>" if changes else "")
                    + (f"<ul>{dropped}</ul>" if dropped else ""))
     return "<h2>Mixed device kinds</h2>" + "".join(out) if out else ""
