@@ -14,6 +14,25 @@ from typer.testing import CliRunner
 from heteroflow.pipelines.runs.report import REPORT_FILE, render_report, write_report, write_report_quietly
 
 
+@pytest.fixture(autouse=True)
+def _no_drawings_or_prerender_thread_between_tests() -> Any:
+    """Each test starts with no prerender thread and no plots memoized by an earlier test, and leaves none: under
+    pytest-xdist a test that rendered a report without writing it (render_report keeps its drawings; write_report
+    drops them) ran before the prerender test in the same worker, whose wait for 3 drawings then read the stale
+    ones at once and failed; it failed before write_report, so its thread went on drawing into the next test's
+    figures, which failed too."""
+    from heteroflow.pipelines.runs import charts, prerendering
+
+    def clean() -> None:
+        prerendering.stop_prerender()
+        with charts._CHARTS_LOCK:
+            charts._CHARTS.clear()
+
+    clean()
+    yield
+    clean()
+
+
 def _record(tmp_path: Path, **changes: Any) -> Path:
     """A run folder holding a run.json and attempt records written the way the engines write them."""
     run = {

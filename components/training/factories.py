@@ -96,10 +96,19 @@ class ModelSpec:
         return {"factory": self.ref, "args": dict(self.args)}
 
 
+_EXAMPLES = {
+    "optimizer": "mypkg.optim:sgd, a function(params, lr) returning a torch.optim optimizer",
+    "loss": "torch.nn:CrossEntropyLoss, a class or function called with no arguments that returns the loss function",
+    "train_function": "mypkg.loops:train, a function(ctx) that trains",
+    "dataset_factory": "mypkg.data:make_dataset, a function(split) returning a torch Dataset or None",
+}
+"""The example each kind of reference's error gives (``module:attribute``); a model factory's is the default."""
+
+
 def _import_callable(ref: str, *, what: str) -> Callable[..., Any]:
     from heteroflow.components.core.step import import_object
 
-    fn = import_object(ref, what=what, example="mypkg.models:make_model")
+    fn = import_object(ref, what=what, example=_EXAMPLES.get(what, "mypkg.models:make_model"))
     if not callable(fn):
         raise InvalidParameter(f"{what}={ref!r} is a {type(fn).__name__}, not a function")
     return fn  # type: ignore[no-any-return]
