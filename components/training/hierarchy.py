@@ -51,10 +51,25 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["CROSS_COMPRESSIONS", "Hierarchy", "HookState", "hierarchical_hook"]
+__all__ = ["CROSS_COMPRESSIONS", "Hierarchy", "HookState", "check_compression", "hierarchical_hook"]
 
 CROSS_COMPRESSIONS = ("none", "topk", "powersgd")
 """Compression of the cross-kind exchange: none, top-k with error feedback, torch's PowerSGD."""
+
+
+def check_compression(compression: str, topk_ratio: float, powersgd_rank: int) -> None:
+    """Check the cross-kind compression's settings (a mixed job's and :class:`HookState`'s).
+
+    Raises:
+        InvalidParameter: ``compression`` not one of :data:`CROSS_COMPRESSIONS`, ``topk_ratio`` not a fraction in
+            (0, 1], or ``powersgd_rank`` not an integer >= 1 (the message names the field and what is valid).
+    """
+    if compression not in CROSS_COMPRESSIONS:
+        raise InvalidParameter(f"compression={compression!r} is unknown; valid: {', '.join(CROSS_COMPRESSIONS)}")
+    if isinstance(topk_ratio, bool) or not isinstance(topk_ratio, (int, float)) or not 0 < topk_ratio <= 1:
+        raise InvalidParameter(f"topk_ratio={topk_ratio!r}; valid: a fraction in (0, 1]")
+    if isinstance(powersgd_rank, bool) or not isinstance(powersgd_rank, int) or powersgd_rank < 1:
+        raise InvalidParameter(f"powersgd_rank={powersgd_rank!r}; valid: an integer >= 1")
 
 
 @dataclasses.dataclass
@@ -154,6 +169,7 @@ class HookState:
     compression: str = "none"
     topk_ratio: float = 0.01
     powersgd_rank: int = 2
+    topk_momentum: float = 0.0
     slowdown: Any = None
     bytes_sent: int = 0
     bytes_uncompressed: int = 0
@@ -166,7 +182,6 @@ class HookState:
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     _started_wall: float = 0.0
     _hooks: int = 0
-    topk_momentum: float = 0.0
     _residuals: dict[int, Any] = dataclasses.field(default_factory=dict)
     _velocity: dict[int, Any] = dataclasses.field(default_factory=dict)
     _powersgd: Any = None
@@ -174,12 +189,7 @@ class HookState:
     _pending: list[Any] = dataclasses.field(default_factory=list)  # this step's exchanges still in flight
 
     def __post_init__(self) -> None:
-        if self.compression not in CROSS_COMPRESSIONS:
-            raise InvalidParameter(f"compression={self.compression!r} is unknown; valid: {', '.join(CROSS_COMPRESSIONS)}")
-        if not 0 < self.topk_ratio <= 1:
-            raise InvalidParameter(f"topk_ratio={self.topk_ratio!r}; valid: a fraction in (0, 1]")
-        if isinstance(self.powersgd_rank, bool) or not isinstance(self.powersgd_rank, int) or self.powersgd_rank < 1:
-            raise InvalidParameter(f"powersgd_rank={self.powersgd_rank!r}; valid: an integer >= 1")
+        check_compression(self.compression, self.topk_ratio, self.powersgd_rank)
         if self.compression == "powersgd" and self.hierarchy.cross_group is not None:
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 

@@ -167,7 +167,7 @@ class MixedJob:
 
     def check(self) -> None:
         """Raises InvalidParameter naming a field out of range."""
-        from heteroflow.components.training.hierarchy import CROSS_COMPRESSIONS
+        from heteroflow.components.training.hierarchy import check_compression
 
         for name in ("global_batch", "epochs", "warmup_steps", "rebalance_every_steps", "checkpoint_every_steps"):
             v = getattr(self, name)
@@ -176,12 +176,7 @@ class MixedJob:
                 raise InvalidParameter(f"{name}={v!r} is out of range; valid: an integer >= {low}")
         if not self.rebalance_every_minutes > 0:
             raise InvalidParameter(f"rebalance_every_minutes={self.rebalance_every_minutes!r}; valid: a number of minutes > 0")
-        if self.compression not in CROSS_COMPRESSIONS:
-            raise InvalidParameter(f"compression={self.compression!r} is unknown; valid: {', '.join(CROSS_COMPRESSIONS)}")
-        if isinstance(self.topk_ratio, bool) or not isinstance(self.topk_ratio, (int, float)) or not 0 < self.topk_ratio <= 1:
-            raise InvalidParameter(f"topk_ratio={self.topk_ratio!r}; valid: a fraction in (0, 1]")
-        if isinstance(self.powersgd_rank, bool) or not isinstance(self.powersgd_rank, int) or self.powersgd_rank < 1:
-            raise InvalidParameter(f"powersgd_rank={self.powersgd_rank!r}; valid: an integer >= 1")
+        check_compression(self.compression, self.topk_ratio, self.powersgd_rank)
 
 
 @dataclasses.dataclass
