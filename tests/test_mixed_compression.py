@@ -33,6 +33,18 @@ def test_a_bad_compression_names_the_field():
         _job(compression="powersgd", powersgd_rank=0).check()
 
 
+def test_the_optimizer_is_a_built_in_name_or_a_factory_checked_with_the_job():
+    from heteroflow.components.training.mixed import _optimizer
+
+    with pytest.raises(InvalidParameter, match=r"optimizer='sdg' is neither a built-in optimizer \(adam, adamw, sgd\).*did you mean 'sgd'"):
+        _job(optimizer="sdg").check()
+    _job(optimizer="sgd").check()
+    opt = _optimizer(_job(optimizer="sgd"), torch.nn.Linear(2, 2).parameters())
+    # the built-in SGD's momentum is what top-k's momentum correction takes out of it
+    assert type(opt) is torch.optim.SGD and _take_momentum(opt) == 0.9 and opt.param_groups[0]["momentum"] == 0.0
+    assert type(_optimizer(_job(optimizer="AdamW"), torch.nn.Linear(2, 2).parameters())) is torch.optim.AdamW
+
+
 def test_the_exchange_is_worded_with_its_compression_and_momentum_correction():
     from heteroflow.components.training.mixed_step import exchange_text, mixed_facts_lines
 

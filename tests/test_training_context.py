@@ -236,7 +236,10 @@ def test_the_checkpoint_folder_is_keyed_by_data_params_and_model_not_device(digi
         ({"model_factory": "badfactories:missing"}, r"has no attribute 'missing'"),
         ({"model_factory": "badfactories:NOT_CALLABLE"}, r"model_factory='badfactories:NOT_CALLABLE' is a int, not a function"),
         ({"model_factory": "nocolon"}, r"is not 'module:attribute' \(e.g. mypkg.models:make_model\)"),
-        ({"optimizer": "sgd"}, r"optimizer 'sgd' is not 'module:attribute' \(e.g. mypkg.optim:sgd, a function\(params, lr\)"),
+        ({"optimizer": "sdg"}, r"optimizer='sdg' is neither a built-in optimizer \(adam, adamw, sgd\) nor a factory 'module:function' "
+                               r"\(e.g. mypkg.optim:sgd, a function\(params, lr\).*; did you mean 'sgd'\?"),
+        ({"optimizer": "lbfgs"}, r"optimizer='lbfgs' is neither a built-in optimizer \(adam, adamw, sgd\)"),
+        ({"optimizer": "no_such_module_xyz:sgd"}, r"optimizer 'no_such_module_xyz:sgd': cannot import"),
         ({"loss": "mse"}, r"loss 'mse' is not 'module:attribute' \(e.g. torch.nn:CrossEntropyLoss"),
         ({"train_function": "no_such_module_xyz:loop"}, r"train_function 'no_such_module_xyz:loop': cannot import"),
         ({"batch_size": 0}, r"batch_size=0 is out of range; valid: an integer >= 1"),
@@ -355,6 +358,12 @@ def test_loss_and_optimizer_factories_are_the_ones_used(digits_shards: Path, tmp
     # is the factory's (half of a cross-entropy), not the default's
     assert half.history[0]["loss"] < full.history[0]["loss"]
     assert half.model["factory"] == full.model["factory"]
+    # the built-in name builds the same optimizer as this factory (SGD, momentum 0.9): the same trajectory
+    builtin = train(digits_shards, tmp_path / "d", optimizer="SGD", **kwargs)
+    assert [h["loss"] for h in builtin.history] == [h["loss"] for h in full.history]
+    adam = train(digits_shards, tmp_path / "e", optimizer="adam", **kwargs)
+    assert [h["loss"] for h in adam.history] == [h["loss"] for h in train(digits_shards, tmp_path / "f", **kwargs).history]
+    assert adam.history[-1]["loss"] != full.history[-1]["loss"]
     with pytest.raises(InvalidParameter, match=r"optimizer='myopt:not_an_optimizer' returned a list, not a torch.optim.Optimizer"):
         train(digits_shards, tmp_path / "c", optimizer="myopt:not_an_optimizer", **kwargs)
 

@@ -16,7 +16,7 @@ from heteroflow.components.training.step import TRAIN
 if TYPE_CHECKING:  # torch is imported where it is used: train's parameter checks import this module
     from torch import nn
 
-__all__ = ["BUILTIN_MODEL", "ModelSpec", "mlp"]
+__all__ = ["BUILTIN_MODEL", "BUILTIN_OPTIMIZERS", "ModelSpec", "build_optimizer", "check_optimizer", "mlp"]
 
 
 def mlp(in_features: int, num_classes: int, hidden_units: int = TRAIN.param("hidden_units").default,
@@ -103,6 +103,60 @@ _EXAMPLES = {
     "dataset_factory": "mypkg.data:make_dataset, a function(split) returning a torch Dataset or None",
 }
 """The example each kind of reference's error gives (``module:attribute``); a model factory's is the default."""
+
+
+BUILTIN_OPTIMIZERS: dict[str, str] = {
+    "adam": "torch.optim.Adam(params, lr=learning_rate) (the default)",
+    "adamw": "torch.optim.AdamW(params, lr=learning_rate)",
+    "sgd": "torch.optim.SGD(params, lr=learning_rate, momentum=0.9)",
+}
+"""The optimizers the ``optimizer`` parameter names without a factory (any case), and what each builds. SGD's
+momentum 0.9 is the usual one for image classifiers (Goyal et al. 2017, arXiv:1706.02677; torchvision's reference
+recipes); another momentum, Nesterov or weight decay takes a factory ``module:function(params, lr)``."""
+
+
+def check_optimizer(ref: str) -> None:
+    """Check an ``optimizer`` parameter: empty, a name of :data:`BUILTIN_OPTIMIZERS`, or an importable
+    ``module:function``.
+
+    Raises:
+        InvalidParameter: none of these (the message lists the built-in names, with the closest one).
+    """
+    if not ref or ref.lower() in BUILTIN_OPTIMIZERS:
+        return
+    if ":" not in ref:
+        import difflib
+
+        close = difflib.get_close_matches(ref.lower(), BUILTIN_OPTIMIZERS, n=1, cutoff=0.5)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise InvalidParameter(
+            f"optimizer={ref!r} is neither a built-in optimizer ({', '.join(BUILTIN_OPTIMIZERS)}) nor a factory "
+            f"'module:function' (e.g. {_EXAMPLES['optimizer']}){hint}")
+    _import_callable(ref, what="optimizer")
+
+
+def build_optimizer(ref: str, params: Any, lr: float) -> Any:
+    """The optimizer ``ref`` names over ``params`` at learning rate ``lr``: empty or ``adam``: Adam; ``adamw``,
+    ``sgd``: as :data:`BUILTIN_OPTIMIZERS`; else the factory ``module:function(params, lr=lr)``.
+
+    Raises:
+        InvalidParameter: as :func:`check_optimizer`, or the factory returns something not a
+            ``torch.optim.Optimizer``.
+    """
+    import torch
+
+    check_optimizer(ref)
+    name = (ref or "adam").lower()
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr)
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, momentum=0.9)
+    opt = _import_callable(ref, what="optimizer")(params, lr=lr)
+    if not isinstance(opt, torch.optim.Optimizer):
+        raise InvalidParameter(f"optimizer={ref!r} returned a {type(opt).__name__}, not a torch.optim.Optimizer")
+    return opt
 
 
 def _import_callable(ref: str, *, what: str) -> Callable[..., Any]:

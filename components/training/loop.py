@@ -215,16 +215,11 @@ class TrainContext:
         return self.model
 
     def build_optimizer(self, model: nn.Module) -> Any:
-        """The optimizer factory's optimizer (``fn(params, lr=...)``), default ``torch.optim.Adam(lr=learning_rate)``."""
-        import torch
+        """The optimizer ``optimizer`` names (:func:`~heteroflow.components.training.factories.build_optimizer`:
+        a built-in name or a factory ``fn(params, lr=...)``), default ``torch.optim.Adam(lr=learning_rate)``."""
+        from heteroflow.components.training.factories import build_optimizer
 
-        if not self.optimizer_ref:
-            return torch.optim.Adam(model.parameters(), lr=self.learning_rate)
-        fn = _import_callable(self.optimizer_ref, what="optimizer")
-        opt = fn(model.parameters(), lr=self.learning_rate)
-        if not isinstance(opt, torch.optim.Optimizer):
-            raise InvalidParameter(f"optimizer={self.optimizer_ref!r} returned a {type(opt).__name__}, not a torch.optim.Optimizer")
-        return opt
+        return build_optimizer(self.optimizer_ref, model.parameters(), self.learning_rate)
 
     def loss_fn(self, output: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         """The loss factory's loss (``fn()`` returning a callable), default cross-entropy on logits."""

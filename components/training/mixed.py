@@ -129,7 +129,8 @@ class MixedJob:
         epochs: passes over the data (steps: ``epochs * ceil(n / B)``, each epoch's last global batch partial when
             ``B`` does not divide ``n``, split by the shares' proportions), or ``max_steps`` when > 0.
         learning_rate: the optimizer's rate.
-        optimizer: ``""`` (Adam), ``"sgd"`` (SGD, momentum 0.9) or ``module:function(params, lr)``.
+        optimizer: ``""`` (Adam), a built-in name (``adam``, ``adamw``, ``sgd``: SGD with momentum 0.9;
+            :data:`~heteroflow.components.training.factories.BUILTIN_OPTIMIZERS`) or ``module:function(params, lr)``.
         loss: ``""`` (cross-entropy) or ``module:function()`` returning ``loss(output, target)``.
         fixed_shares: ``{kind: [samples per replica]}`` summing to ``B``: no measuring, no rebalancing.
         profile_throughput: ``{kind: samples/s}`` from a step profile: the first shares (one replica's speed).
@@ -167,6 +168,7 @@ class MixedJob:
 
     def check(self) -> None:
         """Raises InvalidParameter naming a field out of range."""
+        from heteroflow.components.training.factories import check_optimizer
         from heteroflow.components.training.hierarchy import check_compression
 
         for name in ("global_batch", "epochs", "warmup_steps", "rebalance_every_steps", "checkpoint_every_steps"):
@@ -177,6 +179,7 @@ class MixedJob:
         if not self.rebalance_every_minutes > 0:
             raise InvalidParameter(f"rebalance_every_minutes={self.rebalance_every_minutes!r}; valid: a number of minutes > 0")
         check_compression(self.compression, self.topk_ratio, self.powersgd_rank)
+        check_optimizer(self.optimizer)
 
 
 @dataclasses.dataclass
@@ -242,13 +245,9 @@ def _resolve(ref: str) -> Callable[..., Any]:
 
 
 def _optimizer(job: MixedJob, params: Any) -> Any:
-    import torch
+    from heteroflow.components.training.factories import build_optimizer
 
-    if not job.optimizer:
-        return torch.optim.Adam(params, lr=job.learning_rate)
-    if job.optimizer == "sgd":
-        return torch.optim.SGD(params, lr=job.learning_rate, momentum=0.9)
-    return _resolve(job.optimizer)(params, lr=job.learning_rate)
+    return build_optimizer(job.optimizer, params, job.learning_rate)
 
 
 def _compression_facts(job: MixedJob, topk_momentum: float) -> dict[str, Any]:

@@ -170,7 +170,12 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
         parse_batch_sizes(v["batch_sizes"])
     with problems.check():  # the factory imported, and model_args checked against what it takes
         check_model_args(v["model_factory"], v["model_args"])
-    for name in ("loss", "optimizer", "train_function", "dataset_factory"):
+    if v["optimizer"]:
+        from heteroflow.components.training.factories import check_optimizer
+
+        with problems.check():
+            check_optimizer(v["optimizer"])
+    for name in ("loss", "train_function", "dataset_factory"):
         if v[name]:
             with problems.check():
                 _import_callable(v[name], what=name)
@@ -246,7 +251,7 @@ def train(
         model_factory: model factory package.module:function returning a torch.nn.Module; empty: the built-in MLP (the default pipeline's parameter 'model').
         model_args: JSON object of keyword arguments for the model factory (besides in_features, num_classes, input_shape, hidden_units, passed when it takes them).
         loss: loss factory package.module:function() returning loss(output, target); empty: cross-entropy.
-        optimizer: optimizer factory package.module:function(params, lr) returning a torch optimizer; empty: Adam.
+        optimizer: a built-in optimizer, adam, adamw or sgd (SGD with momentum 0.9), or a factory package.module:function(params, lr) returning a torch optimizer; empty: Adam.
         train_function: your training function package.module:function(ctx) (heteroflow.components.training.loop.TrainContext); empty: the built-in classifier loop.
         dataset_factory: package.module:function(split) returning a torch Dataset of (x, y); empty: the preprocessed data.
         precision: autocast: auto (bf16 where the device supports it, else fp16 with a GradScaler; fp32 on the CPU), fp32, bf16 or fp16.
