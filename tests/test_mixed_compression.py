@@ -169,3 +169,49 @@ def test_topk_one_percent_with_sgd_momentum_learns_as_well_as_the_uncompressed_e
     assert acc_plain > 0.95
     assert acc_topk >= acc_plain - 0.02, (acc_topk, acc_plain)
     assert topk.bytes_per_step / topk.uncompressed_bytes_per_step < 0.025
+
+
+@pytest.mark.slow
+def test_a_resumed_topk_run_takes_back_its_residual_and_velocity(tmp_path):
+    """A top-k run stopped after step 7 (checkpoint at 5) and resumed ends with the uninterrupted run's weights: each
+    kind's leader saves its residual and velocity (DGC's momentum correction holds SGD's momentum there) beside the
+    checkpoint. Without them the resumed run restarts the momentum and the unsent residuals from zero."""
+    def job(steps, ckpt):
+        return _job(optimizer="sgd", compression="topk", topk_ratio=0.05, max_steps=steps, checkpoint_dir=str(ckpt),
+                    checkpoint_every_steps=5)
+
+    whole = run_mixed_local(job(20, tmp_path / "a"), ["gpu", "npu"])
+    run_mixed_local(job(7, tmp_path / "b"), ["gpu", "npu"])
+    saved = {k: torch.load(tmp_path / "b" / f"mixed-topk-{k}.pt", weights_only=False) for k in ("gpu", "npu")}
+    assert all(s["step"] == 5 and s["momentum"] == 0.9 and s["velocity"] and s["residuals"] for s in saved.values())
+    resumed = run_mixed_local(job(20, tmp_path / "b"), ["gpu", "npu"])
+    assert resumed.resumed_from_step == 5 and resumed.compression["momentum_correction"] == 0.9
+    assert _diff(whole.state_dict, resumed.state_dict) <= 1e-5
+    # the same resume without the saved state: it differs (the test can fail)
+    for k in ("gpu", "npu"):
+        (tmp_path / "b" / f"mixed-topk-{k}.pt").unlink()
+    fresh = run_mixed_local(job(20, tmp_path / "b"), ["gpu", "npu"])
+    assert _diff(whole.state_dict, fresh.state_dict) > 1e-3
+
+
+def test_the_topk_residual_follows_its_parameters_when_ddp_moves_them_in_the_bucket():
+    """DDP rebuilds its buckets after the first step (the order gradients became ready), and a resumed run's first
+    step has the first layout again: the residual and velocity are moved parameter by parameter, not by position."""
+    from heteroflow.components.training.hierarchy import _relayout
+
+    state = HookState(hierarchy=None, shares=[1])  # type: ignore[arg-type]  # the layout needs no groups
+    first, rebuilt = ((0, 3), (1, 2)), ((1, 2), (0, 3))
+    _relayout(state, 0, first)
+    state._residuals[0] = torch.tensor([1.0, 2.0, 3.0, 4.0, 5.0])
+    state._velocity[0] = torch.tensor([10.0, 20.0, 30.0, 40.0, 50.0])
+    _relayout(state, 0, rebuilt)
+    assert state._residuals[0].tolist() == [4.0, 5.0, 1.0, 2.0, 3.0]
+    assert state._velocity[0].tolist() == [40.0, 50.0, 10.0, 20.0, 30.0]
+    _relayout(state, 0, rebuilt)  # the same layout: nothing moves
+    assert state._residuals[0].tolist() == [4.0, 5.0, 1.0, 2.0, 3.0]
+    _relayout(state, 0, ((1, 2), (2, 4)))  # parameter 2 was never kept: it starts from zero; 0 is no longer here
+    assert state._residuals[0].tolist() == [4.0, 5.0, 0.0, 0.0, 0.0, 0.0]
+    # saved and taken back with the checkpoint, the layout comes along
+    other = HookState(hierarchy=None, shares=[1])  # type: ignore[arg-type]
+    other.load_topk_state(state.topk_state())
+    assert other._layouts == {0: ((1, 2), (2, 4))} and other._residuals[0].tolist() == state._residuals[0].tolist()

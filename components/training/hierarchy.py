@@ -47,6 +47,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+from collections.abc import Mapping
 from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
@@ -146,8 +147,8 @@ class HookState:
         powersgd_rank: PowerSGD's ``matrix_approximation_rank``, >= 1.
         topk_momentum: top-k's momentum correction (DGC): the SGD momentum taken out of the optimizer, which
             the exchange accumulates instead (:func:`_topk_select`); 0.0: top-k accumulates the gradient. The
-            velocity and the residual live in this state (not in a checkpoint: a resumed top-k run starts both
-            from zero).
+            velocity and the residual live in this state, on each kind's leader; a checkpoint keeps them per kind
+            (:meth:`topk_state`, :meth:`load_topk_state`).
         slowdown: the simulated slow-down of this kind (None: full speed).
         bytes_sent / bytes_uncompressed: what this rank sent across kinds, and what it would have sent
             uncompressed (bytes, summed over exchanges).
@@ -159,6 +160,9 @@ class HookState:
         step_hook_own: wall time of this step's hook calls that wait for no peer (the asynchronous path: scaling
             the bucket, starting its exchange), which delays this replica's next bucket like compute does.
         step_weight: this step's weight when it is not the share's (a partial global batch); None otherwise.
+        param_positions: ``id(parameter) -> position`` in the model's parameters, which top-k's residual and
+            velocity are laid out by when DDP moves a parameter to another place in its bucket (:func:`_relayout`);
+            empty: kept by position in the bucket.
         clock: what measures compute for the shares: ``time.perf_counter`` (wall time, what a step waits for;
             :mod:`~heteroflow.components.training.mixed` uses it on every device), or ``time.thread_time`` (this
             thread's CPU time: steadier on a loaded machine, but blind to the compute's waits for a core).
@@ -178,12 +182,14 @@ class HookState:
     step_busy_wall: float = 0.0
     step_hook_own: float = 0.0
     clock: Any = time.perf_counter
+    param_positions: dict[int, int] = dataclasses.field(default_factory=dict)
     step_weight: float | None = None
     phase_seconds: dict[str, float] = dataclasses.field(default_factory=dict)
     _started_wall: float = 0.0
     _hooks: int = 0
     _residuals: dict[int, Any] = dataclasses.field(default_factory=dict)
     _velocity: dict[int, Any] = dataclasses.field(default_factory=dict)
+    _layouts: dict[int, tuple[tuple[int, int], ...]] = dataclasses.field(default_factory=dict)  # of the two above
     _powersgd: Any = None
     _received: dict[tuple[int, int], Any] = dataclasses.field(default_factory=dict)  # (bucket, leader): receive buffer
     _pending: list[Any] = dataclasses.field(default_factory=list)  # this step's exchanges still in flight
@@ -238,6 +244,22 @@ class HookState:
     def add_phase(self, name: str, seconds: float) -> None:
         """Add ``seconds`` (wall time) to phase ``name`` of :attr:`phase_seconds`."""
         self.phase_seconds[name] = self.phase_seconds.get(name, 0.0) + seconds
+
+    def topk_state(self) -> dict[str, Any]:
+        """What a top-k exchange carries from step to step on this leader, as CPU copies: ``{"residuals": {bucket
+        index: 1-D float32 tensor}, "velocity": {...}, "layouts": {bucket index: ((parameter position, entries),
+        ...)}}`` (empty dicts before the first exchange, or off a leader)."""
+        return {"residuals": {i: t.clone() for i, t in self._residuals.items()},
+                "velocity": {i: t.clone() for i, t in self._velocity.items()}, "layouts": dict(self._layouts)}
+
+    def load_topk_state(self, blob: Mapping[str, Any]) -> None:
+        """Take back what :meth:`topk_state` gave (a resumed run goes on with the residual and velocity the
+        checkpointed step had, so it matches the uninterrupted run). A bucket is checked when first exchanged: its
+        parameters are moved to the bucket's layout then (:func:`_relayout`), and one whose size differs from what
+        was saved starts from zero, as :func:`_topk_select` does."""
+        self._residuals = {int(i): t.clone() for i, t in (blob.get("residuals") or {}).items()}
+        self._velocity = {int(i): t.clone() for i, t in (blob.get("velocity") or {}).items()}
+        self._layouts = {int(i): tuple(tuple(x) for x in v) for i, v in (blob.get("layouts") or {}).items()}
 
     def weight(self) -> float:
         """This rank's weight in the step's update: :attr:`step_weight` when set (an epoch's last, partial global
@@ -302,6 +324,47 @@ def _topk_select(state: HookState, flat: Any, index: int) -> tuple[Any, Any]:
     if m:
         velocity[idx] = 0.0
     return values, idx
+
+
+def _layout(state: HookState, bucket: Any) -> tuple[tuple[int, int], ...] | None:
+    """Where each parameter's gradient lies in ``bucket``'s flat buffer: ``((position in the model's parameters,
+    entries), ...)`` in buffer order; None when :attr:`HookState.param_positions` does not know a parameter or the
+    sizes do not add up to the buffer."""
+    params = bucket.parameters()
+    layout = tuple((state.param_positions.get(id(p), -1), p.numel()) for p in params)
+    if not layout or any(pos < 0 for pos, _ in layout) or sum(n for _, n in layout) != bucket.buffer().numel():
+        return None
+    return layout
+
+
+def _relayout(state: HookState, index: int, layout: tuple[tuple[int, int], ...] | None) -> None:
+    """Move bucket ``index``'s top-k residual and velocity to ``layout`` when the bucket's parameters moved since
+    they were kept. DDP rebuilds its buckets after the first step in the order the gradients became ready
+    (``torch.nn.parallel.DistributedDataParallel``; torch's PowerSGD hook waits ``start_powerSGD_iter`` steps for
+    this reason), and a resumed run's first step has the first layout again: kept by position in the flat bucket,
+    a residual would be added to other parameters' gradients. A parameter not in the kept layout starts from zero.
+    """
+    import torch
+
+    if layout is None:
+        return
+    old = state._layouts.get(index)
+    state._layouts[index] = layout
+    if old is None or old == layout:
+        return
+    for store in (state._residuals, state._velocity):
+        flat = store.get(index)
+        if flat is None:
+            continue
+        if flat.numel() != sum(n for _, n in old):
+            del store[index]
+            continue
+        pieces, offset = {}, 0
+        for pos, n in old:
+            pieces[pos] = flat[offset:offset + n]
+            offset += n
+        store[index] = torch.cat([pieces[pos] if pos in pieces and pieces[pos].numel() == n
+                                  else torch.zeros(n, dtype=flat.dtype) for pos, n in layout])
 
 
 def _topk_exchange(state: HookState, buffer: Any, index: int) -> Any:
@@ -434,6 +497,7 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
         n = buffer.numel()
         state.bytes_uncompressed += n * 4
         if state.compression == "topk":
+            _relayout(state, bucket.index(), _layout(state, bucket))
             buffer.copy_(_topk_exchange(state, buffer, bucket.index()))
         elif state.compression == "powersgd":
             state.bytes_sent += _powersgd_bytes(state, bucket, state.powersgd_rank)

@@ -44,7 +44,9 @@ Training (:func:`mixed_worker`)
     last measurement's pace have passed, rank 0's asynchronous one-value broadcast of "due" (overlapping the
     optimizer's step; steps more than twice as slow as measured can trigger late, at most by the steps' rule): each rank keeps its own
     step timings (gathered when shares are measured) and losses (gathered once, after the loop). Every
-    ``checkpoint_every_steps`` steps rank 0 writes a checkpoint (atomically: model, optimizer, step, shares).
+    ``checkpoint_every_steps`` steps rank 0 writes a checkpoint (atomically: model, optimizer, step, shares), and
+    with top-k each kind's leader writes that kind's residual and velocity beside it (``mixed-topk-<kind>.pt``,
+    used on a resume only when it holds the checkpoint's step).
     :attr:`MixedResult.phase_seconds` gives each replica's loop wall time by phase: ``sample`` (slicing the global
     batch, collating), ``compute`` (forward and backward), ``slowdown`` (the simulated kind's sleep),
     ``exchange_kind`` / ``exchange_cross`` (in the hook: within the kind, across kinds, waiting for the peers
@@ -98,6 +100,7 @@ _JOB_ENV = "HETEROFLOW_MIXED_JOB"
 _POD_ENV = "HETEROFLOW_MIXED_POD"  # "1": the agent joined a rendezvous hosted elsewhere (a pod of a cluster job)
 DEVICE_ENV = "HETEROFLOW_MIXED_DEVICE"
 _CHECKPOINT = "mixed-checkpoint.pt"
+_TOPK_STATE = "mixed-topk-{kind}.pt"  # a kind's top-k residual and velocity at the checkpoint's step
 _CURRENT_STEP = [0]  # optimizer steps done by this replica (a drop record names it)
 _SWITCH_INTERVAL = 0.0005  # seconds: the replicas' GIL switch interval (see _train)
 
@@ -397,6 +400,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     shares, measure = _initial_shares(job, h.kinds, rank_in_kind)
     start = 0
     ckpt = Path(job.checkpoint_dir) / _CHECKPOINT if job.checkpoint_dir else None
+    # top-k's residual and velocity, per kind: its leader's (written beside the checkpoint at the same step)
+    topk_file = Path(job.checkpoint_dir) / _TOPK_STATE.format(kind=kind) if job.checkpoint_dir else None
     if ckpt is not None and ckpt.exists():
         blob = torch.load(ckpt, map_location="cpu", weights_only=False)
         model.load_state_dict({k: v.to(device) for k, v in blob["model"].items()})
@@ -419,8 +424,15 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     slowdown = SlowDown(speed) if speed < 1.0 else None
     state = HookState(hierarchy=h, shares=list(shares), compression=job.compression, topk_ratio=job.topk_ratio,
                       powersgd_rank=job.powersgd_rank, slowdown=slowdown, topk_momentum=topk_momentum,
-                      clock=time.perf_counter)  # wall time: what a step waits for (see the module docstring)
+                      clock=time.perf_counter,  # wall time: what a step waits for (see the module docstring)
+                      param_positions={id(p): i for i, p in enumerate(model.parameters())})
     ddp.register_comm_hook(state, hierarchical_hook)
+    leads_topk = job.compression == "topk" and h.cross_group is not None and topk_file is not None
+    if leads_topk and start > 0 and topk_file.exists():
+        saved_topk = torch.load(topk_file, map_location="cpu", weights_only=False)
+        # only the state of the checkpoint's own step: a leader that died between the two writes left an older one
+        if int(saved_topk.get("step", -1)) == start and float(saved_topk.get("momentum", -1.0)) == topk_momentum:
+            state.load_topk_state(saved_topk)
 
     shares_history = [{"step": start, "shares": list(shares), "throughput": [], "why": "start"}]
     estimator = ShareEstimator(world)
@@ -511,6 +523,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         t_ckpt = time.perf_counter()
         phase("rebalance", t_ckpt - t_rebalance)
         if ckpt is not None and done % job.checkpoint_every_steps == 0 and done < total:
+            if leads_topk:  # each kind's leader, beside rank 0's checkpoint of the same step
+                _save(topk_file, {"step": done, "momentum": topk_momentum, **state.topk_state()})
             if rank == 0:
                 by_kind: dict[str, float] = {}
                 for r, t in enumerate(throughput):
