@@ -205,3 +205,26 @@ def test_the_first_shares_of_a_mixed_train_come_from_the_plan_steps_profile(digi
     assert "the first shares come from the training profile" in profiled["_out"]
     plain = run(tmp_path / "plain")
     assert plain["results"]["train"]["mixed"]["shares_history"][0]["shares"] == [32, 32]
+
+
+def test_a_mixed_train_reports_its_kinds_epoch_loss_and_speed_live(digits_shards: Path, tmp_path: Path, monkeypatch) -> None:
+    """While a mixed candidate trains, the live table words the step by its kinds (``gpu+npu``, not the first kind's
+    model) and shows rank 0's epoch, loss and samples/s, relayed from the workers about every 0.5 s."""
+    from heteroflow.components.core.telemetry import where_ran
+    from heteroflow.components.training.step import train
+    from heteroflow.pipelines.cli.summary import _progress_text
+
+    monkeypatch.setenv("HETEROFLOW_SIMULATE_DEVICES", "gpu,npu")
+    mixed = Candidates(["gpu:count=1+npu:count=1"])[0]
+    reports: list[dict] = []
+    result = train(digits_shards, tmp_path / "model", resources=mixed, epochs=4, batch_size=32,
+                   checkpoint_root=str(tmp_path / "ck"), progress=lambda **facts: reports.append(facts))
+    assert result.device_kind == "gpu+npu"
+    assert reports and all(r["device_kind"] == "gpu+npu" for r in reports)
+    trained = [r for r in reports if "loss" in r]
+    assert trained, reports  # 4 epochs of 40 steps: several relays of rank 0's progress
+    last = trained[-1]
+    assert 1 <= last["epoch"] <= last["epochs"] == 4 and 0 < last["step"] <= last["steps"] == 160
+    assert last["samples_per_second"] > 0 and last["loss"] > 0 and sum(last["shares"]) == 32
+    assert where_ran("gpu", "cpu", accelerator="nvidia-gpu", simulated=True, details={"progress": last}) == "gpu+npu (simulated, on cpu)"
+    assert _progress_text({"progress": last}).startswith(f"epoch {last['epoch']}/4, loss ")

@@ -50,10 +50,12 @@ def where_ran(kind: Any, device: Any = "", *, accelerator: Any = None, simulated
 
 def mixed_kinds(details: Any) -> str | None:
     """The kinds a step trained on together (``gpu+npu``: a mixed candidate's train, from its facts'
-    ``device_kind``), else None. Its attempt's ``kind`` names the candidate's first kind (what fault injection and
+    ``device_kind``, or while it runs its live progress's), else None. Its attempt's ``kind`` names the candidate's first kind (what fault injection and
     fallback match), so the views word where it ran from this (:func:`where_ran` of it, without the first kind's
     accelerator model)."""
-    kind = details.get("device_kind") if isinstance(details, dict) else None
+    if not isinstance(details, dict):
+        return None
+    kind = details.get("device_kind") or (details.get("progress") or {}).get("device_kind")  # live: its progress
     return kind if isinstance(kind, str) and "+" in kind else None
 
 

@@ -324,6 +324,20 @@ def _save(path: Path, blob: dict[str, Any]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
+_PROGRESS_SECONDS = 0.5  # rank 0 writes its live progress at most this often
+_PROGRESS_FILE = "progress.json"
+
+
+def _write_progress(results: Path, facts: dict[str, Any]) -> None:
+    """Rank 0's live progress (``{"epoch", "epochs", "step", "steps", "loss" (rank 0's part of the step),
+    "samples_per_second" (the whole job's, since the last write), "shares"}``; None where unknown) for the launching
+    process to relay (:func:`run_mixed`'s ``progress``), written atomically."""
+    from heteroflow.cache.atomic import atomic_write_bytes
+
+    with contextlib.suppress(OSError):
+        atomic_write_bytes(results / _PROGRESS_FILE, json.dumps({k: v for k, v in facts.items() if v is not None}).encode())
+
+
 def _bucket_mb(model: Any) -> float:
     """DDP's bucket size for ``model``: half its gradient bytes, 0.1 to 25 MiB (DDP's default), so a model's
     gradients leave in two or three buckets and the exchange of one overlaps the backward pass of the next (every
@@ -453,6 +467,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     measured_at = start
     gap = 1 + max(1, job.warmup_steps)  # steps between share measurements (see below)
     step = start
+    progress_at, progress_step = loop_started, start  # rank 0's live progress (see _write_progress)
     for step in range(start, total):
         t_sample = time.perf_counter()
         idx = sampler.part(step, state.shares, rank)
@@ -534,6 +549,14 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
                              "shares": list(state.shares), "kinds": h.kinds, "throughput_by_kind": by_kind})
             dist.barrier()
         phase("checkpoint", time.perf_counter() - t_ckpt)
+        if rank == 0 and results is not None and time.perf_counter() - progress_at >= _PROGRESS_SECONDS:
+            now = time.perf_counter()
+            _write_progress(results, {
+                "epoch": min(job.epochs, done // sampler.steps_per_epoch + 1) if job.max_steps <= 0 else None,
+                "epochs": job.epochs if job.max_steps <= 0 else None, "step": done, "steps": total,
+                "loss": float(loss.detach()), "samples_per_second": job.global_batch * (done - progress_step) / (now - progress_at),
+                "shares": list(state.shares)})
+            progress_at, progress_step = now, done
         fault = fault_after_steps(job.fault_step, kind, done)
         if fault is not None:
             raise fault
@@ -678,7 +701,8 @@ def _exception(record: Mapping[str, Any]) -> BaseException:
 
 def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds: float | None = None,
               last_call_timeout: float = 10.0, join_timeout: float = 600.0,
-              say: Callable[[str], None] | None = None, rendezvous: Mapping[str, Any] | None = None) -> MixedResult:
+              say: Callable[[str], None] | None = None, rendezvous: Mapping[str, Any] | None = None,
+              progress: Callable[..., None] | None = None) -> MixedResult:
     """Train ``job`` on the replica ``groups`` (one elastic agent each; see the module docstring).
 
     Args:
@@ -689,6 +713,8 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
             group after a drop-out waits this long for the dropped agent) [TE].
         join_timeout: seconds an agent waits for the rendezvous to form.
         say: where to write progress lines (default: stderr).
+        progress: called with rank 0's live progress as it changes (about every 0.5 s: ``epoch``, ``epochs``,
+            ``step``, ``steps``, ``loss``, ``samples_per_second``, ``shares``; the step's live table shows them).
         rendezvous: join a rendezvous someone else hosts instead of hosting the store here (a pod of a mixed
             Volcano Job, :mod:`heteroflow.components.training.mixed_launch`): ``endpoint`` (``host:port``), ``run_id``,
             ``max_nodes`` (agents of the whole job), ``max_restarts``, ``is_host`` (False: the launcher hosts the
@@ -746,6 +772,7 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
         dropped: dict[str, dict[str, Any]] = {}
         deadline = time.monotonic() + timeout_seconds if timeout_seconds else None
         failure: BaseException | None = None
+        seen_progress = None
         try:
             while True:
                 for path in sorted(folder.glob("drop.*.pkl")):
@@ -781,6 +808,12 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
                 if deadline is not None and time.monotonic() > deadline:
                     failure = WorkerTimeout(f"the mixed job ran past {timeout_seconds} s; its agents were stopped")
                     break
+                if progress is not None:
+                    with contextlib.suppress(OSError, ValueError):
+                        text = (folder / _PROGRESS_FILE).read_text(encoding="utf-8")
+                        if text != seen_progress:
+                            seen_progress = text
+                            progress(**json.loads(text))
                 time.sleep(0.1)
         finally:
             for k, p in agents.items():

@@ -98,8 +98,10 @@ def profile_throughput(resources: Any, training_profile: str) -> dict[str, float
 
 def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_dir: str | os.PathLike[str],
                 values: dict[str, Any], splits: Any, spec: Any, params: dict[str, Any], ckpt_dir: Path,
-                started: float, say: Callable[[str], None]) -> Any:
-    """Train on a mixed candidate and return the step's ``TrainResult`` (its ``mixed`` facts filled in).
+                started: float, progress: Callable[..., None] | None = None) -> Any:
+    """Train on a mixed candidate and return the step's ``TrainResult`` (its ``mixed`` facts filled in). Its lines go
+    to stderr and, with ``progress`` (the step's live progress), to the live table, where every report carries
+    ``device_kind`` (``gpu+npu``: the kinds that train), as does rank 0's epoch, loss and samples/s while it trains.
 
     Raises:
         InvalidParameter: ``train_function`` or ``batch_sizes`` given (not supported on a mixed candidate).
@@ -111,7 +113,16 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
 
     from heteroflow.components.training.mixed import MixedJob, run_mixed
     from heteroflow.components.training.model_files import _write_model
-    from heteroflow.components.training.step import TrainResult
+    from heteroflow.components.training.step import TrainResult, _sayer
+
+    live_kinds = [g.kind.value for g in resources.replicas]  # the candidate's, then those that train here
+
+    def live(**facts: Any) -> None:  # the live table words the step by the kinds that train (telemetry.mixed_kinds)
+        if progress is not None:
+            progress(device_kind="+".join(live_kinds), **facts)
+
+    say = _sayer(live if progress is not None else None)
+    live()
 
     if values.get("train_function"):
         raise InvalidParameter("train_function with a mixed candidate: its replicas run the built-in classifier loop; valid: leave train_function empty, or use a single-kind candidate")
@@ -126,6 +137,7 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
     groups, left_out = ([pod_group(resources, pod, say)], []) if pod is not None else _groups(resources, say)
     if not groups:
         raise DeviceUnavailable(f"no kind of the mixed candidate {resources.describe()} is here: " + "; ".join(d["reason"] for d in left_out))
+    live_kinds[:] = [g.kind for g in groups]
     from_profile = profile_throughput(resources, str(values.get("training_profile") or ""))
     if from_profile:
         say("train: the first shares come from the training profile: " + ", ".join(f"{k} {v:.3g}/s" for k, v in from_profile.items()))
@@ -141,7 +153,7 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
         compression=resources.compression, checkpoint_dir=str(ckpt_dir), profile_throughput=from_profile,
         checkpoint_every_steps=int(values["checkpoint_every_steps"]))
     joined = {"rendezvous": pod, "last_call_timeout": pod["last_call_timeout"]} if pod is not None else {}
-    result = run_mixed(job, groups, say=say, **joined)
+    result = run_mixed(job, groups, say=say, progress=live if progress is not None else None, **joined)
     result.dropped[:0] = left_out
     writer = result.rank0  # in a pod of a cluster job, the pod holding rank 0 writes the model
     model = spec.build()

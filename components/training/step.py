@@ -293,7 +293,7 @@ def train(
         from heteroflow.components.training.mixed_step import train_mixed
 
         return train_mixed(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=_given(locals()), splits=splits,
-                           spec=spec, params=params, ckpt_dir=ckpt_dir, started=started, say=_sayer(progress))
+                           spec=spec, params=params, ckpt_dir=ckpt_dir, started=started, progress=progress)
     role = None
     if resources is not None and resources.nodes > 1:
         from heteroflow.components.training.distributed import node_role

@@ -14,6 +14,7 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
+from heteroflow.components.core.telemetry import mixed_kinds
 from heteroflow.components.errors import InvalidParameter
 
 __all__ = ["COLUMNS", "filter_rows", "parse_filter", "run_row", "sort_rows"]
@@ -40,7 +41,9 @@ def _devices(run: dict[str, Any]) -> str:
     for s in run.get("steps") or []:
         if (s.get("name") not in bound) if bound else s.get("candidate") is None:
             continue
-        kind = "-" if s.get("status") == "not run" else str(s.get("kind") or s.get("device") or "-")
+        # a mixed candidate's train by every kind it trained on (its result's device_kind), not its first kind
+        mixed = mixed_kinds((run.get("results") or {}).get(s.get("name"))) or mixed_kinds(s.get("details"))
+        kind = "-" if s.get("status") == "not run" else mixed or str(s.get("kind") or s.get("device") or "-")
         parts.append(f"{s.get('name')} {kind}{' (sim)' if s.get('simulated') else ''}")
     return ", ".join(parts)
 
