@@ -121,6 +121,28 @@ def test_runs_list_show_compare(tmp_path: Path) -> None:
     assert missing.exit_code == 2 and "no run 'nope'" in missing.output
 
 
+def test_a_mixed_train_is_listed_by_its_kinds_and_compare_shows_its_compression(tmp_path: Path) -> None:
+    groups = [{"kind": "gpu", "count": 1}, {"kind": "npu", "count": 1}]
+
+    def mixed(options: dict[str, Any]) -> dict[str, Any]:
+        resources = {"kind": "gpu", "count": 1, "replicas": groups, **({"mixed": options} if options else {})}
+        return {"placement": {"train": {"index": 0, "resources": resources}}, "fallbacks": [],
+                "results": {"train": {"device_kind": "gpu+npu", "mixed": {"kinds": ["gpu", "npu"]}}}}
+
+    _run(tmp_path / "m1", "m1", 100.0, **mixed({}))
+    _run(tmp_path / "m2", "m2", 200.0, **mixed({"compression": "topk", "topk_ratio": 0.05}))
+    listed = json.loads(_cli("runs", "--root", str(tmp_path), "--json").output)
+    assert [r["devices"] for r in listed] == ["train gpu+npu (sim)", "train gpu+npu (sim)"]  # not the first kind alone
+    compared = _cli("runs", "--root", str(tmp_path), "compare", "m1", "m2")
+    assert compared.exit_code == 0, compared.output
+    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:5]] for l in compared.output.splitlines() if l.startswith("│")}
+    assert rows["train candidate"] == ["gpu x1 (nvidia-gpu) + npu x1 (ascend-910)",
+                                       "gpu x1 (nvidia-gpu) + npu x1 (ascend-910), compression=topk, topk_ratio=0.05", "*"]
+    same = _cli("runs", "--root", str(tmp_path), "compare", "m1", "m1")
+    assert "train candidate" not in same.output  # equal: only with --all
+    assert "train candidate" in _cli("runs", "--root", str(tmp_path), "compare", "m1", "m1", "--all").output
+
+
 # --- every engine ---------------------------------------------------------------------------------------------
 
 

@@ -269,6 +269,26 @@ def runs_show(
         console.print(f"report: {escape(str(report))}", highlight=False)
 
 
+def _placed_candidate(run: dict[str, Any], call: str) -> str | None:
+    """The candidate ``call`` was placed on, worded with its options: ``gpu x1 (nvidia-gpu) + npu x1 (ascend-910),
+    compression=topk, topk_ratio=0.05`` (a mixed candidate's job options, those not at their defaults); None when
+    the record holds no placement of it."""
+    from heteroflow.components.errors import InvalidParameter
+    from heteroflow.components.replicas import MixedResources
+    from heteroflow.components.resources import Resources
+
+    placed = (run.get("placement") or {}).get(call)
+    res = placed.get("resources") if isinstance(placed, dict) else None
+    if not isinstance(res, dict):
+        return None
+    try:
+        text = (MixedResources if "replicas" in res else Resources).from_dict(res).describe()
+    except (InvalidParameter, TypeError, ValueError):
+        text = str(res.get("kind") or "-")
+    options = res.get("mixed") if isinstance(res.get("mixed"), dict) else {}
+    return ", ".join([text, *(f"{k}={v}" for k, v in sorted(options.items()))])
+
+
 @runs_app.command("compare")
 def runs_compare(
     ctx: typer.Context,
@@ -308,6 +328,9 @@ def runs_compare(
         row(f"{name} status", x.get("status"), y.get("status"))
         if x.get("candidate") is not None or y.get("candidate") is not None:
             row(f"{name} device", device_of(x) if x else None, device_of(y) if y else None)
+        ca, cb = _placed_candidate(a, name), _placed_candidate(b, name)
+        if (ca or cb) and (all_params or ca != cb):  # the candidate's shape and a mixed job's options (compression)
+            row(f"{name} candidate", ca, cb)
         row(f"{name} seconds", round(x["seconds"], 2) if isinstance(x.get("seconds"), (int, float)) else None,
             round(y["seconds"], 2) if isinstance(y.get("seconds"), (int, float)) else None)
     ma, mb = _scalars(a), _scalars(b)
