@@ -184,14 +184,26 @@ class MixedResources(Resources):
 
     def __post_init__(self) -> None:
         Resources.__post_init__(self)
+        if isinstance(self.compression, str):  # TopK as topk
+            object.__setattr__(self, "compression", self.compression.strip().lower())
         if self.compression not in COMPRESSIONS:
-            raise InvalidResources(f"compression={self.compression!r} is unknown; valid: {', '.join(COMPRESSIONS)} (of the exchange between kinds)")
+            import difflib
+
+            near = difflib.get_close_matches(str(self.compression).replace("-", "").replace("_", ""), COMPRESSIONS, n=1, cutoff=0.6)
+            raise InvalidResources(f"compression={self.compression!r} is unknown; valid: {', '.join(COMPRESSIONS)} (of the exchange between kinds)"
+                                   + (f"; did you mean {near[0]!r}?" if near else ""))
         ratio = self.topk_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
             raise InvalidResources(f"topk_ratio={ratio!r}; valid: a fraction in (0, 1] (of the gradient's entries top-k sends)")
         rank = self.powersgd_rank
         if isinstance(rank, bool) or not isinstance(rank, int) or rank < 1:
             raise InvalidResources(f"powersgd_rank={rank!r}; valid: an integer >= 1 (PowerSGD's matrix_approximation_rank)")
+        # an option of the other compression would be silently unused: say which compression it belongs to
+        for option, method in (("topk_ratio", "topk"), ("powersgd_rank", "powersgd")):
+            if getattr(self, option) != JOB_DEFAULTS[option] and self.compression != method:
+                raise InvalidResources(
+                    f"{option}={getattr(self, option)!r} applies to compression={method}, and this candidate's compression "
+                    f"is {self.compression}; valid: add compression={method}, or leave {option} out")
         steps = self.rebalance_every_steps
         if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
             raise InvalidResources(f"rebalance_every_steps={steps!r}; valid: an integer >= 1 (optimizer steps between share measurements)")
@@ -266,10 +278,12 @@ class MixedResources(Resources):
                     key = key.strip()
                     if key in options:
                         raise InvalidResources(f"mixed candidate {spec!r}: {key} is given twice; give it once")
+                    whole = key in ("rebalance_every_steps", "powersgd_rank")
                     try:
-                        options[key] = value.strip() if key == "compression" else (int(value) if key in ("rebalance_every_steps", "powersgd_rank") else float(value))
+                        options[key] = value.strip() if key == "compression" else (int(value) if whole else float(value))
                     except ValueError:
-                        raise InvalidResources(f"{key}={value.strip()!r} in mixed candidate {spec!r} is not a number") from None
+                        raise InvalidResources(f"{key}={value.strip()!r} in mixed candidate {spec!r} is not "
+                                               + ("a whole number" if whole else "a number")) from None
                 else:
                     kept.append(item)
             parts.append(kind + (colon + ",".join(kept) if any(k.strip() for k in kept) else ""))

@@ -528,6 +528,9 @@ class Resources:
             from heteroflow.components.replicas import MixedResources
 
             return MixedResources.parse_spec(spec)
+        given = spec
+        if ":" not in spec and "," in spec and "=" in spec:  # gpu,count=1: the kind's colon left out
+            spec = spec.replace(",", ":", 1)
         kind, _, rest = spec.partition(":")
         if ";" in rest and "=" in rest.partition(";")[2]:
             raise InvalidResources(
@@ -550,6 +553,13 @@ class Resources:
                     f"candidate {spec!r}: {key} is given twice ({written[key]} and {item}); give each key once"
                 )
             written[key] = item
+            from heteroflow.components.replicas import JOB_OPTIONS  # (replicas imports this module)
+
+            if key in JOB_OPTIONS:
+                raise InvalidResources(
+                    f"candidate {given!r}: {key} is an option of a mixed candidate, whose kinds train one job together "
+                    f"and exchange gradients (kinds joined by '+', e.g. gpu+npu,{key}={value.strip()}); a candidate of "
+                    "one kind has no exchange between kinds")
             if key in ("count", "nodes"):
                 try:
                     fields[key] = int(value)

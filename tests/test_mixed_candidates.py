@@ -61,7 +61,16 @@ def test_mixed_candidate_round_trips_through_json_and_dicts_with_its_options():
         ("gpu+npu,topk_ratio=2", "topk_ratio=2.0; valid: a fraction in (0, 1]"),
         ("gpu+npu,topk_ratio=x", "topk_ratio='x' in mixed candidate 'gpu+npu,topk_ratio=x' is not a number"),
         ("gpu+npu,powersgd_rank=0", "powersgd_rank=0; valid: an integer >= 1"),
-        ("gpu+npu,powersgd_rank=1.5", "powersgd_rank='1.5'"),
+        ("gpu+npu,powersgd_rank=1.5", "powersgd_rank='1.5' in mixed candidate 'gpu+npu,powersgd_rank=1.5' is not a whole number"),
+        ("gpu+npu,compression=top-k", "compression='top-k' is unknown; valid: none, topk, powersgd (of the exchange between kinds); did you mean 'topk'?"),
+        # an option the candidate's compression would not use
+        ("gpu+npu,topk_ratio=0.05", "topk_ratio=0.05 applies to compression=topk, and this candidate's compression is none; valid: add compression=topk, or leave topk_ratio out"),
+        ("gpu+npu,compression=powersgd,topk_ratio=0.05", "topk_ratio=0.05 applies to compression=topk, and this candidate's compression is powersgd"),
+        ("gpu+npu,compression=topk,powersgd_rank=4", "powersgd_rank=4 applies to compression=powersgd, and this candidate's compression is topk"),
+        # a job option on a candidate of one kind, with its colon or a comma after the kind
+        ("gpu:compression=topk", "candidate 'gpu:compression=topk': compression is an option of a mixed candidate, whose kinds train one job "
+                                 "together and exchange gradients (kinds joined by '+', e.g. gpu+npu,compression=topk)"),
+        ("gpu,topk_ratio=0.05", "candidate 'gpu,topk_ratio=0.05': topk_ratio is an option of a mixed candidate"),
         # a misspelled job option: the valid list names the job's options too
         ("gpu+npu,compresion=topk", "unknown resource field(s) compresion; valid: kind,"),
         ("gpu+npu,topk_ration=0.05", "; or an option of the whole job: compression, topk_ratio, powersgd_rank, rebalance_every_steps"),
@@ -71,6 +80,12 @@ def test_bad_mixed_spellings_name_the_field(spec, names):
     with pytest.raises(InvalidResources, match=None) as err:
         Candidates([spec])
     assert names in str(err.value)
+
+
+def test_the_compression_is_read_in_any_case_and_a_kinds_fields_may_follow_a_comma():
+    (mixed, single) = Candidates(["gpu+npu,compression=TopK,topk_ratio=0.05", "gpu,count=2"])
+    assert mixed.compression == "topk" and mixed.topk_ratio == 0.05
+    assert single == Candidates(["gpu:count=2"])[0]
 
 
 def test_python_errors_name_the_field():
@@ -102,8 +117,9 @@ def test_simulated_speeds_spelling():
     from heteroflow.components.core.failures import simulated_devices
 
     assert simulated_devices(env) == {"gpu": "", "npu": "ascend-910b3"}
-    for bad in ("npu@2", "npu@0", "npu@fast"):
-        with pytest.raises(InvalidParameter, match="valid: a number in \\(0, 1\\]"):
+    for bad, what in (("npu@2", "is out of range"), ("npu@0", "is out of range"), ("npu@fast", "is not a number")):
+        speed = bad.partition("@")[2]
+        with pytest.raises(InvalidParameter, match=rf"speed '{speed}' {what}; valid: a number in \(0, 1\].*e\.g\. npu@0\.5"):
             simulated_speeds({"HETEROFLOW_SIMULATE_DEVICES": bad})
 
 
