@@ -107,8 +107,12 @@ def test_the_kfp_rendering_compiles_and_the_mixed_task_is_the_jobs_launcher_in_a
     cands = Candidates([MIXED, "cpu"])
     path = compile_pipeline(default_pipeline(train_candidates=cands), tmp_path / "p.yaml",
                             profile=ClusterProfile.from_dict(yaml.safe_load(PROFILE_YAML)))
-    executors = next(yaml.safe_load_all(path.read_text(encoding="utf-8")))["deploymentSpec"]["executors"]
+    compiled = path.read_text(encoding="utf-8")
+    executors = next(yaml.safe_load_all(compiled))["deploymentSpec"]["executors"]
     mixed_task = executors["exec-train"]["container"]
+    # the Kubeflow UI's labels name the mixed candidate by every kind, not its first one alone
+    assert "train: gpu+npu -> cpu" in compiled and "on gpu+npu (candidate 0)" in compiled
+    assert "train: gpu -> cpu" not in compiled
     # a launcher's pod, as a multi-node candidate's: no accelerator, the cluster profile in its environment
     assert "accelerator" not in mixed_task["resources"] and mixed_task["resources"]["resourceCpuLimit"] == "1"
     env = {e["name"]: e["value"] for e in mixed_task["env"]}

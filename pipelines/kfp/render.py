@@ -305,7 +305,9 @@ def _check_source(calls: list[str], *, pipeline: str = "", steps: Mapping[str, s
 
 
 def _kind(res: Any) -> str:
-    return DeviceKind(res.kind).value
+    """A candidate's kind as labels give it: ``gpu``; a mixed candidate's every kind, ``gpu+npu``."""
+    kinds = getattr(res, "kinds", None)
+    return "+".join(kinds) if kinds and len(kinds) > 1 else DeviceKind(res.kind).value
 
 
 def chain_label(call: Call) -> str:
