@@ -1344,3 +1344,29 @@ def test_a_simulated_model_is_placed_by_its_model(monkeypatch: pytest.MonkeyPatc
     placed = plan(Candidates([Resources(kind="npu", accelerator="910B3"), "npu:accelerator=310P", "cpu"]), inventory=inv)
     assert placed.index == 1
     assert "needs 1 x Ascend 910B3" in placed.passed_over[0]
+
+
+def test_a_model_trained_on_a_dataset_factorys_data_is_archived_under_the_factorys_name(
+        digits_shards: Path, digits_model: Path, tmp_path: Path):
+    """A new user's run with ``dataset_factory=mydata:blobs`` on the default data set archived its model as the
+    next ``digits-mlp``, which then failed on digits' rows: the factory's function name stands for the folder's."""
+    import shutil
+
+    from heteroflow.cache.prewarm import MANIFEST_NAME
+    from heteroflow.components.models.archive import archive_step, default_model_name
+
+    manifest = digits_shards.parent / "cache" / MANIFEST_NAME  # the conftest's prewarm
+    (tmp_path / "eval.json").write_text("{}")
+
+    def archived(model: Path) -> str:
+        return archive_step(str(manifest.parent), str(digits_shards), str(model), str(tmp_path / "eval.json"),
+                            str(tmp_path / "archived.json"), archive_root=str(tmp_path / "archive")).name
+
+    theirs = tmp_path / "theirs"
+    shutil.copytree(digits_model, theirs)
+    config = json.loads((theirs / "model.json").read_text())
+    config["params"]["dataset_factory"] = "mydata:blobs"
+    (theirs / "model.json").write_text(json.dumps(config))
+    assert archived(digits_model) == "digits-mlp" and archived(theirs) == "blobs-mlp"
+    # the sibling: a factory's dotted attribute, and the runs list's name for a run that was not archived
+    assert default_model_name("/data/digits", "digits_models:cnn", "pkg.data:Loaders.wine") == "wine-cnn"

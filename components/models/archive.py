@@ -203,11 +203,15 @@ def _make_read_only(root: Path) -> None:
             p.chmod(stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
 
 
-def default_model_name(source_uri: str, model_factory: str = "") -> str:
+def default_model_name(source_uri: str, model_factory: str = "", dataset_factory: str = "") -> str:
     """The model name when none is given: ``<data set folder name>-<model>``, made a valid model name, where
     ``<model>`` is the model factory's function name (``mlp`` for the built-in model: ``digits-mlp`` for the
-    built-in sample; ``digits-images-cnn`` for ``digits_models:cnn`` on a folder ``digits-images``). The one rule
-    for the CLI, the Python API and compiled pipelines."""
+    built-in sample; ``digits-images-cnn`` for ``digits_models:cnn`` on a folder ``digits-images``). With a
+    ``dataset_factory`` (``package.module:function``, whose data the model trains on instead of the folder's),
+    its function name stands for the folder: ``blobs-mlp`` for ``mydata:blobs``, never the folder's own name. The
+    one rule for the CLI, the Python API and compiled pipelines."""
+    if dataset_factory:
+        source_uri = dataset_factory.rpartition(":")[2].rpartition(".")[2] or dataset_factory
     base = Path(source_uri.rstrip("/").split("://")[-1].split("?")[0]).stem.lower()
     func = model_factory.rpartition(":")[2].rpartition(".")[2].lower() if model_factory else "mlp"
     func = "".join(c if c.isalnum() or c in "._-" else "-" for c in func).strip("-._")[:20] or "model"
@@ -373,7 +377,7 @@ def archive_step(
         eval_metrics_path: evaluate's metrics (JSON).
         archived_path: file to write ``{"path", "version", "name"}`` to.
         archive_root: archive folder; empty: <heteroflow home>/archive.
-        model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp for the built-in model, <data set folder name>-<factory function name> for yours.
+        model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp for the built-in model, <data set folder name>-<factory function name> for yours; with a dataset_factory its function name replaces the folder name.
         export_formats: also export the model to these formats, comma-separated: onnx (needs the onnx extra; the ONNX model takes preprocessed features); empty: PyTorch's files only.
 
     Returns:
@@ -396,7 +400,8 @@ def archive_step(
             f"{exc.filename} does not exist; archive needs preprocess's shards, train's model and evaluate's metrics"
         ) from None
     factory = (config.get("model") or {}).get("factory", "")
-    name = model_name or default_model_name(manifest.source_uri, "" if factory == "heteroflow.components.training.loop:mlp" else factory)
+    name = model_name or default_model_name(manifest.source_uri, "" if factory == "heteroflow.components.training.loop:mlp" else factory,
+                                             str((config.get("params") or {}).get("dataset_factory") or ""))
     lineage = {
         "run_id": os.environ.get(RUN_ID_ENV) or None,
         "dataset": {

@@ -75,7 +75,7 @@ def _model(run: dict[str, Any], uri: str | None) -> str | None:
         return None
     from heteroflow.components.models.archive import default_model_name
 
-    return default_model_name(uri, str(params.get("model") or ""))
+    return default_model_name(uri, str(params.get("model") or ""), str(params.get("dataset_factory") or ""))
 
 
 def _error(run: dict[str, Any]) -> str | None:
