@@ -347,6 +347,8 @@ def test_loss_and_optimizer_factories_are_the_ones_used(digits_shards: Path, tmp
         "    return torch.optim.SGD(params, lr=lr, momentum=0.9)\n"
         "def not_an_optimizer(params, lr):\n"
         "    return [p for p in params]\n"
+        "def noargs():\n"
+        "    return None\n"
     )
     import myopt  # type: ignore[import-not-found]
 
@@ -366,6 +368,10 @@ def test_loss_and_optimizer_factories_are_the_ones_used(digits_shards: Path, tmp
     assert adam.history[-1]["loss"] != full.history[-1]["loss"]
     with pytest.raises(InvalidParameter, match=r"optimizer='myopt:not_an_optimizer' returned a list, not a torch.optim.Optimizer"):
         train(digits_shards, tmp_path / "c", optimizer="myopt:not_an_optimizer", **kwargs)
+    # a factory that cannot take (params, lr): said before any training, with the form it must have
+    with pytest.raises(InvalidParameter, match=r"optimizer='myopt:noargs' cannot be called as myopt:noargs\(params, lr=...\): "
+                                               r"too many positional arguments; valid: mypkg.optim:sgd, a function\(params, lr\)"):
+        check_train_params(optimizer="myopt:noargs")
 
 
 _PLAIN_LOOP = (

@@ -117,7 +117,7 @@ recipes); another momentum, Nesterov or weight decay takes a factory ``module:fu
 
 def check_optimizer(ref: str) -> None:
     """Check an ``optimizer`` parameter: empty, a name of :data:`BUILTIN_OPTIMIZERS`, or an importable
-    ``module:function``.
+    ``module:function`` that can be called as ``fn(params, lr=...)``.
 
     Raises:
         InvalidParameter: none of these (the message lists the built-in names, with the closest one).
@@ -132,7 +132,16 @@ def check_optimizer(ref: str) -> None:
         raise InvalidParameter(
             f"optimizer={ref!r} is neither a built-in optimizer ({', '.join(BUILTIN_OPTIMIZERS)}) nor a factory "
             f"'module:function' (e.g. {_EXAMPLES['optimizer']}){hint}")
-    _import_callable(ref, what="optimizer")
+    fn = _import_callable(ref, what="optimizer")
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):  # a builtin without one: called as it is
+        return
+    try:
+        signature.bind(object(), lr=0.1)
+    except TypeError as exc:
+        raise InvalidParameter(f"optimizer={ref!r} cannot be called as {ref}(params, lr=...): {exc}; valid: "
+                               f"{_EXAMPLES['optimizer']}") from None
 
 
 def build_optimizer(ref: str, params: Any, lr: float) -> Any:
