@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError, HeteroflowError
 
@@ -21,6 +21,7 @@ __all__ = [
     "NonFiniteError",
     "Problems",
     "RunProblems",
+    "did_you_mean",
 ]
 
 
@@ -67,6 +68,22 @@ class RunProblems(InvalidParameter, DatasetError):
     def __init__(self, message: str, problems: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.problems = tuple(problems) or (message,)
+
+
+def did_you_mean(unknown: Iterable[str], valid: Iterable[str]) -> str:
+    """The closest valid name of each unknown one, as a message's aside: ``" (did you mean 'epochs'?)"``, or
+    ``" (did you mean 'epochs' for 'epoch', 'seed' for 'sead'?)"`` for several; empty when none is close.
+    (:func:`difflib.get_close_matches`; matched case-insensitively, so ``Epochs`` suggests ``epochs``)."""
+    import difflib
+
+    unknown = list(unknown)
+    by_lower = {v.lower(): v for v in valid}
+    pairs = [(u, by_lower[close[0]]) for u in unknown if (close := difflib.get_close_matches(u.lower(), by_lower, n=1))]
+    if not pairs:
+        return ""
+    if len(unknown) == 1:
+        return f" (did you mean {pairs[0][1]!r}?)"
+    return f" (did you mean {', '.join(f'{v!r} for {u!r}' for u, v in pairs)}?)"
 
 
 class Problems:

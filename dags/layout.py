@@ -40,7 +40,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.errors import InvalidParameter, did_you_mean
 from heteroflow.components.resources import ACCELERATORS, DeviceKind, Resources
 from heteroflow.pipelines.graph import Call, Pipeline
 
@@ -221,7 +221,7 @@ def airflow_params(pipeline: Pipeline, overrides: Mapping[str, Any] | None = Non
     overrides = dict(overrides or {})
     unknown = sorted(set(overrides) - set(pipeline.params))
     if unknown:
-        raise InvalidParameter(f"params: unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted(pipeline.params))}")
+        raise InvalidParameter(f"params: unknown parameter(s) {', '.join(unknown)}{did_you_mean(unknown, pipeline.params)}; valid: {', '.join(sorted(pipeline.params))}")
     out: dict[str, dict[str, Any]] = {}
     for p in pipeline.params.values():
         typ = _JSON_TYPES[p.type]

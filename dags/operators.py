@@ -42,7 +42,7 @@ from airflow.sdk.definitions.retry_policy import RetryDecision
 from airflow.sdk.definitions.retry_policy import RetryPolicy as AirflowRetryPolicy
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from heteroflow.components.errors import HeteroflowError, InvalidParameter
+from heteroflow.components.errors import HeteroflowError, InvalidParameter, did_you_mean
 from heteroflow.components.resources import DeviceKind, RetryPolicy
 from heteroflow.components.core.runtime import TransientStepFailure
 from heteroflow.dags.layout import DECISION_KEY, FAILURE_KEY, PREPARE_TASK, Layout, safe_run_id
@@ -425,7 +425,7 @@ class PrepareRunOperator(BaseOperator):
         try:
             if unknown:  # a typo in -c '{"epoch": 10}' would otherwise run with the default, silently
                 valid = sorted([*self.pipeline.params, *aliases])
-                raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)} in the run's conf; valid: {', '.join(valid)}")
+                raise InvalidParameter(f"unknown parameter(s) {', '.join(unknown)} in the run's conf{did_you_mean(unknown, valid)}; valid: {', '.join(valid)}")
             if self.local:
                 from heteroflow.pipelines.volumes import make_local_volumes, warn_local_packages
 

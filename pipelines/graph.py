@@ -31,7 +31,7 @@ import re
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from heteroflow.components.errors import HeteroflowError, InvalidParameter, Problems
+from heteroflow.components.errors import HeteroflowError, InvalidParameter, Problems, did_you_mean
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 from heteroflow.components.core.step import Param, Step
 
@@ -633,7 +633,8 @@ class Pipeline:
         aliases = self.aliases
         unknown = sorted(set(values) - set(self._params) - set(aliases))
         if unknown:
-            gather.add(InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}; valid: {', '.join(sorted([*self._params, *aliases]))}"))
+            valid = sorted([*self._params, *aliases])
+            gather.add(InvalidParameter(f"unknown parameter(s) {', '.join(unknown)}{did_you_mean(unknown, valid)}; valid: {', '.join(valid)}"))
         for short, names in aliases.items():
             if short in values:
                 value = values.pop(short)
@@ -682,12 +683,50 @@ class Pipeline:
             if any(not isinstance(b, (ParamRef, Const)) for b in bindings):
                 continue  # a value known only at run time: the step checks it when it runs
             with gather.check():
-                call.step.check_params(self.call_params(call, arguments))
+                try:
+                    call.step.check_params(self.call_params(call, arguments))
+                except InvalidParameter as exc:
+                    given = _as_given(exc, call)
+                    if given is exc:
+                        raise
+                    raise given from None
         if problems is None:
             gather.raise_all(f"the parameters of pipeline {self.name!r}")
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, calls={list(self._calls)})"
+
+
+def _as_given(exc: InvalidParameter, call: Call) -> InvalidParameter:
+    """``exc`` (from ``call``'s step check) with each problem that starts with a step parameter bound to a pipeline
+    parameter of another name headed by the name the user gave: ``model (train's model_factory): model_factory
+    'x' is not ...`` for the default pipeline's ``model``. ``exc`` itself when no problem is such."""
+    import copy
+
+    renamed = {
+        key: binding.name
+        for key, binding in call.param_bindings().items()
+        if isinstance(binding, ParamRef) and binding.name.rpartition(".")[2] != key  # not `seed` as `train.seed`
+    }
+
+    def named(message: str) -> str:
+        for key, name in renamed.items():
+            if re.match(rf"{re.escape(key)}\b", message):
+                return f"{name} ({call.name}'s {key}): {message}"
+        return message
+
+    messages = tuple(getattr(exc, "problems", None) or (str(exc),))
+    given = tuple(named(m) for m in messages)
+    if given == messages:
+        return exc
+    text = str(exc)
+    for old, new in zip(messages, given):
+        text = text.replace(old, new, 1)
+    out = copy.copy(exc)
+    out.args = (text,)
+    if getattr(exc, "problems", None):
+        out.problems = given  # type: ignore[attr-defined]
+    return out
 
 
 def load_pipeline(ref: str) -> Pipeline:

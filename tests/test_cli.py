@@ -178,7 +178,13 @@ def test_run_via_console_script_prints_steps_and_metrics_and_writes_run_json(dig
 # id -> (arguments, substrings the message must contain); "{missing}", "{empty}", "{only-txt}" are data set
 # folders made by _expand.
 ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
-    "unknown-param": (["run", "--param", "nosuch=1"], ["unknown parameter 'nosuch'", *PARAM_NAMES]),
+    "unknown-param": (["run", "--param", "nosuch=1"], ["unknown parameter 'nosuch'; valid: ", *PARAM_NAMES]),
+    "param-typo": (["run", "--param", "epoch=3"], ["unknown parameter 'epoch' (did you mean 'epochs'?); valid: "]),
+    # `model` is the default pipeline's name of train's model_factory: the message says the name the user gave
+    "model-alias": (
+        ["run", "--param", "model=nosuch"],
+        ["error: model (train's model_factory): model_factory 'nosuch' is not 'module:attribute'"],
+    ),
     "param-not-int": (["run", "--param", "epochs=abc"], ["epochs='abc'", "is not a valid int; valid: an integer"]),
     "param-not-pair": (["run", "--param", "epochs"], ["'epochs'", "is not NAME=VALUE"]),
     "dataset-missing": (["run", "--dataset", "{missing}"], ["{missing}", "does not exist"]),

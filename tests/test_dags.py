@@ -147,7 +147,7 @@ def test_params_come_from_the_pipeline() -> None:
     assert lr.schema["type"] == "number" and lr.value == pipeline.params["learning_rate"].default
     uri = dag.params.get_param("dataset_uri")
     assert uri.value is None and uri.schema["type"] == ["string", "null"] and "(required)" in uri.description
-    with pytest.raises(InvalidParameter, match=r"^params: unknown parameter\(s\) epoch; valid: "):
+    with pytest.raises(InvalidParameter, match=r"^params: unknown parameter\(s\) epoch \(did you mean 'epochs'\?\); valid: "):
         airflow_params(pipeline, {"epoch": 3})
     with pytest.raises(InvalidParameter, match=r"parameter epochs='3' is a str; valid: a int"):
         airflow_params(pipeline, {"epochs": "3"})
@@ -807,7 +807,7 @@ def test_the_runs_conf_takes_a_short_name_for_every_call_that_shares_it(tmp_path
     assert (args["preprocess.seed"], args["train.seed"]) == (3, 3)
     args = execute({"dataset_uri": "s3://bucket/digits", "seed": 3, "train.seed": 5})
     assert (args["preprocess.seed"], args["train.seed"]) == (3, 5)
-    with pytest.raises(AirflowFailException, match=r"unknown parameter\(s\) sead in the run's conf; valid: .*\bseed\b"):
+    with pytest.raises(AirflowFailException, match=r"unknown parameter\(s\) sead in the run's conf \(did you mean 'seed'\?\); valid: .*\bseed\b"):
         execute({"dataset_uri": "s3://bucket/digits", "sead": 3})
 
 

@@ -191,7 +191,7 @@ def test_a_typo_in_the_runs_conf_fails_before_any_step(airflow_home: tuple[Path,
     assert run.state == "failed", run.explain()
     assert run.tasks["prepare-run"][0] == "failed"
     assert run.tasks["prewarm"][0] in ("upstream_failed", "skipped") and run.attempts("prewarm") == []
-    assert "unknown parameter(s) epoch in the run's conf; valid:" in run.output
+    assert "unknown parameter(s) epoch in the run's conf (did you mean 'epochs'?); valid:" in run.output
     assert "unknown parameter(s) epoch" in (run.record.get("error") or "")
 
 

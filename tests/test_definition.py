@@ -218,6 +218,8 @@ def test_unknown_and_wrongly_typed_arguments_are_refused() -> None:
     p = _toy()
     with pytest.raises(InvalidParameter, match=r"unknown parameter\(s\) nosuch; valid: count, factor"):
         p.arguments({"nosuch": 1})
+    with pytest.raises(InvalidParameter, match=r"unknown parameter\(s\) facter \(did you mean 'factor'\?\); valid: count, factor"):
+        p.arguments({"facter": 1})
     with pytest.raises(InvalidParameter, match=r"factor='x' is a str"):
         p.arguments({"factor": "x"})
 
@@ -329,6 +331,10 @@ def test_run_step_injects_the_device_and_records_the_candidate(tmp_path: Path, m
 def test_run_step_refuses_unknown_parameters_and_missing_inputs(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameter, match=r"has no parameter\(s\) nosuch; valid: factor, label"):
         run_step(SCALE, params={"nosuch": 1}, inputs={"values": "x"}, outputs={"scaled": "y"})
+    with pytest.raises(InvalidParameter, match=r"has no parameter\(s\) lable \(did you mean 'label'\?\); valid: factor, label"):
+        run_step(SCALE, params={"lable": 1}, inputs={"values": "x"}, outputs={"scaled": "y"})
+    with pytest.raises(InvalidParameter, match=r"step 'scale' has no parameter 'factr' \(did you mean 'factor'\?\); valid: "):
+        SCALE.param("factr")
     with pytest.raises(InvalidParameter, match=r"needs input artifact\(s\) values"):
         run_step(SCALE, outputs={"scaled": "y"})
 

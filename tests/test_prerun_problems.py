@@ -152,7 +152,7 @@ def test_the_cli_lists_every_unknown_name_and_bad_value_with_the_runs_own_proble
     assert result.exit_code == 2, result.output
     message = _flat(result.output)
     assert "4 problems with this run" in message
-    assert "unknown parameters 'epoch', 'sead'; valid:" in message
+    assert "unknown parameters 'epoch', 'sead' (did you mean 'epochs' for 'epoch', 'seed' for 'sead'?); valid:" in message
     assert "batch_size='lots' is not a valid int" in message
     assert "test_fraction=1.5 is out of range" in message
     assert f"data set {data} has 1 class" in message

@@ -138,6 +138,9 @@ def test_a_continuous_class_column_is_an_error_that_names_it_and_label_column(tm
     message = _errors(src, tmp_path)
     assert re.search(r"class column 'Fare' \(the last column, as none is named as a class \(label, .*\) looks continuous: \d+ distinct values in 300 rows", message)
     assert "set label_column" in message
+    # why 'Fare' is the class column is said once, in its problem, not again in the message's head
+    assert message.count("the last column, as none is named") == 1, message
+    assert re.match(r"data set \S+ cannot be used as it is:\n- class column 'Fare' \(the last column", message), message
 
 
 def test_a_class_column_with_one_value_per_row_is_an_error(tmp_path: Path) -> None:

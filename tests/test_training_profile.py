@@ -73,7 +73,10 @@ def test_the_profile_command_takes_trains_parameters_with_their_types_from_the_s
     bad_type = CliRunner().invoke(app, [*base, "--param", "batch_size=abc"])
     assert bad_type.exit_code == 2 and "batch_size='abc' is not a valid int; valid: an integer" in bad_type.output
     unknown = CliRunner().invoke(app, [*base, "--param", "hiden_units=8"])
-    assert unknown.exit_code == 2 and "hiden_units: not a parameter of train; valid: " in unknown.output
+    assert unknown.exit_code == 2 and "hiden_units: not a parameter of train (did you mean 'hidden_units'?); valid: " in unknown.output
+    aliased = CliRunner().invoke(app, [*base, "--param", "model=nosuch"])  # said by the name given, and train's
+    assert aliased.exit_code == 2
+    assert "model (train's model_factory): model_factory 'nosuch' is not 'module:attribute'" in " ".join(aliased.output.split())
     with pytest.raises(InvalidParameter, match=r"^hiden: not a parameter of train"):
         from heteroflow.components.training.profiling import profile_training
 

@@ -159,7 +159,8 @@ def test_an_unexpected_error_prints_one_line_and_where_its_traceback_is(tmp_path
     assert "Traceback" not in proc.stderr
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1
-    match = re.search(r"unexpected RuntimeError: boom in the user code \(traceback in (\S+); rerun with --debug", lines[0])
+    # --debug is a global option: the hint puts it before the command (`params --debug` is "No such option")
+    match = re.search(r"unexpected RuntimeError: boom in the user code \(traceback in (\S+); rerun as `heteroflow --debug params \.\.\.` to print it\)", lines[0])
     assert match, lines[0]
     assert "raise RuntimeError('boom in the user code')" in Path(match[1]).read_text()
     debug = _script(["--debug", "params", "--pipeline", "brokenpipeline:build"], env=env)

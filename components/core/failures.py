@@ -298,8 +298,12 @@ def simulated_devices(environ: Mapping[str, str] | None = None, *, source: str =
                 factor = float(speed)
             except ValueError:
                 factor = float("nan")
-            if not 0 < factor <= 1:
-                raise InvalidParameter(f"{source} item {item + '@' + speed!r}: speed {speed!r} is not a factor; valid: a number in (0, 1], e.g. npu@0.5 (half as fast as the CPU replica)")
+            if not 0 < factor <= 1:  # nan (not a number, or "nan") fails this too
+                what = "is out of range" if factor == factor else "is not a number"
+                raise InvalidParameter(
+                    f"{source} item {item + '@' + speed!r}: speed {speed!r} {what}; valid: a number in (0, 1], "
+                    f"the simulated kind's speed as a fraction of the CPU replica's, e.g. {item}@0.5 (half as fast)"
+                )
         kind_text, _, model = item.partition(":")
         try:
             kind = DeviceKind.parse(kind_text, field=f"{source} item").value

@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
-from heteroflow.components.errors import HeteroflowError, InvalidParameter
+from heteroflow.components.errors import HeteroflowError, InvalidParameter, did_you_mean
 from heteroflow.components.core.failures import FailureClass, classify, injected_fault, simulated_devices
 from heteroflow.components.resources import DeviceKind, Resources
 from heteroflow.components.core.step import ArtifactType, Step
@@ -362,7 +362,7 @@ def _bind_params(step: Step, given: Mapping[str, Any]) -> dict[str, Any]:
     unknown = sorted(set(given) - set(step.param_names))
     if unknown:
         raise InvalidParameter(
-            f"step {step.name!r} has no parameter(s) {', '.join(unknown)}; valid: {', '.join(step.param_names) or 'none'}"
+            f"step {step.name!r} has no parameter(s) {', '.join(unknown)}{did_you_mean(unknown, step.param_names)}; valid: {', '.join(step.param_names) or 'none'}"
         )
     out: dict[str, Any] = {}
     for p in step.params:

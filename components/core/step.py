@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from heteroflow.components.core.keys import first_duplicate
-from heteroflow.components.errors import InvalidParameter
+from heteroflow.components.errors import InvalidParameter, did_you_mean
 from heteroflow.components.resources import Candidates, Resources, RetryPolicy
 
 __all__ = [
@@ -290,7 +290,7 @@ class Step:
         for p in self.params:
             if p.name == name:
                 return p
-        raise InvalidParameter(f"step {self.name!r} has no parameter {name!r}; valid: {', '.join(self.param_names)}")
+        raise InvalidParameter(f"step {self.name!r} has no parameter {name!r}{did_you_mean([name], self.param_names)}; valid: {', '.join(self.param_names)}")
 
     @property
     def param_names(self) -> tuple[str, ...]:

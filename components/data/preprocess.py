@@ -447,9 +447,9 @@ def _preprocess_tables(
             f"value, plus an indicator column) or missing=drop (drops the {rows_with} rows that have one), or drop_columns"
         )
     if problems:
-        raise DatasetError(
-            f"data set {source_uri} cannot be used as it is ({label_note}):\n- " + "\n- ".join(problems)
-        )
+        # the class column and why it was chosen, once: a problem of the class column already says both
+        note = "" if any(f"class column {label!r} ({label_reason})" in p for p in problems) else f" ({label_note})"
+        raise DatasetError(f"data set {source_uri} cannot be used as it is{note}:\n- " + "\n- ".join(problems))
     if not used:
         raise DatasetError(f"data set {source_uri} has no feature column left ({label_note}; left out: {', '.join(dropped) or 'none'})")
     if missing_counts and missing == "drop":

@@ -39,7 +39,7 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
-from heteroflow.components.errors import HeteroflowError, InvalidParameter
+from heteroflow.components.errors import HeteroflowError, InvalidParameter, did_you_mean
 from heteroflow.pipelines.cli.common import (
     _PIPELINE_OPTION,
     _fail,
@@ -202,9 +202,10 @@ def _coerced(pipeline: Any, raw: dict[str, str], dataset: str | None) -> dict[st
     raw = {(spellings[k] if k in spellings and k not in pipeline.params else k): v for k, v in raw.items()}
     unknown = sorted(set(raw) - set(pipeline.params) - set(aliases))
     if unknown:
+        valid = sorted([*pipeline.params, *aliases])
         problems.add(InvalidParameter(
-            f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-            f"valid: {', '.join(sorted([*pipeline.params, *aliases]))}"
+            f"unknown parameter{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}"
+            f"{did_you_mean(unknown, valid)}; valid: {', '.join(valid)}"
         ))
     params: dict[str, Any] = {}
     for name, value in raw.items():
@@ -507,9 +508,11 @@ def main() -> None:
             raise
         with tempfile.NamedTemporaryFile("w", prefix="heteroflow-error-", suffix=".txt", delete=False) as fh:
             traceback.print_exception(exc, file=fh)
-        err_console.print(
+        words = [w for w in sys.argv[1:] if w != "--debug"]
+        command = words[0] if words and not words[0].startswith("-") else "COMMAND"
+        err_console.print(  # --debug is a global option: it goes before the command (`predict --debug` is refused)
             f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(_one_line(exc))} "
-            f"(traceback in {fh.name}; rerun with --debug to print it)",
+            f"(traceback in {fh.name}; rerun as `heteroflow --debug {escape(command)} ...` to print it)",
             highlight=False,
         )
         sys.exit(1)

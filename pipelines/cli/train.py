@@ -46,20 +46,29 @@ def profile_command(
     from heteroflow.components.training.profiling import profile_training
     from heteroflow.components.training.step import TRAIN
 
+    aliased: dict[str, str] = {}  # model_factory -> model, when given as --param model=...
     try:
         kwargs: dict[str, object] = {}
         for item in param or []:
             key, sep, value = item.partition("=")
+            if key.strip() in _ALIASES:
+                aliased[_ALIASES[key.strip()]] = key.strip()
             key = _ALIASES.get(key.strip(), key.strip())
             if not sep:
                 raise ValueError(f"--param {item!r} is not NAME=VALUE")
             if key not in TRAIN.param_names:
-                raise ValueError(f"--param {key}: not a parameter of train; valid: {', '.join(sorted({*TRAIN.param_names, *_ALIASES}))}")
+                from heteroflow.components.errors import did_you_mean
+
+                valid = sorted({*TRAIN.param_names, *_ALIASES})
+                raise ValueError(f"--param {key}: not a parameter of train{did_you_mean([key], valid)}; valid: {', '.join(valid)}")
             kwargs[key] = TRAIN.param(key).coerce(value)  # the type the step declares
         with tempfile.TemporaryDirectory(prefix="heteroflow-profile-") as scratch:
             shards = _preprocessed(dataset, Path(scratch))
             result = profile_training(shards, output, steps=steps, device=device, **kwargs)  # type: ignore[arg-type]
     except (HeteroflowError, ValueError, OSError) as exc:
+        name = next((n for n in aliased if str(exc).startswith(n)), None)
+        if name is not None:  # said by train's name (model_factory): say the name the user gave too
+            exc = ValueError(f"{aliased[name]} (train's {name}): {exc}")
         _fail(exc)
         return
     key = ", ".join(f"{o['name']} {o['share']:.0%}" for o in result["operators"] if o["share"] >= 0.10)
