@@ -346,3 +346,21 @@ def test_a_run_that_waited_for_one_that_did_not_finish_resumes_from_its_checkpoi
     (result,) = results
     assert result.resumed_from_step == 10 and result.reused_model == "" and result.waited_for == "pid 12345"
     assert result.steps > 10 and (tmp_path / "m1" / MODEL_WEIGHTS).is_file()
+
+
+def test_a_checkpoint_folder_with_nothing_to_resume_is_not_left_behind(tmp_path: Path) -> None:
+    """A new user found folders holding only ``.lock`` under checkpoints/ after runs that failed before their first
+    checkpoint; the README says the folder goes when training completes. A folder with a checkpoint stays."""
+    from heteroflow.components.training.checkpoint_lock import _exclusive
+
+    empty, kept = tmp_path / "empty", tmp_path / "kept"
+    with pytest.raises(RuntimeError):
+        with _exclusive(empty):
+            raise RuntimeError("the factory failed")
+    assert not empty.exists()
+    with _exclusive(kept):
+        (kept / "ckpt.pt").write_bytes(b"state")
+    assert sorted(p.name for p in kept.iterdir()) == [".lock", "ckpt.pt"]
+    with _exclusive(kept):  # and it can be locked again
+        pass
+    assert (kept / "ckpt.pt").exists()

@@ -118,6 +118,12 @@ def _exclusive(ckpt_dir: Path, wait_seconds: float | None = None, *, say: Callab
             try:
                 yield held
             finally:
+                # a training that failed before its first checkpoint leaves a folder with nothing to resume: remove
+                # it (while the lock is held; one waiting on this file finds it unlinked and locks a new one)
+                with contextlib.suppress(OSError):
+                    if ckpt_dir.is_dir() and [p.name for p in ckpt_dir.iterdir()] == [".lock"]:
+                        (ckpt_dir / ".lock").unlink()
+                        ckpt_dir.rmdir()
                 fcntl.flock(fh, fcntl.LOCK_UN)
             return
         finally:
