@@ -94,7 +94,7 @@ def _load_weights(model_dir: Path) -> dict[str, torch.Tensor]:
 
 @pytest.mark.slow
 def test_train_killed_by_sigkill_resumes_from_checkpoint_and_matches_uninterrupted_run(
-    digits_shards: Path, tmp_path: Path
+    digits_shards: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     kwargs = _train_kwargs(tmp_path / "checkpoints")
     model_dir = tmp_path / "models" / "resumed"
@@ -123,8 +123,11 @@ def test_train_killed_by_sigkill_resumes_from_checkpoint_and_matches_uninterrupt
     assert checkpoint_step < total_steps
 
     # Rerun with the same arguments: it resumes from that checkpoint and completes.
+    capsys.readouterr()
     result = train(digits_shards, model_dir, **kwargs)
     assert result.resumed_from_step == checkpoint_step > 0
+    # said when it resumes, not only in the summary at the end
+    assert f"train: resuming from step {checkpoint_step} of {total_steps} (checkpoint " in capsys.readouterr().err
     assert result.steps == total_steps
     assert result.device == "cpu"
     every = kwargs["checkpoint_every_steps"]

@@ -377,7 +377,7 @@ def archive_step(
         eval_metrics_path: evaluate's metrics (JSON).
         archived_path: file to write ``{"path", "version", "name"}`` to.
         archive_root: archive folder; empty: <heteroflow home>/archive.
-        model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp for the built-in model, <data set folder name>-<factory function name> for yours; with a dataset_factory its function name replaces the folder name.
+        model_name: name of the archived model ([a-z0-9][a-z0-9._-]*); empty: <data set folder name>-mlp for the built-in model, <data set folder name>-<factory function name> for yours (or a dataset_factory's name).
         export_formats: also export the model to these formats, comma-separated: onnx (needs the onnx extra; the ONNX model takes preprocessed features); empty: PyTorch's files only.
 
     Returns:

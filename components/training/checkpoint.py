@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -196,6 +197,9 @@ class Checkpoint:
             _set_rng_state(state["rng"])
         self.resumed_from_step = int(state["step"])
         self.state = state
+        if not torch.distributed.is_initialized() or torch.distributed.get_rank() == 0:  # said once, when it resumes
+            total = f" of {self.total_steps}" if self.total_steps else ""
+            print(f"train: resuming from step {self.resumed_from_step}{total} ({where})", file=sys.stderr, flush=True)
         saved = state.get("history")
         if not isinstance(saved, list):  # a checkpoint of an earlier release: the built-in loop kept it in extra
             saved = (state.get("extra") or {}).get("history") or []

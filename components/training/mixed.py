@@ -424,6 +424,9 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
             if m is not None:  # a checkpoint of a top-k run holds momentum 0 (taken below); these kinds may not be
                 group["momentum"] = m
         start = int(blob["step"])
+        if rank == 0:
+            print(f"train: resuming from step {start} of {total} (checkpoint {ckpt}), on {'+'.join(dict.fromkeys(h.kinds))}",
+                  file=sys.stderr, flush=True)
         saved = blob.get("throughput_by_kind") or {}
         if measure and saved and all(k in saved for k in h.kinds):  # recomputed over the replicas left
             shares = shares_from_throughput(job.global_batch, [float(saved[k]) for k in h.kinds])
