@@ -232,3 +232,8 @@ def test_a_mixed_train_reports_its_kinds_epoch_loss_and_speed_live(digits_shards
     assert last["samples_per_second"] > 0 and last["loss"] > 0 and sum(last["shares"]) == 32
     assert where_ran("gpu", "cpu", accelerator="nvidia-gpu", simulated=True, details={"progress": last}) == "gpu+npu (simulated, on cpu)"
     assert _progress_text({"progress": last}).startswith(f"epoch {last['epoch']}/4, loss ")
+    # before the replicas train: what it waits for, not where it runs (the device column says that)
+    waiting = next(r for r in reports if "waiting" in r)
+    assert _progress_text({"progress": waiting}) == waiting["waiting"] and "device_kind" not in _progress_text({"progress": waiting})
+    # a short run still shows rank 0's progress: after its first step and at its last
+    assert trained[0]["step"] == 1 and trained[-1]["step"] == 160

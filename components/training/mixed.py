@@ -324,7 +324,7 @@ def _save(path: Path, blob: dict[str, Any]) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-_PROGRESS_SECONDS = 0.5  # rank 0 writes its live progress at most this often
+_PROGRESS_SECONDS = 0.5  # rank 0 writes its live progress after the first step, then this often, and at the last
 _PROGRESS_FILE = "progress.json"
 
 
@@ -552,12 +552,12 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
                              "shares": list(state.shares), "kinds": h.kinds, "throughput_by_kind": by_kind})
             dist.barrier()
         phase("checkpoint", time.perf_counter() - t_ckpt)
-        if rank == 0 and results is not None and time.perf_counter() - progress_at >= _PROGRESS_SECONDS:
+        if rank == 0 and results is not None and (done == start + 1 or done == total or time.perf_counter() - progress_at >= _PROGRESS_SECONDS):
             now = time.perf_counter()
             _write_progress(results, {
                 "epoch": min(job.epochs, done // sampler.steps_per_epoch + 1) if job.max_steps <= 0 else None,
                 "epochs": job.epochs if job.max_steps <= 0 else None, "step": done, "steps": total,
-                "loss": float(loss.detach()), "samples_per_second": job.global_batch * (done - progress_step) / (now - progress_at),
+                "loss": float(loss.detach()), "samples_per_second": job.global_batch * (done - progress_step) / max(now - progress_at, 1e-9),
                 "shares": list(state.shares)})
             progress_at, progress_step = now, done
         fault = fault_after_steps(job.fault_step, kind, done)

@@ -42,7 +42,10 @@ def _progress_text(details: dict[str, Any]) -> str:
         parts.append(f"{p['files']}/{p.get('files_total', '?')} files")
     if "bytes" in p:
         parts.append(f"{p['bytes'] / 2**20:,.1f} MiB")
-    return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in p.items())
+    if not parts and p.get("waiting"):  # what the step waits for (a lock, a mixed job's agents)
+        return str(p["waiting"])
+    # device_kind: where it runs (the device column says it)
+    return ", ".join(parts) or ", ".join(f"{k} {v}" for k, v in p.items() if k != "device_kind")
 
 
 def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
