@@ -320,7 +320,7 @@ def test_archive_show_errors_list_what_exists(archived: Path, target: str, messa
 # --- rerunning the same command (an --output folder) resumes --------------------------------------------
 
 
-def test_rerunning_into_an_unfinished_runs_folder_sets_it_aside(tmp_path: Path) -> None:
+def test_rerunning_into_an_unfinished_runs_folder_sets_it_aside(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Trial input: after Ctrl-C, `heteroflow run -o DIR` said "rerun the same command", and the same command
     then failed with "already holds a run"."""
     from heteroflow.pipelines.runs.records import prepare_run_dir
@@ -331,6 +331,7 @@ def test_rerunning_into_an_unfinished_runs_folder_sets_it_aside(tmp_path: Path) 
     assert prepare_run_dir(interrupted) == interrupted.resolve()
     assert list(interrupted.iterdir()) == []
     assert json.loads((tmp_path / "int.previous-1" / "run.json").read_text())["status"] == "interrupted"
+    assert f"run folder {interrupted} held a run that did not succeed (interrupted): moved aside to {tmp_path / 'int.previous-1'}" in capsys.readouterr().err
 
     # sibling: a killed run (driver gone, no run.json) first gets its record, then is set aside too
     killed = tmp_path / "k9"

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
+import sys
 import os
 import secrets
 import shutil
@@ -398,7 +399,10 @@ def _set_aside_unfinished(folder: Path) -> None:
     n = 1
     while folder.with_name(f"{folder.name}.previous-{n}").exists():
         n += 1
-    folder.rename(folder.with_name(f"{folder.name}.previous-{n}"))
+    aside = folder.with_name(f"{folder.name}.previous-{n}")
+    folder.rename(aside)
+    print(f"run folder {folder} held a run that did not succeed ({status or 'killed'}): moved aside to {aside}; "
+          "this run starts there afresh and train resumes from its checkpoint", file=sys.stderr, flush=True)
 
 
 def recover_killed_runs(root: Path, *, only: Path | None = None) -> list[Path]:
