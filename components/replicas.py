@@ -187,11 +187,10 @@ class MixedResources(Resources):
         if isinstance(self.compression, str):  # TopK as topk
             object.__setattr__(self, "compression", self.compression.strip().lower())
         if self.compression not in COMPRESSIONS:
-            import difflib
+            from heteroflow.components.errors import did_you_mean
 
-            near = difflib.get_close_matches(str(self.compression).replace("-", "").replace("_", ""), COMPRESSIONS, n=1, cutoff=0.6)
-            raise InvalidResources(f"compression={self.compression!r} is unknown; valid: {', '.join(COMPRESSIONS)} (of the exchange between kinds)"
-                                   + (f"; did you mean {near[0]!r}?" if near else ""))
+            raise InvalidResources(f"compression={self.compression!r}{did_you_mean([str(self.compression)], COMPRESSIONS)} is "
+                                   f"unknown; valid: {', '.join(COMPRESSIONS)} (of the exchange between kinds)")
         ratio = self.topk_ratio
         if isinstance(ratio, bool) or not isinstance(ratio, (int, float)) or not 0 < ratio <= 1:
             raise InvalidResources(f"topk_ratio={ratio!r}; valid: a fraction in (0, 1] (of the gradient's entries top-k sends)")

@@ -536,6 +536,8 @@ class Resources:
             raise InvalidResources(
                 f"candidate {spec!r}: fields are separated by ',', not ';' (e.g. gpu:count=1,memory=16Gi)"
             )
+        from heteroflow.components.replicas import JOB_OPTIONS  # a mixed job's options (replicas imports this module)
+
         fields: dict[str, Any] = {"kind": kind}
         written: dict[str, str] = {}
         for item in filter(None, (p.strip() for p in rest.split(","))):
@@ -553,8 +555,6 @@ class Resources:
                     f"candidate {spec!r}: {key} is given twice ({written[key]} and {item}); give each key once"
                 )
             written[key] = item
-            from heteroflow.components.replicas import JOB_OPTIONS  # (replicas imports this module)
-
             if key in JOB_OPTIONS:
                 raise InvalidResources(
                     f"candidate {given!r}: {key} is an option of a mixed candidate, whose kinds train one job together "

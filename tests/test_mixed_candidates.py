@@ -62,7 +62,7 @@ def test_mixed_candidate_round_trips_through_json_and_dicts_with_its_options():
         ("gpu+npu,topk_ratio=x", "topk_ratio='x' in mixed candidate 'gpu+npu,topk_ratio=x' is not a number"),
         ("gpu+npu,powersgd_rank=0", "powersgd_rank=0; valid: an integer >= 1"),
         ("gpu+npu,powersgd_rank=1.5", "powersgd_rank='1.5' in mixed candidate 'gpu+npu,powersgd_rank=1.5' is not a whole number"),
-        ("gpu+npu,compression=top-k", "compression='top-k' is unknown; valid: none, topk, powersgd (of the exchange between kinds); did you mean 'topk'?"),
+        ("gpu+npu,compression=top-k", "compression='top-k' (did you mean 'topk'?) is unknown; valid: none, topk, powersgd (of the exchange between kinds)"),
         # an option the candidate's compression would not use
         ("gpu+npu,topk_ratio=0.05", "topk_ratio=0.05 applies to compression=topk, and this candidate's compression is none; valid: add compression=topk, or leave topk_ratio out"),
         ("gpu+npu,compression=powersgd,topk_ratio=0.05", "topk_ratio=0.05 applies to compression=topk, and this candidate's compression is powersgd"),

@@ -36,7 +36,7 @@ def test_a_bad_compression_names_the_field():
 def test_the_optimizer_is_a_built_in_name_or_a_factory_checked_with_the_job():
     from heteroflow.components.training.mixed import _optimizer
 
-    with pytest.raises(InvalidParameter, match=r"optimizer='sdg' is neither a built-in optimizer \(adam, adamw, sgd\).*did you mean 'sgd'"):
+    with pytest.raises(InvalidParameter, match=r"optimizer='sdg' \(did you mean 'sgd'\?\) is neither a built-in optimizer \(adam, adamw, sgd\)"):
         _job(optimizer="sdg").check()
     _job(optimizer="sgd").check()
     opt = _optimizer(_job(optimizer="sgd"), torch.nn.Linear(2, 2).parameters())

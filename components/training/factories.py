@@ -125,13 +125,11 @@ def check_optimizer(ref: str) -> None:
     if not ref or ref.lower() in BUILTIN_OPTIMIZERS:
         return
     if ":" not in ref:
-        import difflib
+        from heteroflow.components.errors import did_you_mean
 
-        close = difflib.get_close_matches(ref.lower(), BUILTIN_OPTIMIZERS, n=1, cutoff=0.5)
-        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise InvalidParameter(
-            f"optimizer={ref!r} is neither a built-in optimizer ({', '.join(BUILTIN_OPTIMIZERS)}) nor a factory "
-            f"'module:function' (e.g. {_EXAMPLES['optimizer']}){hint}")
+            f"optimizer={ref!r}{did_you_mean([ref], BUILTIN_OPTIMIZERS)} is neither a built-in optimizer "
+            f"({', '.join(BUILTIN_OPTIMIZERS)}) nor a factory 'module:function' (e.g. {_EXAMPLES['optimizer']})")
     fn = _import_callable(ref, what="optimizer")
     try:
         signature = inspect.signature(fn)
