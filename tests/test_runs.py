@@ -332,3 +332,51 @@ def test_runs_show_and_compare_name_the_data_set_and_model(tmp_path: Path) -> No
     assert rows["dataset"] == ["/data/iris", "/data/penguins", "*"]
     assert rows["model"] == ["iris-mlp:v2", "penguins-mlp", "*"]
 
+
+
+def test_runs_and_archive_list_fit_a_narrow_terminal_by_hiding_columns(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh-user trial: at 80 columns the 11-column runs table wrapped every cell over several lines. On a terminal
+    the least useful columns are hidden (as ``kubectl get`` does) and named; piped output keeps them all."""
+    import io
+
+    from rich.console import Console
+
+    from heteroflow.pipelines.cli import archive as archive_cli
+    from heteroflow.pipelines.cli import runs as runs_cli
+    from heteroflow.pipelines.cli.main import app
+
+    _default_runs(tmp_path)
+    # piped (not a terminal): every column, as scripts read it
+    assert set(_table(_cli("runs", "--root", str(tmp_path)).output)[0]) >= {"pipeline", "fallbacks", "error", "dataset"}
+    out = io.StringIO()
+    monkeypatch.setattr(runs_cli, "console", Console(file=out, force_terminal=True, width=80, color_system=None, soft_wrap=True))
+    listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)])
+    assert listed.exit_code == 0, listed.output
+    text = out.getvalue()
+    rows = [r for r in _table(text) if r["run"]]  # the device column may wrap; nothing else does
+    assert [r["run"] for r in rows] == ["20261201-120000-cccc", "20261201-110000-bbbb", "20261201-100000-aaaa"]
+    assert [r["accuracy"] for r in rows] == ["-", "0.8800", "0.9700"]
+    assert all(len(line) <= 80 for line in text.splitlines() if line.startswith(("│", "┃")))
+    assert "pipeline" not in rows[0] and "fallbacks" not in rows[0]
+    note = text.strip().splitlines()[-1]
+    assert note.startswith("6 columns hidden at 80 columns: pipeline, fallbacks, error, dataset, seconds, started UTC"), note
+
+    # archive list: the same, with `archive show` named for the hidden values
+    from heteroflow.components.models.archive import archive_root_dir
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    folder = archive_root_dir(None)
+    for version in (1, 2):
+        lineage = {"archived_at": f"2026-12-0{version}T10:00:00Z", "device": "gpu (nvidia-gpu, simulated on cpu)",
+                   "dataset": {"dataset_sha256": "ab" * 32}, "run_id": f"20261201-10000{version}-abcd"}
+        vdir = folder / "digits-mlp" / f"v{version}"
+        vdir.mkdir(parents=True)
+        (vdir / "lineage.json").write_text(json.dumps(lineage))
+        (vdir / "metrics.json").write_text(json.dumps({"accuracy": 0.9 + version / 100}))
+    out = io.StringIO()
+    monkeypatch.setattr(archive_cli, "console", Console(file=out, force_terminal=True, width=60, color_system=None, soft_wrap=True))
+    listed = CliRunner().invoke(app, ["archive", "list", "--root", str(folder)])
+    assert listed.exit_code == 0, listed.output
+    text = out.getvalue()
+    assert [(r["version"], r["accuracy"]) for r in _table(text)] == [("v1", "0.9100"), ("v2", "0.9200")]
+    assert "hidden at 60 columns: data set, run" in text and "`heteroflow archive show MODEL` has all" in text

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
-from heteroflow.pipelines.cli.common import _fail, console
+from heteroflow.pipelines.cli.common import _fail, console, fit_columns, hidden_note
 
 __all__ = ["archive_app", "archive_export", "archive_list", "archive_show"]
 
@@ -47,14 +47,13 @@ def archive_list(
     if not names:
         console.print(f"no archived model under {folder} yet (heteroflow run archives one)", highlight=False)
         return
-    table = Table(title=f"archived models in {folder}", title_justify="left")
-    for col in ("model", "version", "archived at", "accuracy", "device", "data set", "run"):
-        table.add_column(col, no_wrap=col in ("model", "version", "archived at"), overflow="fold")
+    headers = ["model", "version", "archived at", "accuracy", "device", "data set", "run"]
+    cells = []
     for name in names:
         for v in list_versions(folder, name):
             info = read_version(folder, name, v)
             lineage = info["lineage"]
-            table.add_row(
+            cells.append([
                 name,
                 f"v{v}",
                 str(lineage.get("archived_at", "-")),
@@ -62,8 +61,17 @@ def archive_list(
                 str(lineage.get("device") or "-"),
                 str(lineage.get("dataset", {}).get("dataset_sha256", "-"))[:8],
                 str(lineage.get("run_id") or "-"),
-            )
+            ])
+    # at a narrow terminal: the data set's hash, then the run, then the device go first
+    kept, hidden = fit_columns(console, headers, cells, ["data set", "run", "device"], wrap={"device": 14})
+    table = Table(title=f"archived models in {folder}", title_justify="left")
+    for i in kept:
+        table.add_column(headers[i], no_wrap=headers[i] in ("model", "version", "archived at"), overflow="fold")
+    for row_cells in cells:
+        table.add_row(*(escape(row_cells[i]) for i in kept))
     console.print(table)
+    if hidden:
+        console.print(hidden_note(hidden, console.width, "`heteroflow archive show MODEL` has all"), highlight=False, style="dim")
 
 
 def _formats(formats: dict[str, Any]) -> str:

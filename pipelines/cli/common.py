@@ -53,6 +53,48 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     err_console.print(f"[yellow]warning:[/] {escape(redact_url(' '.join(str(message).split())))}", highlight=False)
 
 
+def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop_order: list[str],
+                wrap: dict[str, int] | None = None) -> tuple[list[int], list[str]]:
+    """Which columns of a table fit ``target``'s width, the way ``kubectl get`` shows its short form and keeps the
+    rest for ``-o wide``: columns named in ``drop_order`` are hidden, first named first, until every kept cell
+    fits (rich's box: 3 characters per column plus 1; a column named in ``wrap`` may wrap down to its given width).
+    Only on a terminal: piped output (a script, a file) keeps every column.
+
+    Args:
+        target: the console the table prints to (its ``width`` and ``is_terminal``).
+        headers: the column names, in order.
+        rows: the cells as printed (strings), one list per row, ``len(headers)`` each.
+        drop_order: the columns that may be hidden, least useful first; the others are always kept.
+        wrap: column name -> the narrowest it may wrap to (characters); other columns count at their widest cell.
+
+    Returns:
+        ``(kept, hidden)``: the kept columns' indexes in ``headers`` order, and the hidden columns' names.
+    """
+    kept = list(range(len(headers)))
+    hidden: list[str] = []
+    if not target.is_terminal:
+        return kept, hidden
+
+    def needed(cols: list[int]) -> int:
+        widest = {i: max([len(headers[i])] + [len(r[i]) for r in rows]) for i in cols}
+        return 1 + sum(3 + min(widest[i], max((wrap or {}).get(headers[i], widest[i]), len(headers[i]))) for i in cols)
+
+    for name in drop_order:
+        if needed(kept) <= target.width:
+            break
+        if name in headers and headers.index(name) in kept:
+            kept.remove(headers.index(name))
+            hidden.append(name)
+    return kept, hidden
+
+
+def hidden_note(hidden: list[str], width: int, more: str = "--json has all") -> str:
+    """``3 columns hidden at 80 columns: pipeline, error, fallbacks (a wider terminal shows them; --json has all)``;
+    ``more`` names where else the hidden values are."""
+    return (f"{len(hidden)} column{'s' if len(hidden) != 1 else ''} hidden at {width} columns: {', '.join(hidden)} "
+            f"(a wider terminal shows them; {more})")
+
+
 def _parse_pairs(pairs: list[str], *, option: str = "--param") -> dict[str, str]:
     from heteroflow.components.core.keys import parse_pairs  # a name given twice is an error (#16.17)
 

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.components.core.telemetry import where_ran
+from heteroflow.pipelines.cli.common import fit_columns, hidden_note
 
 __all__ = ["register"]
 
@@ -155,27 +156,37 @@ def runs_list(
             console.print(f"no runs in {escape(where)} (give --root FOLDER)", highlight=False)
         return
     shown = f"{len(rows)} of {len(chosen)}" + (f" passing --filter, of {len(runs)}" if filters else "")
-    table = Table(title=f"runs ({shown})")
-    for col in ("run", "started UTC", "status", "pipeline", "dataset", "model", "device", "accuracy", "seconds", "error", "fallbacks"):
-        # the run id is what `runs show` takes: never cut or wrapped
-        table.add_column(col, justify="right" if col in ("accuracy", "seconds") else "left", no_wrap=col == "run",
-                         min_width=max(len(str(r["run_id"])) for r in rows) if col == "run" else None)
+    headers = ["run", "started UTC", "status", "pipeline", "dataset", "model", "device", "accuracy", "seconds", "error", "fallbacks"]
+    cells = []
     for row in rows:
         error = row["error"] or "-"
-        table.add_row(
-            escape(str(row["run_id"])),
+        cells.append([
+            str(row["run_id"]),
             row["started"],
-            escape(str(row["status"])),
-            escape(str(row["pipeline"])),
-            escape(row["dataset"] or "-"),
-            escape(row["model"] or "-"),
-            escape(row["devices"] or "-"),
+            str(row["status"]),
+            str(row["pipeline"]),
+            row["dataset"] or "-",
+            row["model"] or "-",
+            row["devices"] or "-",
             f"{row['accuracy']:.4f}" if row["accuracy"] is not None else "-",
             _secs(row["seconds"]),
-            escape(error if len(error) <= _ERROR_WIDTH else error[: _ERROR_WIDTH - 1] + "…"),
-            escape("; ".join(row["fallbacks"]) or "-"),
-        )
+            error if len(error) <= _ERROR_WIDTH else error[: _ERROR_WIDTH - 1] + "…",
+            "; ".join(row["fallbacks"]) or "-",
+        ])
+    # at a narrow terminal the least useful columns go first; run, status, model, device and accuracy stay
+    kept, hidden = fit_columns(console, headers, cells, ["pipeline", "fallbacks", "error", "dataset", "seconds", "started UTC"],
+                                 wrap={"device": 14, "error": 20, "fallbacks": 20, "dataset": 16})
+    table = Table(title=f"runs ({shown})")
+    for i in kept:
+        col = headers[i]
+        # the run id is what `runs show` takes: never cut or wrapped
+        table.add_column(col, justify="right" if col in ("accuracy", "seconds") else "left", no_wrap=col == "run",
+                         min_width=max(len(r[0]) for r in cells) if col == "run" else None)
+    for row_cells in cells:
+        table.add_row(*(escape(row_cells[i]) for i in kept))
     console.print(table)
+    if hidden:
+        console.print(hidden_note(hidden, console.width), highlight=False, style="dim")
 
 
 def _roots(ctx: typer.Context, own: list[str] | None = None) -> Any:
