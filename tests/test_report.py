@@ -87,6 +87,28 @@ def test_history_is_plotted_per_epoch(tmp_path: Path) -> None:
     assert "no per-epoch history" not in html
 
 
+def test_an_interrupted_run_plots_the_history_so_far_and_its_stopped_attempt_is_not_running(tmp_path: Path) -> None:
+    """A fresh-user trial: Ctrl-C during train left a report saying "no per-epoch history" and an attempts row
+    "running" for an attempt that ended with the run. The live progress carries the history so far, and an
+    attempt still marked running in an ended run is shown as what happened to the run."""
+    history = [{"epoch": e, "loss": 1.0 / e} for e in (1, 2)]
+    steps = [{"name": "train", "status": "killed", "kind": "cpu", "candidate": 0, "attempts": 1,
+              "details": {"progress": {"epoch": 2, "epochs": 5, "loss": 0.5, "history": history}}}]
+    folder = _record(tmp_path, status="interrupted", steps=steps, results={})
+    (folder / "steps" / "train" / "attempt-2.json").unlink()
+    (folder / "steps" / "train" / "attempt-1.json").write_text(json.dumps(
+        {"step": "train", "attempt": 1, "status": "running", "candidate": 0, "kind": "cpu", "started_at": 1_700_000_001.0}))
+    html = render_report(folder)
+    assert "train loss" in re.findall(r'data-plot="([^"]+)"', html)
+    assert "no per-epoch history" not in html
+    attempts = html.split("<h2>Attempts</h2>")[1].split("</table>")[0]
+    assert "interrupted" in attempts and "running" not in attempts
+    # sibling: a run whose process died (killed) shows its attempt as killed
+    (folder / "run.json").write_text(json.dumps({**json.loads((folder / "run.json").read_text()), "status": "killed"}))
+    attempts = render_report(folder).split("<h2>Attempts</h2>")[1].split("</table>")[0]
+    assert "killed" in attempts and "running" not in attempts
+
+
 def test_a_resumed_training_marks_where_it_resumed_on_its_curves(tmp_path: Path) -> None:
     """#28 item 11: the curve of a training that resumed at step 40 (after a fallback) has a dashed line there,
     labelled, between the epochs whose steps surround it; a fresh start has none."""

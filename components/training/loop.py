@@ -467,8 +467,10 @@ class TrainContext:
         self.history.append(clean)
         if self.progress is not None and self.rank == 0:
             elapsed = time.perf_counter() - self._started
+            # the history so far rides along: a run stopped mid-training still has its curves (its report)
             self.progress(**{**clean, "epochs": self.epochs,
-                             "samples_per_second": round(self.samples_seen / elapsed, 1) if elapsed > 0 else 0.0})
+                             "samples_per_second": round(self.samples_seen / elapsed, 1) if elapsed > 0 else 0.0,
+                             "history": [dict(e) for e in self.history]})
 
     def evaluate_accuracy(self, model: nn.Module, loader: Any = None) -> float | None:
         """Accuracy of ``model`` on ``loader`` (default the validation loader); None without one."""

@@ -222,13 +222,16 @@ def headline_metric(run: dict[str, Any]) -> tuple[str, float] | None:
 def history_of(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     """Per call, the per-epoch history its record holds: a list of dicts (one per epoch, numeric values such as
     ``loss``, ``validation_accuracy``), found under the call's ``results``, ``metrics`` or step ``details`` as
-    ``history`` (or ``epochs``): a list of dicts, or a dict of equal-length lists (columns). Calls without one
+    ``history`` (or ``epochs``): a list of dicts, or a dict of equal-length lists (columns); for a step stopped
+    before it finished (interrupted, killed), the history its last live progress report held. Calls without one
     are left out."""
     out: dict[str, list[dict[str, Any]]] = {}
     sources: list[tuple[str, Any]] = []
     for key in ("results", "metrics"):
         sources += list((run.get(key) or {}).items())
     sources += [(s.get("name"), s.get("details")) for s in run.get("steps") or [] if isinstance(s, dict)]
+    sources += [(s.get("name"), (s.get("details") or {}).get("progress")) for s in run.get("steps") or []
+                if isinstance(s, dict) and isinstance(s.get("details"), dict)]
     for call, facts in sources:
         if call in out or not isinstance(facts, dict):
             continue

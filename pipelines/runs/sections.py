@@ -80,6 +80,9 @@ def _attempts_table(run: dict[str, Any]) -> str:
             continue
         prev = None
         for r in recs:
+            if r.get("status") == "running" and run.get("status") not in (None, "running"):
+                # the run ended while this attempt ran: it was stopped with the run, not still going
+                r = {**r, "status": "interrupted" if run.get("status") == "interrupted" else "killed"}
             wait = ""
             if prev is not None and isinstance(prev.get("ended_at"), (int, float)) and isinstance(r.get("started_at"), (int, float)):
                 wait = f"{max(r['started_at'] - prev['ended_at'], 0.0):.1f}"
