@@ -348,6 +348,10 @@ def test_runs_and_archive_list_fit_a_narrow_terminal_by_hiding_columns(tmp_path:
     _default_runs(tmp_path)
     # piped (not a terminal): every column, as scripts read it
     assert set(_table(_cli("runs", "--root", str(tmp_path)).output)[0]) >= {"pipeline", "fallbacks", "error", "dataset"}
+    # ... at its natural width whatever COLUMNS says: one line per run, whole cells (rich alone squeezed it to 80)
+    piped = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)], env={"COLUMNS": "80"}).output
+    assert [r["run"] for r in _table(piped)] == ["20261201-120000-cccc", "20261201-110000-bbbb", "20261201-100000-aaaa"]
+    assert "class column 'species' not found; columns: a, b" in piped
     out = io.StringIO()
     monkeypatch.setattr(runs_cli, "console", Console(file=out, force_terminal=True, width=80, color_system=None, soft_wrap=True))
     listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)])

@@ -165,6 +165,18 @@ def test_an_unexpected_error_prints_one_line_and_where_its_traceback_is(tmp_path
     assert "raise RuntimeError('boom in the user code')" in Path(match[1]).read_text()
     debug = _script(["--debug", "params", "--pipeline", "brokenpipeline:build"], env=env)
     assert "Traceback" in debug.stderr and debug.returncode == 1
+    # a fresh-user trial put it after the command: accepted there too (click alone says "No such option")
+    late = _script(["params", "--pipeline", "brokenpipeline:build", "--debug"], env=env)
+    assert "Traceback" in late.stderr and "boom in the user code" in late.stderr and late.returncode == 1
+
+
+def test_debug_is_hoisted_before_the_command_but_not_past_a_double_dash() -> None:
+    from heteroflow.pipelines.cli.main import hoist_debug
+
+    assert hoist_debug(["predict", "m", "x.csv", "--debug"]) == ["--debug", "predict", "m", "x.csv"]
+    assert hoist_debug(["--debug", "runs"]) == ["--debug", "runs"]
+    assert hoist_debug(["runs"]) == ["runs"]
+    assert hoist_debug(["step", "train", "--", "--debug"]) == ["step", "train", "--", "--debug"]
 
 
 # --- 10. what a kill leaves behind ---------------------------------------------------------------------

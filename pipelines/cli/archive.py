@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
-from heteroflow.pipelines.cli.common import _fail, console, fit_columns, hidden_note
+from heteroflow.pipelines.cli.common import _fail, console, fit_columns, hidden_note, print_table
 
 __all__ = ["archive_app", "archive_export", "archive_list", "archive_show"]
 
@@ -69,7 +69,7 @@ def archive_list(
         table.add_column(headers[i], no_wrap=headers[i] in ("model", "version", "archived at"), overflow="fold")
     for row_cells in cells:
         table.add_row(*(escape(row_cells[i]) for i in kept))
-    console.print(table)
+    print_table(console, table, headers, cells)
     if hidden:
         console.print(hidden_note(hidden, console.width, "`heteroflow archive show MODEL` has all"), highlight=False, style="dim")
 

@@ -88,6 +88,22 @@ def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop
     return kept, hidden
 
 
+def print_table(target: Console, table: Any, headers: list[str], rows: list[list[str]]) -> None:
+    """Print ``table`` (of ``headers`` and ``rows``, as :func:`fit_columns` saw them): on a terminal at its width;
+    piped, at the table's natural width (one line per row, whatever ``COLUMNS`` says), so a script or ``grep``
+    reads whole cells instead of rich squeezing the table into 80 columns."""
+    if target.is_terminal:
+        target.print(table)
+        return
+    natural = 1 + sum(3 + max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers))
+    before = target.width
+    target.width = max(before, natural)  # print(width=) cannot widen past the console's width
+    try:
+        target.print(table)
+    finally:
+        target.width = before
+
+
 def hidden_note(hidden: list[str], width: int, more: str = "--json has all") -> str:
     """``3 columns hidden at 80 columns: pipeline, error, fallbacks (a wider terminal shows them; --json has all)``;
     ``more`` names where else the hidden values are."""

@@ -486,6 +486,16 @@ def console_script() -> None:
     _exit_now(0)
 
 
+def hoist_debug(args: list[str]) -> list[str]:
+    """``args`` with ``--debug`` moved to the front: it is a global option, and users put it after the command
+    (``heteroflow predict digits-mlp x.csv --debug``), where click would refuse it as "No such option". Words
+    after ``--`` are left alone."""
+    cut = args.index("--") if "--" in args else len(args)
+    if "--debug" not in args[:cut]:
+        return list(args)
+    return ["--debug", *(w for w in args[:cut] if w != "--debug"), *args[cut:]]
+
+
 def main() -> None:
     """The CLI: an unexpected error prints one line and where its traceback is (``heteroflow --debug ...``
     prints it).
@@ -496,6 +506,7 @@ def main() -> None:
     """
     import warnings
 
+    sys.argv[1:] = hoist_debug(sys.argv[1:])
     if _needs_plugins(sys.argv[1:]):
         _add_plugins()
     warnings.showwarning = _show_warning
@@ -510,7 +521,7 @@ def main() -> None:
             traceback.print_exception(exc, file=fh)
         words = [w for w in sys.argv[1:] if w != "--debug"]
         command = words[0] if words and not words[0].startswith("-") else "COMMAND"
-        err_console.print(  # --debug is a global option: it goes before the command (`predict --debug` is refused)
+        err_console.print(  # --debug is a global option, accepted anywhere before `--` (hoist_debug)
             f"[bold red]error:[/] unexpected {type(exc).__name__}: {escape(_one_line(exc))} "
             f"(traceback in {fh.name}; rerun as `heteroflow --debug {escape(command)} ...` to print it)",
             highlight=False,

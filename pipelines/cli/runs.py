@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.components.core.telemetry import where_ran
-from heteroflow.pipelines.cli.common import fit_columns, hidden_note
+from heteroflow.pipelines.cli.common import fit_columns, hidden_note, print_table
 
 __all__ = ["register"]
 
@@ -184,7 +184,7 @@ def runs_list(
                          min_width=max(len(r[0]) for r in cells) if col == "run" else None)
     for row_cells in cells:
         table.add_row(*(escape(row_cells[i]) for i in kept))
-    console.print(table)
+    print_table(console, table, headers, cells)
     if hidden:
         console.print(hidden_note(hidden, console.width), highlight=False, style="dim")
 
