@@ -260,6 +260,12 @@ def test_bad_training_input_is_one_clear_line_before_a_run(kwargs: dict[str, Any
         ({"model_factory": "badfactories:not_a_module"}, r"returned a str, not a torch.nn.Module"),
         ({"model_factory": "badfactories:needs_other"}, r"cannot be called with"),
         ({"model_factory": "digits_models:mlp", "model_args": '{"depth": 3}'}, r"takes no argument 'depth'"),
+        # a fresh-user trial: hidden_units in both places, 64 won silently
+        ({"model_factory": "digits_models:mlp", "model_args": '{"hidden_units": 64}', "hidden_units": 256},
+         r"model_args: hidden_units=64 disagrees with train's hidden_units=256; set it in one place"),
+        # sibling: a data-derived argument replaced in model_args built a model the data cannot feed
+        ({"model_factory": "digits_models:mlp", "model_args": '{"in_features": 10}'},
+         r"model_args: in_features=10 disagrees with the data \(in_features=64\); leave in_features out"),
     ],
 )
 def test_a_factory_that_builds_no_module_fails_before_the_device_is_touched(
@@ -436,3 +442,14 @@ def test_a_checkpoint_restores_the_history_into_the_contexts_list_in_place(tmp_p
     del state["history"]
     torch.save(state, ck.path)
     assert again.load(model=model)["step"] == 5 and mine == [{"epoch": 1, "loss": 0.75}]
+
+
+def test_model_args_equal_to_what_train_offers_is_accepted_and_wins_over_the_default_width() -> None:
+    from heteroflow.components.training.factories import ModelSpec
+
+    offered = {"in_features": 64, "num_classes": 10, "input_shape": [64], "hidden_units": 128}
+    spec = ModelSpec.resolve("heteroflow.components.training.factories:mlp", offered=offered,
+                             given={"in_features": 64, "hidden_units": 32})
+    assert spec.args["in_features"] == 64 and spec.args["num_classes"] == 10 and spec.args["hidden_units"] == 32
+    with pytest.raises(InvalidParameter, match=r"num_classes=3 disagrees with the data \(num_classes=10\)"):
+        ModelSpec.resolve("heteroflow.components.training.factories:mlp", offered=offered, given={"num_classes": 3})

@@ -57,7 +57,8 @@ class ModelSpec:
         ``offered`` (``in_features``, ``num_classes``, ``input_shape``, ``hidden_units``) the factory accepts.
 
         Raises:
-            InvalidParameter: the factory cannot be imported, is not callable, or does not take a given argument.
+            InvalidParameter: the factory cannot be imported, is not callable, or does not take a given argument;
+                or a given argument disagrees with an offered one (:func:`_check_overrides`).
         """
         fn = _import_callable(ref, what="model_factory")
         try:
@@ -70,6 +71,7 @@ class ModelSpec:
             raise InvalidParameter(
                 f"model_args: {ref} takes no argument {unknown[0]!r}; it takes: {', '.join(sig.parameters) or 'none'}"
             )
+        _check_overrides(offered, given)
         args = {k: v for k, v in offered.items() if k in sig.parameters}
         args.update(given)
         return cls(ref=ref, args=args)
@@ -94,6 +96,34 @@ class ModelSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {"factory": self.ref, "args": dict(self.args)}
+
+
+def _check_overrides(offered: Mapping[str, Any], given: Mapping[str, Any]) -> None:
+    """Refuse a ``model_args`` value that would silently replace what train offers: ``in_features``,
+    ``num_classes`` and ``input_shape`` come from the data (a different value builds a model the data cannot
+    feed), and ``hidden_units`` set both as train's parameter (to other than its default) and in ``model_args``
+    to different values is ambiguous. An equal value is accepted.
+
+    Raises:
+        InvalidParameter: naming both values and what to do.
+    """
+    for key in given.keys() & offered.keys():
+        mine, theirs = given[key], offered[key]
+        if key == "input_shape":
+            mine, theirs = list(mine) if isinstance(mine, (list, tuple)) else mine, list(theirs)
+        if mine == theirs:
+            continue
+        if key == "hidden_units":
+            if theirs == TRAIN.param("hidden_units").default:
+                continue  # train's default: model_args sets it
+            raise InvalidParameter(
+                f"model_args: hidden_units={given[key]!r} disagrees with train's hidden_units={offered[key]!r}; "
+                "set it in one place (model_args wins only over the default)"
+            )
+        raise InvalidParameter(
+            f"model_args: {key}={given[key]!r} disagrees with the data ({key}={offered[key]!r}); leave {key} out of "
+            "model_args: train passes it from the data"
+        )
 
 
 _EXAMPLES = {
