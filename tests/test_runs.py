@@ -363,7 +363,7 @@ def test_runs_and_archive_list_fit_a_narrow_terminal_by_hiding_columns(tmp_path:
     assert all(len(line) <= 80 for line in text.splitlines() if line.startswith(("│", "┃")))
     assert "pipeline" not in rows[0] and "fallbacks" not in rows[0]
     note = text.strip().splitlines()[-1]
-    assert note.startswith("6 columns hidden at 80 columns: pipeline, fallbacks, error, dataset, seconds, started UTC"), note
+    assert note.startswith("6 columns hidden at 80 columns: started UTC, pipeline, dataset, seconds, error, fallbacks"), note
 
     # archive list: the same, with `archive show` named for the hidden values
     from heteroflow.components.models.archive import archive_root_dir
@@ -383,4 +383,11 @@ def test_runs_and_archive_list_fit_a_narrow_terminal_by_hiding_columns(tmp_path:
     assert listed.exit_code == 0, listed.output
     text = out.getvalue()
     assert [(r["version"], r["accuracy"]) for r in _table(text)] == [("v1", "0.9100"), ("v2", "0.9200")]
-    assert "hidden at 60 columns: data set, run" in text and "`heteroflow archive show MODEL` has all" in text
+    assert "3 columns hidden at 60 columns: device, data set, run" in text and "`heteroflow archive show MODEL` has all" in text
+    # a fresh-user trial: the data set's column was hidden although it fit once the run's went (hidden after it)
+    out.truncate(0), out.seek(0)
+    monkeypatch.setattr(archive_cli, "console", Console(file=out, force_terminal=True, width=90, color_system=None, soft_wrap=True))
+    assert CliRunner().invoke(app, ["archive", "list", "--root", str(folder)]).exit_code == 0
+    text = out.getvalue()
+    assert [r["data set"] for r in _table(text) if r["model"]] == ["abababab", "abababab"]  # the device column wraps
+    assert "1 column hidden at 90 columns: run" in text

@@ -85,7 +85,13 @@ def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop
         if name in headers and headers.index(name) in kept:
             kept.remove(headers.index(name))
             hidden.append(name)
-    return kept, hidden
+    # a column hidden early may fit again once a wider one went after it: the most useful first
+    for name in reversed(list(hidden)):
+        trial = sorted(kept + [headers.index(name)])
+        if needed(trial) <= target.width:
+            kept = trial
+            hidden.remove(name)
+    return kept, [h for h in headers if h in hidden]  # in the table's order
 
 
 def print_table(target: Console, table: Any, headers: list[str], rows: list[list[str]]) -> None:
