@@ -247,6 +247,8 @@ def test_the_checkpoint_folder_is_keyed_by_data_params_and_model_not_device(digi
         ({"precision": "fp8"}, r"precision='fp8' is unknown; valid: auto, fp32, bf16, fp16"),
         ({"model_args": "[1]"}, r"model_args='\[1\]' is not a JSON object"),
         ({"loader_workers": -2}, r"loader_workers=-2 is out of range"),
+        # a fresh-user trial: hidden_units set twice was caught only inside train; now before the run
+        ({"model_args": '{"hidden_units": 64}', "hidden_units": 256}, r"model_args: hidden_units=64 disagrees with train's hidden_units=256"),
     ],
 )
 def test_bad_training_input_is_one_clear_line_before_a_run(kwargs: dict[str, Any], match: str, user_modules: Path) -> None:

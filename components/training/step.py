@@ -170,6 +170,12 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
         parse_batch_sizes(v["batch_sizes"])
     with problems.check():  # the factory imported, and model_args checked against what it takes
         check_model_args(v["model_factory"], v["model_args"])
+    with problems.check():  # hidden_units set twice to different values (the data's arguments are checked in train)
+        from heteroflow.components.training.factories import _check_overrides
+        from heteroflow.components.training.params import _parse_model_args
+
+        if isinstance(v["hidden_units"], int):
+            _check_overrides({"hidden_units": v["hidden_units"]}, _parse_model_args(v["model_args"]))
     if v["optimizer"]:
         from heteroflow.components.training.factories import check_optimizer
 
