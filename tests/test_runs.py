@@ -391,3 +391,33 @@ def test_runs_and_archive_list_fit_a_narrow_terminal_by_hiding_columns(tmp_path:
     text = out.getvalue()
     assert [r["data set"] for r in _table(text) if r["model"]] == ["abababab", "abababab"]  # the device column wraps
     assert "1 column hidden at 90 columns: run" in text
+
+
+def test_a_parameter_model_args_replaced_says_what_the_model_used_in_the_report_and_compare(tmp_path: Path) -> None:
+    """hidden_units left at its default (128) while model_args sets 64: the model had 64 units. The report's
+    Parameters table and `runs compare` said 128 and, for two runs of 64 and 128 units, "no difference"."""
+    from heteroflow.pipelines.runs.folders import model_overrides
+    from heteroflow.pipelines.runs.report import render_report
+
+    used = {"in_features": 64, "num_classes": 10, "input_shape": [64], "hidden_units": 64}
+    narrow = _run(tmp_path / "n1", "n1", 100.0, params={"epochs": 3, "hidden_units": 128, "model_args": '{"hidden_units": 64}'},
+                  results={"train": {"model": "heteroflow.components.training.loop:mlp", "model_args": used}})
+    _run(tmp_path / "w1", "w1", 200.0, params={"epochs": 3, "hidden_units": 128, "model_args": ""},
+         results={"train": {"model": "heteroflow.components.training.loop:mlp", "model_args": {**used, "hidden_units": 128}}})
+    assert model_overrides(load_run(narrow)) == {"hidden_units": 64}
+    assert model_overrides(load_run(tmp_path / "w1")) == {}  # the parameter's own value was used
+    html = render_report(narrow)
+    params = html.split("<h2>Parameters</h2>", 1)[1].split("</table>", 1)[0]
+    row = next(r for r in params.split("<tr>") if "<th>hidden_units</th>" in r)
+    assert "128" in row and "(not used: model_args set hidden_units=64)" in row
+    assert params.count("not used") == 1  # epochs and model_args are shown as given
+
+    compared = _cli("runs", "--root", str(tmp_path), "compare", "n1", "w1")
+    assert compared.exit_code == 0, compared.output
+    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:5]] for l in compared.output.splitlines() if l.startswith("│")}
+    assert rows["param hidden_units"] == ["64 (model_args)", "128", "*"]  # a difference, not "equal: 128 and 128"
+
+    # sibling: a parameter named for its step (train.seed beside preprocess.seed), and model_args in a user step's results
+    _run(tmp_path / "s1", "s1", 300.0, params={"train.seed": 0, "preprocess.seed": 0},
+         results={"train": {"model_args": {"seed": 5}}, "fit": {"model_args": "not a dict"}})
+    assert model_overrides(load_run(tmp_path / "s1")) == {"train.seed": 5}

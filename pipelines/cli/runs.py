@@ -309,7 +309,7 @@ def runs_compare(
     root: Annotated[Optional[list[str]], _ROOTS] = None,
 ) -> None:
     """Two runs side by side: status, duration, parameters (those that differ), steps' devices and seconds, metrics."""
-    from heteroflow.pipelines.runs.folders import device_of
+    from heteroflow.pipelines.runs.folders import device_of, model_overrides
 
     a, b = _resolve(ctx, first, root), _resolve(ctx, second, root)
     table = Table(title=f"{a.get('run_id')} vs {b.get('run_id')}")
@@ -329,9 +329,15 @@ def runs_compare(
     row("seconds", round(a.get("wall_seconds") or 0.0, 1), round(b.get("wall_seconds") or 0.0, 1))
     row("fallbacks", len(a.get("fallbacks") or []), len(b.get("fallbacks") or []))
     pa, pb = a.get("params") or {}, b.get("params") or {}
+    oa, ob = model_overrides(a), model_overrides(b)  # a default that model_args replaced: the value the model used
+
+    def used(params: dict[str, Any], overridden: dict[str, Any], key: str) -> Any:
+        return f"{_fmt(overridden[key])} (model_args)" if key in overridden else params.get(key)
+
     for key in list(pa) + [k for k in pb if k not in pa]:
-        if all_params or pa.get(key) != pb.get(key):
-            row(f"param {key}", pa.get(key), pb.get(key))
+        x, y = used(pa, oa, key), used(pb, ob, key)
+        if all_params or x != y:
+            row(f"param {key}", x, y)
     sa = {s.get("name"): s for s in a.get("steps") or []}
     sb = {s.get("name"): s for s in b.get("steps") or []}
     for name in list(sa) + [n for n in sb if n not in sa]:

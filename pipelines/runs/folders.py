@@ -30,6 +30,7 @@ __all__ = [
     "headline_metric",
     "history_of",
     "load_run",
+    "model_overrides",
     "prune_archive",
     "prune_cache",
     "resolve_run",
@@ -248,6 +249,25 @@ def history_of(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 # --- pruning: keep the newest N, never what a kept run names --------------------------------------------------
+
+
+def model_overrides(run: dict[str, Any]) -> dict[str, Any]:
+    """Run parameters whose value the model did not use, mapped to the value it used: a train call's
+    ``model_args`` sets ``hidden_units`` (or another parameter train also offers) and wins over the parameter's
+    default (:func:`heteroflow.components.training.factories._check_overrides` refuses two set values that
+    disagree). Read from each call's ``results`` (``model_args``: the arguments the model factory was called
+    with); the parameter is matched by name or as ``<call>.<name>``. Empty when nothing was overridden."""
+    params = run.get("params") or {}
+    out: dict[str, Any] = {}
+    for call, facts in (run.get("results") or {}).items():
+        used = facts.get("model_args") if isinstance(facts, dict) else None
+        if not isinstance(used, dict):
+            continue
+        for name, value in used.items():
+            key = next((k for k in (f"{call}.{name}", name) if k in params), None)
+            if key is not None and key not in out and params[key] != value:
+                out[key] = value
+    return out
 
 
 def _named_by_runs(roots: Sequence[str | os.PathLike[str]] | None) -> tuple[dict[tuple[str, int], str], dict[str, str]]:

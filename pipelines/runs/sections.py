@@ -9,7 +9,7 @@ import json
 from typing import Any
 
 from heteroflow.pipelines.runs.charts import _confusion_plot, _history_plots, _per_class_plot, _timeline_plot
-from heteroflow.pipelines.runs.folders import attempts, device_of, headline_metric, history_of, ran_on, retries
+from heteroflow.pipelines.runs.folders import attempts, device_of, headline_metric, history_of, model_overrides, ran_on, retries
 from heteroflow.pipelines.runs.markup import _STATUS_COLOURS, _badge, _e, _kv_table, _num, _seconds, _short_error
 
 
@@ -293,4 +293,12 @@ def _params(run: dict[str, Any]) -> str:
     params = run.get("params") or {}
     if not params:
         return ""
-    return "<h2>Parameters</h2>" + _kv_table([(k, _e(json.dumps(v) if not isinstance(v, str) else v)) for k, v in params.items()])
+    overridden = model_overrides(run)
+
+    def shown(key: str, value: Any) -> str:
+        text = _e(json.dumps(value) if not isinstance(value, str) else value)
+        if key in overridden:  # the parameter's default, which model_args replaced: say what the model used
+            text += f" <span class=\"muted\">(not used: model_args set {_e(key.split('.')[-1])}={_e(json.dumps(overridden[key]))})</span>"
+        return text
+
+    return "<h2>Parameters</h2>" + _kv_table([(k, shown(k, v)) for k, v in params.items()])
