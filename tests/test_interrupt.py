@@ -61,8 +61,11 @@ def test_sigterm_stops_the_steps_and_the_rerun_resumes(
     assert alive == [], f"step subprocesses outlived the CLI: {[p.pid for p in alive]}"
     record = json.loads((first / "run.json").read_text())
     assert record["status"] == "interrupted"
+    joined = out.replace("\n", "")  # a long path may fold at the terminal's width
+    assert f"report: {first}/report.html" in joined and (first / "report.html").is_file()  # the run so far, as a page
+    assert f"record: {first}/run.json" in joined
     train = next(s for s in record["steps"] if s["name"] == "train")
-    assert train["status"] in ("killed", "failed")
+    assert train["status"] in ("interrupted", "failed")  # stopped with the run, as the report says (not "killed")
     assert "archive" not in record["results"]
     assert not (heteroflow_home / "archive").exists()
     saved = checkpoint_step()

@@ -281,6 +281,29 @@ def test_a_stop_after_the_last_step_completed_records_the_run_as_succeeded(tmp_p
     assert build_record(pipeline, run_id="r", folder=tmp_path, started=0, wall_seconds=1, args={}, interrupted=True).status == "interrupted"
 
 
+def test_a_step_running_when_the_run_was_interrupted_is_interrupted_everywhere(tmp_path: Path) -> None:
+    """A new user's finding: after Ctrl-C the summary table and run.json said the running step was "killed" (red)
+    while the report's attempts said "interrupted". A step caught running by the stop is "interrupted" in the
+    record too; one whose process died while the run went on (no stop) is still "killed"."""
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.runs.records import build_record
+
+    pipeline = default_pipeline()
+    for n, name in enumerate(("prewarm", "preprocess", "plan", "train")):
+        running = name == "train"  # the attempt record as the step process left it when the stop came
+        record = {"step": name, "attempt": 1, "status": "running" if running else "succeeded", "pid": os.getpid(),
+                  "started_at": float(n), "ended_at": None if running else n + 0.5, "kind": "cpu"}
+        (tmp_path / "steps" / name).mkdir(parents=True)
+        (tmp_path / "steps" / name / "attempt-1.json").write_text(json.dumps(record))
+    stopped = build_record(pipeline, run_id="r", folder=tmp_path, started=0, wall_seconds=1, args={}, interrupted=True)
+    assert stopped.status == "interrupted"
+    assert {s.name: s.status for s in stopped.steps} == {"prewarm": "succeeded", "preprocess": "succeeded", "plan": "succeeded",
+                                                         "train": "interrupted", "evaluate": "not run", "archive": "not run"}
+    # sibling: the same records in a run that ended without a stop (the engine gave up): train was killed
+    ended = build_record(pipeline, run_id="r", folder=tmp_path, started=0, wall_seconds=1, args={}, interrupted=False)
+    assert ended.status == "failed" and ended.step("train").status == "killed"
+
+
 # --- 11. lineage a user can reach ------------------------------------------------------------------------
 
 

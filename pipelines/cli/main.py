@@ -174,6 +174,9 @@ def run(
             return
         if stopped is not None:
             console.print(_steps_table(stopped.steps))
+            report = Path(stopped.run_dir, "report.html")  # written with run.json: the steps so far, train's curves
+            if report.is_file():
+                console.print(f"report: {report}", highlight=False)
             console.print(f"record: {stopped.run_dir}/run.json", highlight=False)
         err_console.print(
             "interrupted: rerun the same command to resume (train continues from its last checkpoint, "

@@ -231,6 +231,10 @@ def build_record(
         status = "succeeded"  # even if a stop came after the last step had completed: say what completed
     elif interrupted:
         status = "interrupted"
+        # a step still running when Ctrl-C or SIGTERM came was stopped with the run, not killed: one word for it in
+        # run.json, the summary table and the report's attempts (sections._attempts)
+        steps = [dataclasses.replace(s, status="interrupted") if s.status == "killed" else s for s in steps]
+        by_name = {s.name: s for s in steps}
     else:
         status = "failed"
     metrics: dict[str, dict[str, Any]] = {}
