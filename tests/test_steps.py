@@ -1370,3 +1370,54 @@ def test_a_model_trained_on_a_dataset_factorys_data_is_archived_under_the_factor
     assert archived(digits_model) == "digits-mlp" and archived(theirs) == "blobs-mlp"
     # the sibling: a factory's dotted attribute, and the runs list's name for a run that was not archived
     assert default_model_name("/data/digits", "digits_models:cnn", "pkg.data:Loaders.wine") == "wine-cnn"
+
+
+def test_a_dataset_factorys_model_carries_neither_the_runs_table_transformation_nor_its_lineage(
+        digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Left from a new user's run with ``dataset_factory`` on the default data set: the model folder and the archive
+    held digits' fitted transformation and class column, and the archive's lineage named digits (its sha256, its
+    preprocess), though the model never saw a row of it. Now: no transformation, the factory as the data, and the
+    archived model predicts the factory's samples. Sibling: model.json's hidden_units is what the model was built
+    with (model_args), not train's default."""
+    from typer.testing import CliRunner
+
+    from heteroflow.cache.prewarm import MANIFEST_NAME, Manifest
+    from heteroflow.components.models.archive import archive_step
+    from heteroflow.components.models.predict import load_archived
+    from heteroflow.components.training.step import train
+    from heteroflow.pipelines.cli.main import app
+
+    (tmp_path / "blobdata_f42.py").write_text(
+        "import torch\n"
+        "class Blobs(torch.utils.data.Dataset):\n"
+        "    classes = ['low', 'high']\n"
+        "    def __init__(self, n): self.n = n\n"
+        "    def __len__(self): return self.n\n"
+        "    def __getitem__(self, i): return torch.full((4,), float(i % 2) * 2 - 1), i % 2\n"
+        "def make(split):\n"
+        "    return Blobs(48 if split == 'train' else 16)\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert any(digits_shards.glob("transform*"))  # the run's table has a fitted transformation to leave out
+    out = train(digits_shards, tmp_path / "model", epochs=3, batch_size=8, learning_rate=0.01, loader_workers=0,
+                dataset_factory="blobdata_f42:make", model_args='{"hidden_units": 16}', checkpoint_root=str(tmp_path / "ck"))
+    config = json.loads((out.model_dir / "model.json").read_text())
+    assert config["transformation"] is None and config["label_column"] is None
+    assert not [p.name for p in out.model_dir.iterdir() if p.name.startswith("transform")]
+    assert config["data"]["kind"] == "factory" and config["hidden_units"] == 16 == config["model"]["args"]["hidden_units"]
+
+    manifest = digits_shards.parent / "cache" / MANIFEST_NAME
+    (tmp_path / "eval.json").write_text("{}")
+    archived = archive_step(str(manifest.parent), str(digits_shards), str(out.model_dir), str(tmp_path / "eval.json"),
+                            str(tmp_path / "archived.json"), archive_root=str(tmp_path / "archive"))
+    lineage = json.loads((archived.path / "lineage.json").read_text())
+    prewarmed = Manifest.load(manifest).source_uri
+    assert lineage["dataset"] == {"dataset_factory": "blobdata_f42:make", "not_trained_on": prewarmed}
+    assert "preprocess" not in lineage and archived.name == "make-mlp"  # named by the factory function
+    assert lineage["data"]["kind"] == "factory"
+    model = load_archived(archived.path)
+    assert list(model.predict(np.array([[-1.0] * 4, [1.0] * 4], dtype=np.float32))) == ["low", "high"]
+    shown = CliRunner().invoke(app, ["archive", "show", f"{archived.name}:v{archived.version}", "--root", str(tmp_path / "archive")],
+                               env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    assert "dataset_factory blobdata_f42:make" in shown.output

@@ -418,6 +418,11 @@ def archive_step(
         "device": report.get("device") or config.get("device") or config["params"].get("device_type"),
         "model": config.get("model"),  # the factory reference and its arguments (load_archived rebuilds it)
     }
+    dataset_factory = str((config.get("params") or {}).get("dataset_factory") or "")
+    if dataset_factory:  # the model trained on the factory's samples: the run's data set is not its lineage
+        lineage["dataset"] = {"dataset_factory": dataset_factory, "not_trained_on": manifest.source_uri}
+        lineage["data"] = config.get("data") or {}
+        lineage.pop("preprocess")
     root = archive_root_dir(archive_root)
     result = archive(model_dir, root, name=name, metrics=report, lineage=lineage, exports=export_formats.split(","))
     Path(archived_path).parent.mkdir(parents=True, exist_ok=True)

@@ -49,8 +49,11 @@ def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, d
     out = Path(model_dir)
     with atomic_directory(out) as tmp:
         torch.save({k: v.detach().cpu() for k, v in model.state_dict().items()}, tmp / MODEL_WEIGHTS)
-        transform_files = [name for name in TRANSFORM_FILES if Path(dataset_dir, name).is_file()]
-        for name in transform_files:  # the fitted transformation travels with the model (and into the archive)
+        # the fitted transformation travels with the model (and into the archive); a model trained on a
+        # dataset_factory's samples takes those, not the run's table: the table's transformation is not its own
+        factory = (splits.info or {}).get("kind") == "factory"
+        transform_files = [] if factory else [name for name in TRANSFORM_FILES if Path(dataset_dir, name).is_file()]
+        for name in transform_files:
             shutil.copyfile(Path(dataset_dir, name), tmp / name)
         config = {
             "format": 2,
@@ -58,11 +61,11 @@ def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, d
             "architecture": "mlp" if spec.ref == BUILTIN_MODEL else spec.ref,
             "in_features": math.prod(splits.input_shape),
             "input_shape": list(splits.input_shape),
-            "hidden_units": params["hidden_units"],
+            "hidden_units": spec.args.get("hidden_units", params["hidden_units"]),  # model_args wins over the default
             "num_classes": len(splits.classes),
             "classes": list(splits.classes),
             "data": splits.info,
-            "label_column": meta.get("label_column"),
+            "label_column": None if factory else meta.get("label_column"),
             "transformation": TRANSFORM_FILES[0] if transform_files else None,
             "params": params,
             "precision": precision,

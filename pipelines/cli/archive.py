@@ -115,7 +115,7 @@ def archive_show(
     rows = [
         ("run", lineage.get("run_id")),
         ("archived at", lineage.get("archived_at")),
-        ("data set", dataset.get("source_uri")),
+        ("data set", dataset.get("source_uri") or (f"dataset_factory {dataset['dataset_factory']}" if dataset.get("dataset_factory") else None)),
         ("data set sha256", dataset.get("dataset_sha256")),
         ("data set files / bytes", f"{dataset.get('files')} / {dataset.get('total_bytes')}"),
         ("device", lineage.get("device")),
