@@ -398,3 +398,103 @@ def test_a_finished_or_live_run_is_never_set_aside(tmp_path: Path) -> None:
         prepare_run_dir(live)
     with pytest.raises(InvalidParameter, match=r"cannot create the run folder /proc/hf-out: .*give --output a folder you can write"):
         prepare_run_dir(Path("/proc/hf-out"))
+
+
+# --- an error in the user's own code says where -----------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_an_error_in_your_model_factory_names_the_factory_and_keeps_its_traceback(digits_dir: Path, heteroflow_home: Path,
+                                                                                  tmp_path: Path) -> None:
+    """A new user's finding: a model factory that failed (the image CNN on the 64-column digits table) printed only
+    "ValueError: not enough values to unpack (expected 3, got 1)", and no traceback was kept anywhere, --debug
+    or not. The failed attempt now keeps its whole traceback beside its record, the summary names that file, and
+    the error says which factory was called with what."""
+    (tmp_path / "mymodels_u42.py").write_text(
+        "import torch\n"
+        "def cnn(input_shape, num_classes):\n"
+        "    c, h, w = input_shape\n"
+        "    return torch.nn.Conv2d(c, num_classes, 3)\n"
+    )
+    done = subprocess.run(
+        [str(HETEROFLOW), "run", "--engine", "inprocess", "--dataset", str(digits_dir), "-p", "model=mymodels_u42:cnn",
+         "--output", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL, cwd=tmp_path,
+        env={**os.environ, "COLUMNS": "250", "HETEROFLOW_HOME": str(heteroflow_home), "PYTHONPATH": str(tmp_path)},
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    out = done.stdout
+    assert "step train failed (permanent failure): ValueError: not enough values to unpack (expected 3, got 1)" in out
+    assert "(raised by model_factory mymodels_u42:cnn called with input_shape=(64,), num_classes=10)" in out
+    where = tmp_path / "run" / "steps" / "train" / "attempt-1.traceback.txt"
+    assert f"traceback: {where}" in out
+    text = where.read_text()
+    assert 'mymodels_u42.py", line 3, in cnn' in text and "c, h, w = input_shape" in text  # the user's own line
+    record = json.loads((tmp_path / "run" / "run.json").read_text())
+    train = next(s for s in record["steps"] if s["name"] == "train")
+    assert train["traceback_file"] == str(where)
+
+
+def test_a_failed_attempt_keeps_its_traceback_and_a_succeeded_or_interrupted_one_writes_none(tmp_path: Path,
+                                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.components.core.telemetry import RUN_DIR_ENV, read_step_records, step_attempt
+    from heteroflow.pipelines.runs.records import StepSummary
+
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+
+    def inner() -> None:
+        raise RuntimeError("token=https://user:secret@example.com/x broke")
+
+    with pytest.raises(RuntimeError), step_attempt("fit"):
+        inner()
+    with step_attempt("fit"):
+        pass
+    with pytest.raises(KeyboardInterrupt), step_attempt("other"):
+        raise KeyboardInterrupt
+    records = read_step_records(tmp_path)
+    failed, succeeded = records["fit"]
+    assert failed.traceback_file == str(tmp_path / "steps" / "fit" / "attempt-1.traceback.txt")
+    text = Path(failed.traceback_file).read_text()
+    assert "in inner" in text and "secret" not in text  # credentials in a URL are redacted, as in the record
+    assert succeeded.traceback_file is None and records["other"][0].traceback_file is None
+    assert sorted(p.name for p in (tmp_path / "steps" / "fit").iterdir()) == ["attempt-1.json", "attempt-1.traceback.txt", "attempt-2.json"]
+    # the summary points at the last failure's traceback while the step has not succeeded
+    assert StepSummary.from_records("fit", [failed]).traceback_file == failed.traceback_file
+    assert StepSummary.from_records("fit", [failed, succeeded]).traceback_file is None
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        # the issue's input: a factory whose items are bare numbers, not (input, label) pairs
+        ("return [0.5, 1.5, 2.5]", r"item 0 of split 'train' is a float; valid: a pair \(input tensor or array, integer class index\)"),
+        ("return [(torch.zeros(4), 0.5)] * 4", r"item 0 of split 'train' has label a float; valid: a pair"),
+        ("return [([0.0] * 4, 1)] * 4", r"item 0 of split 'train' has input a list of 4 items; valid: a pair"),
+        ("return [(torch.zeros(4), 1, 'extra')] * 4", r"item 0 of split 'train' is a tuple of 3 items"),
+        ("return [] if split == 'validation' else [(torch.zeros(4), 1)] * 4", r"returned an empty Dataset for split 'validation'"),
+    ],
+    ids=["bare-numbers", "float-label", "list-input", "triple", "empty-split"],
+)
+def test_a_dataset_factory_whose_items_are_not_input_label_pairs_is_one_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                                                    body: str, message: str) -> None:
+    from heteroflow.components.data.readers import open_splits
+    from heteroflow.components.errors import InvalidParameter
+
+    module = f"userdata_{abs(hash(body)) % 10**8}"
+    (tmp_path / f"{module}.py").write_text(f"import torch\ndef make(split):\n    {body}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(InvalidParameter, match=message):
+        open_splits(tmp_path, dataset_factory=f"{module}:make")
+
+
+def test_pairs_with_an_integer_label_of_any_kind_are_accepted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.components.data.readers import open_splits
+
+    (tmp_path / "userdata_okpairs.py").write_text(
+        "import numpy as np, torch\n"
+        "def make(split):\n"
+        "    return [(torch.zeros(4), torch.tensor(1)), (np.zeros(4, dtype=np.float32), np.int64(0))] * 3\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    splits = open_splits(tmp_path, dataset_factory="userdata_okpairs:make")
+    assert splits.input_shape == (4,) and splits.classes == ("0", "1")

@@ -81,6 +81,8 @@ class AttemptRecord:
         simulated: the device kind was simulated (``HETEROFLOW_SIMULATE_DEVICES``) and the work ran on the CPU.
         pid: the process that ran the attempt (a ``running`` record whose process is gone was killed).
         details: step-specific facts (samples/s, files copied...).
+        traceback_file: a failed attempt's full traceback (your model's or data's code included), a file beside the
+            record (``attempt-<n>.traceback.txt``); None when the attempt did not fail or has no run folder.
     """
 
     step: str
@@ -100,6 +102,7 @@ class AttemptRecord:
     simulated: bool = False
     pid: int | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    traceback_file: str | None = None
 
 
 def _host_kind_name() -> str:
@@ -159,6 +162,11 @@ def step_attempt(step: str, *, device: str = "cpu", **fields: Any) -> Iterator[A
         # Ctrl-C reaches the step processes too (the terminal signals the whole process group)
         record.status = "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed"
         record.error = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+        if path is not None and record.status == "failed":  # the one line above rarely says where: keep the whole
+            with contextlib.suppress(OSError):
+                where = path.with_name(f"attempt-{number}.traceback.txt")
+                atomic_write_bytes(where, redact_url("".join(traceback.format_exception(exc))).encode(), durable=False)
+                record.traceback_file = str(where)
         raise
     else:
         record.status = "succeeded"

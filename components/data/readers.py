@@ -488,6 +488,47 @@ def _factory_split(fn: Any, ref: str, split: str) -> Any:
     return ds
 
 
+def _check_factory_item(ds: Any, ref: str, split: str) -> None:
+    """A dataset factory's split yields ``(input, label)`` pairs, the input a tensor or array (of any shape) and the
+    label an integer class index, as a torchvision dataset does; checked on its first item, so a wrong item is one
+    clear error before training rather than an unpacking error inside the loop.
+
+    Raises:
+        InvalidParameter: the split is empty, or its first item is not such a pair.
+    """
+    import numpy as np
+    import torch
+
+    if ds is None:
+        return
+    try:
+        n = len(ds)
+    except TypeError:
+        n = None
+    if n == 0:
+        raise InvalidParameter(f"dataset_factory={ref!r} returned an empty Dataset for split {split!r}; valid: at least one (input, label) pair")
+    item = ds[0]
+    shape = "valid: a pair (input tensor or array, integer class index), e.g. (torch.zeros(4), 1)"
+    if not (isinstance(item, (tuple, list)) and len(item) == 2):
+        raise InvalidParameter(f"dataset_factory={ref!r}: item 0 of split {split!r} is {_describe(item)}; {shape}")
+    x, y = item
+    if not isinstance(x, (torch.Tensor, np.ndarray)):
+        raise InvalidParameter(f"dataset_factory={ref!r}: item 0 of split {split!r} has input {_describe(x)}; {shape}")
+    one = (isinstance(y, torch.Tensor) and y.numel() == 1) or (isinstance(y, np.ndarray) and y.size == 1)
+    label = y.item() if one else y
+    if isinstance(label, bool) or not isinstance(label, (int, np.integer)):
+        raise InvalidParameter(f"dataset_factory={ref!r}: item 0 of split {split!r} has label {_describe(y)}; {shape}")
+
+
+def _describe(value: Any) -> str:
+    """A short description of a value for an error message: its type and, for a tensor or array, its shape."""
+    shape = getattr(value, "shape", None)
+    text = f"a {type(value).__name__}" + (f" of shape {tuple(shape)}" if shape is not None else "")
+    if isinstance(value, (tuple, list)):
+        text += f" of {len(value)} items"
+    return text
+
+
 def open_splits(dataset_dir: str | os.PathLike[str], *, dataset_factory: str = "", info: dict[str, Any] | None = None) -> DataSplits:
     """Open the splits of preprocess output (any data kind), or of a user dataset factory.
 
@@ -509,6 +550,8 @@ def open_splits(dataset_dir: str | os.PathLike[str], *, dataset_factory: str = "
         if train is None:
             raise InvalidParameter(f"dataset_factory={factory!r} returned None for split 'train'")
         val, test = _factory_split(fn, factory, "validation"), _factory_split(fn, factory, "test")
+        for split, ds in (("train", train), ("validation", val), ("test", test)):
+            _check_factory_item(ds, factory, split)
         x0, _ = train[0]
         classes = getattr(train, "classes", None)
         if classes is None:

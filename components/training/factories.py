@@ -90,6 +90,10 @@ class ModelSpec:
             model = fn(**args)
         except TypeError as exc:
             raise InvalidParameter(f"model_factory={self.ref!r} cannot be called with {sorted(args)}: {exc}") from None
+        except Exception as exc:  # the factory's own error: say which factory, called with what (the traceback has where)
+            exc.add_note(f"(raised by model_factory {self.ref} called with "
+                         f"{', '.join(f'{k}={v!r}' for k, v in sorted(args.items()))})")
+            raise
         if not isinstance(model, nn.Module):
             raise InvalidParameter(f"model_factory={self.ref!r} returned a {type(model).__name__}, not a torch.nn.Module")
         return model

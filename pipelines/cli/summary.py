@@ -144,6 +144,8 @@ def _print_record(record: Any, pipeline: Any) -> None:
             if s.status in ("failed", "killed"):
                 kind = f" ({s.failure} failure)" if s.failure else ""
                 console.print(f"[red]step {s.name} {s.status}{kind}:[/] {escape(_short_error(s.error))}", highlight=False)
+                if s.traceback_file:  # where in your code (a model or dataset factory, a step) it was raised
+                    console.print(f"  traceback: {escape(s.traceback_file)}", highlight=False)
         if record.error:
             console.print(f"[red]engine error:[/] {escape(record.error)}", highlight=False)
         engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none

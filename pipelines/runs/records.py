@@ -77,6 +77,7 @@ class StepSummary:
         compute_seconds: the step's own work in the last attempt, seconds.
         error: the last error; failure: its class.
         details: the facts of the last attempt.
+        traceback_file: the file holding the last failed attempt's full traceback (None: none written).
     """
 
     name: str
@@ -92,6 +93,7 @@ class StepSummary:
     error: str | None = None
     failure: str | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    traceback_file: str | None = None
 
     @classmethod
     def from_records(cls, name: str, records: list[AttemptRecord], *, finished: bool = False) -> StepSummary:
@@ -116,6 +118,7 @@ class StepSummary:
             error=failed.error if failed and status != "succeeded" else (last.error if status != "succeeded" else None),
             failure=failed.failure if failed and status != "succeeded" else None,
             details=last.details,
+            traceback_file=failed.traceback_file if failed and status != "succeeded" else None,
         )
 
 
