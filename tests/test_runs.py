@@ -421,3 +421,24 @@ def test_a_parameter_model_args_replaced_says_what_the_model_used_in_the_report_
     _run(tmp_path / "s1", "s1", 300.0, params={"train.seed": 0, "preprocess.seed": 0},
          results={"train": {"model_args": {"seed": 5}}, "fit": {"model_args": "not a dict"}})
     assert model_overrides(load_run(tmp_path / "s1")) == {"train.seed": 5}
+
+
+def test_a_dataset_factory_run_is_listed_and_reported_by_its_factory_not_the_prewarmed_folder(tmp_path: Path) -> None:
+    """A new user's finding: a run with dataset_factory=mydata:blobs (3 classes) was listed with data set `digits`
+    and its report's lineage named digits only, the folder the pipeline prewarmed and preprocessed but did not
+    train on. Sibling: a run without a factory keeps its folder's name."""
+    from heteroflow.pipelines.runs.report import render_report
+
+    params = {"dataset_uri": "/data/digits", "dataset_factory": "mydata:blobs"}
+    folder = _run(tmp_path / "f1", "f1", 100.0, params=params,
+                  results={"prewarm": {"source_uri": "/data/digits", "dataset_sha256": "ab" * 32, "version": "v1", "files": 6}})
+    _run(tmp_path / "p1", "p1", 50.0, params={"dataset_uri": "/data/digits"})
+    rows = {r["run_id"]: r for r in json.loads(_cli("runs", "--root", str(tmp_path), "--json").output)}
+    assert rows["f1"]["dataset"] == "mydata:blobs" and rows["f1"]["dataset_uri"] == "dataset_factory mydata:blobs"
+    assert rows["p1"]["dataset"] == "digits" and rows["p1"]["dataset_uri"] == "/data/digits"
+    filtered = json.loads(_cli("runs", "--root", str(tmp_path), "--json", "--filter", "dataset=*blobs").output)
+    assert [r["run_id"] for r in filtered] == ["f1"]
+    lineage = render_report(folder).split("<h2>Lineage</h2>", 1)[1].split("</ol>", 1)[0]
+    first, second = lineage.split("<li>")[1:3]
+    assert "dataset_factory <code>mydata:blobs</code>" in first and "not on the data set prewarmed and preprocessed" in first
+    assert "data set <code>/data/digits</code>" in second

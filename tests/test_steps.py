@@ -1417,6 +1417,13 @@ def test_a_dataset_factorys_model_carries_neither_the_runs_table_transformation_
     assert lineage["data"]["kind"] == "factory"
     model = load_archived(archived.path)
     assert list(model.predict(np.array([[-1.0] * 4, [1.0] * 4], dtype=np.float32))) == ["low", "high"]
+    (tmp_path / "rows.csv").write_text("a,b,c,d\n1,1,1,1\n")  # a user's table for a model that takes samples
+    with pytest.raises(InvalidParameter, match=r"rows.csv: this model was trained on dataset_factory blobdata_f42:make's samples "
+                                               r"of shape \(4,\), not on a table's rows or images; give it an array of shape \(n, \*that shape\)"):
+        model.predict(str(tmp_path / "rows.csv"))
+    said = CliRunner().invoke(app, ["predict", f"{archived.name}:v{archived.version}", str(tmp_path / "rows.csv"),
+                                    "--root", str(tmp_path / "archive")], env={"COLUMNS": "300"})
+    assert said.exit_code == 2 and "a .npy file" in said.output, said.output
     shown = CliRunner().invoke(app, ["archive", "show", f"{archived.name}:v{archived.version}", "--root", str(tmp_path / "archive")],
                                env={"COLUMNS": "200"})
     assert shown.exit_code == 0, shown.output

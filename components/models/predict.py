@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from heteroflow.cache.errors import DatasetError
-from heteroflow.components.errors import CheckpointError
+from heteroflow.components.errors import CheckpointError, InvalidParameter
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -135,12 +135,21 @@ class ArchivedModel:
         Raises:
             DatasetError: a column is absent, a cell is not of its column's kind, or a value is missing that the
                 transformation cannot fill.
+            InvalidParameter: a file path for a model trained on samples (a dataset factory's, tensors).
         """
         if self.kind == "image_folder":
             return self._image_features(rows)
         if self.kind != "table":
             import torch
 
+            if isinstance(rows, (str, os.PathLike)):  # a table or image file: not what this model's inputs were
+                data = self.config.get("data") or {}
+                source = f"dataset_factory {data['dataset_factory']}'s" if data.get("dataset_factory") else f"{self.kind}"
+                raise InvalidParameter(
+                    f"{rows}: this model was trained on {source} samples of shape {tuple(self.config.get('input_shape') or ())}, "
+                    "not on a table's rows or images; give it an array of shape (n, *that shape): a .npy file "
+                    "(heteroflow predict), a numpy array or a torch tensor (load_archived(...).predict)"
+                )
             return np.asarray(rows.numpy() if isinstance(rows, torch.Tensor) else rows, dtype=np.float32)
         from heteroflow.components.data.tabular import prepare_rows
 

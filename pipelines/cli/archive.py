@@ -117,7 +117,7 @@ def archive_show(
         ("archived at", lineage.get("archived_at")),
         ("data set", dataset.get("source_uri") or (f"dataset_factory {dataset['dataset_factory']}" if dataset.get("dataset_factory") else None)),
         ("data set sha256", dataset.get("dataset_sha256")),
-        ("data set files / bytes", f"{dataset.get('files')} / {dataset.get('total_bytes')}"),
+        ("data set files / bytes", f"{dataset.get('files')} / {dataset.get('total_bytes')}" if dataset.get("files") is not None else None),
         ("device", lineage.get("device")),
         ("preprocess", json.dumps(lineage.get("preprocess", {}), sort_keys=True)),
         ("train", json.dumps(lineage.get("train", {}), sort_keys=True)),

@@ -92,21 +92,23 @@ def _error(run: dict[str, Any]) -> str | None:
 
 
 def run_row(run: dict[str, Any]) -> dict[str, Any]:
-    """One run as a row: ``run_id``, ``started``, ``status``, ``pipeline``, ``dataset`` (the data set folder's name),
-    ``dataset_uri``, ``model``, ``devices``, ``accuracy``, ``seconds``, ``fallbacks``, ``error``, ``run_dir``."""
+    """One run as a row: ``run_id``, ``started``, ``status``, ``pipeline``, ``dataset`` (the data set folder's name;
+    a ``dataset_factory`` run: the factory's ``module:function``), ``dataset_uri``, ``model``, ``devices``, ``accuracy``, ``seconds``, ``fallbacks``, ``error``, ``run_dir``."""
     from heteroflow.cache.redact import redact_url
     from heteroflow.pipelines.runs.folders import headline_metric
 
     metric = headline_metric(run)
     uri = _dataset_uri(run)
+    # train read a dataset_factory's samples: that is the run's data, not the folder prewarm and preprocess went over
+    factory = str((run.get("params") or {}).get("dataset_factory") or "")
     return {
         "run_id": run.get("run_id"),
         "started": _when(run.get("started_at")),
         "started_at": run.get("started_at"),
         "status": run.get("status"),
         "pipeline": run.get("pipeline"),
-        "dataset": _dataset_name(uri),
-        "dataset_uri": redact_url(uri) if uri else None,
+        "dataset": factory or _dataset_name(uri),
+        "dataset_uri": f"dataset_factory {factory}" if factory else redact_url(uri) if uri else None,
         "model": _model(run, uri),
         "devices": _devices(run),
         "accuracy": metric[1] if metric else None,

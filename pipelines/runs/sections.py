@@ -271,6 +271,10 @@ def _lineage(run: dict[str, Any]) -> str:
     model = next((f for f in results.values() if isinstance(f, dict) and "version" in f and "name" in f and "path" in f), None)
     steps = {s.get("name"): s for s in run.get("steps") or []}
     chain = []
+    factory = (run.get("params") or {}).get("dataset_factory")
+    if factory:  # train read the factory's samples; the data set below was only prewarmed and preprocessed
+        chain.append(f"train's data: <b>dataset_factory <code>{_e(factory)}</code></b> (the model trained on its samples, "
+                     "not on the data set prewarmed and preprocessed below)")
     if data:
         chain.append(
             f"data set <code>{_e(data.get('source_uri'))}</code> version <code>{_e(data.get('version'))}</code> "
