@@ -96,9 +96,10 @@ def test_runs_list_show_compare(tmp_path: Path) -> None:
          status="failed")
     listed = _cli("runs", "--root", str(tmp_path))
     assert listed.exit_code == 0, listed.output
-    lines = [l for l in listed.output.splitlines() if l.startswith("│")]
-    assert lines[0].split("│")[1].strip() == "r2" and lines[1].split("│")[1].strip() == "r1"
-    assert "train gpu (sim)" in lines[1] and "0.9100" in lines[1] and "train left npu (device)" in lines[1]
+    rows = _plain(listed.output)  # piped: plain columns, a header line and one line per run
+    assert [r["run"] for r in rows] == ["r2", "r1"] and listed.output.splitlines()[0].startswith("run ")
+    assert rows[1]["device"] == "train gpu (sim)" and rows[1]["accuracy"] == "0.9100"
+    assert rows[1]["fallbacks"] == "train left npu (device)" and rows[0]["status"] == "failed"
     as_json = json.loads(_cli("runs", "--root", str(tmp_path), "--json").output)
     assert [(r["run_id"], r["status"], r["accuracy"]) for r in as_json] == [("r2", "failed", 0.95), ("r1", "succeeded", 0.91)]
 
@@ -254,6 +255,18 @@ def _default_runs(root: Path) -> None:
                  "error": "heteroflow.cache.errors.DatasetError: class column 'species' not found; columns: a, b"}])
 
 
+def _plain(output: str) -> list[dict[str, str]]:
+    """Piped `runs` / `archive list` output: the header line's names start the columns; each row sliced there."""
+    lines = [l for l in output.splitlines() if l.strip()]
+    header = lines[0]
+    names = re.findall(r"\S+(?: \S+)*", header)  # names may hold one space ("started UTC"); columns two
+    starts = []
+    for name in names:
+        starts.append(header.index(name, starts[-1] + 1 if starts else 0))
+    bounds = list(zip(starts, starts[1:] + [None]))
+    return [{n: l[a:b].strip() for n, (a, b) in zip(names, bounds)} for l in lines[1:]]
+
+
 def _table(output: str) -> list[dict[str, str]]:
     lines = [l for l in output.splitlines() if l.startswith("│") or l.startswith("┃")]
     head = [c.strip() for c in lines[0].split("┃")[1:-1]]
@@ -267,7 +280,7 @@ def test_runs_lists_data_set_model_and_error_of_each_run(tmp_path: Path) -> None
     _default_runs(tmp_path)
     listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)], env={"COLUMNS": "260"})
     assert listed.exit_code == 0, listed.output
-    rows = _table(listed.output)
+    rows = _plain(listed.output)
     assert [(r["run"], r["dataset"], r["model"], r["status"]) for r in rows] == [
         ("20261201-120000-cccc", "penguins", "penguins-mlp", "failed"),
         ("20261201-110000-bbbb", "digits", "digits-cnn:v1", "succeeded"),
@@ -347,11 +360,13 @@ def test_runs_and_archive_list_fit_a_narrow_terminal_by_hiding_columns(tmp_path:
 
     _default_runs(tmp_path)
     # piped (not a terminal): every column, as scripts read it
-    assert set(_table(_cli("runs", "--root", str(tmp_path)).output)[0]) >= {"pipeline", "fallbacks", "error", "dataset"}
-    # ... at its natural width whatever COLUMNS says: one line per run, whole cells (rich alone squeezed it to 80)
+    assert set(_plain(_cli("runs", "--root", str(tmp_path)).output)[0]) >= {"pipeline", "fallbacks", "error", "dataset"}
+    # ... plain columns whatever COLUMNS says: a header, one line per run, whole cells (rich alone squeezed it to 80;
+    # a new user's `runs | head -3` showed a title, a border and the header: no run)
     piped = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)], env={"COLUMNS": "80"}).output
-    assert [r["run"] for r in _table(piped)] == ["20261201-120000-cccc", "20261201-110000-bbbb", "20261201-100000-aaaa"]
-    assert "class column 'species' not found; columns: a, b" in piped
+    assert len(piped.splitlines()) == 4 and not any(c in piped for c in "│┃━─…")
+    assert [r["run"] for r in _plain(piped)] == ["20261201-120000-cccc", "20261201-110000-bbbb", "20261201-100000-aaaa"]
+    assert _plain(piped)[0]["error"] == "preprocess (permanent): class column 'species' not found; columns: a, b"
     out = io.StringIO()
     monkeypatch.setattr(runs_cli, "console", Console(file=out, force_terminal=True, width=80, color_system=None, soft_wrap=True))
     listed = CliRunner().invoke(app, ["runs", "--root", str(tmp_path)])

@@ -28,6 +28,13 @@ def _accuracy(metrics: dict[str, Any]) -> str:
     return f"{value:.4f}" if isinstance(value, (int, float)) else "-"
 
 
+def _data_set(dataset: dict[str, Any]) -> str:
+    """The list's data set cell: the first 8 hex digits of its sha256, or a dataset factory's ``module:function``."""
+    if dataset.get("dataset_sha256"):
+        return str(dataset["dataset_sha256"])[:8]
+    return str(dataset.get("dataset_factory") or "-")
+
+
 @archive_app.command("list")
 def archive_list(
     model: Annotated[Optional[str], typer.Argument(help="Only this model's versions.")] = None,
@@ -59,7 +66,7 @@ def archive_list(
                 str(lineage.get("archived_at", "-")),
                 _accuracy(info["metrics"]),
                 str(lineage.get("device") or "-"),
-                str(lineage.get("dataset", {}).get("dataset_sha256", "-"))[:8],
+                _data_set(lineage.get("dataset") or {}),
                 str(lineage.get("run_id") or "-"),
             ])
     # at a narrow terminal: the data set's hash, then the run, then the device go first

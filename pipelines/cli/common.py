@@ -95,19 +95,17 @@ def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop
 
 
 def print_table(target: Console, table: Any, headers: list[str], rows: list[list[str]]) -> None:
-    """Print ``table`` (of ``headers`` and ``rows``, as :func:`fit_columns` saw them): on a terminal at its width;
-    piped, at the table's natural width (one line per row, whatever ``COLUMNS`` says), so a script or ``grep``
-    reads whole cells instead of rich squeezing the table into 80 columns."""
+    """Print ``table`` (of ``headers`` and ``rows``, as :func:`fit_columns` saw them) on a terminal, at its width.
+    Piped, print ``headers`` and ``rows`` as plain columns instead, as ``kubectl get`` does: a header line, then one
+    line per row, every column whole and left-aligned, two spaces between columns, no title or box, whatever
+    ``COLUMNS`` says; so ``| head -3`` shows two rows and ``grep`` or ``awk`` reads whole cells."""
     if target.is_terminal:
         target.print(table)
         return
-    natural = 1 + sum(3 + max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers))
-    before = target.width
-    target.width = max(before, natural)  # print(width=) cannot widen past the console's width
-    try:
-        target.print(table)
-    finally:
-        target.width = before
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    for line in [headers, *rows]:
+        text = "  ".join(cell.ljust(w) for cell, w in zip(line, widths)).rstrip()
+        target.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def hidden_note(hidden: list[str], width: int, more: str = "--json has all") -> str:

@@ -170,7 +170,7 @@ def runs_list(
             row["devices"] or "-",
             f"{row['accuracy']:.4f}" if row["accuracy"] is not None else "-",
             _secs(row["seconds"]),
-            error if len(error) <= _ERROR_WIDTH else error[: _ERROR_WIDTH - 1] + "…",
+            error if len(error) <= _ERROR_WIDTH or not console.is_terminal else error[: _ERROR_WIDTH - 1] + "…",  # piped: whole
             "; ".join(row["fallbacks"]) or "-",
         ])
     # at a narrow terminal the least useful columns go first; run, status, model, device and accuracy stay
