@@ -327,7 +327,8 @@ def test_permanent_failure_in_train_fails_at_once_without_fallback(digits_dir: P
     assert (train.status, train.failure, train.attempts, train.kind) == ("failed", "permanent", 1, "npu")
     assert "InjectedPermanentFault" in train.error
     records = sorted(p.name for p in Path(record.run_dir, "steps", "train").iterdir())
-    assert records == ["attempt-1.json"], "no retry and no other candidate ran"
+    assert records == ["attempt-1.json", "attempt-1.traceback.txt"], "no retry and no other candidate ran"
+    assert "InjectedPermanentFault" in Path(train.traceback_file).read_text()
     assert record.step("evaluate").status == "not run"
     assert record.fallbacks == []
     log = Path(record.run_dir, "kfp.log").read_text()

@@ -1053,7 +1053,9 @@ def test_step_attempt_records_each_attempt(tmp_path: Path, monkeypatch: pytest.M
     records = read_step_records(run_dir)
     assert list(records) == ["train"]
     assert [(r.attempt, r.status) for r in records["train"]] == [(1, "succeeded"), (2, "failed")]
-    assert sorted(p.name for p in step_dir.iterdir()) == ["attempt-1.json", "attempt-2.json"]  # no temp files
+    # no temp files; the failed attempt's whole traceback beside its record
+    assert sorted(p.name for p in step_dir.iterdir()) == ["attempt-1.json", "attempt-2.json", "attempt-2.traceback.txt"]
+    assert second["traceback_file"] == str(step_dir / "attempt-2.traceback.txt")
 
 
 def test_step_attempt_writes_nothing_without_run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
