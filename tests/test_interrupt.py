@@ -66,6 +66,9 @@ def test_sigterm_stops_the_steps_and_the_rerun_resumes(
     assert f"record: {first}/run.json" in joined
     train = next(s for s in record["steps"] if s["name"] == "train")
     assert train["status"] in ("interrupted", "failed")  # stopped with the run, as the report says (not "killed")
+    assert train["seconds"] > 0  # its attempt closed when the run ended (it said "running", seconds null)
+    attempt = json.loads((first / "steps" / "train" / "attempt-1.json").read_text())
+    assert attempt["status"] in ("interrupted", "failed") and attempt["ended_at"] >= attempt["started_at"]
     assert "archive" not in record["results"]
     assert not (heteroflow_home / "archive").exists()
     saved = checkpoint_step()

@@ -295,13 +295,19 @@ def test_a_step_running_when_the_run_was_interrupted_is_interrupted_everywhere(t
                   "started_at": float(n), "ended_at": None if running else n + 0.5, "kind": "cpu"}
         (tmp_path / "steps" / name).mkdir(parents=True)
         (tmp_path / "steps" / name / "attempt-1.json").write_text(json.dumps(record))
-    stopped = build_record(pipeline, run_id="r", folder=tmp_path, started=0, wall_seconds=1, args={}, interrupted=True)
-    assert stopped.status == "interrupted"
-    assert {s.name: s.status for s in stopped.steps} == {"prewarm": "succeeded", "preprocess": "succeeded", "plan": "succeeded",
-                                                         "train": "interrupted", "evaluate": "not run", "archive": "not run"}
     # sibling: the same records in a run that ended without a stop (the engine gave up): train was killed
     ended = build_record(pipeline, run_id="r", folder=tmp_path, started=0, wall_seconds=1, args={}, interrupted=False)
     assert ended.status == "failed" and ended.step("train").status == "killed"
+    stopped = build_record(pipeline, run_id="r", folder=tmp_path, started=0.5, wall_seconds=10.0, args={}, interrupted=True)
+    assert stopped.status == "interrupted"
+    assert {s.name: s.status for s in stopped.steps} == {"prewarm": "succeeded", "preprocess": "succeeded", "plan": "succeeded",
+                                                         "train": "interrupted", "evaluate": "not run", "archive": "not run"}
+    # the attempt's own record is closed too (a step process stopped by the run's SIGTERM left it "running", with no
+    # end and no seconds, which the report's attempts table showed as "-")
+    closed = json.loads((tmp_path / "steps" / "train" / "attempt-1.json").read_text())
+    assert (closed["status"], closed["ended_at"], closed["seconds"]) == ("interrupted", 10.5, 7.5)
+    assert stopped.step("train").seconds == 7.5
+    assert json.loads((tmp_path / "steps" / "plan" / "attempt-1.json").read_text())["status"] == "succeeded"  # untouched
 
 
 # --- 11. lineage a user can reach ------------------------------------------------------------------------

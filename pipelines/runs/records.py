@@ -213,6 +213,26 @@ def fallbacks(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return sorted(out, key=lambda f: f["at"] or 0)
 
 
+def close_stopped_attempts(run_dir: str | os.PathLike[str], ended_at: float) -> list[AttemptRecord]:
+    """Mark the attempts a Ctrl-C or SIGTERM stopped while they ran: each attempt record still ``running`` is
+    rewritten ``interrupted``, ended at ``ended_at`` (Unix time, the run's end) with its wall time in ``seconds``. A
+    step process that was stopped before its own handler ran (SIGTERM, SIGKILL from the run) leaves such a record;
+    one that caught the interrupt wrote ``interrupted`` itself. Returns the records rewritten."""
+    from heteroflow.components.core.telemetry import _write
+
+    closed = []
+    for name, records in read_step_records(run_dir).items():
+        for r in records:
+            if r.status != "running":
+                continue
+            r.status, r.ended_at = "interrupted", max(ended_at, r.started_at)
+            r.seconds = r.ended_at - r.started_at
+            r.error = r.error or "stopped with the run (Ctrl-C or SIGTERM)"
+            _write(Path(run_dir, "steps", name, f"attempt-{r.attempt}.json"), r)
+            closed.append(r)
+    return closed
+
+
 def build_record(
     pipeline: Pipeline,
     *,
@@ -225,7 +245,10 @@ def build_record(
     error: str | None = None,
     testing: Mapping[str, str] | None = None,
 ) -> RunRecord:
-    """The :class:`RunRecord` of a finished run, from its attempt records."""
+    """The :class:`RunRecord` of a finished run, from its attempt records (an interrupted run's attempts still
+    marked running are closed first: :func:`close_stopped_attempts`)."""
+    if interrupted:
+        close_stopped_attempts(folder, started + wall_seconds)
     steps = collect(folder, pipeline, finished=True)
     by_name = {s.name: s for s in steps}
     # a call inside a condition or a loop may legitimately not run (a branch not taken, an empty list)
