@@ -136,7 +136,8 @@ class Problems:
             return
         if len(self.errors) == 1 and len(self.messages) == 1:
             raise self.errors[0]
-        message = f"{len(self.messages)} problems with {what}:\n- " + "\n- ".join(m.replace("\n", "\n  ") for m in self.messages)
+        count = len(self.messages)
+        message = f"{count} problem{'s' if count != 1 else ''} with {what}:\n- " + "\n- ".join(m.replace("\n", "\n  ") for m in self.messages)
         if all(isinstance(e, InvalidParameter) and not isinstance(e, DatasetError) for e in self.errors):
             error: HeteroflowError = InvalidParameter(message)
         elif all(isinstance(e, DatasetError) and not isinstance(e, InvalidParameter) for e in self.errors):

@@ -179,3 +179,23 @@ def test_preprocess_of_a_prewarmed_image_folder_names_every_unreadable_image(tmp
     assert [line.split(" (")[0] for line in listed] == [f"- {data}/{rel}" for rel in CORRUPT]  # each once, in order
     assert all(f"{data}/{rel}" in message for rel in CORRUPT)
     assert not (tmp_path / "shards").exists()
+
+
+def test_a_width_the_model_would_ignore_and_a_misspelled_model_argument_are_refused_before_the_run(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's findings: `-p hidden_units=32` with a model that takes no width trained as if unset, with no
+    word; `model_args={"hidden_unit": 64}` got no "did you mean"; one problem read "1 problems"."""
+    from heteroflow.components.errors import InvalidParameter
+    from heteroflow.components.training.step import check_train_params
+
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))  # digits_models, as the README does
+    with pytest.raises(InvalidParameter, match=r"hidden_units=32 is not used: model digits_models:cnn takes no hidden_units "
+                                               r"\(it takes: num_classes, input_shape, channels\); leave hidden_units at its default"):
+        check_train_params(model_factory="digits_models:cnn", hidden_units=32)
+    check_train_params(model_factory="digits_models:cnn")  # the default: nothing set, nothing refused
+    check_train_params(model_factory="digits_models:mlp", hidden_units=32)  # a model that takes it
+    with pytest.raises(InvalidParameter, match=r"takes no argument 'hidden_unit'; it takes: .*; did you mean 'hidden_units'\?$"):
+        check_train_params(model_args='{"hidden_unit": 64}')
+    with pytest.raises(InvalidParameter) as caught:
+        check_train_params(model_args="{bad")
+    assert "1 problems" not in str(caught.value)

@@ -451,3 +451,25 @@ def test_a_mixed_train_is_worded_by_every_kind_it_trained_on_in_every_view(tmp_p
     out = io.StringIO()
     Console(file=out, width=200).print(_steps_table([single]))
     assert "gpu (nvidia-gpu, simulated, on cpu)" in out.getvalue()  # a single kind keeps its model
+
+
+def test_a_call_that_did_not_run_is_placed_in_the_same_words_and_a_tiny_loss_is_not_zero(tmp_path: Path) -> None:
+    """A new user's findings: after train failed, evaluate's line read "candidate 0 (0 = preferred) -> cpu (cpu)"
+    while every other read "candidate 0 -> cpu"; and a 6,000-step run printed "final loss 0.0000"."""
+    from heteroflow.components.training.step import TRAIN
+    from heteroflow.pipelines.cli.runs import summary_text
+    from heteroflow.pipelines.runs.folders import load_run
+
+    folder = _record(tmp_path, status="failed",
+                     steps=[{"name": "train", "status": "failed", "device": "cpu", "kind": "cpu", "candidate": 0, "attempts": 1,
+                             "seconds": 1.0, "error": "ValueError: x"},
+                            {"name": "evaluate", "status": "not run"}],
+                     placement={"train": {"index": 0, "device_kind": "cpu", "torch_device": "cpu", "passed_over": []},
+                                "evaluate": {"index": 0, "device_kind": "cpu", "torch_device": "cpu", "passed_over": []}})
+    text = summary_text(load_run(folder))
+    assert "placement of train: candidate 0 -> cpu" in text
+    assert "placement of evaluate: candidate 0 -> cpu (placed; it did not run)" in text and "0 = preferred" not in text
+    facts = {"device": "cpu", "device_kind": "cpu", "steps": 6000, "seconds": 9.0, "samples_per_second": 40000.0}
+    assert TRAIN.summarize({**facts, "final_loss": 3.2149e-05})[-1].endswith("final loss 3.21e-05")
+    assert TRAIN.summarize({**facts, "final_loss": 0.0039})[-1].endswith("final loss 0.0039")  # as before
+    assert TRAIN.summarize({**facts, "final_loss": 0.0})[-1].endswith("final loss 0.0000")  # zero is zero

@@ -68,8 +68,12 @@ class ModelSpec:
         takes_any = any(p.kind is p.VAR_KEYWORD for p in sig.parameters.values())
         unknown = [k for k in given if k not in sig.parameters and not takes_any]
         if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], list(sig.parameters), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise InvalidParameter(
-                f"model_args: {ref} takes no argument {unknown[0]!r}; it takes: {', '.join(sig.parameters) or 'none'}"
+                f"model_args: {ref} takes no argument {unknown[0]!r}; it takes: {', '.join(sig.parameters) or 'none'}{hint}"
             )
         _check_overrides(offered, given)
         args = {k: v for k, v in offered.items() if k in sig.parameters}

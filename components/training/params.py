@@ -53,8 +53,12 @@ def check_model_args(model_factory: str, model_args: str) -> None:
     if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
         unknown = [k for k in given if k not in params]
         if unknown:
+            import difflib
+
+            close = difflib.get_close_matches(unknown[0], list(params), n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
             raise InvalidParameter(
-                f"model_args: {ref} takes no argument {', '.join(map(repr, unknown))}; it takes: {', '.join(params) or 'none'}"
+                f"model_args: {ref} takes no argument {', '.join(map(repr, unknown))}; it takes: {', '.join(params) or 'none'}{hint}"
             )
     needed = [
         name
@@ -68,6 +72,31 @@ def check_model_args(model_factory: str, model_args: str) -> None:
             f"which model_args does not give and train does not offer (it offers "
             f"{', '.join(OFFERED_MODEL_ARGS)}); give {'them' if len(needed) > 1 else 'it'} in model_args, e.g. "
             f"'{{\"{needed[0]}\": ...}}'"
+        )
+
+
+def check_hidden_units_used(model_factory: str, hidden_units: int, default: int) -> None:
+    """Refuse ``hidden_units`` set (to other than its ``default``) for a model factory that does not take it: the
+    width would be silently ignored.
+
+    Raises:
+        InvalidParameter: the factory takes no ``hidden_units`` (nor ``**kwargs``); the message says what to do.
+    """
+    import inspect
+
+    from heteroflow.components.training.factories import BUILTIN_MODEL, _import_callable
+
+    if hidden_units == default:
+        return
+    ref = model_factory or BUILTIN_MODEL
+    try:
+        params = inspect.signature(_import_callable(ref, what="model_factory")).parameters
+    except (TypeError, ValueError):
+        return
+    if "hidden_units" not in params and not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        raise InvalidParameter(
+            f"hidden_units={hidden_units} is not used: model {ref} takes no hidden_units (it takes: "
+            f"{', '.join(params) or 'none'}); leave hidden_units at its default, or give the model's own arguments in model_args"
         )
 
 

@@ -176,6 +176,13 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
 
         if isinstance(v["hidden_units"], int):
             _check_overrides({"hidden_units": v["hidden_units"]}, _parse_model_args(v["model_args"]))
+    with problems.check():  # hidden_units set for a model that takes no width: it would be ignored
+        from heteroflow.components.training.params import check_hidden_units_used
+
+        if isinstance(v["hidden_units"], int) and not isinstance(v["hidden_units"], bool) and v["hidden_units"] >= 1:
+            import inspect
+
+            check_hidden_units_used(v["model_factory"], v["hidden_units"], inspect.signature(train).parameters["hidden_units"].default)
     if v["optimizer"]:
         from heteroflow.components.training.factories import check_optimizer
 
@@ -601,6 +608,11 @@ def _where(f: dict[str, Any]) -> str:
     return where_ran(kind or device, device, accelerator=f.get("accelerator"), simulated=simulated)
 
 
+def _loss(value: float) -> str:
+    """A loss for the summary: 4 decimals, or 3 significant digits below 0.001 (``3.21e-05``, not ``0.0000``)."""
+    return f"{value:.4f}" if not 0 < abs(value) < 1e-3 else f"{value:.3g}"
+
+
 def _train_summary(f: dict[str, Any]) -> list[str]:
     va = f.get("validation_accuracy")
     resumed = f" (resumed from step {f['resumed_from_step']})" if f.get("resumed_from_step") else ""
@@ -610,7 +622,7 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
     waited = [f"train: waited {f.get('waited_seconds', 0.0):.1f} s for {f['waited_for']}, which ran the same training"] if f.get("waited_for") else []
     if f.get("reused_model"):  # that training finished: its model is this run's (#28 item 10)
         return [*waited, f"train: took the model it finished ({f['steps']} steps, {f['reused_model']}), not trained again; "
-                f"final loss {f['final_loss']:.4f}" + (f", validation accuracy {va:.4f}" if va is not None else "")]
+                f"final loss {_loss(f['final_loss'])}" + (f", validation accuracy {va:.4f}" if va is not None else "")]
     mixed: list[str] = []
     if f.get("mixed"):
         from heteroflow.components.training.mixed_step import mixed_facts_lines
@@ -618,7 +630,7 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
         mixed = mixed_facts_lines(f["mixed"])
     return [*waited, *mixed,
         f"train: {f['steps']} steps on {_where(f)}{precision}{resumed} in {f['seconds']:.1f} s "
-        f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {f['final_loss']:.4f}"
+        f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {_loss(f['final_loss'])}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")
     ]
 

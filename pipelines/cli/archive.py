@@ -127,6 +127,7 @@ def archive_show(
         ("data set files / bytes", f"{dataset.get('files')} / {dataset.get('total_bytes')}" if dataset.get("files") is not None else None),
         ("device", lineage.get("device")),
         ("preprocess", json.dumps(lineage.get("preprocess", {}), sort_keys=True)),
+        ("model", json.dumps(lineage.get("model"), sort_keys=True) if lineage.get("model") else None),  # as built
         ("train", json.dumps(lineage.get("train", {}), sort_keys=True)),
         ("code", json.dumps(lineage.get("code", {}), sort_keys=True)),
         ("formats", _formats(lineage.get("formats") or {"pytorch": {"path": "model"}})),

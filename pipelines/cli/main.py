@@ -134,7 +134,10 @@ def run(
     from heteroflow.pipelines.engines.registry import get_engine
     from heteroflow.pipelines.engines.runner import DEFAULT_PIPELINE_SOURCE, run as run_pipeline
 
+    stopped_by: list[int] = []
+
     def on_sigterm(signum: int, frame: object) -> None:
+        stopped_by.append(signum)
         raise KeyboardInterrupt  # stop like Ctrl-C: the step subprocesses are stopped and the run recorded
 
     signal.signal(signal.SIGTERM, on_sigterm)
@@ -183,7 +186,8 @@ def run(
             "prewarm skips what is cached)",
             highlight=False,
         )
-        raise typer.Exit(code=130) from None
+        # 128 + the signal, as a shell reports a process a signal ended: 130 after Ctrl-C, 143 after SIGTERM
+        raise typer.Exit(code=128 + (stopped_by[0] if stopped_by else signal.SIGINT)) from None
 
     _print_record(record, pipeline)
     if record.status != "succeeded":

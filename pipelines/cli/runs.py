@@ -571,8 +571,8 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
             ran = ran_on(run, call)  # where it ran in the end, as the table says (#28 item 17)
             out.print(
                 f"placement of {escape(call)}: {escape(ran)}" if ran else
-                f"placement of {escape(call)}: candidate {decision.get('index')} (0 = preferred) -> "
-                f"{escape(str(decision.get('device_kind')))} ({escape(str(decision.get('torch_device')))})"
+                f"placement of {escape(call)}: candidate {decision.get('index')} -> "
+                f"{escape(str(decision.get('device_kind')))} (placed; it did not run)"
             )
             for why in decision.get("passed_over") or []:
                 out.print(f"  passed over: {escape(str(why))}")

@@ -118,8 +118,7 @@ def _print_record(record: Any, pipeline: Any) -> None:
         ran = ran_on(as_dict, call)  # where it ran in the end, as the table and the report say (#28 item 17)
         console.print(
             f"placement of {call}: {escape(ran)}" if ran else
-            f"placement of {call}: candidate {decision.get('index')} (0 = preferred) -> "
-            f"[bold]{decision.get('device_kind')}[/] ({decision.get('torch_device')})",
+            f"placement of {call}: candidate {decision.get('index')} -> [bold]{decision.get('device_kind')}[/] (placed; it did not run)",
             highlight=False,
         )
         for why in decision.get("passed_over", []):
