@@ -379,6 +379,18 @@ def test_runs_and_archive_list_fit_a_narrow_terminal_by_hiding_columns(tmp_path:
     assert "pipeline" not in rows[0] and "fallbacks" not in rows[0]
     note = text.strip().splitlines()[-1]
     assert note.startswith("6 columns hidden at 80 columns: started UTC, pipeline, dataset, seconds, error, fallbacks"), note
+    # a new user's 60-column terminal: the device column wrapped each run over 4 lines and cut the status to
+    # "succe…"; the device and model columns go too, and every kept cell is whole on one line
+    out.truncate(0), out.seek(0)
+    monkeypatch.setattr(runs_cli, "console", Console(file=out, force_terminal=True, width=60, color_system=None, soft_wrap=True))
+    assert CliRunner().invoke(app, ["runs", "--root", str(tmp_path)]).exit_code == 0
+    text = out.getvalue()
+    rows = _table(text)
+    assert [(r["run"], r["status"], r["accuracy"]) for r in rows] == [
+        ("20261201-120000-cccc", "failed", "-"), ("20261201-110000-bbbb", "succeeded", "0.8800"), ("20261201-100000-aaaa", "succeeded", "0.9700")]
+    table_lines = [line for line in text.splitlines() if line[:1] in "┏┃┡│└"]
+    assert not any("…" in line for line in table_lines) and all(len(line) <= 60 for line in table_lines), text
+    assert "columns hidden at 60 columns: started UTC, pipeline, dataset, model, device" in " ".join(text.split()), text
 
     # archive list: the same, with `archive show` named for the hidden values
     from heteroflow.components.models.archive import archive_root_dir

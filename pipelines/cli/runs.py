@@ -173,8 +173,10 @@ def runs_list(
             error if len(error) <= _ERROR_WIDTH or not console.is_terminal else error[: _ERROR_WIDTH - 1] + "…",  # piped: whole
             "; ".join(row["fallbacks"]) or "-",
         ])
-    # at a narrow terminal the least useful columns go first; run, status, model, device and accuracy stay
-    kept, hidden = fit_columns(console, headers, cells, ["pipeline", "fallbacks", "error", "dataset", "seconds", "started UTC"],
+    # at a narrow terminal the least useful columns go first; run, status and accuracy stay (below about 70
+    # columns the device and then the model go too: wrapped over several lines each, no row was readable)
+    kept, hidden = fit_columns(console, headers, cells,
+                               ["pipeline", "fallbacks", "error", "dataset", "seconds", "started UTC", "device", "model"],
                                  wrap={"device": 14, "error": 20, "fallbacks": 20, "dataset": 16})
     table = Table(title=f"runs ({shown})")
     for i in kept:
