@@ -204,6 +204,34 @@ def test_a_batch_split_over_ranks_draws_what_one_process_draws_and_the_training_
     assert sum(not torch.equal(first[i], second[i]) for i in first) == len(first)
 
 
+def test_a_users_dataset_gets_python_int_indices_as_torchs_samplers_give() -> None:
+    """A new user's dataset factory seeded a generator per sample, ``torch.Generator().manual_seed(i)``, and failed
+    with "TypeError: an integer is required": the sampler handed it numpy.int64. Both ways a Dataset is read, one
+    sample at a time and by ``__getitems__`` (sibling), get Python ints, with workers and without."""
+    from heteroflow.components.training.batches import make_loader
+
+    class PerSample(torch.utils.data.Dataset):
+        def __len__(self) -> int:
+            return 24
+
+        def __getitem__(self, i):  # noqa: ANN001
+            assert type(i) is int, type(i)
+            return torch.randn(3, generator=torch.Generator().manual_seed(i)), i % 2
+
+    class Batched(PerSample):
+        def __getitems__(self, indices):  # noqa: ANN001
+            assert type(indices) is list and all(type(i) is int for i in indices), [type(i) for i in indices]
+            return [(torch.full((3,), float(i)), i % 2) for i in indices]
+
+    cpu = torch.device("cpu")
+    for dataset in (PerSample(), Batched()):
+        for workers in (0, 2):
+            loader = make_loader(dataset, batch_size=8, seed=3, shuffle=True, num_workers=workers, device=cpu)
+            loader.batch_sampler.set_epoch(0)
+            batches = list(loader)
+            assert sum(len(y) for _, y in batches) == 24
+
+
 # --- 2. GradScaler skips and the LR scheduler (pytorch/pytorch#55585) ------------------------------------------
 
 
@@ -312,4 +340,4 @@ def test_an_fp16_run_counts_skipped_steps_across_a_resume_and_its_learning_rate_
     assert all(torch.equal(w[k], r[k]) for k in w)
     facts = _train_facts(resumed)
     assert facts["amp_skipped_steps"] == skips
-    assert f"{skips} steps skipped by the GradScaler" in _train_summary(facts)[0]
+    assert f"{skips} steps skipped by the GradScaler" in _train_summary(facts)[-1]  # the last line: the one of the steps (a factory line before it)

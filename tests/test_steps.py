@@ -1375,7 +1375,7 @@ def test_a_model_trained_on_a_dataset_factorys_data_is_archived_under_the_factor
 
 
 def test_a_dataset_factorys_model_carries_neither_the_runs_table_transformation_nor_its_lineage(
-        digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+        digits_shards: Path, digits_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     """Left from a new user's run with ``dataset_factory`` on the default data set: the model folder and the archive
     held digits' fitted transformation and class column, and the archive's lineage named digits (its sha256, its
     preprocess), though the model never saw a row of it. Now: no transformation, the factory as the data, and the
@@ -1407,6 +1407,12 @@ def test_a_dataset_factorys_model_carries_neither_the_runs_table_transformation_
     assert config["transformation"] is None and config["label_column"] is None
     assert not [p.name for p in out.model_dir.iterdir() if p.name.startswith("transform")]
     assert config["data"]["kind"] == "factory" and config["hidden_units"] == 16 == config["model"]["args"]["hidden_units"]
+    from heteroflow.components.training.step import TRAIN, _train_facts, _trained_on_factory
+
+    facts = _train_facts(out)  # the run's summary says which data trained the model (preprocess's line names digits)
+    assert facts["dataset_factory"] == "blobdata_f42:make"
+    assert TRAIN.summarize(facts)[0] == "train: trained on dataset_factory blobdata_f42:make's samples, not on the preprocessed data set"
+    assert _trained_on_factory(digits_model) is None and _trained_on_factory(tmp_path / "no-model") is None  # siblings
 
     manifest = digits_shards.parent / "cache" / MANIFEST_NAME
     (tmp_path / "eval.json").write_text("{}")

@@ -133,7 +133,7 @@ class SeededSamples:
         return len(self.dataset)
 
     def __getitem__(self, index: Any) -> Any:
-        return self.dataset[index]
+        return self.dataset[_plain(index)]
 
     def __getattr__(self, name: str) -> Any:
         if name == "dataset" or name.startswith("__"):  # unpickling asks before dataset is set
@@ -143,17 +143,24 @@ class SeededSamples:
     def __getitems__(self, indices: Sequence[Any]) -> Any:
         key = getattr(indices, "key", None)
         batched = getattr(self.dataset, "__getitems__", None)
+        plain = [_plain(i) for i in indices]  # Python ints, as torch's samplers give them
         if key is None:
-            return batched(indices) if batched is not None else [self.dataset[i] for i in indices]
+            return batched(plain) if batched is not None else [self.dataset[i] for i in plain]
         with _kept_rng():
             if batched is not None:
                 _seed_all(_mix(key, zlib.crc32(np.asarray(indices, dtype=np.int64).tobytes())))
-                return batched(indices)
+                return batched(plain)
             out = []
-            for i in indices:
+            for i in plain:
                 _seed_all(sample_seed(key, int(i)))
                 out.append(self.dataset[i])
             return out
+
+
+def _plain(index: Any) -> Any:
+    """A numpy integer index as a Python ``int`` (what torch's samplers pass a Dataset: user code such as
+    ``torch.Generator().manual_seed(i)`` or ``json`` refuses ``numpy.int64``); any other index as it is."""
+    return int(index) if isinstance(index, np.integer) else index
 
 
 def seeded_dataset(dataset: Any) -> Any:

@@ -562,7 +562,16 @@ DEFAULT_TRAIN_CANDIDATES = Candidates(
 )
 """Ascend 910 x1, else NVIDIA GPU x1, else 8 CPUs."""
 
+def _trained_on_factory(model_dir: Any) -> str | None:
+    """The ``dataset_factory`` a model in ``model_dir`` trained on (its ``model.json``'s data), else None."""
+    with contextlib.suppress(OSError, ValueError, TypeError, AttributeError):
+        data = json.loads(Path(model_dir, MODEL_CONFIG).read_text(encoding="utf-8")).get("data") or {}
+        return data.get("dataset_factory") or None
+    return None
+
+
 def _train_facts(result: Any) -> dict[str, Any]:
+    factory = _trained_on_factory(result.model_dir)
     return {
         "device": result.device,
         "device_kind": result.device_kind,
@@ -585,6 +594,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
         **({"reused_model": result.reused_model} if result.reused_model else {}),
         **({"amp_skipped_steps": result.amp_skipped_steps} if result.precision == "float16" else {}),
         **({"mixed": dict(result.mixed)} if result.mixed else {}),
+        **({"dataset_factory": factory} if factory else {}),
     }
 
 
@@ -628,7 +638,10 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
         from heteroflow.components.training.mixed_step import mixed_facts_lines
 
         mixed = mixed_facts_lines(f["mixed"])
-    return [*waited, *mixed,
+    # a dataset_factory's samples, not the data set prewarm and preprocess went over (their lines say that one)
+    data = [f"train: trained on dataset_factory {f['dataset_factory']}'s samples, not on the preprocessed data set"] \
+        if f.get("dataset_factory") else []
+    return [*waited, *mixed, *data,
         f"train: {f['steps']} steps on {_where(f)}{precision}{resumed} in {f['seconds']:.1f} s "
         f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {_loss(f['final_loss'])}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")
