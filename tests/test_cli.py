@@ -59,9 +59,11 @@ def _flat(text: str) -> str:
 
 def test_compile_writes_valid_kfp_yaml(tmp_path: Path) -> None:
     out = tmp_path / "sub" / "pipeline.yaml"
-    result = CliRunner().invoke(app, ["compile", "-o", str(out)])
+    result = CliRunner().invoke(app, ["compile", "-o", str(out)], env={"COLUMNS": "300"})
     assert result.exit_code == 0, result.output
     assert out.is_file()
+    # what to do next with the file (a new user found it only in --help)
+    assert f"next: upload {out} in the Kubeflow Pipelines UI, or run it there with heteroflow submit {out} --host URL" in result.output
     docs = list(yaml.safe_load_all(out.read_text(encoding="utf-8")))
     assert len(docs) == 2  # the pipeline, then the kfp-kubernetes platform spec (the accelerators' tolerations)
     ir = docs[0]

@@ -409,6 +409,32 @@ def test_heteroflow_step_runs_a_user_step_by_reference(tmp_path: Path) -> None:
     assert (tmp_path / "s").read_text() == "8.0"
 
 
+def test_heteroflow_step_finds_a_module_in_the_current_folder_as_run_pipeline_does(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's finding: `heteroflow step mymodule:report ...` run beside mymodule.py said "cannot import
+    'mymodule'", while `heteroflow run --pipeline mymodule:...` from the same folder found it."""
+    import sys
+
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    (tmp_path / "cwdstep_u56.py").write_text(
+        "from pathlib import Path\n"
+        "from heteroflow import ArtifactSpec, ArtifactType, step\n"
+        "def double(values_path: str, out_path: str) -> dict:\n"
+        "    Path(out_path).write_text(str(2 * float(Path(values_path).read_text())))\n"
+        "    return {}\n"
+        "DOUBLE = step(double, inputs=[ArtifactSpec(name='values', type=ArtifactType.DATASET, param='values_path')],\n"
+        "              outputs=[ArtifactSpec(name='doubled', type=ArtifactType.DATASET, param='out_path')])\n"
+    )
+    (tmp_path / "values").write_text("21")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    result = CliRunner().invoke(app, ["step", "cwdstep_u56:DOUBLE", "--input", "values=values", "--output", "doubled=out"])
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "out").read_text() == "42.0"
+
+
 # --- in-process runner -----------------------------------------------------------------------------------
 
 

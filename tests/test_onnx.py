@@ -268,6 +268,10 @@ def test_archive_without_onnx_then_export_and_predict_from_the_command_line(
     # v1 holds no ONNX file: predict says how to get one, and does not guess the copy exported above
     res = runner.invoke(app, ["predict", "digits-mlp:v1", str(rows), "--format", "onnx", "--root", str(root)])
     assert res.exit_code == 2 and "holds no ONNX export" in " ".join(res.output.split())
+    # ... and does not send the user back to the export just made (a new user went round in that circle)
+    said = " ".join(res.output.split())
+    assert "heteroflow run --param export_formats=onnx" in said and "predict with --format pytorch" in said
+    assert "writes a standalone .onnx file for other runtimes; predict reads archived versions" in said
 
 
 @needs_onnx

@@ -233,8 +233,9 @@ def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_
         )
         if onnx_path is None:
             raise InvalidParameter(
-                f"{folder} holds no ONNX export; archive with --param export_formats=onnx, or export this one with "
-                "heteroflow archive export NAME:vN --format onnx -o FILE"
+                f"{folder} holds no ONNX export; archive with --param export_formats=onnx (a new version that holds "
+                "one: heteroflow run --param export_formats=onnx), or predict with --format pytorch (heteroflow archive "
+                "export writes a standalone .onnx file for other runtimes; predict reads archived versions)"
             )
         runner = OnnxRunner(onnx_path)
         try:

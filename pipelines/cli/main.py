@@ -293,6 +293,9 @@ def compile_(
         _fail(exc)
         return
     console.print(f"wrote {output}", highlight=False)
+    # what to do with it: the Kubeflow UI's "Upload pipeline", or the submit command (a KFP v2 endpoint)
+    console.print(f"next: upload {output} in the Kubeflow Pipelines UI, or run it there with "
+                  f"heteroflow submit {output} --host URL (or $HETEROFLOW_KFP_HOST)", highlight=False)
     if not image:
         err_console.print(
             f"note: every step uses the placeholder image {DEFAULT_IMAGE}, which cannot run on a cluster; "

@@ -25,6 +25,11 @@ def _resolve_step(name: str) -> Any:
     from heteroflow.components.steps import DEFAULT_STEPS
 
     if ":" in name:
+        import os
+        import sys
+
+        if os.getcwd() not in sys.path and "" not in sys.path:  # a module beside the user, as run --pipeline finds it
+            sys.path.insert(0, os.getcwd())
         return load_step(name)
     for s in DEFAULT_STEPS:
         if s.name == name:
