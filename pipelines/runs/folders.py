@@ -253,7 +253,7 @@ def history_of(run: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 def model_overrides(run: dict[str, Any]) -> dict[str, Any]:
     """Run parameters whose value the model did not use, mapped to the value it used: a train call's
-    ``model_args`` sets ``hidden_units`` (or another parameter train also offers) and wins over the parameter's
+    ``model_args`` sets a parameter train also offers (the model's width, say) and wins over the parameter's
     default (:func:`heteroflow.components.training.factories._check_overrides` refuses two set values that
     disagree). Read from each call's ``results`` (``model_args``: the arguments the model factory was called
     with); the parameter is matched by name or as ``<call>.<name>``. Empty when nothing was overridden."""
