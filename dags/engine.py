@@ -172,7 +172,7 @@ class AirflowEngine:
             tail = " ".join(done.stdout[-1500:].split())
             raise AirflowRunError(f"the Airflow run of {dag_id} ended without a record ({path}): {tail}; log: {log_path}")
         data = json.loads(path.read_text(encoding="utf-8"))
-        data["steps"] = [StepSummary(**s) for s in data.get("steps", [])]
+        data["steps"] = [StepSummary.from_dict(s) for s in data.get("steps", [])]
         return RunRecord(**data)
 
 

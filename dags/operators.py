@@ -267,7 +267,7 @@ class StepOperator(StepEnding):
 
     def execute(self, context: Any) -> Any:
         from heteroflow.components.core.runtime import LocalArtifact, Outcome, run_step
-        from heteroflow.components.core.telemetry import read_step_records
+        from heteroflow.components.core.telemetry import Iteration, read_step_records
         from heteroflow.pipelines.environment import step_environment
 
         prep = _prepared(context)
@@ -280,6 +280,8 @@ class StepOperator(StepEnding):
         outputs = {s.name: str(self.artifact(folder, call.name, s.name)) for s in call.step.outputs}
         from heteroflow.pipelines.volumes import step_env
 
+        # a mapped instance is its loop's iteration map_index: its attempts are its own (Airflow's try numbers)
+        iteration = Iteration(index=self.map_index, item=getattr(self, "loop_item", None)) if self.map_index is not None else None
         with environ({**step_environment(folder, str(prep["run_id"])), **step_env(call, engine="airflow-local")}):
             try:
                 outcome = run_step(
@@ -292,6 +294,7 @@ class StepOperator(StepEnding):
                     candidate_index=index,
                     placements=self.pipeline.placements() if call.step.planner else None,
                     run_dir=folder,
+                    iteration=iteration,
                 ).to_dict()
             except HeteroflowError as exc:  # a usage error (a malformed task): nothing ran, never worth a retry
                 outcome = Outcome(
@@ -302,7 +305,7 @@ class StepOperator(StepEnding):
         result["run_dir"] = str(folder)
         first = None
         if result["route"] == "transient":
-            records = [r for r in read_step_records(folder).get(call.name, []) if r.candidate == index]
+            records = [r for r in read_step_records(folder).get(call.name, []) if r.candidate == index and r.iteration == self.map_index]
             first = min((r.started_at for r in records), default=None)
         return self.finish(context, result, first_started_at=first)
 

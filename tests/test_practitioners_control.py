@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import importlib
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -192,9 +193,37 @@ def test_tuning_fanout_runs_in_process(tmp_path: Path) -> None:
     archived = json.loads(Path(record.results["archive"]["archived"]).read_text(encoding="utf-8"))
     assert archived["learning_rate"] == expected[0]
     steps = {s.name: s for s in record.steps}
-    assert steps["train"].attempts == 3 and steps["evaluate"].attempts == 3  # one per item
-    assert steps["not_good_enough"].status == "not run"
+    # one iteration per item, each its own task with one attempt (they used to be counted as 3 attempts of train)
+    assert steps["train"].attempts == 1 and steps["evaluate"].attempts == 1
+    assert [(it.iteration, it.item, it.attempts, it.status) for it in steps["train"].iterations] == [
+        (0, 1.0, 1, "succeeded"), (1, 0.1, 1, "succeeded"), (2, 0.001, 1, "succeeded")]
+    assert [it.details for it in steps["train"].iterations] == [{"learning_rate": r} for r in rates]  # not the last one's only
+    assert steps["not_good_enough"].status == "not run" and steps["make_dataset"].iterations == []
     assert sorted(p.name for p in (tmp_path / "run" / "artifacts" / "train").iterdir()) == ["0", "1", "2"]
+    _check_fanout_records(tmp_path / "run", rates)
+
+
+def _check_fanout_records(folder: Path, rates: list[float]) -> None:
+    """What a tuning fan-out run leaves, whatever its engine: one attempt record per iteration (its index and item,
+    attempt 1), run.json's per-iteration rows, and tables and a report that show ``train ×3`` with 1 attempt."""
+    from heteroflow.pipelines.cli.runs import summary_text
+    from heteroflow.pipelines.runs.folders import load_run
+    from heteroflow.pipelines.runs.report import render_report
+
+    for i, rate in enumerate(rates):
+        rec = json.loads((folder / "steps" / "train" / f"iteration-{i}" / "attempt-1.json").read_text(encoding="utf-8"))
+        assert (rec["attempt"], rec["iteration"], rec["item"], rec["status"]) == (1, i, rate, "succeeded")
+    assert not list((folder / "steps" / "train").glob("attempt-*.json"))
+    run = load_run(folder)
+    train = next(s for s in run["steps"] if s["name"] == "train")
+    assert (train["attempts"], [it["item"] for it in train["iterations"]]) == (1, rates)
+    assert [r["attempt"] for r in run["attempts"]["train"]] == [1, 1, 1]
+    text = summary_text(run)
+    assert re.search(r"train ×3 +│ succeeded +│ cpu\S* +│ +1 │", text), text
+    assert "train: 3 iterations: 3 succeeded" in text
+    html = render_report(run)
+    assert "<b>train ×3</b>" in html and "attempts: 1" in html and "<th>iteration</th>" in html
+    assert "<td class=iteration>[1] 0.1</td>" in html
 
 
 def test_tuning_fanout_takes_the_else_branch_in_process(tmp_path: Path) -> None:
@@ -223,8 +252,10 @@ def test_tuning_fanout_runs_on_kfp_local(tmp_path: Path, monkeypatch: pytest.Mon
     expected = _expected_best(tmp_path, rates)
     assert (record.results["choose_best"]["best_learning_rate"], record.results["choose_best"]["best_accuracy"]) == expected
     steps = {s.name: s for s in record.steps}
-    assert steps["train"].attempts == 3 and steps["train"].status == "succeeded"
+    assert steps["train"].attempts == 1 and steps["train"].status == "succeeded"  # 3 iterations, 1 attempt each
+    assert [(it.iteration, it.item, it.attempts) for it in steps["train"].iterations] == [(0, 1.0, 1), (1, 0.1, 1), (2, 0.001, 1)]
     assert steps["archive"].status == "succeeded" and steps["not_good_enough"].status == "not run"
+    _check_fanout_records(tmp_path / "run", rates)  # the item: filled in from the loop's list by the record
 
     low = run_local({"learning_rates": [0.0]}, pipeline=tuning.pipeline, run_dir=tmp_path / "low")
     assert low.status == "succeeded"
@@ -438,7 +469,7 @@ def test_the_examples_run_on_airflow(source: str, airflow_home: Path, tmp_path: 
             assert record.results[name] == facts, name
     if "tuning" in source:
         steps = {s.name: s for s in record.steps}
-        assert steps["train"].attempts == 3  # three mapped instances
+        assert steps["train"].attempts == 1 and len(steps["train"].iterations) == 3  # three mapped instances, 1 try each
         assert steps["not_good_enough"].status == "not run"
         log = (tmp_path / "run" / "airflow.log").read_text(encoding="utf-8")
         assert "branch 'not accurate enough' is not taken" in log
@@ -447,6 +478,7 @@ def test_the_examples_run_on_airflow(source: str, airflow_home: Path, tmp_path: 
 # --- loops over a step's list, dict items, a loop inside a sub-pipeline -------------------------------------------
 
 _LOOP_MODULE = '''
+from heteroflow.components.core.retry import RetryPolicy
 from heteroflow.components.core.step import step
 
 
@@ -478,9 +510,26 @@ def total(values: list) -> float:
     return float(sum(values))
 
 
+def flaky(x: int, marker_dir: str) -> float:
+    """x, after one reset connection (a transient failure) on the first attempt for x == 2.
+
+    Args:
+        x: a number.
+        marker_dir: where that first failure is remembered.
+    """
+    import os
+
+    marker = os.path.join(marker_dir, f"failed-{x}")
+    if x == 2 and not os.path.exists(marker):
+        open(marker, "w").close()
+        raise ConnectionResetError("connection reset by peer")
+    return float(x)
+
+
 SIZES = step(sizes)
 SQUARE = step(square)
 TOTAL = step(total)
+FLAKY = step(flaky, retry=RetryPolicy(retries=2, backoff_seconds=0.5))
 '''
 
 
@@ -529,6 +578,10 @@ def test_loops_over_a_list_output_dict_items_and_inside_a_sub_pipeline(loop_step
     assert record.results["second"]["result"] == 9 * 0.5 + 16 * 2.0
     assert record.results["sub__total"]["result"] == 10.0 * (1 + 4 + 9)
     assert {s.name: s.status for s in record.steps}["winner"] == "succeeded"  # 140 > 36.5
+    # each iteration recorded apart, with its item: a list output's, a dict item, a loop inside a sub-pipeline
+    assert [(it.item, it.attempts) for it in record.step("square").iterations] == [(1, 1), (2, 1), (4, 1)]
+    assert [it.item for it in record.step("scaled").iterations] == [{"x": 3, "scale": 0.5}, {"x": 4, "scale": 2.0}]
+    assert [it.iteration for it in record.step("sub__square").iterations] == [0, 1, 2]
 
 
 @pytest.mark.slow
@@ -553,6 +606,92 @@ def test_loops_run_on_kfp_local(loop_steps: Any, tmp_path: Path) -> None:
     assert record.results["second"]["result"] == 36.5
     steps = {s.name: s.status for s in record.steps}
     assert steps["winner"] == "not run" and steps["loser"] == "succeeded"
+    # kfp.local's iterations: the index from the task's folder, the item filled in from the loop's list
+    assert [(it.iteration, it.item, it.attempts) for it in record.step("square").iterations] == [(0, 1, 1), (1, 2, 1), (2, 4, 1)]
+    assert [it.item for it in record.step("scaled").iterations] == [{"x": 3, "scale": 0.5}, {"x": 4, "scale": 2.0}]
+
+
+def _flaky_pipeline(loop_steps: Any, marker_dir: Path) -> Pipeline:
+    p = Pipeline("flaky-loop")
+    with ParallelFor([1, 2, 3]) as x:
+        p.add(loop_steps.FLAKY, x=x, marker_dir=str(marker_dir))
+    return p
+
+
+def _check_flaky_run(folder: Path) -> None:
+    """Iteration 1 (item 2) failed once and was retried: 2 attempts on that iteration only, none on the others;
+    the retry is that iteration's, and every view says so."""
+    from heteroflow.pipelines.cli.runs import retry_lines, summary_text
+    from heteroflow.pipelines.runs.folders import load_run, retries
+    from heteroflow.pipelines.runs.report import render_report
+
+    first = json.loads((folder / "steps" / "flaky" / "iteration-1" / "attempt-1.json").read_text(encoding="utf-8"))
+    assert (first["status"], first["failure"], first["iteration"], first["item"]) == ("failed", "transient", 1, 2)
+    assert json.loads((folder / "steps" / "flaky" / "iteration-1" / "attempt-2.json").read_text(encoding="utf-8"))["status"] == "succeeded"
+    assert [p.name for p in (folder / "steps" / "flaky" / "iteration-0").iterdir()] == ["attempt-1.json"]
+    run = load_run(folder)
+    flaky = run["steps"][0]
+    assert (flaky["status"], flaky["attempts"]) == ("succeeded", 2)
+    assert [(it["item"], it["attempts"], it["status"]) for it in flaky["iterations"]] == [(1, 1, "succeeded"), (2, 2, "succeeded"), (3, 1, "succeeded")]
+    found = retries(run)
+    assert [(r["iteration"], r["attempt"], r["after"]) for r in found] == [((1,), 2, "transient")]
+    assert any(line.startswith("  flaky[1] attempt 2 on cpu") for line in retry_lines(folder))
+    text = summary_text(run)
+    assert re.search(r"flaky ×3 +│ succeeded +│ cpu +│ +2 │", text), text
+    assert "flaky: 3 iterations: 3 succeeded; [1] 2 attempts" in text
+    html = render_report(run)
+    assert "<td class=iteration>[1] 2</td><td class=num>2</td>" in html  # iteration 1's second attempt
+    assert "<td class=iteration>[2] 3</td><td class=num>1</td>" in html  # iteration 2's first: not a 4th attempt
+
+
+def test_a_retried_loop_iteration_counts_its_own_attempts_in_process(loop_steps: Any, tmp_path: Path) -> None:
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+
+    (tmp_path / "marks").mkdir()
+    record = run_inprocess(_flaky_pipeline(loop_steps, tmp_path / "marks"), {}, run_dir=tmp_path / "run", sleep=lambda s: None)
+    assert record.status == "succeeded"
+    assert [it.attempts for it in record.step("flaky").iterations] == [1, 2, 1]
+    _check_flaky_run(tmp_path / "run")
+
+
+@pytest.mark.slow
+def test_a_retried_loop_iteration_counts_its_own_attempts_on_kfp_local(loop_steps: Any, tmp_path: Path) -> None:
+    """kfp.local retries the failed iteration's task (its retry policy, compiled); the step process finds its
+    iteration from kfp.local's task folder (``for-loop-<n>-iteration-<i>``)."""
+    from heteroflow.pipelines.kfp.local import run_local
+
+    (tmp_path / "marks").mkdir()
+    record = run_local({}, pipeline=_flaky_pipeline(loop_steps, tmp_path / "marks"), run_dir=tmp_path / "run")
+    assert record.status == "succeeded", record
+    assert [it.attempts for it in record.step("flaky").iterations] == [1, 2, 1]
+    _check_flaky_run(tmp_path / "run")
+
+
+def test_a_run_record_from_before_iterations_were_recorded_still_reads(tmp_path: Path) -> None:
+    """run.json and attempt records written before loop iterations were recorded apart (no ``iterations``, no
+    ``iteration``): the record loads, its steps table and report render, and nothing is taken for an iteration."""
+    from heteroflow.pipelines.cli.runs import summary_text
+    from heteroflow.pipelines.runs.folders import load_run, retries
+    from heteroflow.pipelines.runs.records import StepSummary
+    from heteroflow.pipelines.runs.report import render_report
+
+    folder = tmp_path / "old"
+    (folder / "steps" / "train").mkdir(parents=True)
+    old_step = {"name": "train", "status": "succeeded", "device": "cpu", "kind": "cpu", "attempts": 3, "seconds": 0.5,
+                "details": {"learning_rate": 0.001}, "traceback_file": None}
+    (folder / "run.json").write_text(json.dumps({"run_id": "old-1", "pipeline": "tuning-fanout", "status": "succeeded",
+                                                 "run_dir": str(folder), "started_at": 1.0, "wall_seconds": 2.0, "params": {},
+                                                 "steps": [old_step], "fallbacks": [], "metrics": {}, "results": {}, "placement": {}}))
+    for n in (1, 2, 3):
+        (folder / "steps" / "train" / f"attempt-{n}.json").write_text(json.dumps(
+            {"step": "train", "attempt": n, "status": "succeeded", "device": "cpu", "started_at": float(n), "ended_at": n + 0.1, "seconds": 0.1}))
+    run = load_run(folder)
+    assert [r["attempt"] for r in run["attempts"]["train"]] == [1, 2, 3] and retries(run) == []
+    summary = StepSummary.from_dict(old_step)
+    assert (summary.attempts, summary.iterations) == (3, [])
+    assert re.search(r"│ train +│ succeeded +│ cpu +│ +3 │", summary_text(run))
+    html = render_report(run)
+    assert "<b>train</b>" in html and "<th>iteration</th>" not in html
 
 
 def test_the_loop_patch_keeps_an_iterations_outside_inputs() -> None:

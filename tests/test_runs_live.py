@@ -45,6 +45,20 @@ def test_no_retry_left_or_outside_the_window_reads_failed() -> None:
     assert live_state(_step(), [_failed(1, 0, 100.0, 101.0, failure="permanent")], POLICY, now=102.0)[0] == "failed"
 
 
+def test_a_loop_iteration_waiting_for_its_retry_counts_its_own_attempts() -> None:
+    """Inside a ParallelFor each iteration retries apart: iteration 1's first failure is its attempt 1 of 3, however
+    many attempts the other iterations made; a running iteration's seconds tick."""
+    ok = {"attempt": 1, "status": "succeeded", "candidate": None, "started_at": 99.0, "ended_at": 99.5, "iteration": 0}
+    recs = [ok, {**_failed(1, None, 100.0, 101.0), "iteration": 1}, {**ok, "iteration": 2}]
+    assert live_state(_step(status="failed"), recs, POLICY, now=104.2) == ("retrying", 0.5, "[1] retrying in 7 s (attempt 2 of 3)")
+    running = {"attempt": 1, "status": "running", "candidate": None, "started_at": 103.0, "iteration": 3}
+    assert live_state(_step(status="running"), [*recs, running], POLICY, now=104.0) == ("running", 1.5, "[1] retrying in 7 s (attempt 2 of 3)")
+    done = [ok, {**ok, "iteration": 1, "attempt": 2}]
+    looped = types.SimpleNamespace(name="train", status="succeeded", seconds=1.0, iterations=[{"iteration": 0, "status": "succeeded", "attempts": 1},
+                                                                                          {"iteration": 1, "status": "succeeded", "attempts": 2}])
+    assert live_state(looped, done, POLICY, now=200.0) == ("succeeded", 1.0, "2 iterations: 2 succeeded; [1] 2 attempts")
+
+
 def test_attempts_count_per_candidate_after_a_fallback() -> None:
     recs = [_failed(1, 0, 100.0, 101.0, failure="device"), _failed(2, 1, 101.0, 102.0)]
     assert live_state(_step(), recs, POLICY, now=103.0)[2] == "retrying in 9 s (attempt 2 of 3)"

@@ -25,6 +25,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,7 +35,7 @@ from heteroflow.components.errors import HeteroflowError, InvalidParameter, did_
 from heteroflow.components.core.failures import FailureClass, classify, injected_fault, simulated_devices
 from heteroflow.components.resources import DeviceKind, Resources
 from heteroflow.components.core.step import ArtifactType, Step
-from heteroflow.components.core.telemetry import RUN_DIR_ENV, progress_reporter, step_attempt
+from heteroflow.components.core.telemetry import RUN_DIR_ENV, Iteration, progress_reporter, step_attempt
 
 __all__ = [
     "DRIVER_PID_ENV",
@@ -223,6 +224,7 @@ def run_step(
     candidate_index: int | None = None,
     placements: Mapping[str, str] | None = None,
     run_dir: str | os.PathLike[str] | None = None,
+    iteration: Iteration | None = None,
 ) -> Outcome:
     """Run one attempt of ``step`` and return its :class:`Outcome` (see the module docstring).
 
@@ -236,6 +238,8 @@ def run_step(
         candidate_index: its index in the step's candidate list (for records); default 0.
         placements: for a planner step, ``{call: candidates JSON}`` of the calls it places.
         run_dir: the run folder for attempt records and fault counters; default ``$HETEROFLOW_RUN_DIR``.
+        iteration: the ``ParallelFor`` iteration this attempt runs in (its index and item), None outside a loop:
+            the attempt is recorded under that iteration, numbered among its attempts alone.
 
     Returns:
         The outcome; a failure is returned, not raised (``KeyboardInterrupt``/``SystemExit`` propagate).
@@ -304,6 +308,7 @@ def run_step(
             kind=kind,
             accelerator=outcome.accelerator,
             simulated=simulated,
+            iteration=iteration,
         ) as record:
             outcome.attempt = record.attempt
             reporter = progress_reporter(record) if (step.progress_param or step.progress_context) else None
@@ -501,6 +506,7 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
                 candidate=resources,
                 candidate_index=index,
                 placements=json.loads(placements_json) if placements_json else None,
+                iteration=_kfp_local_iteration(),
             )
             reason = outcome.reason or ""
             if outcome.status == "succeeded":
@@ -547,6 +553,36 @@ def kfp_task(ref: str, call: str, args: dict[str, Any]) -> str:
             raise TransientStepFailure(f"step {call!r} failed (retry_on='any': retried with backoff): {reason}")
         raise TransientStepFailure(f"step {call!r} failed with a transient error (retried with backoff): {reason}")
     return f"failed: {route_text(reason)}" if route == "failed" else route
+
+
+_KFP_ITERATION = re.compile(r"^for-loop-\d+-iteration-(\d+)$")
+
+
+def _kfp_local_iteration() -> Iteration | None:
+    """The ``ParallelFor`` iteration this KFP task runs in, on kfp.local: kfp.local runs iteration ``i`` of a loop
+    task ``for-loop-<n>`` as a task named ``for-loop-<n>-iteration-<i>`` and roots every task inside it under that
+    name (``<pipeline root>/<run>/for-loop-1-iteration-0/train/``: kfp 2.17's enhanced DAG orchestrator), which
+    kfp's executor sets as the task root (``dsl.get_uri``). Only a task under the run folder's pipeline root
+    (``$HETEROFLOW_RUN_DIR/kfp``, where heteroflow's kfp.local runs put it) is looked at: None for a task outside
+    a loop, on a cluster (no run folder: nothing is recorded there) or with another layout. The loop item is not
+    known here; the run's record fills it in from the loop's list."""
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if not run_dir:
+        return None
+    try:
+        from kfp.dsl.types import artifact_types
+
+        root = artifact_types.CONTAINER_TASK_ROOT
+    except ImportError:  # pragma: no cover - kfp_task runs under kfp's executor
+        return None
+    if not root:
+        return None
+    try:
+        parts = Path(root).resolve().relative_to(Path(run_dir, "kfp").resolve()).parts
+    except ValueError:
+        return None
+    indices = [int(m.group(1)) for m in map(_KFP_ITERATION.match, parts) if m]
+    return Iteration(index=indices[-1], outer=tuple(indices[:-1])) if indices else None
 
 
 def _write_values(step: Step, paths: Mapping[str, str], values: Mapping[str, Any]) -> None:

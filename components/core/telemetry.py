@@ -4,6 +4,12 @@ When ``$HETEROFLOW_RUN_DIR`` is set (``heteroflow run`` sets it for its steps), 
 writes ``$HETEROFLOW_RUN_DIR/steps/<step>/attempt-<n>.json``: first with status ``running``, then
 ``succeeded`` or ``failed``. A killed attempt stays ``running``, which is how a rerun counts it. Unset (on
 a cluster), nothing is written; the same facts go into the output artifacts' metadata for the Kubeflow UI.
+
+An attempt inside a ``ParallelFor`` iteration belongs to that iteration, as in KFP (each iteration its own task
+under the loop) and Airflow (each mapped task instance its own ``map_index``, its own try numbers): its record is
+``steps/<step>/iteration-<i>/attempt-<n>.json`` (``i`` 0-based; a nested loop's iteration under its outer ones',
+``iteration-<outer>/iteration-<i>/``), ``n`` counts the attempts of that iteration alone, and the record names the
+iteration (:class:`Iteration`: ``iteration``, ``outer_iterations``, ``item``).
 """
 
 from __future__ import annotations
@@ -21,9 +27,71 @@ from typing import Any
 from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.cache.redact import redact_url
 
-__all__ = ["RUN_DIR_ENV", "AttemptRecord", "process_alive", "progress_reporter", "read_step_records", "step_attempt", "where_ran"]
+__all__ = [
+    "ITEM_TEXT_LIMIT",
+    "RUN_DIR_ENV",
+    "AttemptRecord",
+    "Iteration",
+    "attempt_file",
+    "attempt_files",
+    "iteration_key",
+    "iteration_label",
+    "process_alive",
+    "progress_reporter",
+    "read_step_records",
+    "record_order",
+    "recorded_item",
+    "step_attempt",
+    "where_ran",
+]
 
 RUN_DIR_ENV = "HETEROFLOW_RUN_DIR"
+
+ITEM_TEXT_LIMIT = 200
+"""A loop item whose JSON text is longer than this (characters) is recorded as that text cut to this length and
+``…`` (:func:`recorded_item`); records stay small whatever a loop iterates over."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Iteration:
+    """The ``ParallelFor`` iteration an attempt runs in (Airflow's mapped task instance, KFP's
+    ``for-loop-<n>-iteration-<i>``).
+
+    Attributes:
+        index: 0-based index of the iteration in its loop (Airflow's ``map_index``); for a nested loop, in the
+            innermost loop.
+        item: the loop item (a JSON value), None when the engine cannot tell the step (kfp.local: the run's record
+            fills it in from the loop's list, :func:`heteroflow.pipelines.runs.records.build_record`).
+        outer: the enclosing loops' iteration indices, outermost first (empty for a loop that is not nested).
+    """
+
+    index: int
+    item: Any = None
+    outer: tuple[int, ...] = ()
+
+
+def recorded_item(item: Any, limit: int = ITEM_TEXT_LIMIT) -> Any:
+    """A loop item as an attempt record keeps it: the item itself when its JSON text has at most ``limit``
+    characters, else that text cut to ``limit`` characters followed by ``…`` (a string). Credentials in URLs are
+    redacted when the record is written."""
+    text = json.dumps(item, default=str, sort_keys=True)
+    return item if len(text) <= limit else text[:limit] + "…"
+
+
+def iteration_key(record: Any) -> tuple[int, ...] | None:
+    """The iteration an attempt record (an :class:`AttemptRecord` or its dict) belongs to: the outer indices then
+    its own (``(1,)``; nested ``(0, 2)``), None outside a loop."""
+    get = record.get if isinstance(record, dict) else lambda k, d=None: getattr(record, k, d)
+    index = get("iteration")
+    if not isinstance(index, int) or isinstance(index, bool):
+        return None
+    outer = get("outer_iterations") or []
+    return (*(int(i) for i in outer), index)
+
+
+def iteration_label(key: tuple[int, ...] | None) -> str:
+    """``[1]`` for iteration 1 (``[0][2]`` nested), empty outside a loop: what the views append to a step's name."""
+    return "".join(f"[{i}]" for i in key) if key else ""
 
 
 def where_ran(kind: Any, device: Any = "", *, accelerator: Any = None, simulated: bool = False, details: Any = None) -> str:
@@ -65,7 +133,7 @@ class AttemptRecord:
 
     Attributes:
         step: step name (``train``).
-        attempt: 1-based attempt number within the run.
+        attempt: 1-based attempt number within the run (within its iteration, for a step inside a loop).
         status: ``running``, ``succeeded``, ``failed`` or ``interrupted`` (Ctrl-C).
         device: device the attempt ran on (``cpu``, ``cuda``, ``npu``), or ``cpu`` for CPU-only steps.
         started_at / ended_at: Unix time, seconds.
@@ -83,6 +151,11 @@ class AttemptRecord:
         details: step-specific facts (samples/s, files copied...).
         traceback_file: a failed attempt's full traceback (your model's or data's code included), a file beside the
             record (``attempt-<n>.traceback.txt``); None when the attempt did not fail or has no run folder.
+        iteration: inside a ``ParallelFor``: the 0-based index of the iteration the attempt ran in (Airflow's
+            ``map_index``; a nested loop's innermost index); ``attempt`` then counts that iteration's attempts
+            alone. None outside a loop.
+        outer_iterations: a nested loop's enclosing iterations, outermost first (empty otherwise).
+        item: the iteration's loop item (JSON; abbreviated when long: :func:`recorded_item`); None outside a loop.
     """
 
     step: str
@@ -103,6 +176,9 @@ class AttemptRecord:
     pid: int | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     traceback_file: str | None = None
+    iteration: int | None = None
+    outer_iterations: list[int] = dataclasses.field(default_factory=list)
+    item: Any = None
 
 
 def _host_kind_name() -> str:
@@ -125,9 +201,19 @@ def process_alive(pid: int | None) -> bool:
     return True
 
 
-def _step_dir(step: str) -> Path | None:
+def _iteration_parts(key: tuple[int, ...] | None) -> list[str]:
+    return [f"iteration-{i}" for i in key or ()]
+
+
+def _step_dir(step: str, key: tuple[int, ...] | None = None) -> Path | None:
     run_dir = os.environ.get(RUN_DIR_ENV)
-    return Path(run_dir, "steps", step) if run_dir else None
+    return Path(run_dir, "steps", step, *_iteration_parts(key)) if run_dir else None
+
+
+def attempt_file(run_dir: str | os.PathLike[str], record: AttemptRecord) -> Path:
+    """Where ``record`` lives in the run folder ``run_dir``: ``steps/<step>/attempt-<n>.json``, or
+    ``steps/<step>/iteration-<i>/attempt-<n>.json`` for an attempt inside a loop."""
+    return Path(run_dir, "steps", record.step, *_iteration_parts(iteration_key(record)), f"attempt-{record.attempt}.json")
 
 
 def _write(path: Path | None, record: AttemptRecord) -> None:
@@ -139,15 +225,19 @@ def _write(path: Path | None, record: AttemptRecord) -> None:
 
 
 @contextlib.contextmanager
-def step_attempt(step: str, *, device: str = "cpu", **fields: Any) -> Iterator[AttemptRecord]:
+def step_attempt(step: str, *, device: str = "cpu", iteration: Iteration | None = None, **fields: Any) -> Iterator[AttemptRecord]:
     """Record one attempt of ``step`` around the ``with`` body; re-raises what the body raises.
 
     Args:
         step: the step's (call's) name in the pipeline.
         device: the device the attempt runs on.
+        iteration: the loop iteration the attempt runs in (None: not in a loop); its attempts are numbered apart.
         fields: other :class:`AttemptRecord` fields known at the start (``candidate``, ``kind``...).
     """
-    folder = _step_dir(step)
+    if iteration is not None:
+        fields.update(iteration=iteration.index, outer_iterations=list(iteration.outer), item=recorded_item(iteration.item))
+    key = None if iteration is None else (*iteration.outer, iteration.index)
+    folder = _step_dir(step, key)
     number = 1
     if folder is not None:
         folder.mkdir(parents=True, exist_ok=True)
@@ -180,8 +270,8 @@ def progress_reporter(record: AttemptRecord, *, min_interval_seconds: float = 0.
     """A callback ``report(**facts)`` for a running attempt: it keeps the latest facts in
     ``record.details["progress"]`` and rewrites the attempt's record file at most every ``min_interval_seconds``
     (so ``heteroflow run`` can show them live). Without a run folder it only keeps them in memory."""
-    path = _step_dir(record.step)
-    target = path / f"attempt-{record.attempt}.json" if path is not None else None
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    target = attempt_file(run_dir, record) if run_dir else None
     last = [0.0]
 
     def report(**facts: Any) -> None:
@@ -194,17 +284,36 @@ def progress_reporter(record: AttemptRecord, *, min_interval_seconds: float = 0.
     return report
 
 
+def attempt_files(step_dir: Path) -> list[Path]:
+    """Every attempt record file of one step's folder: its own and its loop iterations' (``iteration-<i>/``, nested
+    ones too)."""
+    files = list(step_dir.glob("attempt-*.json"))
+    for sub in step_dir.iterdir():
+        if sub.is_dir() and sub.name.startswith("iteration-"):
+            files += attempt_files(sub)
+    return files
+
+
+def record_order(record: Any) -> tuple[Any, ...]:
+    """Sort key of attempt records (objects or dicts) of one step: by iteration (outside a loop first), then
+    attempt number."""
+    key = iteration_key(record)
+    number = record.get("attempt") if isinstance(record, dict) else record.attempt
+    return (key is not None, key or (), number or 0)
+
+
 def read_step_records(run_dir: str | os.PathLike[str]) -> dict[str, list[AttemptRecord]]:
-    """All attempt records of a run, by step name, each list in attempt order."""
+    """All attempt records of a run, by step name, each list in iteration order (a step inside a loop), then
+    attempt order."""
     out: dict[str, list[AttemptRecord]] = {}
     root = Path(run_dir, "steps")
     if not root.is_dir():
         return out
+    known = {field.name for field in dataclasses.fields(AttemptRecord)}
     for step_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         records = []
-        for f in step_dir.glob("attempt-*.json"):
+        for f in attempt_files(step_dir):
             data = json.loads(f.read_text(encoding="utf-8"))
-            known = {field.name for field in dataclasses.fields(AttemptRecord)}
             records.append(AttemptRecord(**{k: v for k, v in data.items() if k in known}))
-        out[step_dir.name] = sorted(records, key=lambda r: r.attempt)
+        out[step_dir.name] = sorted(records, key=record_order)
     return out

@@ -232,8 +232,10 @@ def runs_show(
     as_json: Annotated[bool, typer.Option("--json", help="The run record (with its attempts) as JSON.")] = False,
     root: Annotated[Optional[list[str]], _ROOTS] = None,
 ) -> None:
-    """One run: its steps (status, device, candidate, attempts, seconds), retries, fallbacks, metrics, parameters."""
-    from heteroflow.pipelines.runs.folders import device_of, retries
+    """One run: its steps (status, device, candidate, attempts, seconds; a loop step's iterations), retries,
+    fallbacks, metrics, parameters."""
+    from heteroflow.components.core.telemetry import iteration_label
+    from heteroflow.pipelines.runs.folders import device_of, iteration_name, iterations_of, retries, step_label
 
     run = _resolve(ctx, run_id, root)
     if as_json:
@@ -253,7 +255,7 @@ def runs_show(
         table.add_column(col, justify="right" if col in ("attempts", "seconds", "candidate") else "left")
     for step in run.get("steps") or []:
         table.add_row(
-            escape(str(step.get("name"))),
+            escape(step_label(step)),
             escape(str(step.get("status"))),
             escape(device_of(step)),
             _fmt(step.get("candidate")),
@@ -261,13 +263,23 @@ def runs_show(
             _secs(step.get("seconds")),
             escape(str(step.get("error") or "")),
         )
+        for it in iterations_of(step):  # a loop step: one row per iteration (Airflow's mapped instances)
+            table.add_row(
+                escape("  " + iteration_name(it)),
+                escape(str(it.get("status"))),
+                escape(device_of(it)),
+                _fmt(it.get("candidate")),
+                _fmt(it.get("attempts")),
+                _secs(it.get("seconds")),
+                escape(str(it.get("error") or "")),
+            )
     console.print(table)
     items = retries(run)
     if items:
         total = sum(r["wait_seconds"] or 0.0 for r in items)
         console.print(f"retries: {len(items)}, {total:.1f} s spent waiting", highlight=False)
         for r in items:
-            console.print(f"  {escape(str(r['step']))} attempt {r['attempt']} after a {escape(str(r['after']))} failure, waited {_secs(r['wait_seconds'])} s", highlight=False)
+            console.print(f"  {escape(str(r['step']) + iteration_label(r.get('iteration')))} attempt {r['attempt']} after a {escape(str(r['after']))} failure, waited {_secs(r['wait_seconds'])} s", highlight=False)
     for f in run.get("fallbacks") or []:
         console.print(
             f"fallback: {escape(str(f.get('step')))} left candidate {f.get('candidate')} ({escape(str(f.get('kind')))}) after a "
@@ -475,14 +487,35 @@ def live_state(step: Any, records: list[dict[str, Any]], retry: Any, now: float)
       the note ``retrying in N s (attempt k of n)``: N counts down from the policy's delay for that retry, k and
       n count attempts on the candidate;
     - a running call's seconds tick (now - the attempt's start);
+    - a call inside a loop: each iteration as above (``[1] retrying in N s (attempt k of n)``; its running
+      iterations' seconds tick), else how its iterations ended (``3 iterations: 3 succeeded``);
     - else the summary's status and seconds.
 
     Args:
         step: the call's summary (``name``, ``status``, ``failure``, ``seconds``).
-        records: its attempt records (dicts, in order), from ``steps/<call>/``.
+        records: its attempt records (dicts, in order: by iteration, then attempt), from ``steps/<call>/``.
         retry: its retry policy, or None when unknown.
         now: the time, Unix seconds.
     """
+    from heteroflow.components.core.telemetry import iteration_key, iteration_label
+
+    if any(iteration_key(r) is not None for r in records):  # a loop: each iteration retries apart
+        groups: dict[Any, list[dict[str, Any]]] = {}
+        for r in records:
+            groups.setdefault(iteration_key(r), []).append(r)
+        notes, running = [], []
+        for key, recs in groups.items():
+            alone = [{k: v for k, v in r.items() if k not in ("iteration", "outer_iterations")} for r in recs]
+            state, _, note = live_state(step, alone, retry, now)
+            if recs[-1].get("status") == "running" and isinstance(recs[-1].get("started_at"), (int, float)):
+                running.append(max(now - recs[-1]["started_at"], 0.0))
+            if state == "retrying":
+                notes.append(f"{iteration_label(key)} {note}")
+        from heteroflow.pipelines.runs.folders import iterations_note
+
+        status = "retrying" if notes and not running else step.status
+        seconds = (step.seconds or 0.0) + sum(running) if running else step.seconds
+        return status, seconds, "; ".join(notes) or iterations_note(step)
     last = records[-1] if records else None
     if last is not None and last.get("status") == "running" and isinstance(last.get("started_at"), (int, float)):
         return step.status, max(now - last["started_at"], 0.0), ""
@@ -522,6 +555,7 @@ def _short(error: Any) -> str:
 def retry_lines(run_dir: str | Path) -> list[str]:
     """The summary's retry lines: each retry (step, attempt, the failure before it, the wait) and the time spent
     waiting against the run's wall time; empty when the run retried nothing."""
+    from heteroflow.components.core.telemetry import iteration_label
     from heteroflow.components.errors import HeteroflowError
     from heteroflow.pipelines.runs.folders import load_run, retries
 
@@ -538,7 +572,7 @@ def retry_lines(run_dir: str | Path) -> list[str]:
     lines = [f"retries: {len(items)}, {total:.1f} s spent waiting{share}"]
     for r in items:
         lines.append(
-            f"  {r['step']} attempt {r['attempt']} on {r['kind']} (candidate {r['candidate']}) after a {r['after']} failure, "
+            f"  {r['step']}{iteration_label(r.get('iteration'))} attempt {r['attempt']} on {r['kind']} (candidate {r['candidate']}) after a {r['after']} failure, "
             f"waited {_secs(r['wait_seconds'])} s: {_short(r['error'])}"
         )
     return lines
@@ -554,6 +588,8 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
     where the record and report are. Plain text, no colour."""
     import io
 
+    from heteroflow.pipelines.runs.folders import iterations_note, iterations_of, step_label
+
     out = Console(file=io.StringIO(), width=width, no_color=True, highlight=False, soft_wrap=True, force_terminal=False)
     table = Table(title="steps", title_justify="left")
     for col in ("step", "status", "device", "attempts", "seconds"):
@@ -563,9 +599,12 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
                            simulated=bool(s.get("simulated")), details=s.get("details"))
         if s.get("candidate"):
             device += f" [candidate {s['candidate']}]"
-        table.add_row(escape(str(s.get("name"))), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None),
+        table.add_row(escape(step_label(s)), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None),
                       f"{s['seconds']:.2f}" if isinstance(s.get("seconds"), (int, float)) else "-")
     out.print(table)
+    for s in run.get("steps") or []:
+        if iterations_of(s):  # a loop step (`train ×3`): how its iterations ended, its attempts being theirs
+            out.print(escape(f"{s.get('name')}: {iterations_note(s)}"))
     from heteroflow.pipelines.runs.folders import ran_on
 
     for call, decision in (run.get("placement") or {}).items():

@@ -50,12 +50,15 @@ def _progress_text(details: dict[str, Any]) -> str:
 
 def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
     """The steps table; with ``pipeline`` (while a run goes on) seconds tick and a transient failure waiting for
-    its retry shows ``retrying in N s (attempt k of n)`` (:func:`heteroflow.pipelines.cli.runs.live_state`)."""
+    its retry shows ``retrying in N s (attempt k of n)`` (:func:`heteroflow.pipelines.cli.runs.live_state`). A step
+    inside a loop is one row, ``train ×3``: its attempts are the most one iteration took, its seconds the
+    iterations' sum, and its progress says how the iterations ended (``3 iterations: 3 succeeded``)."""
     import os
     import time
 
     from heteroflow.components.core.telemetry import RUN_DIR_ENV
     from heteroflow.pipelines.cli.runs import live_state, read_attempts
+    from heteroflow.pipelines.runs.folders import iterations_note, step_label
 
     records = read_attempts(os.environ.get(RUN_DIR_ENV)) if pipeline is not None else {}
     now = time.time()
@@ -80,8 +83,10 @@ def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
                            details=s.details)  # one wording (#28 item 17)
         if s.candidate:
             device += f" [candidate {s.candidate}]"
+        if not note and s.status != "running":
+            note = iterations_note(s)  # a loop step (`train ×3`): how its iterations ended
         table.add_row(
-            s.name,
+            escape(step_label(s)),
             f"[{colour}]{status}[/]",
             escape(device),
             str(s.attempts) if s.attempts else "-",

@@ -6,7 +6,8 @@ in this process: the in-process engine's walk of the pipeline's tree of groups.
   (:func:`heteroflow.pipelines.control.evaluate`); what it produces stays inside it.
 - A ``ParallelFor`` runs its calls once per item, in order (one process: iterations one after another); each
   iteration's artifacts live under ``artifacts/<call>/<iteration>/<name>``; ``Collected`` reads the list of one
-  value over the iterations.
+  value over the iterations. Each iteration's attempts are recorded as that iteration's (its index and item,
+  :class:`~heteroflow.components.core.telemetry.Iteration`), not as more attempts of the call.
 - A sub-pipeline's calls run in place (they are calls of the pipeline, ``<sub>__<call>``).
 - Failures as :func:`heteroflow.pipelines.engines.inprocess.run_call` decides them (retries, fallback); the first
   call that does not succeed ends the run (nothing after it runs, in any group).
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from heteroflow.components.core.telemetry import Iteration
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.pipelines.control import CollectedRef, Group, LoopItem, Node, ValueRef, evaluate, tree
 from heteroflow.pipelines.graph import Call, ParamRef, Pipeline
@@ -71,7 +73,10 @@ def run_control(
         for key, binding in call.bindings.items():
             if isinstance(binding, (ValueRef, LoopItem, CollectedRef)):
                 params[key] = call.step.param(key).check(resolve(binding, env))
-        suffix = [str(env[("iteration", g.id)]) for g in call.groups if g.kind == "loop"]
+        indices = [int(env[("iteration", g.id)]) for g in call.groups if g.kind == "loop"]
+        suffix = [str(i) for i in indices]
+        loops = [g for g in call.groups if g.kind == "loop"]
+        iteration = Iteration(index=indices[-1], item=env[("item", loops[-1].id)], outer=tuple(indices[:-1])) if loops else None
         outputs = {s.name: str(Path(folder, "artifacts", call.name, *suffix, s.name)) for s in call.step.outputs}
         inputs = {name: env[("out", ref.call, ref.output)] for name, ref in call.input_refs().items()}
         outcome = run_call(
@@ -83,6 +88,7 @@ def run_control(
             placements=pipeline.placements() if call.step.planner else None,
             placement=state["inventory"],
             sleep=sleep,
+            iteration=iteration,
         )
         if outcome.status != "succeeded":
             raise _Stop(call.name)

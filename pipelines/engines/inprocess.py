@@ -24,6 +24,7 @@ from typing import Any
 
 from heteroflow.components.core.fallback import next_candidate, retry_decision
 from heteroflow.components.core.runtime import LocalArtifact, Outcome, run_step
+from heteroflow.components.core.telemetry import Iteration
 from heteroflow.pipelines.graph import Call, Pipeline
 from heteroflow.pipelines.environment import environ, step_environment, testing_environment
 from heteroflow.pipelines.runs.prerendering import prewarm as prewarm_report
@@ -43,12 +44,15 @@ def run_call(
     placements: Mapping[str, str] | None = None,
     placement: Mapping[str, int] | None = None,
     sleep: Callable[[float], None] = time.sleep,
+    iteration: Iteration | None = None,
 ) -> Outcome:
     """Run one call with its retry policy and, if device-bound, its fallback chain from candidate ``start``.
 
     Args:
         placement: the plan's device counts by kind (its ``inventory`` fact): later candidates it cannot serve are
             passed over (:func:`heteroflow.components.core.fallback.next_candidate`); None: no planner.
+        iteration: the ``ParallelFor`` iteration the call runs in (None outside a loop): its attempts, retries
+            and fallbacks are that iteration's.
 
     Returns:
         The last attempt's outcome (``succeeded``, or the failure that stopped the call).
@@ -67,6 +71,7 @@ def run_call(
                 candidate=call.candidates[index],
                 candidate_index=index if call.device_bound else None,
                 placements=placements,
+                iteration=iteration,
             )
             delay = retry_decision(call.retry, outcome.route, retry, time.monotonic() - first_started)
             if delay is None:

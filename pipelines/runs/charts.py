@@ -212,6 +212,8 @@ def _timeline_plot(run: dict[str, Any]) -> str:
     Drawn from the bars alone (:func:`_timeline_svg`, kept by them in the memo): a kfp.local run's check task
     draws it for its HTML artifact, and the report written when the run ends reuses that drawing when the attempts
     are the same."""
+    from heteroflow.components.core.telemetry import iteration_key
+
     recs = [(name, r) for name, rs in (run.get("attempts") or {}).items() for r in rs if isinstance(r.get("started_at"), (int, float))]
     if not recs:
         return ""
@@ -227,7 +229,7 @@ def _timeline_plot(run: dict[str, Any]) -> str:
     waited = [r for r in retries(run) if r["wait_seconds"]]
     waits = []
     for r in waited:
-        nxt = next((x for n, x in recs if n == r["step"] and x.get("attempt") == r["attempt"]), None)
+        nxt = next((x for n, x in recs if n == r["step"] and x.get("attempt") == r["attempt"] and iteration_key(x) == r.get("iteration")), None)
         if nxt is not None:
             waits.append([names.index(r["step"]), r["wait_seconds"], nxt["started_at"] - t0 - r["wait_seconds"]])
     return _timeline_svg(names, bars, waits, bool(waited))

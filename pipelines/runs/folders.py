@@ -1,7 +1,8 @@
 """Read run folders of any engine, for ``heteroflow runs``, ``heteroflow report`` and the run metrics.
 
 kfp.local (``heteroflow run``), the in-process engine (``--engine inprocess``) and the Airflow DAGs all leave a
-run folder with ``run.json`` (the run record) and ``steps/<call>/attempt-<n>.json`` (one file per attempt). This
+run folder with ``run.json`` (the run record) and ``steps/<call>/attempt-<n>.json`` (one file per attempt;
+``steps/<call>/iteration-<i>/attempt-<n>.json`` for a loop iteration's). This
 module reads them as plain JSON (dicts), so it depends on the record's documented fields, not on the classes that
 write it, and it tolerates fields a record of another version lacks.
 
@@ -29,12 +30,16 @@ __all__ = [
     "find_runs",
     "headline_metric",
     "history_of",
+    "iteration_name",
+    "iterations_note",
+    "iterations_of",
     "load_run",
     "model_overrides",
     "prune_archive",
     "prune_cache",
     "resolve_run",
     "retries",
+    "step_label",
 ]
 
 RUN_FILE = "run.json"
@@ -76,20 +81,22 @@ def load_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _read_attempts(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    from heteroflow.components.core.telemetry import attempt_files, record_order
+
     out: dict[str, list[dict[str, Any]]] = {}
     root = folder / "steps"
     if not root.is_dir():
         return out
     for step_dir in sorted(p for p in root.iterdir() if p.is_dir()):
         records = []
-        for f in step_dir.glob("attempt-*.json"):
+        for f in attempt_files(step_dir):
             try:
                 rec = json.loads(f.read_text(encoding="utf-8"))
             except (OSError, ValueError):
                 continue
             if isinstance(rec, dict):
                 records.append(rec)
-        out[step_dir.name] = sorted(records, key=lambda r: (r.get("attempt") or 0))
+        out[step_dir.name] = sorted(records, key=record_order)
     return out
 
 
@@ -150,18 +157,25 @@ def resolve_run(ref: str, roots: Sequence[str | os.PathLike[str]] | None = None)
 
 
 def attempts(run: dict[str, Any], step: str) -> list[dict[str, Any]]:
-    """The attempt records of ``step`` (dicts, in order); empty when the run folder has none."""
+    """The attempt records of ``step`` (dicts, in order: by loop iteration, then attempt); empty when the run folder
+    has none."""
     return list((run.get("attempts") or {}).get(step, []))
 
 
 def retries(run: dict[str, Any]) -> list[dict[str, Any]]:
     """Every retry of the run: ``step``, ``attempt`` (the retry's number), ``after`` (the failure class of the
-    attempt before it), ``candidate``, ``kind`` and ``wait_seconds`` (from the end of the attempt before to the
-    start of this one, in seconds; None when either time is unknown). A move to another candidate after a
-    device failure is a fallback, not a retry, and is not listed."""
+    attempt before it), ``candidate``, ``kind``, ``wait_seconds`` (from the end of the attempt before to the
+    start of this one, in seconds; None when either time is unknown) and ``iteration`` (the loop iteration it
+    retried, as :func:`~heteroflow.components.core.telemetry.iteration_key` gives it: ``(1,)``, nested ``(0, 1)``;
+    None outside a loop: a retry is always within one iteration, the next iteration is never a retry). A move to another
+    candidate after a device failure is a fallback, not a retry, and is not listed."""
+    from heteroflow.components.core.telemetry import iteration_key
+
     out = []
     for step, recs in (run.get("attempts") or {}).items():
         for prev, cur in zip(recs, recs[1:]):
+            if iteration_key(prev) != iteration_key(cur):
+                continue
             if prev.get("status") != "failed" or prev.get("candidate") != cur.get("candidate"):
                 continue
             end, start = prev.get("ended_at"), cur.get("started_at")
@@ -175,9 +189,62 @@ def retries(run: dict[str, Any]) -> list[dict[str, Any]]:
                     "candidate": cur.get("candidate"),
                     "kind": cur.get("kind"),
                     "wait_seconds": wait,
+                    "iteration": iteration_key(cur),
                 }
             )
     return out
+
+
+def iterations_of(step: Any) -> list[dict[str, Any]]:
+    """A step's loop iterations (dicts, in order) from its summary (a ``run.json`` step or a
+    :class:`~heteroflow.pipelines.runs.records.StepSummary`); empty outside a loop and in records written before
+    iterations were recorded."""
+    import dataclasses
+
+    found = step.get("iterations") if isinstance(step, dict) else getattr(step, "iterations", None)
+    out = []
+    for it in found or []:
+        it = dataclasses.asdict(it) if dataclasses.is_dataclass(it) and not isinstance(it, type) else it
+        if isinstance(it, dict) and isinstance(it.get("iteration"), int):
+            out.append(it)
+    return out
+
+
+def step_label(step: Any) -> str:
+    """A step's name as the tables show it: ``train ×3`` for a step that ran 3 loop iterations, else its name."""
+    name = step.get("name") if isinstance(step, dict) else getattr(step, "name", "")
+    its = iterations_of(step)
+    return f"{name} ×{len(its)}" if its else str(name)
+
+
+def iteration_name(it: dict[str, Any], *, item_chars: int = 24) -> str:
+    """One iteration as a table row names it: ``[1] 0.1`` (its index, as Airflow's ``map_index``, and its loop item
+    as JSON, cut to ``item_chars`` characters); nested: ``[0][1] ...``."""
+    from heteroflow.components.core.telemetry import iteration_label
+
+    label = iteration_label((*(it.get("outer_iterations") or []), it["iteration"]))
+    item = it.get("item")
+    if item is None:
+        return label
+    text = item if isinstance(item, str) else json.dumps(item, default=str, sort_keys=True)
+    return f"{label} {text if len(text) <= item_chars else text[: item_chars - 1] + '…'}"
+
+
+def iterations_note(step: Any) -> str:
+    """How a loop step's iterations ended, in a few words (``3 iterations: 2 succeeded, 1 failed; [1] 2
+    attempts``); empty outside a loop."""
+    from heteroflow.components.core.telemetry import iteration_label
+
+    its = iterations_of(step)
+    if not its:
+        return ""
+    counts: dict[str, int] = {}
+    for it in its:
+        counts[str(it.get("status"))] = counts.get(str(it.get("status")), 0) + 1
+    text = f"{len(its)} iteration{'s' if len(its) != 1 else ''}: " + ", ".join(f"{n} {status}" for status, n in counts.items())
+    retried = [f"{iteration_label((*(it.get('outer_iterations') or []), it['iteration']))} {it.get('attempts')} attempts"
+               for it in its if (it.get("attempts") or 0) > 1]
+    return text + ("; " + ", ".join(retried) if retried else "")
 
 
 def device_of(step: dict[str, Any]) -> str:

@@ -5,7 +5,8 @@ A run gets a folder (default ``./heteroflow-runs/<run id>``; Airflow: ``<run roo
 - ``run.json``: the run record (:class:`RunRecord`), written atomically when the run ends, whatever the end
   (succeeded, failed, interrupted, or an engine crash); its format only ever gains fields;
 - ``steps/<call>/attempt-<n>.json``: one record per attempt, written by the steps themselves
-  (:mod:`heteroflow.components.core.telemetry`);
+  (:mod:`heteroflow.components.core.telemetry`); a call inside a ``ParallelFor`` has one folder per iteration,
+  ``steps/<call>/iteration-<i>/attempt-<n>.json``, its attempts numbered within the iteration;
 - ``driver.json``: the driver's pid, run id, pipeline and parameters, written when the run starts (a folder with it
   and no ``run.json`` whose pid is gone was killed: :func:`recover_killed_runs`);
 - engine files: kfp.local's ``kfp/`` (its pipeline root) and ``kfp.log``.
@@ -34,12 +35,13 @@ from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.cache.redact import redact_url
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.core.step import ArtifactType
-from heteroflow.components.core.telemetry import AttemptRecord, process_alive, read_step_records
+from heteroflow.components.core.telemetry import AttemptRecord, attempt_file, iteration_key, process_alive, read_step_records
 from heteroflow.pipelines.graph import Pipeline
 
 __all__ = [
     "DATASET_PARAM",
     "DRIVER_FILE",
+    "IterationSummary",
     "RunInProgress",
     "RunRecord",
     "StepSummary",
@@ -63,21 +65,68 @@ DATASET_PARAM = "dataset_uri"
 # --- the run record ---------------------------------------------------------------------------------------
 
 
+_STATUS_ORDER = ("running", "interrupted", "killed", "failed", "succeeded")
+"""How a loop call's status follows from its iterations': the first of these any iteration has."""
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class IterationSummary:
+    """One ``ParallelFor`` iteration of a call (Airflow's mapped task instance, KFP's loop iteration).
+
+    Attributes:
+        iteration: 0-based index in its loop (Airflow's ``map_index``; a nested loop's innermost index).
+        outer_iterations: a nested loop's enclosing iterations, outermost first (empty otherwise).
+        item: the loop item (JSON, abbreviated when long), None when unknown.
+        status / device / kind / accelerator / candidate / simulated / attempts / seconds / compute_seconds /
+            error / failure / details / traceback_file: as :class:`StepSummary`'s, for this iteration alone
+            (``attempts``: its attempts, retries and fallbacks included).
+    """
+
+    iteration: int
+    outer_iterations: list[int] = dataclasses.field(default_factory=list)
+    item: Any = None
+    status: str = "not run"
+    device: str | None = None
+    kind: str | None = None
+    accelerator: str | None = None
+    candidate: int | None = None
+    simulated: bool = False
+    attempts: int = 0
+    seconds: float | None = None
+    compute_seconds: float | None = None
+    error: str | None = None
+    failure: str | None = None
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
+    traceback_file: str | None = None
+
+    @property
+    def key(self) -> tuple[int, ...]:
+        return (*self.outer_iterations, self.iteration)
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class StepSummary:
     """One call of a run.
 
     Attributes:
         name: the call's name.
-        status: ``succeeded``, ``failed``, ``running``, ``killed`` (its process died mid-attempt) or ``not run``.
+        status: ``succeeded``, ``failed``, ``running``, ``killed`` (its process died mid-attempt) or ``not run``;
+            a call inside a loop: the first of running, interrupted, killed, failed, succeeded that one of its
+            iterations has.
         device: the device of its last attempt (``cpu``, ``cuda``...).
         kind / accelerator / candidate / simulated: the candidate its last attempt ran on.
-        attempts: attempts over all candidates.
-        seconds: wall time of the last attempt inside the step process, seconds.
-        compute_seconds: the step's own work in the last attempt, seconds.
-        error: the last error; failure: its class.
-        details: the facts of the last attempt.
+        attempts: attempts over all candidates; for a call inside a loop, the most attempts one iteration took
+            (each iteration's own count is in ``iterations``), so ``attempts`` above 1 always means a retry or a
+            fallback.
+        seconds: wall time of the last attempt inside the step process, seconds; inside a loop, the sum of every
+            iteration's.
+        compute_seconds: the step's own work in the last attempt, seconds (inside a loop: the iterations' sum).
+        error: the last error; failure: its class (inside a loop: the first failed iteration's).
+        details: the facts of the last attempt (inside a loop: of the last iteration; each iteration's are in
+            ``iterations``).
         traceback_file: the file holding the last failed attempt's full traceback (None: none written).
+        iterations: a call inside a ``ParallelFor``: one :class:`IterationSummary` per iteration that ran, in
+            iteration order; empty outside a loop (and in records written before loops were recorded apart).
     """
 
     name: str
@@ -94,11 +143,71 @@ class StepSummary:
     failure: str | None = None
     details: dict[str, Any] = dataclasses.field(default_factory=dict)
     traceback_file: str | None = None
+    iterations: list[IterationSummary] = dataclasses.field(default_factory=list)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> StepSummary:
+        """A summary as ``run.json`` holds it (a record of any version: unknown fields are left out)."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        fields = {k: v for k, v in data.items() if k in known}
+        it_known = {f.name for f in dataclasses.fields(IterationSummary)}
+        fields["iterations"] = [
+            IterationSummary(**{k: v for k, v in it.items() if k in it_known})
+            for it in fields.get("iterations") or [] if isinstance(it, Mapping) and isinstance(it.get("iteration"), int)
+        ]
+        return cls(**fields)
 
     @classmethod
     def from_records(cls, name: str, records: list[AttemptRecord], *, finished: bool = False) -> StepSummary:
         if not records:
             return cls(name=name, status="not run")
+        groups: dict[tuple[int, ...] | None, list[AttemptRecord]] = {}
+        for r in records:
+            groups.setdefault(iteration_key(r), []).append(r)
+        if set(groups) == {None}:
+            return cls._from_attempts(name, records, finished=finished)
+        iterations = []
+        for key in sorted(groups, key=lambda k: (k is not None, k or ())):
+            one = cls._from_attempts(name, groups[key], finished=finished)
+            iterations.append(
+                IterationSummary(
+                    iteration=key[-1] if key else 0,
+                    outer_iterations=list(key[:-1]) if key else [],
+                    item=groups[key][-1].item,
+                    **{f.name: getattr(one, f.name) for f in dataclasses.fields(IterationSummary)
+                       if f.name not in ("iteration", "outer_iterations", "item")},
+                )
+            )
+        statuses = {it.status for it in iterations}
+        status = next((s for s in _STATUS_ORDER if s in statuses), iterations[-1].status)
+        last = max(records, key=lambda r: r.started_at)
+        failed = next((it for it in iterations if it.status not in ("succeeded", "running")), None)
+
+        def total(field: str) -> float | None:
+            values = [getattr(it, field) for it in iterations if getattr(it, field) is not None]
+            return sum(values) if values else None
+
+        return cls(
+            name=name,
+            status=status,
+            device=last.device,
+            kind=last.kind,
+            accelerator=last.accelerator,
+            candidate=last.candidate,
+            simulated=last.simulated,
+            attempts=max(it.attempts for it in iterations),
+            seconds=total("seconds"),
+            compute_seconds=total("compute_seconds"),
+            error=failed.error if failed is not None and status != "succeeded" else None,
+            failure=failed.failure if failed is not None and status != "succeeded" else None,
+            details=iterations[-1].details,
+            traceback_file=failed.traceback_file if failed is not None and status != "succeeded" else None,
+            iterations=iterations,
+        )
+
+    @classmethod
+    def _from_attempts(cls, name: str, records: list[AttemptRecord], *, finished: bool) -> StepSummary:
+        """The summary of one call's attempts outside a loop, or of one iteration's."""
         last = records[-1]
         status = last.status
         if status == "running" and (finished or not process_alive(last.pid)):
@@ -192,24 +301,27 @@ def collect(run_dir: str | os.PathLike[str], pipeline: Pipeline, *, finished: bo
 
 
 def fallbacks(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
-    """The candidates that device-bound calls left after a device failure, in the order they were left."""
+    """The candidates that device-bound calls left after a device failure, in the order they were left (a call
+    inside a loop: each iteration's, with ``iteration``)."""
     out = []
     for call, records in read_step_records(run_dir).items():
         for r in records:
             if r.status == "failed" and r.failure == "device" and r.candidate is not None:
-                later = [x for x in records if x.candidate is not None and x.candidate > r.candidate]
+                key = iteration_key(r)
+                later = [x for x in records if iteration_key(x) == key and x.candidate is not None and x.candidate > r.candidate]
                 if later:
-                    out.append(
-                        {
-                            "step": call,
-                            "candidate": r.candidate,
-                            "kind": r.kind,
-                            "accelerator": r.accelerator,
-                            "failure": r.failure,
-                            "reason": r.error,
-                            "at": r.ended_at,
-                        }
-                    )
+                    entry = {
+                        "step": call,
+                        "candidate": r.candidate,
+                        "kind": r.kind,
+                        "accelerator": r.accelerator,
+                        "failure": r.failure,
+                        "reason": r.error,
+                        "at": r.ended_at,
+                    }
+                    if key is not None:
+                        entry["iteration"] = r.iteration
+                    out.append(entry)
     return sorted(out, key=lambda f: f["at"] or 0)
 
 
@@ -228,9 +340,51 @@ def close_stopped_attempts(run_dir: str | os.PathLike[str], ended_at: float) -> 
             r.status, r.ended_at = "interrupted", max(ended_at, r.started_at)
             r.seconds = r.ended_at - r.started_at
             r.error = r.error or "stopped with the run (Ctrl-C or SIGTERM)"
-            _write(Path(run_dir, "steps", name, f"attempt-{r.attempt}.json"), r)
+            _write(attempt_file(run_dir, r), r)
             closed.append(r)
     return closed
+
+
+def _loop_items(pipeline: Pipeline, call: Any, args: Mapping[str, Any], records: Mapping[str, list[AttemptRecord]]) -> list[Any] | None:
+    """The list ``call``'s innermost loop iterated over, as far as the run's arguments and records tell it: a
+    literal list, a list parameter's value, or an output parameter of a call that succeeded; else None."""
+    from heteroflow.pipelines.control import ValueRef
+    from heteroflow.pipelines.graph import ParamRef
+
+    loops = [g for g in getattr(call, "groups", ()) if g.kind == "loop"]
+    if not loops:
+        return None
+    items = loops[-1].items
+    if isinstance(items, ParamRef):
+        items = args.get(items.name)
+    elif isinstance(items, ValueRef):
+        done = [r for r in records.get(items.call, []) if r.status == "succeeded"]
+        try:
+            items = pipeline[items.call].step.returned_values(done[-1].details)[items.output] if done else None
+        except (KeyError, TypeError, ValueError):
+            items = None
+    return items if isinstance(items, list) else None
+
+
+def fill_loop_items(run_dir: str | os.PathLike[str], pipeline: Pipeline, args: Mapping[str, Any]) -> int:
+    """Give each attempt record of a loop iteration that names no item (an engine that could not tell the step
+    its item: kfp.local) the item of its index in the loop's list (:func:`_loop_items`), rewriting its file.
+    Returns how many records were filled in."""
+    from heteroflow.components.core.telemetry import _write, recorded_item
+
+    records = read_step_records(run_dir)
+    filled = 0
+    for call in getattr(pipeline, "calls", ()):
+        missing = [r for r in records.get(call.name, []) if r.iteration is not None and r.item is None]
+        if not missing:
+            continue
+        items = _loop_items(pipeline, call, args, records)
+        for r in missing:
+            if items is not None and 0 <= r.iteration < len(items) and items[r.iteration] is not None:
+                r.item = recorded_item(items[r.iteration])
+                _write(attempt_file(run_dir, r), r)
+                filled += 1
+    return filled
 
 
 def build_record(
@@ -249,6 +403,7 @@ def build_record(
     marked running are closed first: :func:`close_stopped_attempts`)."""
     if interrupted:
         close_stopped_attempts(folder, started + wall_seconds)
+    fill_loop_items(folder, pipeline, args)
     steps = collect(folder, pipeline, finished=True)
     by_name = {s.name: s for s in steps}
     # a call inside a condition or a loop may legitimately not run (a branch not taken, an empty list)

@@ -9,7 +9,19 @@ import json
 from typing import Any
 
 from heteroflow.pipelines.runs.charts import _confusion_plot, _history_plots, _per_class_plot, _timeline_plot
-from heteroflow.pipelines.runs.folders import attempts, device_of, headline_metric, history_of, model_overrides, ran_on, retries
+from heteroflow.pipelines.runs.folders import (
+    attempts,
+    device_of,
+    headline_metric,
+    history_of,
+    iteration_name,
+    iterations_note,
+    iterations_of,
+    model_overrides,
+    ran_on,
+    retries,
+    step_label,
+)
 from heteroflow.pipelines.runs.markup import _STATUS_COLOURS, _badge, _e, _kv_table, _num, _seconds, _short_error
 
 
@@ -56,30 +68,43 @@ def _graph(run: dict[str, Any]) -> str:
         colour = _STATUS_COLOURS.get(str(s.get("status")), "#6e7781")
         cand = s.get("candidate")
         lines = [
-            f"<b>{_e(s.get('name'))}</b>",
+            f"<b>{_e(step_label(s))}</b>",
             _e(s.get("status")),
             f"device: {_e(device_of(s))}",
             f"candidate: {_e(cand) if cand is not None else '-'}",
             f"attempts: {_e(s.get('attempts', 0))}",
             f"seconds: {_seconds(s.get('seconds'))}",
         ]
+        if iterations_of(s):  # a loop step: its attempts are the most one iteration took
+            lines.insert(2, f'<span class="iterations">{_e(iterations_note(s))}</span>')
         nodes.append(f'<div class="node" data-step="{_e(s.get("name"))}" style="border-color:{colour}">' + "<br>".join(lines) + "</div>")
     graph = '<div class="graph">' + '<span class="arrow">&rarr;</span>'.join(nodes) + "</div>"
     return "<h2>Steps</h2>" + graph
 
 
 def _attempts_table(run: dict[str, Any]) -> str:
+    """One row per attempt; a loop step's attempts name their iteration (``[1] 0.1``: index and item), and each
+    iteration's attempts are numbered, and waited for, apart."""
+    from heteroflow.components.core.telemetry import iteration_key
+
+    looped = any(iteration_key(r) is not None for recs in (run.get("attempts") or {}).values() for r in recs)
     rows = []
     for s in run.get("steps") or []:
         recs = attempts(run, s.get("name"))
         if not recs:
             rows.append(
-                f"<tr><td>{_e(s.get('name'))}</td><td class=num>-</td><td>{_badge(s.get('status'))}</td>"
+                f"<tr><td>{_e(s.get('name'))}</td>" + ("<td></td>" if looped else "") + f"<td class=num>-</td><td>{_badge(s.get('status'))}</td>"
                 f"<td>{_e(device_of(s))}</td><td class=num>-</td><td class=num>{_seconds(s.get('seconds'))}</td><td></td><td class=error>{_e(_short_error(s.get('error')))}</td></tr>"
             )
             continue
         prev = None
         for r in recs:
+            if prev is not None and iteration_key(prev) != iteration_key(r):
+                prev = None  # the next iteration: not a retry of the one before
+            iteration = ""
+            if looped:
+                key = iteration_key(r)
+                iteration = "<td class=iteration>" + (_e(iteration_name({"iteration": key[-1], "outer_iterations": list(key[:-1]), "item": r.get("item")})) if key else "") + "</td>"
             if r.get("status") == "running" and run.get("status") not in (None, "running"):
                 # the run ended while this attempt ran: it was stopped with the run, not still going
                 r = {**r, "status": "interrupted" if run.get("status") == "interrupted" else "killed"}
@@ -87,22 +112,24 @@ def _attempts_table(run: dict[str, Any]) -> str:
             if prev is not None and isinstance(prev.get("ended_at"), (int, float)) and isinstance(r.get("started_at"), (int, float)):
                 wait = f"{max(r['started_at'] - prev['ended_at'], 0.0):.1f}"
             rows.append(
-                f"<tr><td>{_e(r.get('step', s.get('name')))}</td><td class=num>{_e(r.get('attempt'))}</td><td>{_badge(r.get('status'))}</td>"
+                f"<tr><td>{_e(r.get('step', s.get('name')))}</td>{iteration}<td class=num>{_e(r.get('attempt'))}</td><td>{_badge(r.get('status'))}</td>"
                 f"<td>{_e(device_of(r))}</td><td class=num>{_e(r.get('candidate')) if r.get('candidate') is not None else '-'}</td>"
                 f"<td class=num>{_seconds(r.get('seconds'))}</td><td class=num>{wait}</td>"
                 f"<td class=error>{_e(r.get('failure') + ': ' if r.get('failure') else '')}{_e(_short_error(r.get('error')))}</td></tr>"
             )
             prev = r
-    head = "<tr><th>step</th><th>attempt</th><th>status</th><th>device</th><th>candidate</th><th>seconds</th><th>waited s</th><th>failure</th></tr>"
+    head = "<tr><th>step</th>" + ("<th>iteration</th>" if looped else "") + "<th>attempt</th><th>status</th><th>device</th><th>candidate</th><th>seconds</th><th>waited s</th><th>failure</th></tr>"
     return "<h2>Attempts</h2><table>" + head + "".join(rows) + "</table>"
 
 
 def _retries(run: dict[str, Any]) -> str:
+    from heteroflow.components.core.telemetry import iteration_label
+
     items = retries(run)
     if not items:
         return ""
     rows = "".join(
-        f"<tr><td>{_e(r['step'])}</td><td class=num>{_e(r['attempt'])}</td><td>{_e(r['kind'])} (candidate {_e(r['candidate'])})</td>"
+        f"<tr><td>{_e(str(r['step']) + iteration_label(r.get('iteration')))}</td><td class=num>{_e(r['attempt'])}</td><td>{_e(r['kind'])} (candidate {_e(r['candidate'])})</td>"
         f"<td>{_e(r['after'])}</td><td class=num>{_wait(r['wait_seconds'])}</td>"
         f"<td class=error>{_e(_short_error(r['error']))}</td></tr>"
         for r in items
@@ -127,8 +154,9 @@ def _fallbacks(run: dict[str, Any]) -> str:
     lis = []
     for f in items:
         acc = f" ({f['accelerator']})" if f.get("accelerator") else ""
+        where = f"[{f['iteration']}]" if f.get("iteration") is not None else ""  # a loop iteration's fallback
         lis.append(
-            f'<li class="fallback"><b>{_e(f.get("step"))}</b> left candidate {_e(f.get("candidate"))} '
+            f'<li class="fallback"><b>{_e(f.get("step"))}{_e(where)}</b> left candidate {_e(f.get("candidate"))} '
             f"({_e(f.get('kind'))}{_e(acc)}) after a {_e(f.get('failure'))} failure: <span class=error>{_e(_short_error(f.get('reason')))}</span></li>"
         )
     for call in dict.fromkeys(str(f.get("step")) for f in items):
