@@ -5,6 +5,7 @@ workload through the command, and the real trace where ../shared has it."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +147,17 @@ def test_the_benchmark_prints_the_lines_a_script_reads(tmp_path: Path) -> None:
     assert (tmp_path / "f.png").stat().st_size > 10_000 and "firstfit" in out.stdout
     empty = subprocess.run([sys.executable, str(bench), "--data", str(tmp_path / "none")], capture_output=True, text=True, timeout=120)
     assert empty.returncode == 0 and empty.stdout.startswith("skipped: no Alibaba 2023 node and pod lists in")
+
+
+def test_piped_packing_results_are_plain_columns_with_every_cell_whole() -> None:
+    """Piped, the packing table is plain columns (a header line, one line per policy, every cell whole) after its
+    title line, as `heteroflow runs` prints them; the reasons column is not cut to 80 columns."""
+    out = CliRunner().invoke(app, ["simulate", "--trace", str(PODS), "--inventory", str(NODES), "--policy", "fgd", "--policy", "bestfit"],
+                             env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert "pods" in lines[0] and "seed(s)" in lines[0]
+    assert re.split(r"\s{2,}", lines[1].strip()) == ["policy", "unallocated", "placed", "waiting", "what holds them"]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[2:4]]
+    assert [r[0] for r in rows] == ["fgd (default)", "bestfit"] and all(r[1].endswith("%") for r in rows)
+    assert not any(c in out.output for c in "│┃━─…")

@@ -4,6 +4,7 @@ Gavel-style trace, each row the replay's own figures, labelled with the estimate
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -48,3 +49,20 @@ def test_default_schedulers_with_noise_and_the_oracle_label(tmp_path: Path) -> N
                               "--json", str(tmp_path / "s.json")])
     assert out.exit_code == 0, out.output
     assert [r["policy"] for r in json.loads((tmp_path / "s.json").read_text())["results"]] == ["gavel-style (sigma 0.5)", "static"]
+
+
+def test_piped_results_are_plain_columns_with_every_cell_whole(tmp_path: Path) -> None:
+    """Piped (as `heteroflow simulate ... | cat`), the results are the title line, then a header line and one line
+    per policy, every cell whole (`heteroflow runs`' plain columns), not a box cut to 80 columns (`sta…`, `39.…`)."""
+    out = CliRunner().invoke(app, ["simulate", "--trace", "gavel:16:6:5", "--noise-sigma", "0", "--json", str(tmp_path / "r.json")],
+                             env={"COLUMNS": "80"})
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].startswith("16 jobs on ") and "makespan lower bound" in lines[0]
+    header = re.split(r"\s{2,}", lines[1].strip())
+    assert header[:6] == ["policy", "avg JCT h", "p99 JCT h", "makespan h", "/bound", "queueing h"] and header[-2:] == ["cost", "energy kWh"]
+    results = json.loads((tmp_path / "r.json").read_text())["results"]
+    rows = [re.split(r"\s{2,}", line.strip()) for line in lines[2:2 + len(results)]]
+    assert [r[0] for r in rows] == [r["policy"] for r in results]  # "fifo (oracle, sigma 0)" whole
+    assert all(len(r) == len(header) for r in rows)
+    assert not any(c in out.output for c in "│┃━─…")

@@ -27,6 +27,22 @@ console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 
+def _print_results(title: str, headers: list[str], rows: list[list[str]], *, left: tuple[str, ...]) -> None:
+    """The results table: a rich table in a terminal; piped (into a file, ``grep``, ``cat``), its title as one line,
+    then plain columns with every cell whole (:func:`heteroflow.pipelines.cli.common.print_table`, as
+    ``heteroflow runs`` prints them), never cut to the 80 columns rich assumes without a terminal."""
+    from heteroflow.pipelines.cli.common import print_table
+
+    table = Table(title=title)
+    for col in headers:
+        table.add_column(col, justify="left" if col in left else "right")
+    for row in rows:
+        table.add_row(*(escape(cell) for cell in row))
+    if not console.is_terminal:
+        console.print(title, markup=False, highlight=False, soft_wrap=True)
+    print_table(console, table, headers, rows)
+
+
 def _inventory(spec: str):  # type: ignore[no-untyped-def]
     from heteroflow.components.placement.inventory import load_inventory
     from heteroflow.components.placement.clusters import pai_inventory, uniform_inventory
@@ -85,17 +101,15 @@ def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
         raise typer.Exit(code=2) from None
     gpus = cluster.gpu_capacity_milli / 1000
-    t = Table(title=f"{len(pods)} pods ({sum(p.shared for p in pods)} shared-GPU) drawn until {gpus:g} GPUs arrived, on "
-                    f"{len(cluster.nodes)} nodes of {cluster.source}; {seeds} seed(s)")
-    for col in ("policy", "unallocated", "placed", "waiting", "what holds them"):
-        t.add_column(col, justify="left" if col in ("policy", "what holds them") else "right")
-    summary = []
+    headers = ["policy", "unallocated", "placed", "waiting", "what holds them"]
+    rows, summary = [], []
     for name, runs in rep.results.items():
         r = runs[0]
         held = ", ".join(f"{k} {v}" for k, v in sorted(r.reasons.items(), key=lambda kv: -kv[1])) or "-"
-        t.add_row(name + (" (default)" if name == rep.default else ""), f"{100 * rep.median_unallocated(name):.2f}%", str(r.placed), str(r.failed), held)
+        rows.append([name + (" (default)" if name == rep.default else ""), f"{100 * rep.median_unallocated(name):.2f}%", str(r.placed), str(r.failed), held])
         summary.append({"policy": name, "unallocated_share": rep.median_unallocated(name), "per_seed": [x.final_unallocated for x in runs]})
-    console.print(t)
+    _print_results(f"{len(pods)} pods ({sum(p.shared for p in pods)} shared-GPU) drawn until {gpus:g} GPUs arrived, on "
+                   f"{len(cluster.nodes)} nodes of {cluster.source}; {seeds} seed(s)", headers, rows, left=("policy", "what holds them"))
     for name, runs in rep.results.items():
         for line in runs[0].explanations:
             console.print(f"  {name}: {escape(line)}", highlight=False)
@@ -176,14 +190,14 @@ def simulate_command(
     from heteroflow.components.devices import DeviceKind
 
     models = [m for m in inv.models if m != DeviceKind.host().value]  # the devices' models, not the host's
-    t = Table(title=f"{len(jobs)} jobs on {inv.source}; makespan lower bound {bound / 3600:.1f} h")
-    for col in ("policy", "avg JCT h", "p99 JCT h", "makespan h", "/bound", "queueing h", *(f"util {m.removeprefix('nvidia-')}" for m in models), "cost", "energy kWh"):
-        t.add_column(col, justify="left" if col == "policy" else "right")
-    for r in results:
-        t.add_row(r.policy, f"{r.avg_jct / 3600:.2f}", f"{r.p99_jct / 3600:.1f}", f"{r.makespan / 3600:.1f}",
-                  f"{r.makespan / bound:.2f}" if bound else "-", f"{r.avg_queueing / 3600:.2f}",
-                  *(f"{r.utilization.get(m, 0.0):.0%}" for m in models), f"{r.cost:,.0f}", f"{r.energy_kwh:,.0f}")
-    console.print(t)
+    headers = ["policy", "avg JCT h", "p99 JCT h", "makespan h", "/bound", "queueing h", *(f"util {m.removeprefix('nvidia-')}" for m in models), "cost", "energy kWh"]
+    rows = [
+        [r.policy, f"{r.avg_jct / 3600:.2f}", f"{r.p99_jct / 3600:.1f}", f"{r.makespan / 3600:.1f}",
+         f"{r.makespan / bound:.2f}" if bound else "-", f"{r.avg_queueing / 3600:.2f}",
+         *(f"{r.utilization.get(m, 0.0):.0%}" for m in models), f"{r.cost:,.0f}", f"{r.energy_kwh:,.0f}"]
+        for r in results
+    ]
+    _print_results(f"{len(jobs)} jobs on {inv.source}; makespan lower bound {bound / 3600:.1f} h", headers, rows, left=("policy",))
     for r in results:
         for line in r.explanations[:explain]:
             console.print(f"  {r.policy}: {escape(line)}", highlight=False)
