@@ -470,6 +470,7 @@ def test_the_examples_run_on_airflow(source: str, airflow_home: Path, tmp_path: 
     if "tuning" in source:
         steps = {s.name: s for s in record.steps}
         assert steps["train"].attempts == 1 and len(steps["train"].iterations) == 3  # three mapped instances, 1 try each
+        assert [(it.iteration, it.item, it.attempts) for it in steps["train"].iterations] == [(0, 1.0, 1), (1, 0.1, 1), (2, 0.001, 1)]
         assert steps["not_good_enough"].status == "not run"
         log = (tmp_path / "run" / "airflow.log").read_text(encoding="utf-8")
         assert "branch 'not accurate enough' is not taken" in log
