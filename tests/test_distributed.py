@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -307,6 +308,53 @@ def test_workers_get_torchrun_env_and_gloo() -> None:
     assert {o["backend"] for o in out} == {"gloo"}
     assert out[1]["env"]["RANK"] == "1" and out[1]["env"]["WORLD_SIZE"] == out[1]["env"]["LOCAL_WORLD_SIZE"] == "2"
     assert out[0]["env"]["MASTER_PORT"] == out[1]["env"]["MASTER_PORT"] and out[0]["env"]["MASTER_ADDR"] == "127.0.0.1"
+
+
+def parent_and_env(ctx: DistributedContext, *, kill_parent_on_rank: int = -1) -> dict[str, Any]:
+    """This worker's pid, its parent's, the parent's command line and its torchrun rank; rank ``kill_parent_on_rank``
+    SIGKILLs its parent (the zygote, as the OOM killer would) once both ranks met at a barrier."""
+    import torch.distributed as dist
+
+    parent = os.getppid()
+    cmdline = Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    dist.barrier()
+    if ctx.rank == kill_parent_on_rank and "_zygote_main" in cmdline:  # never the test's own process
+        os.kill(parent, signal.SIGKILL)
+        import time
+
+        time.sleep(60)  # PR_SET_PDEATHSIG ends it first
+    return {"pid": os.getpid(), "parent": parent, "cmdline": cmdline, "rank": os.environ["RANK"]}
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks workers on Linux only")
+def test_a_launchs_workers_are_forked_from_one_interpreter_and_elsewhere_each_is_its_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Linux: one interpreter imports torch and forks the workers (one torch import per launch, not one per worker);
+    FORK_WORKERS off (macOS, Windows): each worker is the launcher's own child. Same ranks and collective result."""
+    import heteroflow.components.training.distributed as distributed
+
+    forked = launch(parent_and_env, 3)
+    assert [o["rank"] for o in forked] == ["0", "1", "2"]
+    assert len({o["pid"] for o in forked}) == 3
+    (zygote,) = {o["parent"] for o in forked}  # one parent for all three
+    assert zygote != os.getpid() and "_zygote_main" in forked[0]["cmdline"]
+    assert not Path(f"/proc/{zygote}").exists() or _running(zygote) is False  # it exited with its workers
+
+    monkeypatch.setattr(distributed, "FORK_WORKERS", False)
+    own = launch(parent_and_env, 2)
+    assert {o["parent"] for o in own} == {os.getpid()} and len({o["pid"] for o in own}) == 2
+    assert launch(allreduce_ranks, 2, kwargs={"add": 1.0})[1]["sum"] == 3.0
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the zygote forks workers on Linux only")
+def test_a_killed_zygote_takes_its_workers_and_is_a_transient_kill() -> None:
+    """The OOM killer picks the zygote: its workers end with it (PR_SET_PDEATHSIG), and the launch raises the same
+    transient WorkerKilled as for a killed worker, so the step is retried."""
+    with pytest.raises(WorkerKilled) as info:
+        launch(parent_and_env, 2, kwargs={"kill_parent_on_rank": 1}, timeout_seconds=120)
+    assert info.value.signal_number == signal.SIGKILL
+    assert classify(info.value).cls is FailureClass.TRANSIENT
 
 
 @pytest.mark.slow

@@ -2,10 +2,12 @@
 a failure of the step, and gradients combined weighted by per-rank batch size.
 
 Launch
-    :func:`launch` starts ``count`` worker processes (``subprocess``, each a fresh interpreter, so CUDA/NPU runtimes
-    and OpenMP never cross a ``fork``) with the environment ``torchrun`` gives its workers [TR]: ``RANK``,
+    :func:`launch` starts ``count`` worker processes with the environment ``torchrun`` gives its workers [TR]: ``RANK``,
     ``LOCAL_RANK``, ``WORLD_SIZE``, ``LOCAL_WORLD_SIZE``, ``GROUP_RANK`` (0), ``ROLE_RANK``, ``ROLE_WORLD_SIZE``,
-    ``MASTER_ADDR`` (``127.0.0.1``), ``MASTER_PORT`` (a free port) and ``TORCHELASTIC_RUN_ID``. Each worker calls
+    ``MASTER_ADDR`` (``127.0.0.1``), ``MASTER_PORT`` (a free port) and ``TORCHELASTIC_RUN_ID``. On Linux one fresh
+    interpreter (a zygote) imports torch and forks the workers before any tensor operation, device runtime or
+    OpenMP pool exists in it, so ``count`` workers cost one ``import torch`` (:data:`FORK_WORKERS`); elsewhere
+    each worker is a fresh interpreter. No CUDA/NPU runtime or OpenMP pool ever crosses a ``fork``. Each worker calls
     ``torch.distributed.init_process_group(backend, init_method="env://")``, binds its device (``cuda:<local
     rank>``, ``npu:<local rank>``), runs the function with a :class:`DistributedContext`, then
     ``destroy_process_group()``. Code written for ``torchrun`` runs unchanged inside it.
@@ -117,6 +119,7 @@ from heteroflow.components.training.rendezvous import (
 from heteroflow.components.training.worker import (
     _PARENT_ENV,
     _PAYLOAD_ENV,
+    _RANKS_ENV,
     _RESULT_DIR_ENV,
     DistributedContext,
     WorkerError,
@@ -172,6 +175,57 @@ def _threads_per_worker(count: int) -> int:
     return max(1, cpus // count)
 
 
+FORK_WORKERS = sys.platform.startswith("linux")
+"""Start a launch's workers by forking them from one interpreter that imported torch (a zygote,
+:func:`heteroflow.components.training.worker._zygote_main`) instead of one interpreter each: on Linux, where
+``fork`` is the default start method of ``multiprocessing`` and of PyTorch's ``DataLoader``. Elsewhere (macOS,
+Windows) each worker is a fresh interpreter."""
+
+
+class _ForkedWorker:
+    """A worker the zygote forked (the launcher's grandchild), with the ``subprocess.Popen`` methods the launcher
+    uses: its pid and exit status come from the files the zygote writes (``pid.<local>``, ``exit.<local>``). A
+    worker with no exit status when the zygote has ended went down with it: ``returncode`` is then the zygote's
+    (its exit code, or minus the signal that ended it), or ``-SIGKILL`` (``PR_SET_PDEATHSIG``) if it exited 0."""
+
+    def __init__(self, zygote: subprocess.Popen[bytes], folder: Path, local: int) -> None:
+        self.zygote, self.folder, self.local = zygote, folder, local
+        self.returncode: int | None = None
+
+    @property
+    def pid(self) -> int | None:
+        with contextlib.suppress(OSError, ValueError):
+            return int((self.folder / f"pid.{self.local}").read_text())
+        return None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            ended = self.zygote.poll()
+            with contextlib.suppress(OSError, ValueError):
+                self.returncode = int((self.folder / f"exit.{self.local}").read_text())
+            if self.returncode is None and ended is not None:
+                self.returncode = ended if ended != 0 else -signal.SIGKILL
+        return self.returncode
+
+    def send_signal(self, sig: int) -> None:
+        pid = self.pid
+        if pid is None:  # not forked yet: the zygote, and with it whatever it forks
+            self.zygote.send_signal(sig)
+        elif self.poll() is None:
+            os.kill(pid, sig)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def wait(self, timeout: float | None = None) -> int:
+        end = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            if end is not None and time.monotonic() > end:
+                raise subprocess.TimeoutExpired(f"worker {self.local}", timeout or 0.0)
+            time.sleep(_POLL_SECONDS)
+        return self.returncode  # type: ignore[return-value]
+
+
 @dataclasses.dataclass(slots=True)
 class _Ended:
     rank: int
@@ -179,7 +233,7 @@ class _Ended:
     by_us: bool
 
 
-def _terminate(procs: Sequence[subprocess.Popen[bytes]], grace: float) -> set[int]:
+def _terminate(procs: Sequence[Any], grace: float) -> set[int]:
     """End the still-running workers: wait ``grace`` s for them to exit on their own, SIGTERM, wait ``grace`` s,
     SIGKILL. Returns the ranks heteroflow signalled."""
     signalled: set[int] = set()
@@ -338,14 +392,19 @@ def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: flo
         base[_PARENT_ENV] = str(os.getpid())
         if count > 1 and "OMP_NUM_THREADS" not in base:
             base["OMP_NUM_THREADS"] = str(_threads_per_worker(count))
-        procs: list[subprocess.Popen[bytes]] = []
-        code = "from heteroflow.components.training.worker import _worker_main; _worker_main()"
+        procs: list[Any] = []
+        zygote: subprocess.Popen[bytes] | None = None
+        ranks = [worker_environment(first + local, nodes * count, master_port=port, master_addr=master_addr, run_id=run_id,
+                                    local_rank=local, local_world_size=count, group_rank=node_rank) for local in range(count)]
         try:
-            for local in range(count):
-                worker_env = {**base, **worker_environment(first + local, nodes * count, master_port=port, master_addr=master_addr,
-                                                            run_id=run_id, local_rank=local, local_world_size=count,
-                                                            group_rank=node_rank)}
-                procs.append(subprocess.Popen([sys.executable, "-c", code], env=worker_env))
+            if FORK_WORKERS:  # one interpreter imports torch, then forks the workers (worker._zygote_main)
+                (tmp_path / "ranks.pkl").write_bytes(pickle.dumps(ranks))
+                code = "from heteroflow.components.training.worker import _zygote_main; _zygote_main()"
+                zygote = subprocess.Popen([sys.executable, "-c", code], env={**base, _RANKS_ENV: str(tmp_path / "ranks.pkl")})
+                procs = [_ForkedWorker(zygote, tmp_path, local) for local in range(count)]
+            else:
+                code = "from heteroflow.components.training.worker import _worker_main; _worker_main()"
+                procs = [subprocess.Popen([sys.executable, "-c", code], env={**base, **extra}) for extra in ranks]
             started = time.monotonic()
             while True:
                 codes = [p.poll() for p in procs]
@@ -368,6 +427,13 @@ def _launch_once(payload: Mapping[str, Any], count: int, *, timeout_seconds: flo
                         p.kill()
                     p.wait()
             raise
+        finally:
+            if zygote is not None:  # it exits once its workers have ended (or, killed, takes them with it)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    zygote.wait(timeout=TERMINATE_GRACE_SECONDS)
+                if zygote.poll() is None:
+                    zygote.kill()
+                    zygote.wait()
         return [pickle.loads((tmp_path / f"result.{first + local}.pkl").read_bytes()) for local in range(count)]
 
 
