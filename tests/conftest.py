@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import os
-import shutil
-import subprocess
-import sys
-from collections.abc import Callable
-from pathlib import Path
 
-import pytest
+# One OpenMP thread per process unless the caller set OMP_NUM_THREADS: the suite runs two pytest-xdist workers on a
+# 2-core machine, each starting step processes and training workers, so every core already has a process on it.
+# With torch's default (one intra-op thread per core) each training's second thread spin-waits for a core another
+# process holds: the in-process digits training of tests/test_steps.py took 7-17 s of CPU in the whole suite against
+# about 1 s alone. This is batches.train_threads' advice for an oversubscribed host; it is set before torch is
+# imported (libgomp reads it when it loads), and the processes the tests start inherit it. Tests of the thread
+# count itself set or remove it with monkeypatch.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-from heteroflow.components.data.datasets import export_digits
+import shutil  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+from collections.abc import Callable  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+from heteroflow.components.data.datasets import export_digits  # noqa: E402
 
 
 # pytest-xdist's workers run with COLUMNS=80 and LINES=24 in their environment; the CLI's rich consoles are made at
