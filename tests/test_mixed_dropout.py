@@ -87,3 +87,28 @@ def test_from_the_cli_a_dropped_kind_is_in_the_record_report_and_metrics_and_all
     (fallback,) = both["fallbacks"]
     assert fallback["step"] == "train" and fallback["failure"] == "device"
     assert both["results"]["train"]["device_kind"] == "cpu"
+
+
+@pytest.mark.parametrize("pod", [False, True])
+def test_a_local_agent_finds_a_stopped_agent_dead_within_5_s_and_a_pods_agent_keeps_torchs_heartbeats(tmp_path, monkeypatch, pod):
+    """A local mixed job's agents all run beside the store: the agent the launcher stopped when its kind dropped out
+    is found dead after 5 missed 1-s heartbeats (the others' round cannot close before; torch's 3 x 5 s took the
+    CLI's drop-out 23 s to resume, now 15 s). A pod of a cluster job keeps torch's defaults (5 s, 3 attempts)."""
+    import torch.distributed.launcher.api as api
+
+    from heteroflow.components.training import mixed
+
+    for name in (mixed.KIND_ENV, mixed.SPEED_ENV, mixed.DEVICE_ENV, mixed._POD_ENV, "OMP_NUM_THREADS"):
+        monkeypatch.delenv(name, raising=False)  # _agent_main sets them: put back after the test
+    seen = {}
+    monkeypatch.setattr(api, "elastic_launch", lambda config, entry: (lambda *args: seen.update(config=config, args=args)))
+    cfg = {"kind": "npu", "speed": 0.5, "device_type": "cpu", "count": 1, "kinds": 2, "run_id": "r", "endpoint": "127.0.0.1:1",
+           "job_path": "job.pkl", "join_timeout": 600, "last_call_timeout": 10, "pod": pod}
+    (tmp_path / "agent.json").write_text(json.dumps(cfg))
+    mixed._agent_main(str(tmp_path / "agent.json"))
+    rdzv = seen["config"].rdzv_configs
+    assert (rdzv["join_timeout"], rdzv["last_call_timeout"]) == (600, 10) and seen["args"] == ("job.pkl",)
+    if pod:
+        assert "keep_alive_interval" not in rdzv and "keep_alive_max_attempt" not in rdzv
+    else:
+        assert (rdzv["keep_alive_interval"], rdzv["keep_alive_max_attempt"]) == (1, 5)
