@@ -680,6 +680,8 @@ class Pipeline:
             bindings = call.param_bindings().values()
             if any(isinstance(b, ParamRef) and b.name not in arguments for b in bindings):
                 continue
+            with gather.check():
+                self._check_loop_items(call, arguments)
             if any(not isinstance(b, (ParamRef, Const)) for b in bindings):
                 continue  # a value known only at run time: the step checks it when it runs
             with gather.check():
@@ -692,6 +694,36 @@ class Pipeline:
                     raise given from None
         if problems is None:
             gather.raise_all(f"the parameters of pipeline {self.name!r}")
+
+    def _check_loop_items(self, call: Call, arguments: Mapping[str, Any]) -> None:
+        """Check every item a ``ParallelFor`` over a literal list or a pipeline parameter hands ``call``, as the
+        step parameter it is bound to checks it, before anything runs (a bad item would otherwise fail its one
+        iteration mid-run, after the iterations before it). Items of an output parameter are known only at run time.
+
+        Raises:
+            InvalidParameter: the first bad item, named by its index, the list it is in and the parameter it feeds.
+        """
+        from heteroflow.pipelines.control import LoopItem
+
+        for key, binding in call.param_bindings().items():
+            if not isinstance(binding, LoopItem):
+                continue
+            items, where = binding.loop.items, "the ParallelFor list"
+            if isinstance(items, ParamRef):
+                items, where = arguments.get(items.name), f"parameter {items.name}"
+            if not isinstance(items, list):
+                continue
+            for i, item in enumerate(items):
+                value = item
+                if binding.field is not None:
+                    if not isinstance(item, Mapping) or binding.field not in item:
+                        raise InvalidParameter(f"{where}[{i}] = {item!r} has no key {binding.field!r}, which {call.name}'s "
+                                               f"{key} takes; valid: every item a dict with it")
+                    value = item[binding.field]
+                try:
+                    call.step.param(key).check(value)
+                except InvalidParameter as exc:
+                    raise InvalidParameter(f"{where}[{i}] = {value!r} goes to {call.name}'s {key}: {exc}") from None
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, calls={list(self._calls)})"

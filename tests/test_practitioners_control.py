@@ -722,3 +722,46 @@ def test_the_loop_patch_keeps_an_iterations_outside_inputs() -> None:
     assert patched["pipelinechannel--rates-loop-item"].runtime_value.constant.number_value == 0.1
     assert task_spec_utils.create_parameter_loop_iteration_task_spec is not None and iteration().inputs.parameters[
         "pipelinechannel--make-Output"].runtime_value.constant.number_value == 0.1  # undone after the context
+
+
+def test_a_loop_item_the_step_would_refuse_stops_the_run_before_any_work(loop_steps: Any, tmp_path: Path) -> None:
+    """Trial input (issue #32's new-user trial): `-p 'learning_rates=[1.0, "x", 0.001]'` on the tuning fan-out ran
+    iterations 0 and 2 and failed iteration 1 mid-run, recorded nowhere on kfp.local (the run failed with no reason)
+    and as a usage error after work on the in-process engine. The items of a loop over a pipeline parameter or a
+    literal list are now checked as the step parameter they feed, with the pipeline's parameters, before anything."""
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+
+    args = tuning.pipeline.arguments({"learning_rates": [1.0, "x", 0.001]})
+    with pytest.raises(InvalidParameter, match=r"parameter learning_rates\[1\] = 'x' goes to train's learning_rate: .*valid: a float"):
+        tuning.pipeline.check(args)
+    tuning.pipeline.check(tuning.pipeline.arguments({"learning_rates": [1.0, 2, 0.001]}))  # an int is a float: passes
+
+    # sibling: a literal list of dict items, one field of the wrong type and one item without the field
+    p = Pipeline("pairs")
+    with ParallelFor([{"x": 3, "scale": 0.5}, {"x": "four", "scale": 2.0}], name="pairs") as item:
+        p.add(loop_steps.SQUARE, name="scaled", x=item.x, scale=item.scale)
+    with pytest.raises(InvalidParameter, match=r"the ParallelFor list\[1\] = 'four' goes to scaled's x"):
+        run_inprocess(p, {}, run_dir=tmp_path / "run")
+    assert not (tmp_path / "run" / "steps").exists()  # nothing ran
+    # and a list parameter of dict items, one without the field the loop reads
+    q = Pipeline("pairs-param")
+    with ParallelFor(q.param("pairs", default=[{"x": 3}])) as item:
+        q.add(loop_steps.SQUARE, name="scaled", x=item.x)
+    with pytest.raises(InvalidParameter, match=r"parameter pairs\[1\] = \{'y': 4\} has no key 'x', which scaled's x takes"):
+        q.check(q.arguments({"pairs": [{"x": 3}, {"y": 4}]}))
+    q.check(q.arguments({"pairs": [{"x": 3}, {"x": 4}]}))
+
+
+@pytest.mark.slow
+def test_the_command_line_refuses_a_bad_loop_item_on_both_engines_with_no_run_folder(tmp_path: Path) -> None:
+    import os
+    import subprocess
+
+    exe = Path(sys.executable).with_name("heteroflow")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "examples"), os.environ.get("PYTHONPATH", "")])}
+    for engine in ("kfp-local", "inprocess"):
+        done = subprocess.run([str(exe), "run", "--engine", engine, "--pipeline", "practitioners.tuning_fanout:pipeline",
+                               "-p", 'learning_rates=[1.0, "x", 0.001]'], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 2, (engine, done.stdout[-2000:], done.stderr[-2000:])
+        assert "learning_rates[1] = 'x' goes to train's learning_rate" in done.stderr
+        assert not (tmp_path / "heteroflow-runs").exists() or not any((tmp_path / "heteroflow-runs").iterdir())
