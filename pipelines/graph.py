@@ -697,7 +697,8 @@ class Pipeline:
 
     def _check_loop_items(self, call: Call, arguments: Mapping[str, Any]) -> None:
         """Check every item a ``ParallelFor`` over a literal list or a pipeline parameter hands ``call``, as the
-        step parameter it is bound to checks it, before anything runs (a bad item would otherwise fail its one
+        step parameter it is bound to checks it (and the step's own check, where the item is the call's only value
+        not known yet), before anything runs (a bad item would otherwise fail its one
         iteration mid-run, after the iterations before it). Items of an output parameter are known only at run time.
 
         Raises:
@@ -705,7 +706,13 @@ class Pipeline:
         """
         from heteroflow.pipelines.control import LoopItem
 
-        for key, binding in call.param_bindings().items():
+        bindings = call.param_bindings()
+        loop_keys = [k for k, b in bindings.items() if isinstance(b, LoopItem)]
+        others = [b for k, b in bindings.items() if k not in loop_keys]
+        # the step's own check runs per item only where the item is the call's one unknown value
+        known = (self.call_params(call, arguments) if len(loop_keys) == 1 and all(
+            isinstance(b, Const) or (isinstance(b, ParamRef) and b.name in arguments) for b in others) else None)
+        for key, binding in bindings.items():
             if not isinstance(binding, LoopItem):
                 continue
             items, where = binding.loop.items, "the ParallelFor list"
@@ -721,7 +728,9 @@ class Pipeline:
                                                f"{key} takes; valid: every item a dict with it")
                     value = item[binding.field]
                 try:
-                    call.step.param(key).check(value)
+                    checked = call.step.param(key).check(value)
+                    if known is not None:  # the step's own check (ranges...), with the call's other values
+                        call.step.check_params({**known, key: checked})
                 except InvalidParameter as exc:
                     raise InvalidParameter(f"{where}[{i}] = {value!r} goes to {call.name}'s {key}: {exc}") from None
 

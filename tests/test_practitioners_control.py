@@ -502,6 +502,28 @@ def square(x: int, scale: float = 1.0) -> float:
     return float(x * x) * scale
 
 
+def signed() -> list:
+    """Two numbers, the second negative.
+    """
+    return [4.0, -1.0]
+
+
+def root(x: float) -> float:
+    """The square root.
+
+    Args:
+        x: a number >= 0.
+    """
+    return x ** 0.5
+
+
+def _check_root(x: float = 0.0) -> None:
+    from heteroflow.components.errors import InvalidParameter
+
+    if x < 0:
+        raise InvalidParameter(f"parameter x={x} is negative; valid: >= 0")
+
+
 def total(values: list) -> float:
     """The sum.
 
@@ -528,6 +550,8 @@ def flaky(x: int, marker_dir: str) -> float:
 
 
 SIZES = step(sizes)
+SIGNED = step(signed)
+ROOT = step(root, check=_check_root)
 SQUARE = step(square)
 TOTAL = step(total)
 FLAKY = step(flaky, retry=RetryPolicy(retries=2, backoff_seconds=0.5))
@@ -765,3 +789,34 @@ def test_the_command_line_refuses_a_bad_loop_item_on_both_engines_with_no_run_fo
         assert done.returncode == 2, (engine, done.stdout[-2000:], done.stderr[-2000:])
         assert "learning_rates[1] = 'x' goes to train's learning_rate" in done.stderr
         assert not (tmp_path / "heteroflow-runs").exists() or not any((tmp_path / "heteroflow-runs").iterdir())
+
+
+@pytest.mark.slow
+def test_a_step_without_parameters_feeds_a_loop_on_kfp_local_and_a_failed_iteration_is_recorded(loop_steps: Any, tmp_path: Path) -> None:
+    """Found while checking the trial input above: a step with no parameters and no artifacts (``signed()``)
+    rendered ``def signed(\n    ,\n)`` and failed to compile for KFP. Its output list now feeds a loop on kfp.local;
+    the iteration whose item has no real square root fails (its result is not a float), recorded as that
+    iteration's failed, permanent attempt. The same item in a parameter list is refused by the step's own check
+    before anything runs."""
+    from heteroflow.pipelines.kfp.local import run_local
+    from heteroflow.pipelines.kfp.render import compile_pipeline
+
+    p = Pipeline("bad-item")
+    with ParallelFor(p.add(loop_steps.SIGNED).output) as x:
+        p.add(loop_steps.ROOT, x=x)
+    text = compile_pipeline(p, tmp_path / "bad-item.yaml").read_text(encoding="utf-8")  # was a SyntaxError
+    assert "comp-signed:" in text and "def signed(" in text
+    record = run_local({}, pipeline=p, run_dir=tmp_path / "run")
+    assert record.status == "failed" and record.step("signed").status == "succeeded"
+    roots = record.step("root")
+    assert roots.status == "failed"
+    assert [(it.iteration, it.item, it.status) for it in roots.iterations] == [(0, 4.0, "succeeded"), (1, -1.0, "failed")]
+    assert "parameter result=" in (roots.iterations[1].error or "") and "is a complex; valid: a float" in roots.iterations[1].error
+    attempt = json.loads((tmp_path / "run" / "steps" / "root" / "iteration-1" / "attempt-1.json").read_text())
+    assert (attempt["status"], attempt["failure"], attempt["iteration"]) == ("failed", "permanent", 1)
+
+    q = Pipeline("bad-param-item")
+    with ParallelFor(q.param("xs", default=[4.0])) as x:
+        q.add(loop_steps.ROOT, x=x)
+    with pytest.raises(InvalidParameter, match=r"parameter xs\[1\] = -1.0 goes to root's x: parameter x=-1.0 is negative"):
+        q.check(q.arguments({"xs": [4.0, -1.0]}))

@@ -72,6 +72,8 @@ def _shim_with_values(call: Call, *, collected_after: Sequence[str], **shape: An
     if not extra:
         return source
     head = f"def {call.name}(\n    "
+    if source.startswith(f"def {call.name}() "):  # a step with no parameters or artifacts of its own
+        return f"def {call.name}(" + "".join(f"\n    {e}," for e in extra) + "\n)" + source[len(f"def {call.name}()"):]
     assert source.startswith(head)
     return head + "".join(f"{e},\n    " for e in extra) + source[len(head):]
 

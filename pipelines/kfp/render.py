@@ -176,10 +176,10 @@ def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], c
         required.append(f"{KFP_PLACEMENTS}: str")
     params, defaulted = ([f"{KFP_ARGUMENTS}: str"], []) if chain else _param_signature(step)
     required.extend(params)
-    signature = ",\n    ".join(required + defaulted)
+    signature = "".join(f"\n    {p}," for p in required + defaulted)  # none: a step without parameters or artifacts
     doc = (step.description or step.name).replace('"""', "'''")
     return (
-        f"def {_py(call.name)}(\n    {signature},\n) -> str:\n"
+        f"def {_py(call.name)}({signature}{chr(10) if signature else ''}) -> str:\n"
         f'    """{doc}"""\n'
         "    arguments = dict(locals())\n"
         "    from heteroflow.components.core.runtime import kfp_task\n\n"
