@@ -508,6 +508,12 @@ def signed() -> list:
     return [4.0, -1.0]
 
 
+def words() -> list:
+    """Two items, the second not a number.
+    """
+    return [3, "four"]
+
+
 def root(x: float) -> float:
     """The square root.
 
@@ -551,6 +557,7 @@ def flaky(x: int, marker_dir: str) -> float:
 
 SIZES = step(sizes)
 SIGNED = step(signed)
+WORDS = step(words)
 ROOT = step(root, check=_check_root)
 SQUARE = step(square)
 TOTAL = step(total)
@@ -820,3 +827,21 @@ def test_a_step_without_parameters_feeds_a_loop_on_kfp_local_and_a_failed_iterat
         q.add(loop_steps.ROOT, x=x)
     with pytest.raises(InvalidParameter, match=r"parameter xs\[1\] = -1.0 goes to root's x: parameter x=-1.0 is negative"):
         q.check(q.arguments({"xs": [4.0, -1.0]}))
+
+
+@pytest.mark.slow
+def test_a_loop_item_kfp_local_cannot_hand_its_task_fails_the_run_instead_of_passing_for_success(loop_steps: Any, tmp_path: Path) -> None:
+    """Found with the trial input above: an output list item kfp.local cannot coerce to the step's parameter type
+    ("four" for an int) fails that iteration's task before any step of it runs, so no attempt record says so; the
+    calls of a loop may legitimately not run (an empty list), and the run was recorded as succeeded. kfp.local's
+    own pipeline failure now fails the run, naming the task and kfp.log."""
+    from heteroflow.pipelines.kfp.local import run_local
+
+    p = Pipeline("uncoercible-item")
+    with ParallelFor(p.add(loop_steps.WORDS).output) as x:
+        p.add(loop_steps.SQUARE, x=x)
+    record = run_local({}, pipeline=p, run_dir=tmp_path / "run")
+    assert record.status == "failed", (record.error, [(s.name, s.status) for s in record.steps])
+    assert "kfp.local could not run its task for-loop-1-iteration-1; no step of it ran (see kfp.log" in (record.error or "")
+    assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
+    assert "invalid literal for int() with base 10: 'four'" in (tmp_path / "run" / "kfp.log").read_text(encoding="utf-8")

@@ -151,6 +151,7 @@ def run_local(
         scratch.mkdir(exist_ok=True)
         interrupted = False
         error: str | None = None
+        kfp_failed: list[list[str]] = []
         try:
             with (
                 environ({**step_environment(folder, run_id, driver_pid=os.getpid()), "TMPDIR": str(scratch)}),
@@ -178,6 +179,7 @@ def run_local(
                         )
                         with (
                             kfp_patches.kfp_local_patches(parallel=parallel, pool=pool, on_interrupt=terminate_children),
+                            kfp_patches.pipeline_failures(kfp_failed),
                             without_kubernetes_settings(),
                         ):
                             rendered(**kfp_arguments(pipeline, args))
@@ -195,6 +197,10 @@ def run_local(
             stop_prerender()  # every step has ended: the report draws what is left (and no thread outlives the run)
             shutil.rmtree(scratch, ignore_errors=True)
             remove_local_volumes(folder)  # a CreatePVC lives for the run (KFP's DeletePVC at its end)
+        if error is None and not interrupted and kfp_failed and not any(s.status == "failed" for s in collect(folder, pipeline, finished=True)):
+            # kfp.local failed a task before any step of it ran (no attempt record says so): the run failed
+            task = kfp_failed[-1][0] if kfp_failed[-1] else "a task"
+            error = f"kfp.local could not run its task {task}; no step of it ran (see {ENGINE_LOG} in the run folder for why)"
         record = active.finish(wall_seconds=time.perf_counter() - t0, interrupted=interrupted, error=error)
     if on_progress:
         on_progress(record.steps)

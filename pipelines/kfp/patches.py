@@ -340,6 +340,27 @@ def kfp_local_patches(*, parallel: int = 4, pool: WarmPool | None = None, on_int
         yield True
 
 
+@contextlib.contextmanager
+def pipeline_failures(into: list[list[str]]) -> Iterator[None]:
+    """For the duration, append to ``into`` the chain of tasks (innermost first) of every kfp.local pipeline run that
+    finished with status FAILURE (kfp's ``pipeline_orchestrator.log_and_maybe_raise_for_failure``, which logs it
+    when ``raise_on_error`` is off and still does). A task kfp.local could not even start (a loop item it cannot
+    coerce to the step's parameter type) leaves no attempt record: this is how the run learns it failed."""
+    from kfp.local import pipeline_orchestrator
+
+    original = pipeline_orchestrator.log_and_maybe_raise_for_failure
+
+    def recording(pipeline_name: str, raise_on_error: bool, fail_stack: list[str]) -> None:
+        into.append(list(fail_stack))
+        original(pipeline_name=pipeline_name, raise_on_error=raise_on_error, fail_stack=fail_stack)
+
+    pipeline_orchestrator.log_and_maybe_raise_for_failure = recording
+    try:
+        yield
+    finally:
+        pipeline_orchestrator.log_and_maybe_raise_for_failure = original
+
+
 _DOCKER_HANDLER = "kfp.local.docker_task_handler"
 
 
