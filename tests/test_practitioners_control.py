@@ -667,13 +667,16 @@ def _check_flaky_run(folder: Path) -> None:
     assert [(it["item"], it["attempts"], it["status"]) for it in flaky["iterations"]] == [(1, 1, "succeeded"), (2, 2, "succeeded"), (3, 1, "succeeded")]
     found = retries(run)
     assert [(r["iteration"], r["attempt"], r["after"]) for r in found] == [((1,), 2, "transient")]
-    assert any(line.startswith("  flaky[1] attempt 2 on cpu") for line in retry_lines(folder))
+    lines = retry_lines(folder)
+    assert any(re.match(r"  flaky\[1\] attempt 2 on cpu( \(candidate 0\))? after a transient failure", line) for line in lines), lines
+    assert not any("candidate None" in line for line in lines)  # a step without candidates (trial: in-process)
     text = summary_text(run)
     assert re.search(r"flaky ×3 +│ succeeded +│ cpu +│ +2 │", text), text
     assert "flaky: 3 iterations: 3 succeeded; [1] 2 attempts" in text
     html = render_report(run)
     assert "<td class=iteration>[1] 2</td><td class=num>2</td>" in html  # iteration 1's second attempt
     assert "<td class=iteration>[2] 3</td><td class=num>1</td>" in html  # iteration 2's first: not a 4th attempt
+    assert "candidate None" not in html
 
 
 def test_a_retried_loop_iteration_counts_its_own_attempts_in_process(loop_steps: Any, tmp_path: Path) -> None:

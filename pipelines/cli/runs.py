@@ -571,8 +571,9 @@ def retry_lines(run_dir: str | Path) -> list[str]:
     share = f" of the run's {wall:.1f} s" if isinstance(wall, (int, float)) else ""
     lines = [f"retries: {len(items)}, {total:.1f} s spent waiting{share}"]
     for r in items:
+        where = f" (candidate {r['candidate']})" if r.get("candidate") is not None else ""
         lines.append(
-            f"  {r['step']}{iteration_label(r.get('iteration'))} attempt {r['attempt']} on {r['kind']} (candidate {r['candidate']}) after a {r['after']} failure, "
+            f"  {r['step']}{iteration_label(r.get('iteration'))} attempt {r['attempt']} on {r['kind']}{where} after a {r['after']} failure, "
             f"waited {_secs(r['wait_seconds'])} s: {_short(r['error'])}"
         )
     return lines

@@ -129,7 +129,7 @@ def _retries(run: dict[str, Any]) -> str:
     if not items:
         return ""
     rows = "".join(
-        f"<tr><td>{_e(str(r['step']) + iteration_label(r.get('iteration')))}</td><td class=num>{_e(r['attempt'])}</td><td>{_e(r['kind'])} (candidate {_e(r['candidate'])})</td>"
+        f"<tr><td>{_e(str(r['step']) + iteration_label(r.get('iteration')))}</td><td class=num>{_e(r['attempt'])}</td><td>{_e(r['kind'])}{'' if r.get('candidate') is None else ' (candidate ' + _e(r['candidate']) + ')'}</td>"
         f"<td>{_e(r['after'])}</td><td class=num>{_wait(r['wait_seconds'])}</td>"
         f"<td class=error>{_e(_short_error(r['error']))}</td></tr>"
         for r in items
