@@ -662,3 +662,16 @@ def test_unequal_per_device_batch_sizes_train_like_one_process_on_the_union_batc
     w1 = torch.load(tmp_path / "one" / "model.pt", weights_only=True)
     w2 = torch.load(tmp_path / "mixed" / "model.pt", weights_only=True)
     assert all(torch.allclose(w1[k], w2[k], atol=1e-6, rtol=0) for k in w1), {k: float((w1[k] - w2[k]).abs().max()) for k in w1}
+
+
+def test_the_train_summary_says_how_many_worker_processes_trained_and_their_batch_together() -> None:
+    """Trial finding: `-c gpu:count=2 --param batch_sizes=64,32` said only "train: 420 steps on gpu (simulated, on
+    cpu)"; the two workers and their 96-sample step were in run.json alone. One process says nothing more."""
+    from heteroflow.components.training.step import _train_summary
+
+    facts = {"steps": 420, "seconds": 8.3, "samples_per_second": 5000.0, "final_loss": 0.01, "device": "cpu",
+             "device_kind": "gpu", "processes": 2, "batch_size": 96}
+    (line,) = _train_summary(facts)
+    assert line.startswith("train: 420 steps on gpu (simulated, on cpu), 2 worker processes (one per device; 96 samples per step together) in 8.3 s"), line
+    (one,) = _train_summary({**facts, "processes": 1, "batch_size": 64})
+    assert one.startswith("train: 420 steps on gpu (simulated, on cpu) in 8.3 s"), one

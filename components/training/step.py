@@ -641,8 +641,11 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
     # a dataset_factory's samples, not the data set prewarm and preprocess went over (their lines say that one)
     data = [f"train: trained on dataset_factory {f['dataset_factory']}'s samples, not on the preprocessed data set"] \
         if f.get("dataset_factory") else []
+    workers = f.get("processes") or 1  # a candidate with several devices: one worker process per device
+    together = f", {workers} worker processes (one per device; {f['batch_size']} samples per step together)" \
+        if workers > 1 and not f.get("mixed") and f.get("batch_size") else (f", {workers} worker processes (one per device)" if workers > 1 and not f.get("mixed") else "")
     return [*waited, *mixed, *data,
-        f"train: {f['steps']} steps on {_where(f)}{precision}{resumed} in {f['seconds']:.1f} s "
+        f"train: {f['steps']} steps on {_where(f)}{together}{precision}{resumed} in {f['seconds']:.1f} s "
         f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {_loss(f['final_loss'])}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")
     ]
