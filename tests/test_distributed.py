@@ -675,3 +675,11 @@ def test_the_train_summary_says_how_many_worker_processes_trained_and_their_batc
     assert line.startswith("train: 420 steps on gpu (simulated, on cpu), 2 worker processes (one per device; 96 samples per step together) in 8.3 s"), line
     (one,) = _train_summary({**facts, "processes": 1, "batch_size": 64})
     assert one.startswith("train: 420 steps on gpu (simulated, on cpu) in 8.3 s"), one
+
+
+@pytest.mark.slow
+def test_a_function_whose_module_does_not_import_is_the_workers_own_error_through_the_zygote() -> None:
+    """The zygote imports the function's module before forking; when that fails it forks anyway and each worker
+    raises the import error itself, re-raised here as it is (permanent), not a killed or hung launch."""
+    with pytest.raises(ModuleNotFoundError, match="nosuch_module_xyz"):
+        launch("nosuch_module_xyz:fn", 2, timeout_seconds=120)

@@ -325,10 +325,13 @@ def _zygote_main() -> None:
         import torch._dynamo  # noqa: F401
     target = payload["function"].rpartition(":")[0]
     if not target.endswith(".py"):  # the function's module, with the caller's sys.path, as the worker resolves it
-        with contextlib.suppress(Exception):
-            saved = list(sys.path)
-            sys.path[:] = list(payload["sys_path"]) + [p for p in sys.path if p not in payload["sys_path"]]
+        saved = list(sys.path)
+        sys.path[:] = list(payload["sys_path"]) + [p for p in sys.path if p not in payload["sys_path"]]
+        try:
             importlib.import_module(target)
+        except Exception:  # noqa: BLE001, S110 - each worker imports it again and reports the error itself
+            pass
+        finally:
             sys.path[:] = saved
     sys.stdout.flush()
     sys.stderr.flush()
