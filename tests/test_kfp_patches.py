@@ -431,3 +431,56 @@ def test_an_untested_kfp_runs_the_default_pipeline_on_kfps_own_path(
     assert [f["kind"] for f in record.fallbacks] == ["npu"]
     assert {s.name for s in record.steps if s.status == "succeeded"} >= {"prewarm", "preprocess", "plan", "train", "evaluate", "archive"}
     assert "prestarted." not in log, "no task ran in a prestarted process"
+
+
+# --- parallel-dag: a task's exception is not an interrupt -----------------------------------------------------
+
+
+def test_a_tasks_exception_leaves_the_tasks_beside_it_to_end_and_is_raised_after_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    """kfp's own orchestrator lets an exception from ``execute_task`` (a loop item it cannot coerce to the step's
+    parameter type) reach its caller, a ParallelFor iteration's executor, which fails that iteration. The parallel
+    DAG handled it as Ctrl-C: it set STOPPING and stopped every step process of the run, so the iterations running
+    beside it failed too (CI, stop 43). Now the tasks running beside it end as they would, none starts after it,
+    it is raised once they have ended, and nothing is stopped."""
+    import time
+
+    from kfp.local.orchestrator import enhanced_dag_orchestrator as E
+    from kfp.local import status
+    from kfp.pipeline_spec import pipeline_spec_pb2
+
+    spec = pipeline_spec_pb2.ComponentSpec()
+    for name in ("slow", "bad"):
+        spec.dag.tasks[name].task_info.name = name
+    spec.dag.tasks["after-bad"].dependent_tasks.append("bad")
+    ended: list[str] = []
+
+    def execute_task(task_name: str, **_: Any) -> Any:
+        if task_name == "bad":
+            raise ValueError("invalid literal for int() with base 10: 'four'")
+        if task_name == "slow":
+            time.sleep(0.5)
+        ended.append(task_name)
+        return {"out": 1}, status.Status.SUCCESS
+
+    monkeypatch.setattr(E, "execute_task", execute_task)
+    interrupted: list[bool] = []
+    kfp_patches.STOPPING.clear()
+    with pytest.raises(ValueError, match="'four'"):
+        kfp_patches._run_dag_in_parallel(
+            lambda **_: pytest.fail("the DAG has no loop: kfp's own orchestrator is not used"), 4,
+            "p", spec, {}, {}, {}, "/nonexistent", None, "id", [], on_interrupt=lambda: interrupted.append(True),
+        )
+    assert ended == ["slow"], "the task beside the failed one ran to its end; the one after it never started"
+    assert interrupted == [] and not kfp_patches.STOPPING.is_set()
+
+    # Ctrl-C in a task's thread is still an interrupt: STOPPING is set and the step processes are stopped
+    def interrupt(task_name: str, **_: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(E, "execute_task", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        kfp_patches._run_dag_in_parallel(
+            lambda **_: None, 4, "p", spec, {}, {}, {}, "/nonexistent", None, "id", [], on_interrupt=lambda: interrupted.append(True),
+        )
+    assert interrupted == [True] and kfp_patches.STOPPING.is_set()
+    kfp_patches.STOPPING.clear()

@@ -514,6 +514,21 @@ def words() -> list:
     return [3, "four"]
 
 
+def slow_square(x: int, marker_dir: str) -> float:
+    """x squared, after a second; a file named after x says it finished.
+
+    Args:
+        x: a number.
+        marker_dir: where the file goes.
+    """
+    import os
+    import time
+
+    time.sleep(1.0)
+    open(os.path.join(marker_dir, f"done-{x}"), "w").close()
+    return float(x * x)
+
+
 def root(x: float) -> float:
     """The square root.
 
@@ -560,6 +575,7 @@ SIGNED = step(signed)
 WORDS = step(words)
 ROOT = step(root, check=_check_root)
 SQUARE = step(square)
+SLOW_SQUARE = step(slow_square)
 TOTAL = step(total)
 FLAKY = step(flaky, retry=RetryPolicy(retries=2, backoff_seconds=0.5))
 '''
@@ -848,3 +864,27 @@ def test_a_loop_item_kfp_local_cannot_hand_its_task_fails_the_run_instead_of_pas
     assert "kfp.local could not run its task for-loop-1-iteration-1; no step of it ran (see kfp.log" in (record.error or "")
     assert json.loads((tmp_path / "run" / "run.json").read_text())["status"] == "failed"
     assert "invalid literal for int() with base 10: 'four'" in (tmp_path / "run" / "kfp.log").read_text(encoding="utf-8")
+
+
+@pytest.mark.slow
+def test_an_iteration_kfp_local_cannot_hand_its_task_leaves_the_others_running(loop_steps: Any, tmp_path: Path) -> None:
+    """Found by CI (the test above failed once, naming iteration 0): kfp.local raises the coercion error of
+    iteration 1's task in the thread running that iteration's steps, and the run handled any exception there as
+    Ctrl-C: it stopped every task and killed the step processes of the iterations running beside it, so iteration
+    0 (item 3, a good item) failed too and the run blamed it. Now iteration 0 runs to its end and succeeds, and
+    the error names the iteration whose item was bad."""
+    from heteroflow.pipelines.kfp.local import run_local
+
+    markers = tmp_path / "markers"
+    markers.mkdir()
+    p = Pipeline("uncoercible-beside-a-slow-one")
+    with ParallelFor(p.add(loop_steps.WORDS).output) as x:
+        p.add(loop_steps.SLOW_SQUARE, x=x, marker_dir=str(markers))
+    record = run_local({}, pipeline=p, run_dir=tmp_path / "run")
+    assert record.status == "failed"
+    assert "kfp.local could not run its task for-loop-1-iteration-1; no step of it ran" in (record.error or "")
+    assert (markers / "done-3").exists()  # iteration 0's step was not killed
+    squares = record.step("slow_square")
+    assert [(it.iteration, it.item, it.status) for it in squares.iterations] == [(0, 3, "succeeded")]
+    attempt = json.loads((tmp_path / "run" / "steps" / "slow_square" / "iteration-0" / "attempt-1.json").read_text())
+    assert attempt["status"] == "succeeded"

@@ -563,8 +563,11 @@ def _run_dag_in_parallel(
         except BaseException as exc:  # noqa: BLE001 - handed to the scheduling thread
             results.put((name, None, exc))
 
+    raised: BaseException | None = None  # the first task exception: no task starts after it, the running ones end
     try:
         while pending or running:
+            if raised is not None:
+                pending.clear()
             for name in sorted(n for n, t in pending.items() if set(t.dependent_tasks) <= settled):
                 if len(running) >= max_workers:
                     break
@@ -590,7 +593,17 @@ def _run_dag_in_parallel(
             running.discard(name)
             TASK_ENDED.set()
             if error is not None:
-                raise error
+                if not isinstance(error, Exception):  # KeyboardInterrupt, SystemExit: the interrupt path below
+                    raise error
+                # kfp's own orchestrator lets a task's exception (an item it cannot coerce to the step's parameter
+                # type) propagate to the caller, a loop iteration's executor, which fails that iteration. It is
+                # not an interrupt: the tasks running beside it (other iterations' steps) end as they would, and
+                # it is raised once they have
+                io_store.put_task_status(name, "FAILED")
+                failed.add(name)
+                settled.add(name)
+                raised = raised or error
+                continue
             outputs, task_status = result
             io_store.put_task_status(name, "SUCCEEDED" if task_status == status.Status.SUCCESS else "FAILED")
             if task_status == status.Status.FAILURE:
@@ -607,6 +620,8 @@ def _run_dag_in_parallel(
         if on_interrupt is not None:
             on_interrupt()
         raise
+    if raised is not None:
+        raise raised
     if failed:
         return {}, status.Status.FAILURE
     return OrchestratorUtils.get_dag_outputs(dag_outputs_spec=dag_spec.outputs, io_store=io_store), status.Status.SUCCESS
