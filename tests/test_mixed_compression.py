@@ -194,6 +194,58 @@ def test_a_resumed_topk_run_takes_back_its_residual_and_velocity(tmp_path):
     assert _diff(whole.state_dict, fresh.state_dict) > 1e-3
 
 
+@pytest.mark.slow
+def test_a_resumed_powersgd_run_takes_back_its_error_feedback_and_factors(tmp_path):
+    """The PowerSGD sibling of the top-k resume: each kind's leader saves torch's PowerSGD state (error feedback,
+    the warm-started P and Q, its iteration count and generator) beside the checkpoint, and a run stopped after
+    step 7 (checkpoint at 5) and resumed ends with the uninterrupted run's weights. Without it the resumed run sent
+    its first steps uncompressed (PowerSGD's own warm-up counts from zero again) and restarted the error feedback."""
+    def job(steps, ckpt):
+        return _job(compression="powersgd", powersgd_rank=1, max_steps=steps, checkpoint_dir=str(ckpt),
+                    checkpoint_every_steps=5)
+
+    whole = run_mixed_local(job(20, tmp_path / "a"), ["gpu", "npu"])
+    run_mixed_local(job(7, tmp_path / "b"), ["gpu", "npu"])
+    saved = {k: torch.load(tmp_path / "b" / f"mixed-powersgd-{k}.pt", weights_only=False) for k in ("gpu", "npu")}
+    assert all(s["step"] == 5 and s["iter"] == 5 and s["error_dict"] and s["q_memory_dict"] for s in saved.values())
+    resumed = run_mixed_local(job(20, tmp_path / "b"), ["gpu", "npu"])
+    assert resumed.resumed_from_step == 5
+    assert _diff(whole.state_dict, resumed.state_dict) <= 1e-5
+    # the same resume without the saved state: it differs (the test can fail)
+    for k in ("gpu", "npu"):
+        (tmp_path / "b" / f"mixed-powersgd-{k}.pt").unlink()
+    fresh = run_mixed_local(job(20, tmp_path / "b"), ["gpu", "npu"])
+    assert _diff(whole.state_dict, fresh.state_dict) > 1e-3
+
+
+def test_powersgds_memories_follow_their_parameters_when_ddp_moves_them_in_the_bucket():
+    """PowerSGD keeps its error feedback as the flat bucket and its warm-started P and Q per compressed gradient (in
+    torch's order: grouped by matrix shape): a resumed run's first step has DDP's first layout again, so each is moved
+    parameter by parameter; what does not fit is dropped (torch's hook starts it again)."""
+    from types import SimpleNamespace
+
+    from heteroflow.components.training.hierarchy import _powersgd_relayout, _powersgd_segments
+
+    first = ((0, (8, 8)), (1, (8,)), (2, (6, 8)))  # the bias is not worth compressing (torch's _should_compress)
+    assert _powersgd_segments(first, 1, 2) == {"error": [(0, 64), (1, 8), (2, 48)], "p": [(0, 8), (2, 6)], "q": [(0, 8), (2, 8)]}
+    rebuilt = ((2, (6, 8)), (1, (8,)), (0, (8, 8)))
+    error = torch.cat([torch.full((64,), 0.0), torch.full((8,), 1.0), torch.full((48,), 2.0)])
+    p = torch.cat([torch.full((8,), 10.0), torch.full((6,), 12.0)])
+    q = torch.cat([torch.full((8,), 20.0), torch.full((8,), 22.0)])
+    state = HookState(hierarchy=None, shares=[1])  # type: ignore[arg-type]
+    state._powersgd = SimpleNamespace(matrix_approximation_rank=1, min_compression_rate=2, error_dict={0: error},
+                                      p_memory_dict={0: p}, q_memory_dict={0: q})
+    _powersgd_relayout(state, 0, first)  # kept as it is
+    assert state._powersgd.error_dict[0] is error
+    _powersgd_relayout(state, 0, rebuilt)
+    ps = state._powersgd
+    assert ps.error_dict[0].tolist() == [2.0] * 48 + [1.0] * 8 + [0.0] * 64
+    assert ps.p_memory_dict[0].tolist() == [12.0] * 6 + [10.0] * 8
+    assert ps.q_memory_dict[0].tolist() == [22.0] * 8 + [20.0] * 8
+    _powersgd_relayout(state, 0, ((2, (6, 8)), (1, (8,)), (0, (8, 8)), (3, (8, 8))))  # a parameter it never kept
+    assert 0 not in ps.error_dict and 0 not in ps.p_memory_dict and 0 not in ps.q_memory_dict
+
+
 def test_the_topk_residual_follows_its_parameters_when_ddp_moves_them_in_the_bucket():
     """DDP rebuilds its buckets after the first step (the order gradients became ready), and a resumed run's first
     step has the first layout again: the residual and velocity are moved parameter by parameter, not by position."""

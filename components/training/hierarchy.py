@@ -52,7 +52,11 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["CROSS_COMPRESSIONS", "Hierarchy", "HookState", "check_compression", "hierarchical_hook"]
+__all__ = ["CROSS_COMPRESSIONS", "POWERSGD_CARRIED", "Hierarchy", "HookState", "check_compression", "hierarchical_hook"]
+
+POWERSGD_CARRIED = ("iter", "rng", "error_dict", "p_memory_dict", "q_memory_dict")
+"""The fields of torch's ``PowerSGDState`` that change from step to step and that a checkpoint keeps (its
+``__getstate__`` keeps every slot but the process group; the others are hyperparameters or statistics)."""
 
 CROSS_COMPRESSIONS = ("none", "topk", "powersgd")
 """Compression of the cross-kind exchange: none, top-k with error feedback, torch's PowerSGD."""
@@ -144,7 +148,10 @@ class HookState:
         shares: samples of each rank in the global batch (by rank; set again when shares are rebalanced).
         compression: one of :data:`CROSS_COMPRESSIONS`.
         topk_ratio: the fraction of entries top-k sends, (0, 1].
-        powersgd_rank: PowerSGD's ``matrix_approximation_rank``, >= 1.
+        powersgd_rank: PowerSGD's ``matrix_approximation_rank``, >= 1. Torch's PowerSGD state (error feedback,
+            warm-started factors, iteration count, generator) lives on each kind's leader; a checkpoint keeps it
+            per kind (:meth:`powersgd_state`, :meth:`load_powersgd_state`), moved with its parameters when DDP's
+            bucket layout changes (:func:`_powersgd_relayout`).
         topk_momentum: top-k's momentum correction (DGC): the SGD momentum taken out of the optimizer, which
             the exchange accumulates instead (:func:`_topk_select`); 0.0: top-k accumulates the gradient. The
             velocity and the residual live in this state, on each kind's leader; a checkpoint keeps them per kind
@@ -191,6 +198,7 @@ class HookState:
     _velocity: dict[int, Any] = dataclasses.field(default_factory=dict)
     _layouts: dict[int, tuple[tuple[int, int], ...]] = dataclasses.field(default_factory=dict)  # of the two above
     _powersgd: Any = None
+    _powersgd_layouts: dict[int, tuple[tuple[int, tuple[int, ...]], ...]] = dataclasses.field(default_factory=dict)
     _received: dict[tuple[int, int], Any] = dataclasses.field(default_factory=dict)  # (bucket, leader): receive buffer
     _pending: list[Any] = dataclasses.field(default_factory=list)  # this step's exchanges still in flight
 
@@ -260,6 +268,35 @@ class HookState:
         self._residuals = {int(i): t.clone() for i, t in (blob.get("residuals") or {}).items()}
         self._velocity = {int(i): t.clone() for i, t in (blob.get("velocity") or {}).items()}
         self._layouts = {int(i): tuple(tuple(x) for x in v) for i, v in (blob.get("layouts") or {}).items()}
+
+    def powersgd_state(self) -> dict[str, Any]:
+        """What torch's PowerSGD carries from step to step on this leader (:data:`POWERSGD_CARRIED`: the error
+        feedback and the warm-started P and Q factors per bucket index, its iteration count and random generator),
+        copied; empty off a leader or without PowerSGD. The process group and the hyperparameters are not in it
+        (they come with the job)."""
+        ps = self._powersgd
+        if ps is None:
+            return {}
+        import copy
+
+        return {**{slot: copy.deepcopy(getattr(ps, slot)) for slot in POWERSGD_CARRIED}, "layouts": dict(self._powersgd_layouts)}
+
+    def load_powersgd_state(self, blob: Mapping[str, Any]) -> None:
+        """Take back what :meth:`powersgd_state` gave, into this leader's PowerSGD state (its process group and
+        hyperparameters kept). A resumed run then compresses its next step as the uninterrupted run would: without
+        it, the first ``start_powerSGD_iter`` steps after a resume are sent uncompressed and the error feedback and
+        factors restart from zero. Slots missing from ``blob`` are left as they are; nothing happens without
+        PowerSGD."""
+        ps = self._powersgd
+        if ps is None:
+            return
+        import copy
+
+        for slot in POWERSGD_CARRIED:
+            if slot in blob:
+                setattr(ps, slot, copy.deepcopy(blob[slot]))
+        self._powersgd_layouts = {int(i): tuple((int(pos), tuple(shape)) for pos, shape in v)
+                                  for i, v in (blob.get("layouts") or {}).items()}
 
     def weight(self) -> float:
         """This rank's weight in the step's update: :attr:`step_weight` when set (an epoch's last, partial global
@@ -365,6 +402,80 @@ def _relayout(state: HookState, index: int, layout: tuple[tuple[int, int], ...] 
             offset += n
         store[index] = torch.cat([pieces[pos] if pos in pieces and pieces[pos].numel() == n
                                   else torch.zeros(n, dtype=flat.dtype) for pos, n in layout])
+
+
+def _shape_layout(state: HookState, bucket: Any) -> tuple[tuple[int, tuple[int, ...]], ...] | None:
+    """``bucket``'s parameters as ``((position in the model's parameters, shape), ...)`` in buffer order (what
+    PowerSGD's per-bucket memory is laid out by); None as for :func:`_layout`."""
+    layout = tuple((state.param_positions.get(id(p), -1), tuple(p.shape)) for p in bucket.parameters())
+    if not layout or any(pos < 0 for pos, _ in layout):
+        return None
+    return layout
+
+
+def _powersgd_segments(layout: tuple[tuple[int, tuple[int, ...]], ...], rank: int, min_rate: float) -> dict[str, list[tuple[int, int]]]:
+    """Where each parameter's part lies in PowerSGD's three per-bucket memories, ``{"error": [(position, entries),
+    ...], "p": [...], "q": [...]}`` in memory order, as torch's ``powerSGD_hook`` lays them out: the error feedback
+    as the flat bucket; P (``n x r``) and Q (``m x r``) only for the gradients it compresses (each viewed as ``n x
+    m`` with ``n`` its first dimension, ``r = min(n, m, rank)``, compressed when ``_should_compress`` says so),
+    grouped by matrix shape in the order each shape first appears, then in bucket order."""
+    import math
+
+    from torch.distributed.algorithms.ddp_comm_hooks.powerSGD_hook import _should_compress
+
+    error = [(pos, math.prod(shape)) for pos, shape in layout]
+    by_shape: dict[tuple[int, int], list[tuple[int, int, int]]] = {}
+    for pos, shape in layout:
+        n = shape[0] if shape else 1
+        m = math.prod(shape) // n if n else 0
+        r = min(n, m, rank)
+        if _should_compress(n, m, r, min_rate)[0]:
+            by_shape.setdefault((n, m), []).append((pos, n * r, m * r))
+    ordered = [item for items in by_shape.values() for item in items]
+    return {"error": error, "p": [(pos, pn) for pos, pn, _ in ordered], "q": [(pos, qm) for pos, _, qm in ordered]}
+
+
+def _moved(flat: Any, old: list[tuple[int, int]], new: list[tuple[int, int]]) -> Any:
+    """``flat`` (laid out as ``old``) laid out as ``new``; None when the two do not hold the same parts."""
+    import torch
+
+    if sorted(old) != sorted(new) or flat.numel() != sum(n for _, n in old):
+        return None
+    pieces, offset = {}, 0
+    for pos, n in old:
+        pieces[pos] = flat[offset:offset + n]
+        offset += n
+    return torch.cat([pieces[pos] for pos, _ in new]) if new else flat
+
+
+def _powersgd_relayout(state: HookState, index: int, layout: tuple[tuple[int, tuple[int, ...]], ...] | None) -> None:
+    """PowerSGD's counterpart of :func:`_relayout`: move bucket ``index``'s error feedback and warm-started P and
+    Q to ``layout`` when the bucket's parameters moved since they were kept (a resumed run's first step has DDP's
+    first layout again). Memories that do not fit are dropped: torch's hook then starts them again (the error
+    feedback from zero, P and Q from its generator), as on its first compressed step."""
+    ps = state._powersgd
+    if layout is None or ps is None:
+        return
+    old = state._powersgd_layouts.get(index)
+    state._powersgd_layouts[index] = layout
+    if old is None or old == layout:
+        return
+    before = _powersgd_segments(old, ps.matrix_approximation_rank, ps.min_compression_rate)
+    after = _powersgd_segments(layout, ps.matrix_approximation_rank, ps.min_compression_rate)
+    error = ps.error_dict.get(index)
+    if error is not None:
+        moved = _moved(error, before["error"], after["error"])
+        if moved is None:
+            del ps.error_dict[index]
+        else:
+            ps.error_dict[index] = moved
+    if index in ps.p_memory_dict and index in ps.q_memory_dict:
+        p = _moved(ps.p_memory_dict[index], before["p"], after["p"])
+        q = _moved(ps.q_memory_dict[index], before["q"], after["q"])
+        if p is None or q is None:
+            del ps.p_memory_dict[index], ps.q_memory_dict[index]
+        else:
+            ps.p_memory_dict[index], ps.q_memory_dict[index] = p, q
 
 
 def _topk_exchange(state: HookState, buffer: Any, index: int) -> Any:
@@ -502,6 +613,7 @@ def hierarchical_hook(state: HookState, bucket):  # type: ignore[no-untyped-def]
         elif state.compression == "powersgd":
             state.bytes_sent += _powersgd_bytes(state, bucket, state.powersgd_rank)
             buffer.mul_(dist.get_world_size(h.cross_group))  # the hook averages; the parts are already weighted
+            _powersgd_relayout(state, bucket.index(), _shape_layout(state, bucket))
             from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 
             result = powerSGD_hook.powerSGD_hook(state._powersgd, bucket).wait()

@@ -101,6 +101,7 @@ _POD_ENV = "HETEROFLOW_MIXED_POD"  # "1": the agent joined a rendezvous hosted e
 DEVICE_ENV = "HETEROFLOW_MIXED_DEVICE"
 _CHECKPOINT = "mixed-checkpoint.pt"
 _TOPK_STATE = "mixed-topk-{kind}.pt"  # a kind's top-k residual and velocity at the checkpoint's step
+_POWERSGD_STATE = "mixed-powersgd-{kind}.pt"  # a kind's PowerSGD error feedback, factors, iteration and generator
 _CURRENT_STEP = [0]  # optimizer steps done by this replica (a drop record names it)
 _SWITCH_INTERVAL = 0.0005  # seconds: the replicas' GIL switch interval (see _train)
 
@@ -416,6 +417,7 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
     ckpt = Path(job.checkpoint_dir) / _CHECKPOINT if job.checkpoint_dir else None
     # top-k's residual and velocity, per kind: its leader's (written beside the checkpoint at the same step)
     topk_file = Path(job.checkpoint_dir) / _TOPK_STATE.format(kind=kind) if job.checkpoint_dir else None
+    powersgd_file = Path(job.checkpoint_dir) / _POWERSGD_STATE.format(kind=kind) if job.checkpoint_dir else None
     if ckpt is not None and ckpt.exists():
         blob = torch.load(ckpt, map_location="cpu", weights_only=False)
         model.load_state_dict({k: v.to(device) for k, v in blob["model"].items()})
@@ -450,6 +452,11 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         # only the state of the checkpoint's own step: a leader that died between the two writes left an older one
         if int(saved_topk.get("step", -1)) == start and float(saved_topk.get("momentum", -1.0)) == topk_momentum:
             state.load_topk_state(saved_topk)
+    leads_powersgd = job.compression == "powersgd" and h.cross_group is not None and powersgd_file is not None
+    if leads_powersgd and start > 0 and powersgd_file.exists():
+        saved_powersgd = torch.load(powersgd_file, map_location="cpu", weights_only=False)
+        if int(saved_powersgd.get("step", -1)) == start:  # only the state of the checkpoint's own step (as top-k's)
+            state.load_powersgd_state(saved_powersgd)
 
     shares_history = [{"step": start, "shares": list(shares), "throughput": [], "why": "start"}]
     estimator = ShareEstimator(world)
@@ -543,6 +550,8 @@ def _train(job: MixedJob, kind: str, speed: float, results: Path | None) -> Mixe
         if ckpt is not None and done % job.checkpoint_every_steps == 0 and done < total:
             if leads_topk:  # each kind's leader, beside rank 0's checkpoint of the same step
                 _save(topk_file, {"step": done, "momentum": topk_momentum, **state.topk_state()})
+            if leads_powersgd:
+                _save(powersgd_file, {"step": done, **state.powersgd_state()})
             if rank == 0:
                 by_kind: dict[str, float] = {}
                 for r, t in enumerate(throughput):
