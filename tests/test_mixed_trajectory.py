@@ -106,7 +106,10 @@ def test_measured_and_rebalanced_shares_keep_the_trajectory():
     for i, gap in enumerate(gaps):
         if shares[i + 1] != shares[i]:  # measurement i changed the shares: the next comes 3 steps later
             assert gap == 3
-    assert measured[0]["shares"] != [16, 16]  # speeds 2:1: the first measurement moves the shares
+    # speeds 2:1: a measurement moves the shares (the first one does on a quiet machine; under heavy load its
+    # throughputs can be noise the rebalancer holds back, as it should, and a later one moves them: seen once beside
+    # the whole suite)
+    assert any(h["shares"] != [16, 16] for h in measured), measured
     assert all(sum(h["shares"]) == BATCH and len(h["throughput"]) == 2 for h in measured)
     assert _largest_difference(run.state_dict, reference) <= TOL
     assert len(run.busy_fraction) == 2 and all(0 < b <= 1 for b in run.busy_fraction)
