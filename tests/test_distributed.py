@@ -683,3 +683,25 @@ def test_a_function_whose_module_does_not_import_is_the_workers_own_error_throug
     raises the import error itself, re-raised here as it is (permanent), not a killed or hung launch."""
     with pytest.raises(ModuleNotFoundError, match="nosuch_module_xyz"):
         launch("nosuch_module_xyz:fn", 2, timeout_seconds=120)
+
+
+def test_batch_sizes_for_another_candidate_are_said_in_the_train_summary() -> None:
+    """Trial finding: `--param batch_sizes=64,32` on a one-device candidate (a fallback from two devices) trained one
+    worker on the union batch of 96 and said so only in the step's log. The summary says it; batch_sizes that fit
+    the candidate, or none, add nothing."""
+    import dataclasses
+
+    from heteroflow.components.training.step import TrainResult, _train_facts, _train_summary
+
+    result = TrainResult(model_dir=Path("/nonexistent"), device="cpu", steps=10, resumed_from_step=0, checkpoints_written=0,
+                         samples_per_second=100.0, final_loss=0.1, validation_accuracy=None, seconds=1.0, processes=1,
+                         batch_size=96, batch_sizes=(64, 32))
+    facts = _train_facts(result)
+    assert facts["batch_sizes"] == [64, 32]
+    lines = _train_summary(facts)
+    assert "train: batch_sizes 64,32 lists 2 sizes, for another candidate (this one has 1 worker process): the 1 worker took each step's union batch of 96 samples" in lines, lines
+    three = _train_summary({**facts, "processes": 3})
+    assert "train: batch_sizes 64,32 lists 2 sizes, for another candidate (this one has 3 worker processes): each step's union batch of 96 samples was split evenly over the 3 workers" in three, three
+    fits = _train_summary({**facts, "processes": 2})
+    assert not any("batch_sizes" in line for line in fits), fits
+    assert not any("batch_sizes" in line for line in _train_summary(_train_facts(dataclasses.replace(result, batch_sizes=()))))

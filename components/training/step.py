@@ -102,6 +102,8 @@ class TrainResult:
             facts: ``steps``, ``history``...) instead of training again; empty otherwise.
         amp_skipped_steps: optimizer steps the fp16 GradScaler skipped for inf/NaN gradients (the learning-rate
             scheduler was not stepped on them), those before a resume included; 0 without a scaler.
+        batch_sizes: the per-worker batch sizes given (``batch_sizes``), () when none were; when their number is
+            not :attr:`processes` (a fallback to a candidate with fewer devices), the union batch was split evenly.
     """
 
     model_dir: Path
@@ -126,6 +128,7 @@ class TrainResult:
     reused_model: str = ""
     amp_skipped_steps: int = 0
     mixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    batch_sizes: tuple[int, ...] = ()
 
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
@@ -394,6 +397,7 @@ def train(
                 batch_size=union,
                 accelerator=str(getattr(resources, "accelerator", None) or ""),
                 amp_skipped_steps=ctx.amp_skipped_steps,
+                batch_sizes=sizes,
                 **waited,
             )
             if held is not None:
@@ -595,6 +599,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
         **({"amp_skipped_steps": result.amp_skipped_steps} if result.precision == "float16" else {}),
         **({"mixed": dict(result.mixed)} if result.mixed else {}),
         **({"dataset_factory": factory} if factory else {}),
+        **({"batch_sizes": list(result.batch_sizes)} if result.batch_sizes else {}),
     }
 
 
@@ -642,6 +647,13 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
     data = [f"train: trained on dataset_factory {f['dataset_factory']}'s samples, not on the preprocessed data set"] \
         if f.get("dataset_factory") else []
     workers = f.get("processes") or 1  # a candidate with several devices: one worker process per device
+    given = f.get("batch_sizes") or []
+    if given and len(given) != workers:  # batch_sizes was for another candidate (this one is a fallback)
+        union = f.get("batch_size") or sum(given)
+        went = f"the 1 worker took each step's union batch of {union} samples" if workers == 1 else \
+            f"each step's union batch of {union} samples was split evenly over the {workers} workers"
+        data.append(f"train: batch_sizes {','.join(map(str, given))} lists {len(given)} sizes, for another candidate "
+                    f"(this one has {workers} worker process{'es' if workers > 1 else ''}): {went}")
     together = f", {workers} worker processes (one per device; {f['batch_size']} samples per step together)" \
         if workers > 1 and not f.get("mixed") and f.get("batch_size") else (f", {workers} worker processes (one per device)" if workers > 1 and not f.get("mixed") else "")
     return [*waited, *mixed, *data,
