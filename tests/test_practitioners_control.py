@@ -570,6 +570,18 @@ def flaky(x: int, marker_dir: str) -> float:
     return float(x)
 
 
+def picky(x: float, bad: float = -1.0) -> float:
+    """x, unless it is the bad one (a ValueError: a permanent failure).
+
+    Args:
+        x: a number.
+        bad: the number refused.
+    """
+    if x == bad:
+        raise ValueError(f"{x} is the bad one")
+    return float(x)
+
+
 SIZES = step(sizes)
 SIGNED = step(signed)
 WORDS = step(words)
@@ -578,6 +590,7 @@ SQUARE = step(square)
 SLOW_SQUARE = step(slow_square)
 TOTAL = step(total)
 FLAKY = step(flaky, retry=RetryPolicy(retries=2, backoff_seconds=0.5))
+PICKY = step(picky)
 '''
 
 
@@ -716,6 +729,47 @@ def test_a_retried_loop_iteration_counts_its_own_attempts_on_kfp_local(loop_step
     assert record.status == "succeeded", record
     assert [it.attempts for it in record.step("flaky").iterations] == [1, 2, 1]
     _check_flaky_run(tmp_path / "run")
+
+
+def _failing_iteration_pipeline(loop_steps: Any) -> Pipeline:
+    """Iteration 1 (item -1.0) fails its first call; the second call of the loop reads the first's value."""
+    p = Pipeline("failing-iteration")
+    with ParallelFor([4.0, -1.0, 9.0]) as x:
+        picked = p.add(loop_steps.PICKY, x=x)
+        squares = p.add(loop_steps.SQUARE, x=2, scale=picked.output)
+    p.add(loop_steps.TOTAL, values=Collected(squares.output))
+    return p
+
+
+def _check_failing_iteration_run(record: Any) -> None:
+    """KFP's loop semantics: iterations are independent, so iterations 0 and 2 run to their end although iteration 1
+    failed; the calls after the failed one in iteration 1 do not run (shown ``not run``); the loop fails once every
+    iteration ran and what reads it (``total``, Collected) does not run."""
+    assert record.status == "failed"
+    picky = record.step("picky")
+    assert [(it.iteration, it.item, it.status) for it in picky.iterations] == [(0, 4.0, "succeeded"), (1, -1.0, "failed"), (2, 9.0, "succeeded")]
+    assert picky.status == "failed" and "-1.0 is the bad one" in (picky.iterations[1].error or "")
+    square = record.step("square")
+    assert [(it.iteration, it.status) for it in square.iterations] == [(0, "succeeded"), (1, "not run"), (2, "succeeded")]
+    assert [it.details.get("result") for it in square.iterations] == [16.0, None, 36.0]
+    assert record.step("total").status == "not run"
+    folder = Path(record.run_dir)
+    assert sorted(p.parent.name for p in (folder / "steps" / "square").glob("iteration-*/attempt-*.json")) == ["iteration-0", "iteration-2"]
+
+
+def test_a_failed_loop_iteration_leaves_the_others_running_in_process(loop_steps: Any, tmp_path: Path) -> None:
+    """The in-process engine stopped at iteration 1's failure: iteration 2 never ran and was not shown at all,
+    where kfp.local (and Airflow's mapped instances) ran it."""
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+
+    _check_failing_iteration_run(run_inprocess(_failing_iteration_pipeline(loop_steps), {}, run_dir=tmp_path / "run"))
+
+
+@pytest.mark.slow
+def test_a_failed_loop_iteration_leaves_the_others_running_on_kfp_local(loop_steps: Any, tmp_path: Path) -> None:
+    from heteroflow.pipelines.kfp.local import run_local
+
+    _check_failing_iteration_run(run_local({}, pipeline=_failing_iteration_pipeline(loop_steps), run_dir=tmp_path / "run"))
 
 
 def test_a_run_record_from_before_iterations_were_recorded_still_reads(tmp_path: Path) -> None:
@@ -885,6 +939,7 @@ def test_an_iteration_kfp_local_cannot_hand_its_task_leaves_the_others_running(l
     assert "kfp.local could not run its task for-loop-1-iteration-1; no step of it ran" in (record.error or "")
     assert (markers / "done-3").exists()  # iteration 0's step was not killed
     squares = record.step("slow_square")
-    assert [(it.iteration, it.item, it.status) for it in squares.iterations] == [(0, 3, "succeeded")]
+    # iteration 1 never started a step: shown not run, with its item
+    assert [(it.iteration, it.item, it.status) for it in squares.iterations] == [(0, 3, "succeeded"), (1, "four", "not run")]
     attempt = json.loads((tmp_path / "run" / "steps" / "slow_square" / "iteration-0" / "attempt-1.json").read_text())
     assert attempt["status"] == "succeeded"

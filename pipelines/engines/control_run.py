@@ -10,7 +10,10 @@ in this process: the in-process engine's walk of the pipeline's tree of groups.
   :class:`~heteroflow.components.core.telemetry.Iteration`), not as more attempts of the call.
 - A sub-pipeline's calls run in place (they are calls of the pipeline, ``<sub>__<call>``).
 - Failures as :func:`heteroflow.pipelines.engines.inprocess.run_call` decides them (retries, fallback); the first
-  call that does not succeed ends the run (nothing after it runs, in any group).
+  call that does not succeed ends the run (nothing after it runs, in any group), except inside a ``ParallelFor``,
+  whose iterations are independent (KFP's semantics, as kfp.local and Airflow's mapped instances run them): a call
+  that fails ends its own iteration (the calls after it in that iteration do not run), every other iteration
+  still runs, and once all have run the loop fails, which ends the run (nothing after the loop runs).
 """
 
 from __future__ import annotations
@@ -120,14 +123,21 @@ def run_control(
                     raise InvalidParameter(f"ParallelFor {group.name}: {group.items!r} is {items!r}, not a list")
                 produced = [(c.name, p.name) for c in child.calls() if group in c.groups for p in c.step.returns]
                 collected: dict[tuple[str, str], list[Any]] = {k: [] for k in produced}
+                failed: list[int] = []
                 for i, item in enumerate(items):
                     inner = dict(env)
                     inner[("item", group.id)] = item
                     inner[("iteration", group.id)] = i
-                    walk(child, inner)
+                    try:
+                        walk(child, inner)
+                    except _Stop:  # this iteration failed; the others are independent of it and still run
+                        failed.append(i)
+                        continue
                     for k in produced:
                         if ("value", *k) in inner:
                             collected[k].append(inner[("value", *k)])
+                if failed:  # the loop failed, after every iteration ran: nothing after it runs
+                    raise _Stop(f"{group.name} iteration(s) {failed}")
                 env.update({("collected", *k): v for k, v in collected.items()})
             elif taken(group, env):
                 walk(child, dict(env))

@@ -6,7 +6,9 @@ KFP and Airflow renderings, with DESIGN.md's failure semantics carried out in Py
 - a *transient* failure is retried on the same candidate, waiting ``RetryPolicy.delay_seconds(n)`` before
   retry n, while the next retry would still start inside the policy's total window;
 - a *device* failure of a device-bound call moves to its next candidate at once (no retry spent);
-- a *permanent* failure (or a device failure with no candidate left) fails the run; nothing after it runs.
+- a *permanent* failure (or a device failure with no candidate left) fails the run; nothing after it runs
+  (inside a ``ParallelFor``: nothing after it in its iteration; the other iterations still run, then the loop
+  fails: :mod:`heteroflow.pipelines.engines.control_run`).
 
 Calls run one after another in the pipeline's order; artifacts live under ``<run dir>/artifacts/<call>/<name>``.
 The run folder and ``run.json`` are :mod:`heteroflow.pipelines.runs.records`' (the same for every engine). Ctrl-C (or

@@ -387,6 +387,34 @@ def fill_loop_items(run_dir: str | os.PathLike[str], pipeline: Pipeline, args: M
     return filled
 
 
+def add_not_run_iterations(pipeline: Pipeline, args: Mapping[str, Any], steps: list[StepSummary],
+                           records: Mapping[str, list[AttemptRecord]]) -> list[StepSummary]:
+    """``steps`` with, for each call of a (not nested) ``ParallelFor`` the run reached (a call of that loop has an
+    iteration recorded), an iteration ``not run`` for each item of the loop's list (:func:`_loop_items`) that has no
+    attempt of the call: an iteration in which an earlier call of the loop failed, or one the engine could not start.
+    Iterations ``not run`` do not change the call's status (that of the iterations that ran; ``not run`` when none did)."""
+    from heteroflow.components.core.telemetry import recorded_item
+
+    reached = {
+        id(g)
+        for c in getattr(pipeline, "calls", ())
+        for g in getattr(c, "groups", ())
+        if g.kind == "loop" and any(iteration_key(r) is not None for r in records.get(c.name, []))
+    }
+    out = []
+    for summary in steps:
+        call = next((c for c in getattr(pipeline, "calls", ()) if c.name == summary.name), None)
+        loops = [g for g in getattr(call, "groups", ()) if g.kind == "loop"] if call is not None else []
+        items = _loop_items(pipeline, call, args, records) if len(loops) == 1 and id(loops[0]) in reached else None
+        have = {it.iteration for it in summary.iterations if not it.outer_iterations}
+        missing = [i for i in range(len(items or [])) if i not in have]
+        if missing:
+            added = [IterationSummary(iteration=i, item=recorded_item(items[i]), status="not run") for i in missing]  # type: ignore[index]
+            summary = dataclasses.replace(summary, iterations=sorted([*summary.iterations, *added], key=lambda it: it.key))
+        out.append(summary)
+    return out
+
+
 def build_record(
     pipeline: Pipeline,
     *,
@@ -404,7 +432,7 @@ def build_record(
     if interrupted:
         close_stopped_attempts(folder, started + wall_seconds)
     fill_loop_items(folder, pipeline, args)
-    steps = collect(folder, pipeline, finished=True)
+    steps = add_not_run_iterations(pipeline, args, collect(folder, pipeline, finished=True), read_step_records(folder))
     by_name = {s.name: s for s in steps}
     # a call inside a condition or a loop may legitimately not run (a branch not taken, an empty list)
     optional = {c.name for c in pipeline.calls if any(g.kind != "pipeline" for g in getattr(c, "groups", ()))}
