@@ -9,12 +9,16 @@
   condition (and the earlier branches') from XCom and the run's arguments when it starts, and skips itself
   (``AirflowSkipException``) when its branch is not taken; the branch's later tasks are then skipped by Airflow's
   ``all_success`` rule. The run record counts a call in a branch not taken as not run, not failed.
-- **Loops: dynamic task mapping.** A call inside a ``ParallelFor`` is a mapped task,
-  ``.partial(...).expand(loop_item=...)``: over the literal list, or over the list an ``<loop>-items`` task returns
-  (a list pipeline parameter, or an output parameter: known only when the run starts). Each mapped instance writes
-  its artifacts under ``artifacts/<call>/<map index>/``; ``Collected`` pulls the values of every mapped instance,
-  in map-index order. Airflow maps one level: nested loops, and fallback chains inside a loop, raise an error that
-  names the alternative.
+- **Loops: a mapped task group.** A ``ParallelFor`` is a ``MappedTaskGroup`` named after the loop (what
+  ``@task_group(...).expand(loop_item=...)`` builds): over the literal list, or over the list an ``<loop>-items``
+  task returns (a list pipeline parameter, or an output parameter: known only when the run starts). Each of its
+  calls is a task of the group, so Airflow runs one instance of it per item (``map_index``: the item's index, whose
+  item the task reads when it starts) and, as KFP runs a loop's iterations, the instances of one index depend only on
+  each other: a failed ``train[1]`` leaves ``evaluate[1]`` ``upstream_failed`` and ``evaluate[0]``/``[2]`` running
+  (with plain mapped tasks, every ``evaluate`` instance waited for, and failed with, every ``train`` instance).
+  What reads the loop from outside waits for every instance. Each instance writes its artifacts under
+  ``artifacts/<call>/<map index>/``; ``Collected`` pulls the values of every instance, in map-index order. Airflow
+  maps one level: nested loops, and fallback chains inside a loop, raise an error that names the alternative.
 - **Sub-pipelines: a TaskGroup each.** Their calls are calls of the pipeline (``<sub>__<call>``), tasks like any
   other, inside a ``TaskGroup`` named after the sub-pipeline call (``prefix_group_id=False``: the task ids stay the
   calls' names, which the rest of the rendering uses).
@@ -72,6 +76,27 @@ def _group_refs(group: Group) -> list[Any]:
     if group.kind == "loop":
         refs.append(group.items)
     return refs
+
+
+def items_task_id(group: Group) -> str:
+    """The task that returns the list of a loop over a run-time list (``<loop>-items``)."""
+    return f"{group.name}-items".replace(" ", "-")
+
+
+def loop_group_id(group: Group) -> str:
+    """The id of a loop's mapped task group (the loop's name)."""
+    return group.name.replace(" ", "-")
+
+
+def loop_item(op: Any, context: Mapping[str, Any]) -> Any:
+    """The item of the loop iteration a task instance inside a loop's mapped task group runs (its ``map_index``):
+    from the literal list, or from the ``<loop>-items`` task's list; None outside a loop."""
+    group = loop_of(op.pipeline[op.call_name])
+    index = _map_index(context)
+    if group is None or index is None:
+        return None
+    items = group.items if isinstance(group.items, list) else context["ti"].xcom_pull(task_ids=items_task_id(group), map_indexes=-1)
+    return items[index]
 
 
 def control_upstream(pipeline: Pipeline, layout: Layout, call: Call) -> list[str]:
@@ -173,6 +198,7 @@ class ControlStepOperator(StepOperator):
         self.loop_item = loop_item
 
     def execute(self, context: Any) -> Any:
+        self.loop_item = loop_item(self, context) if self.loop_item is None else self.loop_item
         self.channel_params = _Resolver(self, context).params()
         self.map_index = _map_index(context)
         return super().execute(context)
@@ -191,6 +217,7 @@ class ControlPodOperator(PodStepOperator):
         self.loop_item = loop_item
 
     def execute(self, context: Any) -> Any:
+        self.loop_item = loop_item(self, context) if self.loop_item is None else self.loop_item
         values = _Resolver(self, context).params()
         args = pod_arguments(self.pipeline, self.pipeline[self.call_name], self.arguments, values, _map_index(context))
         self.arguments = args
@@ -249,23 +276,24 @@ def pod_arguments(pipeline: Pipeline, call: Call, arguments: list[str], values: 
 
 def operator_options(pipeline: Pipeline, layout: Layout, call: Call, *, kube: bool, tasks: dict[str, Any]) -> dict[str, Any]:
     """The extra keyword arguments of ``call``'s task (used by :func:`heteroflow.dags.factory.build_dag`): the
-    operator class that resolves its references, and ``expand`` for a call inside a loop (creating the loop's
-    ``<loop>-items`` task, in ``tasks``, the first time a loop over a run-time list needs it).
-    """
+    operator class that resolves its references (a call inside a loop is a task of the loop's mapped task group,
+    :func:`enter_groups`, and reads its item when it starts)."""
     uses = bool(call.groups) or any(isinstance(b, (ValueRef, LoopItem, CollectedRef)) for b in call.bindings.values())
     if not uses:
         return {}
-    out: dict[str, Any] = {"operator_class": ControlPodOperator if kube else ControlStepOperator}
-    group = loop_of(call)
-    if group is None:
-        return out
+    return {"operator_class": ControlPodOperator if kube else ControlStepOperator}
+
+
+def _loop_items(pipeline: Pipeline, layout: Layout, group: Group, tasks: dict[str, Any]) -> Any:
+    """What a loop's mapped task group expands over: its literal list, or the output of its ``<loop>-items`` task
+    (created in ``tasks`` the first time, before the group opens: it must not be one of its instances)."""
     if isinstance(group.items, list):
-        out["expand"] = {"loop_item": list(group.items)}
-        return out
-    task_id = f"{group.name}-items".replace(" ", "-")
+        return list(group.items)
+    task_id = items_task_id(group)
     if task_id not in tasks:
+        first = next(c for c in pipeline.calls if group in c.groups)
         items = LoopItemsOperator(
-            task_id=task_id, pipeline=pipeline, layout=layout, call_name=call.name, retries=0,
+            task_id=task_id, pipeline=pipeline, layout=layout, call_name=first.name, retries=0,
             doc_md=f"The items of ParallelFor {group.name!r} ({group.items!r}), known when the run starts.",
         )
         producers = [tasks[PREPARE_TASK]]
@@ -273,22 +301,32 @@ def operator_options(pipeline: Pipeline, layout: Layout, call: Call, *, kube: bo
             producers.append(tasks[layout[group.items.call].join])
         producers >> items
         tasks[task_id] = items
-    out["expand"] = {"loop_item": tasks[task_id].output}
-    return out
+    return tasks[task_id].output
 
 
-def enter_subpipelines(call: Call | None, stack: list[Any]) -> None:
-    """Open and close the sub-pipelines' TaskGroups around the task of ``call`` (None: close every one), given
-    the ``(group, TaskGroup)`` pairs open now in ``stack`` (updated in place)."""
+def enter_groups(call: Call | None, stack: list[Any], *, pipeline: Pipeline | None = None, layout: Layout | None = None,
+                 tasks: dict[str, Any] | None = None) -> None:
+    """Open and close the sub-pipelines' TaskGroups and the loops' mapped task groups around the task of ``call``
+    (None: close every one), given the ``(group, TaskGroup)`` pairs open now in ``stack`` (updated in place)."""
     from airflow.sdk import TaskGroup
+    from airflow.sdk.definitions._internal.expandinput import DictOfListsExpandInput
+    from airflow.sdk.definitions.taskgroup import MappedTaskGroup
 
-    wanted = [g for g in call.groups if g.kind == "pipeline"] if call is not None else []
+    wanted = [g for g in call.groups if g.kind in ("pipeline", "loop")] if call is not None else []
     keep = 0
     while keep < min(len(stack), len(wanted)) and stack[keep][0] is wanted[keep]:
         keep += 1
     while len(stack) > keep:
         stack.pop()[1].__exit__(None, None, None)
     for group in wanted[keep:]:
-        task_group = TaskGroup(group_id=group.name, prefix_group_id=False, tooltip=f"sub-pipeline {group.pipeline!r}")
+        if group.kind == "loop":
+            assert pipeline is not None and layout is not None and tasks is not None
+            items = _loop_items(pipeline, layout, group, tasks)
+            task_group = MappedTaskGroup(
+                group_id=loop_group_id(group), prefix_group_id=False, expand_input=DictOfListsExpandInput({"loop_item": items}),
+                tooltip=f"ParallelFor {group.name}: one instance of each task per item",
+            )
+        else:
+            task_group = TaskGroup(group_id=group.name, prefix_group_id=False, tooltip=f"sub-pipeline {group.pipeline!r}")
         task_group.__enter__()
         stack.append((group, task_group))

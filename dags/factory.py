@@ -173,9 +173,7 @@ def build_dag(
             kwargs.update(dag_control.operator_options(pipeline, layout, call, kube=kube, tasks=tasks))
         if kube:
             return make_pod(call, index, dag_id=dag_id, layout=layout, **kwargs)
-        cls, expand = kwargs.pop("operator_class", StepOperator), kwargs.pop("expand", None)
-        if expand:  # a call inside a ParallelFor: one mapped instance per item
-            return cls.partial(pipeline=pipeline, layout=layout, call_name=call.name, candidate_index=index, **kwargs).expand(**expand)
+        cls = kwargs.pop("operator_class", StepOperator)  # a call inside a ParallelFor: a task of its mapped task group
         return cls(pipeline=pipeline, layout=layout, call_name=call.name, candidate_index=index, **kwargs)
 
     with dag:
@@ -199,7 +197,7 @@ def build_dag(
             tasks[create.task_id] = create
         for call in pipeline.calls:
             if controlled:
-                dag_control.enter_subpipelines(call, subs)
+                dag_control.enter_groups(call, subs, pipeline=pipeline, layout=layout, tasks=tasks)
             names = layout[call.name]
             upstream = [tasks[t] for t in layout.upstream(call)]
             if controlled:  # the producers of the output parameters it, its conditions or its loop read
@@ -241,7 +239,7 @@ def build_dag(
                 candidates >> join
                 tasks[join.task_id] = join
         if controlled:
-            dag_control.enter_subpipelines(None, subs)
+            dag_control.enter_groups(None, subs)
         for create, delete, users in claims.values():
             if delete is not None:
                 [tasks[layout[user].join] for user in users] >> delete

@@ -256,8 +256,7 @@ def pod_task_factory(
         task_id = task_kwargs["task_id"]
         pod_name = f"{dag_id}-{call.name}" + ("" if task_id == call.name else f"-{task_id}")
         cls = task_kwargs.pop("operator_class", PodStepOperator)  # dags.control: conditions, values, loops
-        expand = task_kwargs.pop("expand", None)
-        made = (cls.partial if expand else cls)(
+        made = cls(
             pipeline=layout.pipeline,
             layout=layout,
             call_name=call.name,
@@ -275,6 +274,6 @@ def pod_task_factory(
             **rest,
             **task_kwargs,
         )
-        return made.expand(**expand) if expand else made  # a mapped instance per loop item
+        return made  # inside a ParallelFor: a task of the loop's mapped task group (dags.control)
 
     return make

@@ -334,7 +334,10 @@ def test_tuning_fanout_renders_to_airflow(tmp_path: Path) -> None:
 
     dag = _airflow_dag(tuning.pipeline, tmp_path, "local")
     tasks = dag.task_dict
-    assert type(tasks["train"]).__name__ == "MappedOperator" and type(tasks["evaluate"]).__name__ == "MappedOperator"
+    # the loop is a mapped task group: evaluate[i] depends on train[i] alone, as a KFP loop iteration's tasks do
+    groups = {t: [g.group_id for g in tasks[t].iter_mapped_task_groups()] for t in ("train", "evaluate", "choose_best")}
+    assert groups == {"train": ["trials"], "evaluate": ["trials"], "choose_best": []}
+    assert type(dag.task_group_dict["trials"]).__name__ == "MappedTaskGroup"
     assert isinstance(tasks["trials-items"], LoopItemsOperator)  # the list parameter, known when the run starts
     assert "trials-items" in tasks["train"].upstream_task_ids
     assert {"choose_best", "make_dataset"} <= tasks["archive"].upstream_task_ids
@@ -591,6 +594,19 @@ SLOW_SQUARE = step(slow_square)
 TOTAL = step(total)
 FLAKY = step(flaky, retry=RetryPolicy(retries=2, backoff_seconds=0.5))
 PICKY = step(picky)
+
+
+def failing_iteration():
+    """A loop whose iteration 1 (item -1.0) fails its first call; the loop's second call reads the first's value."""
+    from heteroflow.pipelines.control import Collected, ParallelFor
+    from heteroflow.pipelines.graph import Pipeline
+
+    p = Pipeline("failing-iteration")
+    with ParallelFor([4.0, -1.0, 9.0]) as x:
+        picked = p.add(PICKY, x=x)
+        squares = p.add(SQUARE, x=2, scale=picked.output)
+    p.add(TOTAL, values=Collected(squares.output))
+    return p
 '''
 
 
@@ -731,16 +747,6 @@ def test_a_retried_loop_iteration_counts_its_own_attempts_on_kfp_local(loop_step
     _check_flaky_run(tmp_path / "run")
 
 
-def _failing_iteration_pipeline(loop_steps: Any) -> Pipeline:
-    """Iteration 1 (item -1.0) fails its first call; the second call of the loop reads the first's value."""
-    p = Pipeline("failing-iteration")
-    with ParallelFor([4.0, -1.0, 9.0]) as x:
-        picked = p.add(loop_steps.PICKY, x=x)
-        squares = p.add(loop_steps.SQUARE, x=2, scale=picked.output)
-    p.add(loop_steps.TOTAL, values=Collected(squares.output))
-    return p
-
-
 def _check_failing_iteration_run(record: Any) -> None:
     """KFP's loop semantics: iterations are independent, so iterations 0 and 2 run to their end although iteration 1
     failed; the calls after the failed one in iteration 1 do not run (shown ``not run``); the loop fails once every
@@ -762,14 +768,25 @@ def test_a_failed_loop_iteration_leaves_the_others_running_in_process(loop_steps
     where kfp.local (and Airflow's mapped instances) ran it."""
     from heteroflow.pipelines.engines.inprocess import run_inprocess
 
-    _check_failing_iteration_run(run_inprocess(_failing_iteration_pipeline(loop_steps), {}, run_dir=tmp_path / "run"))
+    _check_failing_iteration_run(run_inprocess(loop_steps.failing_iteration(), {}, run_dir=tmp_path / "run"))
 
 
 @pytest.mark.slow
 def test_a_failed_loop_iteration_leaves_the_others_running_on_kfp_local(loop_steps: Any, tmp_path: Path) -> None:
     from heteroflow.pipelines.kfp.local import run_local
 
-    _check_failing_iteration_run(run_local({}, pipeline=_failing_iteration_pipeline(loop_steps), run_dir=tmp_path / "run"))
+    _check_failing_iteration_run(run_local({}, pipeline=loop_steps.failing_iteration(), run_dir=tmp_path / "run"))
+
+
+@pytest.mark.slow
+def test_a_failed_loop_iteration_leaves_the_others_running_on_airflow(loop_steps: Any, airflow_home: Path, tmp_path: Path) -> None:
+    """Airflow mapped each call of the loop on its own, so every ``square`` instance waited for every ``picky``
+    instance: iteration 1's failure left iterations 0 and 2's ``square`` upstream_failed (not run), where kfp.local
+    ran them. The loop is now a mapped task group: an instance depends on its own iteration's instances only."""
+    from heteroflow.pipelines.engines.runner import run
+
+    record = run("hf_loop_steps:failing_iteration", {}, engine="airflow", run_dir=tmp_path / "run", airflow_home=str(airflow_home))
+    _check_failing_iteration_run(record)
 
 
 def test_a_run_record_from_before_iterations_were_recorded_still_reads(tmp_path: Path) -> None:
