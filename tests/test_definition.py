@@ -300,6 +300,14 @@ def test_a_counted_fault_fails_the_first_n_attempts_then_lets_the_step_run(tmp_p
     assert isinstance(injected_fault("t", "npu", state_dir=None, environ={"HETEROFLOW_INJECT_FAULT": "t@npu=device"}), InjectedDeviceFault)
 
 
+def test_a_counted_fault_counts_each_loop_iteration_apart(tmp_path: Path) -> None:
+    """Inside a ParallelFor a count is the iteration's own, as its retries are: iteration 1 fails its first attempt
+    even after iteration 0 spent its count (the count was shared by the iterations)."""
+    env = {"HETEROFLOW_INJECT_FAULT": "train@npu=transient:1"}
+    seen = [injected_fault("train", "npu", state_dir=tmp_path, environ=env, iteration=key) for key in [(0,), (0,), (1,), (1,), (0, 1)]]
+    assert [e is not None for e in seen] == [True, False, True, False, True]
+
+
 def test_simulated_devices_parse() -> None:
     assert simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "npu,gpu:nvidia-gpu"}) == {"npu": "", "gpu": "nvidia-gpu"}
     with pytest.raises(InvalidParameter, match="the CPU is always present"):

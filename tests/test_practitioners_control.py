@@ -789,6 +789,42 @@ def test_a_failed_loop_iteration_leaves_the_others_running_on_airflow(loop_steps
     _check_failing_iteration_run(record)
 
 
+def _check_counted_fault_per_iteration(record: Any) -> None:
+    """``flaky@cpu=transient:1`` on a loop of three: each iteration's first attempt fails (the injected fault) and
+    its retry succeeds. The count was shared: only the iteration that happened to run first failed (on kfp.local,
+    whichever its parallel tasks reached first)."""
+    assert record.status == "succeeded"
+    flaky = record.step("flaky")
+    assert [(it.iteration, it.attempts, it.status) for it in flaky.iterations] == [(0, 2, "succeeded"), (1, 2, "succeeded"), (2, 2, "succeeded")]
+    for i in range(3):
+        first = json.loads((Path(record.run_dir) / "steps" / "flaky" / f"iteration-{i}" / "attempt-1.json").read_text(encoding="utf-8"))
+        assert (first["status"], first["failure"]) == ("failed", "transient") and "injected by HETEROFLOW_INJECT_FAULT" in first["error"]
+
+
+def _counted_fault_pipeline(loop_steps: Any, marker_dir: Path) -> Pipeline:
+    p = Pipeline("counted-fault")
+    with ParallelFor([1, 3, 5]) as x:  # none is 2: flaky never fails by itself
+        p.add(loop_steps.FLAKY, x=x, marker_dir=str(marker_dir))
+    return p
+
+
+def test_a_counted_fault_counts_per_iteration_in_process(loop_steps: Any, tmp_path: Path) -> None:
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+
+    record = run_inprocess(_counted_fault_pipeline(loop_steps, tmp_path), {}, run_dir=tmp_path / "run",
+                           inject_faults=["flaky@cpu=transient:1"], sleep=lambda s: None)
+    _check_counted_fault_per_iteration(record)
+
+
+@pytest.mark.slow
+def test_a_counted_fault_counts_per_iteration_on_kfp_local(loop_steps: Any, tmp_path: Path) -> None:
+    from heteroflow.pipelines.kfp.local import run_local
+
+    record = run_local({}, pipeline=_counted_fault_pipeline(loop_steps, tmp_path), run_dir=tmp_path / "run",
+                       inject_faults=["flaky@cpu=transient:1"])
+    _check_counted_fault_per_iteration(record)
+
+
 def test_a_run_record_from_before_iterations_were_recorded_still_reads(tmp_path: Path) -> None:
     """run.json and attempt records written before loop iterations were recorded apart (no ``iterations``, no
     ``iteration``): the record loads, its steps table and report render, and nothing is taken for an iteration."""

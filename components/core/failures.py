@@ -53,7 +53,8 @@ Testing settings (they reach step processes, kfp.local tasks and Airflow tasks t
   waits in proportion to its compute, so it runs at half speed: :mod:`heteroflow.components.training.shares`).
 - ``HETEROFLOW_INJECT_FAULT=train@npu=device,preprocess@cpu=permanent,train@gpu=transient:2``
   (``heteroflow run --inject-fault ...``, repeatable): before the step's function runs on a candidate of that
-  kind, raise a failure of that class. ``transient:N`` fails the first N attempts, then lets the step run.
+  kind, raise a failure of that class. ``transient:N`` fails the first N attempts, then lets the step run (inside a
+  ``ParallelFor``: the first N attempts of each iteration, as retries count per iteration).
   ``train@npu=device:after_steps=N`` lets the step start and fails it once it has done N optimizer steps (after
   the checkpoint due at that step is written), to rehearse a device that drops out mid-training: the next
   candidate resumes from that checkpoint (:func:`fault_after_steps`; the train step calls it after each step).
@@ -327,11 +328,20 @@ def _faults_of(step: str, kind: str, environ: Mapping[str, str] | None) -> list[
     return [spec for spec in parse_faults(text) if spec.step == step and spec.kind == kind] if text.strip() else []
 
 
-def injected_fault(step: str, kind: str, *, state_dir: Path | None, environ: Mapping[str, str] | None = None) -> BaseException | None:
+def injected_fault(
+    step: str,
+    kind: str,
+    *,
+    state_dir: Path | None,
+    environ: Mapping[str, str] | None = None,
+    iteration: tuple[int, ...] | None = None,
+) -> BaseException | None:
     """The fault to raise now for ``step`` on a ``kind`` candidate, from ``HETEROFLOW_INJECT_FAULT``, or None.
 
     ``transient:N`` counts the attempts it failed in ``<state_dir>/faults/<step>@<kind>`` (the run folder, so a
-    retried step process sees the count of the earlier ones).
+    retried step process sees the count of the earlier ones). Inside a ``ParallelFor`` the count is the
+    iteration's own, as its retries are (``iteration``: its key, outer indices first, e.g. ``(1,)``; the counter
+    ``<step>@<kind>[1]``): each iteration fails its first N attempts, whatever order the engine runs them in.
 
     Raises:
         InvalidParameter: the setting does not parse.
@@ -342,7 +352,7 @@ def injected_fault(step: str, kind: str, *, state_dir: Path | None, environ: Map
         if spec.times is not None:
             if state_dir is None:
                 raise InvalidParameter(f"{FAULT_ENV} item {spec}: a counted fault needs a run folder (HETEROFLOW_RUN_DIR)")
-            counter = state_dir / "faults" / f"{step}@{kind}"
+            counter = state_dir / "faults" / (f"{step}@{kind}" + "".join(f"[{i}]" for i in iteration or ()))
             counter.parent.mkdir(parents=True, exist_ok=True)
             done = int(counter.read_text() or 0) if counter.exists() else 0
             if done >= spec.times:

@@ -315,7 +315,7 @@ def run_step(
             if step.progress_param:
                 kwargs[step.progress_param] = reporter
             try:
-                fault = injected_fault(call, kind, state_dir=folder)
+                fault = injected_fault(call, kind, state_dir=folder, iteration=None if iteration is None else (*iteration.outer, iteration.index))
                 if fault is not None:
                     raise fault
                 called = time.perf_counter()
