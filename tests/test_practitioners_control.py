@@ -761,6 +761,46 @@ def _check_failing_iteration_run(record: Any) -> None:
     assert record.step("total").status == "not run"
     folder = Path(record.run_dir)
     assert sorted(p.parent.name for p in (folder / "steps" / "square").glob("iteration-*/attempt-*.json")) == ["iteration-0", "iteration-2"]
+    # no step-level result of a loop step (it was its last iteration's: square 36.0): each iteration carries its own
+    saved = json.loads((folder / "run.json").read_text(encoding="utf-8"))
+    assert "square" not in saved["results"] and "picky" not in saved["results"]
+    assert [s["details"] for s in saved["steps"] if s["name"] in ("picky", "square")] == [{}, {}]
+
+
+def _shown_run(folder: Path) -> str:
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    shown = CliRunner().invoke(app, ["runs", "show", str(folder)], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0, shown.output
+    return shown.output
+
+
+def test_runs_show_gives_a_loop_steps_results_per_iteration(loop_steps: Any, tmp_path: Path) -> None:
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+
+    run_inprocess(loop_steps.failing_iteration(), {}, run_dir=tmp_path / "run")
+    text = _shown_run(tmp_path / "run")
+    assert "results of square ×3:\n  [0] 4.0: result 16\n  [1] -1.0: not run\n  [2] 9.0: result 36\n" in text, text
+    assert "results of picky ×3:\n  [0] 4.0: result 4\n  [1] -1.0: failed\n  [2] 9.0: result 9\n" in text, text
+
+
+def test_a_run_record_whose_loop_step_has_its_last_iterations_results_still_reads(tmp_path: Path) -> None:
+    """run.json written before a loop step lost its step-level result (``results`` and ``details``: the last
+    iteration's): it loads, and ``runs show`` gives each iteration's results."""
+    from heteroflow.pipelines.runs.records import StepSummary
+
+    folder = tmp_path / "old"
+    folder.mkdir()
+    its = [{"iteration": i, "item": x, "status": "succeeded", "attempts": 1, "details": {"result": x * x}} for i, x in enumerate([2.0, 3.0])]
+    old_step = {"name": "square", "status": "succeeded", "device": "cpu", "attempts": 1, "details": {"result": 9.0}, "iterations": its}
+    (folder / "run.json").write_text(json.dumps({"run_id": "old-2", "pipeline": "loops", "status": "succeeded", "run_dir": str(folder),
+                                                 "started_at": 1.0, "wall_seconds": 2.0, "params": {}, "steps": [old_step],
+                                                 "fallbacks": [], "metrics": {}, "results": {"square": {"result": 9.0}}, "placement": {}}))
+    summary = StepSummary.from_dict(old_step)
+    assert (summary.details, [it.details for it in summary.iterations]) == ({"result": 9.0}, [{"result": 4.0}, {"result": 9.0}])
+    assert "results of square ×2:\n  [0] 2.0: result 4\n  [1] 3.0: result 9\n" in _shown_run(folder)
 
 
 def test_a_failed_loop_iteration_leaves_the_others_running_in_process(loop_steps: Any, tmp_path: Path) -> None:

@@ -235,7 +235,7 @@ def runs_show(
     """One run: its steps (status, device, candidate, attempts, seconds; a loop step's iterations), retries,
     fallbacks, metrics, parameters."""
     from heteroflow.components.core.telemetry import iteration_label
-    from heteroflow.pipelines.runs.folders import device_of, iteration_name, iterations_of, retries, step_label
+    from heteroflow.pipelines.runs.folders import device_of, iteration_name, iteration_results, iterations_of, retries, step_label
 
     run = _resolve(ctx, run_id, root)
     if as_json:
@@ -274,6 +274,10 @@ def runs_show(
                 escape(str(it.get("error") or "")),
             )
     console.print(table)
+    for step in run.get("steps") or []:  # a loop step's results are its iterations' (run.json has no one result)
+        lines = iteration_results(step)
+        if lines:
+            console.print(escape(f"results of {step_label(step)}:\n  " + "\n  ".join(lines)), highlight=False)
     items = retries(run)
     if items:
         total = sum(r["wait_seconds"] or 0.0 for r in items)

@@ -31,6 +31,7 @@ __all__ = [
     "headline_metric",
     "history_of",
     "iteration_name",
+    "iteration_results",
     "iterations_note",
     "iterations_of",
     "load_run",
@@ -245,6 +246,24 @@ def iterations_note(step: Any) -> str:
     retried = [f"{iteration_label((*(it.get('outer_iterations') or []), it['iteration']))} {it.get('attempts')} attempts"
                for it in its if (it.get("attempts") or 0) > 1]
     return text + ("; " + ", ".join(retried) if retried else "")
+
+
+def iteration_results(step: Any, *, limit: int = 6) -> list[str]:
+    """A loop step's results, one line per iteration (``[0] 0.1: result 0.93``; ``[1] 0.5: failed``), from each
+    iteration's facts (its scalar ones, numbers to 4 significant digits, at most ``limit``, in the order the step
+    returned them); empty outside a loop, or when no iteration has a scalar fact."""
+    lines, any_facts = [], False
+    for it in iterations_of(step):
+        facts = it.get("details") if isinstance(it.get("details"), dict) else {}
+        shown = [
+            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+            for k, v in facts.items()
+            if isinstance(v, (int, float, str, bool)) and not (isinstance(v, str) and len(v) > 60)
+        ]
+        any_facts = any_facts or bool(shown)
+        text = ", ".join(shown[:limit]) + (", …" if len(shown) > limit else "") if shown else str(it.get("status"))
+        lines.append(f"{iteration_name(it)}: {text}")
+    return lines if any_facts else []
 
 
 def device_of(step: dict[str, Any]) -> str:

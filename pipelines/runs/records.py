@@ -122,8 +122,8 @@ class StepSummary:
             iteration's.
         compute_seconds: the step's own work in the last attempt, seconds (inside a loop: the iterations' sum).
         error: the last error; failure: its class (inside a loop: the first failed iteration's).
-        details: the facts of the last attempt (inside a loop: of the last iteration; each iteration's are in
-            ``iterations``).
+        details: the facts of the last attempt; a call inside a loop: empty (no one attempt's facts are the call's),
+            each iteration's are in ``iterations`` (records written before this: the last iteration's).
         traceback_file: the file holding the last failed attempt's full traceback (None: none written).
         iterations: a call inside a ``ParallelFor``: one :class:`IterationSummary` per iteration that ran, in
             iteration order; empty outside a loop (and in records written before loops were recorded apart).
@@ -200,7 +200,7 @@ class StepSummary:
             compute_seconds=total("compute_seconds"),
             error=failed.error if failed is not None and status != "succeeded" else None,
             failure=failed.failure if failed is not None and status != "succeeded" else None,
-            details=iterations[-1].details,
+            details={},  # each iteration's facts are its own (iterations[].details)
             traceback_file=failed.traceback_file if failed is not None and status != "succeeded" else None,
             iterations=iterations,
         )
@@ -249,7 +249,9 @@ class RunRecord:
         fallbacks: one entry per candidate a device-bound call left: ``step``, ``candidate`` (index), ``kind``,
             ``accelerator``, ``failure`` and ``reason``.
         metrics: per call, the metrics of its Metrics outputs.
-        results: per call, the facts of its successful attempt.
+        results: per call, the facts of its successful attempt. A call inside a ``ParallelFor`` has no entry in
+            either (records written before this: its last iteration's): each iteration's facts are in
+            ``steps[].iterations[].details``, in iteration order.
         placement: per placed call, the planner's decision (chosen resources, why earlier ones were passed over; on a
             node inventory also ``scores``: each candidate's score, feasibility and reason, ``why`` the winner won,
             and ``pod``: what its pod asks for, placed).
@@ -451,7 +453,7 @@ def build_record(
     placement: dict[str, Any] = {}
     for call in pipeline.calls:
         summary = by_name[call.name]
-        if summary.status != "succeeded":
+        if summary.status != "succeeded" or summary.iterations:  # a loop call: its iterations carry their facts
             continue
         results[call.name] = dict(summary.details)
         for spec in call.step.outputs:
