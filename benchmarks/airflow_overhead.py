@@ -130,12 +130,7 @@ def main() -> None:
             if state != "success":
                 sys.exit(f"the heteroflow DAG run ended {state}: {tis}")
             record = json.loads((root / "hf-home" / "airflow-runs" / "hf-bench" / safe_run_id(run_id) / "run.json").read_text())
-            work = compute = 0.0
-            for step_dir in (Path(record["run_dir"]) / "steps").iterdir():
-                for f in step_dir.glob("attempt-*.json"):
-                    a = json.loads(f.read_text())
-                    work += a.get("call_seconds") or 0.0
-                    compute += a.get("compute_seconds") or 0.0
+            work, compute = work_seconds(Path(record["run_dir"]))
             started = sum(1 for _, _, tries in tis if tries > 0)
             total = len(tis)
             hf.append({"wall": wall, "work": work, "compute": compute})
@@ -177,6 +172,15 @@ def main() -> None:
         )
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def work_seconds(run_dir: Path) -> tuple[float, float]:
+    """The run's time inside the step functions and the steps' own compute time, summed over every attempt record
+    (read as the project reads them: a loop's are under ``steps/<step>/iteration-<i>/``)."""
+    from heteroflow.components.core.telemetry import read_step_records
+
+    records = [r for rs in read_step_records(run_dir).values() for r in rs]
+    return sum(r.call_seconds or 0.0 for r in records), sum(r.compute_seconds or 0.0 for r in records)
 
 
 if __name__ == "__main__":

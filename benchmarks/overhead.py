@@ -120,7 +120,12 @@ def run_raw(script: Path, tasks: int, root: Path) -> float:
 
 
 def attempts(run_dir: Path) -> list[dict]:
-    return [json.loads(p.read_text()) for p in sorted(run_dir.glob("steps/*/attempt-*.json"))]
+    """Every attempt record of the run, as the project reads them (a loop's are under ``steps/<step>/iteration-<i>/``)."""
+    import dataclasses
+
+    from heteroflow.components.core.telemetry import read_step_records
+
+    return [dataclasses.asdict(r) for records in read_step_records(run_dir).values() for r in records]
 
 
 def main() -> None:

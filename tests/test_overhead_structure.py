@@ -284,3 +284,29 @@ def test_a_plot_another_thread_is_drawing_is_waited_for_not_drawn_twice(monkeypa
         assert results["second"] == f"<svg>{label}</svg>"
         assert charts._DRAWING == {}
     assert isinstance(results["first"], RuntimeError)
+
+
+def _benchmark(name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # both import Airflow, kfp and heteroflow's runs only inside their functions
+    return module
+
+
+def test_the_overhead_benchmarks_count_a_loops_attempts(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Both benchmarks globbed ``steps/*/attempt-*.json`` and missed the attempts of a call inside a ParallelFor
+    (``steps/<call>/iteration-<i>/attempt-<n>.json``): they now read the run's records as the project does."""
+    from heteroflow.components.core.telemetry import RUN_DIR_ENV, Iteration, step_attempt
+
+    monkeypatch.setenv(RUN_DIR_ENV, str(tmp_path))
+    with step_attempt("prepare") as record:
+        record.call_seconds, record.compute_seconds = 1.0, 0.5
+    for i in range(3):
+        with step_attempt("train", iteration=Iteration(index=i, item=i)) as record:
+            record.call_seconds, record.compute_seconds = 2.0, 1.5
+    assert len(list(tmp_path.glob("steps/train/iteration-*/attempt-1.json"))) == 3
+    found = _benchmark("overhead").attempts(tmp_path)
+    assert sorted((r["step"], r["iteration"]) for r in found) == [("prepare", None), ("train", 0), ("train", 1), ("train", 2)]
+    assert _benchmark("airflow_overhead").work_seconds(tmp_path) == (7.0, 5.0)
