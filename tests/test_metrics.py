@@ -101,6 +101,34 @@ def test_the_metrics_of_a_run_that_retried_and_fell_back(tmp_path: Path) -> None
     assert all(l["run_id"] == "r-1" and l["pipeline"] == "p" for samples in s.values() for l, _ in samples)
 
 
+def test_a_fallback_inside_a_loop_goes_to_its_own_iterations_next_candidate(tmp_path: Path) -> None:
+    """Iteration 0 of a loop left the npu for the cpu (the gpu passed over), iteration 1 left it for the gpu: each
+    fallback's ``to`` labels are its own iteration's next attempt. They were the first later candidate of any
+    iteration, so both fallbacks read npu -> cpu. No ``iteration`` label: a loop step is one ``step``."""
+    from heteroflow.pipelines.runs.folders import load_run
+
+    folder = tmp_path / "r"
+    (folder / "steps" / "train").mkdir(parents=True)
+    npu = {"kind": "npu", "accelerator": "ascend-910b3", "candidate": 0, "status": "failed", "failure": "device"}
+    chains = {0: [npu, {"kind": "cpu", "candidate": 2, "status": "succeeded"}], 1: [npu, {"kind": "gpu", "accelerator": "nvidia-a100", "candidate": 1, "status": "succeeded"}]}
+    for i, chain in chains.items():
+        (folder / "steps" / "train" / f"iteration-{i}").mkdir()
+        for n, rec in enumerate(chain, 1):
+            t = 1000.0 + 10 * i + n
+            rec = {**rec, "step": "train", "attempt": n, "iteration": i, "item": i, "started_at": t, "ended_at": t + 0.5, "seconds": 0.5}
+            (folder / "steps" / "train" / f"iteration-{i}" / f"attempt-{n}.json").write_text(json.dumps(rec))
+    from heteroflow.pipelines.runs.records import fallbacks
+
+    left = [{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)]
+    assert [(f["iteration"], f["candidate"]) for f in left] == [(0, 0), (1, 0)]
+    (folder / "run.json").write_text(json.dumps({"run_id": "r-2", "pipeline": "p", "status": "succeeded", "started_at": 999.0,
+                                                 "wall_seconds": 30.0, "steps": [{"name": "train", "status": "succeeded"}], "fallbacks": left}))
+    s = _samples(generate_latest(registry_for(lambda: [load_run(folder)])).decode())
+    went = sorted((l["to_device_kind"], l["to_accelerator"], v) for l, v in s["heteroflow_fallbacks_total"])
+    assert went == [("cpu", "", 1.0), ("gpu", "nvidia-a100", 1.0)]
+    assert not any("iteration" in l for samples in s.values() for l, _ in samples)
+
+
 def test_textfile_goes_to_the_collector_folder_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     folder = _record(tmp_path / "r")
     monkeypatch.setenv(METRICS_DIR_ENV, str(tmp_path / "textfile"))

@@ -7,7 +7,9 @@ copy ``heteroflow-<run id>.prom`` there, for node_exporter's textfile collector:
 ``--profile`` for costs), and ``heteroflow metrics serve`` answers ``/metrics`` on 127.0.0.1 with the metrics of
 every run under the run roots, read at each scrape.
 
-Every series carries ``run_id`` and ``pipeline`` (files of different runs never collide in one collector).
+Every series carries ``run_id`` and ``pipeline`` (files of different runs never collide in one collector). A step
+inside a ``ParallelFor`` is one ``step`` (its iterations' attempts add up): no series is per iteration, so a loop
+over many items never multiplies the series.
 Device labels: ``device_kind`` (``cpu``, ``gpu``, ``npu``), ``accelerator`` (the model, empty when none) and
 ``simulated`` (``true`` when the kind was simulated and the work ran on the CPU). The metrics:
 
@@ -23,7 +25,9 @@ Device labels: ``device_kind`` (``cpu``, ``gpu``, ``npu``), ``accelerator`` (the
                                                         ``permanent``; :mod:`heteroflow.components.core.failures`)
 ``heteroflow_fallbacks_total`` (counter)                candidates left per ``step``: ``from_device_kind``,
                                                         ``from_accelerator``, ``to_device_kind``,
-                                                        ``to_accelerator``, ``failure_class``
+                                                        ``to_accelerator``, ``failure_class`` (inside a loop:
+                                                        the candidate that iteration went on to; the
+                                                        iterations' fallbacks add up)
 ``heteroflow_retry_wait_seconds_total`` (counter)       seconds spent waiting before retries (backoff), per
                                                         ``step``
 ``heteroflow_step_queue_wait_seconds`` (gauge)          per ``step``: from the end of the calls before it to
@@ -48,6 +52,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from heteroflow.components.core.telemetry import iteration_key
 from heteroflow.pipelines.runs.folders import find_runs, load_run, retries
 
 __all__ = [
@@ -190,7 +195,11 @@ class RunCollector:
             for f in run.get("fallbacks") or []:
                 step = str(f.get("step"))
                 recs = recs_by_step.get(step) or []
-                to = next((r for r in recs if (r.get("candidate") or 0) > (f.get("candidate") or 0)), {})
+                # the candidate this fallback went to: the next one in the same loop iteration, never another
+                # iteration's (a fallback without ``iteration``: outside a loop, or a record from before they had one)
+                key_of = (*(f.get("outer_iterations") or []), f["iteration"]) if isinstance(f.get("iteration"), int) else None
+                mine = [r for r in recs if key_of is None or iteration_key(r) == key_of]
+                to = next((r for r in mine if (r.get("candidate") or 0) > (f.get("candidate") or 0)), {})
                 key = (step, str(f.get("kind") or ""), str(f.get("accelerator") or ""), str(to.get("kind") or ""), str(to.get("accelerator") or ""), str(f.get("failure") or ""))
                 left[key] = left.get(key, 0) + 1
             for key, n in left.items():

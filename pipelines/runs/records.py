@@ -304,7 +304,7 @@ def collect(run_dir: str | os.PathLike[str], pipeline: Pipeline, *, finished: bo
 
 def fallbacks(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """The candidates that device-bound calls left after a device failure, in the order they were left (a call
-    inside a loop: each iteration's, with ``iteration``)."""
+    inside a loop: each iteration's, with ``iteration``, and ``outer_iterations`` in a nested loop)."""
     out = []
     for call, records in read_step_records(run_dir).items():
         for r in records:
@@ -323,6 +323,8 @@ def fallbacks(run_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
                     }
                     if key is not None:
                         entry["iteration"] = r.iteration
+                        if key[:-1]:  # a nested loop: the enclosing iterations too, outermost first
+                            entry["outer_iterations"] = list(key[:-1])
                     out.append(entry)
     return sorted(out, key=lambda f: f["at"] or 0)
 
