@@ -291,6 +291,33 @@ def test_no_arguments_shows_help() -> None:
         assert command in result.output
 
 
+def _command_paths(command, path=()):  # type: ignore[no-untyped-def]
+    yield path, command
+    if isinstance(getattr(command, "commands", None), dict):  # a group (typer 0.29 has click's classes of its own)
+        for name, sub in command.commands.items():
+            yield from _command_paths(sub, (*path, name))
+
+
+def test_no_flag_shows_a_type_in_any_commands_help() -> None:
+    """A new user's trial: `heteroflow run --help` showed `--verbose -v <bool>` and `--help <bool>` (typer 0.29's
+    rich help types every option): a flag takes no value, so every command's --help shows none after a flag, and
+    an option that takes one keeps its type."""
+    import typer
+
+    paths = list(_command_paths(typer.main.get_command(app)))
+    assert len(paths) > 20  # every command and group, `runs show` and `archive list` among them
+    for path, command in paths:
+        shown = CliRunner().invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+        assert shown.exit_code == 0, (path, shown.output)
+        assert "<bool>" not in shown.output, (path, shown.output)
+        for param in command.params:
+            if getattr(param, "is_flag", False) or getattr(param, "count", False):
+                row = next(line for line in shown.output.splitlines() if re.search(rf"{re.escape(param.opts[0])}\b", line))
+                assert "<" not in row, (path, row)
+    run_help = CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output
+    assert re.search(r"--output\s+-o\s+<path>", run_help) and re.search(r"--verbose\s+-v\s+Print", run_help), run_help
+
+
 @pytest.mark.parametrize(
     "argv, code, out, err",
     [

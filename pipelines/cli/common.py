@@ -53,6 +53,28 @@ def _show_warning(message: Warning | str, category: type[Warning], filename: str
     err_console.print(f"[yellow]warning:[/] {escape(redact_url(' '.join(str(message).split())))}", highlight=False)
 
 
+def flags_show_no_type() -> None:
+    """A flag takes no value, so its ``--help`` row names none. typer 0.29's rich help writes a type after every
+    option (``TyperOption.display_type_rich``), flags too: ``--verbose  <bool>``, ``--help  <bool>``, where click's
+    plain help and typer's own ``get_help_record`` write nothing for a flag or a counter. This wraps that method
+    once so that a flag or a counter shows no type; every other option keeps typer's (``<path>``, ``<int>``). A
+    typer without the method (older or newer) is left as it is. Called by :mod:`heteroflow.pipelines.cli.main`,
+    which builds the app every ``--help`` renders, plugin groups included."""
+    from typer.core import TyperOption
+
+    original = getattr(TyperOption, "display_type_rich", None)
+    if original is None or getattr(original, "_flags_show_no_type", False):
+        return
+
+    def display_type_rich(self: Any, ctx: Any) -> str | None:
+        if getattr(self, "is_flag", False) or getattr(self, "count", False):
+            return None
+        return original(self, ctx)
+
+    display_type_rich._flags_show_no_type = True  # type: ignore[attr-defined]
+    TyperOption.display_type_rich = display_type_rich  # type: ignore[method-assign]
+
+
 def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop_order: list[str],
                 wrap: dict[str, int] | None = None) -> tuple[list[int], list[str]]:
     """Which columns of a table fit ``target``'s width, the way ``kubectl get`` shows its short form and keeps the

@@ -49,10 +49,12 @@ from heteroflow.pipelines.cli.common import (
     _show_warning,
     console,
     err_console,
+    flags_show_no_type,
 )
 from heteroflow.pipelines.cli.summary import _live_console, _print_record, _steps_table, _waiting_lines
 from heteroflow.pipelines.engines.registry import DEFAULT_ENGINE
 
+flags_show_no_type()  # `--verbose`, `--help`: no `<bool>` after a flag in any command's --help
 app = typer.Typer(
     add_completion=False,
     pretty_exceptions_enable=False,
