@@ -71,4 +71,6 @@ def pools(
     for row in rows:
         before = "new" if row["previous"] is None else str(row["previous"])
         table.add_row(row["name"], str(row["slots"]), before, escape(row["description"]))
-    _console.print(table)
+    from heteroflow.pipelines.cli.common import whole_cells
+
+    _console.print(whole_cells(table))

@@ -111,7 +111,7 @@ def test_runs_list_show_compare(tmp_path: Path) -> None:
 
     compared = _cli("runs", "--root", str(tmp_path), "compare", "r1", "r2")
     assert compared.exit_code == 0, compared.output
-    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:5]] for l in compared.output.splitlines() if l.startswith("│")}
+    rows = {r["field"]: list(r.values())[1:] for r in _plain(compared.output)}  # piped: plain columns
     assert rows["param epochs"] == ["3", "5", "*"]
     assert "param seed" not in rows  # equal: only with --all
     assert rows["evaluate.accuracy"] == ["0.91", "0.95", "*"]
@@ -136,7 +136,7 @@ def test_a_mixed_train_is_listed_by_its_kinds_and_compare_shows_its_compression(
     assert [r["devices"] for r in listed] == ["train gpu+npu (sim)", "train gpu+npu (sim)"]  # not the first kind alone
     compared = _cli("runs", "--root", str(tmp_path), "compare", "m1", "m2")
     assert compared.exit_code == 0, compared.output
-    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:5]] for l in compared.output.splitlines() if l.startswith("│")}
+    rows = {r["field"]: list(r.values())[1:] for r in _plain(compared.output)}  # piped: plain columns
     assert rows["train candidate"] == ["gpu x1 (nvidia-gpu) + npu x1 (ascend-910)",
                                        "gpu x1 (nvidia-gpu) + npu x1 (ascend-910), compression=topk, topk_ratio=0.05", "*"]
     same = _cli("runs", "--root", str(tmp_path), "compare", "m1", "m1")
@@ -341,7 +341,7 @@ def test_runs_show_and_compare_name_the_data_set_and_model(tmp_path: Path) -> No
     shown = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "show", "20261201-100000"], env={"COLUMNS": "200"})
     assert "data set /data/iris, model iris-mlp:v2" in shown.output, shown.output
     compared = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "compare", "20261201-100000", "20261201-120000"], env={"COLUMNS": "200"})
-    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:5]] for l in compared.output.splitlines() if l.startswith("│")}
+    rows = {r["field"]: list(r.values())[1:] for r in _plain(compared.output)}  # piped: plain columns
     assert rows["dataset"] == ["/data/iris", "/data/penguins", "*"]
     assert rows["model"] == ["iris-mlp:v2", "penguins-mlp", "*"]
 
@@ -441,7 +441,7 @@ def test_a_parameter_model_args_replaced_says_what_the_model_used_in_the_report_
 
     compared = _cli("runs", "--root", str(tmp_path), "compare", "n1", "w1")
     assert compared.exit_code == 0, compared.output
-    rows = {l.split("│")[1].strip(): [c.strip() for c in l.split("│")[2:5]] for l in compared.output.splitlines() if l.startswith("│")}
+    rows = {r["field"]: list(r.values())[1:] for r in _plain(compared.output)}  # piped: plain columns
     assert rows["param hidden_units"] == ["64 (model_args)", "128", "*"]  # a difference, not "equal: 128 and 128"
 
     # sibling: a parameter named for its step (train.seed beside preprocess.seed), and model_args in a user step's results
@@ -469,3 +469,97 @@ def test_a_dataset_factory_run_is_listed_and_reported_by_its_factory_not_the_pre
     first, second = lineage.split("<li>")[1:3]
     assert "dataset_factory <code>mydata:blobs</code>" in first and "not on the data set prewarmed and preprocessed" in first
     assert "data set <code>/data/digits</code>" in second
+
+
+def _column(text: str, name: str) -> list[str]:
+    """A boxed table's column ``name``, each row's fragments (folded or wrapped over lines) joined without spaces."""
+    lines = [l for l in text.splitlines() if l[:1] in "┃│"]
+    head_lines = [l for l in lines if l.startswith("┃")]
+    heads = [" ".join(parts).split() for parts in zip(*[[c.strip() for c in l.split("┃")[1:-1]] for l in head_lines])]
+    index = [" ".join(h) for h in heads].index(name)
+    rows: list[str] = []
+    for line in (l for l in lines if l.startswith("│")):
+        cells = [c.strip() for c in line.split("│")[1:-1]]
+        if cells[0] or not rows:
+            rows.append(cells[index])
+        else:  # a continuation line of the row above
+            rows[-1] += cells[index]
+    return [r.replace(" ", "") for r in rows]
+
+
+def test_runs_show_piped_prints_plain_columns_and_a_narrow_terminal_cuts_no_cell(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: `heteroflow runs show RUN | cat` printed a box cut at 80 columns (the error `heterof…`, the
+    device `(ascend…`), where `heteroflow runs` and `archive list` print plain columns. Piped it prints plain columns
+    now, every cell whole; in a terminal it keeps rich's table, folds the device and the error over lines (never
+    `…`) and hides the least useful columns, named, where even that does not fit."""
+    import io
+
+    from rich.console import Console
+
+    from heteroflow.pipelines.cli import runs as runs_cli
+    from heteroflow.pipelines.cli.main import app
+
+    error = "class column 'species' not found in /data/penguins/part-0001.csv; columns: a, b"
+    _run(tmp_path / "c", "20261201-120000-cccc", 300.0, status="failed", fallbacks=[], steps=[
+        {"name": "prewarm", "status": "succeeded", "kind": "cpu", "candidate": 0, "attempts": 1, "seconds": 0.2},
+        {"name": "preprocess", "status": "failed", "kind": "npu", "accelerator": "ascend-910", "simulated": True, "candidate": 0,
+         "attempts": 1, "seconds": 1.5, "failure": "permanent", "error": f"heteroflow.cache.errors.DatasetError: {error}"}])
+    piped = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "show", "20261201-120000"], env={"COLUMNS": "80"})
+    assert piped.exit_code == 0, piped.output
+    lines = piped.output.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("step "))
+    rows = _plain("\n".join(lines[start:start + 3]))
+    assert [(r["step"], r["status"], r["device"], r["error"]) for r in rows] == [
+        ("prewarm", "succeeded", "cpu", "-"), ("preprocess", "failed", "npu (ascend-910, simulated, on cpu)", error)]
+    assert not any(c in piped.output for c in "│┃━─…")
+
+    for width in (80, 60):
+        out = io.StringIO()
+        monkeypatch.setattr(runs_cli, "console", Console(file=out, force_terminal=True, width=width, color_system=None, soft_wrap=True))
+        assert CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "show", "20261201-120000"]).exit_code == 0
+        text = out.getvalue()
+        table = [l for l in text.splitlines() if l[:1] in "┏┃┡│└"]
+        assert table and all(len(l) <= width for l in table) and "…" not in text, text
+        assert _column(text, "error") == ["-", error.replace(" ", "")], text
+        assert _column(text, "device") == ["cpu", "npu(ascend-910,simulated,oncpu)"], text
+        assert _column(text, "step") == ["prewarm", "preprocess"] and _column(text, "status") == ["succeeded", "failed"]
+        hidden = "candidate" if width == 80 else "candidate, attempts, seconds"
+        assert f"hidden at {width} columns: {hidden} (a wider terminal shows them; --json has all)" in text, text
+
+
+def test_the_other_tables_fold_a_long_cell_in_a_narrow_terminal_and_compare_prints_plain_columns_piped(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Siblings of `runs show`'s cut cells: `runs compare`, `engines` and `heteroflow run`'s steps table ended a long
+    cell in `…` at a narrow terminal; each folds it now. `runs compare` piped prints plain columns, as `runs` does."""
+    import io
+
+    from rich.console import Console
+
+    from heteroflow.pipelines.cli import main as main_cli
+    from heteroflow.pipelines.cli import runs as runs_cli
+    from heteroflow.pipelines.cli.main import app
+    from heteroflow.pipelines.cli.summary import _steps_table
+    from heteroflow.pipelines.runs.records import StepSummary
+
+    _default_runs(tmp_path)
+    args = ["runs", "--root", str(tmp_path), "compare", "20261201-100000", "20261201-120000"]
+    piped = CliRunner().invoke(app, args, env={"COLUMNS": "80"}).output
+    rows = {r["field"]: r for r in _plain(piped)}
+    assert rows["error"]["20261201-120000-cccc"] == "preprocess (permanent): class column 'species' not found; columns: a, b"
+    assert rows["dataset"]["differs"] == "*" and not any(c in piped for c in "│┃━─…")
+    out = io.StringIO()
+    monkeypatch.setattr(runs_cli, "console", Console(file=out, force_terminal=True, width=50, color_system=None, soft_wrap=True))
+    assert CliRunner().invoke(app, args).exit_code == 0
+    assert "…" not in out.getvalue() and "species'" in out.getvalue(), out.getvalue()
+
+    out = io.StringIO()
+    monkeypatch.setattr(main_cli, "console", Console(file=out, force_terminal=True, width=40, color_system=None, soft_wrap=True))
+    assert CliRunner().invoke(app, ["engines"]).exit_code == 0
+    assert "…" not in out.getvalue() and "kfp-loc" in out.getvalue(), out.getvalue()
+
+    out = io.StringIO()
+    step = StepSummary(name="train", status="succeeded", device="cpu", kind="gpu", accelerator="nvidia-a100-80gb",
+                       simulated=True, candidate=1, attempts=2, seconds=3.0)
+    Console(file=out, width=60, color_system=None).print(_steps_table([step]))
+    assert "…" not in out.getvalue(), out.getvalue()
+    assert _column(out.getvalue(), "device") == ["gpu(nvidia-a100-80gb,simulated,oncpu)[candidate1]"], out.getvalue()

@@ -15,7 +15,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.components.errors import HeteroflowError, InvalidParameter
-from heteroflow.pipelines.cli.common import _fail, console, fit_columns, hidden_note, print_table
+from heteroflow.pipelines.cli.common import _fail, console, fit_columns, hidden_note, print_table, whole_cells
 
 __all__ = ["archive_app", "archive_export", "archive_list", "archive_show"]
 
@@ -134,7 +134,7 @@ def archive_show(
     ]
     for key, value in rows:
         facts.add_row(key, escape(str(value if value is not None else "-")))
-    console.print(facts)
+    console.print(whole_cells(facts))
     scores = Table(title="metrics (test)", title_justify="left")
     scores.add_column("metric")
     scores.add_column("value", justify="right")
@@ -144,7 +144,7 @@ def archive_show(
         elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
             for k, v in value.items():
                 scores.add_row(escape(f"{key}[{k}]"), f"{v:.4f}")  # class names print literally ([setosa] is no markup)
-    console.print(scores)
+    console.print(whole_cells(scores))
 
 
 @archive_app.command("export")

@@ -20,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.cache.progress import format_bytes  # stdlib only: the CLI's start stays light
+from heteroflow.pipelines.cli.common import whole_cells
 
 __all__ = ["cache_app", "prewarm_command", "status_command"]
 
@@ -162,6 +163,6 @@ def status_command(
         staged = f", {s.staged_files} staged" if s.staged_files else ""
         table.add_row(s.key, current, str(len(s.versions)),
                       f"{s.files_cached}/{s.files_total}, {s.cached_fraction:.0%} of {format_bytes(s.bytes_total)}{staged}")
-    console.print(table)
+    console.print(whole_cells(table))
     for s in found:
         console.print(f"{s.key}: {escape(s.source_uri or '-')} ({s.backend}) in {escape(str(s.folder))}", highlight=False)

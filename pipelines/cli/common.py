@@ -15,7 +15,7 @@ from rich.markup import escape
 from heteroflow.components.errors import InvalidParameter, InvalidResources
 from heteroflow.components.resources import Candidates
 
-__all__ = ["console", "err_console"]
+__all__ = ["console", "err_console", "print_table", "whole_cells"]
 
 console = Console(soft_wrap=True)  # paths and messages stay on one line when piped; tables still fit
 err_console = Console(stderr=True, soft_wrap=True)  # one error, one line, whatever the terminal width
@@ -76,7 +76,7 @@ def flags_show_no_type() -> None:
 
 
 def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop_order: list[str],
-                wrap: dict[str, int] | None = None) -> tuple[list[int], list[str]]:
+                wrap: dict[str, int] | None = None, *, header_words: bool = False) -> tuple[list[int], list[str]]:
     """Which columns of a table fit ``target``'s width, the way ``kubectl get`` shows its short form and keeps the
     rest for ``-o wide``: columns named in ``drop_order`` are hidden, first named first, until every kept cell
     fits (rich's box: 3 characters per column plus 1; a column named in ``wrap`` may wrap down to its given width).
@@ -88,6 +88,8 @@ def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop
         rows: the cells as printed (strings), one list per row, ``len(headers)`` each.
         drop_order: the columns that may be hidden, least useful first; the others are always kept.
         wrap: column name -> the narrowest it may wrap to (characters); other columns count at their widest cell.
+        header_words: headers may wrap between their words: a column is at least its header's longest word wide
+            (else its whole header).
 
     Returns:
         ``(kept, hidden)``: the kept columns' indexes in ``headers`` order, and the hidden columns' names.
@@ -97,9 +99,12 @@ def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop
     if not target.is_terminal:
         return kept, hidden
 
+    def floor(i: int) -> int:
+        return max(map(len, headers[i].split())) if header_words and headers[i].strip() else len(headers[i])
+
     def needed(cols: list[int]) -> int:
-        widest = {i: max([len(headers[i])] + [len(r[i]) for r in rows]) for i in cols}
-        return 1 + sum(3 + min(widest[i], max((wrap or {}).get(headers[i], widest[i]), len(headers[i]))) for i in cols)
+        widest = {i: max([floor(i)] + [len(r[i]) for r in rows]) for i in cols}
+        return 1 + sum(3 + min(widest[i], max((wrap or {}).get(headers[i], widest[i]), floor(i))) for i in cols)
 
     for name in drop_order:
         if needed(kept) <= target.width:
@@ -116,13 +121,23 @@ def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop
     return kept, [h for h in headers if h in hidden]  # in the table's order
 
 
+def whole_cells(table: Any) -> Any:
+    """``table`` (a rich ``Table``) with no cell cut: each column that would end a cell too wide for it with ``…``
+    (rich's default overflow) folds it over more lines instead; a column given another overflow keeps it."""
+    for column in table.columns:
+        if column.overflow == "ellipsis":
+            column.overflow = "fold"
+    return table
+
+
 def print_table(target: Console, table: Any, headers: list[str], rows: list[list[str]]) -> None:
-    """Print ``table`` (of ``headers`` and ``rows``, as :func:`fit_columns` saw them) on a terminal, at its width.
+    """Print ``table`` (of ``headers`` and ``rows``, as :func:`fit_columns` saw them) on a terminal, at its width,
+    every cell whole (:func:`whole_cells`: a cell wider than its column folds over lines, never ends in ``…``).
     Piped, print ``headers`` and ``rows`` as plain columns instead, as ``kubectl get`` does: a header line, then one
     line per row, every column whole and left-aligned, two spaces between columns, no title or box, whatever
     ``COLUMNS`` says; so ``| head -3`` shows two rows and ``grep`` or ``awk`` reads whole cells."""
     if target.is_terminal:
-        target.print(table)
+        target.print(whole_cells(table))
         return
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     for line in [headers, *rows]:

@@ -50,6 +50,7 @@ from heteroflow.pipelines.cli.common import (
     console,
     err_console,
     flags_show_no_type,
+    whole_cells,
 )
 from heteroflow.pipelines.cli.summary import _live_console, _print_record, _steps_table, _waiting_lines
 from heteroflow.pipelines.engines.registry import DEFAULT_ENGINE
@@ -257,7 +258,7 @@ def engines(as_json: Annotated[bool, typer.Option("--json", help="Print the engi
         table.add_column(col)
     for row in rows:
         table.add_row(row["name"], escape(row["description"]), escape(row["installed"]))
-    console.print(table)
+    console.print(whole_cells(table))
 
 
 @app.command("compile")

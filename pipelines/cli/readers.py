@@ -39,4 +39,6 @@ def readers_command(
     table = Table("reader", "kind", "suffixes", "reads", "from")
     for f in facts:
         table.add_row(str(f["name"]), str(f["kind"]), " ".join(f["suffixes"]), str(f["description"]), str(f["origin"]))  # type: ignore[arg-type]
-    Console(soft_wrap=True).print(table)
+    from heteroflow.pipelines.cli.common import whole_cells
+
+    Console(soft_wrap=True).print(whole_cells(table))

@@ -20,7 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.components.core.telemetry import where_ran
-from heteroflow.pipelines.cli.common import fit_columns, hidden_note, print_table
+from heteroflow.pipelines.cli.common import fit_columns, hidden_note, print_table, whole_cells
 
 __all__ = ["register"]
 
@@ -250,30 +250,28 @@ def runs_show(
     console.print(f"data set {escape(str(s['dataset_uri'] or '-'))}, model {escape(str(s['model'] or '-'))}", highlight=False)
     if run.get("error"):
         console.print(f"stopped by: {escape(str(run['error']))}", highlight=False)
-    table = Table(title="steps")
-    for col in ("step", "status", "device", "candidate", "attempts", "seconds", "error"):
-        table.add_column(col, justify="right" if col in ("attempts", "seconds", "candidate") else "left")
+    headers = ["step", "status", "device", "candidate", "attempts", "seconds", "error"]
+
+    def cells(step: dict[str, Any], label: str) -> list[str]:
+        return [label, str(step.get("status")), device_of(step), _fmt(step.get("candidate")), _fmt(step.get("attempts")),
+                _secs(step.get("seconds")), _short(step.get("error")) or "-"]
+
+    rows = []
     for step in run.get("steps") or []:
-        table.add_row(
-            escape(step_label(step)),
-            escape(str(step.get("status"))),
-            escape(device_of(step)),
-            _fmt(step.get("candidate")),
-            _fmt(step.get("attempts")),
-            _secs(step.get("seconds")),
-            escape(str(step.get("error") or "")),
-        )
+        rows.append(cells(step, step_label(step)))
         for it in iterations_of(step):  # a loop step: one row per iteration (Airflow's mapped instances)
-            table.add_row(
-                escape("  " + iteration_name(it)),
-                escape(str(it.get("status"))),
-                escape(device_of(it)),
-                _fmt(it.get("candidate")),
-                _fmt(it.get("attempts")),
-                _secs(it.get("seconds")),
-                escape(str(it.get("error") or "")),
-            )
-    console.print(table)
+            rows.append(cells(it, "  " + iteration_name(it)))
+    # a terminal too narrow for every column hides the candidate, then the seconds and the attempts (named under the
+    # table), and folds the device and the error over lines: no cell is cut; piped: plain columns, as `runs` prints
+    kept, hidden = fit_columns(console, headers, rows, ["candidate", "seconds", "attempts"], wrap={"device": 12, "error": 14})
+    table = Table(title="steps")
+    for i in kept:
+        table.add_column(headers[i], justify="right" if headers[i] in ("attempts", "seconds", "candidate") else "left")
+    for row in rows:
+        table.add_row(*(escape(row[i]) for i in kept))
+    print_table(console, table, headers, rows)
+    if hidden:
+        console.print(hidden_note(hidden, console.width), highlight=False, style="dim")
     for step in run.get("steps") or []:  # a loop step's results are its iterations' (run.json has no one result)
         lines = iteration_results(step)
         if lines:
@@ -330,14 +328,11 @@ def runs_compare(
     from heteroflow.pipelines.runs.folders import device_of, model_overrides
 
     a, b = _resolve(ctx, first, root), _resolve(ctx, second, root)
-    table = Table(title=f"{a.get('run_id')} vs {b.get('run_id')}")
-    table.add_column("")
-    table.add_column(escape(str(a.get("run_id"))))
-    table.add_column(escape(str(b.get("run_id"))))
-    table.add_column("differs")
+    headers = ["field", str(a.get("run_id")), str(b.get("run_id")), "differs"]
+    cells: list[list[str]] = []
 
     def row(name: str, x: Any, y: Any) -> None:
-        table.add_row(escape(name), escape(_fmt(x)), escape(_fmt(y)), "*" if x != y else "")
+        cells.append([name, _fmt(x), _fmt(y), "*" if x != y else ""])
 
     row("status", a.get("status"), b.get("status"))
     row("pipeline", a.get("pipeline"), b.get("pipeline"))
@@ -373,7 +368,13 @@ def runs_compare(
         if not all_params and key.split(".")[-1].startswith(("precision_", "recall_")):
             continue  # per-class figures: with --all
         row(key, ma.get(key), mb.get(key))
-    console.print(table)
+    # a terminal: rich's table, every cell whole (folded, never `…`); piped: plain columns, as `heteroflow runs`
+    table = Table(title=f"{a.get('run_id')} vs {b.get('run_id')}")
+    for col in headers:
+        table.add_column(escape(col))
+    for cells_of_row in cells:
+        table.add_row(*(escape(c) for c in cells_of_row))
+    print_table(console, table, headers, cells)
 
 
 # --- metrics ------------------------------------------------------------------------------------------------
@@ -606,7 +607,7 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
             device += f" [candidate {s['candidate']}]"
         table.add_row(escape(step_label(s)), escape(str(s.get("status"))), escape(device), _fmt(s.get("attempts") or None),
                       f"{s['seconds']:.2f}" if isinstance(s.get("seconds"), (int, float)) else "-")
-    out.print(table)
+    out.print(whole_cells(table))
     for s in run.get("steps") or []:
         if iterations_of(s):  # a loop step (`train ×3`): how its iterations ended, its attempts being theirs
             out.print(escape(f"{s.get('name')}: {iterations_note(s)}"))

@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from heteroflow.components.core.telemetry import where_ran
-from heteroflow.pipelines.cli.common import console
+from heteroflow.pipelines.cli.common import console, whole_cells
 
 __all__: list[str] = []
 
@@ -93,7 +93,7 @@ def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
             f"{seconds:.2f}" if seconds is not None else "-",
             escape(note or (_progress_text(s.details) if s.status == "running" else "")),
         )
-    return table
+    return whole_cells(table)
 
 
 def _waiting_lines(steps: list[Any], seen: set[str]) -> list[str]:
