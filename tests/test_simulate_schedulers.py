@@ -66,3 +66,42 @@ def test_piped_results_are_plain_columns_with_every_cell_whole(tmp_path: Path) -
     assert [r[0] for r in rows] == [r["policy"] for r in results]  # "fifo (oracle, sigma 0)" whole
     assert all(len(r) == len(header) for r in rows)
     assert not any(c in out.output for c in "│┃━─…")
+
+
+def test_a_narrow_terminal_cuts_no_cell_of_the_results(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: in a terminal narrower than the table, rich cut the cells (`least…`, `makes…`, `2,…`).
+    Now headers wrap between words, numbers are never split, the policy folds, and the columns that still do not fit
+    are hidden and named under the table; each shown cell is the one piped output prints whole."""
+    import io
+
+    from rich.console import Console
+
+    from heteroflow.pipelines.cli import simulate as simulate_cli
+
+    args = ["simulate", "--trace", "gavel:16:6:5", "--noise-sigma", "0", "--policy", "gavel-style", "--policy", "least-loaded",
+            "--policy", "heteroflow"]
+    piped = CliRunner().invoke(app, args, env={"COLUMNS": "80"}).output.splitlines()
+    header = re.split(r"\s{2,}", piped[1].strip())
+    whole = [dict(zip(header, re.split(r"\s{2,}", line.strip()))) for line in piped[2:5]]
+    for width in (60, 100):
+        out = io.StringIO()
+        monkeypatch.setattr(simulate_cli, "console", Console(file=out, force_terminal=True, width=width, color_system=None, soft_wrap=True))
+        assert CliRunner().invoke(app, args).exit_code == 0
+        text = out.getvalue()
+        table = [l for l in text.splitlines() if l[:1] in "┏┃┡│└"]
+        assert table and all(len(l) <= width for l in table) and "…" not in text, text
+        heads = [" ".join(h.split()) for h in (" ".join(parts) for parts in zip(
+            *[[c.strip() for c in l.split("┃")[1:-1]] for l in table if l.startswith("┃")]))]
+        rows = [[c.strip() for c in l.split("│")[1:-1]] for l in table if l.startswith("│")]
+        shown: list[list[str]] = []
+        for cells in rows:  # a folded policy continues on the next line, its other cells empty
+            if shown and not any(cells[1:]):
+                shown[-1] = [a + b for a, b in zip(shown[-1], cells)]
+            else:
+                shown.append(cells)
+        assert [dict(zip(heads, [c.replace(" ", "") for c in r])) for r in shown] == [
+            {h: w[h].replace(" ", "") for h in heads} for w in whole], text
+        note = next(l for l in text.splitlines() if "hidden at" in l)
+        assert re.match(rf"{len(header) - len(heads)} columns? hidden at {width} columns: ", note), note
+        assert sorted(heads + note.split(": ", 1)[1].split(" (")[0].split(", ")) == sorted(header)
+        assert {"policy", "avg JCT h"} <= set(heads) and (width == 60 or len(heads) >= 9)

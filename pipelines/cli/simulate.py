@@ -27,20 +27,40 @@ console = Console(soft_wrap=True)
 err_console = Console(stderr=True, soft_wrap=True)
 
 
-def _print_results(title: str, headers: list[str], rows: list[list[str]], *, left: tuple[str, ...]) -> None:
+def _print_results(title: str, headers: list[str], rows: list[list[str]], *, left: tuple[str, ...],
+                   drop_order: list[str]) -> None:
     """The results table: a rich table in a terminal; piped (into a file, ``grep``, ``cat``), its title as one line,
     then plain columns with every cell whole (:func:`heteroflow.pipelines.cli.common.print_table`, as
-    ``heteroflow runs`` prints them), never cut to the 80 columns rich assumes without a terminal."""
-    from heteroflow.pipelines.cli.common import print_table
+    ``heteroflow runs`` prints them), never cut to the 80 columns rich assumes without a terminal.
 
+    In a terminal narrower than the table no cell is cut either (rich ended them in ``…``: ``least…``, ``2,…``):
+    headers wrap between words, a number is never split (its column keeps its widest cell), a text column
+    (``left``) folds over lines, and where even that does not fit the columns of ``drop_order`` are hidden, first
+    named first, and named under the table (:func:`~heteroflow.pipelines.cli.common.fit_columns`)."""
+    from heteroflow.pipelines.cli.common import fit_columns, hidden_note, print_table
+
+    def longest_word(i: int) -> int:
+        return max([len(w) for w in headers[i].split()] + [len(w) for r in rows for w in r[i].split()] + [1])
+
+    # a text column may wrap down to its longest word; a number column is as wide as its widest cell
+    wrap = {h: longest_word(i) for i, h in enumerate(headers) if h in left}
+    kept, hidden = fit_columns(console, headers, rows, drop_order, wrap=wrap, header_words=True)
+    natural = 1 + sum(3 + max([len(headers[i])] + [len(r[i]) for r in rows]) for i in kept)
     table = Table(title=title)
-    for col in headers:
-        table.add_column(col, justify="left" if col in left else "right")
+    for i in kept:
+        col = headers[i]
+        if col in left:
+            table.add_column(col, justify="left", overflow="fold")
+        else:  # too narrow for the whole headers: a fixed width keeps every number whole, its header wraps
+            narrowest = max([len(w) for w in col.split()] + [len(r[i]) for r in rows])
+            table.add_column(col, justify="right", overflow="fold", width=narrowest if natural > console.width else None)
     for row in rows:
-        table.add_row(*(escape(cell) for cell in row))
+        table.add_row(*(escape(row[i]) for i in kept))
     if not console.is_terminal:
         console.print(title, markup=False, highlight=False, soft_wrap=True)
     print_table(console, table, headers, rows)
+    if hidden:
+        console.print(hidden_note(hidden, console.width, "piped output, `| cat`, has every column"), highlight=False, style="dim")
 
 
 def _inventory(spec: str):  # type: ignore[no-untyped-def]
@@ -109,7 +129,8 @@ def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int
         rows.append([name + (" (default)" if name == rep.default else ""), f"{100 * rep.median_unallocated(name):.2f}%", str(r.placed), str(r.failed), held])
         summary.append({"policy": name, "unallocated_share": rep.median_unallocated(name), "per_seed": [x.final_unallocated for x in runs]})
     _print_results(f"{len(pods)} pods ({sum(p.shared for p in pods)} shared-GPU) drawn until {gpus:g} GPUs arrived, on "
-                   f"{len(cluster.nodes)} nodes of {cluster.source}; {seeds} seed(s)", headers, rows, left=("policy", "what holds them"))
+                   f"{len(cluster.nodes)} nodes of {cluster.source}; {seeds} seed(s)", headers, rows, left=("policy", "what holds them"),
+                   drop_order=["waiting", "placed", "what holds them"])
     for name, runs in rep.results.items():
         for line in runs[0].explanations:
             console.print(f"  {name}: {escape(line)}", highlight=False)
@@ -197,7 +218,9 @@ def simulate_command(
          *(f"{r.utilization.get(m, 0.0):.0%}" for m in models), f"{r.cost:,.0f}", f"{r.energy_kwh:,.0f}"]
         for r in results
     ]
-    _print_results(f"{len(jobs)} jobs on {inv.source}; makespan lower bound {bound / 3600:.1f} h", headers, rows, left=("policy",))
+    utils = [h for h in headers if h.startswith("util ")]
+    _print_results(f"{len(jobs)} jobs on {inv.source}; makespan lower bound {bound / 3600:.1f} h", headers, rows, left=("policy",),
+                   drop_order=["energy kWh", "cost", "queueing h", "/bound", *reversed(utils), "p99 JCT h", "makespan h"])
     for r in results:
         for line in r.explanations[:explain]:
             console.print(f"  {r.policy}: {escape(line)}", highlight=False)
