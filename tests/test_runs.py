@@ -563,3 +563,24 @@ def test_the_other_tables_fold_a_long_cell_in_a_narrow_terminal_and_compare_prin
     Console(file=out, width=60, color_system=None).print(_steps_table([step]))
     assert "…" not in out.getvalue(), out.getvalue()
     assert _column(out.getvalue(), "device") == ["gpu(nvidia-a100-80gb,simulated,oncpu)[candidate1]"], out.getvalue()
+
+
+def test_a_step_that_never_ran_shows_the_same_attempts_in_the_summary_runs_show_and_the_report(tmp_path: Path) -> None:
+    """A new user's trial: after a failed run, evaluate and archive (never run) had `-` attempts in the run's summary
+    and `0` in `runs show` (and the report's step graph): every view says `-` now; a step that ran keeps its count."""
+    from heteroflow.pipelines.cli.main import app
+    from heteroflow.pipelines.cli.runs import summary_text
+    from heteroflow.pipelines.runs.report import render_report
+
+    _run(tmp_path / "f", "20261201-130000-ffff", 400.0, status="failed", fallbacks=[], steps=[
+        {"name": "train", "status": "failed", "kind": "cpu", "candidate": 0, "attempts": 1, "seconds": 0.1, "failure": "permanent",
+         "error": "ValueError: bad"},
+        {"name": "evaluate", "status": "not run", "candidate": None, "attempts": 0, "seconds": None}])
+    shown = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "show", "20261201-130000"], env={"COLUMNS": "80"}).output
+    lines = shown.splitlines()
+    start = next(i for i, l in enumerate(lines) if l.startswith("step "))
+    assert [(r["step"], r["attempts"]) for r in _plain("\n".join(lines[start:start + 3]))] == [("train", "1"), ("evaluate", "-")]
+    summary = {r["step"]: r["attempts"] for r in _table(summary_text(load_run(tmp_path / "f")))}
+    assert summary == {"train": "1", "evaluate": "-"}
+    graph = render_report(load_run(tmp_path / "f")).split('data-step="evaluate"', 1)[1].split("</div>", 1)[0]
+    assert "attempts: -" in graph and "attempts: 0" not in graph

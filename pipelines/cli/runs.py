@@ -253,7 +253,8 @@ def runs_show(
     headers = ["step", "status", "device", "candidate", "attempts", "seconds", "error"]
 
     def cells(step: dict[str, Any], label: str) -> list[str]:
-        return [label, str(step.get("status")), device_of(step), _fmt(step.get("candidate")), _fmt(step.get("attempts")),
+        # a step that never ran made no attempt: `-`, as the run's summary and the live table say (not `0`)
+        return [label, str(step.get("status")), device_of(step), _fmt(step.get("candidate")), _fmt(step.get("attempts") or None),
                 _secs(step.get("seconds")), _short(step.get("error")) or "-"]
 
     rows = []

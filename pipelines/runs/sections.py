@@ -72,7 +72,7 @@ def _graph(run: dict[str, Any]) -> str:
             _e(s.get("status")),
             f"device: {_e(device_of(s))}",
             f"candidate: {_e(cand) if cand is not None else '-'}",
-            f"attempts: {_e(s.get('attempts', 0))}",
+            f"attempts: {_e(s.get('attempts') or '-')}",  # a step that never ran: `-`, as every table says
             f"seconds: {_seconds(s.get('seconds'))}",
         ]
         if iterations_of(s):  # a loop step: its attempts are the most one iteration took
