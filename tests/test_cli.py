@@ -172,6 +172,12 @@ def test_run_via_console_script_prints_steps_and_metrics_and_writes_run_json(dig
     assert str(run_dir.resolve() / "run.json") in _flat(proc.stdout)
     # Nothing was written into the working directory: the run folder is --output.
     assert not (tmp_path / "heteroflow-runs").exists()
+    # the last line names what follows, with this run's folder and model; each command works as printed
+    archived = record["results"]["archive"]
+    last = proc.stdout.strip().splitlines()[-1]
+    assert last == f"next: heteroflow runs show {run_dir.resolve()}; heteroflow archive show {archived['name']}:v{archived['version']}"
+    for command in last.removeprefix("next: ").split("; "):
+        assert _run_script(command.split()[1:], cwd=tmp_path, columns=300).returncode == 0, command
 
 
 # --- user errors ------------------------------------------------------------------------------------------

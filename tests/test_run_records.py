@@ -131,11 +131,50 @@ def test_a_failed_run_names_an_engine_log_only_if_there_is_one(engine: str, digi
     sys.modules.pop("prewarmonly", None)
     assert result.exit_code == 1, result.output
     assert "run failed" in result.output
-    lines = [line for line in result.output.splitlines() if line.startswith("engine log: ")]
+    # the last line says what to look at next: `runs show` of this run (its folder: -o is outside ./heteroflow-runs)
+    # and the engine's log in the run folder, where the engine wrote one (a new user's trial: nothing said so)
+    last = result.output.splitlines()[-1]
+    shown = f"next: heteroflow runs show {tmp_path / 'run'} (each attempt and its error)"
     if engine == "inprocess":
-        assert lines == [], "the in-process engine writes no engine log"  # the input of #16.21
+        assert last == shown, "the in-process engine writes no engine log"  # the input of #16.21
     else:
-        assert len(lines) == 1 and Path(lines[0].removeprefix("engine log: ")).is_file()  # the sibling: it exists
+        assert last.startswith(shown + "; the engine's log: ") and Path(last.split("; the engine's log: ")[1]).is_file()
+        assert Path(last.split("; the engine's log: ")[1]).parent == tmp_path / "run"  # the sibling: it exists
+    again = CliRunner().invoke(app, last.removeprefix("next: heteroflow ").split(" (")[0].split())
+    assert again.exit_code == 0 and "prewarm" in again.output and "permanent" in again.output, again.output
+
+
+def test_a_succeeded_run_names_the_commands_that_follow_with_its_own_id_and_model(digits_dir: Path, tmp_path: Path,
+                                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: the default run's summary ended without saying what to do next. Its last line names
+    `runs show <run id>` (found under ./heteroflow-runs) and, where the run archived a model, `archive show <model>:vN`
+    (with --root where the run's archive is not the default one); each command works as printed."""
+    from heteroflow.pipelines.cli.main import app
+    from heteroflow.pipelines.cli.runs import summary_text
+    from heteroflow.pipelines.runs.folders import load_run
+
+    module = tmp_path / "userpkg"
+    module.mkdir()
+    (module / "prewarmonly2.py").write_text(
+        "from heteroflow.components.steps import PREWARM\nfrom heteroflow.pipelines.graph import Pipeline\n\n"
+        "p = Pipeline('prewarm-only')\np.add(PREWARM, source_uri=p.param('dataset_uri'))\n"
+    )
+    monkeypatch.syspath_prepend(str(module))
+    monkeypatch.setenv("PYTHONPATH", str(module))
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "--engine", "inprocess", "--pipeline", "prewarmonly2:p", "--dataset", str(digits_dir)])
+    sys.modules.pop("prewarmonly2", None)
+    assert result.exit_code == 0, result.output
+    (folder,) = (tmp_path / "heteroflow-runs").iterdir()
+    assert result.output.splitlines()[-1] == f"next: heteroflow runs show {folder.name}"  # nothing archived: no archive show
+    assert CliRunner().invoke(app, ["runs", "show", folder.name]).exit_code == 0
+
+    run = load_run(folder)
+    run["results"] = {"archive": {"name": "digits-mlp", "version": 3, "path": str(tmp_path / "home" / "archive" / "digits-mlp" / "v3")}}
+    assert summary_text(run).splitlines()[-1] == f"next: heteroflow runs show {folder.name}; heteroflow archive show digits-mlp:v3"
+    run["results"]["archive"]["path"] = str(tmp_path / "mine" / "digits-mlp" / "v3")  # archive_root=mine
+    assert summary_text(run).splitlines()[-1].endswith(f"heteroflow archive show digits-mlp:v3 --root {tmp_path / 'mine'}")
 
 
 def _imports(path: Path) -> set[str]:

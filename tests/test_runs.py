@@ -226,7 +226,7 @@ def test_summary_text_of_a_failed_run(tmp_path: Path) -> None:
     assert "retries: 2, 15.0 s spent waiting of the run's 5.0 s" in text
     assert "  train attempt 3 on npu (candidate 0) after a transient failure, waited 10.0 s: storage timed out" in text
     assert "step train failed (transient failure): storage timed out" in text
-    assert text.rstrip().endswith(f"run failed in 5.0 s; record: {folder}/run.json")
+    assert text.rstrip().endswith(f"run failed in 5.0 s; record: {folder}/run.json\nnext: heteroflow runs show {folder} (each attempt and its error)")
 
 
 def test_run_ids_are_listed_whole_on_a_narrow_terminal(tmp_path: Path) -> None:

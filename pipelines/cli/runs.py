@@ -585,6 +585,38 @@ def retry_lines(run_dir: str | Path) -> list[str]:
     return lines
 
 
+def next_line(run: dict[str, Any], *, engine_log: str | Path | None = None) -> str:
+    """The summary's last line: the commands that naturally follow the run, with its own id and model. Succeeded:
+    ``next: heteroflow runs show <run id>; heteroflow archive show <model>:v<N>`` (the second where it archived a
+    model; ``--root`` where the archive is not the default one). Else: ``next: heteroflow runs show <run id> (each
+    attempt and its error)`` and, where the engine wrote one, its log in the run folder. The run is named by its id
+    when ``heteroflow runs`` finds it under the default roots, else by its folder."""
+    from heteroflow.pipelines.runs.folders import default_roots
+
+    folder = Path(str(run.get("run_dir") or ""))
+    ref = str(run.get("run_id") or folder)
+    try:
+        found = folder.is_dir() and any(root.resolve() in folder.resolve().parents[:3] for root in default_roots())
+    except OSError:
+        found = False
+    if not found and str(folder) not in ("", "."):
+        ref = str(folder)
+    if run.get("status") != "succeeded":
+        text = f"next: heteroflow runs show {ref} (each attempt and its error)"
+        return text + (f"; the engine's log: {engine_log}" if engine_log else "")
+    parts = [f"heteroflow runs show {ref}"]
+    archived = (run.get("results") or {}).get("archive")
+    if isinstance(archived, dict) and archived.get("name") and archived.get("version"):
+        from heteroflow.components.models.archive import archive_root_dir
+
+        shown = f"heteroflow archive show {archived['name']}:v{archived['version']}"
+        path = Path(str(archived.get("path") or ""))
+        if archived.get("path") and len(path.parents) > 1 and path.parents[1] != archive_root_dir(None):
+            shown += f" --root {path.parents[1]}"  # an archive_root of the run's own
+        parts.append(shown)
+    return "next: " + "; ".join(parts)
+
+
 # --- the one-screen summary of a run, from its record (Airflow's record-run logs it) ----------------------------
 
 
@@ -651,4 +683,5 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
     out.print(escape(f"run {run.get('status')} in {wall:.1f} s; record: {folder}/run.json" if isinstance(wall, (int, float)) else f"run {run.get('status')}; record: {folder}/run.json"))
     if folder and Path(folder, "report.html").is_file():
         out.print(escape(f"report: {folder}/report.html"))
+    out.print(escape(next_line(run)))
     return out.file.getvalue()  # type: ignore[attr-defined]

@@ -152,11 +152,12 @@ def _print_record(record: Any, pipeline: Any) -> None:
                     console.print(f"  traceback: {escape(s.traceback_file)}", highlight=False)
         if record.error:
             console.print(f"[red]engine error:[/] {escape(record.error)}", highlight=False)
-        engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none
-        if engine_log.is_file():
-            console.print(f"engine log: {engine_log}", highlight=False)
     report = Path(record.run_dir, "report.html")
     if report.is_file():
         console.print(f"report: {report}", highlight=False)
     console.print(f"run {record.status} in {record.wall_seconds:.1f} s; record: {record.run_dir}/run.json", highlight=False)
+    from heteroflow.pipelines.cli.runs import next_line  # what to run next, with this run's id and model
+
+    engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none
+    console.print(escape(next_line(as_dict, engine_log=engine_log if engine_log.is_file() else None)), highlight=False)
 
