@@ -682,6 +682,8 @@ class Pipeline:
                 continue
             with gather.check():
                 self._check_loop_items(call, arguments)
+            with gather.check():
+                self._check_collected_loops(call, arguments)
             if any(not isinstance(b, (ParamRef, Const)) for b in bindings):
                 continue  # a value known only at run time: the step checks it when it runs
             with gather.check():
@@ -733,6 +735,30 @@ class Pipeline:
                         call.step.check_params({**known, key: checked})
                 except InvalidParameter as exc:
                     raise InvalidParameter(f"{where}[{i}] = {value!r} goes to {call.name}'s {key}: {exc}") from None
+
+    def _check_collected_loops(self, call: Call, arguments: Mapping[str, Any]) -> None:
+        """Refuse an empty list for a ``ParallelFor`` over a pipeline parameter whose outputs ``call`` collects
+        (``Collected(...)``), before anything runs. KFP runs no iteration for an empty list, so such a loop is legal
+        on its own (a loop nobody collects from still runs, doing nothing); but the call after it would get an empty
+        list and fail mid-run inside its own code (``max()`` of nothing) with no word of the parameter. A literal
+        empty list is refused where it is written (:class:`~heteroflow.pipelines.control.ParallelFor`); a list
+        output parameter is known only when the run reaches the loop.
+
+        Raises:
+            InvalidParameter: the parameter, that it is empty, the call that collects from its loop, and what is
+                valid (a list of at least one item).
+        """
+        from heteroflow.pipelines.control import CollectedRef
+
+        for key, binding in call.param_bindings().items():
+            if not isinstance(binding, CollectedRef) or binding.loop is None or not isinstance(binding.loop.items, ParamRef):
+                continue
+            name = binding.loop.items.name
+            if arguments.get(name) == []:
+                raise InvalidParameter(
+                    f"{name}=[] is empty: loop {binding.loop.name} would run no iteration, and {call.name}'s {key} collects "
+                    f"{binding.ref!r} from it (Collected) into an empty list; valid: a list of at least one item"
+                )
 
     def __repr__(self) -> str:
         return f"Pipeline({self.name!r}, calls={list(self._calls)})"

@@ -949,6 +949,37 @@ def test_a_loop_item_the_step_would_refuse_stops_the_run_before_any_work(loop_st
     q.check(q.arguments({"pairs": [{"x": 3}, {"x": 4}]}))
 
 
+def test_an_empty_list_for_a_loop_a_later_step_collects_from_is_refused_before_anything_runs(
+        loop_steps: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: `-p learning_rates=[]` on the tuning fan-out ran make_dataset, no trial, and failed inside
+    choose_best (`ValueError: max() arg is an empty sequence`), naming no parameter. KFP runs no iteration for an
+    empty list, so a loop stays legal with one; but one whose outputs a later step collects (Collected) is refused
+    before anything runs, naming the parameter, that it is empty, and what is valid. A loop nobody collects from
+    still runs no iteration and the run succeeds."""
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+
+    said = (r"learning_rates=\[\] is empty: loop trials would run no iteration, and choose_best's accuracies collects "
+            r"evaluate\.outputs\['result'\] from it \(Collected\) into an empty list; valid: a list of at least one item")
+    with pytest.raises(InvalidParameter, match=said):
+        tuning.pipeline.check(tuning.pipeline.arguments({"learning_rates": []}))
+    tuning.pipeline.check(tuning.pipeline.arguments({"learning_rates": [0.1]}))  # one item: fine
+    monkeypatch.chdir(tmp_path)
+    done = CliRunner().invoke(app, ["run", "--engine", "inprocess", "--pipeline", "practitioners.tuning_fanout:pipeline",
+                                    "-p", "learning_rates=[]"])
+    assert done.exit_code == 2 and re.search(said, " ".join(done.output.split())), done.output
+    assert not (tmp_path / "heteroflow-runs").exists()  # nothing ran
+
+    q = Pipeline("no-collector")
+    with ParallelFor(q.param("xs", default=[4.0])) as x:
+        q.add(loop_steps.ROOT, x=x)
+    q.check(q.arguments({"xs": []}))
+    record = run_inprocess(q, {"xs": []}, run_dir=tmp_path / "run")
+    assert record.status == "succeeded" and record.step("root").iterations == []
+
+
 @pytest.mark.slow
 def test_the_command_line_refuses_a_bad_loop_item_on_both_engines_with_no_run_folder(tmp_path: Path) -> None:
     import os
