@@ -584,3 +584,34 @@ def test_a_step_that_never_ran_shows_the_same_attempts_in_the_summary_runs_show_
     assert summary == {"train": "1", "evaluate": "-"}
     graph = render_report(load_run(tmp_path / "f")).split('data-step="evaluate"', 1)[1].split("</div>", 1)[0]
     assert "attempts: -" in graph and "attempts: 0" not in graph
+
+
+def test_waits_of_loop_iterations_that_retried_side_by_side_are_not_worded_as_time_of_the_run(tmp_path: Path) -> None:
+    """A new user's trial: "retries: 3, 20.3 s spent waiting of the run's 16.0 s": the waits of loop iterations that
+    ran side by side were summed and set against the wall time. The sum is named as such now, beside the time at
+    least one retry was waiting (the union of the waits, from the attempt records), which the wall time bounds;
+    the summary, `runs show` and the report say the same."""
+    from heteroflow.pipelines.cli.main import app
+    from heteroflow.pipelines.cli.runs import summary_text
+    from heteroflow.pipelines.runs.report import render_report
+
+    folder = _run(tmp_path / "loop", "20261201-140000-llll", 500.0, wall_seconds=18.0, fallbacks=[], steps=[
+        {"name": "train", "status": "succeeded", "kind": "cpu", "candidate": 0, "attempts": 3, "seconds": 3.0,
+         "iterations": [{"iteration": 0, "item": 0.1, "status": "succeeded", "attempts": 2},
+                        {"iteration": 1, "item": 0.01, "status": "succeeded", "attempts": 3}]}])
+    spans = {0: [(0.0, 1.0, "failed"), (6.0, 7.0, "succeeded")],  # waited 1 -> 6
+             1: [(0.0, 1.2, "failed"), (6.3, 7.0, "failed"), (17.4, 18.0, "succeeded")]}  # 1.2 -> 6.3, 7 -> 17.4
+    for i, attempts_of in spans.items():
+        where = folder / "steps" / "train" / f"iteration-{i}"
+        where.mkdir(parents=True)
+        for n, (start, end, status) in enumerate(attempts_of, 1):
+            (where / f"attempt-{n}.json").write_text(json.dumps(
+                {"attempt": n, "iteration": i, "status": status, "failure": "transient" if status == "failed" else None,
+                 "candidate": 0, "kind": "cpu", "started_at": 1000 + start, "ended_at": 1000 + end, "error": "timed out"}))
+    said = ("20.5 s spent waiting, summed over the retries (loop iterations waited side by side); "
+            "15.7 s of the run's 18.0 s with at least one waiting")
+    assert f"retries: 3, {said}" in summary_text(load_run(folder))
+    shown = CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "show", "20261201-140000"], env={"COLUMNS": "300"}).output
+    assert f"retries: 3, {said}" in shown, shown
+    html = render_report(load_run(folder))
+    assert said.replace("'", "&#x27;") in html and "20.5 s over 3 retries" not in html

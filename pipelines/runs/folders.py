@@ -190,10 +190,50 @@ def retries(run: dict[str, Any]) -> list[dict[str, Any]]:
                     "candidate": cur.get("candidate"),
                     "kind": cur.get("kind"),
                     "wait_seconds": wait,
+                    "waited_from": end if wait is not None else None,
+                    "waited_until": start if wait is not None else None,
                     "iteration": iteration_key(cur),
                 }
             )
     return out
+
+
+def wait_seconds(items: list[dict[str, Any]]) -> tuple[float, float]:
+    """``(summed, under way)`` of the retries ``items`` (:func:`retries`), seconds: the sum of their waits, and the
+    time at least one of them was under way (the union of the intervals ``waited_from``-``waited_until``; a wait
+    whose times are unknown counts in neither). The two differ only where loop iterations waited side by side."""
+    summed = sum(r.get("wait_seconds") or 0.0 for r in items)
+    spans = sorted((r["waited_from"], r["waited_until"]) for r in items
+                   if isinstance(r.get("waited_from"), (int, float)) and isinstance(r.get("waited_until"), (int, float)))
+    union, reach = 0.0, None
+    for start, end in spans:
+        if reach is None or start > reach:
+            union += end - start
+            reach = end
+        elif end > reach:
+            union += end - reach
+            reach = end
+    return summed, union
+
+
+def waiting_text(items: list[dict[str, Any]], wall_seconds: Any = None) -> str:
+    """How long the retries ``items`` (:func:`retries`) waited, worded so that it holds when loop iterations waited
+    side by side: ``15.0 s spent waiting of the run's 40.0 s`` when no two waits overlapped; else the waits' sum
+    named as such and the time at least one of them was under way (the union of the waits' intervals, from the
+    attempt records' times), which the run's wall time bounds: ``20.8 s spent waiting, summed over the retries
+    (loop iterations waited side by side); 10.4 s of the run's 17.0 s with at least one waiting``.
+
+    Args:
+        items: the retries, with ``wait_seconds``, ``waited_from`` and ``waited_until`` (Unix seconds; None when
+            unknown).
+        wall_seconds: the run's wall time, seconds; None leaves it out.
+    """
+    summed, union = wait_seconds(items)
+    of_run = f" of the run's {wall_seconds:.1f} s" if isinstance(wall_seconds, (int, float)) else ""
+    if union >= summed - 0.05:  # no two waits overlapped: the sum is the time spent waiting
+        return f"{summed:.1f} s spent waiting{of_run}"
+    return (f"{summed:.1f} s spent waiting, summed over the retries (loop iterations waited side by side); "
+            f"{union:.1f} s{of_run} with at least one waiting")
 
 
 def iterations_of(step: Any) -> list[dict[str, Any]]:

@@ -21,6 +21,8 @@ from heteroflow.pipelines.runs.folders import (
     ran_on,
     retries,
     step_label,
+    wait_seconds,
+    waiting_text,
 )
 from heteroflow.pipelines.runs.markup import _STATUS_COLOURS, _badge, _e, _kv_table, _num, _seconds, _short_error
 
@@ -41,9 +43,13 @@ def _header(run: dict[str, Any]) -> str:
     metric = headline_metric(run)
     if metric:
         rows.append((f"test {metric[0]}", f"{metric[1]:.4f}"))
-    waits = [r["wait_seconds"] for r in retries(run) if r["wait_seconds"] is not None]
-    if waits:
-        rows.append(("waiting for retries", f"{sum(waits):.1f} s over {len(waits)} retr{'y' if len(waits) == 1 else 'ies'}"))
+    waited = [r for r in retries(run) if r["wait_seconds"] is not None]
+    if waited:
+        summed, under_way = wait_seconds(waited)
+        text = f"{summed:.1f} s over {len(waited)} retr{'y' if len(waited) == 1 else 'ies'}"
+        if under_way < summed - 0.05:  # loop iterations waited side by side: the sum is no span of the run's time
+            text = f"{len(waited)} retries: {waiting_text(waited, run.get('wall_seconds'))}"
+        rows.append(("waiting for retries", _e(text)))
     if run.get("testing"):
         rows.append(("testing settings", _e(", ".join(f"{k}={v}" for k, v in run["testing"].items()))))
     out = [f"<h1>Run {_e(run.get('run_id'))} {_badge(run.get('status'))}</h1>", _kv_table(rows)]
@@ -134,9 +140,8 @@ def _retries(run: dict[str, Any]) -> str:
         f"<td class=error>{_e(_short_error(r['error']))}</td></tr>"
         for r in items
     )
-    total = sum(r["wait_seconds"] or 0.0 for r in items)
     return (
-        f"<h2>Retries</h2><p>{len(items)} retr{'y' if len(items) == 1 else 'ies'}, {total:.1f} s spent waiting (backoff).</p>"
+        f"<h2>Retries</h2><p>{len(items)} retr{'y' if len(items) == 1 else 'ies'}, {_e(waiting_text(items))} (backoff).</p>"
         "<table><tr><th>step</th><th>attempt</th><th>on</th><th>after a failure of class</th><th>waited s</th><th>the failure</th></tr>"
         + rows
         + "</table>"
