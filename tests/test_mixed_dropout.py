@@ -58,7 +58,7 @@ def _run(args: list[str], home: Path, cwd: Path, fault: str) -> dict:
     )
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
     runs = sorted((cwd / "heteroflow-runs").iterdir(), key=lambda p: p.stat().st_mtime)
-    return json.loads((runs[-1] / "run.json").read_text()) | {"_stdout": proc.stdout}
+    return json.loads((runs[-1] / "run.json").read_text()) | {"_stdout": proc.stdout, "_output": proc.stdout + proc.stderr}
 
 
 @pytest.mark.slow
@@ -74,8 +74,11 @@ def test_from_the_cli_a_dropped_kind_is_in_the_record_report_and_metrics_and_all
     assert run["metrics"]["train"]["dropped_kinds"] == 1.0 and run["metrics"]["train"]["share_gpu_0"] == 64.0
     html = Path(run["run_dir"], "report.html").read_text(encoding="utf-8")
     section = html.split("<h2>Mixed device kinds</h2>", 1)[1].split("<h2>", 1)[0]
-    assert "<b>npu</b> dropped out at step 12" in section and "resumed from step 10" in section
-    assert "kind npu dropped out at step 12" in run["_stdout"]
+    assert "<b>npu</b> dropped out after step 12" in section and "resumed from step 10" in section
+    # one wording, live and in the summary; the placement line names candidate 0's replicas and what it went on with
+    assert run["_output"].count("kind npu dropped out after step 12") == 2 and " at step 12" not in run["_output"]
+    assert ("placement of train: candidate 0 (gpu x1 + npu x1) -> gpu (nvidia-gpu, simulated, on cpu) once npu dropped "
+            "out after step 12; resumed from step 10") in run["_stdout"]
     prom = Path(run["run_dir"], "metrics.prom").read_text(encoding="utf-8")
     assert 'metric="dropped_kinds"' in prom and 'metric="busy_fraction_gpu_0"' in prom
 

@@ -806,7 +806,9 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
                     pids = [r["pid"] for r in (_load(p) for p in folder.glob(f"drop.{k}.*.pkl")) if r]
                     _kill_group(agents[k], pids)
                     dropped[k] = record
-                    say(f"train: kind {k} dropped out after step {record.get('step')} ({record['reason']}); its agent was "
+                    from heteroflow.components.training.mixed_step import drop_point  # one wording with the summary's
+
+                    say(f"train: kind {k} dropped out{drop_point(record.get('step'))} ({record['reason']}); its agent was "
                         f"stopped, the other kinds re-form and resume from the last checkpoint")
                 errors = [r for r in (_load(p) for p in folder.glob("error.*.pkl")) if r]
                 if errors:

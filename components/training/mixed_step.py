@@ -7,7 +7,7 @@ fractions, the kinds that dropped out) go into the run record, the report and th
 What differs from one kind: the built-in classifier loop only (``train_function`` is refused), float32, the
 global batch is ``batch_size`` (``batch_sizes`` is refused: shares are measured), a last partial global batch of
 an epoch is dropped. A kind that is neither present nor simulated (``HETEROFLOW_SIMULATE_DEVICES``) is left out
-before the start and recorded as dropped at step 0; when no kind is left the step fails with
+before the start and recorded as dropped with step 0 (before its first step); when no kind is left the step fails with
 ``DeviceUnavailable`` (a device failure: the next candidate runs).
 
 On a cluster (:mod:`heteroflow.components.training.mixed_launch`): the train task of a KFP or Airflow rendering,
@@ -26,7 +26,7 @@ from typing import Any
 
 from heteroflow.components.errors import DeviceUnavailable, InvalidParameter
 
-__all__ = ["exchange_text", "mixed_facts_lines", "mixed_metrics", "profile_throughput", "replica_rows", "step_dataset", "step_model", "train_mixed"]
+__all__ = ["drop_point", "exchange_text", "mixed_facts_lines", "mixed_metrics", "profile_throughput", "replica_rows", "step_dataset", "step_model", "train_mixed"]
 
 
 def step_dataset(dataset_dir: str, values: Mapping[str, Any]) -> Any:
@@ -246,12 +246,21 @@ def mixed_facts_lines(mixed: Mapping[str, Any]) -> list[str]:
         lines.append(f"train: cross-kind exchange: {exchange}")
     lines += _starved_lines(rows)
     for d in mixed.get("dropped") or []:
-        where = f" at step {d.get('step')}" if d.get("step") is not None else ""
+        where = ""
         if d.get("task"):  # a cluster job: the kind's Volcano task failed
-            where += f", its Volcano task {d['task']} failed" + (f" (pod {d['pod']})" if d.get("pod") else "")
-        lines.append(f"train: kind {d.get('kind')} dropped out{where} ({d.get('reason')}); "
+            where = f", its Volcano task {d['task']} failed" + (f" (pod {d['pod']})" if d.get("pod") else "")
+        lines.append(f"train: kind {d.get('kind')} dropped out{drop_point(d.get('step'))}{where} ({d.get('reason')}); "
                      f"the others resumed from step {d.get('resumed_from_step')}")
     return lines
+
+
+def drop_point(step: Any) -> str:
+    """When a kind of a mixed job dropped out, worded the one way the live line, the summary, the placement line and
+    the report say it: ``" after step 12"`` (a drop record's ``step`` counts the optimizer steps the kind had
+    done), ``" before its first step"`` (0: left out at the start), ``""`` when unknown (a cluster job's task)."""
+    if not isinstance(step, int) or isinstance(step, bool):
+        return ""
+    return " before its first step" if step == 0 else f" after step {step}"
 
 
 def exchange_text(mixed: Mapping[str, Any]) -> str:

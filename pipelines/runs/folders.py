@@ -326,16 +326,37 @@ def ran_on(run: dict[str, Any], call: str) -> str:
     placed = placed if isinstance(placed, dict) else {}
     if step is None or device_of(step) == "-":
         return ""
-    text = f"candidate {step.get('candidate') if step.get('candidate') is not None else placed.get('index', 0)} -> {device_of(step)}"
-    first = placed.get("index")
-    if first is not None and step.get("candidate") is not None and step.get("candidate") != first:
-        res = placed.get("resources") or {}
-        text += f" (placed on candidate {first}, {placed.get('device_kind') or res.get('kind')}, then fell back)"
+    index = step.get("candidate") if step.get("candidate") is not None else placed.get("index", 0)
+    res = placed.get("resources") if isinstance(placed.get("resources"), dict) else {}
+    shape = _mixed_shape(res)
     facts = (run.get("results") or {}).get(call)
+    mixed = facts.get("mixed") if isinstance(facts, dict) and isinstance(facts.get("mixed"), dict) else {}
+    dropped = [d for d in mixed.get("dropped") or [] if isinstance(d, dict)]
+    first = placed.get("index")
+    if shape and dropped and index == first:
+        # a mixed candidate went on without a kind: say what the candidate was and what it continued on (#new-user
+        # trial: "candidate 0 -> gpu" after the npu dropped out, with no word that candidate 0 was gpu+npu)
+        from heteroflow.components.training.mixed_step import drop_point
+
+        gone = " and ".join(f"{d.get('kind')} dropped out{drop_point(d.get('step'))}" for d in dropped)
+        text = f"candidate {index} ({shape}) -> {device_of(step)} once {gone}"
+    else:
+        text = f"candidate {index} -> {device_of(step)}"
+    if first is not None and step.get("candidate") is not None and step.get("candidate") != first:
+        text += f" (placed on candidate {first}, {shape or placed.get('device_kind') or res.get('kind')}, then fell back)"
     resumed = facts.get("resumed_from_step") if isinstance(facts, dict) else None
     if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed > 0:
         text += f"; resumed from step {resumed}"
     return text
+
+
+def _mixed_shape(resources: dict[str, Any]) -> str:
+    """A mixed candidate's replicas as the placement line names them (``gpu x1 + npu x1``); ``""`` for a candidate of
+    one kind."""
+    groups = [g for g in resources.get("replicas") or [] if isinstance(g, dict)]
+    if len(groups) < 2:
+        return ""
+    return " + ".join(f"{g.get('kind')} x{g.get('count', 1)}" for g in groups)
 
 
 def headline_metric(run: dict[str, Any]) -> tuple[str, float] | None:

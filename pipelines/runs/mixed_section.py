@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from heteroflow.components.training.mixed_step import exchange_text, replica_rows
+from heteroflow.components.training.mixed_step import drop_point, exchange_text, replica_rows
 from heteroflow.pipelines.runs.markup import _e
 
 __all__ = ["mixed_section"]
@@ -31,7 +31,7 @@ def mixed_section(run: dict[str, Any]) -> str:
         changes = "".join(f"<li>step {_e(h.get('step'))}: shares {_e(h.get('shares'))} ({_e(h.get('why'))})</li>" for h in history)
         dropped = "".join(
             f"<li class=dropped>kind <b>{_e(d.get('kind'))}</b> dropped out"
-            + (f" at step {_e(d.get('step'))}" if d.get("step") is not None else "")
+            + _e(drop_point(d.get("step")))
             + (f", its Volcano task <b>{_e(d['task'])}</b> failed" + (f" (pod {_e(d['pod'])})" if d.get("pod") else "") if d.get("task") else "")
             + " "
             f"({_e(d.get('reason'))}); the others resumed from step {_e(d.get('resumed_from_step'))}</li>"
