@@ -292,6 +292,16 @@ def test_fault_specs_parse_and_bad_ones_say_the_form() -> None:
             parse_faults(bad)
 
 
+def test_a_fault_count_or_after_steps_of_zero_is_refused() -> None:
+    """Trial finding: `--inject-fault train@cpu=transient:0` was accepted and injected nothing, so a typo looked like
+    a passed failure test. Its sibling `:after_steps=0` failed after the first step, not before it."""
+    with pytest.raises(InvalidParameter, match=r"'train@cpu=transient:0' fails no attempt .*valid: N >= 1, e.g. train@cpu=transient:1, or no :N"):
+        parse_faults("train@cpu=transient:0", source="--inject-fault")
+    with pytest.raises(InvalidParameter, match=r"'train@npu=device:after_steps=0': after_steps counts .*valid: N >= 1"):
+        parse_faults("train@npu=device:after_steps=0", source="--inject-fault")
+    assert [s.times for s in parse_faults("train@cpu=transient:1")] == [1]
+
+
 def test_a_counted_fault_fails_the_first_n_attempts_then_lets_the_step_run(tmp_path: Path) -> None:
     env = {"HETEROFLOW_INJECT_FAULT": "train@npu=transient:2"}
     seen = [injected_fault("train", "npu", state_dir=tmp_path, environ=env) for _ in range(4)]

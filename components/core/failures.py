@@ -278,6 +278,16 @@ def parse_faults(text: str, *, source: str = FAULT_ENV) -> tuple[FaultSpec, ...]
             raise InvalidParameter(str(exc)) from None
         times = int(m["times"]) if m["times"] is not None else None
         after = int(m["after"]) if m["after"] is not None else None
+        if times == 0:  # a typo that would look like a passed failure test: nothing would be injected
+            raise InvalidParameter(
+                f"{source}: {item!r} fails no attempt (:N counts the attempts that fail); valid: N >= 1, "
+                f"e.g. {m['step']}@{m['kind']}={m['cls']}:1, or no :N to fail every attempt"
+            )
+        if after == 0:  # checked after each step: 0 would fail after the first one, not before it
+            raise InvalidParameter(
+                f"{source}: {item!r}: after_steps counts the optimizer steps done before the fault; valid: N >= 1, "
+                f"or no :after_steps to fail the attempt before its first step"
+            )
         out.append(FaultSpec(m["step"], m["kind"], FailureClass(m["cls"]), times, after))
     return tuple(out)
 
