@@ -688,7 +688,7 @@ class Pipeline:
                 continue  # a value known only at run time: the step checks it when it runs
             with gather.check():
                 try:
-                    call.step.check_params(self.call_params(call, arguments))
+                    call.step.check_params(self.call_params(call, arguments), candidates=call.candidates)
                 except InvalidParameter as exc:
                     given = _as_given(exc, call)
                     if given is exc:

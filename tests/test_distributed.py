@@ -705,3 +705,23 @@ def test_batch_sizes_for_another_candidate_are_said_in_the_train_summary() -> No
     fits = _train_summary({**facts, "processes": 2})
     assert not any("batch_sizes" in line for line in fits), fits
     assert not any("batch_sizes" in line for line in _train_summary(_train_facts(dataclasses.replace(result, batch_sizes=()))))
+
+
+def test_batch_sizes_that_fit_no_candidate_are_refused_before_the_run() -> None:
+    """Trial finding: `-c gpu:count=2 --param batch_sizes=64,32,16` ran, and the summary said the sizes were "for
+    another candidate" when no candidate had 3 workers. The pipeline's check now refuses sizes that fit no
+    single-kind candidate (a candidate with another number of workers, a fallback, still splits the batch evenly)."""
+    from heteroflow.components.errors import InvalidParameter
+    from heteroflow.pipelines.default import default_pipeline
+
+    p = default_pipeline()
+    p.replace("train", candidates=["gpu:count=2", "cpu"])
+    with pytest.raises(InvalidParameter, match=r"batch_sizes='64,32,16' lists 3 size\(s\), and no candidate of train has 3 "
+                       r"worker process\(es\) \(one per device\); valid: as many sizes as one candidate's workers "
+                       r"\(1 for cpu; 2 for gpu x2 \(nvidia-gpu\)\), or leave batch_sizes empty"):
+        p.check(p.arguments({"dataset_uri": "x", "batch_sizes": "64,32,16"}))
+    p.check(p.arguments({"dataset_uri": "x", "batch_sizes": "64,32"}))  # the gpu candidate's two workers; cpu, a fallback, splits 96
+    one = default_pipeline()  # every default candidate has one worker
+    with pytest.raises(InvalidParameter, match=r"lists 2 size\(s\), and no candidate of train has 2 worker"):
+        one.check(one.arguments({"dataset_uri": "x", "batch_sizes": "64,32"}))
+    one.check(one.arguments({"dataset_uri": "x", "batch_sizes": "64"}))

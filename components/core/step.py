@@ -368,9 +368,15 @@ class Step:
         except (KeyError, TypeError, ValueError):  # facts of an older record: say nothing rather than fail
             return []
 
-    def check_params(self, values: Mapping[str, Any]) -> None:
+    def check_params(self, values: Mapping[str, Any], *, candidates: Any = None) -> None:
         """Run the step's ``check`` with the values it names (a value missing from ``values`` takes the
         parameter's default), so a bad value fails before any step runs.
+
+        Args:
+            values: parameter values by name.
+            candidates: the call's :class:`~heteroflow.components.resources.Candidates`, handed to a check that
+                has a keyword-only ``candidates`` argument (values that only make sense on some candidates, such as
+                one batch size per worker); None: not known here, and such a check skips what needs them.
 
         Raises:
             InvalidParameter: from the check.
@@ -378,13 +384,16 @@ class Step:
         if self.check is None:
             return
         wanted = inspect.signature(self.check).parameters
+        extra = {"candidates": candidates} if "candidates" in wanted and wanted["candidates"].kind is inspect.Parameter.KEYWORD_ONLY else {}
         if any(p.kind is p.VAR_KEYWORD for p in wanted.values()):  # a check that takes every value
             full = {p.name: p.default for p in self.params if not p.required}
             full.update(values)
-            self.check(**full)
+            self.check(**full, **extra)
             return
-        kwargs = {}
+        kwargs = dict(extra)
         for name in wanted:
+            if name in extra:
+                continue
             if name in values:
                 kwargs[name] = values[name]
             elif name in self.param_names and not self.param(name).required:

@@ -136,7 +136,25 @@ def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     blob = json.dumps({"data": meta, "params": params}, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:20]
 
-def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
+def _check_batch_sizes_fit(text: str, sizes: tuple[int, ...], candidates: Any) -> None:
+    """Raise InvalidParameter when ``sizes`` lists a number of sizes no single-kind candidate has workers for
+    (mixed candidates measure their shares and refuse batch_sizes when they run)."""
+    workers: dict[int, str] = {}
+    for res in candidates:
+        if getattr(res, "replicas", None):
+            continue
+        kind = DeviceKind.parse(res.kind)
+        workers.setdefault((res.count if kind.has_devices else 1) * res.nodes, res.describe().split(", ")[0])
+    if workers and len(sizes) not in workers:
+        each = "; ".join(f"{n} for {what}" for n, what in sorted(workers.items()))
+        raise InvalidParameter(
+            f"batch_sizes={text!r} lists {len(sizes)} size(s), and no candidate of train has {len(sizes)} worker "
+            f"process(es) (one per device); valid: as many sizes as one candidate's workers ({each}), or leave "
+            f"batch_sizes empty (batch_size split evenly)"
+        )
+
+
+def check_train_params(values: Mapping[str, Any] | None = None, /, *, candidates: Any = None, **given: Any) -> None:
     """Check train's parameters (the checks :func:`train` makes first; callers use it to fail before a run).
 
     Checks ranges, that the model, loss, optimizer, training function and dataset factories can be imported
@@ -144,6 +162,10 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
 
     Args:
         values / given: parameter values by name (``train``'s defaults for the others).
+        candidates: the call's candidates (:class:`~heteroflow.components.resources.Candidates`), when known:
+            ``batch_sizes`` must then list one size per worker process of at least one single-kind candidate
+            (``count`` devices, times ``nodes``; 1 on the CPU). A candidate with another number of workers splits the
+            union batch evenly (a fallback), but sizes that fit no candidate are a mistake.
 
     Raises:
         InvalidParameter: every parameter out of range, not a finite number, a factory that cannot be
@@ -170,7 +192,9 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, **given: Any)
     if v["precision"] not in PRECISIONS:
         problems.add(InvalidParameter(f"precision={v['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}"))
     with problems.check():
-        parse_batch_sizes(v["batch_sizes"])
+        sizes = parse_batch_sizes(v["batch_sizes"])
+        if sizes and candidates is not None:
+            _check_batch_sizes_fit(v["batch_sizes"], sizes, candidates)
     with problems.check():  # the factory imported, and model_args checked against what it takes
         check_model_args(v["model_factory"], v["model_args"])
     with problems.check():  # hidden_units set twice to different values (the data's arguments are checked in train)
