@@ -448,7 +448,8 @@ def list_dataset(
                         ) from None
                 raise DatasetError(f"data set {shown} is a broken symlink (to {_link_target(str(root))}); point it at a folder of data files")
             raise DatasetError(
-                f"data set {shown} does not exist; give a folder (or fsspec URL) of data files (.csv, .tsv, .parquet, .npz)"
+                f"data set {shown} does not exist; give a folder (or fsspec URL) of data: tables (.csv, .tsv, .parquet, "
+                f".npz), an image folder (one folder per class) or .pt tensors"
             )
         if root.is_dir():
             files, skipped = _walk_local(root)

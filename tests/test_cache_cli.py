@@ -49,7 +49,7 @@ def test_prewarm_into_another_cache(digits_dir: Path, tmp_path: Path):
 @pytest.mark.parametrize(
     ("args", "code", "message"),
     [
-        (["prewarm", "{tmp}/missing"], 2, "does not exist; give a folder"),
+        (["prewarm", "{tmp}/missing"], 2, "does not exist; give a folder (or fsspec URL) of data: tables (.csv, .tsv, .parquet, .npz), an image folder (one folder per class) or .pt tensors"),
         (["prewarm", "nosuch://b/d"], 2, "nosuch:// is not a known fsspec protocol"),
         (["prewarm", "{digits}", "--verify", "md5"], 2, "verify='md5' is not a verification mode; valid: size, stat, sha256"),
         (["prewarm", "{digits}", "--cache", "gs://b/c"], 2, "unknown cache scheme gs://"),
