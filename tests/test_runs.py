@@ -50,7 +50,9 @@ def test_find_runs_reads_every_layout_newest_first(tmp_path: Path) -> None:
     (tmp_path / "runs" / "going").mkdir()
     (tmp_path / "runs" / "going" / "driver.json").write_text("{}")
     runs = find_runs([tmp_path / "runs", tmp_path / "airflow-runs", tmp_path / "runs" / "a"])
-    assert [r["run_id"] for r in runs] == ["manual__2026", "b", "a"]
+    # "going" names no live driver process: it was killed, and is recorded as such when listed
+    assert [(r["run_id"], r["status"]) for r in runs] == [("manual__2026", "succeeded"), ("b", "succeeded"), ("a", "succeeded"), ("going", "killed")]
+    assert (tmp_path / "runs" / "going" / "run.json").is_file()
 
 
 def test_resolve_run_by_id_prefix_or_folder(tmp_path: Path) -> None:
@@ -63,9 +65,57 @@ def test_resolve_run_by_id_prefix_or_folder(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameter, match=r"no run 'zzz' in .*newest runs: 20260101-000000-aabb"):
         resolve_run("zzz", [tmp_path])
     (tmp_path / "half").mkdir()
-    (tmp_path / "half" / "driver.json").write_text("{}")
-    with pytest.raises(InvalidParameter, match=r"has no run.json \(the run is still going, or was killed"):
+    (tmp_path / "half" / "driver.json").write_text("{not json")
+    with pytest.raises(InvalidParameter, match=r"has no run.json \(its driver.json cannot be read"):
         load_run(tmp_path / "half")
+    (tmp_path / "nothing").mkdir()
+    with pytest.raises(InvalidParameter, match=r"run folder .*nothing has no run.json; give a folder a run wrote"):
+        load_run(tmp_path / "nothing")
+
+
+def test_a_run_still_going_is_listed_running_and_a_killed_one_is_recorded_when_listed(tmp_path: Path) -> None:
+    """Trial finding: a run killed with SIGKILL was missing from `heteroflow runs`, and `runs show <id>` said there
+    was no such run, until the next run beside it wrote its record; that record had the time up to its last
+    attempt's start (2.3 s of about 10), its steps in the order they started and none of the calls that never
+    started. Now listing records it at once, in the pipeline's order with the others `not run`, with its time up to
+    the last write in its folder; a run whose driver is alive is listed as running."""
+    import os
+    import subprocess
+    import sys
+    import time
+
+    from heteroflow.components.core.telemetry import AttemptRecord, _write, attempt_file
+
+    def folder(name: str, pid: int, started: float) -> Path:
+        f = tmp_path / "runs" / name
+        (f / "steps" / "prewarm").mkdir(parents=True)
+        (f / "driver.json").write_text(json.dumps({"pid": pid, "run_id": name, "pipeline": "default", "params": {},
+                                                   "started_at": started, "calls": ["prewarm", "plan", "preprocess", "train", "evaluate"]}))
+        for step, t0, t1, status in (("plan", started + 0.1, started + 0.2, "succeeded"), ("prewarm", started + 0.15, started + 0.5, "succeeded"),
+                                     ("preprocess", started + 0.6, started + 1.0, "succeeded"), ("train", started + 1.1, None, "running")):
+            rec = AttemptRecord(step=step, attempt=1, status=status, kind="cpu", started_at=t0, ended_at=t1, pid=pid)
+            _write(attempt_file(f, rec), rec)
+        for p in f.rglob("*"):  # written when the run wrote them: its first second
+            os.utime(p, (started + 1.0, started + 1.0))
+        return f
+
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True, check=True)
+    started = time.time() - 20
+    killed = folder("killed-run", int(dead.stdout), started)
+    progress = killed / "steps" / "train" / "attempt-1.json"
+    os.utime(progress, (started + 9.5, started + 9.5))  # the killed attempt last wrote its progress 9.5 s in
+    live = folder("live-run", os.getpid(), started + 5)
+    runs = {r["run_id"]: r for r in find_runs([tmp_path / "runs"])}
+    k = runs["killed-run"]
+    assert k["status"] == "killed" and 9.4 < k["wall_seconds"] < 9.6, k["wall_seconds"]
+    assert [(s["name"], s["status"]) for s in k["steps"]] == [
+        ("prewarm", "succeeded"), ("plan", "succeeded"), ("preprocess", "succeeded"), ("train", "killed"), ("evaluate", "not run")]
+    assert json.loads((killed / "run.json").read_text())["status"] == "killed"
+    r = runs["live-run"]
+    assert r["status"] == "running" and [s["status"] for s in r["steps"]][3:] == ["running", "not run"]
+    assert not (live / "run.json").exists(), "a run still going gets no record from a listing"
+    assert resolve_run("live-run", [tmp_path / "runs"])["status"] == "running"
+    assert load_run(killed)["status"] == "killed"
 
 
 def test_retries_and_their_waits_come_from_the_attempt_records(tmp_path: Path) -> None:

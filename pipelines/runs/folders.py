@@ -67,10 +67,15 @@ def load_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     if path.name == RUN_FILE and path.is_file():
         path = path.parent
     file = path / RUN_FILE
+    if not file.exists() and (path / _DRIVER_FILE).is_file():
+        going = _in_progress(path)  # still going: what it has done so far; killed: its record is written now
+        if going is not None:
+            going["attempts"] = _read_attempts(path)
+            return going
     try:
         data = json.loads(file.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        hint = " (the run is still going, or was killed: the next run in the same root writes its record)" if (path / "driver.json").exists() else ""
+        hint = " (its driver.json cannot be read: the run is still starting, or its folder is damaged)" if (path / _DRIVER_FILE).exists() else ""
         raise InvalidParameter(f"run folder {path} has no {RUN_FILE}{hint}; give a folder a run wrote, e.g. heteroflow-runs/<run id>") from None
     except ValueError as exc:
         raise InvalidParameter(f"{file} is not valid JSON ({exc}); it is not a run record") from None
@@ -79,6 +84,23 @@ def load_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
     data.setdefault("run_dir", str(path))
     data["attempts"] = _read_attempts(path)
     return data
+
+
+_DRIVER_FILE = "driver.json"  # heteroflow.pipelines.runs.records.DRIVER_FILE: a local run's driver process
+
+
+def _in_progress(folder: Path) -> dict[str, Any] | None:
+    """A run folder without ``run.json`` whose ``driver.json`` names its driver process: while that process lives,
+    the run so far (status ``running``); once it is gone, the run was killed and gets its record now (as the next
+    run beside it would write it: :func:`heteroflow.pipelines.runs.records.recover_killed_runs`), so that
+    ``heteroflow runs`` lists it at once. None when neither applies."""
+    from heteroflow.pipelines.runs.records import recover_killed_runs, running_record
+
+    going = running_record(folder)
+    if going is not None:
+        return going
+    recover_killed_runs(folder.parent, only=folder)
+    return None
 
 
 def _read_attempts(folder: Path) -> dict[str, list[dict[str, Any]]]:
@@ -104,11 +126,22 @@ def _read_attempts(folder: Path) -> dict[str, list[dict[str, Any]]]:
 def find_runs(roots: Sequence[str | os.PathLike[str]] | None = None) -> list[dict[str, Any]]:
     """Every run record under ``roots`` (default :func:`default_roots`), newest first (by ``started_at``).
 
-    A root may itself be a run folder. Records that cannot be read are skipped.
+    A root may itself be a run folder. Records that cannot be read are skipped. A local run still going (its
+    ``driver.json`` names a live process) is listed as ``running``, with what it has done so far; one whose
+    process is gone without a record was killed, and gets its record now (status ``killed``).
     """
     seen: set[Path] = set()
     runs = []
     for root in [Path(r).expanduser() for r in (roots if roots is not None else default_roots())]:
+        for file in _run_files(root, _DRIVER_FILE):  # runs still going (listed so far), or killed (recorded now)
+            folder = file.parent.resolve()
+            if (folder / RUN_FILE).exists() or folder in seen:
+                continue
+            going = _in_progress(folder)
+            if going is not None:
+                seen.add(folder)
+                going["attempts"] = _read_attempts(folder)
+                runs.append(going)
         for file in _run_files(root):
             folder = file.parent.resolve()
             if folder in seen:
@@ -121,12 +154,12 @@ def find_runs(roots: Sequence[str | os.PathLike[str]] | None = None) -> list[dic
     return sorted(runs, key=lambda r: r.get("started_at") or 0.0, reverse=True)
 
 
-def _run_files(root: Path) -> Iterable[Path]:
+def _run_files(root: Path, name: str = RUN_FILE) -> Iterable[Path]:
     if not root.is_dir():
         return []
     found = []
     for depth in range(_DEPTH + 1):
-        found.extend(p for p in root.glob("/".join(["*"] * depth + [RUN_FILE])) if p.is_file())
+        found.extend(p for p in root.glob("/".join(["*"] * depth + [name])) if p.is_file())
     return found
 
 
@@ -151,7 +184,8 @@ def resolve_run(ref: str, roots: Sequence[str | os.PathLike[str]] | None = None)
     if not matches:
         known = ", ".join(str(r.get("run_id")) for r in runs[:5])
         raise InvalidParameter(f"no run {ref!r} in {where}" + (f"; newest runs: {known}" if known else "; there are no runs there") + " (or give the run's folder)")
-    raise InvalidParameter(f"run id {ref!r} matches {len(matches)} runs ({', '.join(str(r.get('run_id')) for r in matches[:8])}); give more of the id")
+    shown = ", ".join(str(r.get("run_id")) for r in matches[:8]) + (f", and {len(matches) - 8} more" if len(matches) > 8 else "")
+    raise InvalidParameter(f"run id {ref!r} matches {len(matches)} runs ({shown}); give more of the id")
 
 
 # --- facts derived from a record ---------------------------------------------------------------------------

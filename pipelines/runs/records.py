@@ -625,7 +625,10 @@ def _set_aside_unfinished(folder: Path) -> None:
 def recover_killed_runs(root: Path, *, only: Path | None = None) -> list[Path]:
     """Give every killed run under ``root`` (a run folder with ``driver.json`` but no ``run.json``, whose driver
     process is gone) its ``run.json``: status ``killed``, each step as its attempt records left it (a ``running``
-    attempt of a dead process reads ``killed``). Returns the folders recovered."""
+    attempt of a dead process reads ``killed``), in the pipeline's order with the calls that never started ``not
+    run`` (``driver.json``'s ``calls``; an older one without them: in the order the steps started), and its time
+    up to the last write in its folder (a killed attempt's progress and checkpoints, not only the records' times).
+    Returns the folders recovered. Called when a run starts beside them, and by ``heteroflow runs``."""
     recovered = []
     if not root.is_dir():
         return recovered
@@ -639,20 +642,11 @@ def recover_killed_runs(root: Path, *, only: Path | None = None) -> list[Path]:
             continue
         if process_alive(info.get("pid")):
             continue
-        records = read_step_records(folder)
-        steps = [StepSummary.from_records(name, recs, finished=True) for name, recs in records.items()]
-        steps.sort(key=lambda s: min((r.started_at for r in records[s.name]), default=0.0))
+        started = float(info.get("started_at", 0.0) or 0.0)
         RunRecord(
-            run_id=info.get("run_id", folder.name),
-            pipeline=info.get("pipeline", ""),
+            **_record_so_far(folder, info, finished=True),
             status="killed",
-            run_dir=str(folder),
-            started_at=info.get("started_at", 0.0),
-            wall_seconds=max((r.ended_at or r.started_at for rs in records.values() for r in rs), default=0.0)
-            - info.get("started_at", 0.0),
-            params=info.get("params", {}),
-            steps=steps,
-            fallbacks=[{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
+            wall_seconds=max(0.0, max([_last_write(folder), *(r.ended_at or r.started_at for rs in read_step_records(folder).values() for r in rs)]) - started),
             metrics={},
             results={},
             placement={},
@@ -661,6 +655,55 @@ def recover_killed_runs(root: Path, *, only: Path | None = None) -> list[Path]:
         shutil.rmtree(folder / "tmp", ignore_errors=True)  # the steps' scratch folder
         recovered.append(folder)
     return recovered
+
+
+def _record_so_far(folder: Path, info: Mapping[str, Any], *, finished: bool) -> dict[str, Any]:
+    """The fields of a run record that its folder and ``driver.json`` (``info``) hold without its driver: id,
+    pipeline, folder, start, parameters, steps (see :func:`recover_killed_runs`), fallbacks."""
+    records = read_step_records(folder)
+    calls = [str(c) for c in info.get("calls") or []]
+    if calls:
+        names = calls + sorted(set(records) - set(calls))
+    else:  # a driver.json from before the calls were listed
+        names = sorted(records, key=lambda n: min((r.started_at for r in records[n]), default=0.0))
+    return {
+        "run_id": info.get("run_id", folder.name),
+        "pipeline": info.get("pipeline", ""),
+        "run_dir": str(folder),
+        "started_at": info.get("started_at", 0.0),
+        "params": info.get("params", {}),
+        "steps": [StepSummary.from_records(n, records.get(n, []), finished=finished) for n in names],
+        "fallbacks": [{k: v for k, v in f.items() if k != "at"} for f in fallbacks(folder)],
+    }
+
+
+def _last_write(folder: Path) -> float:
+    """The latest modification time (Unix time) of a file under ``folder``, 0.0 when none can be read."""
+    latest = 0.0
+    for dirpath, _dirs, files in os.walk(folder):
+        for name in files:
+            with contextlib.suppress(OSError):
+                latest = max(latest, os.stat(os.path.join(dirpath, name)).st_mtime)
+    return latest
+
+
+def running_record(folder: Path) -> dict[str, Any] | None:
+    """What a run that is still going (``driver.json``, no ``run.json``, its driver process alive) has done so far,
+    as a run record's fields (status ``running``, its time so far), for ``heteroflow runs``; None for a folder
+    that is no such run (a killed one gets its record from :func:`recover_killed_runs` instead)."""
+    driver = folder / DRIVER_FILE
+    if not driver.is_file() or (folder / "run.json").exists():
+        return None
+    try:
+        info = json.loads(driver.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(info, dict) or not process_alive(info.get("pid")):
+        return None
+    fields = _record_so_far(folder, info, finished=False)
+    record = RunRecord(**fields, status="running", wall_seconds=max(0.0, time.time() - float(info.get("started_at") or time.time())),
+                       metrics={}, results={}, placement={}, error=None)
+    return record.to_dict()
 
 
 def new_run_id() -> str:
@@ -688,7 +731,8 @@ def start_run(pipeline: Pipeline, run_dir: str | os.PathLike[str] | None, args: 
     run_id = run_id_for(folder, run_dir, run_id)
     recover_killed_runs(folder.parent)
     started = time.time()
-    driver = {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": dict(args), "started_at": started}
+    driver = {"pid": os.getpid(), "run_id": run_id, "pipeline": pipeline.name, "params": dict(args), "started_at": started,
+              "calls": [c.name for c in pipeline.calls]}  # the record of a run killed before its end lists them all
     atomic_write_bytes(folder / DRIVER_FILE, redact_url(json.dumps(driver, default=str)).encode(), durable=False)
     return folder, run_id, started
 
