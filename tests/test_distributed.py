@@ -675,6 +675,10 @@ def test_the_train_summary_says_how_many_worker_processes_trained_and_their_batc
     assert line.startswith("train: 420 steps on gpu (simulated, on cpu), 2 worker processes (one per device; 96 samples per step together) in 8.3 s"), line
     (one,) = _train_summary({**facts, "processes": 1, "batch_size": 64})
     assert one.startswith("train: 420 steps on gpu (simulated, on cpu) in 8.3 s"), one
+    # trial finding: the samples/s are over the training loop, not the step's seconds (which hold the workers' start):
+    # the loop's own seconds are said beside them, so the figures agree with each other
+    (timed,) = _train_summary({**facts, "loop_seconds": 2.7})
+    assert "in 8.3 s (5000 samples/s in the training loop, its 2.7 s), final loss" in timed, timed
 
 
 @pytest.mark.slow

@@ -198,7 +198,7 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
         checkpoints_written=0, samples_per_second=result.samples / result.loop_seconds if result.loop_seconds > 0 else 0.0,
         final_loss=float(last.get("loss", float("nan"))), validation_accuracy=val_acc, seconds=time.perf_counter() - started,
         history=tuple(result.history), precision="float32", model=spec.to_dict(), device_kind=kinds, num_workers=0,
-        processes=len(result.kinds), batch_size=job.global_batch, mixed=facts)
+        processes=len(result.kinds), batch_size=job.global_batch, mixed=facts, loop_seconds=result.loop_seconds)
 
 
 def _launched(resources: Any, *, dataset_dir: Any, model_dir: Any, values: Mapping[str, Any], key: str, started: float,

@@ -102,6 +102,9 @@ class TrainResult:
             facts: ``steps``, ``history``...) instead of training again; empty otherwise.
         amp_skipped_steps: optimizer steps the fp16 GradScaler skipped for inf/NaN gradients (the learning-rate
             scheduler was not stepped on them), those before a resume included; 0 without a scaler.
+        loop_seconds: wall time of the training loop that :attr:`samples_per_second` is over (seconds; the last
+            incarnation's after a resume; 0.0 where not measured): the step's :attr:`seconds` also hold starting its
+            worker processes, loading the data and writing the model.
         batch_sizes: the per-worker batch sizes given (``batch_sizes``), () when none were; when their number is
             not :attr:`processes` (a fallback to a candidate with fewer devices), the union batch was split evenly.
     """
@@ -129,6 +132,7 @@ class TrainResult:
     amp_skipped_steps: int = 0
     mixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     batch_sizes: tuple[int, ...] = ()
+    loop_seconds: float = 0.0
 
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
@@ -422,6 +426,7 @@ def train(
                 accelerator=str(getattr(resources, "accelerator", None) or ""),
                 amp_skipped_steps=ctx.amp_skipped_steps,
                 batch_sizes=sizes,
+                loop_seconds=loop_seconds,
                 **waited,
             )
             if held is not None:
@@ -624,6 +629,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
         **({"mixed": dict(result.mixed)} if result.mixed else {}),
         **({"dataset_factory": factory} if factory else {}),
         **({"batch_sizes": list(result.batch_sizes)} if result.batch_sizes else {}),
+        **({"loop_seconds": round(result.loop_seconds, 2)} if result.loop_seconds else {}),
     }
 
 
@@ -682,7 +688,8 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
         if workers > 1 and not f.get("mixed") and f.get("batch_size") else (f", {workers} worker processes (one per device)" if workers > 1 and not f.get("mixed") else "")
     return [*waited, *mixed, *data,
         f"train: {f['steps']} steps on {_where(f)}{together}{precision}{resumed} in {f['seconds']:.1f} s "
-        f"({f['samples_per_second']:.0f} samples/s in the training loop), final loss {_loss(f['final_loss'])}"
+        f"({f['samples_per_second']:.0f} samples/s in the training loop"
+        + (f", its {f['loop_seconds']:.1f} s" if f.get("loop_seconds") else "") + f"), final loss {_loss(f['final_loss'])}"
         + (f", validation accuracy {va:.4f}" if va is not None else "")
     ]
 
