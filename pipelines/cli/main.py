@@ -184,17 +184,29 @@ def run(
             if report.is_file():
                 console.print(f"report: {report}", highlight=False)
             console.print(f"record: {stopped.run_dir}/run.json", highlight=False)
-        err_console.print(
-            "interrupted: rerun the same command to resume (train continues from its last checkpoint, "
-            "prewarm skips what is cached)",
-            highlight=False,
-        )
+        err_console.print(interrupted_hint(stopped), highlight=False)
         # 128 + the signal, as a shell reports a process a signal ended: 130 after Ctrl-C, 143 after SIGTERM
         raise typer.Exit(code=128 + (stopped_by[0] if stopped_by else signal.SIGINT)) from None
 
     _print_record(record, pipeline)
     if record.status != "succeeded":
         raise typer.Exit(code=1)
+
+
+def interrupted_hint(record: Any) -> str:
+    """What an interrupted ``heteroflow run`` says last: rerun the same command to resume, and what the rerun
+    continues from, worded by where the stop came (``record``: the interrupted run's record, or None when the stop
+    came before it existed). Train resumes from its last checkpoint only if it wrote one: it writes one every
+    ``checkpoint_every_steps`` steps, so a stop before the first starts it again."""
+    steps = {s.name: s.status for s in (record.steps if record is not None else [])}
+    parts = []
+    if steps.get("prewarm") != "succeeded":
+        parts.append("prewarm skips what is cached")
+    if steps.get("train") in ("interrupted", "killed", "running"):  # stopped while it trained
+        every = (record.params or {}).get("checkpoint_every_steps") if record is not None else None
+        parts.append("train continues from its last checkpoint if it wrote one"
+                     + (f": it writes one every {every} steps, and a stop before the first starts it again" if every else ""))
+    return "interrupted: rerun the same command to resume" + (f" ({'; '.join(parts)})" if parts else "")
 
 
 def _coerced(pipeline: Any, raw: dict[str, str], dataset: str | None) -> dict[str, Any]:
