@@ -556,3 +556,24 @@ def test_every_copy_of_a_call_keeps_every_field_even_one_added_later() -> None:
         assert isinstance(call, Extended) and call.priority == 7, how
         assert call.secrets == p["prewarm"].secrets and call.secrets, how  # the Asset DAG's prewarm keeps its credentials
         assert call.bindings == p["prewarm"].bindings and call.bindings is not p["prewarm"].bindings, how
+
+
+def choose_best(accuracies: list) -> dict:
+    """The best of them.
+
+    Args:
+        accuracies: one per trial.
+    """
+    return {"best": max(accuracies)}
+
+
+def test_a_step_without_a_summary_hook_says_its_scalar_results_in_the_run_summary() -> None:
+    """Trial finding: the tuning fan-out's summary and `runs show` never said what choose_best found (the learning
+    rate and accuracy were in run.json alone). A step of yours without a summary hook now gets one line of its scalar
+    results; lists, dicts and long text stay in run.json."""
+    s = step(choose_best)
+    assert s.summarize({"best_learning_rate": 0.001, "best_accuracy": 0.98999, "chosen": True, "note": "ok"}) == [
+        "choose_best: best_learning_rate 0.001, best_accuracy 0.99, chosen True, note ok"]
+    assert s.summarize({"history": [1, 2], "config": {"a": 1}, "log": "x" * 200}) == []
+    many = {f"m{i}": i for i in range(10)}
+    assert s.summarize(many) == ["choose_best: m0 0, m1 1, m2 2, m3 3, m4 4, m5 5, m6 6, m7 7 (and 2 more in run.json)"]

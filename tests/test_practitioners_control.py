@@ -1067,3 +1067,20 @@ def test_an_iteration_kfp_local_cannot_hand_its_task_leaves_the_others_running(l
     assert [(it.iteration, it.item, it.status) for it in squares.iterations] == [(0, 3, "succeeded"), (1, "four", "not run")]
     attempt = json.loads((tmp_path / "run" / "steps" / "slow_square" / "iteration-0" / "attempt-1.json").read_text())
     assert attempt["status"] == "succeeded"
+
+
+def test_runs_show_says_what_a_step_of_yours_returned(tmp_path: Path) -> None:
+    """Trial finding: after the tuning fan-out, neither the summary nor `runs show` said what choose_best chose
+    (best_learning_rate, best_accuracy were in run.json alone). `runs show` prints a step's results when they are a
+    few plain values; the shipped steps' facts (lists, tables, paths) stay out of it."""
+    folder = tmp_path / "tuned"
+    folder.mkdir()
+    steps = [{"name": n, "status": "succeeded", "device": "cpu", "attempts": 1} for n in ("choose_best", "preprocess")]
+    (folder / "run.json").write_text(json.dumps({
+        "run_id": "tuned-1", "pipeline": "tuning", "status": "succeeded", "run_dir": str(folder), "started_at": 1.0,
+        "wall_seconds": 2.0, "params": {}, "steps": steps, "fallbacks": [], "metrics": {}, "placement": {},
+        "results": {"choose_best": {"best_learning_rate": 0.001, "best_accuracy": 0.98999},
+                    "preprocess": {"num_features": 64, "counts": {"train": 10}}}}))
+    text = _shown_run(folder)
+    assert "results of choose_best: best_learning_rate 0.001, best_accuracy 0.99\n" in text, text
+    assert "results of preprocess" not in text

@@ -360,9 +360,13 @@ class Step:
         return {"result": _jsonable(result)}
 
     def summarize(self, facts: Mapping[str, Any]) -> list[str]:
-        """Lines for people about a successful run of this step (empty without a ``summary`` hook)."""
+        """Lines for people about a successful run of this step: its ``summary`` hook's; without one, one line of
+        its scalar results (``choose_best: best_learning_rate 0.001, best_accuracy 0.99``: numbers, booleans and
+        short strings, at most 8), so a step of yours says what it found; empty when it has none."""
         if self.summary is None:
-            return []
+            shown = [f"{k} {_scalar_text(v)}" for k, v in facts.items()
+                     if isinstance(v, (int, float, bool)) or (isinstance(v, str) and 0 < len(v) <= 80 and "\n" not in v)]
+            return [f"{self.name}: {', '.join(shown[:8])}" + (f" (and {len(shown) - 8} more in run.json)" if len(shown) > 8 else "")] if shown else []
         try:
             return list(self.summary(dict(facts)))
         except (KeyError, TypeError, ValueError):  # facts of an older record: say nothing rather than fail
@@ -399,6 +403,13 @@ class Step:
             elif name in self.param_names and not self.param(name).required:
                 kwargs[name] = self.param(name).default
         self.check(**kwargs)
+
+
+def _scalar_text(value: Any) -> str:
+    """A result as the summary shows it: floats to 4 significant digits (``0.9866``, ``0.001``)."""
+    if isinstance(value, float) and not isinstance(value, bool):
+        return f"{value:.4g}"
+    return str(value)
 
 
 def _find(specs: Iterable[ArtifactSpec], name: str, what: str) -> ArtifactSpec:

@@ -206,6 +206,15 @@ def _resolve(ctx: typer.Context, ref: str, own: list[str] | None = None) -> dict
         raise  # unreachable: _fail exits
 
 
+def _plain_values(facts: Any) -> bool:
+    """Whether a step's results are a few plain values (1-8 numbers, booleans or short strings, nothing else), as a
+    step of yours returns them (``best_learning_rate``, ``best_accuracy``): ``runs show`` prints those. The shipped
+    steps' facts (lists, tables, paths and their metrics) have views of their own."""
+    if not isinstance(facts, dict) or not 0 < len(facts) <= 8:
+        return False
+    return all(isinstance(v, (int, float, bool)) or (isinstance(v, str) and 0 < len(v) <= 60) for v in facts.values())
+
+
 def _scalars(run: dict[str, Any]) -> dict[str, Any]:
     """``call.metric`` -> value for every scalar metric of the run."""
     out: dict[str, Any] = {}
@@ -235,7 +244,8 @@ def runs_show(
     """One run: its steps (status, device, candidate, attempts, seconds; a loop step's iterations), retries,
     fallbacks, metrics, parameters."""
     from heteroflow.components.core.telemetry import iteration_label
-    from heteroflow.pipelines.runs.folders import device_of, iteration_name, iteration_results, iterations_of, retries, step_label, waiting_text
+    from heteroflow.pipelines.runs.folders import (device_of, iteration_name, iteration_results, iterations_of, retries,
+                                                   scalar_results, step_label, waiting_text)
 
     run = _resolve(ctx, run_id, root)
     if as_json:
@@ -273,10 +283,13 @@ def runs_show(
     print_table(console, table, headers, rows)
     if hidden:
         console.print(hidden_note(hidden, console.width), highlight=False, style="dim")
+    results = run.get("results") or {}
     for step in run.get("steps") or []:  # a loop step's results are its iterations' (run.json has no one result)
         lines = iteration_results(step)
         if lines:
             console.print(escape(f"results of {step_label(step)}:\n  " + "\n  ".join(lines)), highlight=False)
+        elif _plain_values(results.get(step.get("name"))):  # what a step of yours returned (a few plain values)
+            console.print(escape(f"results of {step.get('name')}: {scalar_results(results.get(step.get('name')), limit=8)}"), highlight=False)
     items = retries(run)
     if items:
         console.print(f"retries: {len(items)}, {waiting_text(items, run.get('wall_seconds'))}", highlight=False)

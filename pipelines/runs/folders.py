@@ -40,6 +40,7 @@ __all__ = [
     "prune_cache",
     "resolve_run",
     "retries",
+    "scalar_results",
     "step_label",
 ]
 
@@ -328,16 +329,25 @@ def iteration_results(step: Any, *, limit: int = 6) -> list[str]:
     returned them); empty outside a loop, or when no iteration has a scalar fact."""
     lines, any_facts = [], False
     for it in iterations_of(step):
-        facts = it.get("details") if isinstance(it.get("details"), dict) else {}
-        shown = [
-            f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-            for k, v in facts.items()
-            if isinstance(v, (int, float, str, bool)) and not (isinstance(v, str) and len(v) > 60)
-        ]
+        shown = scalar_results(it.get("details"), limit=limit)
         any_facts = any_facts or bool(shown)
-        text = ", ".join(shown[:limit]) + (", …" if len(shown) > limit else "") if shown else str(it.get("status"))
+        text = shown or str(it.get("status"))
         lines.append(f"{iteration_name(it)}: {text}")
     return lines if any_facts else []
+
+
+def scalar_results(facts: Any, *, limit: int = 6) -> str:
+    """A step's (or an iteration's) scalar results as one text: ``best_learning_rate 0.001, best_accuracy 0.99``
+    (numbers to 4 significant digits, booleans, strings up to 60 characters; at most ``limit``, then ``…``, in the
+    order the step returned them); empty when there are none."""
+    if not isinstance(facts, dict):
+        return ""
+    shown = [
+        f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+        for k, v in facts.items()
+        if isinstance(v, (int, float, str, bool)) and not (isinstance(v, str) and (len(v) > 60 or not v))
+    ]
+    return ", ".join(shown[:limit]) + (", …" if len(shown) > limit else "")
 
 
 def device_of(step: dict[str, Any]) -> str:
