@@ -1438,3 +1438,24 @@ def test_a_dataset_factorys_model_carries_neither_the_runs_table_transformation_
     assert "dataset_factory blobdata_f42:make" in shown.output
     model_row = next(l for l in shown.output.splitlines() if "│ model " in l)  # the arguments it was built with
     assert '"hidden_units": 16' in model_row and '"factory": "heteroflow.components.training.loop:mlp"' in model_row
+
+
+def test_a_rehearsals_model_is_archived_as_simulated(digits_dir: Path, tmp_path: Path, heteroflow_home: Path) -> None:
+    """Trial finding: every rehearsal (`--simulate-devices gpu`) archived a new version listed with device `cpu`, while
+    `heteroflow runs` said `gpu (sim)`: nothing told a real model from a rehearsal's. The model records the simulated
+    kinds, and the archive's lineage (shown by `archive list` and `archive show`) says `gpu (simulated, on cpu)`."""
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.engines.inprocess import run_inprocess
+
+    p = default_pipeline()
+    p.replace("train", candidates=["gpu"])
+    record = run_inprocess(p, {"dataset_uri": str(digits_dir), "epochs": 1, "model_name": "rehearsed"},
+                           run_dir=tmp_path / "run", simulate_devices="gpu")
+    assert record.status == "succeeded", record.error
+    lineage = json.loads((heteroflow_home / "archive" / "rehearsed" / "v1" / "lineage.json").read_text())
+    assert lineage["device"] == "gpu (simulated, on cpu)" and lineage["simulated"] == ["gpu"], lineage
+    listed = CliRunner().invoke(app, ["archive", "list"])
+    assert "gpu (simulated, on cpu)" in listed.stdout, listed.stdout

@@ -418,6 +418,9 @@ def archive_step(
         "device": report.get("device") or config.get("device") or config["params"].get("device_type"),
         "model": config.get("model"),  # the factory reference and its arguments (load_archived rebuilds it)
     }
+    if config.get("simulated"):  # a rehearsal's model (--simulate-devices): say so wherever the version is listed
+        lineage["device"] = f"{config.get('device_kind')} (simulated, on {lineage['device'] or 'cpu'})"
+        lineage["simulated"] = list(config["simulated"])
     dataset_factory = str((config.get("params") or {}).get("dataset_factory") or "")
     if dataset_factory:  # the model trained on the factory's samples: the run's data set is not its lineage
         lineage["dataset"] = {"dataset_factory": dataset_factory, "not_trained_on": manifest.source_uri}

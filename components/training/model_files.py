@@ -73,8 +73,25 @@ def _write_model(model_dir: str | os.PathLike[str], model: torch.nn.Module, *, d
             "device_kind": device_kind or host_kind().value,  # default: the host kind's (cpu)
             "steps": steps,
         }
+        simulated = _simulated_kinds(config["device_kind"])
+        if simulated:  # a rehearsal (--simulate-devices): the kind was simulated and the model trained on the CPU
+            config["simulated"] = simulated
         (tmp / MODEL_CONFIG).write_text(json.dumps(config, indent=2, default=str), encoding="utf-8")
     return out
+
+
+def _simulated_kinds(device_kind: str) -> list[str]:
+    """The kinds of ``device_kind`` (``gpu``, or a mixed job's ``gpu+npu``) the run simulates
+    (``HETEROFLOW_SIMULATE_DEVICES``, :func:`heteroflow.components.core.failures.simulated_devices`); [] when none
+    is, or the setting cannot be read (the run checked it when it started)."""
+    from heteroflow.components.core.failures import simulated_devices
+    from heteroflow.components.errors import InvalidParameter
+
+    try:
+        simulated = simulated_devices()
+    except InvalidParameter:
+        return []
+    return [k for k in str(device_kind).split("+") if k in simulated]
 
 
 def load_model(model_dir: str | os.PathLike[str], device: str = "cpu") -> tuple[torch.nn.Module, dict[str, Any]]:
