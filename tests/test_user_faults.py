@@ -345,6 +345,11 @@ def test_archive_show_gives_metrics_lineage_and_the_run(archived: Path) -> None:
     assert "iris-mlp v2" in latest.output and "20261129-110000-bbbb" in latest.output and "0.9500" in latest.output
     first = CliRunner().invoke(app, ["archive", "show", "iris-mlp:v1", "--root", str(archived)], env={"COLUMNS": "200"})
     assert "20261129-100000-aaaa" in first.output and "/data/iris" in first.output and "precision[0]" in first.output
+    # piped (a trial found boxed tables with JSON wrapped inside their cells): plain columns, each value whole on its line
+    narrow = CliRunner().invoke(app, ["archive", "show", "iris-mlp:v1", "--root", str(archived)], env={"COLUMNS": "60"})
+    assert not any(c in narrow.output for c in "│┃━─…"), narrow.output
+    assert re.search(r"^data set sha256 +f00dcafe{8}$".replace("f00dcafe{8}", "(f00dcafe){8}"), narrow.output, re.M), narrow.output
+    assert re.search(r"^precision\[0\] +\d\.\d{4}$", narrow.output, re.M), narrow.output
 
 
 @pytest.mark.parametrize(

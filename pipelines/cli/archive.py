@@ -132,19 +132,25 @@ def archive_show(
         ("code", json.dumps(lineage.get("code", {}), sort_keys=True)),
         ("formats", _formats(lineage.get("formats") or {"pytorch": {"path": "model"}})),
     ]
-    for key, value in rows:
-        facts.add_row(key, escape(str(value if value is not None else "-")))
-    console.print(whole_cells(facts))
+    cells = [[key, str(value if value is not None else "-")] for key, value in rows]
+    for key, value in cells:
+        facts.add_row(key, escape(value))
+    # piped (a script, a file): plain columns, every value whole on its line, as runs show and archive list print
+    print_table(console, facts, ["lineage", "value"], cells)
     scores = Table(title="metrics (test)", title_justify="left")
     scores.add_column("metric")
     scores.add_column("value", justify="right")
+    score_cells = []
     for key, value in metrics.items():
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            scores.add_row(escape(key), f"{value:.4f}" if isinstance(value, float) else str(value))
+            score_cells.append([key, f"{value:.4f}" if isinstance(value, float) else str(value)])
         elif isinstance(value, dict) and all(isinstance(v, (int, float)) for v in value.values()):
-            for k, v in value.items():
-                scores.add_row(escape(f"{key}[{k}]"), f"{v:.4f}")  # class names print literally ([setosa] is no markup)
-    console.print(whole_cells(scores))
+            score_cells.extend([f"{key}[{k}]", f"{v:.4f}"] for k, v in value.items())
+    for key, value in score_cells:
+        scores.add_row(escape(key), value)  # class names print literally ([setosa] is no markup)
+    if not console.is_terminal:
+        console.print("", highlight=False)  # a blank line between the two blocks
+    print_table(console, scores, ["metric (test)", "value"], score_cells)
 
 
 @archive_app.command("export")
