@@ -665,3 +665,13 @@ def test_waits_of_loop_iterations_that_retried_side_by_side_are_not_worded_as_ti
     assert f"retries: 3, {said}" in shown, shown
     html = render_report(load_run(folder))
     assert said.replace("'", "&#x27;") in html and "20.5 s over 3 retries" not in html
+
+
+def test_a_fallback_inside_a_loop_is_named_with_its_iteration() -> None:
+    """The fallback lines of the summary and `runs show` said `fallback: train left candidate 0` for a fallback in
+    loop iteration 1 (the other views say `train[1]`)."""
+    from heteroflow.pipelines.runs.folders import fallback_step
+
+    assert fallback_step({"step": "train", "iteration": 1}) == "train[1]"
+    assert fallback_step({"step": "train", "iteration": 2, "outer_iterations": [0]}) == "train[0][2]"
+    assert fallback_step({"step": "train"}) == "train"

@@ -244,8 +244,8 @@ def runs_show(
     """One run: its steps (status, device, candidate, attempts, seconds; a loop step's iterations), retries,
     fallbacks, metrics, parameters."""
     from heteroflow.components.core.telemetry import iteration_label
-    from heteroflow.pipelines.runs.folders import (device_of, iteration_name, iteration_results, iterations_of, retries,
-                                                   scalar_results, step_label, waiting_text)
+    from heteroflow.pipelines.runs.folders import (device_of, fallback_step, iteration_name, iteration_results, iterations_of,
+                                                   retries, scalar_results, step_label, waiting_text)
 
     run = _resolve(ctx, run_id, root)
     if as_json:
@@ -297,7 +297,7 @@ def runs_show(
             console.print(f"  {escape(str(r['step']) + iteration_label(r.get('iteration')))} attempt {r['attempt']} after a {escape(str(r['after']))} failure, waited {_secs(r['wait_seconds'])} s", highlight=False)
     for f in run.get("fallbacks") or []:
         console.print(
-            f"fallback: {escape(str(f.get('step')))} left candidate {f.get('candidate')} ({escape(str(f.get('kind')))}) after a "
+            f"fallback: {escape(fallback_step(f))} left candidate {f.get('candidate')} ({escape(str(f.get('kind')))}) after a "
             f"{escape(str(f.get('failure')))} failure: {escape(str(f.get('reason')))}",
             highlight=False,
         )
@@ -638,7 +638,7 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
     where the record and report are. Plain text, no colour."""
     import io
 
-    from heteroflow.pipelines.runs.folders import iterations_note, iterations_of, step_label
+    from heteroflow.pipelines.runs.folders import fallback_step, iterations_note, iterations_of, step_label
 
     out = Console(file=io.StringIO(), width=width, no_color=True, highlight=False, soft_wrap=True, force_terminal=False)
     table = Table(title="steps", title_justify="left")
@@ -669,7 +669,7 @@ def summary_text(run: dict[str, Any], pipeline: Any = None, *, width: int = 120)
                 out.print(f"  passed over: {escape(str(why))}")
     for f in run.get("fallbacks") or []:
         accel = f" ({f['accelerator']})" if f.get("accelerator") else ""
-        out.print(escape(f"fallback: {f.get('step')} left candidate {f.get('candidate')} ({f.get('kind')}{accel}) after a {f.get('failure')} failure: {_short(f.get('reason'))}"))
+        out.print(escape(f"fallback: {fallback_step(f)} left candidate {f.get('candidate')} ({f.get('kind')}{accel}) after a {f.get('failure')} failure: {_short(f.get('reason'))}"))
     if run.get("run_dir"):
         for line in retry_lines(run["run_dir"]):
             out.print(escape(line))

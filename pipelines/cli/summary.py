@@ -115,7 +115,7 @@ def _live_console() -> Console:
 
 
 def _print_record(record: Any, pipeline: Any) -> None:
-    from heteroflow.pipelines.runs.folders import ran_on
+    from heteroflow.pipelines.runs.folders import fallback_step, ran_on
 
     console.print(_steps_table(record.steps))
     as_dict = record.to_dict()
@@ -131,7 +131,7 @@ def _print_record(record: Any, pipeline: Any) -> None:
     for f in record.fallbacks:
         accel = f" ({f['accelerator']})" if f.get("accelerator") else ""
         console.print(
-            f"fallback: {f['step']} left candidate {f['candidate']} ({f['kind']}{accel}) after a {f['failure']} "
+            f"fallback: {fallback_step(f)} left candidate {f['candidate']} ({f['kind']}{accel}) after a {f['failure']} "
             f"failure: {escape(_short_error(f['reason']))}",
             highlight=False,
         )

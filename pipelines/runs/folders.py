@@ -27,6 +27,7 @@ __all__ = [
     "default_roots",
     "device_of",
     "ran_on",
+    "fallback_step",
     "find_runs",
     "headline_metric",
     "history_of",
@@ -334,6 +335,16 @@ def iteration_results(step: Any, *, limit: int = 6) -> list[str]:
         text = shown or str(it.get("status"))
         lines.append(f"{iteration_name(it)}: {text}")
     return lines if any_facts else []
+
+
+def fallback_step(fallback: dict[str, Any]) -> str:
+    """The step a fallback entry of ``run.json`` left a candidate of, with its loop iteration where it has one
+    (``train[1]``; ``train[0][2]`` in a nested loop), as the other views name an iteration."""
+    from heteroflow.components.core.telemetry import iteration_label
+
+    it = fallback.get("iteration")
+    key = (*(fallback.get("outer_iterations") or []), it) if it is not None else None
+    return f"{fallback.get('step')}{iteration_label(key)}"
 
 
 def scalar_results(facts: Any, *, limit: int = 6) -> str:
