@@ -104,3 +104,24 @@ def test_the_interrupted_line_says_what_the_rerun_continues_from() -> None:
     early = interrupted_hint(record(prewarm="interrupted", preprocess="not run", train="not run"))
     assert early == "interrupted: rerun the same command to resume (prewarm skips what is cached)"
     assert interrupted_hint(None) == "interrupted: rerun the same command to resume (prewarm skips what is cached)"
+
+
+def test_the_table_after_a_stop_keeps_where_the_stopped_step_was() -> None:
+    """Trial finding: after Ctrl-C the final steps table cleared the progress column, so the last live state
+    (`epoch 1/30, loss 2.034`) disappeared. A step stopped mid-way (interrupted, or killed) keeps its last progress;
+    a finished one shows none."""
+    import io
+
+    from rich.console import Console
+
+    from heteroflow.pipelines.cli.summary import _steps_table
+    from heteroflow.pipelines.runs.records import StepSummary
+
+    progress = {"progress": {"epoch": 1, "epochs": 30, "loss": 2.034}}
+    steps = [StepSummary(name="preprocess", status="succeeded", details={"progress": {"files": 3, "files_total": 3}}),
+             StepSummary(name="train", status="interrupted", details=progress)]
+    out = io.StringIO()
+    Console(file=out, width=160, color_system=None).print(_steps_table(steps))
+    lines = out.getvalue().splitlines()
+    assert "epoch 1/30, loss 2.034" in next(l for l in lines if "train" in l), lines
+    assert "files" not in next(l for l in lines if "preprocess" in l), lines

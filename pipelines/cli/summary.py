@@ -91,7 +91,9 @@ def _steps_table(steps: list[Any], pipeline: Any = None) -> Table:
             escape(device),
             str(s.attempts) if s.attempts else "-",
             f"{seconds:.2f}" if seconds is not None else "-",
-            escape(note or (_progress_text(s.details) if s.status == "running" else "")),
+            # a step stopped mid-way (Ctrl-C, or killed) keeps its last progress: where it stopped (a trial found the
+            # table after Ctrl-C cleared it)
+            escape(note or (_progress_text(s.details) if s.status in ("running", "interrupted", "killed") else "")),
         )
     return whole_cells(table)
 
