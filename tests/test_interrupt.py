@@ -89,7 +89,7 @@ def test_sigterm_stops_the_steps_and_the_rerun_resumes(
 def test_the_interrupted_line_says_what_the_rerun_continues_from() -> None:
     """Trial finding: the line always said "train continues from its last checkpoint", also when train was stopped
     before its first checkpoint (the rerun started it again) or had not started. It now says train continues from
-    its last checkpoint only if it wrote one, and how often it writes them; nothing about train when it never ran."""
+    its last checkpoint only if it wrote one, else from its start; nothing about train when it never ran."""
     from types import SimpleNamespace
 
     from heteroflow.pipelines.cli.main import interrupted_hint
@@ -100,7 +100,7 @@ def test_the_interrupted_line_says_what_the_rerun_continues_from() -> None:
 
     in_train = interrupted_hint(record(prewarm="succeeded", preprocess="succeeded", train="interrupted", evaluate="not run"))
     assert in_train == ("interrupted: rerun the same command to resume (train continues from its last checkpoint if it "
-                        "wrote one: it writes one every 50 steps, and a stop before the first starts it again)")
+                        "wrote one; stopped before its first, it starts again)")
     early = interrupted_hint(record(prewarm="interrupted", preprocess="not run", train="not run"))
     assert early == "interrupted: rerun the same command to resume (prewarm skips what is cached)"
     assert interrupted_hint(None) == "interrupted: rerun the same command to resume (prewarm skips what is cached)"

@@ -196,16 +196,14 @@ def run(
 def interrupted_hint(record: Any) -> str:
     """What an interrupted ``heteroflow run`` says last: rerun the same command to resume, and what the rerun
     continues from, worded by where the stop came (``record``: the interrupted run's record, or None when the stop
-    came before it existed). Train resumes from its last checkpoint only if it wrote one: it writes one every
-    ``checkpoint_every_steps`` steps, so a stop before the first starts it again."""
+    came before it existed). Train resumes from its last checkpoint only if it wrote one (it writes them every
+    so many steps, a parameter of its own): a stop before the first starts it again."""
     steps = {s.name: s.status for s in (record.steps if record is not None else [])}
     parts = []
     if steps.get("prewarm") != "succeeded":
         parts.append("prewarm skips what is cached")
     if steps.get("train") in ("interrupted", "killed", "running"):  # stopped while it trained
-        every = (record.params or {}).get("checkpoint_every_steps") if record is not None else None
-        parts.append("train continues from its last checkpoint if it wrote one"
-                     + (f": it writes one every {every} steps, and a stop before the first starts it again" if every else ""))
+        parts.append("train continues from its last checkpoint if it wrote one; stopped before its first, it starts again")
     return "interrupted: rerun the same command to resume" + (f" ({'; '.join(parts)})" if parts else "")
 
 

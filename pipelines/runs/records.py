@@ -643,10 +643,11 @@ def recover_killed_runs(root: Path, *, only: Path | None = None) -> list[Path]:
         if process_alive(info.get("pid")):
             continue
         started = float(info.get("started_at", 0.0) or 0.0)
+        # its time runs to the last write in its folder: a running attempt rewrites its record with its progress
         RunRecord(
             **_record_so_far(folder, info, finished=True),
             status="killed",
-            wall_seconds=max(0.0, max([_last_write(folder), *(r.ended_at or r.started_at for rs in read_step_records(folder).values() for r in rs)]) - started),
+            wall_seconds=max(0.0, _last_write(folder) - started),
             metrics={},
             results={},
             placement={},
