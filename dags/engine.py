@@ -4,17 +4,21 @@ style, and return the run's record (the ``run.json`` the DAG's ``record-run`` ta
 
 It lives in ``dags/`` because imports go ``dags -> pipelines``, and it is registered through the ``heteroflow.engines``
 entry point (pyproject.toml), the extension point any other package uses. Importing this module imports nothing
-from Airflow; :class:`AirflowEngine` runs Airflow's own command line in a child process:
+from Airflow; :class:`AirflowEngine` runs Airflow's own commands in one child process (:func:`_airflow_commands`
+parses each with Airflow's own CLI parser and calls it as ``airflow ...`` would), so Airflow and its providers are
+imported and configured once per run, not once per command:
 
 1. ``airflow db migrate`` in ``AIRFLOW_HOME`` (option ``airflow_home``; default ``$AIRFLOW_HOME``, else
-   ``<heteroflow home>/airflow``; Airflow's default SQLite database ``airflow.db`` lives there);
-2. ``airflow dags reserialize`` over a DAGS_FOLDER of the engine's own, ``<AIRFLOW_HOME>/heteroflow-engine-dags``,
-   holding one DAG file per pipeline (DESIGN.md: Airflow 3.3 tests only a serialized DAG);
-3. ``airflow dags test DAG_ID -c PARAMS``: every task in that process, one after another.
+   ``<heteroflow home>/airflow``; Airflow's default SQLite database ``airflow.db`` lives there); on a database
+   already at Airflow's head revision it changes nothing;
+2. ``airflow dags test DAG_ID -c PARAMS`` over a DAGS_FOLDER of the engine's own, ``<AIRFLOW_HOME>/heteroflow-engine-dags``,
+   holding one DAG file per pipeline: every task in that process, one after another. ``dags test`` parses the DAG
+   file and writes the serialized DAG to the database itself before it runs (Airflow 3.3 tests only a serialized
+   DAG, DESIGN.md), so no ``airflow dags reserialize`` is run first (it cost a process start and a second parse).
 
 The DAG is built in Airflow's process from the pipeline's ``module:attribute`` (``source``): a Pipeline value made in
 this process cannot be handed over. Its tasks use Airflow's default pool (no ``heteroflow airflow pools`` needed).
-Airflow's output goes to ``<run_dir>/airflow.log`` (``echo_engine_output``: to this process's stdout). Runs that
+Airflow's output goes to ``<run_dir>/airflow.log`` as it comes (``echo_engine_output``: to this process's stdout too). Runs that
 share an ``AIRFLOW_HOME`` must not run at once (SQLite, and one DAG file per pipeline).
 """
 
@@ -25,8 +29,10 @@ import os
 import re
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -81,11 +87,56 @@ def _dag_id(pipeline_name: str) -> str:
     return "heteroflow-engine-" + (re.sub(r"[^A-Za-z0-9_.-]+", "-", pipeline_name).strip("-") or "pipeline")
 
 
+_COMMAND_LINE = "$ airflow "
+"""How :func:`_airflow_commands` announces each command in its output, before it (``$ airflow db migrate``) and after
+it with its time and exit status (``$ airflow db migrate: 1.2 s, exit 0``)."""
+
+
+def _airflow_commands(commands: Sequence[Sequence[str]]) -> int:
+    """Run the Airflow CLI ``commands`` (each an argument list, ``["db", "migrate"]``) one after another in this
+    process, as ``airflow`` does (``airflow.__main__.main``: the default configuration written if needed, then
+    Airflow's own parser and the command's function), and stop at the first that fails. :class:`AirflowEngine` runs
+    it in its child process.
+
+    Returns:
+        0, or the failed command's exit status: its ``SystemExit`` code (1 for a message, as Python exits), or 1 for
+        an exception (its traceback printed).
+    """
+    import traceback
+
+    from airflow.cli import cli_parser
+    from airflow.configuration import write_default_airflow_configuration_if_needed
+
+    parser = cli_parser.get_parser()
+    write_default_airflow_configuration_if_needed()
+    for command in commands:
+        print(_COMMAND_LINE + " ".join(command), flush=True)
+        started = time.monotonic()
+        code = 0
+        try:
+            args = parser.parse_args(list(command))
+            args.func(args)
+        except SystemExit as stop:  # `dags test` of a failed run: SystemExit("DagRun failed")
+            if stop.code is None or isinstance(stop.code, int):
+                code = stop.code or 0
+            else:
+                print(stop.code, file=sys.stderr)
+                code = 1
+        except Exception:  # noqa: BLE001 - told by its exit status and traceback, as `airflow` tells it
+            traceback.print_exc()
+            code = 1
+        sys.stderr.flush()
+        print(f"{_COMMAND_LINE}{' '.join(command)}: {time.monotonic() - started:.1f} s, exit {code}", flush=True)
+        if code:
+            return code
+    return 0
+
+
 class AirflowEngine:
     """``airflow``: the pipeline's DAG on a real Airflow 3 with SQLite (module docstring).
 
     Options: ``airflow_home`` (default ``$AIRFLOW_HOME``, else ``<heteroflow home>/airflow``), ``timeout_seconds``
-    (each Airflow command; default 3600). ``on_progress`` is not honoured (Airflow runs the tasks in its own process).
+    (Airflow's process, all its commands; default 3600). ``on_progress`` is not honoured (Airflow runs the tasks in its own process).
     """
 
     name = "airflow"
@@ -147,33 +198,70 @@ class AirflowEngine:
                 "PYTHONPATH": os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])]),
             }
             log_path = folder / ENGINE_LOG
-            with open(log_path, "a", encoding="utf-8") as log:
-                out = sys.stdout if echo_engine_output else log
-                for command in (["db", "migrate"], ["dags", "reserialize"], ["dags", "test", dag_id, "-c", json.dumps(conf, default=str)]):
-                    started = time.monotonic()
-                    try:
-                        done = subprocess.run(
-                            [sys.executable, "-m", "airflow", *command],
-                            env=env,
-                            stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT,
-                            text=True,
-                            timeout=timeout,
-                        )
-                    except subprocess.TimeoutExpired:
-                        raise AirflowRunError(f"`airflow {' '.join(command[:2])}` ran past timeout_seconds={timeout:g}; log: {log_path}") from None
-                    out.write(f"$ airflow {' '.join(command)}  ({time.monotonic() - started:.1f} s, exit {done.returncode})\n{done.stdout}")
-                    out.flush()
-                    if done.returncode != 0 and command[1] != "test":  # a failed run is told by its record
-                        tail = " ".join(done.stdout[-1500:].split())
-                        raise AirflowRunError(f"`airflow {' '.join(command)}` failed (exit {done.returncode}): {tail}; log: {log_path}")
+            commands = [["db", "migrate"], ["dags", "test", dag_id, "-c", json.dumps(conf, default=str)]]
+            code, tail, last = _run_airflow(commands, env, log_path, echo=echo_engine_output, timeout=timeout)
+            if code != 0 and last[:2] != ["dags", "test"]:  # a failed run is told by its record
+                raise AirflowRunError(f"`airflow {' '.join(last)}` failed (exit {code}): {_squeeze(tail)}; log: {log_path}")
         path = folder / "run.json"
         if not path.is_file():
-            tail = " ".join(done.stdout[-1500:].split())
-            raise AirflowRunError(f"the Airflow run of {dag_id} ended without a record ({path}): {tail}; log: {log_path}")
+            raise AirflowRunError(f"the Airflow run of {dag_id} ended without a record ({path}): {_squeeze(tail)}; log: {log_path}")
         data = json.loads(path.read_text(encoding="utf-8"))
         data["steps"] = [StepSummary.from_dict(s) for s in data.get("steps", [])]
         return RunRecord(**data)
+
+
+def _squeeze(text: str) -> str:
+    """What Airflow's output says went wrong, on one line of at most 600 characters: the lines after the last
+    indented one (a traceback's exception, all its lines), else its last line; this module's own lines left out."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith(_COMMAND_LINE)]
+    indented = [i for i, line in enumerate(lines) if line[:1].isspace()]
+    lines = (lines[indented[-1] + 1:] if indented else []) or lines[-1:]
+    return " ".join(" ".join(lines).split())[:600] if lines else "no output"
+
+
+def _run_airflow(commands: list[list[str]], env: Mapping[str, str], log_path: Path, *, echo: bool, timeout: float) -> tuple[int, str, list[str]]:
+    """Run ``commands`` in one child process (:func:`_airflow_commands`) with ``env``; its output (stderr merged) is
+    appended to ``log_path`` line by line as it comes (and written to stdout with ``echo``).
+
+    Returns:
+        The child's exit status, the last 4,000 characters of its output, and the last command it started.
+
+    Raises:
+        AirflowRunError: it ran past ``timeout`` seconds (it is killed, and the command it was in is named).
+    """
+    code = f"import sys; from heteroflow.dags.engine import _airflow_commands; sys.exit(_airflow_commands({commands!r}))"
+    tail: deque[str] = deque(maxlen=400)
+    announced = {_COMMAND_LINE + " ".join(command): command for command in commands}
+    last = commands[0]
+    timed_out = threading.Event()
+    with open(log_path, "a", encoding="utf-8") as log:
+        proc = subprocess.Popen([sys.executable, "-c", code], env=dict(env), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, errors="replace")
+
+        def stop() -> None:
+            timed_out.set()
+            proc.kill()
+
+        timer = threading.Timer(timeout, stop)
+        timer.start()
+        try:
+            assert proc.stdout is not None
+            for line in proc.stdout:
+                log.write(line)
+                log.flush()
+                if echo:
+                    sys.stdout.write(line)
+                    sys.stdout.flush()
+                tail.append(line)
+                last = announced.get(line.rstrip("\n"), last)
+            returncode = proc.wait()
+        finally:
+            timer.cancel()
+            if proc.poll() is None:  # this process was interrupted: Airflow goes with it
+                proc.kill()
+                proc.wait()
+    if timed_out.is_set():
+        raise AirflowRunError(f"`airflow {' '.join(last[:2])}` ran past timeout_seconds={timeout:g}; log: {log_path}")
+    return returncode, "".join(tail)[-4000:], last
 
 
 ENGINE = AirflowEngine()

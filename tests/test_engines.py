@@ -239,5 +239,24 @@ def test_the_airflow_engine_runs_the_default_pipeline_on_sqlite(digits_dir: Path
         tasks = dict(db.execute("select task_id, state from task_instance where dag_id='heteroflow-engine-heteroflow-default'").fetchall())
     assert state == [("success",)], state
     assert tasks["record-run"] == tasks["archive"] == "success"
+    # one Airflow process ran `db migrate`, then `dags test` (which serializes the DAG itself: no `dags reserialize`)
     log = (run_dir / "airflow.log").read_text()
-    assert "$ airflow db migrate" in log and "$ airflow dags test heteroflow-engine-heteroflow-default" in log
+    announced = [line.rsplit(": ", 1)[0] if line.endswith(", exit 0") else line for line in log.splitlines() if line.startswith("$ airflow ")]
+    test_line = '$ airflow dags test heteroflow-engine-heteroflow-default -c {"dataset_uri": "%s", "epochs": 3}' % digits_dir
+    assert announced == ["$ airflow db migrate"] * 2 + [test_line] * 2, announced
+
+
+def test_an_airflow_command_that_fails_is_named_with_its_output_and_the_log(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`airflow db migrate` cannot open its database: the error names that command, its exit status and the log, and
+    `dags test` never runs."""
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    from heteroflow.dags.engine import AirflowRunError
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW__DATABASE__SQL_ALCHEMY_CONN", f"sqlite:///{tmp_path / 'no-such-folder' / 'airflow.db'}")
+    run_dir = tmp_path / "run"
+    with pytest.raises(AirflowRunError, match=r"^`airflow db migrate` failed \(exit 1\): sqlalchemy\.exc\.OperationalError: \(sqlite3\.OperationalError\) unable to open database file [^;]*; log: \S*airflow\.log$"):
+        heteroflow.run(None, {"dataset_uri": str(digits_dir)}, engine="airflow", run_dir=run_dir, airflow_home=tmp_path / "airflow")
+    log = (run_dir / "airflow.log").read_text()
+    assert "$ airflow db migrate: " in log and "exit 1" in log and "$ airflow dags test" not in log
+    assert not (run_dir / "run.json").exists()
