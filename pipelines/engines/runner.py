@@ -71,8 +71,8 @@ def run(
         simulate_devices / inject_faults: testing settings (:mod:`heteroflow.components.core.failures`).
         on_progress: called about twice a second with the step summaries so far (engines that honour it:
             ``kfp-local``; the others warn and ignore it).
-        echo_engine_output: print the engine's own output instead of writing it to the run folder (``kfp-local``,
-            ``airflow``; the others warn and ignore it).
+        echo_engine_output: print the engine's own output as it comes (``kfp-local``: instead of writing it to the
+            run folder's ``kfp.log``; ``airflow``: as well as to its ``airflow.log``; the others warn and ignore it).
         source: the ``module:attribute`` a Pipeline value was loaded from (the ``airflow`` engine imports it in
             Airflow's processes); default ``pipeline`` when it is a string, the default pipeline's when None.
         engine_options: settings of the chosen engine (e.g. ``host=`` for ``kfp``, ``airflow_home=`` for
