@@ -57,7 +57,7 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
         return current_inventory("")
     import yaml
 
-    from heteroflow.components.core.keys import load_yaml
+    from heteroflow.components.core.keys import load_yaml, yaml_problem
 
     file = Path(path)
     try:
@@ -65,7 +65,7 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
     except OSError as exc:
         raise InvalidParameter(f"inventory {file}: cannot read it ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
-        raise InvalidParameter(f"inventory {file} is not YAML or JSON: {exc}") from None
+        raise InvalidParameter(f"inventory {file} is not YAML or JSON: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise InvalidParameter(f"inventory {file} must be a mapping of device kind -> count (or model -> count)")
     return Inventory.from_mapping(data, source=f"inventory {file}")

@@ -344,12 +344,13 @@ def test_pools_for_an_inventory(tmp_path: Path) -> None:
     ("text", "pattern"),
     [
         (None, r"^inventory .*missing.yaml: cannot read it"),
-        ("gpu: [1, 2", r"^inventory .*inv.yaml is not YAML or JSON"),
+        ("gpu: [1, 2", r"^inventory .*inv.yaml is not YAML or JSON: line 1, column 11: expected ',' or '\]', but got '<stream end>' \(while parsing a flow sequence at line 1, column 6\)$"),
+        ("gpu: 1\n  npu: 2\n", r"^inventory .*inv.yaml is not YAML or JSON: line 2, column 6: mapping values are not allowed here$"),
         ("- 1\n", r"^inventory .*inv.yaml must be a mapping"),
         ("gpu: {a100: 2}\n", r"names 'a100', a family"),
         ("tpu: 4\n", r"tpu"),
     ],
-    ids=["missing", "not-yaml", "not-mapping", "family", "unknown-kind"],
+    ids=["missing", "not-yaml", "bad-indent", "not-mapping", "family", "unknown-kind"],
 )
 def test_bad_inventories_are_clear_errors(tmp_path: Path, text: str | None, pattern: str) -> None:
     f = tmp_path / ("missing.yaml" if text is None else "inv.yaml")

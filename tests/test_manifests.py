@@ -287,6 +287,10 @@ def test_load_inventory_errors_name_the_file(tmp_path: Path) -> None:
     bad.write_text("nodes: [\n")
     with pytest.raises(InvalidInventory, match=r"bad\.yaml: not valid YAML"):
         load_inventory(bad)
+    # a mis-indented key: where it is, as an editor counts, on one line (PyYAML's text said `in "<unicode string>"`)
+    bad.write_text("gpu: 1\n  npu: 2\n")
+    with pytest.raises(InvalidInventory, match=r"bad\.yaml: not valid YAML or JSON \(line 2, column 6: mapping values are not allowed here\)$"):
+        load_inventory(bad)
     with pytest.raises(InvalidResources, match="workers=0"):
         training_job_manifests("gpu", workers=0, name="x", image="i")
 

@@ -36,6 +36,13 @@ def test_a_file_that_is_not_a_compiled_pipeline_is_refused(tmp_path: Path) -> No
     result = CliRunner().invoke(app, ["submit", str(bad), "--host", "http://127.0.0.1:9"])
     assert result.exit_code == 2
     assert "is not a compiled KFP pipeline" in result.output
+    # not YAML at all: where, on one line (PyYAML's own text named the file `"<unicode string>"` over four lines)
+    bad.write_text("root: {a: [1\n")
+    result = CliRunner().invoke(app, ["submit", str(bad), "--host", "http://127.0.0.1:9"])
+    assert result.exit_code == 2
+    said = " ".join(result.output.split())
+    assert "is not a compiled KFP pipeline (line 2, column 1: expected ',' or ']', but got '<stream end>' (while parsing a flow sequence at line 1, column 11))" in said, said
+    assert "unicode string" not in said
 
 
 def test_unknown_and_mistyped_run_arguments_are_refused_before_sending(package: Path) -> None:

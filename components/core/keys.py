@@ -14,7 +14,7 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["DuplicateKey", "first_duplicate", "load_yaml", "parse_pairs", "unique_object"]
+__all__ = ["DuplicateKey", "first_duplicate", "load_yaml", "parse_pairs", "unique_object", "yaml_problem"]
 
 
 class DuplicateKey(InvalidParameter):
@@ -115,3 +115,23 @@ def load_yaml(text: str, *, where: str) -> Any:
             return super().construct_mapping(node, deep=deep)
 
     return yaml.load(text, Loader=UniqueKeyLoader)  # noqa: S506 - a SafeLoader subclass
+
+
+def yaml_problem(exc: BaseException) -> str:
+    """A PyYAML error on one line, where a user looks for it: ``line 2, column 5: mapping values are not allowed here
+    (while scanning a simple key at line 1, column 1)``. PyYAML's own text spans several lines, names the text
+    ``"<unicode string>"`` (it was parsed from a string, not the file) and counts as the editor does, from 1; its
+    marks count from 0 (``Mark.line``, ``Mark.column``). Anything that is not a marked YAML error: its text on one line.
+    """
+    problem = getattr(exc, "problem", None)
+    if not problem:
+        return " ".join(str(exc).split())
+
+    def at(mark: object) -> str:
+        return f"line {getattr(mark, 'line', 0) + 1}, column {getattr(mark, 'column', 0) + 1}"
+
+    mark, context, context_mark = getattr(exc, "problem_mark", None), getattr(exc, "context", None), getattr(exc, "context_mark", None)
+    text = (f"{at(mark)}: " if mark is not None else "") + problem
+    if context:
+        text += f" ({context}" + (f" at {at(context_mark)}" if context_mark is not None else "") + ")"
+    return " ".join(text.split())

@@ -356,7 +356,7 @@ def load_profile(path: str | os.PathLike[str]) -> ClusterProfile:
     """
     import yaml
 
-    from heteroflow.components.core.keys import DuplicateKey, load_yaml
+    from heteroflow.components.core.keys import DuplicateKey, load_yaml, yaml_problem
 
     where = os.fspath(path)
     try:
@@ -365,7 +365,7 @@ def load_profile(path: str | os.PathLike[str]) -> ClusterProfile:
     except OSError as exc:
         raise InvalidProfile(f"cluster profile {where}: cannot be read ({exc.strerror or exc})") from None
     except yaml.YAMLError as exc:
-        raise InvalidProfile(f"cluster profile {where}: not valid YAML ({exc})") from None
+        raise InvalidProfile(f"cluster profile {where}: not valid YAML ({yaml_problem(exc)})") from None
     except DuplicateKey as exc:
         raise InvalidProfile(str(exc)) from None
     return ClusterProfile.from_dict(data, source=where)

@@ -156,7 +156,9 @@ def load_inventory(source: str | os.PathLike[str], *, text: str | None = None) -
     try:
         data = load_yaml_with_lines(text)
     except Exception as exc:  # yaml.YAMLError carries the line in its message
-        raise InvalidInventory(f"{name}: not valid YAML or JSON ({exc})") from None
+        from heteroflow.components.core.keys import yaml_problem
+
+        raise InvalidInventory(f"{name}: not valid YAML or JSON ({yaml_problem(exc)})") from None
     return from_mapping(data, source=name)
 
 

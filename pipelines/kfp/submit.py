@@ -63,7 +63,9 @@ def submit_package(
     except FileNotFoundError:
         raise InvalidParameter(f"{path} does not exist; compile one with `heteroflow compile -o {path}`") from None
     except (yaml.YAMLError, KeyError, TypeError, AttributeError, StopIteration) as exc:
-        raise InvalidParameter(f"{path} is not a compiled KFP pipeline ({exc})") from None
+        from heteroflow.components.core.keys import yaml_problem
+
+        raise InvalidParameter(f"{path} is not a compiled KFP pipeline ({yaml_problem(exc)})") from None
     args: dict[str, Any] = {}
     for key, value in (arguments or {}).items():
         if key not in declared:
