@@ -167,7 +167,7 @@ class AirflowEngine:
         """
         from heteroflow.cache.locations import home_dir
         from heteroflow.pipelines.environment import testing_environment
-        from heteroflow.pipelines.runs.records import RunRecord, StepSummary, new_run_id, prepare_arguments, prepare_run_dir
+        from heteroflow.pipelines.runs.records import begin_run, prepare_arguments
 
         unknown = sorted(set(options) - {"airflow_home", "timeout_seconds"})
         if unknown:
@@ -177,17 +177,19 @@ class AirflowEngine:
                 "engine='airflow' builds the DAG in Airflow's own process, so it needs the pipeline as 'module:attribute' "
                 "(pipeline='mymodule:build', or source=... beside a Pipeline value); valid: a reference, or None for the default pipeline"
             )
-        prepare_arguments(pipeline, params)  # names, types and a local data set checked before Airflow starts
+        args = prepare_arguments(pipeline, params)  # names, types and a local data set checked before Airflow starts
         timeout = float(options.get("timeout_seconds") or 3600)
         home = Path(options.get("airflow_home") or os.environ.get("AIRFLOW_HOME") or home_dir() / "airflow").absolute()
         dags = home / "heteroflow-engine-dags"
         dags.mkdir(parents=True, exist_ok=True)
         dag_id = _dag_id(pipeline.name)
         (dags / f"{dag_id.replace('-', '_').replace('.', '_')}.py").write_text(_DAG_FILE.format(source=source, dag_id=dag_id), encoding="utf-8")
-        run_id = new_run_id()
-        folder = prepare_run_dir(Path(run_dir) if run_dir is not None else Path.cwd() / "heteroflow-runs" / run_id)
         conf = {k: v for k, v in dict(params or {}).items()}
-        with testing_environment(simulate_devices, inject_faults, pipeline=pipeline):
+        with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
+            # the run's folder and driver.json (as every engine's): a stopped run gets its record here, a killed
+            # one from the next run beside it or `heteroflow runs`; a finished one from the DAG's record-run task
+            active = begin_run(pipeline, run_dir, args, testing=testing)
+            folder = active.folder
             env = {
                 **os.environ,
                 "AIRFLOW_HOME": str(home),
@@ -199,15 +201,29 @@ class AirflowEngine:
             }
             log_path = folder / ENGINE_LOG
             commands = [["db", "migrate"], ["dags", "test", dag_id, "-c", json.dumps(conf, default=str)]]
-            code, tail, last = _run_airflow(commands, env, log_path, echo=echo_engine_output, timeout=timeout)
+            started = time.monotonic()
+            try:
+                code, tail, last = _run_airflow(commands, env, log_path, echo=echo_engine_output, timeout=timeout)
+            except KeyboardInterrupt as stop:  # Airflow was stopped with this process (_run_airflow): record what ran
+                if (folder / "run.json").is_file():  # the DAG's record-run task had written it: the run had ended
+                    stop.record = _read_record(folder / "run.json")  # type: ignore[attr-defined]
+                else:  # raises KeyboardInterrupt carrying the record (interrupted), as the other engines' stops do
+                    stop.record = active.finish(wall_seconds=time.monotonic() - started, interrupted=True)  # type: ignore[attr-defined]
+                raise
             if code != 0 and last[:2] != ["dags", "test"]:  # a failed run is told by its record
                 raise AirflowRunError(f"`airflow {' '.join(last)}` failed (exit {code}): {_squeeze(tail)}; log: {log_path}")
         path = folder / "run.json"
         if not path.is_file():
             raise AirflowRunError(f"the Airflow run of {dag_id} ended without a record ({path}): {_squeeze(tail)}; log: {log_path}")
-        data = json.loads(path.read_text(encoding="utf-8"))
-        data["steps"] = [StepSummary.from_dict(s) for s in data.get("steps", [])]
-        return RunRecord(**data)
+        return _read_record(path)
+
+
+def _read_record(path: Path) -> RunRecord:
+    from heteroflow.pipelines.runs.records import RunRecord, StepSummary
+
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data["steps"] = [StepSummary.from_dict(s) for s in data.get("steps", [])]
+    return RunRecord(**data)
 
 
 def _squeeze(text: str) -> str:

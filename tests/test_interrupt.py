@@ -125,3 +125,38 @@ def test_the_table_after_a_stop_keeps_where_the_stopped_step_was() -> None:
     lines = out.getvalue().splitlines()
     assert "epoch 1/30, loss 2.034" in next(l for l in lines if "train" in l), lines
     assert "files" not in next(l for l in lines if "preprocess" in l), lines
+
+
+@pytest.mark.slow
+def test_sigterm_of_an_airflow_engine_run_records_it_interrupted_and_ends_airflow(
+    digits_dir: Path, heteroflow_home: Path, tmp_path: Path, pause_train_at_checkpoint, migrated_airflow_home
+) -> None:
+    """`heteroflow run --engine airflow` stopped while train runs (a new user's trial: exit 143, but no run.json, no
+    report, and `heteroflow runs` did not list it): the run is recorded ``interrupted`` with the steps so far, as the
+    other engines record a stop, Airflow's process ends with the CLI, and `runs show` reads the record."""
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    airflow_home = migrated_airflow_home(tmp_path / "airflow")  # the session's `airflow db migrate` (conftest.py)
+    env = {**os.environ, "HETEROFLOW_HOME": str(heteroflow_home), "AIRFLOW_HOME": str(airflow_home), "COLUMNS": "120"}
+    run_dir = tmp_path / "run"
+    proc = subprocess.Popen(
+        [str(HETEROFLOW_CLI), *ARGS, "--engine", "airflow", "--dataset", str(digits_dir), "--output", str(run_dir)],
+        env={**env, **pause_train_at_checkpoint(20)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    _wait_for(lambda: any(json.loads(p.read_text()).get("step", 0) >= 20 for p in (heteroflow_home / "checkpoints").glob("*/checkpoint.json")),
+              300, "train's checkpoint at step 20 inside Airflow's process")
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert any("_airflow_commands" in " ".join(c.cmdline()) for c in children), [c.cmdline()[:3] for c in children]
+    proc.send_signal(signal.SIGTERM)  # to the CLI process only
+    out, err = proc.communicate(timeout=60)
+
+    assert proc.returncode == 143, out + err
+    assert "interrupted: rerun the same command to resume (train continues from its last checkpoint" in " ".join(err.split())
+    _, alive = psutil.wait_procs(children, timeout=10)
+    assert alive == [], f"Airflow's processes outlived the CLI: {[p.pid for p in alive]}"
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "interrupted", record
+    steps = {s["name"]: s["status"] for s in record["steps"]}
+    assert steps["preprocess"] == "succeeded" and steps["train"] == "interrupted" and steps["evaluate"] == steps["archive"] == "not run", steps
+    assert (run_dir / "report.html").is_file() and f"record: {run_dir}/run.json" in out.replace("\n", "")
+    shown = subprocess.run([str(HETEROFLOW_CLI), "runs", "show", str(run_dir)], env=env, capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0 and ": interrupted, pipeline heteroflow-default" in shown.stdout, shown.stdout + shown.stderr
