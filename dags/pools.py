@@ -57,13 +57,15 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
         return current_inventory("")
     import yaml
 
-    from heteroflow.components.core.keys import load_yaml, yaml_problem
+    from heteroflow.components.core.keys import load_yaml, not_utf8, yaml_problem
 
     file = Path(path)
     try:
         data = load_yaml(file.read_text(encoding="utf-8"), where=f"inventory {file}")  # a key given twice: an error
     except OSError as exc:
         raise InvalidParameter(f"inventory {file}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidParameter(f"inventory {file}: {not_utf8(exc)}") from None
     except yaml.YAMLError as exc:
         raise InvalidParameter(f"inventory {file} is not YAML or JSON: {yaml_problem(exc)}") from None
     if not isinstance(data, dict):

@@ -89,6 +89,51 @@ def test_an_inventory_file_with_a_key_given_twice_is_refused(tmp_path: Path) -> 
     assert load_inventory(json_file).devices["gpu"] == 2
 
 
+def test_the_placement_inventory_loader_refuses_a_key_given_twice_as_the_pools_loader_does(tmp_path: Path) -> None:
+    """A new user's trial: `gpu: 1` then `gpu: 2` was refused by `airflow pools` but read as `gpu: 2` by `manifests`
+    and `simulate` (the placement loader, :func:`load_yaml_with_lines`), which then reported something else. Sibling:
+    a node of the node form given a key twice."""
+    from heteroflow.components.placement.inventory import load_inventory
+    from heteroflow.components.placement.plan import cluster_inventory
+    from heteroflow.components.placement.views import InvalidInventory
+
+    counts = tmp_path / "dup.yaml"
+    counts.write_text("gpu: 1\ngpu: 2\n")
+    with pytest.raises(InvalidInventory, match=rf"^{counts}: key 'gpu' is given twice \(lines 1 and 2\); give each key once$"):
+        load_inventory(counts)
+    nodes = tmp_path / "nodes.yaml"
+    nodes.write_text("nodes:\n- name: a\n  devices: {nvidia-t4: 1}\n  name: b\n")
+    with pytest.raises(InvalidInventory, match=r"key 'name' is given twice \(lines 2 and 4\)"):
+        load_inventory(nodes)
+    with pytest.raises(DuplicateKey, match=r"^device_inventory: key 'name' is given twice \(lines 2 and 4\)"):
+        cluster_inventory(nodes.read_text())  # the plan step's device_inventory given as YAML text
+    result = CliRunner().invoke(app, ["manifests", "--inventory", str(counts), "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "key 'gpu' is given twice (lines 1 and 2)" in _flat(result.output), result.output
+    nodes.write_text("nodes:\n- name: a\n  devices: {nvidia-t4: 1}\n- name: b\n  devices: {nvidia-t4: 1}\n")  # the same keys in two mappings
+    assert len(load_inventory(nodes).nodes) == 2
+
+
+def test_a_file_that_is_not_utf8_is_named_with_the_byte_not_a_crash(tmp_path: Path) -> None:
+    """A new user's trial: an inventory holding byte 0xff made `airflow pools`, `manifests` and `compile --profile`
+    exit 1 with `unexpected UnicodeDecodeError` (a traceback file), and `simulate` exit 2 without naming the file."""
+    bad = tmp_path / "latin.yaml"
+    bad.write_bytes(b"gpu: \xff\xfe\n")
+    said = "not UTF-8 text (byte 0xff at offset 5); save it as UTF-8"
+    for args in (["manifests", "--inventory", str(bad), "-o", str(tmp_path / "out")],
+                 ["simulate", "--trace", "gavel", "--inventory", str(bad)],
+                 ["compile", "--profile", str(bad), "-o", str(tmp_path / "p.yaml")],
+                 ["submit", str(bad), "--host", "http://127.0.0.1:9"]):
+        result = CliRunner().invoke(app, args)
+        assert result.exit_code == 2 and f"{bad}" in _flat(result.output) and said in _flat(result.output), (args, result.output)
+    with pytest.raises(InvalidProfile, match=rf"^cluster profile {bad}: not UTF-8 text \(byte 0xff at offset 5\)"):
+        load_profile(bad)
+    pytest.importorskip("airflow", reason="heteroflow.dags needs Airflow (the 'airflow' extra)")
+    from heteroflow.dags.pools import load_inventory
+
+    with pytest.raises(InvalidParameter, match=rf"^inventory {bad}: not UTF-8 text \(byte 0xff at offset 5\)"):
+        load_inventory(bad)
+
+
 def test_the_plan_steps_inventory_json_with_a_key_given_twice_is_refused() -> None:
     with pytest.raises(DuplicateKey, match=r"device_inventory: key 'gpu' is given twice \(2 and 4\)"):
         Inventory.from_json('{"gpu": 2, "gpu": 4}')

@@ -14,7 +14,7 @@ from typing import Any
 
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["DuplicateKey", "first_duplicate", "load_yaml", "parse_pairs", "unique_object", "yaml_problem"]
+__all__ = ["DuplicateKey", "first_duplicate", "load_yaml", "parse_pairs", "not_utf8", "unique_object", "yaml_problem"]
 
 
 class DuplicateKey(InvalidParameter):
@@ -135,3 +135,10 @@ def yaml_problem(exc: BaseException) -> str:
     if context:
         text += f" ({context}" + (f" at {at(context_mark)}" if context_mark is not None else "") + ")"
     return " ".join(text.split())
+
+
+def not_utf8(exc: UnicodeDecodeError) -> str:
+    """What a file that is not UTF-8 text gets told, for a message that names the file: ``not UTF-8 text (byte 0xff
+    at offset 5); save it as UTF-8``. ``offset``: bytes from the start of the file, counted from 0 as ``UnicodeDecodeError.start`` counts."""
+    byte = exc.object[exc.start:exc.start + 1]
+    return f"not UTF-8 text (byte 0x{byte.hex() or '??'} at offset {exc.start}); save it as UTF-8"

@@ -356,7 +356,7 @@ def load_profile(path: str | os.PathLike[str]) -> ClusterProfile:
     """
     import yaml
 
-    from heteroflow.components.core.keys import DuplicateKey, load_yaml, yaml_problem
+    from heteroflow.components.core.keys import DuplicateKey, load_yaml, not_utf8, yaml_problem
 
     where = os.fspath(path)
     try:
@@ -364,6 +364,8 @@ def load_profile(path: str | os.PathLike[str]) -> ClusterProfile:
             data = load_yaml(handle.read(), where=f"cluster profile {where}")
     except OSError as exc:
         raise InvalidProfile(f"cluster profile {where}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidProfile(f"cluster profile {where}: {not_utf8(exc)}") from None
     except yaml.YAMLError as exc:
         raise InvalidProfile(f"cluster profile {where}: not valid YAML ({yaml_problem(exc)})") from None
     except DuplicateKey as exc:

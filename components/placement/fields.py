@@ -36,13 +36,20 @@ class _LinedList(list):
     line: int = 0
 
 
-def load_yaml_with_lines(text: str) -> Any:
+def load_yaml_with_lines(text: str, *, where: str = "the document") -> Any:
     """Parse YAML (or JSON); mappings and lists remember their line, mappings each key's line (for messages).
 
+    Args:
+        where: what the text is (``inventory cluster.yaml``), for messages.
+
     Raises:
+        DuplicateKey: a key is given twice in one mapping (the message gives both lines; YAML 1.2 requires keys to
+            be unique, and PyYAML would keep the last silently).
         yaml.YAMLError: not YAML.
     """
     import yaml
+
+    from heteroflow.components.core.keys import DuplicateKey
 
     class Loader(yaml.SafeLoader):
         pass
@@ -53,8 +60,15 @@ def load_yaml_with_lines(text: str) -> Any:
         out.key_lines = {}
         for key_node, value_node in node.value:
             key = loader.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            try:
+                given = key in out
+            except TypeError:  # an unhashable key: the assignment below reports it
+                given = False
+            if given:
+                raise DuplicateKey(f"{where}: key {key!r} is given twice (lines {out.key_lines[str(key)]} and {line}); give each key once")
             out[key] = loader.construct_object(value_node, deep=True)
-            out.key_lines[str(key)] = key_node.start_mark.line + 1
+            out.key_lines[str(key)] = line
         return out
 
     def sequence(loader: Any, node: Any) -> _LinedList:

@@ -153,8 +153,16 @@ def load_inventory(source: str | os.PathLike[str], *, text: str | None = None) -
             text = Path(name).read_text(encoding="utf-8")
         except OSError as exc:
             raise InvalidInventory(f"{name}: cannot be read as an inventory ({exc.strerror or exc})") from None
+        except UnicodeDecodeError as exc:
+            from heteroflow.components.core.keys import not_utf8
+
+            raise InvalidInventory(f"{name}: {not_utf8(exc)}") from None
+    from heteroflow.components.core.keys import DuplicateKey
+
     try:
-        data = load_yaml_with_lines(text)
+        data = load_yaml_with_lines(text, where=name)
+    except DuplicateKey as exc:
+        raise InvalidInventory(str(exc)) from None
     except Exception as exc:  # yaml.YAMLError carries the line in its message
         from heteroflow.components.core.keys import yaml_problem
 

@@ -292,6 +292,7 @@ def cluster_inventory(device_inventory: str) -> Any:
     Raises:
         InvalidParameter: the node inventory is invalid (the message names the file and line).
     """
+    from heteroflow.components.core.keys import DuplicateKey
     from heteroflow.components.placement.fields import load_yaml_with_lines
     from heteroflow.components.placement.inventory import from_mapping, load_inventory
     from heteroflow.components.placement.views import InvalidInventory
@@ -305,7 +306,9 @@ def cluster_inventory(device_inventory: str) -> Any:
         if "nodes" not in text:
             return None
         try:
-            data = load_yaml_with_lines(text)
+            data = load_yaml_with_lines(text, where="device_inventory")
+        except DuplicateKey:
+            raise
         except Exception:  # not YAML: the count form reports it
             return None
         if not isinstance(data, dict) or "nodes" not in data:

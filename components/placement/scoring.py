@@ -141,6 +141,10 @@ class QueueState:
                 text = Path(value).read_text(encoding="utf-8")
             except OSError as exc:
                 raise InvalidParameter(f"{source}: cannot be read ({exc.strerror or exc})") from None
+            except UnicodeDecodeError as exc:
+                from heteroflow.components.core.keys import not_utf8
+
+                raise InvalidParameter(f"{source}: {not_utf8(exc)}") from None
         try:
             data = json.loads(text)
         except ValueError as exc:

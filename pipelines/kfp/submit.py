@@ -62,6 +62,10 @@ def submit_package(
         name = spec["pipelineInfo"]["name"]
     except FileNotFoundError:
         raise InvalidParameter(f"{path} does not exist; compile one with `heteroflow compile -o {path}`") from None
+    except UnicodeDecodeError as exc:
+        from heteroflow.components.core.keys import not_utf8
+
+        raise InvalidParameter(f"{path} is not a compiled KFP pipeline: {not_utf8(exc)}") from None
     except (yaml.YAMLError, KeyError, TypeError, AttributeError, StopIteration) as exc:
         from heteroflow.components.core.keys import yaml_problem
 
