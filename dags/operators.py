@@ -495,10 +495,13 @@ class RecordRunOperator(BaseOperator):
         remove_local_volumes(folder)  # local mode's CreatePVC folders live for the run (KFP's DeletePVC)
         record = _write_record(self.pipeline, folder, prep["run_id"], float(prep["started_at"]), prep["args"])
         self.log.info("run %s: %s; record %s", record.run_id, record.status, Path(record.run_dir, "run.json"))
-        from heteroflow.pipelines.cli.runs import summary_text  # the summary `heteroflow run` prints (#17)
-        from heteroflow.pipelines.runs.folders import load_run
+        from heteroflow.dags.engine import RUN_DIR_ENV
 
-        print(summary_text(load_run(folder), self.pipeline), flush=True)
+        if not os.environ.get(RUN_DIR_ENV):  # under `heteroflow run --engine airflow` the CLI prints it, once
+            from heteroflow.pipelines.cli.runs import summary_text  # the summary `heteroflow run` prints (#17)
+            from heteroflow.pipelines.runs.folders import load_run
+
+            print(summary_text(load_run(folder), self.pipeline), flush=True)
         for f in record.fallbacks:
             self.log.info("fallback: %s left candidate %s (%s) after a %s failure: %s", f["step"], f["candidate"], f["kind"], f["failure"], f["reason"])
         return json.loads(json.dumps({"status": record.status, "run_json": str(Path(record.run_dir, "run.json")), "fallbacks": record.fallbacks}, default=str))

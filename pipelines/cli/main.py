@@ -106,7 +106,7 @@ def run(
         ),
     ] = None,
     output: Annotated[Optional[Path], typer.Option("--output", "-o", help="Run folder. Default: ./heteroflow-runs/<run id>.")] = None,
-    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the engine's own output (kfp.local's, Airflow's) instead of writing it to the run folder.")] = False,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Print the engine's own output as it comes: kfp.local's instead of writing kfp.log, Airflow's as well as writing airflow.log (both in the run folder).")] = False,
     pipeline_ref: Annotated[Optional[str], _PIPELINE_OPTION] = None,
     engine: Annotated[str, typer.Option(help=_ENGINE_HELP)] = DEFAULT_ENGINE,
     simulate_devices: Annotated[
