@@ -156,8 +156,13 @@ def test_a_bad_node_or_queue_names_line_node_and_field(edit: tuple[str, str], ma
 def test_one_error_type_that_existing_except_clauses_catch() -> None:
     assert issubclass(InvalidInventory, PlacementInputError) and issubclass(InvalidInventory, InvalidResources)
     assert issubclass(InvalidInventory, ValueError)
-    with pytest.raises(InvalidInventory, match=r"unknown field 'tpu': inv key='tpu' is not a device kind.*valid: version, nodes"):
+    # the file named once, one "valid" (a new user's trial read `inv: unknown field 'tpu': inv key='tpu' is not a device
+    # kind; valid kinds: ...; did you mean 'npu'?; valid: version, ...`)
+    with pytest.raises(InvalidInventory, match=r"^inv: unknown field 'tpu', and not a device kind \(did you mean 'npu'\?\); valid: version, nodes, .*, or a device kind: cpu, gpu, npu$") as info:
         from_mapping({"tpu": 1}, source="inv")
+    assert str(info.value).count("inv") == 1 and str(info.value).count("valid:") == 1
+    with pytest.raises(InvalidInventory, match=r"^inv: unknown field 'node', and not a device kind \(did you mean 'nodes'\?\); valid: "):
+        from_mapping({"node": []}, source="inv")  # sibling: a misspelt field is suggested as the kinds are
     with pytest.raises(InvalidInventory, match=r"inv: placement needs the node form"):
         from_mapping({"gpu": 2}, source="inv").for_placement()
     multi = from_mapping({"nodes": [{"name": "mix", "devices": {"t4": 2, "v100": 2}}]}, source="inv")

@@ -193,10 +193,14 @@ def from_mapping(data: Any, *, source: str = "inventory") -> ClusterInventory:
             continue
         try:
             kind = DeviceKind.parse(key, field=f"{source} key")
-        except InvalidResources as exc:
+        except InvalidResources:
+            import difflib
+
+            close = difflib.get_close_matches(str(key), [*_FIELDS, *_kinds()], n=1)
             raise InvalidInventory(
-                f"{_where(source, _line_of(data, str(key)))}unknown field {key!r}: {exc}; valid: {', '.join(_FIELDS)}, "
-                f"or a device kind: {', '.join(_kinds())}"
+                f"{_where(source, _line_of(data, str(key)))}unknown field {key!r}, and not a device kind"
+                + (f" (did you mean {close[0]!r}?)" if close else "")
+                + f"; valid: {', '.join(_FIELDS)}, or a device kind: {', '.join(_kinds())}"
             ) from None
         stated[kind.value] = _stated_kind(data[key], key, kind.value, source=source, line=_line_of(data, str(key)))
     if data.get("version", 1) != 1:
