@@ -64,6 +64,11 @@ def test_resolve_run_by_id_prefix_or_folder(tmp_path: Path) -> None:
         resolve_run("20260101", [tmp_path])
     with pytest.raises(InvalidParameter, match=r"no run 'zzz' in .*newest runs: 20260101-000000-aabb"):
         resolve_run("zzz", [tmp_path])
+    # an airflow engine run: its id is Airflow's, its folder the name `heteroflow run` printed (a new user's trial:
+    # `runs show 20261204-232719-609e` said "no run")
+    _run(tmp_path / "20261204-232719-609e", "manual__2026-12-04T23-27-22.978579-00-00", 3.0, run_dir=str(tmp_path / "20261204-232719-609e"))
+    assert resolve_run("20261204-232719-609e", [tmp_path])["run_id"] == "manual__2026-12-04T23-27-22.978579-00-00"
+    assert resolve_run("manual__2026", [tmp_path])["run_id"] == "manual__2026-12-04T23-27-22.978579-00-00"
     (tmp_path / "half").mkdir()
     (tmp_path / "half" / "driver.json").write_text("{not json")
     with pytest.raises(InvalidParameter, match=r"has no run.json \(its driver.json cannot be read"):

@@ -166,8 +166,8 @@ def _run_files(root: Path, name: str = RUN_FILE) -> Iterable[Path]:
 
 
 def resolve_run(ref: str, roots: Sequence[str | os.PathLike[str]] | None = None) -> dict[str, Any]:
-    """The run named ``ref``: a run folder (or its ``run.json``), or a run id (a unique prefix is enough) found
-    under ``roots``.
+    """The run named ``ref``: a run folder (or its ``run.json``), a run id (a unique prefix is enough) or a run
+    folder's name found under ``roots``.
 
     Raises:
         InvalidParameter: no run matches, or a prefix matches several (their ids are listed).
@@ -178,7 +178,8 @@ def resolve_run(ref: str, roots: Sequence[str | os.PathLike[str]] | None = None)
     if "/" in ref or ref.startswith(("~", ".")):
         raise InvalidParameter(f"run folder {path} does not exist; give a run folder (holding run.json) or a run id")
     runs = find_runs(roots)
-    exact = [r for r in runs if r.get("run_id") == ref]
+    # or its folder's name: an Airflow run's id is Airflow's (manual__...), its folder the one `heteroflow run` printed
+    exact = [r for r in runs if r.get("run_id") == ref] or [r for r in runs if r.get("run_dir") and Path(str(r["run_dir"])).name == ref]
     matches = exact or [r for r in runs if str(r.get("run_id", "")).startswith(ref)]
     if len(matches) == 1:
         return matches[0]
