@@ -136,3 +136,24 @@ def test_unreadable_and_malformed_files(tmp_path):
 def test_from_dict_names_its_source():
     with pytest.raises(InvalidProfile, match=r"^inline: unknown field 'queues' in the profile"):
         ClusterProfile.from_dict({"queues": {}}, source="inline")
+
+
+def test_the_command_a_shipped_profile_shows_compiles_the_default_pipeline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """ascend-hami cannot give the default pipeline's "any Ascend 910" candidate (one resource per chip): `compile
+    --profile` refuses it, as a new user's trial found; the command the profile's header shows (a chip named) compiles."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    monkeypatch.chdir(PROFILES.parent.parent)
+    refused = CliRunner().invoke(app, ["compile", "--profile", str(PROFILES / "ascend-hami.yaml"), "-o", str(tmp_path / "refused.yaml")])
+    assert refused.exit_code == 2 and "valid: one model of ascend-910a" in " ".join(refused.output.split()), refused.output
+    shown = [line.removeprefix("#").strip() for line in (PROFILES / "ascend-hami.yaml").read_text().splitlines() if line.startswith("#   heteroflow ")]
+    assert len(shown) == 1, shown
+    args = shlex.split(shown[0])[1:]
+    args[args.index("-o") + 1] = str(tmp_path / "pipeline.yaml")
+    done = CliRunner().invoke(app, args)
+    assert done.exit_code == 0, done.output
+    assert "huawei.com/Ascend910B3" in (tmp_path / "pipeline.yaml").read_text()
