@@ -66,8 +66,8 @@ def pools(
         print(json.dumps(rows, indent=2))
         return
     table = Table(title="Airflow pools" + (" (dry run: nothing changed)" if dry_run else ""), title_justify="left")
-    for col in ("pool", "slots", "before", "meaning"):
-        table.add_column(col)
+    for col in ("pool", "slots", "before", "meaning"):  # a pool's name stays on one line (copied into DAGs); meaning wraps
+        table.add_column(col, no_wrap=col in ("pool", "slots", "before"))
     for row in rows:
         before = "new" if row["previous"] is None else str(row["previous"])
         table.add_row(row["name"], str(row["slots"]), before, escape(row["description"]))
