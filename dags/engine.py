@@ -27,6 +27,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -110,7 +111,7 @@ def _airflow_commands(commands: Sequence[Sequence[str]]) -> int:
     parser = cli_parser.get_parser()
     write_default_airflow_configuration_if_needed()
     for command in commands:
-        print(_COMMAND_LINE + " ".join(command), flush=True)
+        print(_COMMAND_LINE + shlex.join(command), flush=True)  # quoted: the line pastes into a shell as it is
         started = time.monotonic()
         code = 0
         try:
@@ -126,7 +127,7 @@ def _airflow_commands(commands: Sequence[Sequence[str]]) -> int:
             traceback.print_exc()
             code = 1
         sys.stderr.flush()
-        print(f"{_COMMAND_LINE}{' '.join(command)}: {time.monotonic() - started:.1f} s, exit {code}", flush=True)
+        print(f"{_COMMAND_LINE}{shlex.join(command)}: {time.monotonic() - started:.1f} s, exit {code}", flush=True)
         if code:
             return code
     return 0
@@ -211,7 +212,7 @@ class AirflowEngine:
                     stop.record = active.finish(wall_seconds=time.monotonic() - started, interrupted=True)  # type: ignore[attr-defined]
                 raise
             if code != 0 and last[:2] != ["dags", "test"]:  # a failed run is told by its record
-                raise AirflowRunError(f"`airflow {' '.join(last)}` failed (exit {code}): {_squeeze(tail)}; log: {log_path}")
+                raise AirflowRunError(f"`airflow {shlex.join(last)}` failed (exit {code}): {_squeeze(tail)}; log: {log_path}")
         path = folder / "run.json"
         if not path.is_file():
             raise AirflowRunError(f"the Airflow run of {dag_id} ended without a record ({path}): {_squeeze(tail)}; log: {log_path}")
@@ -247,7 +248,7 @@ def _run_airflow(commands: list[list[str]], env: Mapping[str, str], log_path: Pa
     """
     code = f"import sys; from heteroflow.dags.engine import _airflow_commands; sys.exit(_airflow_commands({commands!r}))"
     tail: deque[str] = deque(maxlen=400)
-    announced = {_COMMAND_LINE + " ".join(command): command for command in commands}
+    announced = {_COMMAND_LINE + shlex.join(command): command for command in commands}
     last = commands[0]
     timed_out = threading.Event()
     with open(log_path, "a", encoding="utf-8") as log:

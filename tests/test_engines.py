@@ -242,7 +242,8 @@ def test_the_airflow_engine_runs_the_default_pipeline_on_sqlite(digits_dir: Path
     # one Airflow process ran `db migrate`, then `dags test` (which serializes the DAG itself: no `dags reserialize`)
     log = (run_dir / "airflow.log").read_text()
     announced = [line.rsplit(": ", 1)[0] if line.endswith(", exit 0") else line for line in log.splitlines() if line.startswith("$ airflow ")]
-    test_line = '$ airflow dags test heteroflow-engine-heteroflow-default -c {"dataset_uri": "%s", "epochs": 3}' % digits_dir
+    # quoted as a shell reads it: the line pastes into a terminal as it is
+    test_line = """$ airflow dags test heteroflow-engine-heteroflow-default -c '{"dataset_uri": "%s", "epochs": 3}'""" % digits_dir
     assert announced == ["$ airflow db migrate"] * 2 + [test_line] * 2, announced
 
 
