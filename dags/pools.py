@@ -68,6 +68,8 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
         raise InvalidParameter(f"inventory {file}: {not_utf8(exc)}") from None
     except yaml.YAMLError as exc:
         raise InvalidParameter(f"inventory {file} is not YAML or JSON: {yaml_problem(exc)}") from None
+    if data is None:  # as the placement loader says it (manifests, simulate)
+        raise InvalidParameter(f"inventory {file}: the file is empty; valid: a mapping of device kind -> count (or model -> count)")
     if not isinstance(data, dict):
         raise InvalidParameter(f"inventory {file} must be a mapping of device kind -> count (or model -> count)")
     return Inventory.from_mapping(data, source=f"inventory {file}")

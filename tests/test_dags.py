@@ -347,10 +347,11 @@ def test_pools_for_an_inventory(tmp_path: Path) -> None:
         ("gpu: [1, 2", r"^inventory .*inv.yaml is not YAML or JSON: line 1, column 11: expected ',' or '\]', but got '<stream end>' \(while parsing a flow sequence at line 1, column 6\)$"),
         ("gpu: 1\n  npu: 2\n", r"^inventory .*inv.yaml is not YAML or JSON: line 2, column 6: mapping values are not allowed here$"),
         ("- 1\n", r"^inventory .*inv.yaml must be a mapping"),
+        ("# only a comment\n", r"^inventory .*inv.yaml: the file is empty; valid: a mapping of device kind -> count"),
         ("gpu: {a100: 2}\n", r"names 'a100', a family"),
         ("tpu: 4\n", r"tpu"),
     ],
-    ids=["missing", "not-yaml", "bad-indent", "not-mapping", "family", "unknown-kind"],
+    ids=["missing", "not-yaml", "bad-indent", "not-mapping", "empty", "family", "unknown-kind"],
 )
 def test_bad_inventories_are_clear_errors(tmp_path: Path, text: str | None, pattern: str) -> None:
     f = tmp_path / ("missing.yaml" if text is None else "inv.yaml")
