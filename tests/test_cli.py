@@ -212,7 +212,7 @@ ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
     ),
     "bad-model-name": (["run", "--param", "model_name=BAD NAME"], ["model_name='BAD NAME'", "[a-z0-9][a-z0-9._-]*"]),
     "negative-workers": (["run", "--param", "num_workers=-1"], ["num_workers=-1 is out of range"]),
-    "bad-inventory": (["run", "--param", 'device_inventory={"tpu": 1}'], ["device_inventory key='tpu'", "cpu, gpu, npu"]),
+    "bad-inventory": (["run", "--param", 'device_inventory={"tpu": 1}'], ["device_inventory: unknown field 'tpu', and not a device kind (did you mean 'npu'?)", "cpu, gpu, npu"]),
     "output-is-a-file": (["run", "--output", "{a-file}"], ["{a-file}", "is a file"]),
     "output-holds-a-run": (["run", "--output", "{old-run}"], ["{old-run}", "already holds a run that succeeded"]),
     "compile-to-a-folder": (["compile", "-o", "{empty}"], ["{empty}", "must be a file name ending in .yaml"]),

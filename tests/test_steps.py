@@ -1263,7 +1263,7 @@ def test_inventory_from_json(text: str, expected: dict) -> None:
     [
         ("nope", "is not JSON"),
         ("[1, 2]", "is not a JSON object"),
-        ('{"tpu": 1}', "key='tpu' is not a device kind"),
+        ('{"tpu": 1}', r"^device_inventory: unknown field 'tpu', and not a device kind \(did you mean 'npu'\?\)"),
         ('{"gpu": -1}', r"\['gpu'\]=-1 is not a device count"),
         ('{"gpu": 1.5}', r"\['gpu'\]=1.5 is not a device count"),
     ],
