@@ -65,18 +65,20 @@ class AirflowRunError(HeteroflowError, RuntimeError):
 
 
 def engine_dag(source: str, dag_id: str) -> Any:
-    """The DAG of the engine's DAG file: the pipeline at ``source`` (``module:attribute``) in local mode, without pools,
-    its run folder fixed to ``$HETEROFLOW_AIRFLOW_ENGINE_RUN_DIR`` when set (else ``<heteroflow home>/airflow-runs/
+    """The DAG of the engine's DAG file: the pipeline at ``source`` (``module:attribute``) in local mode, without pools
+    and without the run's summary in record-run's output (``heteroflow run`` prints it once Airflow has ended), its
+    run folder fixed to ``$HETEROFLOW_AIRFLOW_ENGINE_RUN_DIR`` when set (else ``<heteroflow home>/airflow-runs/
     <dag id>/<run id>``, as any DAG of :func:`heteroflow.dags.factory.build_dag`).
 
     Raises:
         InvalidParameter: ``source`` does not name a pipeline (see :func:`heteroflow.pipelines.graph.load_pipeline`).
     """
     from heteroflow.dags.factory import build_dag
-    from heteroflow.dags.layout import PREPARE_TASK
+    from heteroflow.dags.layout import PREPARE_TASK, RECORD_TASK
     from heteroflow.pipelines.graph import load_pipeline
 
     dag = build_dag(load_pipeline(source), dag_id, pools=False)
+    dag.get_task(RECORD_TASK).print_summary = False  # `heteroflow run` prints the summary once Airflow has ended
     run_dir = os.environ.get(RUN_DIR_ENV)
     if run_dir:
         folder = Path(run_dir)

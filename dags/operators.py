@@ -478,6 +478,9 @@ class RecordRunOperator(BaseOperator):
 
     ui_color = "#eeeeee"
     shallow_copy_attrs = ("pipeline",)
+    print_summary = True
+    """Print the run's summary (what ``heteroflow run`` prints) in the task's log; the airflow engine's DAG turns it
+    off (:func:`heteroflow.dags.engine.engine_dag`: the CLI prints it once, after Airflow)."""
 
     def __init__(self, *, pipeline: Pipeline, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -495,9 +498,7 @@ class RecordRunOperator(BaseOperator):
         remove_local_volumes(folder)  # local mode's CreatePVC folders live for the run (KFP's DeletePVC)
         record = _write_record(self.pipeline, folder, prep["run_id"], float(prep["started_at"]), prep["args"])
         self.log.info("run %s: %s; record %s", record.run_id, record.status, Path(record.run_dir, "run.json"))
-        from heteroflow.dags.engine import RUN_DIR_ENV
-
-        if not os.environ.get(RUN_DIR_ENV):  # under `heteroflow run --engine airflow` the CLI prints it, once
+        if self.print_summary:
             from heteroflow.pipelines.cli.runs import summary_text  # the summary `heteroflow run` prints (#17)
             from heteroflow.pipelines.runs.folders import load_run
 

@@ -159,6 +159,7 @@ def test_a_default_dag_end_to_end_on_digits(airflow_home: tuple[Path, Path], dig
     assert all(not isinstance(v, (list, dict)) or k in ("indices", "inventory", "explanations") for k, v in run.xcom("plan")["facts"].items())
     assert run.xcom("prepare-run")["args"]["epochs"] == 10
     assert run.xcom("record-run")["status"] == "succeeded"
+    assert "run succeeded in" in run.output  # record-run prints the summary `heteroflow run` prints (not under the engine)
 
 
 def test_b_device_failure_on_npu_falls_back_to_gpu(airflow_home: tuple[Path, Path], digits_dir: Path) -> None:
