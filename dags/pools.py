@@ -63,15 +63,16 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
     try:
         data = load_yaml(file.read_text(encoding="utf-8"), where=f"inventory {file}")  # a key given twice: an error
     except OSError as exc:
-        raise InvalidParameter(f"inventory {file}: cannot read it ({exc.strerror or exc})") from None
+        raise InvalidParameter(f"inventory {file}: cannot be read ({exc.strerror or exc})") from None
     except UnicodeDecodeError as exc:
         raise InvalidParameter(f"inventory {file}: {not_utf8(exc)}") from None
     except yaml.YAMLError as exc:
-        raise InvalidParameter(f"inventory {file} is not YAML or JSON: {yaml_problem(exc)}") from None
+        raise InvalidParameter(f"inventory {file}: not valid YAML or JSON ({yaml_problem(exc)})") from None  # as the placement loader
     if data is None:  # as the placement loader says it (manifests, simulate)
         raise InvalidParameter(f"inventory {file}: the file is empty; valid: a mapping of device kind -> count (or model -> count)")
     if not isinstance(data, dict):
-        raise InvalidParameter(f"inventory {file} must be a mapping of device kind -> count (or model -> count)")
+        raise InvalidParameter(f"inventory {file}: an inventory is a mapping of device kind -> count (or model -> count), "
+                               f"not {type(data).__name__}")
     return Inventory.from_mapping(data, source=f"inventory {file}")
 
 

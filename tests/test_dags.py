@@ -343,10 +343,10 @@ def test_pools_for_an_inventory(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("text", "pattern"),
     [
-        (None, r"^inventory .*missing.yaml: cannot read it"),
-        ("gpu: [1, 2", r"^inventory .*inv.yaml is not YAML or JSON: line 1, column 11: expected ',' or '\]', but got '<stream end>' \(while parsing a flow sequence at line 1, column 6\)$"),
-        ("gpu: 1\n  npu: 2\n", r"^inventory .*inv.yaml is not YAML or JSON: line 2, column 6: mapping values are not allowed here$"),
-        ("- 1\n", r"^inventory .*inv.yaml must be a mapping"),
+        (None, r"^inventory .*missing.yaml: cannot be read \(No such file or directory\)$"),
+        ("gpu: [1, 2", r"^inventory .*inv.yaml: not valid YAML or JSON \(line 1, column 11: expected ',' or '\]', but got '<stream end>' \(while parsing a flow sequence at line 1, column 6\)\)$"),
+        ("gpu: 1\n  npu: 2\n", r"^inventory .*inv.yaml: not valid YAML or JSON \(line 2, column 6: mapping values are not allowed here\)$"),
+        ("- 1\n", r"^inventory .*inv.yaml: an inventory is a mapping of device kind -> count \(or model -> count\), not list$"),
         ("# only a comment\n", r"^inventory .*inv.yaml: the file is empty; valid: a mapping of device kind -> count"),
         ("gpu: {a100: 2}\n", r"names 'a100', a family"),
         ("tpu: 4\n", r"tpu"),
@@ -359,6 +359,26 @@ def test_bad_inventories_are_clear_errors(tmp_path: Path, text: str | None, patt
         f.write_text(text)
     with pytest.raises(InvalidParameter, match=pattern):
         load_inventory(f)
+
+
+@pytest.mark.parametrize("text", [None, "gpu: [1, 2", "gpu: 1\n  npu: 2\n", "gpu: 1\ngpu: 2\n", "", "gpu: 2\x00\xff"],
+                         ids=["missing", "not-yaml", "bad-indent", "twice", "empty", "not-utf8"])
+def test_airflow_pools_and_the_placement_commands_word_a_bad_inventory_alike(tmp_path: Path, text: str | None) -> None:
+    """`heteroflow airflow pools` and the placement commands (manifests, simulate) read one file: the same fault
+    reads the same after the file's name (it was "is not YAML or JSON: ..." in one and "not valid YAML or JSON
+    (...)" in the other)."""
+    from heteroflow.components.placement.inventory import InvalidInventory
+    from heteroflow.components.placement.inventory import load_inventory as placement_inventory
+
+    f = tmp_path / "inv.yaml"
+    if text is not None:
+        f.write_bytes(text.encode("latin-1"))
+    with pytest.raises(InvalidParameter) as pools:
+        load_inventory(f)
+    with pytest.raises(InvalidInventory) as placement:
+        placement_inventory(f)
+    tail = str(placement.value).split(f"{f}", 1)[1]
+    assert str(pools.value) == f"inventory {f}{tail}" or (text == "" and "the file is empty" in tail and "the file is empty" in str(pools.value))
 
 
 # --- kubernetes mode: pods -----------------------------------------------------------------------------------------

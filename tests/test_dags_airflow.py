@@ -318,7 +318,7 @@ def test_pools_command_creates_and_updates_pools(airflow_home: tuple[Path, Path]
     pools = {p["pool"]: int(p["slots"]) for p in json.loads(listed.stdout.strip().splitlines()[-1])}
     assert pools["heteroflow-gpu"] == 8 and pools["heteroflow-npu-ascend-910b3"] == 8
     bad = subprocess.run([*cli[:3], "--inventory", str(tmp_path / "missing.yaml")], env=env, capture_output=True, text=True, timeout=300)
-    assert bad.returncode == 2 and "cannot read it" in bad.stderr
+    assert bad.returncode == 2 and "missing.yaml: cannot be read (No such file or directory)" in bad.stderr
     # the table at 80 columns: each pool's name whole on one line, to be copied into a DAG (it was cut mid-name)
     table = subprocess.run(cli[:-1] + ["--dry-run"], env={**env, "COLUMNS": "80"}, capture_output=True, text=True, timeout=300)
     assert table.returncode == 0, table.stderr[-2000:]

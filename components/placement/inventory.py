@@ -152,7 +152,7 @@ def load_inventory(source: str | os.PathLike[str], *, text: str | None = None) -
         try:
             text = Path(name).read_text(encoding="utf-8")
         except OSError as exc:
-            raise InvalidInventory(f"{name}: cannot be read as an inventory ({exc.strerror or exc})") from None
+            raise InvalidInventory(f"{name}: cannot be read ({exc.strerror or exc})") from None
         except UnicodeDecodeError as exc:
             from heteroflow.components.core.keys import not_utf8
 
