@@ -11,13 +11,17 @@ imported and configured once per run, not once per command:
 1. ``airflow db migrate`` in ``AIRFLOW_HOME`` (option ``airflow_home``; default ``$AIRFLOW_HOME``, else
    ``<heteroflow home>/airflow``; Airflow's default SQLite database ``airflow.db`` lives there); on a database
    already at Airflow's head revision it changes nothing;
-2. ``airflow dags test DAG_ID -c PARAMS`` over a DAGS_FOLDER of the engine's own, ``<AIRFLOW_HOME>/heteroflow-engine-dags``,
+2. ``airflow dags test DAG_ID LOGICAL_DATE -c PARAMS`` (the logical date from this process's clock: it identifies
+   the Airflow run) over a DAGS_FOLDER of the engine's own, ``<AIRFLOW_HOME>/heteroflow-engine-dags``,
    holding one DAG file per pipeline: every task in that process, one after another. ``dags test`` parses the DAG
    file and writes the serialized DAG to the database itself before it runs (Airflow 3.3 tests only a serialized
    DAG, DESIGN.md), so no ``airflow dags reserialize`` is run first (it cost a process start and a second parse).
 
 The DAG is built in Airflow's process from the pipeline's ``module:attribute`` (``source``): a Pipeline value made in
 this process cannot be handed over. Its tasks use Airflow's default pool (no ``heteroflow airflow pools`` needed).
+A run stopped here (Ctrl-C, SIGTERM) kills Airflow's process, then ends Airflow's record of the run as "Mark failed" in
+Airflow's UI does (:func:`_fail_stopped_run`, in a short child process of its own): the run ``failed`` with a note,
+its running task ``failed``, those not started ``skipped``; left ``running``, it would show as running in the UI for good.
 Airflow's output goes to ``<run_dir>/airflow.log`` as it comes (``echo_engine_output``: to this process's stdout too). Runs that
 share an ``AIRFLOW_HOME`` must not run at once (SQLite, and one DAG file per pipeline).
 """
@@ -34,6 +38,7 @@ import threading
 import time
 from collections import deque
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,7 +208,9 @@ class AirflowEngine:
                 "PYTHONPATH": os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])]),
             }
             log_path = folder / ENGINE_LOG
-            commands = [["db", "migrate"], ["dags", "test", dag_id, "-c", json.dumps(conf, default=str)]]
+            # the logical date identifies Airflow's run (unique per DAG), so that a stopped run can be ended by it
+            logical_date = datetime.now(timezone.utc).isoformat()
+            commands = [["db", "migrate"], ["dags", "test", dag_id, logical_date, "-c", json.dumps(conf, default=str)]]
             started = time.monotonic()
             try:
                 code, tail, last = _run_airflow(commands, env, log_path, echo=echo_engine_output, timeout=timeout)
@@ -211,6 +218,7 @@ class AirflowEngine:
                 if (folder / "run.json").is_file():  # the DAG's record-run task had written it: the run had ended
                     stop.record = _read_record(folder / "run.json")  # type: ignore[attr-defined]
                 else:  # raises KeyboardInterrupt carrying the record (interrupted), as the other engines' stops do
+                    _end_stopped_run(dag_id, logical_date, folder, env, log_path)  # if `dags test` had begun it
                     stop.record = active.finish(wall_seconds=time.monotonic() - started, interrupted=True)  # type: ignore[attr-defined]
                 raise
             if code != 0 and last[:2] != ["dags", "test"]:  # a failed run is told by its record
@@ -219,6 +227,68 @@ class AirflowEngine:
         if not path.is_file():
             raise AirflowRunError(f"the Airflow run of {dag_id} ended without a record ({path}): {_squeeze(tail)}; log: {log_path}")
         return _read_record(path)
+
+
+_STOP_NOTE = "stopped by heteroflow: the run was interrupted (Ctrl-C or SIGTERM); rerun the same command to resume. Record: {record}"
+
+
+def _fail_stopped_run(dag_id: str, logical_date: str, note: str) -> str | None:
+    """In Airflow's environment: end the run of ``dag_id`` at ``logical_date`` (ISO 8601) as "Mark failed" in
+    Airflow's UI and its REST API (``PATCH .../dagRuns/{run_id}`` with ``state: failed``) end one:
+    ``airflow.api.common.mark_tasks.set_dag_run_state_to_failed`` (its running tasks ``failed``, those not finished
+    ``skipped``), then the teardown task (record-run, which Airflow leaves for a scheduler to run: none runs here,
+    and the engine records the stop itself) ``skipped`` and the run ``failed``, with ``note`` on the run. :class:`AirflowEngine` calls it in a child process
+    once Airflow's process has been killed for a stop.
+
+    Returns:
+        The Airflow run id it ended, or None: no such run, or it had already finished (left as it is).
+    """
+    from airflow.api.common.mark_tasks import set_dag_run_state_to_failed
+    from airflow.models.dagrun import DagRun
+    from airflow.models.serialized_dag import SerializedDagModel
+    from airflow.utils.session import create_session
+    from airflow.utils.state import DagRunState, State, TaskInstanceState
+    from sqlalchemy import select
+
+    with create_session() as session:
+        run = session.scalar(select(DagRun).where(DagRun.dag_id == dag_id, DagRun.logical_date == datetime.fromisoformat(logical_date)))
+        if run is None or run.state not in (DagRunState.RUNNING, DagRunState.QUEUED):
+            return None
+        dag = SerializedDagModel.get_dag(dag_id, session=session)
+        if dag is None:
+            return None
+        set_dag_run_state_to_failed(dag=dag, run_id=run.run_id, commit=True, session=session)
+        # Airflow leaves a teardown task (record-run) and so the run unfinished, for its scheduler to run the
+        # teardown later; no scheduler runs here, and this engine has recorded the stop itself (the teardown's work)
+        for ti in run.get_task_instances(session=session):
+            if ti.state not in State.finished:
+                ti.set_state(TaskInstanceState.SKIPPED, session=session)
+        run.set_state(DagRunState.FAILED)
+        run.note = (note, None)
+        return str(run.run_id)
+
+
+def _end_stopped_run(dag_id: str, logical_date: str, folder: Path, env: Mapping[str, str], log_path: Path) -> None:
+    """Run :func:`_fail_stopped_run` in a child process with Airflow's ``env`` (at most 60 s), its outcome appended
+    to ``log_path``. Best effort: a second stop, a failure or the time limit leaves Airflow's run as it is (said
+    in the log), never hiding the first stop."""
+    note = _STOP_NOTE.format(record=folder / "run.json")
+    code = (f"from heteroflow.dags.engine import _fail_stopped_run; "
+            f"print(_fail_stopped_run({dag_id!r}, {logical_date!r}, {note!r}) or '')")
+    started = time.monotonic()
+    try:
+        done = subprocess.run([sys.executable, "-c", code], env=dict(env), capture_output=True, text=True, timeout=60)
+        ended = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
+        outcome = (f"marked Airflow's run {ended[0]} failed (stopped)" if ended and ended[0]
+                   else "no running Airflow run to mark failed" if done.returncode == 0
+                   else f"could not mark Airflow's run failed (exit {done.returncode}): {_squeeze(done.stderr)}")
+    except (KeyboardInterrupt, subprocess.TimeoutExpired, OSError) as exc:
+        outcome = f"left Airflow's run of {dag_id} at {logical_date} as it was ({type(exc).__name__})"
+    try:
+        with open(log_path, "a", encoding="utf-8") as log:
+            log.write(f"{_COMMAND_LINE.rstrip()}: {outcome} ({time.monotonic() - started:.1f} s)\n")
+    except OSError:
+        pass
 
 
 def _read_record(path: Path) -> RunRecord:

@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import re
 import sqlite3
 import sys
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -243,8 +245,14 @@ def test_the_airflow_engine_runs_the_default_pipeline_on_sqlite(digits_dir: Path
     log = (run_dir / "airflow.log").read_text()
     announced = [line.rsplit(": ", 1)[0] if line.endswith(", exit 0") else line for line in log.splitlines() if line.startswith("$ airflow ")]
     # quoted as a shell reads it: the line pastes into a terminal as it is
-    test_line = """$ airflow dags test heteroflow-engine-heteroflow-default -c '{"dataset_uri": "%s", "epochs": 3}'""" % digits_dir
-    assert announced == ["$ airflow db migrate"] * 2 + [test_line] * 2, announced
+    # with this process's clock's logical date, which identifies Airflow's run (how a stopped run is found and ended)
+    assert announced[:2] == ["$ airflow db migrate"] * 2 and len(announced) == 4 and announced[2] == announced[3], announced
+    logical = re.fullmatch(r"""\$ airflow dags test heteroflow-engine-heteroflow-default (\S+) -c '\{"dataset_uri": "%s", "epochs": 3\}'"""
+                           % re.escape(str(digits_dir)), announced[2])
+    assert logical is not None, announced
+    with sqlite3.connect(tmp_path / "airflow" / "airflow.db") as db:
+        (stored,), = db.execute("select logical_date from dag_run where dag_id='heteroflow-engine-heteroflow-default'").fetchall()
+    assert datetime.fromisoformat(stored).replace(tzinfo=None) == datetime.fromisoformat(logical[1]).replace(tzinfo=None), (stored, logical[1])
     assert "run succeeded in" not in log  # the engine's caller prints the summary once, not record-run inside Airflow
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -160,3 +161,12 @@ def test_sigterm_of_an_airflow_engine_run_records_it_interrupted_and_ends_airflo
     assert (run_dir / "report.html").is_file() and f"record: {run_dir}/run.json" in out.replace("\n", "")
     shown = subprocess.run([str(HETEROFLOW_CLI), "runs", "show", str(run_dir)], env=env, capture_output=True, text=True, timeout=120)
     assert shown.returncode == 0 and ": interrupted, pipeline heteroflow-default" in shown.stdout, shown.stdout + shown.stderr
+    # Airflow's own record of the run is ended too, as "Mark failed" in its UI ends one: the run failed, the task
+    # that was running failed, those not run skipped (the run and its train task stayed `running` for good)
+    with sqlite3.connect(airflow_home / "airflow.db") as db:
+        runs = db.execute("SELECT run_id, state FROM dag_run WHERE dag_id = 'heteroflow-engine-heteroflow-default'").fetchall()
+        tasks = dict(db.execute("SELECT task_id, state FROM task_instance WHERE dag_id = 'heteroflow-engine-heteroflow-default'").fetchall())
+    assert [state for _, state in runs] == ["failed"], (runs, (run_dir / "airflow.log").read_text()[-1500:])
+    assert f"$ airflow: marked Airflow's run {runs[0][0]} failed (stopped)" in (run_dir / "airflow.log").read_text()
+    assert tasks["preprocess"] == "success" and tasks["train.cpu-2"] == "failed", tasks  # the candidate that ran
+    assert tasks["evaluate"] == tasks["archive"] == tasks["record-run"] == "skipped", tasks  # record-run: by the CLI
