@@ -69,6 +69,10 @@ class AirflowRunError(HeteroflowError, RuntimeError):
     and the log file."""
 
 
+class _AirflowTimedOut(AirflowRunError):
+    """Airflow's process ran past ``timeout_seconds`` and was killed."""
+
+
 def engine_dag(source: str, dag_id: str) -> Any:
     """The DAG of the engine's DAG file: the pipeline at ``source`` (``module:attribute``) in local mode, without pools
     and without the run's summary in record-run's output (``heteroflow run`` prints it once Airflow has ended), its
@@ -171,7 +175,8 @@ class AirflowEngine:
         Raises:
             InvalidParameter: no ``source`` (a Pipeline value made in this process), an unknown option or
                 parameter, bad testing settings, a run folder that cannot be used.
-            AirflowRunError: an Airflow command failed, or the run ended without ``run.json``.
+            AirflowRunError: an Airflow command failed, the run ended without ``run.json``, or Airflow ran past
+                ``timeout_seconds`` (killed; the run's record ``failed`` with that error, Airflow's run ended).
         """
         from heteroflow.cache.locations import home_dir
         from heteroflow.pipelines.environment import testing_environment
@@ -221,6 +226,10 @@ class AirflowEngine:
                     _end_stopped_run(dag_id, logical_date, folder, env, log_path)  # if `dags test` had begun it
                     stop.record = active.finish(wall_seconds=time.monotonic() - started, interrupted=True)  # type: ignore[attr-defined]
                 raise
+            except _AirflowTimedOut as exc:  # killed: Airflow's run ended as a stop's is, the record says why
+                _end_stopped_run(dag_id, logical_date, folder, env, log_path, note=_TIMEOUT_NOTE.format(error=exc, record=folder / "run.json"))
+                active.finish(wall_seconds=time.monotonic() - started, interrupted=False, error=str(exc))
+                raise
             if code != 0 and last[:2] != ["dags", "test"]:  # a failed run is told by its record
                 raise AirflowRunError(f"`airflow {shlex.join(last)}` failed (exit {code}): {_squeeze(tail)}; log: {log_path}")
         path = folder / "run.json"
@@ -230,6 +239,7 @@ class AirflowEngine:
 
 
 _STOP_NOTE = "stopped by heteroflow: the run was interrupted (Ctrl-C or SIGTERM); rerun the same command to resume. Record: {record}"
+_TIMEOUT_NOTE = "stopped by heteroflow: {error}. Record: {record}"
 
 
 def _fail_stopped_run(dag_id: str, logical_date: str, note: str) -> str | None:
@@ -268,11 +278,12 @@ def _fail_stopped_run(dag_id: str, logical_date: str, note: str) -> str | None:
         return str(run.run_id)
 
 
-def _end_stopped_run(dag_id: str, logical_date: str, folder: Path, env: Mapping[str, str], log_path: Path) -> None:
+def _end_stopped_run(dag_id: str, logical_date: str, folder: Path, env: Mapping[str, str], log_path: Path, *,
+                     note: str | None = None) -> None:
     """Run :func:`_fail_stopped_run` in a child process with Airflow's ``env`` (at most 60 s), its outcome appended
-    to ``log_path``. Best effort: a second stop, a failure or the time limit leaves Airflow's run as it is (said
-    in the log), never hiding the first stop."""
-    note = _STOP_NOTE.format(record=folder / "run.json")
+    to ``log_path``; ``note``: the run's note (default: stopped by Ctrl-C or SIGTERM). Best effort: a second stop,
+    a failure or the time limit leaves Airflow's run as it is (said in the log), never hiding the first stop."""
+    note = note or _STOP_NOTE.format(record=folder / "run.json")
     code = (f"from heteroflow.dags.engine import _fail_stopped_run; "
             f"print(_fail_stopped_run({dag_id!r}, {logical_date!r}, {note!r}) or '')")
     started = time.monotonic()
@@ -349,7 +360,7 @@ def _run_airflow(commands: list[list[str]], env: Mapping[str, str], log_path: Pa
                 proc.kill()
                 proc.wait()
     if timed_out.is_set():
-        raise AirflowRunError(f"`airflow {' '.join(last[:2])}` ran past timeout_seconds={timeout:g}; log: {log_path}")
+        raise _AirflowTimedOut(f"`airflow {' '.join(last[:2])}` ran past timeout_seconds={timeout:g}; log: {log_path}")
     return returncode, "".join(tail)[-4000:], last
 
 

@@ -170,3 +170,33 @@ def test_sigterm_of_an_airflow_engine_run_records_it_interrupted_and_ends_airflo
     assert f"$ airflow: marked Airflow's run {runs[0][0]} failed (stopped)" in (run_dir / "airflow.log").read_text()
     assert tasks["preprocess"] == "success" and tasks["train.cpu-2"] == "failed", tasks  # the candidate that ran
     assert tasks["evaluate"] == tasks["archive"] == tasks["record-run"] == "skipped", tasks  # record-run: by the CLI
+
+
+@pytest.mark.slow
+def test_an_airflow_engine_run_past_timeout_seconds_is_recorded_failed_and_ended_in_airflow(
+    digits_dir: Path, heteroflow_home: Path, tmp_path: Path, pause_train_at_checkpoint, migrated_airflow_home,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The sibling of a stop: Airflow's process killed at ``timeout_seconds`` (a hung run). The run's record says
+    why (``failed``), and Airflow's run is ended with a note, not left ``running`` (it was both: no run.json, and
+    a run shown as running in Airflow's UI for good)."""
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    import heteroflow
+    from heteroflow.dags.engine import AirflowRunError
+
+    airflow_home = migrated_airflow_home(tmp_path / "airflow")
+    for name, value in pause_train_at_checkpoint(20).items():  # train sleeps 120 s after step 20: past the limit
+        monkeypatch.setenv(name, value)
+    run_dir = tmp_path / "run"
+    with pytest.raises(AirflowRunError, match=r"^`airflow dags test` ran past timeout_seconds=30; log: "):
+        heteroflow.run(None, {"dataset_uri": str(digits_dir), "epochs": 40, "checkpoint_every_steps": 20}, engine="airflow",
+                       run_dir=run_dir, airflow_home=str(airflow_home), timeout_seconds=30)
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "failed" and "ran past timeout_seconds=30" in record["error"], record
+    with sqlite3.connect(airflow_home / "airflow.db") as db:
+        runs = db.execute("SELECT run_id, state FROM dag_run WHERE dag_id = 'heteroflow-engine-heteroflow-default'").fetchall()
+        notes = [n for (n,) in db.execute("SELECT content FROM dag_run_note")]
+        open_tasks = db.execute("SELECT task_id FROM task_instance WHERE state IS NULL OR state IN ('running', 'queued', 'scheduled')").fetchall()
+    assert [state for _, state in runs] == ["failed"], (runs, (run_dir / "airflow.log").read_text()[-1500:])
+    assert len(notes) == 1 and notes[0].startswith("stopped by heteroflow: `airflow dags test` ran past timeout_seconds=30"), notes
+    assert open_tasks == [], open_tasks
