@@ -30,6 +30,7 @@ import json
 import signal
 import sys
 import tempfile
+import time
 import traceback
 from pathlib import Path
 from typing import Annotated, Any, Optional
@@ -156,6 +157,7 @@ def run(
         options: dict[str, Any] = dict(engine=engine, run_dir=output, simulate_devices=simulate_devices, inject_faults=inject_fault)
         if not candidate:  # engines that run the pipeline in other processes import it from here
             options["source"] = pipeline_ref or DEFAULT_PIPELINE_SOURCE
+        began = time.monotonic()  # what the command waits for: said beside the record's time where it is longer
         if "on_progress" not in chosen.options or verbose:
             echo = verbose and "echo_engine_output" in chosen.options  # -v: the engine's own output, where it has one
             record = run_pipeline(pipeline, params, echo_engine_output=echo, **options)
@@ -188,7 +190,7 @@ def run(
         # 128 + the signal, as a shell reports a process a signal ended: 130 after Ctrl-C, 143 after SIGTERM
         raise typer.Exit(code=128 + (stopped_by[0] if stopped_by else signal.SIGINT)) from None
 
-    _print_record(record, pipeline)
+    _print_record(record, pipeline, elapsed=time.monotonic() - began, engine=chosen.name)
     if record.status != "succeeded":
         raise typer.Exit(code=1)
 
