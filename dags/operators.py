@@ -453,7 +453,7 @@ def _testing_settings() -> dict[str, str]:
 
 
 def _write_record(pipeline: Pipeline, folder: Path, run_id: str, started: float, args: Mapping[str, Any], *, error: str | None = None) -> Any:
-    from heteroflow.pipelines.runs.records import build_record
+    from heteroflow.pipelines.runs.records import build_record, release_kept_trainings
 
     record = build_record(
         pipeline,
@@ -467,6 +467,7 @@ def _write_record(pipeline: Pipeline, folder: Path, run_id: str, started: float,
         testing=_testing_settings(),
     )
     record.write()
+    release_kept_trainings(record)  # a finished training kept for a rerun: this run succeeded, so it goes
     return record
 
 

@@ -200,3 +200,46 @@ def test_an_airflow_engine_run_past_timeout_seconds_is_recorded_failed_and_ended
     assert [state for _, state in runs] == ["failed"], (runs, (run_dir / "airflow.log").read_text()[-1500:])
     assert len(notes) == 1 and notes[0].startswith("stopped by heteroflow: `airflow dags test` ran past timeout_seconds=30"), notes
     assert open_tasks == [], open_tasks
+
+
+@pytest.mark.slow
+def test_a_run_stopped_after_train_finished_reruns_without_training_again(
+    digits_dir: Path, heteroflow_home: Path, tmp_path: Path
+) -> None:
+    """A new user's trial: Ctrl-C during evaluate, after train had finished, then the same command: train ran all
+    its steps again from step 0 (its checkpoint folder went as training completed), so a stop past train lost the
+    whole training. The finished model is now kept in the checkpoint folder until a run that uses it succeeds: the
+    rerun takes it (the same steps, not trained again) and its success removes the folder."""
+    env = {**os.environ, "HETEROFLOW_HOME": str(heteroflow_home), "COLUMNS": "200"}
+    args = ["run", "--param", "epochs=2", "--dataset", str(digits_dir)]
+    first = tmp_path / "first"
+    # evaluate's first attempt fails (transient): the run waits for its retry, the point the stop lands in
+    proc = subprocess.Popen([str(HETEROFLOW_CLI), *args, "--inject-fault", "evaluate@cpu=transient:1", "--output", str(first)],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    _wait_for(lambda: (first / "steps" / "evaluate" / "attempt-1.json").is_file(), 300, "evaluate's failed first attempt")
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out + err
+    record = json.loads((first / "run.json").read_text())
+    steps = {s["name"]: s["status"] for s in record["steps"]}
+    assert steps["train"] == "succeeded" and steps["evaluate"] in ("interrupted", "failed") and record["status"] == "interrupted", steps
+    assert "train takes the model it finished, kept until a run succeeds: it does not train again" in " ".join(err.split())
+    trained = record["results"]["train"]
+    kept = Path(trained["kept_checkpoint"])
+    assert (kept / "finished.json").is_file() and (kept / "finished" / "model.pt").is_file()
+    assert not (kept / "checkpoint.pt").exists()  # the checkpoints gave way to the finished model
+
+    second = tmp_path / "second"
+    rerun = subprocess.run([str(HETEROFLOW_CLI), *args, "--output", str(second)], env=env, capture_output=True, text=True, timeout=600)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    again = json.loads((second / "run.json").read_text())["results"]["train"]
+    assert again["reused_model"] == str(kept / "finished") and again["steps"] == again["resumed_from_step"] == trained["steps"]
+    assert again["history"] == trained["history"] and again["final_loss"] == trained["final_loss"]
+    assert "not trained again" in " ".join(rerun.stdout.split()) and "an earlier run" in " ".join(rerun.stdout.split())
+    assert not kept.exists()  # the run that used it succeeded: the folder is gone
+
+    third = tmp_path / "third"  # and the next run trains afresh, as before
+    fresh = subprocess.run([str(HETEROFLOW_CLI), *args, "--output", str(third)], env=env, capture_output=True, text=True, timeout=600)
+    assert fresh.returncode == 0, fresh.stdout + fresh.stderr
+    assert json.loads((third / "run.json").read_text())["results"]["train"]["resumed_from_step"] == 0
+    assert list((heteroflow_home / "checkpoints").glob("*/finished.json")) == []

@@ -367,3 +367,28 @@ def test_a_checkpoint_folder_with_nothing_to_resume_is_not_left_behind(tmp_path:
     with _exclusive(kept):  # and it can be locked again
         pass
     assert (kept / "ckpt.pt").exists()
+
+
+def test_a_kept_finished_training_is_released_only_when_no_training_holds_its_folder(tmp_path: Path) -> None:
+    """The sibling of the rerun-after-a-stop case: the run that succeeds removes the kept model's folder, but not
+    while an identical training holds its lock (that one takes the model or trains; it decides), and a folder
+    that keeps nothing is never removed by the release."""
+    import fcntl
+
+    from heteroflow.components.training.checkpoint_lock import KEPT_FACTS, keep_finished, release_kept
+
+    folder, model = tmp_path / "ckpt", tmp_path / "model"
+    folder.mkdir()
+    model.mkdir()
+    (model / MODEL_WEIGHTS).write_bytes(b"w")
+    (model / MODEL_CONFIG).write_text("{}")
+    (folder / "checkpoint.pt").write_bytes(b"c")
+    (folder / ".lock").write_text("")
+    assert release_kept(folder) is False and (folder / "checkpoint.pt").is_file()  # a checkpoint, not a kept model
+    kept = keep_finished(folder, model, {"steps": 56})
+    assert sorted(p.name for p in folder.iterdir()) == [".lock", "finished", KEPT_FACTS]  # the checkpoint gave way
+    assert (kept / MODEL_WEIGHTS).read_bytes() == b"w" and json.loads((folder / KEPT_FACTS).read_text())["model_dir"] == str(kept)
+    with open(folder / ".lock", "a+") as holder:
+        fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert release_kept(folder) is False and (kept / MODEL_WEIGHTS).is_file()
+    assert release_kept(folder) is True and not folder.exists()

@@ -15,7 +15,7 @@ from typing import Any
 
 from heteroflow.components.errors import CheckpointLocked
 
-__all__ = ["LOCK_WAIT_SECONDS", "HeldLock"]
+__all__ = ["KEPT_FACTS", "KEPT_MODEL", "LOCK_WAIT_SECONDS", "HeldLock", "keep_finished", "release_kept"]
 
 LOCK_WAIT_SECONDS: float | None = None
 """How long train waits for a checkpoint folder's lock; None: as long as its holder lives (the kernel releases a
@@ -158,3 +158,90 @@ def _take_finished_model(held: HeldLock | None, model_dir: str | os.PathLike[str
     say(f"train: {held.waited_for} finished the same training ({facts.get('steps')} steps); its model {src} is this "
         "run's, not trained again")
     return {**facts, "model_dir": out, "reused_model": str(src)}
+
+
+KEPT_MODEL = "finished"
+"""The folder, in a checkpoint folder, that keeps a finished training's model until a run that uses it succeeds."""
+KEPT_FACTS = "finished.json"
+"""Its facts (:class:`~heteroflow.components.training.step.TrainResult` fields), written after the folder."""
+
+
+def keep_finished(ckpt_dir: Path, model_dir: str | os.PathLike[str], facts: dict[str, Any]) -> Path:
+    """Keep a finished training in its checkpoint folder, in place of its checkpoints (called by train with the
+    folder's lock held, in a run that records itself: a local engine's): a copy of its model folder
+    (:data:`KEPT_MODEL`, published whole) and then ``facts`` (:data:`KEPT_FACTS`). A run stopped or failed after
+    train (Ctrl-C during evaluate) then resumes with this model instead of training again from step 0, as
+    Metaflow's ``resume`` reuses the steps a run finished; :func:`release_kept` removes the folder once a run that
+    used it succeeds.
+
+    Returns:
+        The kept model folder.
+
+    Raises:
+        OSError: the copy or the facts could not be written (the checkpoints are left as they were).
+    """
+    import shutil
+
+    from heteroflow.cache.atomic import atomic_directory, atomic_write_bytes
+
+    kept = ckpt_dir / KEPT_MODEL
+    with atomic_directory(kept) as tmp:
+        shutil.copytree(model_dir, tmp, dirs_exist_ok=True)
+    atomic_write_bytes(ckpt_dir / KEPT_FACTS, json.dumps({**facts, "model_dir": str(kept)}, default=str).encode())
+    for entry in ckpt_dir.iterdir():  # the checkpoints: nothing is left to resume inside this training
+        if entry.name not in (".lock", KEPT_MODEL, KEPT_FACTS):
+            shutil.rmtree(entry, ignore_errors=True) if entry.is_dir() else entry.unlink(missing_ok=True)
+    return kept
+
+
+def _take_kept_model(ckpt_dir: Path, model_dir: str | os.PathLike[str], *, say: Callable[[str], None]) -> dict[str, Any] | None:
+    """The finished training kept in ``ckpt_dir`` (:func:`keep_finished`), its model copied into ``model_dir``
+    (atomically), or None: none kept, or it is incomplete (then this one trains).
+
+    Returns:
+        its facts, with ``model_dir`` this call's folder, ``reused_model`` the kept folder and ``kept_checkpoint``
+        ``ckpt_dir`` (released when this run succeeds).
+    """
+    import shutil
+
+    from heteroflow.cache.atomic import atomic_directory
+    from heteroflow.components.training.model_files import MODEL_CONFIG, MODEL_WEIGHTS
+
+    kept = ckpt_dir / KEPT_MODEL
+    try:
+        facts = json.loads((ckpt_dir / KEPT_FACTS).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(facts, dict) or not (kept / MODEL_WEIGHTS).is_file() or not (kept / MODEL_CONFIG).is_file():
+        return None
+    out = Path(model_dir)
+    with atomic_directory(out) as tmp:
+        shutil.copytree(kept, tmp, dirs_exist_ok=True)
+    say(f"train: an earlier run finished this training ({facts.get('steps')} steps) but did not succeed after it: its "
+        f"model, kept in {ckpt_dir}, is this run's, not trained again (remove that folder to train afresh)")
+    return {**facts, "model_dir": out, "reused_model": str(kept), "kept_checkpoint": str(ckpt_dir)}
+
+
+def release_kept(ckpt_dir: str | os.PathLike[str]) -> bool:
+    """Remove a checkpoint folder that keeps a finished training (:func:`keep_finished`), once a run that used it
+    succeeded; left as it is while a training holds its lock (it decides for itself). Never raises.
+
+    Returns:
+        True when it was removed.
+    """
+    import shutil
+
+    folder = Path(ckpt_dir)
+    if not (folder / KEPT_FACTS).is_file():
+        return False
+    try:
+        fh = open(folder / ".lock", "a+")
+    except OSError:
+        return False
+    with fh:
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False
+        shutil.rmtree(folder, ignore_errors=True)  # the lock file with it: a waiter then locks a new folder
+        return not folder.exists()

@@ -46,7 +46,9 @@ from heteroflow.components.errors import InvalidParameter, Problems
 from heteroflow.components.data.parameters import SEED_MAX, check_integer
 from heteroflow.components.resources import Candidates, DeviceKind, Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
+from heteroflow.components.core.telemetry import RUN_DIR_ENV
 from heteroflow.components.training.checkpoint_lock import LOCK_WAIT_SECONDS, _exclusive, _take_finished_model  # noqa: F401  (set it there: _exclusive reads it there)
+from heteroflow.components.training.checkpoint_lock import _take_kept_model, keep_finished
 from heteroflow.components.training.context import _make_context, _trained_module, _training_function
 from heteroflow.components.training.device import _kind_of_type, distributed_workers, resolve_device
 from heteroflow.components.training.model_files import MODEL_CONFIG, MODEL_WEIGHTS, _write_model, build_model, load_model
@@ -107,6 +109,10 @@ class TrainResult:
             worker processes, loading the data and writing the model.
         batch_sizes: the per-worker batch sizes given (``batch_sizes``), () when none were; when their number is
             not :attr:`processes` (a fallback to a candidate with fewer devices), the union batch was split evenly.
+        kept_checkpoint: the checkpoint folder that keeps this finished training's model until the run succeeds
+            (in a run that records itself: a local engine's), so that a rerun after a stop or failure past train
+            takes it instead of training again (:func:`~heteroflow.components.training.checkpoint_lock.keep_finished`);
+            empty when none is kept (the folder was removed as training completed).
     """
 
     model_dir: Path
@@ -133,6 +139,7 @@ class TrainResult:
     mixed: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     batch_sizes: tuple[int, ...] = ()
     loop_seconds: float = 0.0
+    kept_checkpoint: str = ""
 
 def _fingerprint(meta: dict[str, Any], params: dict[str, Any]) -> str:
     """The checkpoint folder's key: a hash of the data's identity and the training parameters (the model factory
@@ -377,8 +384,11 @@ def train(
         with lock as held:
             waited = {"waited_for": held.waited_for or "", "waited_seconds": held.waited_seconds} if held else {}
             reused = _take_finished_model(held, model_dir, say=say)
+            if reused is None and held is not None:  # an earlier run finished it, then stopped or failed after train
+                reused = _take_kept_model(ckpt_dir, model_dir, say=say)
             if reused is not None:  # the identical training we waited for finished: its model is ours (#28 item 10)
-                shutil.rmtree(ckpt_dir, ignore_errors=True)
+                if not reused.get("kept_checkpoint"):  # kept: until a run that used it succeeds (release_kept)
+                    shutil.rmtree(ckpt_dir, ignore_errors=True)
                 names = {f.name for f in dataclasses.fields(TrainResult)}
                 return TrainResult(**{**{k: v for k, v in reused.items() if k in names}, **waited,
                                       "device": str(dev), "device_kind": str(kind), "checkpoints_written": 0,
@@ -430,10 +440,18 @@ def train(
                 **waited,
             )
             if held is not None:
+                if os.environ.get(RUN_DIR_ENV):  # a run that records itself: kept until it (or a rerun) succeeds
+                    try:
+                        keep_finished(ckpt_dir, out, {**dataclasses.asdict(result), "kept_checkpoint": str(ckpt_dir)})
+                        result = dataclasses.replace(result, kept_checkpoint=str(ckpt_dir))
+                    except OSError as exc:
+                        say(f"train: could not keep the finished model in {ckpt_dir} ({exc.strerror or exc}); a rerun "
+                            "after a stop past train trains again")
                 # for an identical training waiting on this lock: it takes this model instead of training again;
                 # the folder goes while the lock is held (a waiter then finds these facts, never a half-removed folder)
                 held.finish({**dataclasses.asdict(result), "model_dir": str(out)})
-                shutil.rmtree(ckpt_dir, ignore_errors=True)
+                if not result.kept_checkpoint:
+                    shutil.rmtree(ckpt_dir, ignore_errors=True)
     finally:
         if deterministic:
             torch.use_deterministic_algorithms(previous_determinism)
@@ -625,6 +643,7 @@ def _train_facts(result: Any) -> dict[str, Any]:
         "seconds": result.seconds,
         **({"waited_for": result.waited_for, "waited_seconds": round(result.waited_seconds, 1)} if result.waited_for else {}),
         **({"reused_model": result.reused_model} if result.reused_model else {}),
+        **({"kept_checkpoint": result.kept_checkpoint} if result.kept_checkpoint else {}),
         **({"amp_skipped_steps": result.amp_skipped_steps} if result.precision == "float16" else {}),
         **({"mixed": dict(result.mixed)} if result.mixed else {}),
         **({"dataset_factory": factory} if factory else {}),
@@ -666,7 +685,8 @@ def _train_summary(f: dict[str, Any]) -> list[str]:
         precision += f" ({f['amp_skipped_steps']} steps skipped by the GradScaler: inf/NaN gradients)"
     waited = [f"train: waited {f.get('waited_seconds', 0.0):.1f} s for {f['waited_for']}, which ran the same training"] if f.get("waited_for") else []
     if f.get("reused_model"):  # that training finished: its model is this run's (#28 item 10)
-        return [*waited, f"train: took the model it finished ({f['steps']} steps, {f['reused_model']}), not trained again; "
+        whose = "it" if f.get("waited_for") else "an earlier run of this training"  # kept_finished: a rerun after a stop
+        return [*waited, f"train: took the model {whose} finished ({f['steps']} steps, {f['reused_model']}), not trained again; "
                 f"final loss {_loss(f['final_loss'])}" + (f", validation accuracy {va:.4f}" if va is not None else "")]
     mixed: list[str] = []
     if f.get("mixed"):

@@ -206,6 +206,8 @@ def interrupted_hint(record: Any) -> str:
         parts.append("prewarm skips what is cached")
     if steps.get("train") in ("interrupted", "killed", "running"):  # stopped while it trained
         parts.append("train continues from its last checkpoint if it wrote one; stopped before its first, it starts again")
+    elif steps.get("train") == "succeeded" and record is not None and (record.results.get("train") or {}).get("kept_checkpoint"):
+        parts.append("train takes the model it finished, kept until a run succeeds: it does not train again")
     return "interrupted: rerun the same command to resume" + (f" ({'; '.join(parts)})" if parts else "")
 
 

@@ -823,6 +823,22 @@ def uninterrupted() -> Iterator[list[int]]:
         raise KeyboardInterrupt
 
 
+def release_kept_trainings(record: RunRecord) -> list[str]:
+    """Once ``record``'s run succeeded, remove the checkpoint folders its train steps kept their finished model in
+    (a step result's ``kept_checkpoint``: :func:`heteroflow.components.training.checkpoint_lock.keep_finished`);
+    kept while the run had not succeeded, for a rerun to take instead of training again. Never raises.
+
+    Returns:
+        The folders removed.
+    """
+    if record.status != "succeeded":
+        return []
+    from heteroflow.components.training.checkpoint_lock import release_kept
+
+    return [str(r["kept_checkpoint"]) for r in record.results.values()
+            if isinstance(r, Mapping) and r.get("kept_checkpoint") and release_kept(str(r["kept_checkpoint"]))]
+
+
 def finish_run(
     pipeline: Pipeline,
     *,
@@ -861,6 +877,7 @@ def finish_run(
         )
         record.write()
         held.clear()  # a stop that came once the engine had finished: the run had ended as its record says
+    release_kept_trainings(record)
     if interrupted and record.status != "succeeded":
         stop = KeyboardInterrupt()
         stop.record = record  # type: ignore[attr-defined]
