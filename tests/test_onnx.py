@@ -240,8 +240,14 @@ def test_archive_without_onnx_then_export_and_predict_from_the_command_line(
     assert sorted(plain.lineage["formats"]) == ["pytorch"] and not (plain.path / "onnx").exists()
     with pytest.raises(InvalidParameter, match="holds no ONNX export; archive with --param export_formats=onnx"):
         load_archived(plain.path, format="onnx")
-    asked = _archive(trained, tmp_path, root, export_formats="onnx")  # the same model: v1 stays as it is, and says so
-    assert asked.existing and asked.version == 1 and "heteroflow archive export digits-mlp:v1 --format onnx" in (asked.note or "")
+    # the same model, asked for with onnx: v1 stays as it is (versions never change) and a new version holds the
+    # export, so `predict digits-mlp:v2 --format onnx` works (it said "already archived" and predict's advice looped)
+    asked = _archive(trained, tmp_path, root, export_formats="onnx")
+    assert not asked.existing and asked.version == 2 and asked.note == "the same model as v1, which was archived without onnx"
+    assert sorted(asked.lineage["formats"]) == ["onnx", "pytorch"] and asked.lineage["same_model_as"] == "v1"
+    assert (asked.path / "onnx" / "model.onnx").is_file() and sorted(plain.lineage["formats"]) == ["pytorch"]
+    assert load_archived(asked.path, format="onnx") is not None
+    assert _archive(trained, tmp_path, root, export_formats="onnx").version == 2  # and then: already archived, v2
     before = sorted(p.relative_to(root).as_posix() for p in root.rglob("*"))
 
     runner = CliRunner()

@@ -71,8 +71,9 @@ class ArchiveResult:
         lineage: the lineage record written to ``lineage.json`` (an existing version's, when ``existing``).
         existing: the same model (same content hash) was already archived as this version; nothing was written.
         note: when the version first claimed was taken by another writer meanwhile, says so
-            (``archived as v2: v1 was taken by run X at ...``); when an existing version lacks an export asked
-            for, says how to make one; else None.
+            (``archived as v2: v1 was taken by run X at ...``); when the model was archived before without an
+            export asked for, says so (``the same model as v1, which was archived without onnx``: this new version
+            holds it; versions are never changed); else None.
     """
 
     name: str
@@ -291,17 +292,17 @@ def archive(
     folder.mkdir(parents=True, exist_ok=True)
     digest = content_sha256(src)
     checked: set[int] = set()
+    without: list[tuple[int, list[str]]] = []  # versions of the same model that lack an export asked for
 
     def archived_already(versions: list[int]) -> ArchiveResult | None:
         for v in sorted(set(versions) - checked):
             checked.add(v)
             if (same := _same_model(folder / f"v{v}", digest)) is not None:
                 lacking = [f for f in exports if f not in (same.get("formats") or {})]
-                note = (
-                    f"v{v} holds the same model without {', '.join(lacking)} (archived without it); "
-                    f"heteroflow archive export {name}:v{v} --format {lacking[0]} -o FILE exports it"
-                ) if lacking else None
-                return ArchiveResult(name=name, version=v, path=folder / f"v{v}", lineage=same, existing=True, note=note)
+                if lacking:  # versions are immutable: a new one holds the export (predict --format reads versions)
+                    without.append((v, lacking))
+                    continue
+                return ArchiveResult(name=name, version=v, path=folder / f"v{v}", lineage=same, existing=True)
         return None
 
     if (done := archived_already(list_versions(folder.parent, name))) is not None:
@@ -312,6 +313,11 @@ def archive(
         "code": code_version(),
         "archived_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
     }
+    same_note = None
+    if without:
+        v, lacking = without[-1]
+        record["same_model_as"] = f"v{v}"
+        same_note = f"the same model as v{v}, which was archived without {', '.join(lacking)}"
     _remove_dead_incoming(folder)
     tmp = make_temp_dir(folder, prefix=f".incoming-{os.getpid()}-")  # umask-respecting mode, not mkdtemp's 0700
     try:
@@ -332,8 +338,11 @@ def archive(
             version = max(taken, default=0) + 1
             target = folder / f"v{version}"
             record["version"] = version
-            if first_taken is not None:
-                record["version_note"] = f"archived as v{version}: v{first_taken[0]} was taken by {first_taken[1]}"
+            notes = [f"archived as v{version}: v{first_taken[0]} was taken by {first_taken[1]}"] if first_taken is not None else []
+            if same_note:
+                notes.append(same_note)
+            if notes:
+                record["version_note"] = "; ".join(notes)
             lineage_path = tmp / "lineage.json"
             lineage_path.unlink(missing_ok=True)  # allowed on a read-only file: the folder is writable
             lineage_path.write_text(json.dumps(record, indent=2, sort_keys=True, default=str), encoding="utf-8")
