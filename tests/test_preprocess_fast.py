@@ -419,3 +419,25 @@ def test_a_file_read_as_two_halves_is_the_file_read_in_one_stream(
     pd.testing.assert_frame_equal(read_table(path).frame, serial)
     assert split["count"].isna().sum() == len(range(5, n, 97))
     assert list(split["kind"].cat.categories)[-5:] == [f"late-{k}" for k in (1, 2, 3, 4, 0)]
+
+
+def test_the_transformation_is_the_same_file_in_a_process_that_imported_dill_first(digits_dir: Path, tmp_path: Path) -> None:
+    """A new user's trial: the airflow engine archived a second version of a model kfp-local had archived, the same
+    weights but another transform.joblib. Airflow imports dill before joblib, and joblib's pickler then copies
+    dill's reducers: a slice was pickled as ``dill._dill._load_type`` (a file that needs dill to load). Preprocess
+    in a process that imported dill first writes the same bytes as in one that did not."""
+    pytest.importorskip("dill", reason="dill is installed with the airflow extra")
+    code = (
+        "import sys\n"
+        "if sys.argv[1] == 'dill': import dill\n"
+        "from heteroflow.components.data.preprocess import preprocess\n"
+        "preprocess(sys.argv[2], sys.argv[3], num_workers=1)\n"
+    )
+    files = {}
+    for how in ("plain", "dill"):
+        out = tmp_path / how
+        done = subprocess.run([sys.executable, "-c", code, how, str(digits_dir), str(out)], capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-2000:]
+        files[how] = (out / "transform.joblib").read_bytes()
+    assert b"dill" not in files["dill"]
+    assert files["dill"] == files["plain"]

@@ -28,9 +28,10 @@ this module's name); heteroflow imports it only inside the functions that fit or
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -216,16 +217,51 @@ def text_categories(transform: Any) -> dict[str, list[str]]:
     return found
 
 
+@contextlib.contextmanager
+def _stock_pickling() -> Iterator[None]:
+    """Pickle with joblib's own reducers only, for the duration. joblib's ``NumpyPickler`` copies pickle's dispatch
+    table when joblib is imported; in a process that imported dill first (Airflow does), dill's reducers are in
+    that copy (``dill.extend``), so ``transform.joblib`` names ``dill._dill._load_type`` for a ``slice``: another
+    file for the same transformation (the archive then kept a duplicate version of the same model), and one that
+    cannot be loaded where dill is not installed. While it pickles, the table is pickle's own, as dill's public
+    ``dill.extend(False)`` restores it (dill's state is then put back as it was)."""
+    import pickle
+    import sys
+
+    from joblib import numpy_pickle
+
+    def from_dill(dispatch: Mapping[Any, Any]) -> bool:
+        return any(str(getattr(f, "__module__", "") or "").startswith("dill") for f in dispatch.values())
+
+    table = numpy_pickle.NumpyPickler.dispatch
+    dill = sys.modules.get("dill")
+    if dill is None or not from_dill(table):
+        yield
+        return
+    extended = from_dill(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
+    dill.extend(False)  # pickle's table without dill's reducers
+    stock = pickle._Pickler.dispatch.copy()  # type: ignore[attr-defined]
+    if extended:
+        dill.extend(True)
+    numpy_pickle.NumpyPickler.dispatch = stock
+    try:
+        yield
+    finally:
+        numpy_pickle.NumpyPickler.dispatch = table
+
+
 def save_transform(folder: str | os.PathLike[str], transform: Any, schema: Mapping[str, Any], *,
                    durable: bool = True) -> None:
     """Write ``transform.joblib`` and ``transform.json`` into ``folder`` (each atomically; ``durable``: each
-    fsynced, False where the folder is made durable as a whole, as preprocess's :func:`atomic_directory` does)."""
+    fsynced, False where the folder is made durable as a whole, as preprocess's :func:`atomic_directory` does).
+    The pickle is the same bytes in every process (:func:`_stock_pickling`): loading it never needs dill."""
     import io
 
     import joblib
 
     buffer = io.BytesIO()
-    joblib.dump(transform, buffer)
+    with _stock_pickling():
+        joblib.dump(transform, buffer)
     atomic_write_bytes(Path(folder, TRANSFORM_NAME), buffer.getvalue(), durable=durable)
     atomic_write_bytes(Path(folder, SCHEMA_NAME), json.dumps(schema, indent=2).encode(), durable=durable)
 
