@@ -370,3 +370,22 @@ def test_what_a_step_waits_for_is_printed_once_as_a_line_on_any_console() -> Non
     assert _waiting_lines(steps, seen) == []  # said once
     steps[1].details = {"progress": {"epoch": 1}}
     assert _waiting_lines(steps, seen) == []
+
+
+@pytest.mark.parametrize(("given", "seen"), [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
+def test_the_console_script_makes_openmp_waits_passive_unless_set(given: str | None, seen: str) -> None:
+    """A new user's trial: train's loop took 10-20x as long in some runs on 2 cores (OpenMP threads spinning while
+    the thread they waited for had no core). The console script sets OMP_WAIT_POLICY=PASSIVE, before torch is
+    imported and for the step processes it starts; a value the user set is kept."""
+    code = (
+        "import os, sys\n"
+        "import heteroflow.pipelines.cli.main as cli\n"
+        "cli.console_script = lambda: print(os.environ.get('OMP_WAIT_POLICY'), 'torch' in sys.modules)\n"
+        "from heteroflow.pipelines.cli.script import console_script\n"
+        "sys.argv = ['heteroflow', 'runs']\n"
+        "console_script()\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"} | ({"OMP_WAIT_POLICY": given} if given else {})
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [seen, "False"], done.stdout
