@@ -100,7 +100,8 @@ def backend_for(cache_root: str) -> CacheBackend:
     """The backend a cache URI names (see the module docstring).
 
     Raises:
-        InvalidCacheOption: an unknown scheme or a malformed Alluxio address (the message lists the valid forms).
+        InvalidCacheOption: an unknown scheme, a malformed Alluxio address (the message lists the valid forms), or
+            a ``timeout_s`` / ``poll_s`` that is not a number of seconds > 0.
     """
     forms = ("valid: empty (the local cache), a folder, file://FOLDER, alluxio2://PROXY_HOST[:PORT][?mount=DIR], "
              "alluxio3://WORKER_HOST[:PORT][,HOST:PORT...][?mount=DIR]")
@@ -115,13 +116,34 @@ def backend_for(cache_root: str) -> CacheBackend:
     mount = query.get("mount", "")
     if parts.scheme == "alluxio2":
         host, port = _host_port(parts.netloc, ALLUXIO2_DEFAULT_PORT, cache_root, forms)
-        return Alluxio2Backend(host=host, port=port, mount=mount, timeout_s=float(query.get("timeout_s", 60)))
+        return Alluxio2Backend(host=host, port=port, mount=mount, timeout_s=_seconds(query, "timeout_s", 60, cache_root))
     if parts.scheme == "alluxio3":
         workers = ",".join(f"{h}:{p}" for h, p in (_host_port(w, ALLUXIO3_DEFAULT_PORT, cache_root, forms)
                                                      for w in parts.netloc.split(",")))
-        return Alluxio3Backend(workers=workers, mount=mount, timeout_s=float(query.get("timeout_s", 3600)),
-                               poll_s=float(query.get("poll_s", 2)))
+        return Alluxio3Backend(workers=workers, mount=mount, timeout_s=_seconds(query, "timeout_s", 3600, cache_root),
+                               poll_s=_seconds(query, "poll_s", 2, cache_root))
     raise InvalidCacheOption(f"cache root {redact_url(cache_root)}: unknown cache scheme {parts.scheme}://; {forms}")
+
+
+def _seconds(query: Mapping[str, str], key: str, default: float, cache_root: str) -> float:
+    """The cache URI's option ``key`` (seconds): a finite number > 0, ``default`` when not given.
+
+    Raises:
+        InvalidCacheOption: it is not such a number (``float('x')`` would raise a bare ValueError mid-prewarm).
+    """
+    import math
+
+    text = query.get(key)
+    if text is None:
+        return float(default)
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not math.isfinite(value) or value <= 0:
+        raise InvalidCacheOption(f"cache root {redact_url(cache_root)}: {key}={text!r} is not valid; valid: a number of "
+                                 "seconds > 0")
+    return value
 
 
 def _host_port(netloc: str, default: int, cache_root: str, forms: str) -> tuple[str, int]:

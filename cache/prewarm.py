@@ -47,6 +47,7 @@ import dataclasses
 import datetime
 import json
 import logging
+import math
 import os
 import posixpath
 import shutil
@@ -113,6 +114,7 @@ __all__ = [
     "default_workers",
     "prewarm",
     "prewarm_dataset",
+    "prewarm_option_problems",
     "sha256_file",
 ]
 
@@ -182,6 +184,65 @@ def _verify_mode(verify: bool | str) -> str:
     return verify
 
 
+def _count_problem(name: str, value: Any, low: int, valid: str) -> str | None:
+    """Why ``value`` is not an integer >= ``low`` for the option ``name`` (None when it is one)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        return f"{name}={value!r} is not an integer; valid: {valid}"
+    if value < low:
+        return f"{name}={value!r} is out of range; valid: {valid}"
+    return None
+
+
+def _lock_timeout_problem(name: str, value: Any) -> str | None:
+    """Why ``value`` is not a lock wait for the option ``name``: a finite number of seconds >= 0 (filelock waits
+    forever for a negative timeout, and NaN compares as no timeout at all)."""
+    valid = "a number of seconds >= 0 (0: do not wait)"
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return f"{name}={value!r} is not a finite number; valid: {valid}"
+    if value < 0:
+        return f"{name}={value!r} is out of range; valid: {valid}"
+    return None
+
+
+def prewarm_option_problems(
+    *,
+    cache_root: str = "",
+    copy_threads: int = 0,
+    verify_cached: str = "stat",
+    keep_versions: int = 3,
+    lock_timeout_s: float = 3600.0,
+    names: Mapping[str, str] | None = None,
+) -> list[str]:
+    """Every problem of :func:`prewarm_dataset`'s options, each named with what is valid; empty when there is none.
+    The prewarm step's check (``heteroflow run``, before anything runs), :func:`prewarm_dataset` itself and
+    ``heteroflow prewarm`` use it.
+
+    Args:
+        cache_root / copy_threads / verify_cached / keep_versions / lock_timeout_s: as :func:`prewarm_dataset`.
+        names: how the messages name an option, by :func:`prewarm_dataset`'s name (``{"copy_threads": "--workers"}``
+            for a command's own option); default: that name.
+
+    Returns:
+        The problems' messages, in the order of the options.
+    """
+    from heteroflow.cache.backends import backend_for
+
+    named = {n: n for n in ("cache_root", "copy_threads", "verify_cached", "keep_versions", "lock_timeout_s")}
+    named.update(names or {})
+    problems = []
+    try:
+        backend_for(cache_root)
+    except InvalidCacheOption as exc:
+        text, shown = str(exc), redact_url(cache_root)
+        head = f"cache root {shown}: "
+        problems.append(f"{named['cache_root']}={shown!r}: {text[len(head):]}" if text.startswith(head) else text)
+    problems.append(_count_problem(named["copy_threads"], copy_threads, 0, "0 (sized to the work and the CPU cores) or more"))
+    if isinstance(verify_cached, bool) or verify_cached not in VERIFY_MODES:
+        problems.append(f"{named['verify_cached']}={verify_cached!r} is not a verification mode; valid: {', '.join(VERIFY_MODES)}")
+    problems.append(_count_problem(named["keep_versions"], keep_versions, 1, "1 or more (the current version included)"))
+    problems.append(_lock_timeout_problem(named["lock_timeout_s"], lock_timeout_s))
+    return [p for p in problems if p]
+
 
 # --- prewarm -----------------------------------------------------------------------------------------------
 
@@ -226,14 +287,16 @@ def prewarm(
         CacheIntegrityError: a copied file's size differs from the source's listing (a truncated read).
         CacheSpaceError: not enough free space in the cache tier for the files to copy.
         CacheLockTimeout: another prewarm of the same data set held the lock for ``lock_timeout_s``.
-        InvalidCacheOption: ``verify``, ``workers`` or ``keep_versions`` out of range.
+        InvalidCacheOption: ``verify``, ``workers``, ``keep_versions`` or ``lock_timeout_s`` out of range (a
+            negative or NaN ``lock_timeout_s`` would wait forever).
     """
     started = time.perf_counter()
     mode = _verify_mode(verify)
-    if workers < 0:
-        raise InvalidCacheOption(f"workers={workers} is out of range; valid: 0 (automatic) or more")
-    if keep_versions < 1:
-        raise InvalidCacheOption(f"keep_versions={keep_versions} is out of range; valid: 1 or more")
+    for problem in (_count_problem("workers", workers, 0, "0 (automatic) or more"),
+                    _count_problem("keep_versions", keep_versions, 1, "1 or more"),
+                    _lock_timeout_problem("lock_timeout_s", lock_timeout_s)):
+        if problem:
+            raise InvalidCacheOption(problem)
     warn_if_credentials(source_uri)
     source_uri = normalize_source(source_uri)  # a relative local path is recorded as the folder it names
     shown = redact_url(source_uri)
@@ -526,10 +589,17 @@ def prewarm_dataset(
         CacheIntegrityError: a copied file does not match the source.
         CacheSpaceError: not enough free space in the cache tier.
         CacheLockTimeout: another prewarm of the same data set held the lock for ``lock_timeout_s``.
-        InvalidCacheOption: a bad ``verify_cached``, ``copy_threads`` or ``keep_versions``.
+        InvalidCacheOption: a bad ``cache_root``, ``copy_threads``, ``verify_cached``, ``keep_versions`` or
+            ``lock_timeout_s`` (:func:`prewarm_option_problems`: every one, each named as here).
     """
     from heteroflow.cache.backends import backend_for
 
+    problems = prewarm_option_problems(cache_root=cache_root, copy_threads=copy_threads, verify_cached=verify_cached,
+                                       keep_versions=keep_versions, lock_timeout_s=lock_timeout_s)
+    if len(problems) == 1:
+        raise InvalidCacheOption(problems[0])
+    if problems:
+        raise InvalidCacheOption(f"{len(problems)} problems with prewarm's parameters:\n- " + "\n- ".join(problems))
     backend = backend_for(cache_root)
     result = backend.prewarm(source_uri, workers=copy_threads, verify=verify_cached, keep_versions=keep_versions,
                              lock_timeout_s=lock_timeout_s)

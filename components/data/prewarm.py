@@ -4,16 +4,38 @@ step layer above it.)"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-from heteroflow.cache.prewarm import prewarm_dataset
+from heteroflow.cache.prewarm import prewarm_dataset, prewarm_option_problems
 from heteroflow.cache.progress import Progress, format_bytes, report_progress
 from heteroflow.components.resources import Resources, RetryPolicy
-from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step
+from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
+from heteroflow.components.errors import InvalidParameter, Problems
 
-__all__ = ["PREWARM"]
+__all__ = ["PREWARM", "check_prewarm_params"]
 
 _HOUR = 3600.0
+
+
+def check_prewarm_params(values: Mapping[str, Any] | None = None, /, **given: Any) -> None:
+    """Check prewarm's parameters before a run (the checks :func:`~heteroflow.cache.prewarm.prewarm_dataset` makes
+    when it starts: :func:`~heteroflow.cache.prewarm.prewarm_option_problems`).
+
+    Args:
+        values / given: parameter values by name (``prewarm_dataset``'s defaults for the others).
+
+    Raises:
+        InvalidParameter: every bad ``cache_root``, ``copy_threads``, ``verify_cached``, ``keep_versions`` or
+            ``lock_timeout_s``, each named with what is valid (several in one message).
+    """
+    v = with_defaults(prewarm_dataset, values, **given)
+    problems = Problems()
+    for message in prewarm_option_problems(cache_root=v["cache_root"], copy_threads=v["copy_threads"],
+                                           verify_cached=v["verify_cached"], keep_versions=v["keep_versions"],
+                                           lock_timeout_s=v["lock_timeout_s"]):
+        problems.add(InvalidParameter(message))
+    problems.raise_all("prewarm's parameters")
 
 
 def _progress(report: Any) -> Any:
@@ -50,6 +72,7 @@ PREWARM: Step = step(
     candidates=[Resources(kind="cpu", cpu="1", memory="2Gi")],
     retry=RetryPolicy(retries=3, backoff_seconds=5, max_delay_seconds=60, window_seconds=2 * _HOUR),
     cacheable=False,  # its result depends on the cache tier's state
+    check=check_prewarm_params,
     facts=lambda result: result.facts(),
     progress_context=_progress,
     summary=_prewarm_summary,

@@ -70,12 +70,19 @@ def prewarm_command(
         TransferSpeedColumn,
     )
 
-    from heteroflow.cache.errors import HeteroflowError
-    from heteroflow.cache.prewarm import prewarm_dataset
+    from heteroflow.cache.errors import HeteroflowError, InvalidCacheOption
+    from heteroflow.cache.prewarm import prewarm_dataset, prewarm_option_problems
     from heteroflow.cache.progress import Progress as PrewarmProgress
     from heteroflow.cache.progress import report_progress
     from heteroflow.cache.redact import redact_url
 
+    problems = prewarm_option_problems(  # named as typed here (prewarm_dataset names its own parameters)
+        cache_root=cache, copy_threads=workers, verify_cached=verify,
+        names={"cache_root": "--cache", "copy_threads": "--workers", "verify_cached": "--verify"},
+    )
+    if problems:
+        _fail(InvalidCacheOption(problems[0] if len(problems) == 1 else
+                                 f"{len(problems)} problems with the options:\n- " + "\n- ".join(problems)))
     bar = Progress(
         TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[files]} files"), DownloadColumn(),
         TransferSpeedColumn(), TimeRemainingColumn(), console=err_console, transient=True,

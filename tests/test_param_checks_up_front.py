@@ -1,0 +1,124 @@
+"""Parameter problems are reported before a run starts (README: exit 2, one line, no run folder made), each named as
+the user wrote it: a new user's trial.
+
+The trial's inputs: prewarm's parameters were checked only when prewarm ran (a run folder made, a permanent failure,
+exit 1; ``copy_threads`` named ``workers``; ``lock_timeout_s=-1`` accepted, and filelock waits forever for it).
+Siblings found in the code: ``cache_root`` (an unknown scheme, an Alluxio ``timeout_s`` that is not a number) was
+refused only when prewarm ran, or with a bare ``ValueError``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from heteroflow.cache.errors import InvalidCacheOption
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.pipelines.cli.main import app
+from heteroflow.pipelines.default import default_pipeline
+from heteroflow.pipelines.runs.records import prepare_arguments
+
+
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
+    """``heteroflow run ARGS`` in tmp_path; (exit code, output)."""
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "--engine", "inprocess", *args])
+    return result.exit_code, result.output
+
+
+# --- prewarm's parameters -----------------------------------------------------------------------------------
+
+PREWARM_CASES = {
+    # the trial's inputs
+    "keep_versions=-1": "keep_versions=-1 is out of range; valid: 1 or more (the current version included)",
+    "copy_threads=-3": "copy_threads=-3 is out of range; valid: 0 (sized to the work and the CPU cores) or more",
+    "verify_cached=md5": "verify_cached='md5' is not a verification mode; valid: size, stat, sha256",
+    "lock_timeout_s=-1": "lock_timeout_s=-1.0 is out of range; valid: a number of seconds >= 0 (0: do not wait)",
+    # siblings
+    "keep_versions=0": "keep_versions=0 is out of range; valid: 1 or more (the current version included)",
+    "lock_timeout_s=nan": "lock_timeout_s=nan is not a finite number; valid: a number of seconds >= 0 (0: do not wait)",
+    "cache_root=ftp://host/cache": "cache_root='ftp://host/cache': unknown cache scheme ftp://; valid: empty (the local "
+    "cache), a folder, file://FOLDER, alluxio2://PROXY_HOST[:PORT][?mount=DIR], "
+    "alluxio3://WORKER_HOST[:PORT][,HOST:PORT...][?mount=DIR]",
+    "cache_root=alluxio2://proxy:39999?timeout_s=soon": "cache_root='alluxio2://proxy:39999?timeout_s=soon': "
+    "timeout_s='soon' is not valid; valid: a number of seconds > 0",
+}
+
+
+@pytest.mark.parametrize(("param", "message"), PREWARM_CASES.items(), ids=list(PREWARM_CASES))
+def test_prewarm_parameters_are_refused_before_the_run_starts(
+    param: str, message: str, tmp_path: Path, heteroflow_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    code, output = _run(tmp_path, monkeypatch, "--param", param)
+    assert code == 2, output
+    assert output == f"error: {message}\n"
+    assert not (tmp_path / "heteroflow-runs").exists()  # no run folder
+    assert not (heteroflow_home / "cache").exists()  # prewarm copied nothing (the digits sample is exported, not cached)
+
+
+def test_prewarm_parameters_come_with_the_other_steps_problems(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameter) as caught:
+        prepare_arguments(default_pipeline(), {"copy_threads": -3, "keep_versions": 0, "epochs": 0})
+    assert str(caught.value) == (
+        "3 problems with this run (nothing was run; fix each and rerun):\n"
+        "- copy_threads=-3 is out of range; valid: 0 (sized to the work and the CPU cores) or more\n"
+        "- keep_versions=0 is out of range; valid: 1 or more (the current version included)\n"
+        "- epochs=0 is out of range; valid: an integer >= 1"
+    )
+
+
+def test_valid_prewarm_parameters_pass(tmp_path: Path) -> None:
+    args = prepare_arguments(default_pipeline(), {"copy_threads": 0, "keep_versions": 1, "verify_cached": "sha256",
+                                                  "lock_timeout_s": 0.0, "cache_root": str(tmp_path / "tier")})
+    assert (args["copy_threads"], args["keep_versions"], args["lock_timeout_s"]) == (0, 1, 0.0)
+
+
+def test_prewarm_dataset_names_its_own_parameters_when_called_directly(tmp_path: Path, digits_dir: Path) -> None:
+    # a step process (KFP, Airflow, `heteroflow step`) calls the function without the run's check: the same words
+    from heteroflow.cache.prewarm import prewarm_dataset
+
+    with pytest.raises(InvalidCacheOption) as caught:
+        prewarm_dataset(str(digits_dir), str(tmp_path / "out"), cache_root=str(tmp_path / "tier"), copy_threads=-3,
+                        verify_cached="md5", lock_timeout_s=-1.0)
+    assert str(caught.value) == (
+        "3 problems with prewarm's parameters:\n"
+        "- copy_threads=-3 is out of range; valid: 0 (sized to the work and the CPU cores) or more\n"
+        "- verify_cached='md5' is not a verification mode; valid: size, stat, sha256\n"
+        "- lock_timeout_s=-1.0 is out of range; valid: a number of seconds >= 0 (0: do not wait)"
+    )
+    assert not (tmp_path / "tier").exists() and not (tmp_path / "out").exists()
+
+
+def test_prewarm_refuses_a_lock_timeout_that_would_wait_forever(tmp_path: Path, digits_dir: Path) -> None:
+    from heteroflow.cache.prewarm import prewarm
+
+    with pytest.raises(InvalidCacheOption, match=r"^lock_timeout_s=-1 is out of range; valid: a number of seconds >= 0"):
+        prewarm(str(digits_dir), tmp_path / "cache", lock_timeout_s=-1)
+    assert not (tmp_path / "cache").exists()
+
+
+def test_an_alluxio_timeout_that_is_not_a_number_is_an_invalid_cache_option() -> None:
+    from heteroflow.cache.backends import backend_for
+
+    with pytest.raises(InvalidCacheOption, match=r"^cache root alluxio3://w:28080\?poll_s=-2: poll_s='-2' is not valid; "
+                                                  r"valid: a number of seconds > 0$"):
+        backend_for("alluxio3://w:28080?poll_s=-2")
+    assert backend_for("alluxio3://w:28080?poll_s=0.5").poll_s == 0.5
+
+
+def test_heteroflow_prewarm_names_its_own_options(digits_dir: Path, tmp_path: Path) -> None:
+    # `heteroflow prewarm` passes --workers/--verify/--cache to prewarm_dataset: its errors name the options typed
+    result = CliRunner().invoke(app, ["prewarm", str(digits_dir), "--cache", str(tmp_path / "tier"), "--workers", "-3"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == "error: --workers=-3 is out of range; valid: 0 (sized to the work and the CPU cores) or more\n"
+    result = CliRunner().invoke(app, ["prewarm", str(digits_dir), "--cache", "gs://b/c", "--verify", "md5"])
+    assert result.exit_code == 2, result.output
+    assert result.stderr.splitlines()[:3] == [
+        "error: 2 problems with the options:",
+        "- --cache='gs://b/c': unknown cache scheme gs://; valid: empty (the local cache), a folder, file://FOLDER, "
+        "alluxio2://PROXY_HOST[:PORT][?mount=DIR], alluxio3://WORKER_HOST[:PORT][,HOST:PORT...][?mount=DIR]",
+        "- --verify='md5' is not a verification mode; valid: size, stat, sha256",
+    ]
+    assert not (tmp_path / "tier").exists()
