@@ -125,7 +125,7 @@ class Problems:
             self.add(exc)
 
     def raise_all(self, what: str) -> None:
-        """Raise the problems gathered, if any: one alone as it was raised; several as one error listing each,
+        """Raise the problems gathered, if any: one alone as it was (first) raised; several as one error listing each,
         headed by ``what`` they are problems of: an :class:`InvalidParameter` when each is one, a
         :class:`DatasetError` when each is one, else a :class:`RunProblems`.
 
@@ -134,7 +134,7 @@ class Problems:
         """
         if not self.messages:
             return
-        if len(self.errors) == 1 and len(self.messages) == 1:
+        if len(self.messages) == 1:  # one problem, even when several checks found it (`seed` checked by two steps)
             raise self.errors[0]
         count = len(self.messages)
         message = f"{count} problem{'s' if count != 1 else ''} with {what}:\n- " + "\n- ".join(m.replace("\n", "\n  ") for m in self.messages)

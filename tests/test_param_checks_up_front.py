@@ -122,3 +122,31 @@ def test_heteroflow_prewarm_names_its_own_options(digits_dir: Path, tmp_path: Pa
         "- --verify='md5' is not a verification mode; valid: size, stat, sha256",
     ]
     assert not (tmp_path / "tier").exists()
+
+
+# --- one problem, one message -------------------------------------------------------------------------------
+
+
+def test_a_bad_delimiter_is_one_problem(tmp_path: Path, heteroflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the trial's input: "2 problems" (preprocess's check, and the up-front read of the tables with it)
+    code, output = _run(tmp_path, monkeypatch, "--param", "delimiter=x")
+    assert code == 2, output
+    assert output == "error: delimiter='x' is not valid; valid: auto, ',', ';', tab, '|'\n"
+    assert not (tmp_path / "heteroflow-runs").exists()
+
+
+def test_a_bad_delimiter_and_header_are_two_problems_not_three(tmp_path: Path) -> None:
+    with pytest.raises(InvalidParameter) as caught:
+        prepare_arguments(default_pipeline(), {"delimiter": "x", "header": "maybe"})
+    assert str(caught.value) == (
+        "2 problems with this run (nothing was run; fix each and rerun):\n"
+        "- header='maybe' is not valid; valid: auto, true, false\n"
+        "- delimiter='x' is not valid; valid: auto, ',', ';', tab, '|'"
+    )
+
+
+def test_a_problem_two_steps_find_is_one_line(tmp_path: Path, heteroflow_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # `seed` sets preprocess.seed and train.seed: both checks find the same problem; it read "1 problem with this run:"
+    code, output = _run(tmp_path, monkeypatch, "--param", "seed=-1")
+    assert code == 2, output
+    assert output == "error: seed=-1 is out of range; valid: an integer from 0 to 4294967295\n"

@@ -44,6 +44,7 @@ def dataset_problems(uri: str, params: Mapping[str, Any] | None = None) -> list[
     Args:
         uri: a local folder or file (absolute); anything with ``://`` gets no check here (an empty list).
         params: preprocess's parameters for it (``label_column``, ``header``, ``delimiter``; defaults for the others).
+            Tables are not read when one of those three is not valid (preprocess's own check reports it).
 
     Returns:
         The problems, in the order found; empty when none was found.
@@ -64,6 +65,12 @@ def dataset_problems(uri: str, params: Mapping[str, Any] | None = None) -> list[
     if kind == "image_folder":
         return _image_problems(view)
     if kind == "table":
+        from heteroflow.components.data.preprocess import check_preprocess_params
+
+        try:  # the tables are read with these: a bad one is preprocess's check's problem, reported once, not here again
+            check_preprocess_params(header=values["header"], delimiter=values["delimiter"], label_column=values["label_column"])
+        except InvalidParameter:
+            return []
         return _table_problems(view, values)
     return []
 
