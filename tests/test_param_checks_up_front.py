@@ -150,3 +150,44 @@ def test_a_problem_two_steps_find_is_one_line(tmp_path: Path, heteroflow_home: P
     code, output = _run(tmp_path, monkeypatch, "--param", "seed=-1")
     assert code == 2, output
     assert output == "error: seed=-1 is out of range; valid: an integer from 0 to 4294967295\n"
+
+
+# --- heteroflow profile -------------------------------------------------------------------------------------
+
+
+def test_profile_refuses_bad_steps_before_it_prewarms_and_preprocesses(tmp_path: Path, heteroflow_home: Path) -> None:
+    # the trial's input: preprocess ran (2.7 s) before `steps` was refused
+    result = CliRunner().invoke(app, ["profile", "--steps", "-5", "-o", str(tmp_path / "p.json")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == "error: steps=-5 is out of range; valid: an integer >= 1\n"
+    assert not (heteroflow_home / "cache").exists()  # the digits sample was not prewarmed
+    assert not (tmp_path / "p.json").exists()
+
+
+def test_profile_refuses_every_bad_parameter_at_once_before_any_work(tmp_path: Path, heteroflow_home: Path) -> None:
+    # sibling: train's parameters were checked after preprocess too, one at a time; `model` keeps the name typed
+    result = CliRunner().invoke(app, ["profile", "--steps", "0", "-p", "batch_size=0", "-p", "model=nosuch",
+                                      "-o", str(tmp_path / "p.json")])
+    assert result.exit_code == 2, result.output
+    assert result.stderr == (
+        "error: 3 problems with the profile's parameters:\n"
+        "- steps=0 is out of range; valid: an integer >= 1\n"
+        "- batch_size=0 is out of range; valid: an integer >= 1\n"
+        "- model (train's model_factory): model_factory 'nosuch' is not 'module:attribute' (e.g. mypkg.models:make_model)\n"
+    )
+    assert not (heteroflow_home / "cache").exists()
+
+
+def test_check_profile_params_gathers_its_problems() -> None:
+    from heteroflow.components.training.profiling import check_profile_params
+    from heteroflow.components.training.step import TRAIN
+
+    check_profile_params(steps=1, warmup_steps=0, batch_size=8)  # valid: nothing to say
+    with pytest.raises(InvalidParameter) as caught:
+        check_profile_params(steps=0, warmup_steps=-1, hiden=3)
+    assert str(caught.value) == (
+        "3 problems with the profile's parameters:\n"
+        "- steps=0 is out of range; valid: an integer >= 1\n"
+        "- warmup_steps=-1 is out of range; valid: an integer >= 0\n"
+        f"- hiden: not a parameter of train; valid: {', '.join(TRAIN.param_names)}"
+    )

@@ -40,11 +40,39 @@ from typing import Any
 from heteroflow.cache.atomic import atomic_write_bytes
 from heteroflow.components.errors import InvalidParameter
 
-__all__ = ["KEY_SHARE", "profile_training", "read_profile"]
+__all__ = ["KEY_SHARE", "check_profile_params", "profile_training", "read_profile"]
 
 KEY_SHARE = 0.10
 """An operator is a key operator when it takes at least this share of the profiled operators' self time."""
 _TOP = 30
+
+
+def check_profile_params(*, steps: int = 20, warmup_steps: int = 3, **train_params: Any) -> None:
+    """Check :func:`profile_training`'s parameters (the checks it makes first; ``heteroflow profile`` makes them
+    before it prewarms and preprocesses the data set). Imports no torch.
+
+    Args:
+        steps / warmup_steps / train_params: as :func:`profile_training`.
+
+    Raises:
+        InvalidParameter: every problem, each named with what is valid (several in one message): ``steps`` or
+            ``warmup_steps`` out of range, a name that is not one of train's, train's own checks
+            (:func:`~heteroflow.components.training.step.check_train_params`).
+    """
+    from heteroflow.components.core.step import with_defaults
+    from heteroflow.components.errors import Problems
+    from heteroflow.components.training.step import TRAIN, check_train_params, train
+
+    problems = Problems()
+    for name, value, low in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            problems.add(InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}"))
+    unknown = sorted(set(train_params) - set(TRAIN.param_names))
+    if unknown:
+        problems.add(InvalidParameter(f"{', '.join(unknown)}: not a parameter of train; valid: {', '.join(TRAIN.param_names)}"))
+    with problems.check():
+        check_train_params(with_defaults(train, train_params))
+    problems.raise_all("the profile's parameters")
 
 
 def profile_training(
@@ -73,7 +101,8 @@ def profile_training(
         The profile (the dict written).
 
     Raises:
-        InvalidParameter: a parameter out of range or not one of train's, or a factory that cannot be imported.
+        InvalidParameter: a parameter out of range or not one of train's, or a factory that cannot be imported
+            (:func:`check_profile_params`: every one, in one message).
         DeviceUnavailable: the device is absent.
     """
     import statistics
@@ -94,16 +123,10 @@ def profile_training(
     from heteroflow.components.training.device import resolve_device
     from heteroflow.components.training.params import model_spec, union_batch_size
     from heteroflow.components.training.precision import make_scaler, resolve_precision
-    from heteroflow.components.training.step import TRAIN, check_train_params, train
+    from heteroflow.components.training.step import train
 
-    for name, value, low in (("steps", steps, 1), ("warmup_steps", warmup_steps, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise InvalidParameter(f"{name}={value!r} is out of range; valid: an integer >= {low}")
-    unknown = sorted(set(train_params) - set(TRAIN.param_names))
-    if unknown:
-        raise InvalidParameter(f"{', '.join(unknown)}: not a parameter of train; valid: {', '.join(TRAIN.param_names)}")
+    check_profile_params(steps=steps, warmup_steps=warmup_steps, **train_params)
     v = with_defaults(train, train_params)
-    check_train_params(v)
     batch_size, learning_rate, seed = union_batch_size(v), v["learning_rate"], v["seed"]
     precision, loader_workers = v["precision"], v["loader_workers"]
     splits = open_splits(dataset_dir, dataset_factory=v["dataset_factory"])

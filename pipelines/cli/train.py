@@ -43,7 +43,7 @@ def profile_command(
     """Profile a few training steps with torch.profiler: time share per operator, key operators (>= 10%), peak
     memory and samples/s, written as JSON (the plan step's `profile` parameter takes it)."""
     from heteroflow.cache.errors import HeteroflowError
-    from heteroflow.components.training.profiling import profile_training
+    from heteroflow.components.training.profiling import check_profile_params, profile_training
     from heteroflow.components.training.step import TRAIN
 
     aliased: dict[str, str] = {}  # model_factory -> model, when given as --param model=...
@@ -62,14 +62,13 @@ def profile_command(
                 valid = sorted({*TRAIN.param_names, *_ALIASES})
                 raise ValueError(f"--param {key}: not a parameter of train{did_you_mean([key], valid)}; valid: {', '.join(valid)}")
             kwargs[key] = TRAIN.param(key).coerce(value)  # the type the step declares
+        check_profile_params(steps=steps, **kwargs)  # before the data set is prewarmed and preprocessed (seconds)
         with tempfile.TemporaryDirectory(prefix="heteroflow-profile-") as scratch:
             shards = _preprocessed(dataset, Path(scratch))
             result = profile_training(shards, output, steps=steps, device=device, **kwargs)  # type: ignore[arg-type]
     except (HeteroflowError, ValueError, OSError) as exc:
-        name = next((n for n in aliased if str(exc).startswith(n)), None)
-        if name is not None:  # said by train's name (model_factory): say the name the user gave too
-            exc = ValueError(f"{aliased[name]} (train's {name}): {exc}")
-        _fail(exc)
+        text = _as_given(str(exc), aliased)
+        _fail(ValueError(text) if text != str(exc) else exc)
         return
     key = ", ".join(f"{o['name']} {o['share']:.0%}" for o in result["operators"] if o["share"] >= 0.10)
     console.print(
@@ -78,6 +77,22 @@ def profile_command(
         f"peak memory {result['peak_memory_bytes'] / 2**20:.0f} MiB ({result['peak_memory_of']}); wrote {output}",
         highlight=False,
     )
+
+
+def _as_given(text: str, aliased: dict[str, str]) -> str:
+    """``text`` with each problem said by train's name of a parameter the user gave by the pipeline's name
+    (``model_factory``) headed by that name too: ``model (train's model_factory): model_factory ...``; each line of
+    a message that lists several problems (``- ...``), or the message itself."""
+    import re
+
+    def named(line: str) -> str:
+        body = line[2:] if line.startswith("- ") else line
+        for name, given in aliased.items():
+            if re.match(rf"{re.escape(name)}\b", body):
+                return f"{line[: len(line) - len(body)]}{given} (train's {name}): {body}"
+        return line
+
+    return "\n".join(named(line) for line in text.split("\n"))
 
 
 def _preprocessed(dataset: str | None, scratch: Path) -> Path:
