@@ -627,6 +627,7 @@ class Pipeline:
         """
         gather = Problems() if problems is None else problems
         values = dict(values or {})
+        given_as = self.given_names(values)  # a value of the wrong type is named as it was given (`seed`)
         for kfp_name, name in self.kfp_spellings.items():  # `preprocess_seed` (KFP's spelling) is `preprocess.seed`
             if kfp_name in values and kfp_name not in self._params:
                 values.setdefault(name, values.pop(kfp_name))
@@ -644,13 +645,31 @@ class Pipeline:
         for p in self.params.values():
             if p.name in values:
                 with gather.check():
-                    out[p.name] = p.check(values[p.name])
+                    named = p if given_as.get(p.name, p.name) == p.name else dataclasses.replace(p, name=given_as[p.name])
+                    out[p.name] = named.check(values[p.name])
             elif p.required:
                 gather.add(InvalidParameter(f"parameter {p.name!r} is required ({p.type.__name__}): {p.help}"))
             else:
                 out[p.name] = p.default
         if problems is None:
             gather.raise_all(f"the parameters of pipeline {self.name!r}")
+        return out
+
+    def given_names(self, values: Mapping[str, Any]) -> dict[str, str]:
+        """``{pipeline parameter: the name it was given by}`` for ``values`` as :meth:`arguments` takes them: its own
+        name, KFP's spelling (``preprocess_seed``), or an alias (``seed``, for each parameter it sets that is not set
+        by its own name). Names that are none of these are left out."""
+        out: dict[str, str] = {}
+        spellings, aliases = self.kfp_spellings, self.aliases
+        for key in values:
+            if key in self._params:
+                out[key] = key
+            elif key in spellings:
+                out.setdefault(spellings[key], key)
+        for key in values:
+            if key not in self._params and key in aliases:
+                for name in aliases[key]:
+                    out.setdefault(name, key)
         return out
 
     def call_params(self, call: Call, arguments: Mapping[str, Any]) -> dict[str, Any]:
@@ -664,13 +683,17 @@ class Pipeline:
             # else: a control-flow reference, known when the run reaches the call (pipelines.control)
         return out
 
-    def check(self, arguments: Mapping[str, Any], *, problems: Problems | None = None) -> None:
+    def check(self, arguments: Mapping[str, Any], *, problems: Problems | None = None,
+              names: Mapping[str, str] | None = None) -> None:
         """Run every call's parameter checks on ``arguments`` (before anything runs). A call that is bound to a
         parameter missing from ``arguments`` (one :meth:`arguments` refused) is not checked.
 
         Args:
             arguments: the pipeline's arguments (:meth:`arguments`).
             problems: gather the problems here instead of raising them.
+            names: the name each pipeline parameter was given by, where it was given (:meth:`given_names`): a
+                problem of ``preprocess.seed`` given as ``preprocess_seed`` names ``preprocess_seed``; default: a
+                step's check names its own parameter (``seed``).
 
         Raises:
             InvalidParameter: the problems of every call's check (each naming the parameter), in one message.
@@ -690,7 +713,7 @@ class Pipeline:
                 try:
                     call.step.check_params(self.call_params(call, arguments), candidates=call.candidates)
                 except InvalidParameter as exc:
-                    given = _as_given(exc, call)
+                    given = _as_given(exc, call, names or {})
                     if given is exc:
                         raise
                     raise given from None
@@ -764,22 +787,31 @@ class Pipeline:
         return f"Pipeline({self.name!r}, calls={list(self._calls)})"
 
 
-def _as_given(exc: InvalidParameter, call: Call) -> InvalidParameter:
+def _as_given(exc: InvalidParameter, call: Call, names: Mapping[str, str]) -> InvalidParameter:
     """``exc`` (from ``call``'s step check) with each problem that starts with a step parameter bound to a pipeline
     parameter of another name headed by the name the user gave: ``model (train's model_factory): model_factory
-    'x' is not ...`` for the default pipeline's ``model``. ``exc`` itself when no problem is such."""
+    'x' is not ...`` for the default pipeline's ``model``; and a step parameter given by another name of its own
+    (in ``names``: ``preprocess.seed``, KFP's ``train_seed``) named by it: ``train_seed=-1 is out of range``.
+    ``exc`` itself when no problem is such."""
     import copy
 
-    renamed = {
-        key: binding.name
-        for key, binding in call.param_bindings().items()
-        if isinstance(binding, ParamRef) and binding.name.rpartition(".")[2] != key  # not `seed` as `train.seed`
-    }
+    prefixed, replaced = {}, {}
+    for key, binding in call.param_bindings().items():
+        if not isinstance(binding, ParamRef):
+            continue
+        given = names.get(binding.name, binding.name)
+        if binding.name.rpartition(".")[2] != key:
+            prefixed[key] = given
+        elif given != key and binding.name in names:  # `seed` (the alias) stays `seed`
+            replaced[key] = given
 
     def named(message: str) -> str:
-        for key, name in renamed.items():
+        for key, name in prefixed.items():
             if re.match(rf"{re.escape(key)}\b", message):
                 return f"{name} ({call.name}'s {key}): {message}"
+        for key, name in replaced.items():
+            if re.match(rf"{re.escape(key)}\b", message):
+                return name + message[len(key):]
         return message
 
     messages = tuple(getattr(exc, "problems", None) or (str(exc),))

@@ -191,3 +191,41 @@ def test_check_profile_params_gathers_its_problems() -> None:
         "- warmup_steps=-1 is out of range; valid: an integer >= 0\n"
         f"- hiden: not a parameter of train; valid: {', '.join(TRAIN.param_names)}"
     )
+
+
+# --- named as typed -----------------------------------------------------------------------------------------
+
+
+def test_a_value_given_by_an_alias_is_named_by_the_alias(tmp_path: Path, heteroflow_home: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    # the trial's input: `seed` (sets preprocess.seed and train.seed) was named `preprocess.seed`
+    code, output = _run(tmp_path, monkeypatch, "--param", "seed=1.5")
+    assert code == 2, output
+    assert output == "error: parameter seed='1.5' is not a valid int; valid: an integer, e.g. 3\n"
+    # sibling: KFP's spelling of train.seed is named as typed too
+    code, output = _run(tmp_path, monkeypatch, "--param", "train_seed=x")
+    assert code == 2, output
+    assert output == "error: parameter train_seed='x' is not a valid int; valid: an integer, e.g. 3\n"
+    assert not (tmp_path / "heteroflow-runs").exists()
+
+
+def test_a_step_parameter_given_by_its_pipeline_name_is_named_so(tmp_path: Path, heteroflow_home: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    # sibling: `preprocess.seed=-1` read `seed=-1 is out of range`, which names the alias that sets both steps' seeds
+    code, output = _run(tmp_path, monkeypatch, "--param", "preprocess.seed=-1", "--param", "seed=-2")
+    assert code == 2, output
+    assert output == (
+        "error: 2 problems with this run (nothing was run; fix each and rerun):\n"
+        "- preprocess.seed=-1 is out of range; valid: an integer from 0 to 4294967295\n"
+        "- seed=-2 is out of range; valid: an integer from 0 to 4294967295\n"
+    )
+
+
+def test_prepare_arguments_names_each_parameter_as_given(tmp_path: Path) -> None:
+    # the engines' own check (Airflow's conf, heteroflow.run's params): an alias, KFP's spelling, a wrong type
+    with pytest.raises(InvalidParameter, match=r"^train_seed=-2 is out of range; valid: an integer from 0 to 4294967295$"):
+        prepare_arguments(default_pipeline(), {"train_seed": -2})
+    with pytest.raises(InvalidParameter, match=r"^parameter seed='1\.5' is a str; valid: a int$"):
+        prepare_arguments(default_pipeline(), {"seed": "1.5"})
+    args = prepare_arguments(default_pipeline(), {"seed": 3, "train_seed": 5})  # the values themselves: as before
+    assert (args["preprocess.seed"], args["train.seed"]) == (3, 5)

@@ -218,13 +218,15 @@ def _coerced(pipeline: Any, raw: dict[str, str], dataset: str | None) -> dict[st
     Raises:
         InvalidParameter | DatasetError | RunProblems: see :func:`heteroflow.pipelines.runs.records.prepare_arguments`.
     """
+    import dataclasses
+
     from heteroflow.components.errors import Problems
 
     problems = Problems()
     aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
     spellings = pipeline.kfp_spellings  # `preprocess_seed` (KFP's spelling) is `preprocess.seed` (#28.20)
-    raw = {(spellings[k] if k in spellings and k not in pipeline.params else k): v for k, v in raw.items()}
-    unknown = sorted(set(raw) - set(pipeline.params) - set(aliases))
+    canonical = {k: (spellings[k] if k in spellings and k not in pipeline.params else k) for k in raw}
+    unknown = sorted(k for k, name in canonical.items() if name not in pipeline.params and name not in aliases)
     if unknown:
         valid = sorted([*pipeline.params, *aliases])
         problems.add(InvalidParameter(
@@ -232,10 +234,12 @@ def _coerced(pipeline: Any, raw: dict[str, str], dataset: str | None) -> dict[st
             f"{did_you_mean(unknown, valid)}; valid: {', '.join(valid)}"
         ))
     params: dict[str, Any] = {}
-    for name, value in raw.items():
-        if name not in unknown:
-            with problems.check():
-                params[name] = pipeline.params[aliases[name][0] if name in aliases else name].coerce(value)
+    for given, value in raw.items():
+        name = canonical[given]
+        if given not in unknown:
+            param = pipeline.params[aliases[name][0] if name in aliases else name]
+            with problems.check():  # a value that does not parse is named as given (`seed`, not preprocess.seed)
+                params[name] = dataclasses.replace(param, name=given).coerce(value)
     if dataset is not None:
         if "dataset_uri" in raw:
             problems.add(InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both"))

@@ -538,7 +538,7 @@ def prepare_arguments(pipeline: Pipeline, params: Mapping[str, Any] | None) -> d
             check_dataset(uri)
     listed = not problems
     args = pipeline.arguments(given, problems=problems)
-    pipeline.check(args, problems=problems)
+    pipeline.check(args, problems=problems, names=pipeline.given_names(given))  # each problem named as given
     preprocess_params = _preprocess_params(pipeline, args)
     if uri and listed and "://" not in uri and preprocess_params is not None:
         from heteroflow.cache.errors import DatasetError
