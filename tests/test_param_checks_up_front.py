@@ -229,3 +229,22 @@ def test_prepare_arguments_names_each_parameter_as_given(tmp_path: Path) -> None
         prepare_arguments(default_pipeline(), {"seed": "1.5"})
     args = prepare_arguments(default_pipeline(), {"seed": 3, "train_seed": 5})  # the values themselves: as before
     assert (args["preprocess.seed"], args["train.seed"]) == (3, 5)
+
+
+# --- every problem of a step, not its first -----------------------------------------------------------------
+
+
+def test_archive_and_plan_report_each_of_their_problems(tmp_path: Path) -> None:
+    # siblings of the audit: archive's check stopped at model_name, plan's at device_inventory
+    with pytest.raises(InvalidParameter) as caught:
+        prepare_arguments(default_pipeline(), {"model_name": "BAD", "export_formats": "tflite",
+                                               "device_inventory": '{"gpu": -1}',
+                                               "training_profile": str(tmp_path / "missing.json")})
+    assert str(caught.value) == (
+        "4 problems with this run (nothing was run; fix each and rerun):\n"
+        "- device_inventory['gpu']=-1 is not a device count; valid: an integer >= 0\n"
+        f"- training_profile='{tmp_path / 'missing.json'}' does not exist; write one with `heteroflow profile`\n"
+        "- model_name='BAD' is not a valid model name; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters\n"
+        "- export_formats='tflite': 'tflite' is not an export format; valid: onnx (comma-separated), or empty for "
+        "PyTorch's own files only"
+    )

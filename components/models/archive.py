@@ -43,6 +43,7 @@ __all__ = [
     "RUN_ID_ENV",
     "archive",
     "archive_step",
+    "check_archive_params",
     "check_model_name",
     "code_version",
     "content_sha256",
@@ -453,6 +454,22 @@ def _check_export_formats(export_formats: str) -> None:
     check_export_formats(export_formats)
 
 
+def check_archive_params(*, model_name: str = "", export_formats: str = "") -> None:
+    """Check the archive step's parameters before a run (the checks :func:`archive_step` makes).
+
+    Raises:
+        InvalidParameter: a bad ``model_name`` and a bad ``export_formats``: each one (both in one message).
+    """
+    from heteroflow.components.errors import Problems
+
+    problems = Problems()
+    with problems.check():
+        check_model_name(model_name)
+    with problems.check():
+        _check_export_formats(export_formats)
+    problems.raise_all("archive's parameters")
+
+
 def _archive_facts(result: Any) -> dict[str, Any]:
     """The archive step's facts; the archived Model artifact's metadata too (what the Kubeflow UI's lineage shows:
     the name, version and content hash ``heteroflow runs`` and ``heteroflow archive show`` show)."""
@@ -500,7 +517,7 @@ ARCHIVE: Step = step(
     candidates=[Resources(kind="cpu", cpu="1", memory="2Gi")],
     retry=RetryPolicy(retries=2, backoff_seconds=5, max_delay_seconds=60, window_seconds=_HOUR),
     cacheable=False,  # each run archives: a new version, or finds the one holding the same model
-    check=lambda model_name="", export_formats="": (check_model_name(model_name), _check_export_formats(export_formats)),
+    check=check_archive_params,
     facts=_archive_facts,
     summary=_archive_summary,
     ref="heteroflow.components.models.archive:ARCHIVE",

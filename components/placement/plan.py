@@ -266,20 +266,26 @@ def check_plan_params(*, device_inventory: str = "", training_profile: str = "")
 
     Raises:
         InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count; ``training_profile``
-            is not a readable profile.
+            is not a readable profile (both in one message).
     """
-    if device_inventory.strip() in LIVE_INVENTORY:
-        from heteroflow.components.training.trainjob import KUBECONFIG_ENV
+    from heteroflow.components.errors import Problems
 
-        if not os.environ.get(KUBECONFIG_ENV) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
-            live_inventory()  # raises, saying what to set
-    elif device_inventory.strip():
-        if cluster_inventory(device_inventory) is None:
-            Inventory.from_json(device_inventory)
+    problems = Problems()
+    with problems.check():
+        if device_inventory.strip() in LIVE_INVENTORY:
+            from heteroflow.components.training.trainjob import KUBECONFIG_ENV
+
+            if not os.environ.get(KUBECONFIG_ENV) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
+                live_inventory()  # raises, saying what to set
+        elif device_inventory.strip():
+            if cluster_inventory(device_inventory) is None:
+                Inventory.from_json(device_inventory)
     if training_profile:
         from heteroflow.components.training.profiling import read_profile
 
-        read_profile(training_profile, field="training_profile")
+        with problems.check():
+            read_profile(training_profile, field="training_profile")
+    problems.raise_all("plan's parameters")
 
 
 def cluster_inventory(device_inventory: str) -> Any:
