@@ -195,9 +195,9 @@ def test_the_legacy_entry_points_return_equal_values(tmp_path: Path) -> None:
     assert dict(from_plan.devices) == {DeviceKind.CPU: 1, DeviceKind.GPU: 6, DeviceKind.NPU: 8}
     assert dict(manifests.load_inventory(per_kind).devices) == {"nvidia-a100-80gb": 2, "nvidia-t4": 4, "npu": 8}
     # the plan step reports the same errors, as its own InvalidParameter
-    with pytest.raises(InvalidParameter, match=r"device_inventory\['gpu'\]\['t4'\]=-1 is not a device count"):
+    with pytest.raises(InvalidParameter, match=r"^device_inventory: gpu\.t4=-1 is not a device count"):
         plan.Inventory.from_json('{"gpu": {"t4": -1}}')
-    with pytest.raises(InvalidInventory, match=r"kinds\.yaml:1: .*\['gpu'\]\['t4'\]=-1 is not a device count"):
+    with pytest.raises(InvalidInventory, match=r"kinds\.yaml:1: gpu\.t4=-1 is not a device count"):
         manifests.load_inventory(_write(per_kind, "gpu: {t4: -1}\n"))
 
 
@@ -221,3 +221,38 @@ def parsed_yaml(text: str) -> object:
 def _write(path: Path, text: str) -> Path:
     path.write_text(text)
     return path
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # a new user's trial: "inv-str.yaml:1: /tmp/trial-w/inv-str.yaml['gpu']='two'" named the file twice
+    ("gpu: two\n", "{f}:1: gpu='two' is not a device count; valid: an integer >= 0"),
+    ("gpu: {t4: -1}\n", "{f}:1: gpu.t4=-1 is not a device count; valid: an integer >= 0"),
+    ("gpu: {a100: 2}\n", "{f}:1: gpu names 'a100', a family (any NVIDIA A100); an inventory counts devices of one "
+                         "model: nvidia-a100-40gb, nvidia-a100-80gb"),
+    # siblings: a bad cpu_cores or memory named neither the file nor the line
+    ("gpu: 2\ncpu_cores: lots\n", "{f}:2: cpu_cores='lots' is not a Kubernetes quantity; valid: cores as a number or a "
+                                   "Kubernetes quantity such as 500m, 0.5, 2 or 16"),
+    ("gpu: 2\nmemory: big\n", "{f}:2: memory='big' is not a Kubernetes quantity; valid:"),
+], ids=["count", "model-count", "family", "cpu_cores", "memory"])
+def test_a_per_kind_inventory_error_names_the_file_once_then_the_field(tmp_path: Path, text: str, message: str) -> None:
+    """The file is named once (with its line), then the field as the inventory spells it; in each command that
+    reads an inventory."""
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    inv = _write(tmp_path / "inv-str.yaml", text)
+    expected = message.format(f=inv)
+    with pytest.raises(InvalidInventory) as caught:
+        load_inventory(inv)
+    assert str(caught.value).startswith(expected), str(caught.value)
+    assert str(caught.value).count("inv-str.yaml") == 1
+    for args in (["simulate", "--trace", "gavel:4:5:0", "--inventory", str(inv)], ["manifests", "--inventory", str(inv), "-o", str(tmp_path / "out")]):
+        done = CliRunner().invoke(app, args, env={"COLUMNS": "300"})
+        assert done.exit_code == 2 and f"error: {expected}" in done.output, (args, done.output)
+    # the plan step's device_inventory, a file or inline
+    from heteroflow.components.placement.plan import check_plan_params
+
+    with pytest.raises(InvalidParameter) as plan_error:
+        check_plan_params(device_inventory=str(inv))
+    assert str(plan_error.value).startswith(expected) and str(plan_error.value).count("inv-str.yaml") == 1

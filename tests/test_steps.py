@@ -1264,8 +1264,8 @@ def test_inventory_from_json(text: str, expected: dict) -> None:
         ("nope", "is not JSON"),
         ("[1, 2]", "is not a JSON object"),
         ('{"tpu": 1}', r"^device_inventory: unknown field 'tpu', and not a device kind \(did you mean 'npu'\?\)"),
-        ('{"gpu": -1}', r"\['gpu'\]=-1 is not a device count"),
-        ('{"gpu": 1.5}', r"\['gpu'\]=1.5 is not a device count"),
+        ('{"gpu": -1}', r"^device_inventory: gpu=-1 is not a device count"),
+        ('{"gpu": 1.5}', r"^device_inventory: gpu=1.5 is not a device count"),
     ],
     ids=["not-json", "not-object", "unknown-kind", "negative", "fraction"],
 )
@@ -1325,10 +1325,10 @@ def test_plan_matches_the_model_and_device_memory(candidates, index: int, why: s
 @pytest.mark.parametrize(
     ("text", "match"),
     [
-        ('{"gpu": {"nosuch-gpu": 1}}', r"device_inventory\['gpu'\] model='nosuch-gpu' is unknown"),
+        ('{"gpu": {"nosuch-gpu": 1}}', r"^device_inventory: gpu model='nosuch-gpu' is unknown"),
         ('{"npu": {"910B": 8}}', r"names '910B', a family .*ascend-910b2"),
         ('{"gpu": {"910b3": 8}}', r"names '910b3', a npu model"),
-        ('{"gpu": {"t4": -1}}', r"\['gpu'\]\['t4'\]=-1 is not a device count"),
+        ('{"gpu": {"t4": -1}}', r"^device_inventory: gpu\.t4=-1 is not a device count"),
     ],
     ids=["unknown-model", "family", "wrong-kind", "negative"],
 )

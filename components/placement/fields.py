@@ -200,8 +200,9 @@ def _mapping(value: Any, field: str, valid: Sequence[str] | None, *, source: str
     return value
 
 
-def _quantity(parse: Any, value: object, field: str) -> int:
+def _quantity(parse: Any, value: object, field: str, *, where: str = "") -> int:
+    """``parse(value)``; an error starts with ``where`` (``FILE:LINE: ``, or "" where the caller adds it)."""
     try:
         return int(parse(value, field=field))
     except InvalidResources as exc:
-        raise InvalidInventory(str(exc)) from None
+        raise InvalidInventory(f"{where}{exc}") from None

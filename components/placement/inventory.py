@@ -215,8 +215,11 @@ def from_mapping(data: Any, *, source: str = "inventory") -> ClusterInventory:
         if not isinstance(raw_nodes, list):
             raise InvalidInventory(f"{_where(source, _line_of(data, 'nodes'))}nodes is {type(raw_nodes).__name__}, not a list")
         nodes = _parse_nodes(raw_nodes, source=source)
-    cpu_m = _quantity(parse_cpu, data["cpu_cores"], "cpu_cores") if data.get("cpu_cores") is not None else None
-    mem_b = _quantity(parse_memory, data["memory"], "memory") if data.get("memory") is not None else None
+    # named by file and line, as every other field is (a bad cpu_cores said neither)
+    cpu_m = (_quantity(parse_cpu, data["cpu_cores"], "cpu_cores", where=_where(source, _line_of(data, "cpu_cores")))
+             if data.get("cpu_cores") is not None else None)
+    mem_b = (_quantity(parse_memory, data["memory"], "memory", where=_where(source, _line_of(data, "memory")))
+             if data.get("memory") is not None else None)
     try:
         cohort = dns_label(data.get("cohort", "heteroflow"), "cohort")
     except InvalidResources as exc:
@@ -246,15 +249,17 @@ def from_mapping(data: Any, *, source: str = "inventory") -> ClusterInventory:
 
 
 def _stated_kind(value: Any, key: str, kind: str, *, source: str, line: int) -> int | dict[str, int]:
-    """One per-kind entry: a count, or (for an accelerator kind) a count per model."""
-    prefix = f"{source}:{line}: " if line else ""
-    field = f"{source}[{key!r}]"
+    """One per-kind entry: a count, or (for an accelerator kind) a count per model. Its errors name the source once,
+    then the field as the inventory spells it (``inv.yaml:1: gpu='two' is not a device count``; inline:
+    ``device_inventory: gpu.t4=-1 ...``), as the nodes' errors do (``nodes[0].devices.t4=-1``)."""
+    prefix = _where(source, line)
+    field = str(key)
     try:
         if isinstance(value, Mapping) and kind in _accelerator_kinds():
             per_model: dict[str, int] = {}
             for name, n in value.items():
                 accel = _model(name, f"{field} model", kind, container=field)
-                per_model[accel.name] = per_model.get(accel.name, 0) + _count(n, f"{field}[{name!r}]", noun="device count")
+                per_model[accel.name] = per_model.get(accel.name, 0) + _count(n, f"{field}.{name}", noun="device count")
             return per_model
         return _count(value, field, noun="device count")
     except InvalidInventory as exc:
