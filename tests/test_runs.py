@@ -699,3 +699,71 @@ def test_the_summary_says_the_engines_start_up_beside_the_records_time(tmp_path:
     _print_record(_read_record(folder / "run.json"), default_pipeline(), elapsed=elapsed, engine="airflow")
     out = " ".join(capsys.readouterr().out.split())
     assert f"{said}{folder}/run.json" in out, out
+
+
+AIRFLOW_RUN_ID = "manual__2026-12-05T01-13-26.141476-00-00-heteroflow-engine-heteroflow-default"
+
+
+def _terminal(monkeypatch: pytest.MonkeyPatch, module: Any, width: int) -> Any:
+    import io
+
+    from rich.console import Console
+
+    out = io.StringIO()
+    monkeypatch.setattr(module, "console", Console(file=out, force_terminal=True, width=width, color_system=None, soft_wrap=True))
+    return out
+
+
+def _header(text: str) -> list[str]:
+    """The header's column names, those drawn zero wide as "" (`┃┃`); a table without its outer edge too."""
+    lines = text.splitlines()
+    line = next((l for l in lines if l.startswith("┃")), None)
+    if line is None:  # no outer edge: the line above the header's rule
+        line = lines[next(i for i, l in enumerate(lines) if l.startswith("━")) - 1]
+    return [c.strip() for c in line.strip("┃ ").split("┃")]
+
+
+@pytest.mark.parametrize(("width", "shown", "note"), [
+    # a new user's trial, after an airflow engine run: `status` and `accuracy` drawn zero wide (`┳┳┓`, `│││`) and
+    # not counted in the note; the 77-character id leaves room for nothing else at 80 columns
+    (80, ["run"], "10 columns hidden at 80 columns: started UTC, status, pipeline, dataset, model, device, accuracy, seconds, "
+                  "error, fallbacks (a wider terminal shows them; --json has all)"),
+    (100, ["run", "status"], "9 columns hidden at 100 columns: started UTC, pipeline, dataset, model, device, accuracy, "
+                             "seconds, error, fallbacks"),
+    (120, ["run", "status", "model", "accuracy"], "7 columns hidden at 120 columns: started UTC, pipeline, dataset, device, "
+                                                  "seconds, error, fallbacks"),
+])
+def test_a_long_run_id_hides_whole_columns_by_priority_never_draws_one_zero_wide(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, width: int, shown: list[str], note: str) -> None:
+    from heteroflow.pipelines.cli import runs as runs_cli
+    from heteroflow.pipelines.cli.main import app
+
+    _run(tmp_path / "heteroflow-default" / AIRFLOW_RUN_ID, AIRFLOW_RUN_ID, 1_764_900_000.0, pipeline="heteroflow-default",
+         params={"dataset_uri": "/data/iris"}, results={"archive": {"name": "iris-mlp", "version": 2, "path": "/x"}})
+    _run(tmp_path / "b", "20261201-100000-aaaa", 1_764_800_000.0, pipeline="heteroflow-default")
+    out = _terminal(monkeypatch, runs_cli, width)
+    assert CliRunner().invoke(app, ["runs", "--root", str(tmp_path)]).exit_code == 0
+    text = out.getvalue()
+    assert _header(text) == shown, text
+    assert not any(s in text for s in ("┳┳", "││", "╇╇", "┴┴")), text
+    lines = text.splitlines()
+    assert any(AIRFLOW_RUN_ID in l for l in lines), text  # whole, on one line
+    assert all(len(l) <= width for l in lines if not l.startswith(tuple("0123456789"))), text
+    assert " ".join(text.split()).count(note) == 1, text
+
+
+def test_the_runs_show_table_hides_a_column_that_does_not_fit_rather_than_draw_it_zero_wide(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Siblings: a step of yours with a long name left `runs show` no room for its status, drawn zero wide."""
+    from heteroflow.pipelines.cli import runs as runs_cli
+    from heteroflow.pipelines.cli.main import app
+
+    step = "load_the_customer_churn_tables_and_join_them_with_billing"  # 57 characters: room for the status
+    _run(tmp_path / "r", "20261201-100000-aaaa", 100.0, fallbacks=[], steps=[
+        {"name": step, "status": "succeeded", "kind": "cpu", "candidate": 0, "attempts": 1, "seconds": 0.2}])
+    out = _terminal(monkeypatch, runs_cli, 80)
+    assert CliRunner().invoke(app, ["runs", "--root", str(tmp_path), "show", "20261201-100000"]).exit_code == 0
+    text = out.getvalue()
+    assert _header(text) == ["step", "status"], text
+    assert step in text and not any(s in text for s in ("┳┳", "││")), text
+    assert "5 columns hidden at 80 columns: device, candidate, attempts, seconds, error (a wider" in " ".join(text.split()), text

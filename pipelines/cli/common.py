@@ -79,14 +79,17 @@ def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop
                 wrap: dict[str, int] | None = None, *, header_words: bool = False) -> tuple[list[int], list[str]]:
     """Which columns of a table fit ``target``'s width, the way ``kubectl get`` shows its short form and keeps the
     rest for ``-o wide``: columns named in ``drop_order`` are hidden, first named first, until every kept cell
-    fits (rich's box: 3 characters per column plus 1; a column named in ``wrap`` may wrap down to its given width).
-    Only on a terminal: piped output (a script, a file) keeps every column.
+    fits (rich's box: 3 characters per column plus 1; a column named in ``wrap`` may wrap down to its given width);
+    where that is not enough, the columns ``drop_order`` does not name are hidden too, the rightmost first, all but
+    the first column. A column is hidden whole or shown with its cells whole, never drawn zero wide. Only on a
+    terminal: piped output (a script, a file) keeps every column.
 
     Args:
         target: the console the table prints to (its ``width`` and ``is_terminal``).
         headers: the column names, in order.
         rows: the cells as printed (strings), one list per row, ``len(headers)`` each.
-        drop_order: the columns that may be hidden, least useful first; the others are always kept.
+        drop_order: the columns hidden first, least useful first; the others (but the first column) only where
+            hiding all of these is not enough.
         wrap: column name -> the narrowest it may wrap to (characters); other columns count at their widest cell.
         header_words: headers may wrap between their words: a column is at least its header's longest word wide
             (else its whole header).
@@ -112,6 +115,15 @@ def fit_columns(target: Console, headers: list[str], rows: list[list[str]], drop
         if name in headers and headers.index(name) in kept:
             kept.remove(headers.index(name))
             hidden.append(name)
+    # still too wide (a cell longer than the caller planned for: a 77-character run id of the Airflow engine): the
+    # other columns go too, the rightmost first, all but the first (what names the row); rich drew them zero wide
+    # (`┳┳┓`, `│││`) and the note did not count them
+    for i in reversed(range(1, len(headers))):
+        if needed(kept) <= target.width:
+            break
+        if i in kept:
+            kept.remove(i)
+            hidden.append(headers[i])
     # a column hidden early may fit again once a wider one went after it: the most useful first
     for name in reversed(list(hidden)):
         trial = sorted(kept + [headers.index(name)])
@@ -137,6 +149,13 @@ def print_table(target: Console, table: Any, headers: list[str], rows: list[list
     line per row, every column whole and left-aligned, two spaces between columns, no title or box, whatever
     ``COLUMNS`` says; so ``| head -3`` shows two rows and ``grep`` or ``awk`` reads whole cells."""
     if target.is_terminal:
+        from rich.measure import Measurement
+
+        if (len(table.columns) == 1 and table.show_edge
+                and Measurement.get(target, target.options.update_width(10_000), table).minimum > target.width):
+            # one column left (fit_columns hid the rest) and still wider than the box (a 77-character run id at 80
+            # columns): no outer edge, which gives it 2 more characters, rather than a line the terminal wraps
+            table.show_edge = False
         target.print(whole_cells(table))
         return
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]

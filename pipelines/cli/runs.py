@@ -30,7 +30,11 @@ err_console = Console(stderr=True, soft_wrap=True)
 runs_app = typer.Typer(
     add_completion=False,
     invoke_without_command=True,
-    help="Runs of every engine (kfp.local, in-process, Airflow): list them, show one, compare two.",
+    short_help="Runs of every engine (kfp.local, in-process, Airflow): list them, show one, compare two.",
+    help="Runs of every engine (kfp.local, in-process, Airflow): list them, show one, compare two. A terminal too "
+    "narrow for the list's columns hides whole ones, named under the table, in this order: pipeline, fallbacks, "
+    "error, dataset, seconds, started, device, model, accuracy, status; the run id always shows whole (piped output "
+    "and --json have every column).",
 )
 metrics_app = typer.Typer(add_completion=False, no_args_is_help=True, help="Run metrics in Prometheus' text format.")
 
@@ -110,6 +114,9 @@ def _summary(run: dict[str, Any]) -> dict[str, Any]:
 
 _ERROR_WIDTH = 80  # the table's error column; --json has the whole text
 
+_HIDDEN_FIRST = ("pipeline", "fallbacks", "error", "dataset", "seconds", "started UTC", "device", "model", "accuracy", "status")
+"""The columns of ``heteroflow runs`` a terminal too narrow for them all hides, first named first (the run id never)."""
+
 
 @runs_app.callback()
 def runs_list(
@@ -131,7 +138,7 @@ def runs_list(
     )] = None,
 ) -> None:
     """List runs, newest first: status, pipeline, data set, model, device per device-bound step, accuracy, duration,
-    error, fallbacks."""
+    error, fallbacks (a narrow terminal hides whole columns: runs_app's help says which, _HIDDEN_FIRST holds them)."""
     ctx.obj = {"roots": root}
     if ctx.invoked_subcommand is not None:
         return
@@ -173,11 +180,12 @@ def runs_list(
             error if len(error) <= _ERROR_WIDTH or not console.is_terminal else error[: _ERROR_WIDTH - 1] + "…",  # piped: whole
             "; ".join(row["fallbacks"]) or "-",
         ])
-    # at a narrow terminal the least useful columns go first; run, status and accuracy stay (below about 70
-    # columns the device and then the model go too: wrapped over several lines each, no row was readable)
-    kept, hidden = fit_columns(console, headers, cells,
-                               ["pipeline", "fallbacks", "error", "dataset", "seconds", "started UTC", "device", "model"],
-                                 wrap={"device": 14, "error": 20, "fallbacks": 20, "dataset": 16})
+    # at a narrow terminal the least useful columns go first (_HIDDEN_FIRST); the run id never goes, nor is it cut
+    # (below about 70 columns the device and then the model go too: wrapped over several lines each, no row was
+    # readable; the airflow engine's 77-character run ids leave room for nothing else at 80 columns: accuracy and
+    # status go too, named in the note, not drawn zero wide)
+    kept, hidden = fit_columns(console, headers, cells, list(_HIDDEN_FIRST),
+                               wrap={"device": 14, "error": 20, "fallbacks": 20, "dataset": 16})
     table = Table(title=f"runs ({shown})")
     for i in kept:
         col = headers[i]
