@@ -389,3 +389,74 @@ def test_the_console_script_makes_openmp_waits_passive_unless_set(given: str | N
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [seen, "False"], done.stdout
+
+
+# --- help that says what the code does (a new user's trial) ------------------------------------------------------
+
+
+def _help_text(text: str) -> str:
+    """Help text as one line: rich's box, its borders and the wrapping gone."""
+    return " ".join(re.sub(r"[│╭╮╰╯─]", " ", text).split())
+
+
+def test_profile_help_names_the_training_profile_parameter() -> None:
+    """`heteroflow --help` said "the plan step's `profile` parameter"; there is none: it is `training_profile`."""
+    top = _help_text(CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"}).output)
+    profile = _help_text(CliRunner().invoke(app, ["profile", "--help"], env={"COLUMNS": "200"}).output)
+    for text in (top, profile):
+        assert "(the `training_profile` parameter of plan and train takes it: heteroflow run --param training_profile=profile.json)" in text, text
+        assert "`profile` parameter" not in text
+    assert "training_profile" in PARAM_NAMES  # the parameter the help names is one
+
+
+def test_params_help_lists_every_class_column_name_and_every_device_inventory_form() -> None:
+    """`label_column` omitted `labels` and `classes`, which the code takes; `device_inventory` said JSON only, while
+    a node inventory's path (and `kubernetes`) work too."""
+    from heteroflow.components.data.columns import CLASS_COLUMN_NAMES
+
+    spec = json.loads(CliRunner().invoke(app, ["params", "--json"]).output)
+    label = spec["label_column"]["help"]
+    assert "a column named " + ", ".join(CLASS_COLUMN_NAMES[:-1]) + f" or {CLASS_COLUMN_NAMES[-1]} (any case; in that order of preference)" in label, label
+    inventory = spec["device_inventory"]["help"]
+    assert ('JSON {"gpu": N, "npu": M} (or per model {"gpu": {"t4": 4}}), the path of a node inventory file (.yaml, .yml '
+            "or .json: nodes with their devices, queues, a policy), or kubernetes (the live cluster's free capacity)") in inventory, inventory
+
+
+def test_a_class_column_named_as_the_help_says_is_taken(tmp_path: Path) -> None:
+    """What the help lists is what preprocess takes: `classes` (the last name listed), in any case, not the last column."""
+    from heteroflow.components.data.columns import CLASS_COLUMN_NAMES
+    from heteroflow.components.data.datasets import read_table
+    from heteroflow.components.data.columns import _label_of
+
+    assert CLASS_COLUMN_NAMES[-2:] == ("labels", "classes")
+    table = tmp_path / "t.csv"
+    table.write_text("Classes,a,b\nx,1,2\ny,3,4\nx,5,6\n")
+    assert _label_of(read_table(table), "")[0] == "Classes"
+
+
+def test_a_node_inventory_file_the_device_inventory_help_names_is_taken(tmp_path: Path) -> None:
+    from heteroflow.components.errors import InvalidParameter
+    from heteroflow.components.placement.plan import check_plan_params
+
+    inv = tmp_path / "cluster.yaml"
+    inv.write_text("nodes:\n  - {name: a, devices: {t4: 2}, cpu: 8, memory: 32Gi}\n")
+    check_plan_params(device_inventory=str(inv))
+    with pytest.raises(InvalidParameter, match=r"or the path of a node inventory file \(\.yaml, \.yml or \.json\), or kubernetes$"):
+        check_plan_params(device_inventory=str(tmp_path / "cluster.txt"))
+
+
+def test_run_help_lists_every_registered_engine_and_every_fault_form() -> None:
+    """`--engine` did not list `airflow` (registered through an entry point); `--inject-fault` omitted
+    `:after_steps=N`. The engines come from the registry as the help is shown."""
+    from heteroflow.components.core.failures import parse_faults
+    from heteroflow.pipelines.engines.registry import engine_names, get_engine
+
+    text = _help_text(CliRunner().invoke(app, ["run", "--help"], env={"COLUMNS": "200"}).output)
+    assert "airflow" in engine_names()
+    for name in engine_names():
+        assert f"{name}: {' '.join(get_engine(name, check=False).description.split())}" in text, (name, text)
+    assert "airflow: a real Airflow 3 on SQLite" in text
+    assert "Testing: STEP@KIND=CLASS[:N | :after_steps=N] (repeatable; CLASS: device, transient, permanent)" in text, text
+    assert "train@npu=device:after_steps=40" in text
+    for example in ("train@npu=device", "preprocess@cpu=permanent", "train@npu=transient:2", "train@npu=device:after_steps=40"):
+        assert parse_faults(example)  # every example the help gives parses

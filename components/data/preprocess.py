@@ -212,7 +212,7 @@ def preprocess(
         seed: seed of the split (same seed and data, same shards).
         num_workers: processes reading files; 0: every CPU core this step is given (unit: processes).
         shard_size: samples per shard file; 0: as many as fit in about 16 MiB (unit: samples).
-        label_column: the class column; empty: a column named label, class, target, y, species, outcome, diagnosis, else the last column.
+        label_column: the class column; empty: a column named label, class, target, y, species, outcome, diagnosis, labels or classes (any case; in that order of preference), else the last column.
         drop_columns: columns to leave out of the features, separated by commas.
         keep_columns: columns to use as features even when they look like row ids, separated by commas.
         header: whether CSV files start with a header row: auto (detect), true or false.

@@ -32,7 +32,8 @@ SIMULATED_DEVICE_COUNT = 8
 """Devices of a simulated kind (``HETEROFLOW_SIMULATE_DEVICES``) in the inventory: one typical node's worth."""
 
 
-_INVENTORY_FORMS = 'e.g. {"gpu": 4, "npu": 0}, or per model {"gpu": {"a100-80gb": 2, "t4": 4}, "npu": {"910b3": 8}}'
+_INVENTORY_FORMS = ('e.g. {"gpu": 4, "npu": 0}, or per model {"gpu": {"a100-80gb": 2, "t4": 4}, "npu": {"910b3": 8}}, '
+                    "or the path of a node inventory file (.yaml, .yml or .json), or kubernetes")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -265,7 +266,8 @@ def check_plan_params(*, device_inventory: str = "", training_profile: str = "")
     """Check plan's parameters before a run (the checks :func:`plan_step` makes).
 
     Raises:
-        InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count; ``training_profile``
+        InvalidParameter: ``device_inventory`` is not a JSON object of device kind -> count, a valid node inventory
+            (a file's path, or inline with ``nodes``) or ``kubernetes`` with a cluster configured; ``training_profile``
             is not a readable profile (both in one message).
     """
     from heteroflow.components.errors import Problems
@@ -424,7 +426,7 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
         placement_path: file to write the decision to (JSON: per call, the chosen candidate and why each
             earlier one was passed over).
         placements: ``{call: candidates JSON}`` of the calls to place (the engine passes it).
-        device_inventory: JSON {"gpu": N, "npu": M} of the devices the job may get, for plan; empty: probe with PyTorch where plan runs (set it on a cluster, where the plan pod has no accelerator).
+        device_inventory: the devices the job may get, for plan: JSON {"gpu": N, "npu": M} (or per model {"gpu": {"t4": 4}}), the path of a node inventory file (.yaml, .yml or .json: nodes with their devices, queues, a policy), or kubernetes (the live cluster's free capacity); empty: probe with PyTorch where plan runs (set it on a cluster, where the plan pod has no accelerator).
         training_profile: path of a training profile (JSON from heteroflow profile): checked and recorded with the placement; on a node inventory its step times score the candidates.
 
     Returns:

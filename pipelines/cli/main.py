@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Annotated, Any, Optional
 
 import typer
+from typer.core import TyperCommand
 from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
@@ -73,19 +74,37 @@ def _main(
     _state["debug"] = debug
 
 
-def _engine_help() -> str:
-    """``--engine``'s help, from the registry: the builtin engines (entry-point ones are not loaded at start-up;
-    ``heteroflow engines`` lists every one)."""
-    from heteroflow.pipelines.engines.registry import BUILTIN_ENGINES, get_engine
+def _engine_help(*, every: bool = False) -> str:
+    """``--engine``'s help, from the registry: the builtin engines, and with ``every`` those installed packages
+    register too (``airflow``, through an entry point: loading those costs every command's start-up, so
+    ``run --help`` asks for them when it is shown, :class:`_RunCommand`)."""
+    from heteroflow.pipelines.engines.registry import BUILTIN_ENGINES, engine_names, get_engine
 
-    listed = "; ".join(f"{name}: {get_engine(name, check=False).description}" for name in BUILTIN_ENGINES)
-    return f"The engine: {listed}; or one an installed package registers (`heteroflow engines` lists them all)."
+    listed = []
+    for name in engine_names() if every else BUILTIN_ENGINES:
+        try:
+            listed.append(f"{name}: {get_engine(name, check=False).description}")
+        except HeteroflowError:  # a broken plugin: named, `heteroflow engines` says why
+            listed.append(f"{name}: (cannot be loaded; see `heteroflow engines`)")
+    tail = "`heteroflow engines` says what each needs installed" if every else "or one an installed package registers (`heteroflow engines` lists them all)"
+    return f"The engine: {'; '.join(listed)}; {tail}."
 
 
 _ENGINE_HELP = _engine_help()
 
 
-@app.command()
+class _RunCommand(TyperCommand):
+    """``heteroflow run``: its ``--help`` lists every registered engine, those of installed packages (``airflow``)
+    too, read from the registry as the help is shown (#new-user trial: it listed the builtin ones only)."""
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        for param in self.params:
+            if param.name == "engine":
+                param.help = _engine_help(every=True)
+        super().format_help(ctx, formatter)
+
+
+@app.command(cls=_RunCommand)
 def run(
     param: Annotated[
         Optional[list[str]],
@@ -122,8 +141,10 @@ def run(
         Optional[list[str]],
         typer.Option(
             "--inject-fault",
-            help="Testing: STEP@KIND=CLASS[:N] (repeatable), e.g. train@npu=device, preprocess@cpu=permanent, "
-            "train@npu=transient:2 (also HETEROFLOW_INJECT_FAULT).",
+            help="Testing: STEP@KIND=CLASS[:N | :after_steps=N] (repeatable; CLASS: device, transient, permanent), "
+            "e.g. train@npu=device, preprocess@cpu=permanent, train@npu=transient:2 (fails the first 2 attempts), "
+            "train@npu=device:after_steps=40 (fails once 40 optimizer steps are done: the next candidate resumes from "
+            "the checkpoint) (also HETEROFLOW_INJECT_FAULT).",
         ),
     ] = None,
 ) -> None:

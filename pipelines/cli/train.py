@@ -41,7 +41,8 @@ def profile_command(
     output: Annotated[Path, typer.Option("--output", "-o", help="JSON profile to write.")] = Path("profile.json"),
 ) -> None:
     """Profile a few training steps with torch.profiler: time share per operator, key operators (>= 10%), peak
-    memory and samples/s, written as JSON (the plan step's `profile` parameter takes it)."""
+    memory and samples/s, written as JSON (the `training_profile` parameter of plan and train takes it:
+    heteroflow run --param training_profile=profile.json)."""
     from heteroflow.cache.errors import HeteroflowError
     from heteroflow.components.training.profiling import check_profile_params, profile_training
     from heteroflow.components.training.step import TRAIN
