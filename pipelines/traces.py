@@ -180,11 +180,18 @@ def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterIn
     """
     from heteroflow.components.placement.inventory import InvalidInventory, model_key
 
+    from heteroflow.components.data.csvformat import file_not_text
+
     path = Path(path)
+    binary = file_not_text(path)
+    if binary:
+        raise InvalidTrace(f"{path}: not a text trace: {binary}; a trace is a CSV (or Gavel's TSV) text file")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise InvalidTrace(f"{path}: cannot read the trace ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidTrace(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the trace as UTF-8") from None
     lines = text.splitlines()
     if not lines:
         raise InvalidTrace(f"{path}: empty trace")
@@ -271,12 +278,19 @@ def trace_format(path: str | Path) -> str:
     """
     from heteroflow.pipelines.alibaba import detect_csv
 
+    from heteroflow.components.data.csvformat import file_not_text
+
     p = Path(path)
+    binary = file_not_text(p)
+    if binary:  # said "'utf-8' codec can't decode byte 0x92 in position 1", naming no file
+        raise InvalidTrace(f"{p}: not a text trace: {binary}; a trace is a CSV (or Gavel's TSV) text file")
     try:
         with p.open(encoding="utf-8") as f:
             first = f.readline().strip()
     except OSError as exc:
         raise InvalidTrace(f"{p}: cannot read the trace ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidTrace(f"{p}: not UTF-8 text ({exc.reason} at byte {exc.start}); save the trace as UTF-8") from None
     if not first:
         raise InvalidTrace(f"{p}: empty trace")
     cols = {c.strip() for c in first.split(",")}

@@ -18,7 +18,7 @@ from typing import Any
 from heteroflow.cache.errors import DatasetError
 from heteroflow.components.data.cells import MISSING_MARKERS
 
-__all__ = ["DELIMITERS", "CsvFormat", "sniff_csv"]
+__all__ = ["DELIMITERS", "CsvFormat", "file_not_text", "not_text", "sniff_csv"]
 
 DELIMITERS = {",": "comma", ";": "semicolon", "\t": "tab", "|": "pipe"}
 """The delimiters :func:`sniff_csv` tries, with their names (the ``delimiter`` parameter takes either)."""
@@ -67,6 +67,51 @@ class CsvFormat:
         if self.trailing_delimiter:
             facts["trailing_delimiter"] = True
         return facts
+
+
+_BINARY_BLOCK = 8000
+"""Bytes looked at for a NUL, as git's ``buffer_is_binary`` does (text in any 8-bit or UTF-8 encoding has none)."""
+
+_SIGNATURES = (
+    (b"PK\x03\x04", "a zip archive", "an Excel .xlsx workbook is one: save it as CSV"),
+    (b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1", "an Office file", "an Excel .xls workbook is one: save it as CSV"),
+    (b"\x1f\x8b", "a gzip file", "decompress it first: gunzip"),
+    (b"BZh", "a bzip2 file", "decompress it first: bunzip2"),
+    (b"\xfd7zXZ\x00", "an xz file", "decompress it first: unxz"),
+    (b"\x28\xb5\x2f\xfd", "a zstd file", "decompress it first: unzstd"),
+    (b"PAR1", "a Parquet file", "name it .parquet to read it"),
+    (b"\x93NUMPY", "a NumPy .npy array", ""),
+    (b"SQLite format 3\x00", "an SQLite database", ""),
+    (b"%PDF-", "a PDF document", ""),
+    (b"\x89PNG", "a PNG image", ""),
+    (b"\xff\xd8\xff", "a JPEG image", ""),
+)
+"""The first bytes of binary files a table is often mistaken for: (signature, what the file is, what to do)."""
+
+
+def not_text(raw: bytes) -> str | None:
+    """Why ``raw`` (a file's first bytes) is not a text table, or None when it may be one: a binary file's known
+    signature (zip/xlsx, gzip, Parquet, ...), else a NUL byte in the first 8000 bytes, as ``file`` and git decide
+    a file is binary. UTF-16 with a byte-order mark is text (its NULs are half its characters)."""
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)):
+        return None
+    for magic, what, todo in _SIGNATURES:
+        if raw.startswith(magic):
+            return f"it starts as {what} does" + (f" ({todo})" if todo else "")
+    nul = raw.find(b"\x00", 0, _BINARY_BLOCK)
+    if nul >= 0:
+        return (f"it holds a NUL byte (at byte {nul}), as binary files do (UTF-16 text without a byte-order mark "
+                "does too: save it as UTF-8)")
+    return None
+
+
+def file_not_text(path: str | os.PathLike[str]) -> str | None:
+    """:func:`not_text` of the file's first block; None also for a file that cannot be read (its reader says why)."""
+    try:
+        with open(path, "rb") as fh:
+            return not_text(fh.read(_BINARY_BLOCK))
+    except OSError:
+        return None
 
 
 def _decode_sample(raw: bytes, *, whole: bool, path: Path) -> tuple[str, str, str]:
@@ -207,13 +252,18 @@ def sniff_csv(
         A :class:`CsvFormat` with the reason for each decision.
 
     Raises:
-        DatasetError: the file is empty, or starts with a byte-order mark its content does not match.
+        DatasetError: the file is empty, is not text (:func:`not_text`: a binary file's signature or a NUL byte),
+            or starts with a byte-order mark its content does not match.
     """
     p = Path(path)
     with open(p, "rb") as fh:
         raw = fh.read(_SAMPLE_BYTES + 1)
     whole = len(raw) <= _SAMPLE_BYTES
     raw = raw[:_SAMPLE_BYTES]
+    binary = not_text(raw)
+    if binary:  # pandas read it as text anyway: "Expected 1 fields in line 3, saw 2 (columns split by comma ...)"
+        raise DatasetError(f"{p}: not a text table: {binary}; a {p.suffix or 'text table'} file must be text (a header "
+                           "row, then one sample per row)")
     text, encoding, encoding_reason = _decode_sample(raw, whole=whole, path=p)
     if not text.strip():
         raise DatasetError(f"{p}: empty file; expected a table (a header row, then one sample per row)")

@@ -32,11 +32,18 @@ POD_COLUMNS = ("name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli")
 
 
 def _header(path: Path) -> list[str]:
+    from heteroflow.components.data.csvformat import file_not_text
+
+    binary = file_not_text(path)
+    if binary:  # said "'utf-8' codec can't decode byte ...", naming no file
+        raise InvalidTrace(f"{path}: not a text file: {binary}; a pod or node list is a CSV text file")
     try:
         with path.open(newline="", encoding="utf-8") as f:
             return [c.strip() for c in next(csv.reader(f), [])]
     except OSError as exc:
         raise InvalidTrace(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidTrace(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start}); save it as UTF-8") from None
 
 
 def detect_csv(path: str | Path) -> str | None:
