@@ -91,3 +91,35 @@ def test_simulate_with_a_binary_trace_or_node_list_names_the_file(tmp_path: Path
     done = CliRunner().invoke(app, ["simulate", "--trace", str(latin)], env={"COLUMNS": "400"})
     assert done.exit_code == 2
     assert f"error: {latin}: not UTF-8 text (invalid continuation byte at byte 50); save the trace as UTF-8" in _said(done.output), done.output
+
+
+# --- predict: a file, not a folder -------------------------------------------------------------------------------
+
+
+def test_predict_given_a_folder_of_tables_says_it_takes_one_file(digits_model: Path, digits_dir: Path, tmp_path: Path) -> None:
+    from heteroflow.components.errors import InvalidParameter
+    from heteroflow.components.models.predict import load_archived
+
+    tables = sorted(digits_dir.glob("*.csv"))
+    assert len(tables) > 1
+    done = CliRunner().invoke(app, ["predict", str(digits_model), str(digits_dir)], env={"COLUMNS": "400"})
+    assert done.exit_code == 2, done.output
+    assert _said(done.output) == (f"error: {digits_dir} is a folder; give one table file instead, e.g. {tables[0]} "
+                                  f"(it holds {len(tables)} table files: predict each in turn)")
+    assert "(no suffix)" not in done.output
+    # sibling: a folder without tables (the Python API says the same)
+    empty = tmp_path / "notes"
+    empty.mkdir()
+    (empty / "readme.txt").write_text("no table here\n")
+    with pytest.raises(InvalidParameter) as caught:
+        load_archived(digits_model).predict(empty)
+    assert str(caught.value) == (f"{empty} is a folder, and holds no table file; give one table file (.csv, .tsv, .parquet, "
+                                 ".pq, .npz) with the columns the model was trained on")
+    # a binary file named .csv, given to predict
+    bad = tmp_path / "rows.csv"
+    bad.write_bytes(BINARY)
+    done = CliRunner().invoke(app, ["predict", str(digits_model), str(bad)], env={"COLUMNS": "400"})
+    assert done.exit_code == 2 and f"error: {bad}: not a text table: {NUL_SAID}" in _said(done.output), done.output
+    # and one of the folder's files, as the message says, predicts
+    done = CliRunner().invoke(app, ["predict", str(digits_model), str(tables[0])], env={"COLUMNS": "400"})
+    assert done.exit_code == 0 and done.output.splitlines()[0] == "prediction", done.output

@@ -96,7 +96,11 @@ class ArchivedModel:
         data = self.config["data"]
         mode, size = data["image_mode"], tuple(data["image_size"])
         if isinstance(images, (str, os.PathLike)) and Path(images).is_dir():
+            folder = images
             images = sorted(p for p in Path(images).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+            if not images:  # np.stack said "need at least one array to stack"
+                raise InvalidParameter(f"{folder} is a folder without images ({', '.join(sorted(IMAGE_SUFFIXES))}, in it "
+                                       "or its subfolders); give an image, or a folder of them")
         elif isinstance(images, (str, os.PathLike)):
             images = [images]
         if isinstance(images, np.ndarray) and images.dtype != object:
@@ -155,6 +159,8 @@ class ArchivedModel:
 
         where = "rows"
         if isinstance(rows, (str, os.PathLike)):
+            if Path(rows).is_dir():  # read_table's "unsupported file type '(no suffix)'" left a folder unexplained
+                raise InvalidParameter(_folder_of_tables(Path(rows)))
             where, rows = str(rows), self.read(rows)
         frame = prepare_rows(rows, self.schema, where=where)
         with np.errstate(all="ignore"):
@@ -184,6 +190,21 @@ class ArchivedModel:
         if all(c.lstrip("-").isdigit() and str(int(c)) == c for c in self.classes):
             labels = labels.astype(np.int64)
         return labels[self.predict_proba(rows).argmax(axis=1)]
+
+
+def _folder_of_tables(folder: Path) -> str:
+    """Why a table model does not predict ``folder``, and which of its files it would."""
+    from heteroflow.components.data.formats import REGISTRY, TABLE
+
+    try:
+        tables = sorted(p for p in folder.iterdir() if p.is_file() and REGISTRY.is_data_file(p.name, TABLE))
+    except OSError:
+        tables = []
+    if not tables:
+        return (f"{folder} is a folder, and holds no table file; give one table file "
+                f"({', '.join(REGISTRY.suffixes(TABLE))}) with the columns the model was trained on")
+    many = f"it holds {len(tables)} table files: predict each in turn" if len(tables) > 1 else "it holds one"
+    return f"{folder} is a folder; give one table file instead, e.g. {tables[0]} ({many})"
 
 
 def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_root: str | os.PathLike[str] | None = None,
