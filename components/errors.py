@@ -70,15 +70,27 @@ class RunProblems(InvalidParameter, DatasetError):
         self.problems = tuple(problems) or (message,)
 
 
+_DEFAULT_PIPELINE_NAMES = {"model": "model_factory"}
+"""The default pipeline's parameters named otherwise than the step parameter they feed (heteroflow.pipelines.default)."""
+
+
 def did_you_mean(unknown: Iterable[str], valid: Iterable[str]) -> str:
     """The closest valid name of each unknown one, as a message's aside: ``" (did you mean 'epochs'?)"``, or
     ``" (did you mean 'epochs' for 'epoch', 'seed' for 'sead'?)"`` for several; empty when none is close.
-    (:func:`difflib.get_close_matches`; matched case-insensitively, so ``Epochs`` suggests ``epochs``)."""
+    (:func:`difflib.get_close_matches`; matched case-insensitively, so ``Epochs`` suggests ``epochs``). The default
+    pipeline's own names suggest what they stand for in a pipeline composed from the steps: ``model`` is train's
+    ``model_factory`` there (difflib found ``model_args``)."""
     import difflib
 
     unknown = list(unknown)
     by_lower = {v.lower(): v for v in valid}
-    pairs = [(u, by_lower[close[0]]) for u in unknown if (close := difflib.get_close_matches(u.lower(), by_lower, n=1))]
+
+    def closest(u: str) -> list[str]:
+        stands_for = _DEFAULT_PIPELINE_NAMES.get(u.lower())
+        named = [v for v in by_lower if stands_for and v.rsplit(".", 1)[-1] == stands_for]
+        return named[:1] or difflib.get_close_matches(u.lower(), by_lower, n=1)
+
+    pairs = [(u, by_lower[close[0]]) for u in unknown if (close := closest(u))]
     if not pairs:
         return ""
     if len(unknown) == 1:

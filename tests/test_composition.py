@@ -186,3 +186,13 @@ def test_no_folder_of_the_examples_shadows_a_module(tmp_path: Path) -> None:
     assert found.stdout.strip() == "[]", f"folders of examples/ named like installed modules: {found.stdout.strip()}"
     for name in ("docker", "kfp", "torch", "airflow", "kubernetes", "heteroflow"):  # also when not installed here
         assert not (examples / name).exists(), name
+
+
+def test_the_default_pipelines_model_name_suggests_model_factory_in_a_composed_pipeline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: `heteroflow run --pipeline custom_composition:build --param model=mymodels:tiny` said
+    "unknown parameter 'model' (did you mean 'model_args'?)". The README's `--param model=` is the default
+    pipeline's name for train's `model_factory`; a pipeline composed from the steps names it so, and says it."""
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "examples"))
+    result = CliRunner().invoke(app, ["run", "--pipeline", "custom_composition:build", "--param", "model=mymodels:tiny"])
+    assert result.exit_code == 2, result.output
+    assert "unknown parameter 'model' (did you mean 'model_factory'?)" in " ".join(result.output.split()), result.output
