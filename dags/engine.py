@@ -186,9 +186,14 @@ class AirflowEngine:
         if unknown:
             raise InvalidParameter(f"engine='airflow' has no option {unknown[0]!r}; valid engine options: airflow_home, timeout_seconds")
         if not source:
+            main = sys.modules.get("__main__")
+            held = [k for k, v in vars(main).items() if v is pipeline] if main is not None else []
+            where = (f": {held[0]!r} is defined in __main__ (the script you run), which Airflow's process cannot "
+                     f"import; define it in a module and pass pipeline='module:{held[0]}'") if held else \
+                " (pipeline='mymodule:build', or source=... beside a Pipeline value)"
             raise InvalidParameter(
-                "engine='airflow' builds the DAG in Airflow's own process, so it needs the pipeline as 'module:attribute' "
-                "(pipeline='mymodule:build', or source=... beside a Pipeline value); valid: a reference, or None for the default pipeline"
+                f"engine='airflow' builds the DAG in Airflow's own process, so it needs the pipeline as 'module:attribute'{where}; "
+                "valid: a reference, a Pipeline held by an importable module, or None for the default pipeline"
             )
         args = prepare_arguments(pipeline, params)  # names, types and a local data set checked before Airflow starts
         timeout = float(options.get("timeout_seconds") or 3600)

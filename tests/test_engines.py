@@ -270,3 +270,29 @@ def test_an_airflow_command_that_fails_is_named_with_its_output_and_the_log(digi
     log = (run_dir / "airflow.log").read_text()
     assert "$ airflow db migrate: " in log and "exit 1" in log and "$ airflow dags test" not in log
     assert not (run_dir / "run.json").exists()
+
+
+def test_a_pipeline_value_held_by_a_module_is_found_for_the_airflow_engine_and_one_in_main_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new user's trial: `heteroflow.run(mymodule.p, engine='airflow')` was refused with a fixed example
+    (`pipeline='mymodule:build'`), not the user's own attribute. A Pipeline that an importable module holds is
+    found (`mymodule:p`); one defined in the script being run (`__main__`) is named, with what to do."""
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    import types
+
+    from heteroflow.pipelines.default import default_pipeline
+    from heteroflow.pipelines.engines.runner import _source_of
+
+    held = default_pipeline()
+    module = types.ModuleType("my_pipelines_mod")
+    module.p = held  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "my_pipelines_mod", module)
+    assert _source_of(held) == "my_pipelines_mod:p" and _source_of(default_pipeline()) is None
+
+    loose = default_pipeline()
+    monkeypatch.setattr(sys.modules["__main__"], "my_script_pipeline", loose, raising=False)
+    with pytest.raises(InvalidParameter, match=r"'my_script_pipeline' is defined in __main__ \(the script you run\), which Airflow's "
+                                               r"process cannot import; define it in a module and pass pipeline='module:my_script_pipeline'"):
+        heteroflow.run(loose, engine="airflow", run_dir=tmp_path / "run", airflow_home=tmp_path / "af")
+    assert not (tmp_path / "af").exists()
