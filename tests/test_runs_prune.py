@@ -70,6 +70,8 @@ def test_archive_prune_command(tmp_path: Path) -> None:
     result = _cli("archive", "prune", "--keep", "1", "--root", str(root), "--runs-root", str(runs))
     assert result.exit_code == 0, result.output
     assert "kept: m:v1" in result.output and "removed: m:v2" in result.output and "removed 1, kept 1" in result.output
+    # what to do about the kept ones (a trial's --keep 3 removed nothing: every version was named by a run)
+    assert "remove the runs you no longer need (heteroflow runs lists them, with their folders), or add --force" in " ".join(result.output.split())
     assert _cli("archive", "prune", "--keep", "0", "--root", str(root)).exit_code == 2
 
 

@@ -461,6 +461,10 @@ def _print_pruned(entries: list[dict[str, Any]], what: str, key: str, dry_run: b
     removed = sum(e["action"] in ("removed", "would remove") for e in entries)
     kept = sum(e["action"] == "kept" for e in entries)
     console.print(f"{'would remove' if dry_run else 'removed'} {removed}, kept {kept} that runs name", highlight=False)
+    if kept:  # every version may be named by a run (a new user's trial: "would remove 0, kept 13" and nothing to do)
+        console.print(f"a version a run names stays while that run's folder does: remove the runs you no longer need "
+                      f"(heteroflow runs lists them, with their folders), or add --force to remove those {what}s anyway",
+                      highlight=False)
 
 
 def archive_prune(
