@@ -161,3 +161,22 @@ def test_piped_packing_results_are_plain_columns_with_every_cell_whole() -> None
     rows = [re.split(r"\s{2,}", line.strip()) for line in lines[2:4]]
     assert [r[0] for r in rows] == ["fgd (default)", "bestfit"] and all(r[1].endswith("%") for r in rows)
     assert not any(c in out.output for c in "│┃━─…")
+
+
+def test_the_packing_table_gives_every_column_over_the_same_seeds(tmp_path: Path) -> None:
+    """A new user's trial: "200 pods ... drawn" above placed 60 + waiting 4, and the placed and waiting counts were
+    seed 0's beside the median unallocated share of 5 seeds, unlabelled. The title says the pods are the trace's
+    and what the columns are; placed and waiting are the medians over the seeds, as the share is."""
+    import statistics
+
+    out = CliRunner().invoke(app, ["simulate", "--trace", str(PODS), "--inventory", str(NODES), "--seeds", "5", "--json", str(tmp_path / "s.json")],
+                             env={"COLUMNS": "300"})
+    assert out.exit_code == 0, out.output
+    lines = out.output.splitlines()
+    assert lines[0].startswith("200 pods in the trace (87 shared-GPU), drawn until they ask for 64 GPUs, on 17 nodes of ") and \
+        lines[0].endswith("; 5 seed(s): medians; what holds them: seed 0"), lines[0]
+    summary = {r["policy"]: r for r in json.loads((tmp_path / "s.json").read_text())["results"]}
+    for line in lines[2:2 + len(summary)]:
+        policy, _share, placed, waiting, *_ = re.split(r"\s{2,}", line.strip())
+        name = policy.removesuffix(" (default)")
+        assert float(placed) == statistics.median(summary[name]["placed"]) and float(waiting) == statistics.median(summary[name]["waiting"]), (line, summary[name])

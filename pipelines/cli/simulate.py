@@ -123,14 +123,23 @@ def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int
     gpus = cluster.gpu_capacity_milli / 1000
     headers = ["policy", "unallocated", "placed", "waiting", "what holds them"]
     rows, summary = [], []
+    import statistics
+
     for name, runs in rep.results.items():
         r = runs[0]
         held = ", ".join(f"{k} {v}" for k, v in sorted(r.reasons.items(), key=lambda kv: -kv[1])) or "-"
-        rows.append([name + (" (default)" if name == rep.default else ""), f"{100 * rep.median_unallocated(name):.2f}%", str(r.placed), str(r.failed), held])
-        summary.append({"policy": name, "unallocated_share": rep.median_unallocated(name), "per_seed": [x.final_unallocated for x in runs]})
-    _print_results(f"{len(pods)} pods ({sum(p.shared for p in pods)} shared-GPU) drawn until {gpus:g} GPUs arrived, on "
-                   f"{len(cluster.nodes)} nodes of {cluster.source}; {seeds} seed(s)", headers, rows, left=("policy", "what holds them"),
-                   drop_order=["waiting", "placed", "what holds them"])
+        # every column over the same seeds: the medians (the placed and waiting counts were seed 0's beside the
+        # median unallocated share), the reasons seed 0's (said in the title)
+        placed, waiting = (statistics.median([getattr(x, k) for x in runs]) for k in ("placed", "failed"))
+        rows.append([name + (" (default)" if name == rep.default else ""), f"{100 * rep.median_unallocated(name):.2f}%", f"{placed:g}", f"{waiting:g}", held])
+        summary.append({"policy": name, "unallocated_share": rep.median_unallocated(name), "per_seed": [x.final_unallocated for x in runs],
+                        "placed": [x.placed for x in runs], "waiting": [x.failed for x in runs]})
+    # the pods are the trace's; each seed draws from them (their order) until the drawn pods ask for the cluster's
+    # GPUs, so placed + waiting is the pods drawn, not the trace's count (a trial read "200 pods drawn" beside 60 + 4)
+    medians = f"{seeds} seed(s)" + (": medians; what holds them: seed 0" if seeds > 1 else "")
+    _print_results(f"{len(pods)} pods in the trace ({sum(p.shared for p in pods)} shared-GPU), drawn until they ask for "
+                   f"{gpus:g} GPUs, on {len(cluster.nodes)} nodes of {cluster.source}; {medians}", headers, rows,
+                   left=("policy", "what holds them"), drop_order=["waiting", "placed", "what holds them"])
     for name, runs in rep.results.items():
         for line in runs[0].explanations:
             console.print(f"  {name}: {escape(line)}", highlight=False)
