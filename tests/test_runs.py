@@ -307,7 +307,8 @@ def _default_runs(root: Path) -> None:
          metrics={"evaluate": {"accuracy": 0.88}}, results={"archive": {"name": "digits-cnn", "version": 1, "path": "/y"}})
     _run(root / "c", "20261201-120000-cccc", 300.0, **common, status="failed", params={"dataset_uri": "/data/penguins"}, metrics={},
          steps=[{"name": "preprocess", "status": "failed", "kind": "cpu", "failure": "permanent",
-                 "error": "heteroflow.cache.errors.DatasetError: class column 'species' not found; columns: a, b"}])
+                 "error": "heteroflow.cache.errors.DatasetError: class column 'species' not found; columns: a, b"},
+                {"name": "train", "status": "not run"}, {"name": "archive", "status": "not run"}])  # a record lists every step
 
 
 def _plain(output: str) -> list[dict[str, str]]:
@@ -767,3 +768,18 @@ def test_the_runs_show_table_hides_a_column_that_does_not_fit_rather_than_draw_i
     assert _header(text) == ["step", "status"], text
     assert step in text and not any(s in text for s in ("┳┳", "││")), text
     assert "5 columns hidden at 80 columns: device, candidate, attempts, seconds, error (a wider" in " ".join(text.split()), text
+
+
+def test_runs_shows_no_model_for_a_pipeline_without_an_archive_step(tmp_path: Path) -> None:
+    """A new user's trial: `runs` listed `messy-mlp` for a pipeline composed without an archive step (the name it
+    would have had, but such a run archives nothing). A run of the default pipeline that failed before archiving
+    still shows the name its model will have."""
+    from heteroflow.pipelines.cli.runs_rows import run_row
+    from heteroflow.pipelines.runs.folders import load_run
+
+    _run(tmp_path / "n", "no-archive", 100.0, params={"dataset_uri": "/data/messy"},
+         steps=[{"name": "preprocess", "status": "succeeded"}, {"name": "train", "status": "succeeded"}])
+    _run(tmp_path / "f", "failed-before", 200.0, status="failed", params={"dataset_uri": "/data/messy"},
+         steps=[{"name": "train", "status": "failed"}, {"name": "archive", "status": "not run"}])
+    models = {r["run_id"]: r["model"] for r in (run_row(load_run(tmp_path / f)) for f in ("n", "f"))}
+    assert models == {"no-archive": None, "failed-before": "messy-mlp"}, models

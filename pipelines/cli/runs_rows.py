@@ -64,10 +64,14 @@ def _dataset_name(uri: str | None) -> str | None:
 
 def _model(run: dict[str, Any], uri: str | None) -> str | None:
     """``name:vN`` of the archived model; without an archive: the name it would have (the run's ``model_name``, else
-    the default from the data set and model factory)."""
+    the default from the data set and model factory); None for a pipeline that has no archive step (a trial saw
+    ``messy-mlp`` listed for a pipeline that archives nothing)."""
     archived = (run.get("results") or {}).get("archive") or {}
     if archived.get("name"):
         return f"{archived['name']}:v{archived['version']}" if archived.get("version") else str(archived["name"])
+    steps = [s for s in run.get("steps") or [] if isinstance(s, dict)]
+    if steps and not any(str(s.get("name", "")).startswith("archive") for s in steps):
+        return None
     params = run.get("params") or {}
     if params.get("model_name"):
         return str(params["model_name"])
