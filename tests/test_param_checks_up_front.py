@@ -242,7 +242,7 @@ def test_archive_and_plan_report_each_of_their_problems(tmp_path: Path) -> None:
                                                "training_profile": str(tmp_path / "missing.json")})
     assert str(caught.value) == (
         "4 problems with this run (nothing was run; fix each and rerun):\n"
-        "- device_inventory['gpu']=-1 is not a device count; valid: an integer >= 0\n"
+        "- device_inventory: gpu=-1 is not a device count; valid: an integer >= 0\n"
         f"- training_profile='{tmp_path / 'missing.json'}' does not exist; write one with `heteroflow profile`\n"
         "- model_name='BAD' is not a valid model name; valid: [a-z0-9][a-z0-9._-]*, up to 63 characters\n"
         "- export_formats='tflite': 'tflite' is not an export format; valid: onnx (comma-separated), or empty for "
