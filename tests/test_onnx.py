@@ -354,10 +354,15 @@ def test_the_readme_onnx_commands_run_as_written(tmp_path: Path, monkeypatch: py
 
     from heteroflow.pipelines.cli.main import app
 
-    commands = _readme_commands()
-    assert [c[:3] for c in commands] == [["heteroflow", "run", "--param"], ["heteroflow", "archive", "export"], ["heteroflow", "predict", "digits-mlp:v1"]]
+    lines = _readme_commands()
+    commands = [c for c in lines if c[0] == "heteroflow"]
+    assert [c[:3] for c in commands] == [["heteroflow", "run", "--param"], ["heteroflow", "archive", "export"], ["heteroflow", "predict", "digits-mlp"]]
+    # the rows to predict: the README copies a file of the sample the main job exported; here, of the same data set
+    (copy,) = [c for c in lines if c[0] != "heteroflow"]
+    assert copy[0] == "cp" and copy[1].endswith("/datasets/digits/digits-part-0.csv") and copy[2] == "digits.csv", copy
+    assert (digits_dir / "digits-part-0.csv").is_file()
     monkeypatch.chdir(tmp_path)
-    shutil.copyfile(sorted(digits_dir.glob("*.csv"))[0], tmp_path / "digits.csv")  # a file of raw rows, as trained on
+    shutil.copyfile(digits_dir / "digits-part-0.csv", tmp_path / "digits.csv")  # a file of raw rows, as trained on
     runner = CliRunner()
     outputs = []
     for command in commands:
