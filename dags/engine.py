@@ -19,9 +19,10 @@ imported and configured once per run, not once per command:
 
 The DAG is built in Airflow's process from the pipeline's ``module:attribute`` (``source``): a Pipeline value made in
 this process cannot be handed over. Its tasks use Airflow's default pool (no ``heteroflow airflow pools`` needed).
-A run stopped here (Ctrl-C, SIGTERM) kills Airflow's process, then ends Airflow's record of the run as "Mark failed" in
-Airflow's UI does (:func:`_fail_stopped_run`, in a short child process of its own): the run ``failed`` with a note,
-its running task ``failed``, those not started ``skipped``; left ``running``, it would show as running in the UI for good.
+A run stopped here (Ctrl-C, SIGTERM) kills Airflow's process, writes heteroflow's record, then ends Airflow's record of
+the run as that one says, as "Mark failed" in Airflow's UI does (:func:`_fail_stopped_run`, in a short child process
+of its own): the run ``failed`` with a note, its running task ``failed``, those not started ``skipped`` (``success``
+where every step had finished); left ``running``, it would show as running in the UI for good.
 Airflow's output goes to ``<run_dir>/airflow.log`` as it comes (``echo_engine_output``: to this process's stdout too). Runs that
 share an ``AIRFLOW_HOME`` must not run at once (SQLite, and one DAG file per pipeline).
 """
@@ -226,14 +227,23 @@ class AirflowEngine:
                 code, tail, last = _run_airflow(commands, env, log_path, echo=echo_engine_output, timeout=timeout)
             except KeyboardInterrupt as stop:  # Airflow was stopped with this process (_run_airflow): record what ran
                 if (folder / "run.json").is_file():  # the DAG's record-run task had written it: the run had ended
-                    stop.record = _read_record(folder / "run.json")  # type: ignore[attr-defined]
-                else:  # raises KeyboardInterrupt carrying the record (interrupted), as the other engines' stops do
-                    _end_stopped_run(dag_id, logical_date, folder, env, log_path)  # if `dags test` had begun it
-                    stop.record = active.finish(wall_seconds=time.monotonic() - started, interrupted=True)  # type: ignore[attr-defined]
+                    record = _read_record(folder / "run.json")
+                else:  # interrupted, or succeeded when every step had finished (finish_run decides)
+                    try:
+                        record = active.finish(wall_seconds=time.monotonic() - started, interrupted=True)
+                    except KeyboardInterrupt as stopped:  # the record (interrupted) rides on the stop, as elsewhere
+                        record = stopped.record  # type: ignore[attr-defined]
+                # then Airflow's own record of the run (if `dags test` had begun it), as heteroflow's says it ended
+                _end_stopped_run(dag_id, logical_date, folder, env, log_path, succeeded=record.status == "succeeded")
+                stop.record = record  # type: ignore[attr-defined]
                 raise
-            except _AirflowTimedOut as exc:  # killed: Airflow's run ended as a stop's is, the record says why
-                _end_stopped_run(dag_id, logical_date, folder, env, log_path, note=_TIMEOUT_NOTE.format(error=exc, record=folder / "run.json"))
-                active.finish(wall_seconds=time.monotonic() - started, interrupted=False, error=str(exc))
+            except _AirflowTimedOut as exc:  # killed: the record says why (unless record-run had written it)
+                if (folder / "run.json").is_file():
+                    record = _read_record(folder / "run.json")
+                else:
+                    record = active.finish(wall_seconds=time.monotonic() - started, interrupted=False, error=str(exc))
+                _end_stopped_run(dag_id, logical_date, folder, env, log_path, succeeded=record.status == "succeeded",
+                                 note=_TIMEOUT_NOTE.format(error=exc, record=folder / "run.json"))
                 raise
             if code != 0 and last[:2] != ["dags", "test"]:  # a failed run is told by its record
                 raise AirflowRunError(f"`airflow {shlex.join(last)}` failed (exit {code}): {_squeeze(tail)}; log: {log_path}")
@@ -245,15 +255,21 @@ class AirflowEngine:
 
 _STOP_NOTE = "stopped by heteroflow: the run was interrupted (Ctrl-C or SIGTERM); rerun the same command to resume. Record: {record}"
 _TIMEOUT_NOTE = "stopped by heteroflow: {error}. Record: {record}"
+_STOPPED_DONE_NOTE = ("stopped by heteroflow (Ctrl-C or SIGTERM) after every step had finished: the run succeeded, and "
+                      "heteroflow wrote its record instead of record-run. Record: {record}")
 
 
-def _fail_stopped_run(dag_id: str, logical_date: str, note: str) -> str | None:
+def _fail_stopped_run(dag_id: str, logical_date: str, note: str, succeeded: bool = False) -> str | None:
     """In Airflow's environment: end the run of ``dag_id`` at ``logical_date`` (ISO 8601) as "Mark failed" in
     Airflow's UI and its REST API (``PATCH .../dagRuns/{run_id}`` with ``state: failed``) end one:
     ``airflow.api.common.mark_tasks.set_dag_run_state_to_failed`` (its running tasks ``failed``, those not finished
     ``skipped``), then the teardown task (record-run, which Airflow leaves for a scheduler to run: none runs here,
     and the engine records the stop itself) ``skipped`` and the run ``failed``, with ``note`` on the run. :class:`AirflowEngine` calls it in a child process
     once Airflow's process has been killed for a stop.
+
+    ``succeeded``: heteroflow's record of the run says it succeeded (every step had finished when it was stopped,
+    and the engine wrote the record instead of record-run): the tasks not finished are ``skipped`` and the run
+    ``success``, not failed.
 
     Returns:
         The Airflow run id it ended, or None: no such run, or it had already finished (left as it is).
@@ -272,30 +288,31 @@ def _fail_stopped_run(dag_id: str, logical_date: str, note: str) -> str | None:
         dag = SerializedDagModel.get_dag(dag_id, session=session)
         if dag is None:
             return None
-        set_dag_run_state_to_failed(dag=dag, run_id=run.run_id, commit=True, session=session)
+        if not succeeded:
+            set_dag_run_state_to_failed(dag=dag, run_id=run.run_id, commit=True, session=session)
         # Airflow leaves a teardown task (record-run) and so the run unfinished, for its scheduler to run the
         # teardown later; no scheduler runs here, and this engine has recorded the stop itself (the teardown's work)
         for ti in run.get_task_instances(session=session):
             if ti.state not in State.finished:
                 ti.set_state(TaskInstanceState.SKIPPED, session=session)
-        run.set_state(DagRunState.FAILED)
+        run.set_state(DagRunState.SUCCESS if succeeded else DagRunState.FAILED)
         run.note = (note, None)
         return str(run.run_id)
 
 
 def _end_stopped_run(dag_id: str, logical_date: str, folder: Path, env: Mapping[str, str], log_path: Path, *,
-                     note: str | None = None) -> None:
+                     succeeded: bool = False, note: str | None = None) -> None:
     """Run :func:`_fail_stopped_run` in a child process with Airflow's ``env`` (at most 60 s), its outcome appended
     to ``log_path``; ``note``: the run's note (default: stopped by Ctrl-C or SIGTERM). Best effort: a second stop,
     a failure or the time limit leaves Airflow's run as it is (said in the log), never hiding the first stop."""
-    note = note or _STOP_NOTE.format(record=folder / "run.json")
+    note = note or (_STOPPED_DONE_NOTE if succeeded else _STOP_NOTE).format(record=folder / "run.json")
     code = (f"from heteroflow.dags.engine import _fail_stopped_run; "
-            f"print(_fail_stopped_run({dag_id!r}, {logical_date!r}, {note!r}) or '')")
+            f"print(_fail_stopped_run({dag_id!r}, {logical_date!r}, {note!r}, {succeeded!r}) or '')")
     started = time.monotonic()
     try:
         done = subprocess.run([sys.executable, "-c", code], env=dict(env), capture_output=True, text=True, timeout=60)
         ended = done.stdout.strip().splitlines()[-1:] if done.returncode == 0 else []
-        outcome = (f"marked Airflow's run {ended[0]} failed (stopped)" if ended and ended[0]
+        outcome = (f"marked Airflow's run {ended[0]} {'success' if succeeded else 'failed'} (stopped)" if ended and ended[0]
                    else "no running Airflow run to mark failed" if done.returncode == 0
                    else f"could not mark Airflow's run failed (exit {done.returncode}): {_squeeze(done.stderr)}")
     except (KeyboardInterrupt, subprocess.TimeoutExpired, OSError) as exc:

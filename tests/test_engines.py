@@ -296,3 +296,32 @@ def test_a_pipeline_value_held_by_a_module_is_found_for_the_airflow_engine_and_o
                                                r"process cannot import; define it in a module and pass pipeline='module:my_script_pipeline'"):
         heteroflow.run(loose, engine="airflow", run_dir=tmp_path / "run", airflow_home=tmp_path / "af")
     assert not (tmp_path / "af").exists()
+
+
+@pytest.mark.parametrize("record_run_wrote", [True, False])
+def test_a_stopped_airflow_run_is_ended_in_airflow_as_heteroflows_record_says(
+    digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, record_run_wrote: bool
+) -> None:
+    """A review: Ctrl-C after archive but before record-run marked Airflow's run failed ("interrupted ... rerun to
+    resume") while heteroflow recorded it succeeded. The record is decided first; Airflow's run is ended as it says
+    (success when every step had finished, failed when the run was interrupted)."""
+    from heteroflow.dags import engine as engine_module
+    from heteroflow.pipelines.runs.records import RunRecord
+
+    ended: list[bool] = []
+    monkeypatch.setattr(engine_module, "_end_stopped_run", lambda *a, succeeded=False, note=None: ended.append(succeeded))
+
+    def stopped(commands, env, log_path, *, echo, timeout):  # type: ignore[no-untyped-def]
+        if record_run_wrote:  # record-run had written the run's record (succeeded) when the stop came
+            folder = Path(env[engine_module.RUN_DIR_ENV])
+            RunRecord(run_id="r", pipeline="heteroflow-default", status="succeeded", started_at=1.0, wall_seconds=1.0,
+                      params={}, steps=[], fallbacks=[], metrics={}, results={}, placement={}, run_dir=str(folder)).write()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(engine_module, "_run_airflow", stopped)
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    with pytest.raises(KeyboardInterrupt) as stop:
+        heteroflow.run(None, {"dataset_uri": str(digits_dir)}, engine="airflow", run_dir=tmp_path / "run", airflow_home=str(tmp_path / "af"))
+    record = stop.value.record  # type: ignore[attr-defined]
+    assert record.status == ("succeeded" if record_run_wrote else "interrupted")
+    assert ended == [record_run_wrote]

@@ -392,3 +392,37 @@ def test_a_kept_finished_training_is_released_only_when_no_training_holds_its_fo
         fcntl.flock(holder, fcntl.LOCK_EX | fcntl.LOCK_NB)
         assert release_kept(folder) is False and (kept / MODEL_WEIGHTS).is_file()
     assert release_kept(folder) is True and not folder.exists()
+
+
+def test_a_kept_finished_model_is_not_taken_once_its_model_code_changed(
+    digits_shards: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A review of the kept models: the checkpoint key names the model factory, not its code, so a run that failed
+    after train, then a fix to the model's code, then the rerun took the model trained with the old code (its
+    validation accuracy, evaluated with the new code). The kept model records its factory's source hash; changed,
+    it is removed and the training runs afresh. Unchanged, it is taken (the sibling: the same code)."""
+    import textwrap
+
+    from heteroflow.components.training.checkpoint_lock import KEPT_FACTS
+
+    (tmp_path / "kept_models.py").write_text(textwrap.dedent("""
+        from torch import nn
+
+        def net(in_features, num_classes):
+            return nn.Sequential(nn.Flatten(), nn.Linear(in_features, 16), nn.ReLU(), nn.Linear(16, num_classes))
+    """))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("HETEROFLOW_RUN_DIR", str(tmp_path / "run"))  # a run that records itself: train keeps its model
+    kwargs = dict(epochs=1, batch_size=64, seed=0, model_factory="kept_models:net", checkpoint_root=str(tmp_path / "ckpt"))
+    first = train(digits_shards, tmp_path / "m1", **kwargs)
+    folder = Path(first.kept_checkpoint)
+    assert (folder / KEPT_FACTS).is_file() and first.resumed_from_step == 0
+    same = train(digits_shards, tmp_path / "m2", **kwargs)  # the same code: taken, not trained again
+    assert same.reused_model == str(folder / "finished") and same.resumed_from_step == same.steps == first.steps
+    (tmp_path / "kept_models.py").write_text((tmp_path / "kept_models.py").read_text().replace("nn.ReLU()", "nn.Tanh()"))
+    capfd.readouterr()
+    fresh = train(digits_shards, tmp_path / "m3", **kwargs)
+    assert fresh.reused_model == "" and fresh.resumed_from_step == 0 and fresh.checkpoints_written >= 0
+    err = " ".join(capfd.readouterr().err.split())
+    assert f"train: the model an earlier run finished (kept in {folder}) was trained with other code (kept_models changed since): training afresh" in err, err
+    assert json.loads((folder / KEPT_FACTS).read_text())["validation_accuracy"] == fresh.validation_accuracy  # kept anew

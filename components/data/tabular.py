@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -233,21 +234,26 @@ def _stock_pickling() -> Iterator[None]:
     def from_dill(dispatch: Mapping[Any, Any]) -> bool:
         return any(str(getattr(f, "__module__", "") or "").startswith("dill") for f in dispatch.values())
 
-    table = numpy_pickle.NumpyPickler.dispatch
-    dill = sys.modules.get("dill")
-    if dill is None or not from_dill(table):
-        yield
-        return
-    extended = from_dill(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
-    dill.extend(False)  # pickle's table without dill's reducers
-    stock = pickle._Pickler.dispatch.copy()  # type: ignore[attr-defined]
-    if extended:
-        dill.extend(True)
-    numpy_pickle.NumpyPickler.dispatch = stock
-    try:
-        yield
-    finally:
-        numpy_pickle.NumpyPickler.dispatch = table
+    with _PICKLING:  # process-wide tables: one swap at a time (a review: two threads could leave dill unextended)
+        table = numpy_pickle.NumpyPickler.dispatch
+        dill = sys.modules.get("dill")
+        if dill is None or not from_dill(table):
+            yield
+            return
+        extended = from_dill(pickle._Pickler.dispatch)  # type: ignore[attr-defined]
+        dill.extend(False)  # pickle's table without dill's reducers
+        stock = pickle._Pickler.dispatch.copy()  # type: ignore[attr-defined]
+        if extended:
+            dill.extend(True)
+        numpy_pickle.NumpyPickler.dispatch = stock
+        try:
+            yield
+        finally:
+            numpy_pickle.NumpyPickler.dispatch = table
+
+
+_PICKLING = threading.RLock()
+"""Held while :func:`_stock_pickling` swaps the pickling tables (they are the process's)."""
 
 
 def save_transform(folder: str | os.PathLike[str], transform: Any, schema: Mapping[str, Any], *,

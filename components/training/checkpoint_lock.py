@@ -15,7 +15,7 @@ from typing import Any
 
 from heteroflow.components.errors import CheckpointLocked
 
-__all__ = ["KEPT_FACTS", "KEPT_MODEL", "LOCK_WAIT_SECONDS", "HeldLock", "keep_finished", "release_kept"]
+__all__ = ["KEPT_FACTS", "KEPT_MODEL", "LOCK_WAIT_SECONDS", "HeldLock", "code_fingerprint", "keep_finished", "release_kept"]
 
 LOCK_WAIT_SECONDS: float | None = None
 """How long train waits for a checkpoint folder's lock; None: as long as its holder lives (the kernel releases a
@@ -194,9 +194,41 @@ def keep_finished(ckpt_dir: Path, model_dir: str | os.PathLike[str], facts: dict
     return kept
 
 
-def _take_kept_model(ckpt_dir: Path, model_dir: str | os.PathLike[str], *, say: Callable[[str], None]) -> dict[str, Any] | None:
+def code_fingerprint(refs: list[Any]) -> dict[str, str]:
+    """``{ref: sha256 of its module's source file}`` for each ``module:attribute`` in ``refs`` (empty ones left out;
+    ``?`` where the module's file cannot be found or read). The checkpoint folder's key names a model factory, not
+    its code: a kept finished model is taken only while this is unchanged (a user edits the model after a run
+    failed past train, then reruns). Finds the file without importing the module itself (its parent packages are)."""
+    import hashlib
+    import importlib.util
+
+    out: dict[str, str] = {}
+    for ref in refs:
+        if not ref or not isinstance(ref, str):
+            continue
+        module = ref.partition(":")[0]
+        try:
+            spec = importlib.util.find_spec(module)
+            origin = spec.origin if spec is not None else None
+            out[ref] = hashlib.sha256(Path(origin).read_bytes()).hexdigest() if origin and origin not in ("built-in", "frozen") else "?"
+        except (ImportError, ValueError, OSError):
+            out[ref] = "?"
+    return out
+
+
+def _discard_kept(ckpt_dir: Path) -> None:
+    """Remove a kept finished model that cannot be used (the lock held): the facts first, so it is never half-kept."""
+    import shutil
+
+    (ckpt_dir / KEPT_FACTS).unlink(missing_ok=True)
+    shutil.rmtree(ckpt_dir / KEPT_MODEL, ignore_errors=True)
+
+
+def _take_kept_model(ckpt_dir: Path, model_dir: str | os.PathLike[str], *, say: Callable[[str], None],
+                     code: dict[str, str] | None = None) -> dict[str, Any] | None:
     """The finished training kept in ``ckpt_dir`` (:func:`keep_finished`), its model copied into ``model_dir``
-    (atomically), or None: none kept, or it is incomplete (then this one trains).
+    (atomically), or None: none kept, it is incomplete or cannot be copied, or ``code`` (:func:`code_fingerprint`
+    now) differs from the code it was trained with (then it is removed, said, and this one trains).
 
     Returns:
         its facts, with ``model_dir`` this call's folder, ``reused_model`` the kept folder and ``kept_checkpoint``
@@ -214,9 +246,19 @@ def _take_kept_model(ckpt_dir: Path, model_dir: str | os.PathLike[str], *, say: 
         return None
     if not isinstance(facts, dict) or not (kept / MODEL_WEIGHTS).is_file() or not (kept / MODEL_CONFIG).is_file():
         return None
+    if code is not None and facts.get("code") != code:
+        changed = sorted(r for r in set(code) | set(facts.get("code") or {}) if code.get(r) != (facts.get("code") or {}).get(r))
+        say(f"train: the model an earlier run finished (kept in {ckpt_dir}) was trained with other code "
+            f"({', '.join(r.partition(':')[0] for r in changed) or 'unknown'} changed since): training afresh")
+        _discard_kept(ckpt_dir)
+        return None
     out = Path(model_dir)
-    with atomic_directory(out) as tmp:
-        shutil.copytree(kept, tmp, dirs_exist_ok=True)
+    try:
+        with atomic_directory(out) as tmp:
+            shutil.copytree(kept, tmp, dirs_exist_ok=True)
+    except (OSError, shutil.Error) as exc:
+        say(f"train: the model kept in {ckpt_dir} could not be copied ({exc}): training afresh")
+        return None
     say(f"train: an earlier run finished this training ({facts.get('steps')} steps) but did not succeed after it: its "
         f"model, kept in {ckpt_dir}, is this run's, not trained again (remove that folder to train afresh)")
     return {**facts, "model_dir": out, "reused_model": str(kept), "kept_checkpoint": str(ckpt_dir)}
@@ -243,5 +285,15 @@ def release_kept(ckpt_dir: str | os.PathLike[str]) -> bool:
             fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
             return False
-        shutil.rmtree(folder, ignore_errors=True)  # the lock file with it: a waiter then locks a new folder
-        return not folder.exists()
+        fh.seek(0)
+        fh.truncate()  # a training waiting on this lock file finds no finished facts in it: it trains (or resumes)
+        fh.flush()
+        # out of the way whole while the lock is held, then removed: a new training never finds a half-removed
+        # folder, nor locks a new .lock beside the old one's removal
+        tombstone = folder.with_name(f".{folder.name}.removed-{os.getpid()}")
+        try:
+            os.rename(folder, tombstone)
+        except OSError:
+            return False
+    shutil.rmtree(tombstone, ignore_errors=True)
+    return not folder.exists()

@@ -48,7 +48,7 @@ from heteroflow.components.resources import Candidates, DeviceKind, Resources, R
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
 from heteroflow.components.core.telemetry import RUN_DIR_ENV
 from heteroflow.components.training.checkpoint_lock import LOCK_WAIT_SECONDS, _exclusive, _take_finished_model  # noqa: F401  (set it there: _exclusive reads it there)
-from heteroflow.components.training.checkpoint_lock import _take_kept_model, keep_finished
+from heteroflow.components.training.checkpoint_lock import _take_kept_model, code_fingerprint, keep_finished
 from heteroflow.components.training.context import _make_context, _trained_module, _training_function
 from heteroflow.components.training.device import _kind_of_type, distributed_workers, resolve_device
 from heteroflow.components.training.model_files import MODEL_CONFIG, MODEL_WEIGHTS, _write_model, build_model, load_model
@@ -384,8 +384,9 @@ def train(
         with lock as held:
             waited = {"waited_for": held.waited_for or "", "waited_seconds": held.waited_seconds} if held else {}
             reused = _take_finished_model(held, model_dir, say=say)
+            code = code_fingerprint([params["model"].get("factory"), params.get("dataset_factory"), params.get("train_function")])
             if reused is None and held is not None:  # an earlier run finished it, then stopped or failed after train
-                reused = _take_kept_model(ckpt_dir, model_dir, say=say)
+                reused = _take_kept_model(ckpt_dir, model_dir, say=say, code=code)
             if reused is not None:  # the identical training we waited for finished: its model is ours (#28 item 10)
                 if not reused.get("kept_checkpoint"):  # kept: until a run that used it succeeds (release_kept)
                     shutil.rmtree(ckpt_dir, ignore_errors=True)
@@ -442,7 +443,7 @@ def train(
             if held is not None:
                 if os.environ.get(RUN_DIR_ENV):  # a run that records itself: kept until it (or a rerun) succeeds
                     try:
-                        keep_finished(ckpt_dir, out, {**dataclasses.asdict(result), "kept_checkpoint": str(ckpt_dir)})
+                        keep_finished(ckpt_dir, out, {**dataclasses.asdict(result), "kept_checkpoint": str(ckpt_dir), "code": code})
                         result = dataclasses.replace(result, kept_checkpoint=str(ckpt_dir))
                     except OSError as exc:
                         say(f"train: could not keep the finished model in {ckpt_dir} ({exc.strerror or exc}); a rerun "
