@@ -186,6 +186,7 @@ class AirflowEngine:
         unknown = sorted(set(options) - {"airflow_home", "timeout_seconds"})
         if unknown:
             raise InvalidParameter(f"engine='airflow' has no option {unknown[0]!r}; valid engine options: airflow_home, timeout_seconds")
+        source = source or _source_of(pipeline)  # a Pipeline value an importable module holds: imported from there
         if not source:
             main = sys.modules.get("__main__")
             held = [k for k, v in vars(main).items() if v is pipeline] if main is not None else []
@@ -322,6 +323,21 @@ def _end_stopped_run(dag_id: str, logical_date: str, folder: Path, env: Mapping[
             log.write(f"{_COMMAND_LINE.rstrip()}: {outcome} ({time.monotonic() - started:.1f} s)\n")
     except OSError:
         pass
+
+
+def _source_of(pipeline: Any) -> str | None:
+    """``module:attribute`` of an importable module (not ``__main__``) that holds this very Pipeline value, for the
+    engines that import the pipeline in other processes (``airflow``); None when no such module holds it."""
+    for name, module in list(sys.modules.items()):
+        if name == "__main__" or module is None or name.startswith(("heteroflow.", "_")):
+            continue
+        try:
+            holders = [k for k, v in vars(module).items() if v is pipeline and not k.startswith("_")]
+        except TypeError:
+            continue
+        if holders:
+            return f"{name}:{holders[0]}"
+    return None
 
 
 def _read_record(path: Path) -> RunRecord:

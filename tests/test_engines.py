@@ -282,7 +282,7 @@ def test_a_pipeline_value_held_by_a_module_is_found_for_the_airflow_engine_and_o
     import types
 
     from heteroflow.pipelines.default import default_pipeline
-    from heteroflow.pipelines.engines.runner import _source_of
+    from heteroflow.dags.engine import _source_of
 
     held = default_pipeline()
     module = types.ModuleType("my_pipelines_mod")

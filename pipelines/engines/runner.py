@@ -46,23 +46,6 @@ def resolve_pipeline(pipeline: Pipeline | str | None) -> Pipeline:
     return pipeline
 
 
-def _source_of(pipeline: Any) -> str | None:
-    """``module:attribute`` of an importable module (not ``__main__``) that holds this very Pipeline value, for the
-    engines that import the pipeline in other processes (``airflow``); None when no such module holds it."""
-    import sys
-
-    for name, module in list(sys.modules.items()):
-        if name == "__main__" or module is None or name.startswith(("heteroflow.", "_")):
-            continue
-        try:
-            holders = [k for k, v in vars(module).items() if v is pipeline and not k.startswith("_")]
-        except TypeError:
-            continue
-        if holders:
-            return f"{name}:{holders[0]}"
-    return None
-
-
 def run(
     pipeline: Pipeline | str | None = None,
     params: Mapping[str, Any] | None = None,
@@ -106,7 +89,7 @@ def run(
     """
     chosen = get_engine(engine)
     if source is None:
-        source = pipeline if isinstance(pipeline, str) else DEFAULT_PIPELINE_SOURCE if pipeline is None else _source_of(pipeline)
+        source = pipeline if isinstance(pipeline, str) else DEFAULT_PIPELINE_SOURCE if pipeline is None else None
     resolved = resolve_pipeline(pipeline)
     given = {"on_progress": on_progress is not None, "echo_engine_output": bool(echo_engine_output)}
     for option in OPTIONAL_OPTIONS:
