@@ -237,3 +237,32 @@ def test_a_mixed_train_reports_its_kinds_epoch_loss_and_speed_live(digits_shards
     assert _progress_text({"progress": waiting}) == waiting["waiting"] and "device_kind" not in _progress_text({"progress": waiting})
     # a short run still shows rank 0's progress: after its first step and at its last
     assert trained[0]["step"] == 1 and trained[-1]["step"] == 160
+
+
+@pytest.mark.slow
+def test_a_finished_mixed_training_is_kept_for_a_rerun_as_a_single_kind_one(digits_shards: Path, tmp_path: Path, monkeypatch) -> None:
+    """The sibling of a new user's trial (a stop during evaluate, after train finished, then the same command
+    trained from step 0): a single-kind training now keeps its finished model for the rerun, but a mixed
+    candidate's training removed its checkpoint folder as it finished, and held no lock on it. It now keeps its
+    model in a run that records itself, and the rerun takes it, with the mixed facts; a second identical training
+    waiting on the folder's lock would take it too."""
+    from heteroflow.components.training.checkpoint_lock import KEPT_FACTS, release_kept
+    from heteroflow.components.training.step import train
+
+    monkeypatch.setenv("HETEROFLOW_SIMULATE_DEVICES", "gpu,npu")
+    monkeypatch.setenv("HETEROFLOW_RUN_DIR", str(tmp_path / "run"))  # a run that records itself
+    mixed = Candidates(["gpu:count=1+npu:count=1"])[0]
+    kwargs = dict(resources=mixed, epochs=1, batch_size=64, seed=0, checkpoint_root=str(tmp_path / "ck"))
+    first = train(digits_shards, tmp_path / "m1", **kwargs)
+    folder = Path(first.kept_checkpoint)
+    assert first.device_kind == "gpu+npu" and first.resumed_from_step == 0 and first.steps > 0
+    assert (folder / KEPT_FACTS).is_file() and (folder / "finished" / "model.pt").is_file()
+    assert sorted(p.name for p in folder.iterdir()) == [".lock", "finished", KEPT_FACTS]  # no checkpoint left beside it
+    again = train(digits_shards, tmp_path / "m2", **kwargs)
+    assert again.reused_model == str(folder / "finished") and again.resumed_from_step == again.steps == first.steps
+    assert again.device_kind == "gpu+npu" and again.mixed["kinds"] == first.mixed["kinds"] and again.history == first.history
+    assert (tmp_path / "m2" / "model.pt").read_bytes() == (tmp_path / "m1" / "model.pt").read_bytes()
+    assert release_kept(folder) and not folder.exists()  # the run that used it succeeded
+    monkeypatch.delenv("HETEROFLOW_RUN_DIR")  # a training outside a recorded run keeps nothing, as before
+    plain = train(digits_shards, tmp_path / "m3", **kwargs)
+    assert plain.kept_checkpoint == "" and plain.resumed_from_step == 0 and not any((tmp_path / "ck").iterdir())

@@ -109,11 +109,7 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
         BaseException: as :func:`~heteroflow.components.training.mixed.run_mixed` (every kind dropped: the first
             kind's device failure).
     """
-    import torch
-
-    from heteroflow.components.training.mixed import MixedJob, run_mixed
-    from heteroflow.components.training.model_files import _write_model
-    from heteroflow.components.training.step import TrainResult, _sayer
+    from heteroflow.components.training.step import _sayer
 
     live_kinds = [g.kind.value for g in resources.replicas]  # the candidate's, then those that train here
 
@@ -128,12 +124,64 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
         raise InvalidParameter("train_function with a mixed candidate: its replicas run the built-in classifier loop; valid: leave train_function empty, or use a single-kind candidate")
     if values.get("batch_sizes"):
         raise InvalidParameter("batch_sizes with a mixed candidate: the shares of the global batch (batch_size) are measured; valid: leave batch_sizes empty")
-    from heteroflow.components.training.mixed_launch import in_launcher_pod, pod_group, pod_rendezvous
+    from heteroflow.components.training.mixed_launch import in_launcher_pod, pod_rendezvous
 
     pod = pod_rendezvous()  # a pod of the mixed job's Volcano Job: one agent for its kind (worker mode)
     if pod is None and in_launcher_pod():  # the cluster rendering's task: launch the job, host its store, wait
         return _launched(resources, dataset_dir=dataset_dir, model_dir=model_dir, values=values, key=ckpt_dir.name,
                          started=started, say=say)
+    if pod is not None:  # the pods of a cluster job share the folder (and resume from it): no lock, nothing kept
+        return _train_here(resources, pod=pod, dataset_dir=dataset_dir, model_dir=model_dir, values=values, splits=splits,
+                           spec=spec, params=params, ckpt_dir=ckpt_dir, started=started, say=say, live=live,
+                           live_kinds=live_kinds, progress=progress)
+    import dataclasses
+
+    from heteroflow.components.core.telemetry import RUN_DIR_ENV
+    from heteroflow.components.training.checkpoint_lock import (
+        _exclusive, _take_finished_model, _take_kept_model, code_fingerprint, keep_finished)
+    from heteroflow.components.training.step import _reused_result
+
+    code = code_fingerprint([params["model"].get("factory"), params.get("dataset_factory"), params.get("train_function")])
+    # as a single-kind training: two identical trainings never share the folder, and a run stopped or failed after
+    # train (Ctrl-C during evaluate) takes the model this one finished instead of training again (step.train)
+    with _exclusive(ckpt_dir, say=say) as held:
+        waited = {"waited_for": held.waited_for or "", "waited_seconds": held.waited_seconds}
+        reused = _take_finished_model(held, model_dir, say=say) or _take_kept_model(ckpt_dir, model_dir, say=say, code=code)
+        if reused is not None:
+            return _reused_result(reused, ckpt_dir, waited=waited, started=started)
+        result = _train_here(resources, pod=None, dataset_dir=dataset_dir, model_dir=model_dir, values=values,
+                             splits=splits, spec=spec, params=params, ckpt_dir=ckpt_dir, started=started, say=say,
+                             live=live, live_kinds=live_kinds, progress=progress)
+        result = dataclasses.replace(result, **waited)
+        if os.environ.get(RUN_DIR_ENV):  # a run that records itself: kept until it (or a rerun) succeeds
+            try:
+                keep_finished(ckpt_dir, result.model_dir, {**dataclasses.asdict(result), "kept_checkpoint": str(ckpt_dir), "code": code})
+                result = dataclasses.replace(result, kept_checkpoint=str(ckpt_dir))
+            except OSError as exc:
+                say(f"train: could not keep the finished model in {ckpt_dir} ({exc.strerror or exc}); a rerun "
+                    "after a stop past train trains again")
+        held.finish({**dataclasses.asdict(result), "model_dir": str(result.model_dir)})
+        if not result.kept_checkpoint:
+            import shutil
+
+            shutil.rmtree(ckpt_dir, ignore_errors=True)
+    return result
+
+
+def _train_here(resources: Any, *, pod: dict[str, Any] | None, dataset_dir: str | os.PathLike[str],
+                model_dir: str | os.PathLike[str], values: dict[str, Any], splits: Any, spec: Any, params: dict[str, Any],
+                ckpt_dir: Path, started: float, say: Callable[[str], None], live: Callable[..., None],
+                live_kinds: list[str], progress: Callable[..., None] | None) -> Any:
+    """Train the mixed candidate's kinds found here (``pod`` None), or this pod's kind in a cluster job (``pod``:
+    its rendezvous), and return the ``TrainResult``; in a pod, the pod holding rank 0 writes the model and removes
+    the checkpoint folder (``train_mixed`` does it, under the folder's lock, for a local job)."""
+    import torch
+
+    from heteroflow.components.training.mixed import MixedJob, run_mixed
+    from heteroflow.components.training.mixed_launch import pod_group
+    from heteroflow.components.training.model_files import _write_model
+    from heteroflow.components.training.step import TrainResult
+
     groups, left_out = ([pod_group(resources, pod, say)], []) if pod is not None else _groups(resources, say)
     if not groups:
         raise DeviceUnavailable(f"no kind of the mixed candidate {resources.describe()} is here: " + "; ".join(d["reason"] for d in left_out))
@@ -189,7 +237,7 @@ def train_mixed(resources: Any, *, dataset_dir: str | os.PathLike[str], model_di
             from heteroflow.components.training.mixed_launch import WRITER_WAIT_ENV, wait_for_writer
 
             wait_for_writer(Path(output), timeout=float(os.environ.get(WRITER_WAIT_ENV) or 600), say=say)
-    if writer:
+    if writer and pod is not None:
         import shutil
 
         shutil.rmtree(ckpt_dir, ignore_errors=True)

@@ -388,14 +388,8 @@ def train(
             if reused is None and held is not None:  # an earlier run finished it, then stopped or failed after train
                 reused = _take_kept_model(ckpt_dir, model_dir, say=say, code=code)
             if reused is not None:  # the identical training we waited for finished: its model is ours (#28 item 10)
-                if not reused.get("kept_checkpoint"):  # kept: until a run that used it succeeds (release_kept)
-                    shutil.rmtree(ckpt_dir, ignore_errors=True)
-                names = {f.name for f in dataclasses.fields(TrainResult)}
-                return TrainResult(**{**{k: v for k, v in reused.items() if k in names}, **waited,
-                                      "device": str(dev), "device_kind": str(kind), "checkpoints_written": 0,
-                                      "accelerator": str(getattr(resources, "accelerator", None) or ""),
-                                      "resumed_from_step": int(reused.get("steps") or 0), "samples_per_second": 0.0,
-                                      "history": tuple(reused.get("history") or ()), "seconds": time.perf_counter() - started})
+                return _reused_result(reused, ckpt_dir, waited=waited, started=started, device=str(dev), device_kind=str(kind),
+                                      accelerator=str(getattr(resources, "accelerator", None) or ""))
             amp_name = str(dtype).replace("torch.", "") if dtype is not None else "float32"
             total_steps = epochs * math.ceil(len(splits.train) / union)
             ctx = _make_context(splits, spec, params, ckpt_dir, locals(), device=dev, kind=str(kind), dtype=dtype,
@@ -457,6 +451,21 @@ def train(
         if deterministic:
             torch.use_deterministic_algorithms(previous_determinism)
     return result
+
+
+def _reused_result(reused: dict[str, Any], ckpt_dir: Path, *, waited: dict[str, Any], started: float,
+                   **where: Any) -> TrainResult:
+    """The :class:`TrainResult` of a training not run again: ``reused`` is what :func:`_take_finished_model` or
+    :func:`_take_kept_model` returned (its model already copied into this call's folder). ``where`` gives this
+    call's ``device``, ``device_kind`` and ``accelerator`` where they differ from the finished training's. The
+    checkpoint folder goes unless it keeps the model for this run (``kept_checkpoint``: released when the run
+    succeeds, :func:`~heteroflow.components.training.checkpoint_lock.release_kept`)."""
+    if not reused.get("kept_checkpoint"):
+        shutil.rmtree(ckpt_dir, ignore_errors=True)
+    names = {f.name for f in dataclasses.fields(TrainResult)}
+    return TrainResult(**{**{k: v for k, v in reused.items() if k in names}, **waited, **where, "checkpoints_written": 0,
+                          "resumed_from_step": int(reused.get("steps") or 0), "samples_per_second": 0.0,
+                          "history": tuple(reused.get("history") or ()), "seconds": time.perf_counter() - started})
 
 
 def _sayer(progress: Callable[..., None] | None) -> Callable[[str], None]:
