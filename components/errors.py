@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterable, Iterator
 
 from heteroflow.cache.errors import CacheIntegrityError, DatasetError, HeteroflowError
@@ -22,6 +23,7 @@ __all__ = [
     "Problems",
     "RunProblems",
     "did_you_mean",
+    "make_folder",
 ]
 
 
@@ -72,6 +74,21 @@ class RunProblems(InvalidParameter, DatasetError):
 
 _DEFAULT_PIPELINE_NAMES = {"model": "model_factory"}
 """The default pipeline's parameters named otherwise than the step parameter they feed (heteroflow.pipelines.default)."""
+
+
+def make_folder(folder: str | os.PathLike[str], *, param: str, value: object, valid: str) -> None:
+    """Make ``folder`` (and its parents), the folder a step's parameter ``param`` (given as ``value``) names, or say
+    which parameter names a folder that cannot be made (rather than a bare ``FileNotFoundError`` naming the path).
+
+    Raises:
+        InvalidParameter: the folder cannot be made or is not a folder: ``checkpoint_root='/proc/x': cannot make the
+            folder /proc/x/ab12 (No such file or directory); valid: ...``, ``valid`` appended.
+    """
+    try:
+        os.makedirs(folder, exist_ok=True)
+    except OSError as exc:
+        why = "a file is there, not a folder" if os.path.lexists(folder) else (exc.strerror or str(exc))
+        raise InvalidParameter(f"{param}={value!r}: cannot make the folder {folder} ({why}); valid: {valid}") from None
 
 
 def did_you_mean(unknown: Iterable[str], valid: Iterable[str]) -> str:

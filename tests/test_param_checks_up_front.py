@@ -248,3 +248,39 @@ def test_archive_and_plan_report_each_of_their_problems(tmp_path: Path) -> None:
         "- export_formats='tflite': 'tflite' is not an export format; valid: onnx (comma-separated), or empty for "
         "PyTorch's own files only"
     )
+
+
+# --- folders a step makes: named by their parameter when they cannot be made -----------------------------------
+
+def test_a_folder_parameter_that_cannot_be_made_is_named_with_what_is_valid(tmp_path: Path) -> None:
+    """Noticed at a new user's trial: ``checkpoint_root=/proc/nope`` failed train with a bare ``FileNotFoundError:
+    [Errno 2] No such file or directory: '/proc/nope'`` naming no parameter; its sibling ``archive_root`` failed
+    archive the same way, and a file in the folder's place said ``File exists``."""
+    from heteroflow.components.errors import make_folder
+
+    a_file = tmp_path / "a-file"
+    a_file.write_text("x")
+    with pytest.raises(InvalidParameter) as info:
+        make_folder(a_file, param="archive_root", value=str(a_file), valid="a folder")
+    assert str(info.value) == f"archive_root={str(a_file)!r}: cannot make the folder {a_file} (a file is there, not a folder); valid: a folder"
+    with pytest.raises(InvalidParameter) as info:
+        make_folder(a_file / "sub", param="checkpoint_root", value="~/x", valid="a folder")
+    assert str(info.value).startswith(f"checkpoint_root='~/x': cannot make the folder {a_file / 'sub'} (Not a directory)")
+    make_folder(tmp_path / "new" / "deeper", param="archive_root", value="", valid="a folder")
+    assert (tmp_path / "new" / "deeper").is_dir()
+
+
+@pytest.mark.slow
+def test_train_names_a_checkpoint_root_it_cannot_make(digits_shards: Path, tmp_path: Path) -> None:
+    """The step itself: train refuses an unusable ``checkpoint_root`` before it touches a device, as a permanent
+    InvalidParameter (no retry, no fallback). (Archive's ``archive_root`` goes through the same call.)"""
+    from heteroflow.components.core.failures import FailureClass, classify
+    from heteroflow.components.training.step import train
+
+    blocker = tmp_path / "blocker"
+    blocker.write_text("x")
+    with pytest.raises(InvalidParameter) as info:
+        train(digits_shards, tmp_path / "model", epochs=1, checkpoint_root=str(blocker))
+    assert str(info.value).startswith(f"checkpoint_root={str(blocker)!r}: cannot make the folder {blocker} (a file is there, not a folder); valid: a folder this process can write")
+    assert classify(info.value).cls is FailureClass.PERMANENT
+    assert not (tmp_path / "model").exists()

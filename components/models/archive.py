@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from heteroflow.cache.atomic import make_temp_dir
-from heteroflow.components.errors import ArchiveError, InvalidParameter
+from heteroflow.components.errors import ArchiveError, InvalidParameter, make_folder
 from heteroflow.components.core.telemetry import process_alive
 from heteroflow.components.resources import Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step
@@ -437,6 +437,8 @@ def archive_step(
         lineage["data"] = config.get("data") or {}
         lineage.pop("preprocess")
     root = archive_root_dir(archive_root)
+    make_folder(root, param="archive_root", value=archive_root,
+                valid="a folder this process can write (shared storage on a cluster), or empty for <heteroflow home>/archive")
     result = archive(model_dir, root, name=name, metrics=report, lineage=lineage, exports=export_formats.split(","))
     Path(archived_path).parent.mkdir(parents=True, exist_ok=True)
     Path(archived_path).write_text(json.dumps(_archive_facts(result)), encoding="utf-8")

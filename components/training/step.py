@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.cache.locations import home_dir
-from heteroflow.components.errors import InvalidParameter, Problems
+from heteroflow.components.errors import InvalidParameter, Problems, make_folder
 from heteroflow.components.data.parameters import SEED_MAX, check_integer
 from heteroflow.components.resources import Candidates, DeviceKind, Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step, with_defaults
@@ -246,6 +246,10 @@ def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tup
     root = Path(v["checkpoint_root"]).expanduser() if v["checkpoint_root"] else home_dir() / "checkpoints"
     return splits, spec, params, root / _fingerprint({"data": splits.fingerprint}, params)
 
+CHECKPOINT_ROOT_VALID = "a folder this process can write (shared storage on a cluster), or empty for <heteroflow home>/checkpoints"
+"""What ``checkpoint_root`` may be, for the error that names a folder that cannot be made."""
+
+
 def checkpoint_folder(dataset_dir: str | os.PathLike[str], **values: Any) -> Path:
     """The checkpoint folder :func:`train` uses for these arguments (``train``'s defaults for the others): keyed by
     the data, the parameters and the model, never by the device.
@@ -339,6 +343,7 @@ def train(
     splits, spec, params, ckpt_dir = _plan(dataset_dir, locals())
     spec.build()  # a factory that does not return a Module fails here, before any device time
     loop = _training_function(train_function)
+    make_folder(ckpt_dir.parent, param="checkpoint_root", value=checkpoint_root, valid=CHECKPOINT_ROOT_VALID)
 
     if getattr(resources, "replicas", None):  # a mixed candidate: replicas of several kinds in one job (#29)
         from heteroflow.components.training.mixed_step import train_mixed
