@@ -131,3 +131,26 @@ def test_a_profile_uses_trains_loader_workers_and_threads(tmp_path: Path, monkey
     fixed = profile_training(tmp_path, tmp_path / "q.json", steps=2, warmup_steps=1, batch_size=8,
                              dataset_factory="profdata32:make", loader_workers=0)
     assert (fixed["loader_workers"], fixed["torch_threads"], len(asked)) == (0, 3, 1)  # as asked: nothing chosen
+
+
+def test_the_profilers_own_tracepoint_lines_stay_out_of_stderr_and_other_lines_stay_in(capfd: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: ``heteroflow profile`` printed torch's own ``USDT:... profiler_start`` and
+    ``profiler_stop`` lines (Kineto writes them to file descriptor 2 itself). They are left out; a line anything
+    else writes to stderr meanwhile (Python's or a C library's) still appears, in order."""
+    import os
+    import sys
+
+    import torch
+
+    from heteroflow.components.training.profiling import _without_tracepoint_lines
+
+    print("before", file=sys.stderr)
+    with _without_tracepoint_lines(), torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]):
+        torch.ones(4) @ torch.ones(4)
+        print("python's line", file=sys.stderr)
+        os.write(2, b"USDT:2026-12-05 03:37:06 1:1 SyncActivityProfilerHandler.cpp:52] profiler_start\n")
+        os.write(2, b"a C library's line\n")
+    print("after", file=sys.stderr)
+    err = capfd.readouterr().err
+    assert "USDT:" not in err and "profiler_start" not in err
+    assert err.splitlines() == ["before", "python's line", "a C library's line", "after"]

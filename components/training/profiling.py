@@ -29,11 +29,13 @@ Shares are of operator self time (PyTorch's ``key_averages()`` ``self_cpu_time_t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import resource
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -226,6 +228,30 @@ def profile_training(
     return result
 
 
+@contextlib.contextmanager
+def _without_tracepoint_lines() -> Iterator[None]:
+    """Leave out of stderr the lines torch's profiler (Kineto) writes there itself as it starts and stops
+    (``USDT:2026-12-05 03:37:06 11474:11474 SyncActivityProfilerHandler.cpp:52] profiler_start``: its tracepoints'
+    log, which no setting of ``KINETO_LOG_LEVEL`` silences). File descriptor 2 goes to a temporary file meanwhile;
+    every other line is written back to stderr after, in order."""
+    import tempfile
+
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True) if not line.startswith(b"USDT:")]
+            if kept:
+                os.write(2, b"".join(kept))
+
+
 def _measure(*, steps: int, one_step: Any, sync: Any, kind: Any, dev: Any) -> dict[str, Any]:
     """Time ``steps`` steps, then profile ``steps`` more: the profile's measured keys."""
     from torch.profiler import ProfilerActivity, profile
@@ -239,7 +265,7 @@ def _measure(*, steps: int, one_step: Any, sync: Any, kind: Any, dev: Any) -> di
 
     device_activity = kind.profiler_activity if kind is not None else None  # the host kind's: None
     activities = [ProfilerActivity.CPU] + ([getattr(ProfilerActivity, device_activity)] if device_activity else [])
-    with profile(activities=activities) as prof:
+    with _without_tracepoint_lines(), profile(activities=activities) as prof:
         for _ in range(steps):
             one_step()
         sync()
