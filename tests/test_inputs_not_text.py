@@ -123,3 +123,21 @@ def test_predict_given_a_folder_of_tables_says_it_takes_one_file(digits_model: P
     # and one of the folder's files, as the message says, predicts
     done = CliRunner().invoke(app, ["predict", str(digits_model), str(tables[0])], env={"COLUMNS": "400"})
     assert done.exit_code == 0 and done.output.splitlines()[0] == "prediction", done.output
+
+
+def test_predict_given_a_folder_names_a_table_that_reads_as_its_example(digits_model: Path, tmp_path: Path) -> None:
+    """Noticed at a new user's trial: a folder holding a binary ``a.csv`` beside a text ``b.csv`` named ``a.csv``
+    as the file to give (which predict then refuses as not text). The example is now one that reads; a folder of
+    binary ``.csv`` files only says that none of them is text."""
+    folder = tmp_path / "rows"
+    folder.mkdir()
+    (folder / "a.csv").write_bytes(BINARY)
+    (folder / "b.csv").write_text("x0,x1\n1,2\n")
+    done = CliRunner().invoke(app, ["predict", str(digits_model), str(folder)], env={"COLUMNS": "400"})
+    assert done.exit_code == 2, done.output
+    assert _said(done.output) == (f"error: {folder} is a folder; give one table file instead, e.g. {folder / 'b.csv'} "
+                                  "(it holds 2 table files: predict each in turn)")
+    (folder / "b.csv").unlink()
+    done = CliRunner().invoke(app, ["predict", str(digits_model), str(folder)], env={"COLUMNS": "400"})
+    assert done.exit_code == 2, done.output
+    assert _said(done.output) == f"error: {folder} is a folder; give one table file instead (it holds one, and it is not text: a.csv: {NUL_SAID})"

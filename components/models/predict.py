@@ -203,8 +203,15 @@ def _folder_of_tables(folder: Path) -> str:
     if not tables:
         return (f"{folder} is a folder, and holds no table file; give one table file "
                 f"({', '.join(REGISTRY.suffixes(TABLE))}) with the columns the model was trained on")
+    from heteroflow.components.data.csvformat import file_not_text
+
+    # the example is one that reads: not a .csv or .tsv that holds binary bytes (a zip saved as .csv)
+    readable = [p for p in tables if p.suffix.lower() not in (".csv", ".tsv") or file_not_text(p) is None]
     many = f"it holds {len(tables)} table files: predict each in turn" if len(tables) > 1 else "it holds one"
-    return f"{folder} is a folder; give one table file instead, e.g. {tables[0]} ({many})"
+    if not readable:
+        none = "it is not text" if len(tables) == 1 else "none of them is text"
+        return f"{folder} is a folder; give one table file instead ({many}, and {none}: {tables[0].name}: {file_not_text(tables[0])})"
+    return f"{folder} is a folder; give one table file instead, e.g. {readable[0]} ({many})"
 
 
 def load_archived(path: str | os.PathLike[str], *, device: str = "cpu", archive_root: str | os.PathLike[str] | None = None,
