@@ -421,13 +421,21 @@ class Resources:
             out["memory"] = memory
         accel = self.accelerator_spec
         if accel is not None:
+            if self.device_share is not None:  # the official plugins cannot share a device: the error says what can
+                from heteroflow.components.devices.podplan import share_resources
+
+                share_resources(self)
             out[accel.resource_name] = str(self.count)
         return out
 
     def k8s_requests(self) -> dict[str, str]:
         """The Kubernetes ``resources.requests`` map under the official device plugins (exact quantities in the
         user's units; the accelerator's extended resource with its count). A cluster profile may name the
-        accelerator differently: see ``heteroflow.pipelines.k8s.resources``."""
+        accelerator differently: see ``heteroflow.pipelines.k8s.resources``.
+
+        Raises:
+            InvalidResources: a ``device_share``, which the official device plugins cannot give (a HAMi profile
+                can: ``heteroflow.pipelines.k8s.resources.build_pod_resources``)."""
         return self._k8s_map(limit=False)
 
     def k8s_limits(self) -> dict[str, str]:

@@ -10,6 +10,9 @@ What it decides:
 
 - requests and limits separately, in the units the user wrote; the accelerator's extended resource (named per
   the profile's device-plugin convention) with its count in both, as Kubernetes requires;
+- part of one device (``device_share``, :func:`share_resources`): under HAMi one vGPU with ``nvidia.com/gpucores``
+  and ``nvidia.com/gpumem`` (or ``gpumem-percentage``); under a plugin that cannot share (the official NVIDIA
+  plugin, GKE's) or on a device other than an NVIDIA GPU, an error: never a whole device in its place;
 - the node label that picks the model, where the resource name alone does not (``nvidia.com/gpu`` serves
   every NVIDIA model; MindCluster's ``huawei.com/Ascend910`` serves 910A/B/C): one value goes into the node
   selector, several (a family narrowed by ``device_memory`` or ``precision``, or a model with several product
@@ -22,7 +25,7 @@ What it decides:
 
 Raises :class:`~heteroflow.components.errors.InvalidResources` where a candidate cannot be asked for on the
 cluster the profile describes (a family HAMi cannot name as one resource, a model the profile's labels cannot
-tell apart, a node selector that contradicts the model).
+tell apart, a node selector that contradicts the model, a device share the profile's plugin cannot give).
 
 Without a profile (issue #16.20) the default conventions (:data:`~heteroflow.components.devices.cluster.DEFAULT_PROFILE`)
 pick a model: ``gpu:accelerator=t4`` asks for ``nvidia.com/gpu`` on nodes labelled ``nvidia.com/gpu.product`` in
@@ -35,6 +38,7 @@ profiles) that pin the cluster's own; a node labelled another way would never ru
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Any
 
@@ -49,7 +53,23 @@ from heteroflow.components.devices.scheduling import Toleration, thaw
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.resources import Resources
 
-__all__ = ["DefaultProfileWarning", "PodPlan", "plan_pod"]
+__all__ = [
+    "HAMI_CORES",
+    "HAMI_MEMORY",
+    "HAMI_MEMORY_PERCENTAGE",
+    "DefaultProfileWarning",
+    "PodPlan",
+    "plan_pod",
+    "share_resources",
+]
+
+HAMI_CORES = "nvidia.com/gpucores"
+"""HAMi: percent of one GPU's compute per vGPU (integer 0-100)."""
+HAMI_MEMORY = "nvidia.com/gpumem"
+"""HAMi: device memory per vGPU, MiB (integer)."""
+HAMI_MEMORY_PERCENTAGE = "nvidia.com/gpumem-percentage"
+"""HAMi: device memory per vGPU as a percentage of the device's (integer 0-100); used where the model, and so its
+memory, is not known (a family such as ``nvidia-gpu``)."""
 
 
 class DefaultProfileWarning(UserWarning):
@@ -181,6 +201,69 @@ def _accelerator_plan(
     return resource_name, {"key": key, "operator": "In", "values": values}
 
 
+def share_resources(resources: Resources, profile: ClusterProfile | None = None, *, resource_name: str | None = None,
+                    model: Accelerator | None = None) -> dict[str, str]:
+    """The extended resources that ask for ``resources``' ``device_share`` (part of one device), or an error where
+    the profile's device plugin cannot share one. The one place every renderer (KFP, Airflow pods, training-job
+    and mixed-job manifests, the plan step's placed pod) learns how a share is asked for.
+
+    Under HAMi (``vendors.nvidia.plugin: hami``) a share of an NVIDIA GPU is one vGPU: ``nvidia.com/gpu: 1``,
+    ``nvidia.com/gpucores``: the share in percent of the device's compute (at least 1), and device memory:
+    ``nvidia.com/gpumem`` (MiB) of the candidate's ``device_memory``, else the same share of the model's memory;
+    for a family whose memory differs per model (``nvidia-gpu``), ``nvidia.com/gpumem-percentage``. They go in
+    requests and limits alike (Kubernetes requires it of extended resources).
+
+    Source: the HAMi README, "Run GPU jobs" (github.com/Project-HAMi/HAMi, ``examples/nvidia/default_use.yaml``):
+    ``nvidia.com/gpu`` the number of vGPUs, ``nvidia.com/gpumem`` each vGPU's device memory in MiB,
+    ``nvidia.com/gpumem-percentage`` the same as a percentage of the device's memory, ``nvidia.com/gpucores`` the
+    percentage of one GPU's compute each vGPU may use (integers, optional).
+
+    Args:
+        resources: a candidate with ``device_share`` set (else ``{}`` is returned).
+        profile: the cluster profile; None means :data:`~heteroflow.components.devices.cluster.DEFAULT_PROFILE`.
+        resource_name: the accelerator's extended resource under the profile (default: the model's under the
+            profile's plugin).
+        model: the device model the share is of, where one was chosen (the plan step's placement); default the
+            candidate's accelerator.
+
+    Returns:
+        resource name -> quantity string.
+
+    Raises:
+        InvalidResources: the device is not an NVIDIA GPU (only those are rendered), or the profile's NVIDIA
+            device plugin is not ``hami`` (the official plugin and GKE cannot share a GPU); one line naming
+            ``device_share``, the candidate and the profile, and what would work.
+    """
+    milli = resources.device_share_milli
+    accel = model or resources.accelerator_spec
+    if milli is None or accel is None:
+        return {}
+    profile = profile or DEFAULT_PROFILE
+    what = f"device_share={milli / 1000:g} of candidate {resources.describe()}"
+    if accel.vendor != "nvidia":
+        raise InvalidResources(
+            f"{what}: {accel.display_name} cannot be shared: fractional requests are rendered for NVIDIA GPUs under "
+            f"HAMi ({HAMI_CORES}, {HAMI_MEMORY}); valid: an NVIDIA GPU under a profile with vendors.nvidia.plugin: "
+            "hami, or a whole device (drop device_share)"
+        )
+    plugin = profile.vendor("nvidia").plugin
+    if plugin != "hami":
+        where = f"profile {profile.name!r}" + (f" ({profile.source})" if profile.source else "")
+        raise InvalidResources(
+            f"{what}: {where} uses the {plugin!r} NVIDIA device plugin, which cannot share a GPU; valid: a profile "
+            "with vendors.nvidia.plugin: hami, or a whole GPU (drop device_share)"
+        )
+    percent = max(1, math.ceil(milli / 10))
+    out = {resource_name or accel.resource_name_for(plugin): "1", HAMI_CORES: str(percent)}
+    if resources.device_memory_bytes:
+        out[HAMI_MEMORY] = str(math.ceil(resources.device_memory_bytes / 2**20))
+    elif accel.device_memory_bytes:
+        out[HAMI_MEMORY] = str(math.ceil(accel.device_memory_bytes * milli / 1000 / 2**20))
+    else:
+        out[HAMI_MEMORY_PERCENTAGE] = str(percent)
+    return out
+
+
 def _merge_requirement(affinity: dict[str, Any] | None, requirement: dict[str, Any]) -> dict[str, Any]:
     """AND ``requirement`` into every required node-selector term (they are ORed), or add the first term."""
     affinity = dict(affinity or {})
@@ -198,19 +281,22 @@ def _merge_requirement(affinity: dict[str, Any] | None, requirement: dict[str, A
     return affinity
 
 
-def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> PodPlan:
+def plan_pod(resources: Resources, profile: ClusterProfile | None = None, *, local: bool = False) -> PodPlan:
     """Decide what a pod for ``resources`` asks for on the cluster ``profile`` describes (pure; no I/O).
 
     Args:
         resources: the candidate.
         profile: the cluster profile; None means :data:`~heteroflow.components.devices.cluster.DEFAULT_PROFILE`.
+        local: for a run with no cluster (kfp.local, which never reads a task's resources): a ``device_share`` is
+            planned as its one whole device instead of as the plugin's share resources (:func:`share_resources`),
+            so a profile that cannot share does not stop it.
 
     Returns:
         A :class:`PodPlan`.
 
     Raises:
-        InvalidResources: the candidate cannot be asked for on that cluster; the message names the field, the
-            profile and what would work.
+        InvalidResources: the candidate cannot be asked for on that cluster (a ``device_share`` included, see
+            :func:`share_resources`); the message names the field, the profile and what would work.
 
     Warns:
         DefaultProfileWarning: ``profile`` is None and the default conventions picked an accelerator model (a node
@@ -218,7 +304,7 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> Pod
             settings pin the cluster's own.
     """
     if resources.nodes > 1 or getattr(resources, "replicas", None):  # multi-node or mixed (#29): a launcher's pod
-        return _launcher_plan(resources, profile)
+        return _launcher_plan(resources, profile, local=local)
     given = profile
     profile = profile or DEFAULT_PROFILE
     requests: dict[str, str] = {}
@@ -249,6 +335,10 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> Pod
             _warn_default_profile(resources, accel, resource_name, label)
         count = resources.count or 0
         requests[resource_name] = limits[resource_name] = str(count)
+        if resources.device_share is not None and not local:  # part of one device: the plugin's share resources
+            shared = share_resources(resources, profile, resource_name=resource_name)
+            requests.update(shared)
+            limits.update(shared)
         if requirement is not None:
             affinity = _merge_requirement(affinity, requirement)
         if profile.accelerator_tolerations:
@@ -278,7 +368,7 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None) -> Pod
     )
 
 
-def _launcher_plan(resources: Resources, profile: ClusterProfile | None) -> PodPlan:
+def _launcher_plan(resources: Resources, profile: ClusterProfile | None, *, local: bool = False) -> PodPlan:
     """A multi-node candidate's task is the launcher of its training job (:mod:`heteroflow.components.training.trainjob`):
     a CPU pod (:func:`~heteroflow.components.training.trainjob.launcher_candidate`) with the profile in its environment and
     the shared claim mounted; the nodes' own pods (checked here, so a bad candidate fails at compile time) are
@@ -291,8 +381,8 @@ def _launcher_plan(resources: Resources, profile: ClusterProfile | None) -> PodP
     from heteroflow.components.training.trainjob import PROFILE_ENV, launcher_candidate
 
     for one in [g.resources for g in getattr(resources, "replicas", ())] or [dataclasses.replace(resources, nodes=1)]:
-        plan_pod(one, profile)
-    launcher = plan_pod(launcher_candidate(resources), profile)
+        plan_pod(one, profile, local=local)
+    launcher = plan_pod(launcher_candidate(resources), profile, local=local)
     used = profile or DEFAULT_PROFILE
     env = {PROFILE_ENV: json.dumps(used.to_dict(), sort_keys=True)}
     field_env: dict[str, str] = {}

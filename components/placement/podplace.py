@@ -15,32 +15,24 @@ narrowed to the chosen model), with:
 - for a fractional request (``gpu_milli`` < 1000, thousandths of one device, as the Alibaba GPU traces and
   GPU-sharing schedulers express it) on NVIDIA with the HAMi device plugin: ``nvidia.com/gpu: 1`` (one vGPU),
   ``nvidia.com/gpucores: <percent of the device's compute>`` and ``nvidia.com/gpumem: <MiB of device memory>``
-  (the request's ``device_memory``, else the same fraction of the model's memory), in requests and limits alike.
-
-Source of the HAMi resources: the HAMi README, "Run GPU jobs" (github.com/Project-HAMi/HAMi, and its
-``examples/nvidia/default_use.yaml``): ``nvidia.com/gpu`` is the number of vGPUs, ``nvidia.com/gpumem`` the device
-memory of each vGPU in MiB (integer, optional), ``nvidia.com/gpucores`` the percentage of one GPU's compute each
-vGPU may use (integer 0-100, optional).
+  (the request's ``device_memory``, else the same fraction of the chosen model's memory), in requests and limits
+  alike: :func:`~heteroflow.components.devices.podplan.share_resources`, the same rendering every engine uses for
+  a candidate's ``device_share`` (and the same error under a plugin that cannot share).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any
 
 from heteroflow.components.devices.accelerators import ACCELERATORS, DeviceKind
 from heteroflow.components.devices.cluster import DEFAULT_PROFILE, ClusterProfile
-from heteroflow.components.devices.podplan import PodPlan, plan_pod
+from heteroflow.components.devices.podplan import HAMI_CORES, HAMI_MEMORY, PodPlan, plan_pod
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.resources import Resources
 
 __all__ = ["HAMI_CORES", "HAMI_MEMORY", "HOSTNAME_LABEL", "placed_pod_plan"]
 
-HAMI_CORES = "nvidia.com/gpucores"
-"""HAMi: percent of one GPU's compute per vGPU (integer 0-100)."""
-HAMI_MEMORY = "nvidia.com/gpumem"
-"""HAMi: device memory per vGPU, MiB (integer)."""
 HOSTNAME_LABEL = "kubernetes.io/hostname"
 """The well-known node label holding the node's name (Kubernetes' well-known labels)."""
 
@@ -66,6 +58,8 @@ def placed_pod_plan(resources: Resources, *, model: str, nodes: tuple[str, ...] 
             apart by a node label.
     """
     used = profile or DEFAULT_PROFILE
+    if gpu_milli is not None:
+        resources = _with_share(resources, gpu_milli)
     accel = resources.accelerator_spec
     if accel is None or model == DeviceKind.host().value:  # a node without devices: the host kind's name
         plan = plan_pod(resources, profile)
@@ -86,34 +80,22 @@ def placed_pod_plan(resources: Resources, *, model: str, nodes: tuple[str, ...] 
         node_selector.pop(key, None)  # stated once, as the required affinity term below
         affinity = _require(affinity, {"key": key, "operator": "In", "values": values})
     plan = dataclasses.replace(plan, affinity=affinity, node_selector=node_selector)
-    if gpu_milli is not None and gpu_milli != 1000:
-        plan = _fractional(plan, resources, chosen, gpu_milli, used)
     return _prefer_nodes(plan, nodes)
 
 
-def _fractional(plan: PodPlan, resources: Resources, accel: Any, gpu_milli: int, profile: ClusterProfile) -> PodPlan:
+def _with_share(resources: Resources, gpu_milli: Any) -> Resources:
+    """``resources`` asking for ``gpu_milli`` thousandths of one device (1000: a whole one), which
+    :func:`~heteroflow.components.devices.podplan.plan_pod` renders (or refuses) as every engine does."""
     if not isinstance(gpu_milli, int) or isinstance(gpu_milli, bool) or not 1 <= gpu_milli <= 1000:
         raise InvalidResources(f"gpu_milli={gpu_milli!r} is not thousandths of one device; valid: an integer in 1-1000")
-    if (resources.count or 0) > 1:
+    if gpu_milli == 1000:
+        return resources if resources.device_share is None else dataclasses.replace(resources, device_share=None)
+    if (resources.count or 0) > 1 or resources.nodes > 1:
         raise InvalidResources(f"gpu_milli={gpu_milli} with count={resources.count}: a fractional request is part of one "
                                "device; valid: count=1")
-    if accel.vendor != "nvidia":
-        raise InvalidResources(f"gpu_milli={gpu_milli} on {accel.display_name}: fractional requests are rendered for "
-                               "NVIDIA GPUs under HAMi (nvidia.com/gpucores, nvidia.com/gpumem); valid: an NVIDIA model")
-    if profile.vendor("nvidia").plugin != "hami":
-        raise InvalidResources(f"gpu_milli={gpu_milli}: profile {profile.name!r} uses the {profile.vendor('nvidia').plugin!r} "
-                               "NVIDIA device plugin, which cannot share a GPU; valid: a profile with vendors.nvidia.plugin: hami")
-    total = accel.device_memory_bytes or 0
-    if resources.device_memory_bytes:
-        mib = math.ceil(resources.device_memory_bytes / 2**20)
-    elif total:
-        mib = math.ceil(total * gpu_milli / 1000 / 2**20)
-    else:
-        mib = None
-    extra = {plan.accelerator_resource or "nvidia.com/gpu": "1", HAMI_CORES: str(max(1, math.ceil(gpu_milli / 10)))}
-    if mib is not None:
-        extra[HAMI_MEMORY] = str(mib)
-    return dataclasses.replace(plan, requests={**plan.requests, **extra}, limits={**plan.limits, **extra}, accelerator_count=1)
+    if resources.device_share_milli == gpu_milli:
+        return resources
+    return dataclasses.replace(resources, device_share=gpu_milli / 1000)
 
 
 def _require(affinity: dict[str, Any] | None, requirement: dict[str, Any]) -> dict[str, Any]:

@@ -410,7 +410,7 @@ class _Renderer:
             task.set_display_name(shown)
         platform.apply_call_options(task, call, local=self.local, pvcs=self.pvcs)
         # kfp.local ignores resources: the default profile there, without the default-profile warning (#16.20)
-        apply_resources(task, resources, profile=self.profile or (DEFAULT_PROFILE if self.local else None))
+        apply_resources(task, resources, profile=self.profile or (DEFAULT_PROFILE if self.local else None), local=self.local)
         apply_retry(task, call.retry, local=self.local)
         if call.secrets and not self.local:  # kfp.local never reads kfp-kubernetes settings
             from kfp import kubernetes

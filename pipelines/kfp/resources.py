@@ -8,6 +8,8 @@ own setters and the ``kfp-kubernetes`` extension (``kfp.kubernetes``, installed 
   spelling (it wants an integer and no lowercase ``k``: ``1.5Gi`` becomes the exact ``1536Mi``);
 - ``set_accelerator_type`` / ``set_accelerator_limit`` with the extended resource the profile's device-plugin
   convention names (``huawei.com/Ascend910`` or ``huawei.com/Ascend910B3`` for the same 910B3);
+- part of one device (``device_share``): on kfp.local (``local=True``, which never reads a task's resources) it
+  is asked for as its one device;
 - ``kfp.kubernetes.add_node_selector``, ``add_node_affinity`` (one call per node-selector term: the KFP
   backend ORs the terms, and the model's requirement is ANDed into each), ``add_toleration``,
   ``add_pod_label`` and ``add_pod_annotation``; a mixed candidate's launcher gets ``POD_IP`` from the downward API
@@ -77,7 +79,7 @@ def kfp_memory_text(text: str, num_bytes: int) -> str:
 
 
 def apply_resources(
-    task: PipelineTask, resources: Resources, *, profile: ClusterProfile | None = None
+    task: PipelineTask, resources: Resources, *, profile: ClusterProfile | None = None, local: bool = False
 ) -> PipelineTask:
     """Ask for ``resources`` on ``task`` the way the cluster ``profile`` describes names things.
 
@@ -86,16 +88,18 @@ def apply_resources(
         resources: the candidate.
         profile: the cluster profile; None means the default (official device plugins, NVIDIA feature-discovery
             labels, usual accelerator tolerations).
+        local: the task runs on kfp.local, which never reads a task's resources: a ``device_share`` is set as its
+            one device (see :func:`~heteroflow.pipelines.k8s.resources.plan_pod`).
 
     Returns:
         ``task``, for chaining.
 
     Raises:
         InvalidResources: the candidate cannot be asked for on that cluster (see
-            :func:`~heteroflow.pipelines.k8s.resources.plan_pod`), or it has pod affinity / anti-affinity,
-            which KFP cannot set.
+            :func:`~heteroflow.pipelines.k8s.resources.plan_pod`; a ``device_share`` under a plugin that cannot
+            share), or it has pod affinity / anti-affinity, which KFP cannot set.
     """
-    plan = plan_pod(resources, profile)
+    plan = plan_pod(resources, profile, local=local)
     if plan.affinity:
         extra = sorted(set(plan.affinity) - {"nodeAffinity"})
         if extra:
