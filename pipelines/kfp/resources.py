@@ -8,8 +8,10 @@ own setters and the ``kfp-kubernetes`` extension (``kfp.kubernetes``, installed 
   spelling (it wants an integer and no lowercase ``k``: ``1.5Gi`` becomes the exact ``1536Mi``);
 - ``set_accelerator_type`` / ``set_accelerator_limit`` with the extended resource the profile's device-plugin
   convention names (``huawei.com/Ascend910`` or ``huawei.com/Ascend910B3`` for the same 910B3);
-- part of one device (``device_share``): on kfp.local (``local=True``, which never reads a task's resources) it
-  is asked for as its one device;
+- part of one device (``device_share``): the plan's HAMi resources (``nvidia.com/gpucores``, ``nvidia.com/gpumem``)
+  beside ``nvidia.com/gpu`` cannot be set on a KFP task (below), so such a candidate is an error on a cluster
+  rather than a whole GPU in its place; on kfp.local (``local=True``, which never reads a task's resources) it is
+  asked for as its one device;
 - ``kfp.kubernetes.add_node_selector``, ``add_node_affinity`` (one call per node-selector term: the KFP
   backend ORs the terms, and the model's requirement is ANDed into each), ``add_toleration``,
   ``add_pod_label`` and ``add_pod_annotation``; a mixed candidate's launcher gets ``POD_IP`` from the downward API
@@ -17,7 +19,11 @@ own setters and the ``kfp-kubernetes`` extension (``kfp.kubernetes``, installed 
 
 Not expressible on KFP (kfp 2.17 / kfp-kubernetes 2.17): a pod's ``schedulerName`` (a warning is issued when the
 profile sets one: make it the namespace default or inject it with a webhook), pod affinity and anti-affinity
-(an error), and the image per device kind (a component's image is fixed where the component is defined).
+(an error), extended resources beyond the one accelerator (an error: a task has one accelerator type and limit,
+and neither the SDK nor kfp-kubernetes sets other resource limits, kubeflow/pipelines#10996; so a HAMi device
+share, whose ``nvidia.com/gpucores`` and ``nvidia.com/gpumem`` sit beside ``nvidia.com/gpu``, runs as Airflow
+pods or inside a mixed job's manifests, not as a KFP task), and the image per device kind (a component's image
+is fixed where the component is defined).
 """
 
 from __future__ import annotations
@@ -97,9 +103,19 @@ def apply_resources(
     Raises:
         InvalidResources: the candidate cannot be asked for on that cluster (see
             :func:`~heteroflow.pipelines.k8s.resources.plan_pod`; a ``device_share`` under a plugin that cannot
-            share), or it has pod affinity / anti-affinity, which KFP cannot set.
+            share), or it has pod affinity / anti-affinity or extended resources beside its accelerator (a HAMi
+            device share), which KFP cannot set.
     """
     plan = plan_pod(resources, profile, local=local)
+    extra = sorted(set(plan.limits) - {"cpu", "memory", plan.accelerator_resource})
+    if extra:
+        share = f"device_share={resources.device_share:g} of " if resources.device_share is not None else ""
+        raise InvalidResources(
+            f"{share}candidate {resources.describe()} asks for {', '.join(extra)} beside {plan.accelerator_resource}, "
+            "which a KFP task cannot set (one accelerator type and limit per task; kfp-kubernetes sets no other "
+            "resource limits: kubeflow/pipelines#10996); valid: Airflow pods (heteroflow.dags.factory.build_dag with "
+            "mode='kubernetes' and this profile), or a whole GPU (drop device_share)"
+        )
     if plan.affinity:
         extra = sorted(set(plan.affinity) - {"nodeAffinity"})
         if extra:
