@@ -122,6 +122,18 @@ def test_compile_refuses_a_hami_share_that_kfp_cannot_set(tmp_path: Path, hami: 
     assert "valid: Airflow pods (heteroflow.dags.factory.build_dag with mode='kubernetes' and this profile), or a whole GPU" in said
 
 
+def test_compile_checks_a_mixed_candidates_share_its_launcher_submits(tmp_path: Path, hami: Path) -> None:
+    """Sibling: a mixed candidate's task is a CPU launcher; the Volcano Job it submits asks for the share, so compile
+    checks it under the profile (it compiled under the official plugin, whose job then asked for a whole GPU)."""
+    mixed = "gpu:device_share=0.3+cpu"
+    result = _cli(["compile", "--profile", str(hami), "-c", mixed, "-o", str(tmp_path / "ok.yaml")])
+    assert result.exit_code == 0, result.output
+    result = _cli(["compile", "--profile", str(PROFILES / "nvidia-gfd.yaml"), "-c", mixed, "-o", str(tmp_path / "no.yaml")])
+    assert result.exit_code == 2, result.output
+    assert "error: device_share=0.3 of candidate gpu x1 (nvidia-gpu)" in _one_line(result.output)
+    assert "profile 'nvidia-gfd'" in result.output and not (tmp_path / "no.yaml").exists()
+
+
 def test_kfp_local_renders_a_share_as_its_device() -> None:
     from heteroflow.components.resources import Candidates
     from heteroflow.pipelines.default import default_pipeline
