@@ -201,8 +201,7 @@ def _accelerator_plan(
     return resource_name, {"key": key, "operator": "In", "values": values}
 
 
-def share_resources(resources: Resources, profile: ClusterProfile | None = None, *, resource_name: str | None = None,
-                    model: Accelerator | None = None) -> dict[str, str]:
+def share_resources(resources: Resources, profile: ClusterProfile | None = None, *, resource_name: str | None = None) -> dict[str, str]:
     """The extended resources that ask for ``resources``' ``device_share`` (part of one device), or an error where
     the profile's device plugin cannot share one. The one place every renderer (KFP, Airflow pods, training-job
     and mixed-job manifests, the plan step's placed pod) learns how a share is asked for.
@@ -221,10 +220,8 @@ def share_resources(resources: Resources, profile: ClusterProfile | None = None,
     Args:
         resources: a candidate with ``device_share`` set (else ``{}`` is returned).
         profile: the cluster profile; None means :data:`~heteroflow.components.devices.cluster.DEFAULT_PROFILE`.
-        resource_name: the accelerator's extended resource under the profile (default: the model's under the
+        resource_name: the accelerator's extended resource under the profile (default: the accelerator's under the
             profile's plugin).
-        model: the device model the share is of, where one was chosen (the plan step's placement); default the
-            candidate's accelerator.
 
     Returns:
         resource name -> quantity string.
@@ -235,7 +232,7 @@ def share_resources(resources: Resources, profile: ClusterProfile | None = None,
             ``device_share``, the candidate and the profile, and what would work.
     """
     milli = resources.device_share_milli
-    accel = model or resources.accelerator_spec
+    accel = resources.accelerator_spec  # the plan step narrows it to the model it chose (podplace)
     if milli is None or accel is None:
         return {}
     profile = profile or DEFAULT_PROFILE
