@@ -56,12 +56,14 @@ class Replicas:
     __slots__ = ("count", "resources")
 
     def __init__(self, kind: DeviceKind | str, count: int = 1, **fields: Any) -> None:
+        name = getattr(kind, "value", kind)  # 'npu', not DeviceKind('npu')
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise InvalidResources(f"count={count!r} of {kind!r} replicas is not a replica count; valid: an integer >= 1")
+            raise InvalidResources(f"count={count!r} of {name!r} replicas is not a replica count; valid: an integer >= 1")
         if "count" in fields:
-            raise InvalidResources(f"count given twice for {kind!r} replicas; give count once")
-        if "nodes" in fields:
-            raise InvalidResources(f"nodes={fields['nodes']!r} for {kind!r} replicas: a mixed candidate runs one elastic agent per kind; valid: count=N replicas, no nodes")
+            raise InvalidResources(f"count given twice for {name!r} replicas; give count once")
+        if "nodes" in fields and fields["nodes"] != 1:
+            raise InvalidResources(_nodes_message(fields["nodes"], name))
+        fields.pop("nodes", None)
         parsed = DeviceKind.parse(kind, field="replicas kind")
         res = Resources.from_dict({"kind": parsed, **({"count": 1} if parsed.has_devices else {}), **fields})
         self.count = count
@@ -148,9 +150,16 @@ class Replicas:
             if msg.startswith("unknown resource field"):  # a misspelled job option lands here too
                 msg += f"; or an option of the whole job: {', '.join(JOB_OPTIONS)}"
             raise InvalidResources(msg if where in msg else f"{where}: {msg}") from None
+        if one.nodes != 1:  # Replicas() refuses it too: checked here, where the user's spelling is known
+            raise InvalidResources(f"{where}: {_nodes_message(one.nodes, kind.value)}")
         out = cls.__new__(cls)
         out.count, out.resources = count, one
         return out
+
+
+def _nodes_message(nodes: Any, kind: str) -> str:
+    return (f"nodes={nodes} on {kind} replicas: a mixed candidate runs one elastic agent per kind, and its replicas "
+            f"are placed by count; valid: count=N replicas of each kind, no nodes (e.g. gpu:count=2+npu:count=4)")
 
 
 def _first_fields(first: Replicas) -> dict[str, Any]:
@@ -222,8 +231,8 @@ class MixedResources(Resources):
         for i, g in enumerate(groups):
             if g.kind.value in seen:
                 raise InvalidResources(
-                    f"kind {g.kind.value!r} is given twice in a mixed candidate (replicas[{seen[g.kind.value]}] and "
-                    f"replicas[{i}]: parts {seen[g.kind.value] + 1} and {i + 1} between '+' signs); valid: each kind once, "
+                    f"kind {g.kind.value!r} is given twice (parts {seen[g.kind.value] + 1} and {i + 1} between '+' signs, "
+                    f"replicas[{seen[g.kind.value]}] and replicas[{i}]); valid: each kind once, "
                     "with count=N for N replicas (gpu:count=2+npu:count=4)"
                 )
             seen[g.kind.value] = i
@@ -286,7 +295,11 @@ class MixedResources(Resources):
                 else:
                     kept.append(item)
             parts.append(kind + (colon + ",".join(kept) if any(k.strip() for k in kept) else ""))
-        return cls.of([Replicas.parse_spec(p, whole=spec) for p in parts], **options)
+        groups = [Replicas.parse_spec(p, whole=spec) for p in parts]
+        try:
+            return cls.of(groups, **options)
+        except InvalidResources as exc:  # a kind twice, a bad job option: said with the candidate as written
+            raise InvalidResources(f"mixed candidate {spec!r}: {exc}") from None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MixedResources:  # type: ignore[override]

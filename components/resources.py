@@ -512,8 +512,13 @@ class Resources:
             return MixedResources.from_dict(data)
         unknown = sorted(set(data) - set(_FIELDS), key=str)
         if unknown:
+            from heteroflow.components.errors import did_you_mean
+            from heteroflow.components.replicas import JOB_OPTIONS  # compresion: a mixed job's option, misspelled
+
+            close = did_you_mean(map(str, unknown), [*_FIELDS, *JOB_OPTIONS])
             raise InvalidResources(
-                f"unknown resource field(s) {', '.join(map(str, unknown))}; valid: {', '.join(_FIELDS)}"
+                f"unknown resource field(s) {', '.join(map(str, unknown))}{close}; "
+                f"valid: {', '.join(_FIELDS)}"
             )
         fields = {k: data[k] for k in _FIELDS if k in data}
         for name in ("node_selector", "labels", "annotations"):

@@ -201,6 +201,14 @@ ERROR_CASES: dict[str, tuple[list[str], list[str]]] = {
     "memory-unit-GB": (["run", "-c", "gpu:memory=16GB"], ["memory='16GB'", "'GB' is not a unit"]),
     "negative-count": (["run", "-c", "gpu:count=-1"], ["count=-1", "negative"]),
     "unknown-kind": (["run", "-c", "tpu"], ["-c/--candidate: kind='tpu'", "is not a device kind", "cpu, gpu, npu"]),
+    # nodes on a mixed candidate's part: refused as -c is read (run failed in plan after prewarm and preprocess, with
+    # "replicas[1]: ... DeviceKind('npu')"; compile wrote a pipeline that could never run)
+    "mixed-nodes-run": (["run", "--engine", "inprocess", "-c", "gpu+npu:nodes=2", "--simulate-devices", "gpu,npu"],
+                        ["-c/--candidate: mixed candidate 'gpu+npu:nodes=2': nodes=2 on npu replicas", "valid: count=N replicas"]),
+    "mixed-nodes-compile": (["compile", "-c", "gpu+npu:nodes=2", "-o", "m.yaml"],
+                            ["-c/--candidate: mixed candidate 'gpu+npu:nodes=2': nodes=2 on npu replicas"]),
+    "mixed-kind-twice": (["compile", "-c", "gpu+gpu", "-o", "m.yaml"], ["-c/--candidate: mixed candidate 'gpu+gpu': kind 'gpu' is given twice"]),
+    "candidate-field-typo": (["run", "-c", "gpu:acelerator=t4"], ["unknown resource field(s) acelerator (did you mean 'accelerator'?)"]),
     "unknown-protocol": (["run", "--dataset", "nosuch://bucket/data"], ["nosuch:// is not a known fsspec protocol"]),
     # Out-of-range values fail before any step runs (not after the steps' retries).
     "epochs-zero": (["run", "--param", "epochs=0"], ["epochs=0 is out of range", "an integer >= 1"]),
@@ -253,6 +261,7 @@ def test_user_error_exits_2_with_a_clear_message(case: str, tmp_path: Path, monk
     for text in expected:
         assert text in message, f"{text!r} not in {message!r}"
     assert not (tmp_path / "heteroflow-runs").exists(), "a user error must not start a run"
+    assert not (tmp_path / "m.yaml").exists(), "a user error must not write a pipeline"
 
 
 @pytest.mark.slow

@@ -46,7 +46,12 @@ def test_mixed_candidate_round_trips_through_json_and_dicts_with_its_options():
 @pytest.mark.parametrize(
     ("spec", "names"),
     [
-        ("gpu:count=2+gpu:count=1", "kind 'gpu' is given twice in a mixed candidate (replicas[0] and replicas[1]: parts 1 and 2"),
+        ("gpu:count=2+gpu:count=1", "mixed candidate 'gpu:count=2+gpu:count=1': kind 'gpu' is given twice (parts 1 and 2 between '+' signs"),
+        # nodes on a part: refused as the candidate is read (it passed, and failed late in plan with a DeviceKind repr)
+        ("gpu+npu:nodes=2", "mixed candidate 'gpu+npu:nodes=2': nodes=2 on npu replicas: a mixed candidate runs one elastic agent "
+                            "per kind, and its replicas are placed by count; valid: count=N replicas of each kind, no nodes"),
+        ("gpu:nodes=3,count=2+cpu", "mixed candidate 'gpu:nodes=3,count=2+cpu': nodes=3 on gpu replicas"),
+        ("gpu+npu,compression=zip", "mixed candidate 'gpu+npu,compression=zip': compression='zip' is unknown"),
         ("gpu:count=2+foo:count=1", "mixed candidate 'gpu:count=2+foo:count=1': kind='foo' is not a device kind; valid kinds: cpu, gpu, npu"),
         ("gpu+", "empty part"),
         ("gpu:count=x+npu", "count='x'"),
@@ -72,7 +77,8 @@ def test_mixed_candidate_round_trips_through_json_and_dicts_with_its_options():
                                  "together and exchange gradients (kinds joined by '+', e.g. gpu+npu,compression=topk)"),
         ("gpu,topk_ratio=0.05", "candidate 'gpu,topk_ratio=0.05': topk_ratio is an option of a mixed candidate"),
         # a misspelled job option: the valid list names the job's options too
-        ("gpu+npu,compresion=topk", "unknown resource field(s) compresion; valid: kind,"),
+        ("gpu+npu,compresion=topk", "unknown resource field(s) compresion (did you mean 'compression'?); valid: kind,"),
+        ("gpu+npu:acelerator=a100", "unknown resource field(s) acelerator (did you mean 'accelerator'?); valid: kind,"),
         ("gpu+npu,topk_ration=0.05", "; or an option of the whole job: compression, topk_ratio, powersgd_rank, rebalance_every_steps"),
     ],
 )
@@ -93,6 +99,13 @@ def test_python_errors_name_the_field():
         MixedResources.of([Replicas("gpu", 2)])
     with pytest.raises(InvalidResources, match="count=0 of 'npu' replicas"):
         Replicas("npu", 0)
+    from heteroflow.components.devices.accelerators import DeviceKind
+
+    with pytest.raises(InvalidResources, match=r"^nodes=2 on npu replicas: a mixed candidate runs one elastic agent per kind"):
+        Replicas(DeviceKind.parse("npu"), 2, nodes=2)  # the kind by name, not DeviceKind('npu')
+    with pytest.raises(InvalidResources, match=r"^replicas\[1\]: nodes=2 on npu replicas"):
+        MixedResources.of([{"kind": "gpu"}, {"kind": "npu", "nodes": 2}])
+    assert Replicas("npu", 2, nodes=1) == Replicas("npu", 2)
     with pytest.raises(InvalidResources, match="unknown mixed-job option"):
         MixedResources.of([Replicas("gpu"), Replicas("npu")], compresion="topk")
     with pytest.raises(InvalidResources, match=r"replicas\[1\]"):

@@ -47,6 +47,7 @@ def manifests_command(
     """Render Volcano Queues, Kueue ResourceFlavors/ClusterQueues/LocalQueues and a gang-scheduled multi-worker
     train job (TrainJob or PyTorchJob, per the profile), each validated against its real schema."""
     from heteroflow.cache.errors import HeteroflowError
+    from heteroflow.components.errors import InvalidResources
     from heteroflow.components.resources import Candidates
     from heteroflow.pipelines.k8s.manifests import load_inventory, render_all, write_manifests
 
@@ -58,7 +59,10 @@ def manifests_command(
         if candidate and pipeline_ref:
             raise HeteroflowError("give --candidate or --pipeline, not both")
         if candidate:
-            cands = Candidates(candidate)
+            try:
+                cands = Candidates(candidate)
+            except InvalidResources as exc:  # say which option the user got wrong, as run and compile do
+                raise InvalidResources(f"-c/--candidate: {exc}") from None
         else:
             if pipeline_ref:
                 from heteroflow.pipelines.graph import load_pipeline
