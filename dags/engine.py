@@ -18,7 +18,9 @@ imported and configured once per run, not once per command:
    DAG, DESIGN.md), so no ``airflow dags reserialize`` is run first (it cost a process start and a second parse).
 
 The DAG is built in Airflow's process from the pipeline's ``module:attribute`` (``source``): a Pipeline value made in
-this process cannot be handed over. Its tasks use Airflow's default pool (no ``heteroflow airflow pools`` needed).
+this process cannot be handed over, but its device-bound calls' candidates are (written into the DAG file as JSON and
+set on the imported pipeline's calls), so ``heteroflow run --engine airflow -c cpu`` runs the default pipeline with
+those candidates. Its tasks use Airflow's default pool (no ``heteroflow airflow pools`` needed).
 A run stopped here (Ctrl-C, SIGTERM) kills Airflow's process, writes heteroflow's record, then ends Airflow's record of
 the run as that one says, as "Mark failed" in Airflow's UI does (:func:`_fail_stopped_run`, in a short child process
 of its own): the run ``failed`` with a note, its running task ``failed``, those not started ``skipped`` (``success``
@@ -61,7 +63,7 @@ _DAG_FILE = """\
 # Airflow DAG file written by heteroflow's airflow engine (heteroflow.dags.engine); rewritten by each run.
 from heteroflow.dags.engine import engine_dag
 
-dag = engine_dag({source!r}, {dag_id!r})
+dag = engine_dag({source!r}, {dag_id!r}, {placements!r})
 """
 
 
@@ -74,20 +76,33 @@ class _AirflowTimedOut(AirflowRunError):
     """Airflow's process ran past ``timeout_seconds`` and was killed."""
 
 
-def engine_dag(source: str, dag_id: str) -> Any:
+def engine_dag(source: str, dag_id: str, placements: Mapping[str, str] | None = None) -> Any:
     """The DAG of the engine's DAG file: the pipeline at ``source`` (``module:attribute``) in local mode, without pools
     and without the run's summary in record-run's output (``heteroflow run`` prints it once Airflow has ended), its
     run folder fixed to ``$HETEROFLOW_AIRFLOW_ENGINE_RUN_DIR`` when set (else ``<heteroflow home>/airflow-runs/
     <dag id>/<run id>``, as any DAG of :func:`heteroflow.dags.factory.build_dag`).
 
+    Args:
+        placements: ``{call: candidates JSON}`` of the pipeline value the run was given
+            (:attr:`~heteroflow.pipelines.graph.Pipeline.placements`): each call's candidates are set to them (the
+            default pipeline with ``-c`` candidates is imported from its function, then given those).
+
     Raises:
-        InvalidParameter: ``source`` does not name a pipeline (see :func:`heteroflow.pipelines.graph.load_pipeline`).
+        InvalidParameter: ``source`` does not name a pipeline (see :func:`heteroflow.pipelines.graph.load_pipeline`),
+            or a call in ``placements`` that it does not have.
     """
+    from heteroflow.components.resources import Candidates
     from heteroflow.dags.factory import build_dag
     from heteroflow.dags.layout import PREPARE_TASK, RECORD_TASK
     from heteroflow.pipelines.graph import load_pipeline
 
-    dag = build_dag(load_pipeline(source), dag_id, pools=False)
+    pipeline = load_pipeline(source)
+    for call, text in (placements or {}).items():
+        if call not in pipeline:
+            raise InvalidParameter(f"{source} has no call {call!r}, which the run's pipeline places; valid: {', '.join(pipeline.placements())}")
+        if pipeline[call].candidates.to_json() != text:
+            pipeline.replace(call, candidates=Candidates.from_json(text))
+    dag = build_dag(pipeline, dag_id, pools=False)
     dag.get_task(RECORD_TASK).print_summary = False  # `heteroflow run` prints the summary once Airflow has ended
     run_dir = os.environ.get(RUN_DIR_ENV)
     if run_dir:
@@ -171,7 +186,8 @@ class AirflowEngine:
         source: str | None = None,
         **options: Any,
     ) -> RunRecord:
-        """Run ``pipeline`` (imported in Airflow's process from ``source``) and return its record.
+        """Run ``pipeline`` (imported in Airflow's process from ``source``, with ``pipeline``'s candidates) and return
+        its record.
 
         Raises:
             InvalidParameter: no ``source`` (a Pipeline value made in this process), an unknown option or
@@ -203,7 +219,7 @@ class AirflowEngine:
         dags = home / "heteroflow-engine-dags"
         dags.mkdir(parents=True, exist_ok=True)
         dag_id = _dag_id(pipeline.name)
-        (dags / f"{dag_id.replace('-', '_').replace('.', '_')}.py").write_text(_DAG_FILE.format(source=source, dag_id=dag_id), encoding="utf-8")
+        (dags / f"{dag_id.replace('-', '_').replace('.', '_')}.py").write_text(_DAG_FILE.format(source=source, dag_id=dag_id, placements=pipeline.placements()), encoding="utf-8")
         conf = {k: v for k, v in dict(params or {}).items()}
         with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
             # the run's folder and driver.json (as every engine's): a stopped run gets its record here, a killed

@@ -325,3 +325,31 @@ def test_a_stopped_airflow_run_is_ended_in_airflow_as_heteroflows_record_says(
     record = stop.value.record  # type: ignore[attr-defined]
     assert record.status == ("succeeded" if record_run_wrote else "interrupted")
     assert ended == [record_run_wrote]
+
+
+def test_the_airflow_engine_runs_the_default_pipeline_with_the_candidates_of_c(digits_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: `heteroflow run --engine airflow -c cpu` was refused ("needs the pipeline as
+    'module:attribute'"): -c made the default pipeline a value of this process. The engine imports the default
+    pipeline in Airflow's process and gives its calls the value's candidates (written into the DAG file). Airflow's
+    own commands are left out here (the slow test above runs them); the DAG file is loaded as Airflow would."""
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    from heteroflow.dags import engine as airflow_engine
+
+    monkeypatch.setenv("HETEROFLOW_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
+    for name in (SIMULATE_ENV, FAULT_ENV):
+        monkeypatch.delenv(name, raising=False)
+    ran: list[list[list[str]]] = []
+    monkeypatch.setattr(airflow_engine, "_run_airflow", lambda commands, *a, **k: (ran.append(commands), (0, "", commands[-1]))[1])
+    result = CliRunner().invoke(app, ["run", "--engine", "airflow", "-c", "cpu", "--dataset", str(digits_dir), "-o", str(tmp_path / "run")])
+    assert "needs the pipeline as 'module:attribute'" not in result.output
+    assert ran and ran[0][-1][:2] == ["dags", "test"], result.output  # Airflow was started (faked: it wrote no record)
+    (dag_file,) = (tmp_path / "airflow" / "heteroflow-engine-dags").glob("*.py")
+    scope: dict[str, Any] = {}
+    exec(compile(dag_file.read_text(), str(dag_file), "exec"), scope)  # as Airflow's DagBag imports it
+    dag = scope["dag"]
+    # train on the one candidate -c gave: one task (the default's three candidates make a task group of three)
+    train = [t.task_id for t in dag.tasks if t.task_id.split(".")[0] == "train"]
+    assert train == ["train"], train
+    default_dag = airflow_engine.engine_dag("heteroflow.pipelines.default:default_pipeline", "d")
+    assert len([t for t in default_dag.tasks if t.task_id.startswith("train.")]) >= 3

@@ -176,8 +176,9 @@ def run(
         aliases = pipeline.aliases  # `seed` sets preprocess.seed and train.seed
         params = _coerced(pipeline, raw, dataset)
         options: dict[str, Any] = dict(engine=engine, run_dir=output, simulate_devices=simulate_devices, inject_faults=inject_fault)
-        if not candidate:  # engines that run the pipeline in other processes import it from here
-            options["source"] = pipeline_ref or DEFAULT_PIPELINE_SOURCE
+        # engines that run the pipeline in other processes import it from here (airflow: and give its calls the
+        # value's candidates, those of -c)
+        options["source"] = pipeline_ref or DEFAULT_PIPELINE_SOURCE
         began = time.monotonic()  # what the command waits for: said beside the record's time where it is longer
         if "on_progress" not in chosen.options or verbose:
             echo = verbose and "echo_engine_output" in chosen.options  # -v: the engine's own output, where it has one

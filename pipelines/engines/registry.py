@@ -105,7 +105,8 @@ class Engine(Protocol):
 
         Args:
             source: the ``module:attribute`` the pipeline was loaded from, or None (a Pipeline value); engines that
-                run the pipeline in other processes import it from there.
+                run the pipeline in other processes import it from there (the value's calls' candidates may differ
+                from the imported ones': ``-c`` on the default pipeline; ``airflow`` gives them the value's).
             options: engine-specific settings; an engine raises :class:`InvalidParameter` naming any it does not
                 know, and listing those it does.
 

@@ -74,7 +74,8 @@ def run(
         echo_engine_output: print the engine's own output as it comes (``kfp-local``: instead of writing it to the
             run folder's ``kfp.log``; ``airflow``: as well as to its ``airflow.log``; the others warn and ignore it).
         source: the ``module:attribute`` a Pipeline value was loaded from (the ``airflow`` engine imports it in
-            Airflow's processes); default ``pipeline`` when it is a string, the default pipeline's when None.
+            Airflow's processes, and gives its calls the value's candidates); default ``pipeline`` when it is a
+            string, the default pipeline's when None.
         engine_options: settings of the chosen engine (e.g. ``host=`` for ``kfp``, ``airflow_home=`` for
             ``airflow``, ``parallel=`` for ``kfp-local``); an engine names any it does not know.
 
