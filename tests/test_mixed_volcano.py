@@ -70,8 +70,8 @@ def test_two_gpu_and_four_npu_pods_render_as_one_gang_scheduled_volcano_job_with
     for s in (g, n):
         assert s["restartPolicy"] == "Never"
         assert s["volumes"][0]["persistentVolumeClaim"]["claimName"] == "hf-shared"
-        assert s["containers"][0]["command"] == ["python", "-m", "torch.distributed.run", "--no-python",
-                                                 "heteroflow", "step", "train", "--param", "epochs=3"]
+        # heteroflow's train step starts its kind's elastic agent itself: not under torchrun (it was wrapped)
+        assert s["containers"][0]["command"] == ["heteroflow", "step", "train", "--param", "epochs=3"]
 
     # the rendezvous: one c10d endpoint on the first task's pod 0 (Volcano svc hostnames), elastic 1..6 agents
     envs = [_env(gpu), _env(npu)]
@@ -137,6 +137,9 @@ def test_the_schema_checks_catch_a_broken_job() -> None:
     ([RoleSpec("gpu", 1)], {"name": "Mixed_Job"}, r"name='Mixed_Job' is not a job name"),
     ([RoleSpec("gpu", 1)], {"port": 0}, r"port=0; valid: an integer 1..65535"),
     ([RoleSpec("gpu", 1)], {"image": None}, r"no image for the gpu role"),
+    ([RoleSpec("gpu", 1)], {"torchrun": True}, r"torchrun=True around 'heteroflow step train': the train step starts its kind's "
+                                               r"elastic agent itself \(worker mode\) and must not run under torchrun"),
+    ([RoleSpec("gpu", 1)], {"torchrun": True, "command": ("python", "-m", "heteroflow", "step", "train")}, r"torchrun=True around"),
 ])
 def test_bad_input_names_the_field_and_what_is_valid(roles: list[RoleSpec], kwargs: dict[str, Any], message: str) -> None:
     args = {"name": "mix-d", "image": "img", **kwargs}
@@ -181,6 +184,19 @@ def test_a_launched_jobs_kind_failing_neither_fails_nor_restarts_it_and_it_compl
     assert action_for(before, "npu", "PodEvicted") == "RestartJob"
 
 
+def test_the_default_command_runs_as_is_and_another_command_under_torchrun_once_per_device() -> None:
+    """A new user's trial: volcano_mixed_job's defaults (the README's way) wrapped heteroflow step train in torchrun,
+    which the train step must not run under; heteroflow manifests rendered it plain."""
+    job = volcano_mixed_job("mix", ROLES, profile=PROFILE)
+    assert {t["template"]["spec"]["containers"][0]["command"][0] for t in job["spec"]["tasks"]} == {"heteroflow"}
+    assert job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["command"] == ["heteroflow", "step", "train"]
+    worker = volcano_mixed_job("mix", ROLES, profile=PROFILE, command=("python", "worker.py"))
+    assert worker["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["command"] == [
+        "python", "-m", "torch.distributed.run", "--no-python", "python", "worker.py"]
+    plain = volcano_mixed_job("mix", ROLES, profile=PROFILE, command=("python", "worker.py"), torchrun=False)
+    assert plain["spec"]["tasks"][1]["template"]["spec"]["containers"][0]["command"] == ["python", "worker.py"]
+
+
 def test_a_job_rendered_alone_restarts_when_a_pod_is_evicted_as_its_first_pod_hosts_the_store() -> None:
     from volcano_rules import action_for
 
@@ -205,3 +221,23 @@ def test_on_a_real_cluster_the_api_server_accepts_the_job_in_a_dry_run() -> None
     launched["metadata"]["namespace"] = namespace
     created = api.create_namespaced_custom_object("batch.volcano.sh", "v1alpha1", namespace, "jobs", launched, dry_run="All")
     assert created["spec"]["minSuccess"] == 1
+
+
+def test_the_readmes_mixed_job_snippet_renders_the_supported_command() -> None:
+    """README, "Mixed jobs on a cluster": its volcano_mixed_job snippet, run as written, renders the train step as each
+    pod's command as is (it rendered `python -m torch.distributed.run --no-python heteroflow step train`), as
+    `heteroflow manifests` does."""
+    import re
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Mixed jobs on a cluster"):]
+    snippet = re.search(r"```python\n(.*?)```", section, re.S)
+    assert snippet is not None and "volcano_mixed_job(" in snippet[1]
+    scope: dict[str, Any] = {}
+    exec(snippet[1], scope)  # noqa: S102 - our own README
+    job = scope["job"]
+    assert [t["template"]["spec"]["containers"][0]["command"] for t in job["spec"]["tasks"]] == [["heteroflow", "step", "train"]] * 2
+    env = {e["name"]: e["value"] for e in job["spec"]["tasks"][0]["template"]["spec"]["containers"][0]["env"]}
+    assert env["PET_RDZV_ENDPOINT"] == "mix-gpu-0.mix:29400" and env["PET_NNODES"] == "1:6"  # as the README says
+    assert job["spec"]["minAvailable"] == 6

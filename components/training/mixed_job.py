@@ -36,7 +36,8 @@ are of several device kinds (for example 2 GPU pods and 4 NPU pods), given one :
   writes the model to ``<workdir>/model`` and every pod its outcome to ``<workdir>/pods/<pod>/`` on the shared
   storage (the profile's ``shared_storage`` claim, mounted at ``mount_path`` on every pod: the output location
   must be such a path; fsspec URLs are not an output the train step writes). :func:`volcano_mixed_job` alone
-  still wraps a command in torchrun by default (``torchrun=True``), for commands that are one worker each.
+  runs ``heteroflow step train`` (its default command) as is too, and wraps any other command in torchrun
+  (``torchrun=None``: for commands that are one worker each); ``torchrun=True`` with the train step is refused.
 
 It is a value (a dict), validated against the Volcano CRD shipped in the project (``heteroflow.cache.crds``,
 unknown fields rejected) and each task's pod template against the core Kubernetes schema where
@@ -170,7 +171,7 @@ def volcano_mixed_job(
     labels: Mapping[str, str] | None = None,
     port: int = RDZV_PORT,
     max_restarts: int = 3,
-    torchrun: bool = True,
+    torchrun: bool | None = None,
     validate: bool = True,
     endpoint: str | None = None,
     writer_last: bool = False,
@@ -184,8 +185,9 @@ def volcano_mixed_job(
         roles: one :class:`RoleSpec` per device kind, in order; without ``endpoint`` the first role's pod 0 hosts
             the rendezvous store (put the most reliable kind first).
         image: the container image: one for every role, or one per kind name; default the profile's image per kind.
-        command: what each worker process runs (``torchrun --no-python`` runs it, once per device of the pod);
-            with ``torchrun=False`` it is the container's command as is.
+        command: what the pod runs: by default ``heteroflow step train``, which starts the pod's elastic agent
+            itself (not under torchrun); another command is one worker process, which ``torchrun --no-python`` runs
+            once per device of the pod unless ``torchrun=False``.
         namespace: the job's namespace.
         profile: the cluster profile (device-plugin conventions, queue, scheduler, images, shared storage);
             default :data:`~heteroflow.components.devices.cluster.DEFAULT_PROFILE`.
@@ -193,7 +195,8 @@ def volcano_mixed_job(
         labels: labels on the job.
         port: the c10d rendezvous port on the first task's pod 0.
         max_restarts: torchrun's worker-group restarts per agent (``PET_MAX_RESTARTS``), >= 0.
-        torchrun: wrap ``command`` in torch's elastic launcher (``python -m torch.distributed.run --no-python``).
+        torchrun: wrap ``command`` in torch's elastic launcher (``python -m torch.distributed.run --no-python``);
+            default (None): every command but ``heteroflow step train``; True with that command is refused.
         validate: check the result with :func:`validate_volcano_job`.
         endpoint: ``host:port`` of a c10d store hosted outside the job (the launcher's pod IP,
             :func:`heteroflow.components.training.mixed_launch.launch_mixed_job`): every pod joins it with
@@ -208,7 +211,8 @@ def volcano_mixed_job(
     Raises:
         InvalidResources: no roles, a bad role (see :class:`RoleSpec`), two roles with one task name, a job name
             that is not a DNS label or makes a pod hostname longer than 63 characters, a bad port or restart
-            count, no image for a kind; or a role that cannot be asked for on the profile's cluster
+            count, no image for a kind, ``torchrun=True`` around ``heteroflow step train``; or a role that cannot
+            be asked for on the profile's cluster
             (:func:`~heteroflow.components.devices.podplan.plan_pod`).
         heteroflow.cache.errors.InvalidCacheOption: the manifest breaks the Volcano CRD schema (a bug).
     """
@@ -224,6 +228,13 @@ def volcano_mixed_job(
         raise InvalidResources(f"port={port!r}; valid: an integer 1..65535")
     if isinstance(max_restarts, bool) or not isinstance(max_restarts, int) or max_restarts < 0:
         raise InvalidResources(f"max_restarts={max_restarts!r}; valid: an integer >= 0")
+    train_step = _is_train_step(command)
+    if torchrun and train_step:
+        raise InvalidResources(
+            "torchrun=True around 'heteroflow step train': the train step starts its kind's elastic agent itself "
+            "(worker mode) and must not run under torchrun; valid: torchrun=None or False with it, or another command")
+    if torchrun is None:
+        torchrun = not train_step
     resolved = [_resolve(r, i) for i, r in enumerate(roles)]
     tasks = [t for t, *_ in resolved]
     if len(set(tasks)) != len(tasks):
@@ -308,6 +319,16 @@ def volcano_mixed_job(
     if validate:
         validate_volcano_job(job)
     return job
+
+
+def _is_train_step(command: Sequence[str]) -> bool:
+    """Whether ``command`` runs heteroflow's train step (``heteroflow step train ...``, or ``python -m heteroflow
+    step train ...``), which starts its own elastic agent in a mixed job's pod."""
+    words = [str(w) for w in command]
+    for i, word in enumerate(words):
+        if word.rsplit("/", 1)[-1] == "heteroflow" and words[i + 1:i + 3] == ["step", "train"]:
+            return True
+    return False
 
 
 def lifecycle(*, store_in_job: bool, writer_last: bool) -> dict[str, Any]:
