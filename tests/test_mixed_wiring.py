@@ -75,15 +75,50 @@ def test_heteroflow_manifests_renders_a_mixed_candidate_as_one_gang_scheduled_vo
 
 
 def test_a_mixed_candidate_without_an_image_for_a_kind_renders_no_job_and_says_why(tmp_path: Path) -> None:
+    """No train job for the only candidate asked for: the notes say why and the command exits 1 (it exited 0, a
+    trial took the README's command for a success); beside a candidate that gets its job, the note and exit 0."""
     from heteroflow.pipelines.cli.main import app
 
     profile = tmp_path / "profile.yaml"
     profile.write_text(PROFILE_YAML.replace(" npu: reg.example/hf:cann8,", ""), encoding="utf-8")
     result = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "--profile", str(profile), "-c", MIXED,
                                       "-o", str(tmp_path / "out")])
-    assert result.exit_code == 0, result.output
+    assert result.exit_code == 1, result.output
     assert not (tmp_path / "out" / "train-0-gpu-npu.yaml").exists()
-    assert "no train-0-gpu-npu.yaml: the profile names no image for npu (images.npu)" in " ".join(result.output.split())
+    said = " ".join(result.output.split())
+    assert "no train-0-gpu-npu.yaml: the profile names no image for npu (images.npu)" in said
+    assert "error: no train job written: the candidate lacks an image for a device kind" in said
+    beside = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "--profile", str(profile), "-c", MIXED,
+                                      "-c", "gpu", "-o", str(tmp_path / "out2")])
+    assert beside.exit_code == 0, beside.output
+    assert (tmp_path / "out2" / "train-1-gpu.yaml").exists() and "no train-0-gpu-npu.yaml" in " ".join(beside.output.split())
+    single = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "-c", "npu", "-o", str(tmp_path / "out3")])
+    assert single.exit_code == 1 and "no train-0-npu.yaml" in " ".join(single.output.split()), single.output
+    nothing = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "-c", "npu", "--workers", "0", "-o", str(tmp_path / "out4")])
+    assert nothing.exit_code == 0, nothing.output  # no train job asked for
+    negative = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "--workers", "-1", "-o", str(tmp_path / "out5")])
+    assert negative.exit_code == 2 and "--workers" in negative.output and not (tmp_path / "out5").exists()
+
+
+def test_the_readmes_manifests_command_writes_the_mixed_job(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """README, "Mixed jobs on a cluster": its heteroflow manifests command, as written (in the repository, out/ under
+    tmp_path), writes out/train-0-gpu-npu.yaml (it printed a note and wrote none: no shipped profile names images
+    for both gpu and npu)."""
+    import re
+    import shlex
+
+    from heteroflow.pipelines.cli.main import app
+
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = text[text.index("### Mixed jobs on a cluster"):]
+    (line,) = [m for m in re.findall(r"`(heteroflow manifests [^`]*)`", section) if MIXED in m][:1]
+    argv = shlex.split(line)[1:]
+    assert argv[-2:] == ["-o", "out/"], argv
+    monkeypatch.chdir(ROOT)
+    result = CliRunner().invoke(app, [*argv[:-1], str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    (job,) = list(yaml.safe_load_all((tmp_path / "out" / "train-0-gpu-npu.yaml").read_text(encoding="utf-8")))
+    assert [t["template"]["spec"]["containers"][0]["command"] for t in job["spec"]["tasks"]] == [["heteroflow", "step", "train"]] * 2
 
 
 def test_the_python_api_renders_the_same_job_and_validates_it() -> None:

@@ -37,8 +37,8 @@ def manifests_command(
     pipeline_ref: Annotated[
         Optional[str], typer.Option("--pipeline", help="module:attribute of your Pipeline; its first device-bound call's candidates set the flavor order.")
     ] = None,
-    workers: Annotated[int, typer.Option("--workers", help="Pods (nodes) of the multi-worker train job; 0: no job.")] = 2,
-    image: Annotated[Optional[str], typer.Option(help="Container image for the train job (default: the profile's image per device kind).")] = None,
+    workers: Annotated[int, typer.Option("--workers", min=0, help="Pods (nodes) of the multi-worker train job; 0: no job.")] = 2,
+    image: Annotated[Optional[str], typer.Option(help="Container image for the train job, every device kind's (default: the profile's image per device kind). With none for a candidate's kind it gets no train job, with a note; the command exits 1 when no candidate got one.")] = None,
     namespace: Annotated[str, typer.Option(help="Namespace of the train job.")] = "default",
     command: Annotated[
         str, typer.Option(help="The train job's container command (split like a shell would).")
@@ -118,3 +118,11 @@ def manifests_command(
                 )
     if "kueue.yaml" not in files:
         err_console.print("note: no kueue.yaml: the inventory states no CPU and memory capacity (list nodes, or cpu_cores and memory)", highlight=False)
+    jobs = [i for i, res in enumerate(cands) if getattr(res, "replicas", None) or res.accelerator_spec is not None]
+    if workers >= 1 and jobs and not any(name.startswith("train-") for name in files):
+        # every candidate that would have a train job has none (no image): what was asked for was not written
+        err_console.print(
+            f"[bold red]error:[/] no train job written: {'the candidate lacks' if len(jobs) == 1 else f'each of the {len(jobs)} candidates lacks'} "
+            "an image for a device kind (the notes above say which); give --image, or images.<kind> in the profile",
+            highlight=False)
+        raise typer.Exit(code=1)
