@@ -101,8 +101,8 @@ def build_dag(
         An ``airflow.sdk.DAG``.
 
     Raises:
-        InvalidParameter: an unknown mode, parameter, call name; kubernetes mode without ``run_root``; a step a
-            pod cannot import.
+        InvalidParameter: ``pipeline`` is not a Pipeline or a reference to one; an unknown mode, parameter, call
+            name; kubernetes mode without ``run_root``; a step a pod cannot import.
         InvalidResources: a candidate the cluster profile cannot ask for.
     """
     from airflow.providers.standard.operators.empty import EmptyOperator
@@ -120,6 +120,10 @@ def build_dag(
         raise InvalidParameter(f"mode={mode!r} is unknown; valid: {', '.join(MODES)}")
     if isinstance(pipeline, str):
         pipeline = load_pipeline(pipeline)
+    if not isinstance(pipeline, Pipeline):  # None said "'NoneType' object has no attribute 'calls'"
+        raise InvalidParameter(
+            f"pipeline={pipeline!r} is not a heteroflow Pipeline; valid: a Pipeline or 'module:attribute' of one (the "
+            "default pipeline: default_pipeline(), or 'heteroflow.pipelines.default:default_pipeline')")
     from heteroflow.pipelines.control import has_control
     from heteroflow.pipelines.subpipelines import check_runnable
 

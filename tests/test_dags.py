@@ -870,3 +870,12 @@ def test_both_step_operators_take_the_call_through_one_init(operator: str) -> No
         assert op.image == "img"
     with pytest.raises(TypeError, match="missing keyword argument 'call_name'"):
         cls(task_id="v", pipeline=p, layout=layout, **extra)
+
+
+@pytest.mark.parametrize("given", [None, 3, default_pipeline().placements()])
+def test_build_dag_of_something_not_a_pipeline_names_the_argument(given: Any) -> None:
+    """A new user's trial: build_dag(None, ...) said "'NoneType' object has no attribute 'calls'"."""
+    with pytest.raises(InvalidParameter, match=r"^pipeline=.* is not a heteroflow Pipeline; valid: a Pipeline or 'module:attribute' "
+                                               r"of one \(the default pipeline: default_pipeline\(\)"):
+        build_dag(given, "d")
+    assert build_dag("heteroflow.pipelines.default:default_pipeline", "d").dag_id == "d"  # a reference still works

@@ -107,6 +107,10 @@ def test_an_ascend_chip_names_both_assumed_conventions() -> None:
         warnings.simplefilter("error", DefaultProfileWarning)
         hami = build_pod_resources(Resources.parse_spec("npu:accelerator=ascend-910b3"), load_profile(PROFILES / "ascend-hami.yaml"))
     assert "huawei.com/Ascend910B3" in hami.resources.limits
+    # the profile's file, as a path or a string: loaded (a str said "'str' object has no attribute 'tolerations'")
+    for given in (PROFILES / "ascend-hami.yaml", str(PROFILES / "ascend-hami.yaml")):
+        by_path = build_pod_resources(Resources.parse_spec("npu:accelerator=ascend-910b3"), given)
+        assert by_path.resources.limits == hami.resources.limits and by_path.node_selector == hami.node_selector
 
 
 @pytest.mark.parametrize(

@@ -29,7 +29,7 @@ def test_the_device_kind_example_defines_a_kind_every_rendering_can_use() -> Non
     assert isinstance(tpu, DeviceKind) and tpu == "tpu" and tpu.distributed_backend == "xla"
 
 
-def test_the_engine_example_is_an_engine_the_registry_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_engine_example_is_an_engine_the_registry_takes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     from heteroflow.pipelines.engines import registry
 
     monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
@@ -37,6 +37,21 @@ def test_the_engine_example_is_an_engine_the_registry_takes(tmp_path: Path, monk
     exec(_examples()[1], scope)  # noqa: S102
     engine = registry.register_engine(scope["Recording"]())
     assert registry.get_engine("recording") is engine and "recording" in registry.engine_names()
+    # it says the run's folder (it printed 'running heteroflow-default in None': run_dir is None without -o)
+    import types
+
+    class Inprocess:
+        name, description, extra, modules, options = "inprocess", "fake", None, (), frozenset()
+
+        def run(self, pipeline, params, *, run_dir, **kwargs):
+            return types.SimpleNamespace(run_dir=str(tmp_path / "heteroflow-runs" / "r1"))
+
+    monkeypatch.setitem(registry._REGISTRY, "inprocess", Inprocess())
+    from heteroflow.pipelines.default import default_pipeline
+
+    record = engine.run(default_pipeline(), {}, run_dir=None, simulate_devices=None, inject_faults=None, on_progress=None, echo_engine_output=False)
+    assert record.run_dir == str(tmp_path / "heteroflow-runs" / "r1")
+    assert capsys.readouterr().out == f"ran heteroflow-default in {tmp_path / 'heteroflow-runs' / 'r1'}\n"
 
 
 def test_the_reader_example_reads_a_table(tmp_path: Path) -> None:

@@ -183,6 +183,12 @@ def build_pod_resources(resources: Resources, profile: ClusterProfile | None = N
     """
     from kubernetes import client
 
+    import os
+
+    if isinstance(profile, (str, os.PathLike)):  # a profile's file: loaded (said "'str' object has no attribute 'tolerations'")
+        from heteroflow.components.devices.cluster import load_profile
+
+        profile = load_profile(profile)
     plan = plan_pod(resources, profile)
     tolerations = [
         client.V1Toleration(
