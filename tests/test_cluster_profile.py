@@ -93,14 +93,14 @@ annotations: {example.com/owner: "ML platform"}
 
 
 BAD = [
-    ("vendor: {nvidia: {}}\n", r": unknown field 'vendor' in the profile \(top level\); valid: version, name, vendors, "),
-    ("vendors: {nvidia: {plugin: official, label: gfd}}\n", r": unknown field 'label' in vendors\.nvidia; valid: plugin, labels"),
+    ("vendor: {nvidia: {}}\n", r": unknown field 'vendor' \(did you mean 'vendors'\?\) in the profile \(top level\); valid: version, name, vendors, "),
+    ("vendors: {nvidia: {plugin: official, label: gfd}}\n", r": unknown field 'label' \(did you mean 'labels'\?\) in vendors\.nvidia; valid: plugin, labels"),
     ("vendors: {cambricon: {}}\n", r": unknown field 'cambricon' in vendors; valid: nvidia, ascend, amd, gaudi"),
     ("vendors: {nvidia: {plugin: gpu-operator}}\n", r": vendors\.nvidia\.plugin='gpu-operator' is unknown; valid: official, hami"),
     ("vendors: {ascend: {labels: gfd}}\n", r": vendors\.ascend\.labels='gfd' is unknown for ascend; valid: npu-chip-name, none"),
     ("queue: {slurm: q}\n", r": unknown field 'slurm' in queue; valid: volcano, kueue"),
     ("queue: {kueue: 'team a'}\n", r"queue\.kueue='team a' is not a Kubernetes label value"),
-    ("images: {tpu: x}\n", r": unknown field 'tpu' in images; valid: cpu, gpu, npu"),
+    ("images: {tpu: x}\n", r": unknown field 'tpu' \(did you mean 'npu'\?\) in images; valid: cpu, gpu, npu"),
     ("tolerations: [{key: '', operator: Equal, value: x}]\n", r"tolerations\[0\]\.operator='Equal' with an empty key: .*valid: operator='Exists'"),
     ("tolerations: {key: a}\n", r": tolerations is dict, not a list"),
     ("accelerator_tolerations: yes please\n", r": accelerator_tolerations='yes please' is not a boolean; valid: true, false"),
@@ -134,7 +134,7 @@ def test_unreadable_and_malformed_files(tmp_path):
 
 
 def test_from_dict_names_its_source():
-    with pytest.raises(InvalidProfile, match=r"^inline: unknown field 'queues' in the profile"):
+    with pytest.raises(InvalidProfile, match=r"^inline: unknown field 'queues' \(did you mean 'queue'\?\) in the profile"):
         ClusterProfile.from_dict({"queues": {}}, source="inline")
 
 

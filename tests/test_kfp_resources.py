@@ -373,7 +373,7 @@ DONE_WHEN_ERRORS = [
     ("request-above-limit", lambda: Resources(memory="8Gi", memory_limit="4Gi"), r"^memory='8Gi' is above memory_limit='4Gi'.*valid: memory <= memory_limit"),
     ("fractional-device-count", lambda: Resources(accelerator="T4", count=0.5), r"^count=0\.5 is not an integer; valid: a whole number of devices >= 1"),
     ("toleration-empty-key-not-exists", lambda: Resources(tolerations=[{"key": "", "operator": "Equal"}]), r"^tolerations\[0\]\.operator='Equal' with an empty key.*valid: operator='Exists'"),
-    ("profile-unknown-field", lambda: ClusterProfile.from_dict({"queue": {"kueue": "q"}, "schedulerName": "volcano"}, source="p.yaml"), r"^p.yaml: unknown field 'schedulerName' in the profile \(top level\); valid: version, name, vendors, accelerator_tolerations, tolerations, queue, scheduler_name"),
+    ("profile-unknown-field", lambda: ClusterProfile.from_dict({"queue": {"kueue": "q"}, "schedulerName": "volcano"}, source="p.yaml"), r"^p.yaml: unknown field 'schedulerName' \(did you mean 'scheduler_name'\?\) in the profile \(top level\); valid: version, name, vendors, accelerator_tolerations, tolerations, queue, scheduler_name"),
 ]
 
 

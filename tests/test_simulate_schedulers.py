@@ -105,3 +105,17 @@ def test_a_narrow_terminal_cuts_no_cell_of_the_results(tmp_path: Path, monkeypat
         assert re.match(rf"{len(header) - len(heads)} columns? hidden at {width} columns: ", note), note
         assert sorted(heads + note.split(": ", 1)[1].split(" (")[0].split(", ")) == sorted(header)
         assert {"policy", "avg JCT h"} <= set(heads) and (width == 60 or len(heads) >= 9)
+
+
+@pytest.mark.parametrize("name", ["fgd", "bestfit", "best-fit"])
+def test_a_packing_policy_on_a_job_trace_says_it_is_for_pod_traces(name: str) -> None:
+    """A new user's trial: `simulate --policy fgd` on a job trace said only 'unknown', listing the job trace's
+    policies; fgd is a packing policy, for pod traces. An unknown name is still 'unknown'."""
+    done = CliRunner().invoke(app, ["simulate", "--trace", "gavel:4:5:0", "--policy", name], env={"COLUMNS": "400"})
+    assert done.exit_code == 2, done.output
+    said = " ".join(done.output.split())
+    assert f"--policy {name} packs pods: it applies to a pod trace (--trace an Alibaba 2023 pod list or a Pollux workload), " \
+           "and gavel:4:5:0 is a job trace; valid here: gavel, least-loaded" in said
+    assert "the replay's schedulers fifo" in said
+    unknown = CliRunner().invoke(app, ["simulate", "--trace", "gavel:4:5:0", "--policy", "nosuch"], env={"COLUMNS": "400"})
+    assert unknown.exit_code == 2 and "policy='nosuch' is unknown" in " ".join(unknown.output.split())

@@ -215,8 +215,10 @@ class ClusterProfile:
             if valid is not None:
                 unknown = sorted(map(str, set(value) - set(valid)))
                 if unknown:
+                    from heteroflow.components.errors import did_you_mean
+
                     names = ", ".join(repr(u) for u in unknown)
-                    raise fail(f"unknown field {names} in {where}; valid: {', '.join(valid)}")
+                    raise fail(f"unknown field {names}{did_you_mean(unknown, valid)} in {where}; valid: {', '.join(valid)}")
             return value
 
         def text(value: Any, where: str) -> str:

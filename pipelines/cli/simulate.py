@@ -168,6 +168,21 @@ def _job_results(jobs, inv, table, policy: Optional[list[str]], noise_sigma: Opt
     sigma = 0.5 if noise_sigma is None else noise_sigma
     parts = trace.split(":")
     seed = int(parts[3]) if trace.startswith("gavel:") and len(parts) > 3 and parts[3].isdigit() else 0
+    for name in names:  # a packing policy (fgd) on a job trace: say what it is for, not only 'unknown'
+        if name not in POLICIES and name not in SCHEDULERS and ":" not in name:
+            from heteroflow.components.errors import HeteroflowError
+            from heteroflow.components.placement.packing import get_packing_policy
+
+            try:
+                get_packing_policy(name)
+            except HeteroflowError:
+                continue  # unknown to both: simulate() says so, listing the job trace's policies
+            from heteroflow.components.placement.clusters import InvalidTrace
+
+            raise InvalidTrace(
+                f"--policy {name} packs pods: it applies to a pod trace (--trace an Alibaba 2023 pod list or a Pollux "
+                f"workload), and {trace} is a job trace; valid here: {', '.join(sorted(POLICIES))}, the replay's "
+                f"schedulers {', '.join(s for s in SCHEDULERS if s not in POLICIES)}, or module:attribute")
     out = []
     for name in names:
         if name in SCHEDULERS and (noise_sigma is not None or name not in POLICIES):
