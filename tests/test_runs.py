@@ -783,3 +783,32 @@ def test_runs_shows_no_model_for_a_pipeline_without_an_archive_step(tmp_path: Pa
          steps=[{"name": "train", "status": "failed"}, {"name": "archive", "status": "not run"}])
     models = {r["run_id"]: r["model"] for r in (run_row(load_run(tmp_path / f)) for f in ("n", "f"))}
     assert models == {"no-archive": None, "failed-before": "messy-mlp"}, models
+
+
+def report(files: int) -> dict:
+    """A step of a user's, named as the run's own report line is.
+
+    Args:
+        files: how many.
+    """
+    return {"files": files}
+
+
+def test_a_step_named_report_is_not_taken_for_the_runs_report_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A new user's trial: a step named `report` printed `report: files 4` beside the run's own `report: <path>`.
+    Its summary line says it is a step's; another step's line is as it was."""
+    from heteroflow.components.core.step import step
+    from heteroflow.dags.engine import _read_record
+    from heteroflow.pipelines.cli.summary import _print_record
+    from heteroflow.pipelines.graph import Pipeline
+
+    p = Pipeline("p")
+    p.add(step(report), files=p.param("files"))
+    p.add(step(report, name="count"), files=p.param("files"))
+    folder = _run(tmp_path / "r", "r", 100.0, fallbacks=[], steps=[], run_dir=str(tmp_path / "r"),
+                  results={"report": {"files": 4}, "count": {"files": 4}})
+    (folder / "report.html").write_text("<html></html>")
+    _print_record(_read_record(folder / "run.json"), p)
+    lines = capsys.readouterr().out.splitlines()
+    assert "step report: files 4" in lines and "count: files 4" in lines, lines
+    assert [line for line in lines if line.startswith("report:")] == [f"report: {folder}/report.html"]

@@ -116,6 +116,12 @@ def _live_console() -> Console:
     return Console(file=sys.stdout, soft_wrap=True)
 
 
+RUN_LABELS = frozenset({"report", "record", "next", "retries", "fallback", "engine error", "traceback"})
+"""The labels of the run's own summary lines (``report: <path>``, ``next: ...``): a step's summary line that starts with
+one (a step of yours named ``report`` printed ``report: files 4`` beside the run's ``report: <path>``) is printed as
+``step report: files 4``."""
+
+
 def _print_record(record: Any, pipeline: Any, *, elapsed: float | None = None, engine: str | None = None) -> None:
     """Print the run's summary (module docstring). ``elapsed``: the seconds the command waited for the engine, said
     beside the record's time where it is 2 s (and a quarter) longer, not kfp.local's usual second or two: the ``airflow`` engine's record times the
@@ -148,6 +154,8 @@ def _print_record(record: Any, pipeline: Any, *, elapsed: float | None = None, e
     if record.status == "succeeded":
         for call in pipeline.calls:
             for line in call.step.summarize(record.results.get(call.name, {})):
+                if line.split(":", 1)[0] in RUN_LABELS:  # a step of yours named report: not taken for the run's report line
+                    line = f"step {line}"
                 console.print(escape(line), highlight=False)
     else:
         for s in record.steps:
