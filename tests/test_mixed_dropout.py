@@ -81,6 +81,12 @@ def test_from_the_cli_a_dropped_kind_is_in_the_record_report_and_metrics_and_all
             "out after step 12; resumed from step 10") in run["_stdout"]
     prom = Path(run["run_dir"], "metrics.prom").read_text(encoding="utf-8")
     assert 'metric="dropped_kinds"' in prom and 'metric="busy_fraction_gpu_0"' in prom
+    # torch's own log lines of the re-forming group (~35 lines of `E1205 ... api.py] ... Traceback` on the console with
+    # --engine inprocess) are in the run folder's torch-elastic.log, named in the drop-out line; the workers' lines stay
+    assert "Traceback" not in run["_output"] and "torch/distributed/elastic" not in run["_output"], run["_output"][-3000:]
+    elastic = Path(run["run_dir"], "torch-elastic.log")
+    assert f"(torch's own log: {elastic})" in run["_output"] and "Traceback" in elastic.read_text(encoding="utf-8")
+    assert "train: resuming from step 10" in run["_output"]
 
     again = tmp_path / "again"
     again.mkdir()
@@ -115,3 +121,25 @@ def test_a_local_agent_finds_a_stopped_agent_dead_within_5_s_and_a_pods_agent_ke
         assert "keep_alive_interval" not in rdzv and "keep_alive_max_attempt" not in rdzv
     else:
         assert (rdzv["keep_alive_interval"], rdzv["keep_alive_max_attempt"]) == (1, 5)
+
+
+def test_an_agents_torch_log_lines_go_to_the_run_folder_and_its_other_lines_to_stderr(tmp_path, monkeypatch, capfdbinary):
+    """The forwarding behind the CLI test above, without training: glog-prefixed lines (torch's logging) to the run
+    folder's torch-elastic.log with the kind, the rest to stderr; no run folder, or a pod of a cluster job: None
+    (the agents' stderr is left as it was)."""
+    import io
+
+    from heteroflow.components.training.mixed import AGENTS_LOG, _agents_log, _forward
+
+    monkeypatch.delenv("HETEROFLOW_RUN_DIR", raising=False)
+    assert _agents_log({}) is None
+    monkeypatch.setenv("HETEROFLOW_RUN_DIR", str(tmp_path))
+    assert _agents_log({"endpoint": "10.0.0.1:29400"}) is None and _agents_log({}) == tmp_path / AGENTS_LOG
+    stream = io.BytesIO(b"E1205 03:58:02.140000 22960 torch/distributed/elastic/multiprocessing/api.py:836] failed (exitcode: 1)\n"
+                        b"E1205 03:58:02.140000 22960 torch/distributed/elastic/multiprocessing/api.py:836] Traceback (most recent call last):\n"
+                        b"train: resuming from step 100 of 600, on gpu\n"
+                        b"W1205 03:58:03.000000 22960 torch/distributed/run.py:1] note\n")
+    _forward(stream, "gpu", tmp_path / AGENTS_LOG)
+    logged = (tmp_path / AGENTS_LOG).read_text().splitlines()
+    assert [line.split(" ", 2)[:2] for line in logged] == [["[gpu]", "E1205"], ["[gpu]", "E1205"], ["[gpu]", "W1205"]]
+    assert capfdbinary.readouterr().err == b"train: resuming from step 100 of 600, on gpu\n"

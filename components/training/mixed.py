@@ -77,10 +77,12 @@ import dataclasses
 import json
 import os
 import pickle
+import re
 import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import traceback
 import uuid
@@ -691,6 +693,43 @@ def _agent_main(config_path: str) -> None:
     elastic_launch(config, mixed_worker)(cfg["job_path"])
 
 
+AGENTS_LOG = "torch-elastic.log"
+"""In the run folder (``$HETEROFLOW_RUN_DIR``): the log lines torch's elastic agents of a local mixed job write (a
+dropped kind's peers' ``E1205 ... api.py] failed ... Traceback`` as the group re-forms); the agents' other output
+(the workers' ``train: ...`` lines) goes to this process's stderr as before."""
+_TORCH_LOG_LINE = re.compile(rb"^[DIWEF]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ \S+:\d+\] ")  # glog's prefix, which torch's logging uses
+
+
+def _agents_log(joined: Mapping[str, Any]) -> Path | None:
+    """Where a local mixed job's agents' torch log lines go: the run folder's :data:`AGENTS_LOG`; None (left on
+    stderr) in a pod of a cluster job (its log is the pod's) or without a run folder (``heteroflow step train``
+    alone)."""
+    from heteroflow.components.core.telemetry import RUN_DIR_ENV
+
+    run_dir = os.environ.get(RUN_DIR_ENV)
+    if joined or not run_dir or not Path(run_dir).is_dir():
+        return None
+    return Path(run_dir) / AGENTS_LOG
+
+
+def _forward(stream: Any, kind: str, log_path: Path) -> None:
+    """Copy an agent's stderr line by line: torch's log lines to ``log_path`` (the kind in front), the rest to this
+    process's stderr (in a thread, until the agent and its workers close it)."""
+    with contextlib.suppress(OSError, ValueError):
+        with open(log_path, "ab") as log:
+            for line in iter(stream.readline, b""):
+                if _TORCH_LOG_LINE.match(line):
+                    log.write(f"[{kind}] ".encode() + line)
+                    log.flush()
+                else:
+                    out = getattr(sys.stderr, "buffer", None)
+                    if out is not None:
+                        out.write(line)
+                    else:
+                        sys.stderr.write(line.decode(errors="replace"))
+                    sys.stderr.flush()
+
+
 def _kill_group(proc: subprocess.Popen[bytes], pids: Sequence[int] = ()) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
@@ -778,6 +817,8 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
         job_path = folder / "job.pkl"
         job_path.write_bytes(pickle.dumps(job))
         agents: dict[str, subprocess.Popen[bytes]] = {}
+        forwarders: list[threading.Thread] = []
+        log_path = _agents_log(joined)  # torch's own log lines (tracebacks as the group re-forms) go there
         env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": os.pathsep.join([p for p in sys.path if p])}
         for g in groups:
             cfg = {"kind": g.kind, "count": g.count, "speed": g.speed, "device_type": g.device_type, "kinds": len(groups), "run_id": run_id,
@@ -789,7 +830,10 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
             cfg_path.write_text(json.dumps(cfg), encoding="utf-8")
             agents[g.kind] = subprocess.Popen(
                 [sys.executable, "-c", "import sys; from heteroflow.components.training.mixed import _agent_main; _agent_main(sys.argv[1])", str(cfg_path)],
-                env=env, start_new_session=True)
+                env=env, start_new_session=True, stderr=subprocess.PIPE if log_path is not None else None)
+            if log_path is not None:
+                forwarders.append(threading.Thread(target=_forward, args=(agents[g.kind].stderr, g.kind, log_path), daemon=True))
+                forwarders[-1].start()
         say(f"train: mixed job {' + '.join(f'{g.kind} x{g.count}' for g in groups)}: {len(groups)} elastic agent(s), "
             f"c10d rendezvous {run_id} on " + (f"the store at {endpoint}" if joined else f"this process's store {endpoint}"))
         dropped: dict[str, dict[str, Any]] = {}
@@ -809,7 +853,8 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
                     from heteroflow.components.training.mixed_step import drop_point  # one wording with the summary's
 
                     say(f"train: kind {k} dropped out{drop_point(record.get('step'))} ({record['reason']}); its agent was "
-                        f"stopped, the other kinds re-form and resume from the last checkpoint")
+                        f"stopped, the other kinds re-form and resume from the last checkpoint"
+                        + (f" (torch's own log: {log_path})" if log_path is not None else ""))
                 errors = [r for r in (_load(p) for p in folder.glob("error.*.pkl")) if r]
                 if errors:
                     failure = _exception(min(errors, key=lambda r: r["time"]))
@@ -844,6 +889,8 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
             for k, p in agents.items():
                 if p.poll() is None:
                     _kill_group(p)
+            for thread in forwarders:  # the agents' last lines (a worker left behind keeps its pipe open: not waited for)
+                thread.join(timeout=2)
             store = None  # noqa: F841  (the store goes with the last reference)
         if failure is not None:
             raise failure
