@@ -301,3 +301,22 @@ def test_a_finished_mixed_training_is_kept_for_a_rerun_as_a_single_kind_one(digi
     monkeypatch.delenv("HETEROFLOW_RUN_DIR")  # a training outside a recorded run keeps nothing, as before
     plain = train(digits_shards, tmp_path / "m3", **kwargs)
     assert plain.kept_checkpoint == "" and plain.resumed_from_step == 0 and not any((tmp_path / "ck").iterdir())
+
+
+@pytest.mark.parametrize("spec", ["npu+gpu", "npu"])
+def test_a_candidate_the_profile_cannot_render_is_named_as_written(spec: str, tmp_path: Path) -> None:
+    """A train job the profile cannot ask for (any Ascend 910 under HAMi's per-chip resources): the error names the
+    -c candidate as written (it named no candidate at all), exit 2; from Python, its index and shape."""
+    from heteroflow.components.devices.cluster import load_profile
+    from heteroflow.components.errors import InvalidResources
+    from heteroflow.pipelines.cli.main import app
+    from heteroflow.pipelines.k8s.manifests import load_inventory, render_all
+
+    hami = ROOT / "examples" / "profiles" / "ascend-hami.yaml"
+    result = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "--profile", str(hami), "-c", "cpu", "-c", spec,
+                                      "--image", "x", "-o", str(tmp_path / "out")])
+    assert result.exit_code == 2, result.output
+    assert f"error: -c '{spec}': accelerator='ascend-910' (any Ascend 910) is several resources under the 'hami' device plugin" \
+        in " ".join(result.output.split())
+    with pytest.raises(InvalidResources, match=r"^train candidate 1 \(npu x1 \(ascend-910\)"):
+        render_all(load_inventory(INVENTORY), Candidates(["cpu", spec]), load_profile(hami), image="x")

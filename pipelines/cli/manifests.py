@@ -81,7 +81,13 @@ def manifests_command(
         argv = shlex.split(command)
         if not argv:
             raise HeteroflowError("--command is empty; valid: a command line such as 'heteroflow step train'")
-        files = render_all(inv, cands, cluster, workers=workers, namespace=namespace, image=image, command=argv)
+        try:
+            files = render_all(inv, cands, cluster, workers=workers, namespace=namespace, image=image, command=argv)
+        except InvalidResources as exc:  # a candidate the profile cannot render: said as the user wrote it
+            index = getattr(exc, "candidate_index", None)
+            if candidate and index is not None and index < len(candidate):
+                raise InvalidResources(f"-c {candidate[index]!r}: {exc.reason}") from None  # type: ignore[attr-defined]
+            raise
         if not files:
             raise HeteroflowError(f"{inventory}: nothing to render (no queues, no CPU/memory capacity, no accelerator candidate with an image)")
         written = write_manifests(files, output)

@@ -488,25 +488,35 @@ def render_all(
         files["kueue.yaml"] = kueue_manifests(inventory, cands, profile)
     if workers >= 1:
         for i, res in enumerate(cands):
-            if getattr(res, "replicas", None):  # a mixed candidate (#29): one Volcano Job, a task per kind
-                from heteroflow.components.training.mixed_job import missing_images, mixed_job_manifests
-
-                if not missing_images(res, image, profile):
-                    files[f"train-{i}-{'-'.join(res.kinds)}.yaml"] = mixed_job_manifests(
-                        res, name=f"{job_name}-{i}", image=image, namespace=namespace, profile=profile, command=command)
-                continue
-            if res.accelerator_spec is None:
-                continue
-            if not (image or profile.image_for(res.kind)):  # type: ignore[arg-type]
-                continue
-            kind = str(getattr(res.kind, "value", res.kind))
-            files[f"train-{i}-{kind}.yaml"] = training_job_manifests(
-                res, workers=workers, name=f"{job_name}-{i}", image=image, namespace=namespace, profile=profile, command=command
-            )
+            try:
+                files.update(_train_files(i, res, workers=workers, job_name=job_name, namespace=namespace, image=image,
+                                          profile=profile, command=command))
+            except InvalidResources as exc:  # which candidate (a mixed one's errors named only roles[1] or a kind)
+                err = InvalidResources(f"train candidate {i} ({res.describe()}): {exc}")
+                err.candidate_index = i  # type: ignore[attr-defined]  # the CLI says it in the user's spelling
+                err.reason = str(exc)  # type: ignore[attr-defined]
+                raise err from None
     for docs in files.values():
         for doc in docs:
             validate(doc)
     return files
+
+
+def _train_files(i: int, res: Resources, *, workers: int, job_name: str, namespace: str, image: str | None,
+                 profile: ClusterProfile, command: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
+    """``train-<i>-<kind>.yaml`` of candidate ``i`` (see :func:`render_all`), or nothing (no image, no accelerator)."""
+    if getattr(res, "replicas", None):  # a mixed candidate (#29): one Volcano Job, a task per kind
+        from heteroflow.components.training.mixed_job import missing_images, mixed_job_manifests
+
+        if missing_images(res, image, profile):
+            return {}
+        return {f"train-{i}-{'-'.join(res.kinds)}.yaml": mixed_job_manifests(
+            res, name=f"{job_name}-{i}", image=image, namespace=namespace, profile=profile, command=command)}
+    if res.accelerator_spec is None or not (image or profile.image_for(res.kind)):  # type: ignore[arg-type]
+        return {}
+    kind = str(getattr(res.kind, "value", res.kind))
+    return {f"train-{i}-{kind}.yaml": training_job_manifests(
+        res, workers=workers, name=f"{job_name}-{i}", image=image, namespace=namespace, profile=profile, command=command)}
 
 
 def write_manifests(files: Mapping[str, Sequence[Mapping[str, Any]]], out_dir: str | os.PathLike[str]) -> list[Path]:
