@@ -200,7 +200,8 @@ def test_manifests_ask_hami_for_the_share_and_refuse_it_without(tmp_path: Path, 
     assert result.exit_code == 2, result.output
     import re
 
-    assert re.search("error: " + REFUSED.format(name="default"), _one_line(result.output)), result.output
+    # manifests names the candidate as it was written (-c ...), then the refusal
+    assert re.search(f"error: -c '{re.escape(SHARE)}': " + REFUSED.format(name="default"), _one_line(result.output)), result.output
     assert not (tmp_path / "m1").exists()
 
 
