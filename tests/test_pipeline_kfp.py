@@ -825,3 +825,18 @@ def test_the_engine_log_keeps_every_line_whole_when_parallel_tasks_print_at_once
     logged = {f"task log line {n}: ok ✓" for n in range(lines_per_writer)}
     assert len(lines) == len(printed) + len(logged)
     assert set(lines) == printed | logged
+
+
+@pytest.mark.parametrize("given", [None, "heteroflow.pipelines.default:default_pipeline"])
+def test_compiling_something_not_a_pipeline_names_the_argument(given: Any, tmp_path: Path) -> None:
+    """The sibling of build_dag(None, ...) (a new user's trial): heteroflow.compile(None, ...) and to_kfp(None)
+    said "'NoneType' object has no attribute 'calls'"."""
+    import heteroflow
+    from heteroflow.components.errors import InvalidParameter
+    from heteroflow.pipelines.kfp.render import to_kfp
+
+    with pytest.raises(InvalidParameter, match=r"^pipeline=.* is not a heteroflow Pipeline; valid: a Pipeline \(the default pipeline: "):
+        to_kfp(given)
+    with pytest.raises(InvalidParameter, match=r"^pipeline=.* is not a heteroflow Pipeline"):
+        heteroflow.compile(given, tmp_path / "p.yaml")
+    assert not (tmp_path / "p.yaml").exists()

@@ -49,6 +49,10 @@ def test_unknown_and_mistyped_run_arguments_are_refused_before_sending(package: 
     result = CliRunner().invoke(app, ["submit", str(package), "--host", "http://127.0.0.1:9", "-p", "nosuch=1"])
     assert result.exit_code == 2
     assert "unknown run argument 'nosuch'; valid:" in result.output and "epochs" in result.output
+    # a new user's trial: a near miss (the pipeline's parameter is dataset_uri) suggested nothing
+    result = CliRunner().invoke(app, ["submit", str(package), "--host", "http://127.0.0.1:9", "-p", "dataset_url=x"], env={"COLUMNS": "300"})
+    assert result.exit_code == 2
+    assert "unknown run argument 'dataset_url' (did you mean 'dataset_uri'?); valid:" in " ".join(result.output.split()), result.output
     result = CliRunner().invoke(app, ["submit", str(package), "--host", "http://127.0.0.1:9", "-p", "epochs=many"])
     assert result.exit_code == 2
     assert "epochs='many' is not a valid NUMBER_INTEGER" in result.output

@@ -527,10 +527,15 @@ def to_kfp(
             labels, queues, default tolerations; None: the official plugins' resource names and no selectors.
 
     Raises:
-        InvalidParameter: a step that a step process cannot import (defined in ``__main__``).
+        InvalidParameter: ``pipeline`` is not a Pipeline; a step that a step process cannot import (defined in
+            ``__main__``).
     """
     from heteroflow.pipelines import control
 
+    if not isinstance(pipeline, Pipeline):  # None said "'NoneType' object has no attribute 'calls'"
+        raise InvalidParameter(
+            f"pipeline={pipeline!r} is not a heteroflow Pipeline; valid: a Pipeline (the default pipeline: "
+            "heteroflow.pipelines.default.default_pipeline())")
     emit_all = None
     if control.has_control(pipeline):  # output parameters, conditions, loops, sub-pipelines
         from heteroflow.pipelines.kfp.control import ControlRenderer, to_kfp_control

@@ -73,7 +73,9 @@ def submit_package(
     args: dict[str, Any] = {}
     for key, value in (arguments or {}).items():
         if key not in declared:
-            raise InvalidParameter(f"unknown run argument {key!r}; valid: {', '.join(sorted(declared))}")
+            from heteroflow.components.errors import did_you_mean
+
+            raise InvalidParameter(f"unknown run argument {key!r}{did_you_mean([key], declared)}; valid: {', '.join(sorted(declared))}")
         try:
             args[key] = _coerce(value, declared[key].get("parameterType", "STRING"))
         except ValueError:
