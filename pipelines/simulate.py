@@ -247,9 +247,7 @@ def _simulate_events(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: M
 
     def release(name: str, now: float) -> None:
         r, model, st, _f, _v = running.pop(name)
-        for n, k in r.nodes:
-            state.free[n] += k
-        state.queue_used[r.job.queue] -= r.job.count
+        state.give_back(r.job, model, r.nodes)  # its devices, and its queue's use of its model, kind and any model
         remaining[name] = max(remaining[name] - (now - st) * tps[name][model], 0.0)
 
     while heap:

@@ -169,8 +169,9 @@ def test_one_error_type_that_existing_except_clauses_catch() -> None:
     with pytest.raises(InvalidInventory, match=r"nodes\[0\] \(mix\)\.devices has 2 models .*one model per node"):
         multi.for_placement()
     keyed = from_mapping({"nodes": [{"name": "a", "devices": {"t4": 2}}], "queues": [{"name": "q", "guarantee": {"t4": 1}}]}, source="inv")
-    with pytest.raises(InvalidInventory, match=r"queues\[0\] \(q\)\.guarantee=\{'nvidia-t4': 1\}; valid for placement"):
-        keyed.for_placement()
+    # a per-model guarantee is placement's too (it was refused: 'valid for placement: a bare count')
+    queue = keyed.for_placement().queues["q"]
+    assert queue.guaranteed() == {"nvidia-t4": 1} and queue.guarantee == 1 and queue.capability is None
 
 
 def test_the_legacy_entry_points_return_equal_values(tmp_path: Path) -> None:
@@ -201,13 +202,15 @@ def test_the_legacy_entry_points_return_equal_values(tmp_path: Path) -> None:
         manifests.load_inventory(_write(per_kind, "gpu: {t4: -1}\n"))
 
 
-def test_the_example_inventory_gives_the_plan_view_and_says_why_placement_cannot_use_its_queues() -> None:
+def test_the_example_inventory_gives_the_plan_view_and_the_placement_view_with_its_queues() -> None:
     inv = load_inventory(ROOT / "examples" / "manifests" / "inventory.yaml")
     assert inv.devices_per_kind() == {DeviceKind.CPU: 1, DeviceKind.GPU: 20, DeviceKind.NPU: 16}
     assert [q.name for q in inv.queues] == ["npu-training", "gpu-training", "vision"]
-    # per-model quotas have no meaning for the simulator (it counts devices of any model): named, not guessed
-    with pytest.raises(InvalidInventory, match=r"queues\[0\] \(npu-training\)\.guarantee=.*valid for placement: a bare count"):
-        inv.for_placement()
+    # per-model and per-kind quotas are placement's too (a new user's trial: 'valid for placement: a bare count')
+    queues = inv.for_placement().queues
+    assert queues["npu-training"].guaranteed() == {"ascend-910b3": 8, "cpu": 96_000, "memory": 768 * 2**30}
+    assert queues["npu-training"].limits() == {"ascend-910b3": 16} and queues["npu-training"].guarantee == 8
+    assert queues["gpu-training"].limits() == {"gpu": 20} and queues["vision"].reclaimable is False
     nodes_only = ClusterInventory(devices=inv.devices, nodes=inv.nodes, source=inv.source)
     assert {n.model for n in nodes_only.for_placement().nodes} == {"nvidia-a100-80gb", "nvidia-t4", "ascend-910b3", "cpu"}
 

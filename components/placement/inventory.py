@@ -108,6 +108,7 @@ from heteroflow.components.placement.views import (
     _where,
     kind_of,
     show_amount,
+    within,
 )
 
 __all__ = [
@@ -442,17 +443,7 @@ def _parse_queues(raw: Any, inv: ClusterInventory, *, line: int) -> tuple[QueueS
     return tuple(out)
 
 
-def _within(scope: str, key: str) -> bool:
-    """Whether a guarantee under ``key`` counts against the capacity of ``scope``."""
-    if scope in ("cpu", "memory"):
-        return key == scope
-    if key in ("cpu", "memory"):
-        return False
-    if scope == ANY_DEVICES:
-        return True
-    if scope in _kinds():
-        return key != ANY_DEVICES and kind_of(key) == scope
-    return key == scope
+_within = within  # moved to views: placement counts usage in the same scopes
 
 
 def _check_guarantees(queues: Sequence[QueueSpec], inv: ClusterInventory, scopes: Sequence[str], *, index: int, where: str) -> None:

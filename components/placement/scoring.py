@@ -308,6 +308,9 @@ def _copy_state(state: Any) -> Any:
 
     trial = copy.copy(state)
     trial.free = state.free.copy()
+    trial.cpu_free = state.cpu_free.copy()
+    trial.mem_free = state.mem_free.copy()
     trial.queue_used = dict(state.queue_used)
+    trial.queue_used_by = {q: dict(v) for q, v in state.queue_used_by.items()}
     trial.device_free_at = {}
     return trial

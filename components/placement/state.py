@@ -5,7 +5,7 @@ which re-exports these names."""
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 
@@ -32,6 +32,8 @@ class Job:
         requested_model: the model the job names (static binding uses only it).
         dataset: the data set it reads (data locality).
         arrival: submission time, s.
+        cpu_millicores, memory_bytes: CPU and memory it asks for on each node it uses (0: none counted); a node
+            that states its CPU or memory must have that much free.
     """
 
     name: str
@@ -46,6 +48,8 @@ class Job:
     requested_model: str | None = None
     dataset: str | None = None
     arrival: float = 0.0
+    cpu_millicores: int = 0
+    memory_bytes: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +103,13 @@ class PlacementState:
         self.cost = np.fromiter((n.cost_per_hour / max(n.devices, 1) for n in nodes), dtype=np.float64, count=len(nodes))
         self.watts = np.fromiter((n.busy_watts + n.idle_watts / max(n.devices, 1) for n in nodes), dtype=np.float64, count=len(nodes))
         self.queue_used: dict[str, int] = dict(queue_used or {})
+        self.queue_used_by: dict[str, dict[str, int]] = {}
+        """Per queue, what the jobs placed on this state use per model (devices), ``cpu`` (millicores) and
+        ``memory`` (bytes); devices in ``queue_used`` beyond these (stated in use, model unknown) count in every
+        device scope (:meth:`used_in`)."""
+        unknown = np.iinfo(np.int64).max // 4  # a node that states no CPU or memory: not counted
+        self.cpu_free = np.fromiter((n.cpu_millicores or unknown for n in nodes), dtype=np.int64, count=len(nodes))
+        self.mem_free = np.fromiter((n.memory_bytes or unknown for n in nodes), dtype=np.int64, count=len(nodes))
         self.now = now
         self.device_free_at = {m: np.asarray(v, dtype=np.float64).copy() for m, v in (device_free_at or {}).items()}
         self._datasets: dict[str, np.ndarray] = {}
@@ -112,6 +123,45 @@ class PlacementState:
 
     def free_per_model(self) -> np.ndarray:
         return np.bincount(self.model_of, weights=self.free, minlength=len(self.models)).astype(np.int64)
+
+    def used_in(self, queue: str, scope: str) -> int:
+        """What ``queue`` uses in ``scope`` (a model, a device kind value, :data:`ANY_DEVICES`, ``cpu``,
+        ``memory``). Devices stated in use without a model (the queue state's count) count in every device scope."""
+        from heteroflow.components.placement.views import ANY_DEVICES, within
+
+        by = self.queue_used_by.get(queue, {})
+        if scope == ANY_DEVICES:
+            return self.queue_used.get(queue, 0)
+        if scope in ("cpu", "memory"):
+            return by.get(scope, 0)
+        placed = sum(n for k, n in by.items() if k not in ("cpu", "memory"))
+        unattributed = max(self.queue_used.get(queue, 0) - placed, 0)
+        return unattributed + sum(n for k, n in by.items() if k not in ("cpu", "memory") and within(scope, k))
+
+    def take(self, job: Job, model: str, nodes: Sequence[tuple[int, int]]) -> None:
+        """Take ``job``'s devices (``(node, devices)`` pairs), CPU and memory on ``nodes`` and count them in its queue."""
+        need = sum(k for _n, k in nodes)
+        for n, k in nodes:
+            self.free[n] -= k
+            self.cpu_free[n] -= job.cpu_millicores
+            self.mem_free[n] -= job.memory_bytes
+        self._count(job, model, need, len(nodes), +1)
+
+    def give_back(self, job: Job, model: str, nodes: Sequence[tuple[int, int]]) -> None:
+        """Undo :meth:`take` (the job finished or was preempted)."""
+        need = sum(k for _n, k in nodes)
+        for n, k in nodes:
+            self.free[n] += k
+            self.cpu_free[n] += job.cpu_millicores
+            self.mem_free[n] += job.memory_bytes
+        self._count(job, model, need, len(nodes), -1)
+
+    def _count(self, job: Job, model: str, devices: int, pods: int, sign: int) -> None:
+        self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + sign * devices
+        by = self.queue_used_by.setdefault(job.queue, {})
+        for key, amount in ((model, devices), ("cpu", job.cpu_millicores * pods), ("memory", job.memory_bytes * pods)):
+            if amount:
+                by[key] = by.get(key, 0) + sign * amount
 
     def unmet_guarantees(self, excluding: str | None = None) -> int:
         """Devices still reserved for queues using less than their guarantee (other than ``excluding``)."""

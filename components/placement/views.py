@@ -32,6 +32,7 @@ __all__ = [
     "QueueSpec",
     "kind_of",
     "show_amount",
+    "within",
 ]
 
 
@@ -126,9 +127,28 @@ class QueueSpec:
     namespaces: tuple[str, ...] = ("default",)
 
 
+_HOST_KEYS = ("cpu", "memory")
+"""Amount keys of a guarantee or capability that are not devices."""
+
+
+def within(scope: str, key: str) -> bool:
+    """Whether an amount under ``key`` (a model, a device kind value, :data:`ANY_DEVICES`, ``cpu``, ``memory``)
+    counts in ``scope`` (the same kinds of key): a model's devices count in the model, its kind and any-model
+    scopes; a kind's in the kind and any-model scopes; devices of any model only in the any-model scope."""
+    if scope in _HOST_KEYS or key in _HOST_KEYS:
+        return key == scope
+    if scope == ANY_DEVICES:
+        return True
+    if scope in _kinds():
+        return key != ANY_DEVICES and kind_of(key) == scope
+    return key == scope
+
+
 def kind_of(key: str) -> str:
     """The device kind value of an amount key (a model, a kind value, or :data:`ANY_DEVICES`, returned as is)."""
-    return key if key in _kinds() or key == ANY_DEVICES else ACCELERATORS[key].kind.value
+    if key in _kinds() or key == ANY_DEVICES or key not in ACCELERATORS:  # a name outside the registry: its own kind
+        return key
+    return ACCELERATORS[key].kind.value
 
 
 def show_amount(key: str, amount: int) -> str:
@@ -226,8 +246,7 @@ class ClusterInventory:
         """The simulator's and node placement's view: one model per node, queues counting devices of any model.
 
         Raises:
-            InvalidInventory: no nodes, a node with devices of several models, or a queue whose guarantee or
-                capability is not a bare device count (each message names the node or queue and the field).
+            InvalidInventory: no nodes, or a node with devices of several models (the message names the node).
         """
         if not self.nodes:
             raise InvalidInventory(f"{self.source}: placement needs the node form; valid: an inventory with a 'nodes' list")
@@ -250,17 +269,13 @@ class ClusterInventory:
                 idle_watts=n.idle_watts, busy_watts=n.busy_watts, datasets=n.datasets,
             ))
         queues: dict[str, PlacementQueue] = {}
-        for i, q in enumerate(self.queues):
-            amounts = {}
-            for what, value in (("guarantee", q.guarantee), ("capability", q.capability)):
-                if set(value) - {ANY_DEVICES}:
-                    raise InvalidInventory(
-                        f"{self.source}: queues[{i}] ({q.name}).{what}={dict(value)!r}; valid for placement: a bare "
-                        "count of devices of any model"
-                    )
-                amounts[what] = value.get(ANY_DEVICES)
-            queues[q.name] = PlacementQueue(name=q.name, guarantee=amounts["guarantee"] or 0, capability=amounts["capability"],
-                                            priority=q.priority or 0, reclaimable=q.reclaimable)
+        for q in self.queues:
+            # every form the parser reads: per model, per device kind, devices of any model, cpu and memory (each
+            # enforced in its own scope by the placement round, as Kueue's nominalQuota per flavor is)
+            devices = sum(g for k, g in q.guarantee.items() if k not in _HOST_KEYS)
+            queues[q.name] = PlacementQueue(name=q.name, guarantee=devices, capability=q.capability.get(ANY_DEVICES),
+                                            priority=q.priority or 0, reclaimable=q.reclaimable,
+                                            guarantees=dict(q.guarantee), capabilities=dict(q.capability))
         return PlacementInventory(nodes=tuple(nodes), queues=queues, throughputs=self.throughputs, policy=self.policy,
                                   source=self.source, workload=self.workload)
 
@@ -301,10 +316,15 @@ class PlacementQueue:
 
     Attributes:
         name: the queue's name.
-        guarantee: accelerator devices reserved for the queue (its minimum).
-        capability: the most devices the queue may use (its elastic maximum); None: the whole cluster.
+        guarantee: accelerator devices reserved for the queue (its minimum): the sum of its device guarantees, of
+            any model, per kind and per model (orders the queues, and reclaim compares usage with it).
+        capability: the most devices of any model the queue may use (its elastic maximum, a bare number in the
+            inventory); None: no such limit.
         priority: higher wins contended capacity and may reclaim borrowed capacity of lower ones.
         reclaimable: whether devices it borrowed beyond its guarantee may be reclaimed.
+        guarantees, capabilities: per key as the inventory states them (a registry model, a device kind value,
+            :data:`ANY_DEVICES`, ``cpu`` in millicores, ``memory`` in bytes); empty: ``guarantee`` and
+            ``capability`` alone (devices of any model). See :meth:`guaranteed` and :meth:`limits`.
     """
 
     name: str
@@ -312,6 +332,21 @@ class PlacementQueue:
     capability: int | None = None
     priority: int = 0
     reclaimable: bool = True
+    guarantees: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    capabilities: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def guaranteed(self) -> dict[str, int]:
+        """The guarantee per key (model, kind, :data:`ANY_DEVICES`, ``cpu``, ``memory``)."""
+        if self.guarantees:
+            return dict(self.guarantees)
+        return {ANY_DEVICES: self.guarantee} if self.guarantee else {}
+
+    def limits(self) -> dict[str, int]:
+        """The capability per key (model, kind, :data:`ANY_DEVICES`, ``cpu``, ``memory``); a key missing: no limit."""
+        out = dict(self.capabilities)
+        if self.capability is not None:
+            out.setdefault(ANY_DEVICES, self.capability)
+        return out
 
 
 DEFAULT_QUEUE = PlacementQueue(name="default")

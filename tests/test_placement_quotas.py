@@ -1,0 +1,188 @@
+"""Placement (the plan step and the simulator) reads every inventory form the parser reads, a new user's trial:
+
+A. the shipped manifests inventory and the per-model/per-kind queue forms were refused ('valid for placement: a bare
+   count of devices of any model', printing millicores and bytes); they are placed by, each amount in its own scope
+   (a model, a device kind, any model, CPU, memory), as Kueue's nominalQuota per flavor and Volcano's capability are;
+B. a node inventory without a CPU-only node failed the CPU-only evaluate step ('no model in the inventory can run
+   it'); a CPU pod goes to any node with its CPU and memory free, as the Kubernetes scheduler places it; and a step
+   asking for no device is not held by a device capability ('+0 would exceed it');
+C. the plan step checked only a mixed candidate's first kind; every replica group is checked, on the count form and
+   on a node inventory;
+D. inventory and queue-state problems were found in the plan step (exit 1, after prewarm and preprocess ran); the
+   run's up-front check finds them (exit 2, one line).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from heteroflow.components.errors import InvalidParameter, NoCandidateAvailable
+from heteroflow.components.placement.inventory import InvalidInventory, from_mapping, load_inventory
+from heteroflow.components.placement.plan import Inventory, check_plan_params, plan, plan_step
+from heteroflow.components.placement.rounds import place_round
+from heteroflow.components.placement.scoring import QUEUE_STATE_ENV
+from heteroflow.components.placement.state import Job, PlacementState
+from heteroflow.components.resources import Candidates
+
+ROOT = Path(__file__).resolve().parents[1]
+MANIFESTS_INVENTORY = ROOT / "examples" / "manifests" / "inventory.yaml"
+
+CHEAP2 = """\
+version: 1
+policy: throughput
+nodes:
+  - {name: a, devices: {nvidia-v100: 4}, cpu: 32, memory: 128Gi, cost_per_hour: 3}
+  - {name: b, devices: {nvidia-t4: 4}, cpu: 32, memory: 128Gi, cost_per_hour: 1}
+"""
+
+
+def _plan(tmp_path: Path, inventory: str, **calls: list[str]) -> dict:
+    placements = {call: Candidates(c).to_json() for call, c in calls.items()}
+    return plan_step(str(tmp_path / "placement.json"), placements=json.dumps(placements), device_inventory=inventory).placements
+
+
+def _placement(text: str, source: str = "q.yaml"):
+    return load_inventory(source, text=text).for_placement()
+
+
+# --- A: per-model and per-kind queues -----------------------------------------------------------------------
+
+
+def test_the_plan_step_places_on_the_shipped_manifests_inventory(tmp_path: Path) -> None:
+    # the trial's input: `heteroflow run --param device_inventory=examples/manifests/inventory.yaml` failed in plan
+    placed = _plan(tmp_path, str(MANIFESTS_INVENTORY), train=["npu", "gpu", "cpu"], evaluate=["cpu:cpu=2,memory=4Gi"])
+    assert placed["train"]["device_kind"] == "npu" and placed["train"]["nodes"] == ["npu-910b3-0"]
+    assert placed["evaluate"]["nodes"] == ["cpu-0"]
+
+
+def test_the_simulator_replays_on_the_shipped_manifests_inventory(tmp_path: Path) -> None:
+    # the trial's input: `heteroflow simulate --trace ... --inventory examples/manifests/inventory.yaml`
+    from heteroflow.pipelines.cli.main import app
+
+    (tmp_path / "tp.csv").write_text("model,scale_factor,nvidia-a100-80gb,nvidia-t4,ascend-910b3\ntrain,4,36,10,28\n")
+    (tmp_path / "jobs.csv").write_text("name,arrival_s,job_type,scale_factor,total_steps,queue\n"
+                                       + "".join(f"j{i},0,train,4,36000,npu-training\n" for i in range(6)))
+    result = CliRunner().invoke(app, ["simulate", "--trace", str(tmp_path / "jobs.csv"), "--inventory", str(MANIFESTS_INVENTORY),
+                                      "--throughputs", str(tmp_path / "tp.csv"), "--policy", "static", "--explain", "20"])
+    assert result.exit_code == 0, result.output
+    assert "valid for placement" not in result.output
+    # its guarantee, as the file writes it (cores and a memory quantity, not millicores and bytes)
+    assert "(guarantee ascend-910b3=8, cpu=96, memory=768Gi; capability ascend-910b3=16)" in result.output
+
+
+@pytest.mark.parametrize(("guarantee", "expected"), [
+    ("{gpu: 2}", {"gpu": 2}),  # the trial's sibling: even a per-kind guarantee was refused
+    ("{nvidia-t4: 2, cpu: 8, memory: 16Gi}", {"nvidia-t4": 2, "cpu": 8000, "memory": 16 * 2**30}),
+    ("2", {"accelerators": 2}),  # the bare form, as before
+])
+def test_every_guarantee_form_is_placements(guarantee: str, expected: dict) -> None:
+    inv = _placement(f"nodes:\n  - {{name: b, devices: {{nvidia-t4: 4}}}}\nqueues:\n  - {{name: q, guarantee: {guarantee}}}\n")
+    assert inv.queues["q"].guaranteed() == expected
+
+
+TWO_MODELS = """\
+nodes:
+  - {name: t4, devices: {nvidia-t4: 4}, cpu: 32, memory: 128Gi}
+  - {name: v100, devices: {nvidia-v100: 4}, cpu: 32, memory: 128Gi}
+queues:
+  - {name: q, capability: {nvidia-t4: 2, cpu: 6, memory: 20Gi}}
+  - {name: k, capability: {gpu: 3}}
+"""
+
+
+def test_a_per_model_capability_holds_that_model_only() -> None:
+    state = PlacementState(_placement(TWO_MODELS))
+    first = place_round([Job(name="j1", count=2, kind="gpu", queue="q", models=frozenset({"nvidia-t4"}))], state, "listed")[0]
+    assert first.placed and first.model == "nvidia-t4"
+    held = place_round([Job(name="j2", count=1, kind="gpu", queue="q", models=frozenset({"nvidia-t4"}))], state, "listed")[0]
+    assert held.explanation == "j2 waits: queue q uses 2 nvidia-t4 device(s) of its capability.nvidia-t4=2, +1 would exceed it"
+    other = place_round([Job(name="j3", count=4, kind="gpu", queue="q")], state, "listed")[0]
+    assert other.placed and other.model == "nvidia-v100"  # the t4 limit leaves the v100s to it
+
+
+def test_a_per_kind_capability_counts_every_model_of_the_kind() -> None:
+    state = PlacementState(_placement(TWO_MODELS))
+    assert place_round([Job(name="j1", count=2, kind="gpu", queue="k")], state, "listed")[0].placed
+    held = place_round([Job(name="j2", count=2, kind="gpu", queue="k")], state, "listed")[0]
+    assert held.explanation == "j2 waits: queue k uses 2 gpu device(s) of its capability.gpu=3, +2 would exceed it"
+
+
+def test_cpu_and_memory_capabilities_hold_in_the_users_units() -> None:
+    state = PlacementState(_placement(TWO_MODELS))
+    big = Job(name="j", count=1, kind="gpu", queue="q", cpu_millicores=8000)
+    assert place_round([big], state, "listed")[0].explanation == "j waits: queue q's capability.cpu=6 is below the 8 CPU it needs"
+    mem = Job(name="m", count=0, kind="cpu", queue="q", memory_bytes=24 * 2**30)
+    assert place_round([mem], state, "listed")[0].explanation == (
+        "m waits: queue q's capability.memory=20Gi is below the 24Gi of memory it needs")
+
+
+def test_a_per_model_guarantee_reserves_that_model_for_its_queue() -> None:
+    inv = _placement("nodes:\n  - {name: t4, devices: {nvidia-t4: 4}}\n  - {name: v100, devices: {nvidia-v100: 4}}\n"
+                     "queues:\n  - {name: prod, guarantee: {nvidia-t4: 3}}\n  - {name: batch, reclaimable: false}\n")
+    state = PlacementState(inv)
+    t4 = place_round([Job(name="b1", count=2, kind="gpu", queue="batch", models=frozenset({"nvidia-t4"}))], state, "listed")[0]
+    assert t4.explanation == ("b1 waits: 4 nvidia-t4 device(s) free, 3 guaranteed to other queues, and queue batch is "
+                              "not reclaimable")
+    v100 = place_round([Job(name="b2", count=4, kind="gpu", queue="batch")], state, "listed")[0]
+    assert v100.placed and v100.model == "nvidia-v100" and not v100.borrowed
+
+
+@pytest.mark.parametrize("policy", ["throughput", "static", "least-loaded"])
+def test_the_simulator_keeps_a_per_model_capability_after_a_job_stops(policy: str) -> None:
+    # sibling: the simulator gave back a finished job's devices to the queue's count of any model only
+    from heteroflow.components.placement.policies import gavel_throughputs
+    from heteroflow.pipelines.simulate import SimJob, simulate
+
+    table = gavel_throughputs()
+    kind = "ResNet-18 (batch size 32)"
+    inv = _placement("nodes:\n  - {name: g, replicas: 2, devices: {model: v100, count: 4}}\n"
+                     "queues:\n  - {name: team, capability: {nvidia-v100: 2}}\n")
+    hours = 3600 * table.of(kind, 1)["nvidia-v100"]
+    jobs = [SimJob(name=f"j{i}", arrival=0.0, job_type=kind, scale_factor=1, steps=hours * (1 + i), queue="team",
+                   model="nvidia-v100") for i in range(4)]
+    r = simulate(jobs, inv, table, policy)
+    _times, busy = r.timeline
+    assert busy.sum(axis=1).max() == pytest.approx(2.0) and len(r.finish) == 4
+
+
+# --- B: CPU pods on accelerator nodes ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("policy", ["throughput", "listed", "least-loaded", "power-aware", "static"])
+def test_a_cpu_step_runs_on_a_gpu_node_when_no_node_is_cpu_only(tmp_path: Path, policy: str) -> None:
+    # the trial's input: cheap2.yaml, `-c gpu -c cpu`: 'step evaluate: no candidate can run on the node inventory'
+    inventory = tmp_path / "cheap2.yaml"
+    inventory.write_text(CHEAP2.replace("policy: throughput", f"policy: {policy}"))
+    placed = _plan(tmp_path, str(inventory), train=["gpu", "cpu"], evaluate=["cpu:cpu=2,memory=4Gi"])
+    assert placed["train"]["device_kind"] == "gpu"
+    evaluate = placed["evaluate"]
+    assert evaluate["device_kind"] == "cpu" and evaluate["nodes"][0] in ("a", "b")
+    assert "the inventory lists no node without accelerators" in evaluate["explanation"]
+    assert evaluate["pod"]["requests"] == {"cpu": "2", "memory": "4Gi"}
+
+
+def test_a_cpu_only_node_is_preferred_and_a_cpu_job_needs_cpu_free() -> None:
+    inv = _placement("nodes:\n  - {name: g, devices: {nvidia-t4: 4}, cpu: 32, memory: 64Gi}\n"
+                     "  - {name: c, cpu: 4, memory: 16Gi}\n")
+    state = PlacementState(inv)
+    small = place_round([Job(name="s", count=0, kind="cpu", cpu_millicores=2000)], state, "listed")[0]
+    assert small.node_names == ("c",)
+    big = place_round([Job(name="b", count=0, kind="cpu", cpu_millicores=8000)], state, "listed")[0]
+    assert big.node_names == ("g",) and "no node without accelerators has room" in big.explanation
+    huge = place_round([Job(name="h", count=0, kind="cpu", cpu_millicores=64000)], state, "listed")[0]
+    assert not huge.placed and huge.explanation.startswith("h waits: no node has 64 CPU and 0 of memory free")
+
+
+def test_a_step_asking_for_no_device_is_not_held_by_a_device_capability(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the trial's input: `queue team-a uses 6 of its capability 4, +0 would exceed it`
+    inventory = tmp_path / "q.yaml"
+    inventory.write_text(CHEAP2 + "queues:\n  - {name: team-a, guarantee: 2, capability: 4}\n")
+    monkeypatch.setenv(QUEUE_STATE_ENV, '{"queue": "team-a", "used": {"team-a": 6}}')
+    placed = _plan(tmp_path, str(inventory), train=["gpu", "cpu"], evaluate=["cpu:cpu=2,memory=4Gi"])
+    assert placed["train"]["device_kind"] == "cpu"  # the gpu candidate is held: 6 + 1 > 4
+    assert "queue team-a uses 6 of its capability 4, +1 would exceed it" in placed["train"]["passed_over"][0]
+    assert placed["evaluate"]["device_kind"] == "cpu"
