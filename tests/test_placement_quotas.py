@@ -186,3 +186,53 @@ def test_a_step_asking_for_no_device_is_not_held_by_a_device_capability(tmp_path
     assert placed["train"]["device_kind"] == "cpu"  # the gpu candidate is held: 6 + 1 > 4
     assert "queue team-a uses 6 of its capability 4, +1 would exceed it" in placed["train"]["passed_over"][0]
     assert placed["evaluate"]["device_kind"] == "cpu"
+
+
+# --- C: mixed candidates -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("inventory", "candidate", "chosen", "reason"), [
+    # the trial's inputs
+    ('{"gpu": 4}', "gpu+npu", 1, "needs 1 npu device(s); 0 npu device(s) here"),
+    ('{"npu": 4}', "gpu+npu", 1, "needs 1 gpu device(s); 0 gpu device(s) here"),
+    ('{"gpu": 0, "npu": 2}', "gpu+npu:count=4", 1,
+     "needs 1 gpu device(s); device_inventory lists 0 gpu device(s); and needs 4 npu device(s); 2 npu device(s) here"),
+    # siblings: both kinds there; a group's model
+    ('{"gpu": 2, "npu": 2}', "gpu:count=2+npu:count=2", 0, ""),
+    ('{"gpu": {"t4": 2}, "npu": 2}', "gpu:accelerator=a100+npu", 1, "needs 1 x any NVIDIA A100 on one model; here: 2 gpu"),
+])
+def test_every_replica_group_of_a_mixed_candidate_is_checked(inventory: str, candidate: str, chosen: int, reason: str) -> None:
+    placement = plan(Candidates([candidate, "cpu"]), inventory=Inventory.from_json(inventory))
+    assert placement.index == chosen
+    if reason:
+        assert reason in placement.passed_over[0]
+    else:
+        assert placement.explanation.endswith("; 2 gpu device(s); 2 npu device(s)")
+
+
+MIXED_NODES = """\
+version: 1
+nodes:
+  - {name: g, devices: {nvidia-t4: 4}, cpu: 32, memory: 128Gi}
+  - {name: n, devices: {ascend-910b3: 2}, cpu: 32, memory: 128Gi}
+"""
+
+
+def test_a_mixed_candidate_on_a_node_inventory_places_every_group(tmp_path: Path) -> None:
+    inventory = tmp_path / "mixed.yaml"
+    inventory.write_text(MIXED_NODES)
+    placed = _plan(tmp_path, str(inventory), train=["gpu:count=2+npu:count=2", "cpu"])["train"]
+    assert placed["index"] == 0 and placed["nodes"] == ["g", "n"]
+    short = _plan(tmp_path, str(inventory), train=["gpu+npu:count=4", "cpu"])["train"]
+    assert short["index"] == 1
+    assert "its npu x4 replicas: needs 4 free device(s) of one model among ascend-910b3; most free: 2" in short["passed_over"][0]
+    gpu_only = tmp_path / "gpu.yaml"
+    gpu_only.write_text(CHEAP2)
+    assert _plan(tmp_path, str(gpu_only), train=["gpu+npu", "cpu"])["train"]["index"] == 1  # was placed on gpu+npu
+
+
+def test_no_candidate_error_still_names_each_candidate(tmp_path: Path) -> None:
+    inventory = tmp_path / "gpu.yaml"
+    inventory.write_text("version: 1\nnodes:\n  - {name: a, devices: {nvidia-v100: 1}, cpu: 1, memory: 1Gi}\n")
+    with pytest.raises(NoCandidateAvailable, match=r"candidate 0 \(cpu, 2 CPU, 4Gi\): no node has 2 CPU and 4Gi of memory free"):
+        _plan(tmp_path, str(inventory), evaluate=["cpu:cpu=2,memory=4Gi"])

@@ -209,8 +209,18 @@ def _fits(res: Resources, inv: Inventory) -> tuple[bool, str]:
             return True, ""
         return False, (f"needs {res.nodes} nodes: a Kubernetes cluster with the Kubeflow Trainer, and this machine has "
                        f"none (no in-cluster service account, {KUBECONFIG_ENV} unset)")
+    from heteroflow.components.replicas import is_mixed
+
+    if is_mixed(res):  # every replica group's kind and count (the candidate's own fields are the first group's)
+        short = [why for ok, why in (_fits_kind(g.resources, g.count if g.kind.has_devices else 1, inv)
+                                     for g in res.replicas) if not ok]
+        return (False, "; and ".join(short)) if short else (True, "")
+    return _fits_kind(res, max(res.count or 0, 1), inv)
+
+
+def _fits_kind(res: Resources, need: int, inv: Inventory) -> tuple[bool, str]:
+    """Whether ``need`` devices of ``res``'s kind (of one model it accepts, where the models are known) are here."""
     kind = DeviceKind(res.kind)
-    need = max(res.count or 0, 1)
     have = inv.devices.get(kind, 0)
     if have < need:
         return False, f"needs {need} {kind.value} device(s); " + (inv.notes.get(kind) or f"{have} {kind.value} device(s) here")
@@ -250,13 +260,15 @@ def plan(candidates: Candidates, *, inventory: Inventory | Callable[[], Inventor
         if ok:
             kind = DeviceKind(res.kind)
             skipped = f" ({len(reasons)} earlier passed over)" if reasons else ""
+            kinds = [DeviceKind(k) for k in getattr(res, "kinds", (kind.value,))]
             return Placement(
                 index=i,
                 resources=res,
                 device_kind=kind.value,
                 torch_device=res.torch_device_type,
                 passed_over=tuple(reasons),
-                explanation=f"candidate {i} ({res.describe()}): the first listed that fits here{skipped}; {inv.describe(kind)}",
+                explanation=f"candidate {i} ({res.describe()}): the first listed that fits here{skipped}; "
+                            + "; ".join(inv.describe(k) for k in kinds),
             )
         reasons.append(f"candidate {i} ({res.describe()}): {why}")
     raise NoCandidateAvailable("no candidate can run here:\n  " + "\n  ".join(reasons))
@@ -516,9 +528,7 @@ def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str 
         NoCandidateAvailable: no candidate fits; each candidate's one-line reason (the limit that holds it) is listed.
     """
     from heteroflow.components.placement.policies import get_policy
-    from heteroflow.components.placement.rounds import place_round
-    from heteroflow.components.placement.scoring import QueueState, score_candidates, winner
-    from heteroflow.components.placement.state import Job
+    from heteroflow.components.placement.scoring import QueueState, jobs_of, place_groups, score_candidates, winner
 
     pol = get_policy(policy)
     qs = queue_state or QueueState()
@@ -531,7 +541,6 @@ def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str 
     i, why = picked
     res = candidates[i]
     kind = DeviceKind(res.kind)
-    models = frozenset(m.name for m in res.accelerator_models) if res.accelerator_spec is not None else None
     table = {m: 1.0 / s for m, s in ((x.model, x.step_seconds) for x in scores) if m and s}
     times = {x.model: x.step_seconds for x in scores if x.model and x.step_seconds}
     tp = dict(state.inventory.throughputs.get(call) or {}) or None
@@ -539,9 +548,10 @@ def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str 
         tp = dict(table)
         floor = min(tp.values()) * 1e-3
         tp.update({m: floor for m in state.models if m not in tp})
-    job = Job(name=call, count=max(res.count or 0, 1) * res.nodes if kind.has_devices else 0, kind=kind.value,
-              models=models, queue=qs.queue, device_memory_bytes=res.device_memory_bytes or 0, throughput=tp)
-    decision = place_round([job], state, pol)[0]  # the same decision as the trial, now taken from the state
+    # the same decisions as the trial, now taken from the state: one per replica group of a mixed candidate
+    placed, _held = place_groups(jobs_of(res, call, queue=qs.queue, throughput=tp), state, pol)
+    decision = dataclasses.replace(placed[0], node_names=tuple(dict.fromkeys(n for d in placed for n in d.node_names)),
+                                   explanation="; ".join(d.explanation for d in placed))
     passed = tuple(f"candidate {x.candidate} ({candidates[x.candidate].describe()}): {x.reason}"
                    for x in scores if x.candidate < i and not x.feasible)
     others = [f"candidate {x.candidate} ({candidates[x.candidate].describe()}) {x.score:.3g} steps/s"

@@ -236,20 +236,21 @@ def score_candidates(candidates: Candidates | Sequence[Resources], inventory: An
     times = step_seconds_per_model(profile, inventory.throughputs.get(call))
     out: list[CandidateScore] = []
     for i, res in enumerate(candidates):
-        kind = DeviceKind(res.kind)
-        models = frozenset(m.name for m in res.accelerator_models) if res.accelerator_spec is not None else None
         tp = {m: 1.0 / s for m, (s, _src) in times.items()}
         if tp:  # models without a known step time stay allowed, ranked below every known one
             floor = min(tp.values()) * 1e-3
             tp.update({m: floor for m in state.models if m not in tp})
-        job = Job(name=call, count=max(res.count or 0, 1) * res.nodes if kind.has_devices else 0, kind=kind.value,
-                  models=models, queue=qs.queue, device_memory_bytes=res.device_memory_bytes or 0, throughput=tp or None)
+        jobs = jobs_of(res, call, queue=qs.queue, throughput=tp or None)
+        job = jobs[0]
         trial = _copy_state(state)
-        decision = place_round([job], trial, pol)[0]
+        decisions, held = place_groups(jobs, trial, pol)
+        decision = decisions[0] if decisions else held
         milli = (gpu_milli or {}).get(i)
-        if not decision.placed:
-            out.append(CandidateScore(candidate=i, score=-math.inf, feasible=False, gpu_milli=milli,
-                                      reason=decision.explanation.split(": ", 1)[-1]))
+        if held is not None:
+            reason = held.explanation.split(": ", 1)[-1]
+            if len(jobs) > 1:  # a mixed candidate: the replica group that does not fit
+                reason = f"its {job_group(jobs[len(decisions)])} replicas: {reason}"
+            out.append(CandidateScore(candidate=i, score=-math.inf, feasible=False, gpu_milli=milli, reason=reason))
             continue
         model = decision.model
         known = times.get(model or "")
@@ -260,11 +261,12 @@ def score_candidates(candidates: Candidates | Sequence[Resources], inventory: An
             value = custom(job, decision, trial)
             if value is not None:
                 score, basis = float(value), f"{pol.name} score"
-        where = f"{model} x{job.count}" if job.count else str(model)
+        where = " + ".join(f"{d.model} x{j.count}" if j.count else str(d.model) for j, d in zip(jobs, decisions, strict=True))
         timing = (f"est. {known[0]:.4g} s/step ({known[1]})" if known else f"no step time known for {model}")
-        out.append(CandidateScore(candidate=i, score=score, feasible=True, model=model, nodes=decision.node_names,
+        node_names = tuple(dict.fromkeys(n for d in decisions for n in d.node_names))
+        out.append(CandidateScore(candidate=i, score=score, feasible=True, model=model, nodes=node_names,
                                   step_seconds=known[0] if known else None, gpu_milli=milli, basis=basis,
-                                  reason=f"{where} on {', '.join(decision.node_names) or 'the cluster'}: {timing}"))
+                                  reason=f"{where} on {', '.join(node_names) or 'the cluster'}: {timing}"))
     return out
 
 
@@ -314,3 +316,40 @@ def _copy_state(state: Any) -> Any:
     trial.queue_used_by = {q: dict(v) for q, v in state.queue_used_by.items()}
     trial.device_free_at = {}
     return trial
+
+
+def jobs_of(res: Resources, call: str, *, queue: str = "default", throughput: Mapping[str, float] | None = None) -> list[Any]:
+    """The placement jobs of a candidate: one, or one per replica group of a mixed candidate (each group's kind,
+    models, count and its replicas' CPU and memory; the first group is the candidate's own fields)."""
+    from heteroflow.components.placement.state import Job
+    from heteroflow.components.replicas import is_mixed
+
+    groups = [(g.resources, g.count) for g in res.replicas] if is_mixed(res) else [(res, max(res.count or 0, 1) * res.nodes)]
+    jobs = []
+    for one, count in groups:
+        kind = DeviceKind(one.kind)
+        models = frozenset(m.name for m in one.accelerator_models) if one.accelerator_spec is not None else None
+        pods = count if is_mixed(res) else 1  # a mixed group: one worker process per replica
+        jobs.append(Job(name=call, count=count if kind.has_devices else 0, kind=kind.value, models=models, queue=queue,
+                        device_memory_bytes=one.device_memory_bytes or 0, throughput=throughput,
+                        cpu_millicores=(one.cpu_millicores or 0) * pods, memory_bytes=(one.memory_bytes or 0) * pods))
+    return jobs
+
+
+def job_group(job: Any) -> str:
+    """``npu x4``: a replica group as a mixed candidate's description writes it."""
+    return f"{job.kind} x{job.count}" if job.count else str(job.kind)
+
+
+def place_groups(jobs: Sequence[Any], state: Any, policy: Any) -> tuple[list[Any], Any]:
+    """Place a candidate's jobs (:func:`jobs_of`) one after another on ``state`` (changed in place): the decisions,
+    and the first decision that is not placed (None when all are; then the state holds them all)."""
+    from heteroflow.components.placement.rounds import place_round
+
+    placed = []
+    for job in jobs:
+        decision = place_round([job], state, policy)[0]
+        if not decision.placed:
+            return placed, decision
+        placed.append(decision)
+    return placed, None
