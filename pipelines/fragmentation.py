@@ -48,7 +48,8 @@ def packing_cluster(spec: str | Path) -> Cluster:
     nodes = []
     for n in inv.nodes:
         if n.cpu_millicores is None or n.memory_bytes is None:
-            raise InvalidInventory(f"{path}: node {n.name!r} states no cpu or memory; a packing replay needs both per node "
+            lacking = " and ".join(f for f, v in (("cpu", n.cpu_millicores), ("memory", n.memory_bytes)) if v is None)
+            raise InvalidInventory(f"{path}: node {n.name!r} states no {lacking}; a packing replay needs both per node "
                                    "(nodes[].cpu, nodes[].memory)")
         if len(n.devices) > 1:
             raise InvalidInventory(f"{path}: node {n.name!r} has devices of {len(n.devices)} models; a packing replay takes one model per node")

@@ -118,7 +118,7 @@ def test_kubectl_get_nodes_json(tmp_path: Path) -> None:
     assert dict(cpu.devices) == {} and cpu.cpu_millicores == 8000
     assert dict(inv.devices) == {"nvidia-t4": 4, "ascend-910b3": 8}
     assert [n.model for n in inv.for_placement().nodes] == ["nvidia-t4", "ascend-910b3", "cpu"]
-    with pytest.raises(InvalidInventory, match=r"nodes\.json: items\[0\]\.metadata\.name=None; valid: a non-empty string"):
+    with pytest.raises(InvalidInventory, match=r"nodes\.json: items\[0\]\.metadata has no name; valid: a non-empty string"):
         from_mapping({"kind": "List", "items": [{"kind": "Node", "metadata": {}}]}, source="nodes.json")
 
 

@@ -231,6 +231,73 @@ def test_a_mixed_candidate_on_a_node_inventory_places_every_group(tmp_path: Path
     assert _plan(tmp_path, str(gpu_only), train=["gpu+npu", "cpu"])["train"]["index"] == 1  # was placed on gpu+npu
 
 
+# --- D: found before the run ---------------------------------------------------------------------------------
+
+
+def _run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, *args: str) -> tuple[int, str]:
+    from heteroflow.pipelines.cli.main import app
+
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(app, ["run", "--engine", "inprocess", *args])
+    return result.exit_code, result.output
+
+
+def test_a_packing_inventory_node_without_memory_is_refused_before_the_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inventory = tmp_path / "sg_nomem.yaml"
+    inventory.write_text("version: 1\npolicy: fgd\nnodes:\n  - {name: sg-t4, replicas: 3, devices: {model: t4, count: 2}, cpu: 32}\n")
+    code, output = _run(tmp_path, monkeypatch, "--param", f"device_inventory={inventory}", "-c", "gpu:device_share=0.5", "-c", "cpu")
+    assert code == 2, output
+    assert output == (f"error: {inventory}: node 'sg-t4-0' states no memory; a packing policy places by CPU, memory and "
+                      "device shares: give each node cpu and memory, or name a placement policy (e.g. policy: throughput)\n")
+    assert not (tmp_path / "heteroflow-runs").exists()
+
+
+QA = "version: 1\nnodes:\n  - {name: a, devices: {nvidia-v100: 4}, cpu: 32, memory: 128Gi}\nqueues:\n  - {name: team-a, guarantee: 2, capability: 4}\n"
+
+
+@pytest.mark.parametrize(("state", "message"), [
+    ("not json", "HETEROFLOW_QUEUE_STATE='not json' is neither JSON nor a readable file (No such file or directory); valid: "
+                 'inline JSON like {"queue": "team-a", "used": {"team-a": 6}}, or the path of a file holding it'),
+    ('{"queue":"team-b"}', "HETEROFLOW_QUEUE_STATE: queue='team-b' is not in INV; valid: default, team-a"),
+    ('{"used": -3}', "HETEROFLOW_QUEUE_STATE='{\"used\": -3}': used=-3 is not an object of queue -> devices in use"),
+    ('{"used": {"team-a": -3}}', "HETEROFLOW_QUEUE_STATE='{\"used\": {\"team-a\": -3}}': used['team-a']=-3 is not a device "
+                                 "count; valid: an integer >= 0"),
+    ('{"used": {"team-z": 1}}', "HETEROFLOW_QUEUE_STATE: used['team-z'] names a queue that is not in INV; valid: default, team-a"),
+], ids=["not-json", "unknown-queue", "used-negative", "used-count-negative", "used-unknown-queue"])
+def test_a_bad_queue_state_is_refused_before_the_run(state: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    inventory = tmp_path / "qa.yaml"
+    inventory.write_text(QA)
+    monkeypatch.setenv(QUEUE_STATE_ENV, state)
+    code, output = _run(tmp_path, monkeypatch, "--param", f"device_inventory={inventory}")
+    assert code == 2, output
+    assert output == f"error: {message.replace('INV', str(inventory))}\n"
+    assert not (tmp_path / "heteroflow-runs").exists()
+    with pytest.raises(InvalidParameter):  # the step, run on its own (KFP, Airflow), says the same
+        _plan(tmp_path, str(inventory), train=["gpu"])
+
+
+def test_the_count_form_does_not_read_the_queue_state(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(QUEUE_STATE_ENV, "not json")
+    check_plan_params(device_inventory='{"gpu": 1}')  # queues are a node inventory's
+
+
+def test_a_node_without_a_name_says_it_has_none() -> None:
+    with pytest.raises(InvalidInventory, match=r"^inv: nodes\[0\] has no name; valid: name: a non-empty string"):
+        from_mapping({"nodes": [{"devices": {"t4": 1}}]}, source="inv")
+    with pytest.raises(InvalidInventory, match=r"^inv: nodes\[0\]\.name=3; valid: a non-empty string"):
+        from_mapping({"nodes": [{"name": 3}]}, source="inv")
+
+
+def test_manifests_says_which_capacity_the_inventory_lacks(tmp_path: Path) -> None:
+    from heteroflow.pipelines.cli.main import app
+
+    inventory = tmp_path / "inv.yaml"
+    inventory.write_text("nodes:\n  - {name: a, devices: {nvidia-t4: 2}, memory: 64Gi}\n")
+    result = CliRunner().invoke(app, ["manifests", "--inventory", str(inventory), "--profile",
+                                      str(ROOT / "examples" / "profiles" / "nvidia-gfd.yaml"), "-o", str(tmp_path / "out")])
+    assert "note: no kueue.yaml: the inventory states no CPU capacity" in result.output, result.output
+
+
 def test_no_candidate_error_still_names_each_candidate(tmp_path: Path) -> None:
     inventory = tmp_path / "gpu.yaml"
     inventory.write_text("version: 1\nnodes:\n  - {name: a, devices: {nvidia-v100: 1}, cpu: 1, memory: 1Gi}\n")

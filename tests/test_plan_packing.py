@@ -115,7 +115,11 @@ def test_packing_policy_names_resolve_and_an_unknown_one_lists_both_kinds() -> N
 
 def test_a_packing_policy_needs_cpu_and_memory_per_node() -> None:
     inv = load_inventory("inv.yaml", text="policy: fgd\nnodes: [{name: a, devices: {t4: 2}}]\n").for_placement()
-    with pytest.raises(InvalidInventory, match=r"node 'a' states no cpu or memory; a packing policy places by CPU, memory"):
+    with pytest.raises(InvalidInventory, match=r"node 'a' states no cpu and memory; a packing policy places by CPU, memory"):
+        cluster_of(inv)
+    # which one it lacks (a new user's trial: a node with cpu and no memory read 'no cpu or memory')
+    inv = load_inventory("inv.yaml", text="policy: fgd\nnodes: [{name: a, devices: {t4: 2}, cpu: 8}]\n").for_placement()
+    with pytest.raises(InvalidInventory, match=r"node 'a' states no memory; a packing policy places by CPU, memory"):
         cluster_of(inv)
 
 

@@ -95,7 +95,7 @@ def test_simulate_names_what_is_missing(tmp_path: Path) -> None:
     yaml_inv = tmp_path / "inv.yaml"
     yaml_inv.write_text("nodes:\n  - name: a\n    devices: {nvidia-t4: 2}\n")
     out = runner.invoke(app, ["simulate", "--trace", str(PODS), "--inventory", str(yaml_inv)])
-    assert out.exit_code == 2 and "node 'a' states no cpu or memory" in out.output
+    assert out.exit_code == 2 and "node 'a' states no cpu and memory" in out.output
 
 
 def test_a_yaml_inventory_and_a_pollux_workload_pack_too(tmp_path: Path) -> None:

@@ -332,6 +332,8 @@ def _parse_nodes(raw_nodes: Sequence[Any], *, source: str) -> list[Node]:
         if raw is None:
             raise InvalidInventory(f"{where}nodes[{i}] is empty; valid: a mapping with at least a name")
         base = n.get("name")
+        if base is None:  # the name left out (or `name:` with no value), not a name that is None
+            raise InvalidInventory(f"{where}nodes[{i}] has no name; valid: name: a non-empty string, unique in the inventory")
         if not isinstance(base, str) or not base.strip():
             raise InvalidInventory(f"{where}nodes[{i}].name={base!r}; valid: a non-empty string")
         try:

@@ -64,6 +64,8 @@ def kubectl_nodes(items: Sequence[Any], *, source: str = "kubectl get nodes -o j
             raise InvalidInventory(f"{source}: {field} is not a Node object; valid: kubectl get nodes -o json output")
         meta = item.get("metadata") or {}
         name = meta.get("name")
+        if name is None:  # left out: say so, not 'name=None'
+            raise InvalidInventory(f"{source}: {field}.metadata has no name; valid: a non-empty string (the node's name)")
         if not isinstance(name, str) or not name:
             raise InvalidInventory(f"{source}: {field}.metadata.name={name!r}; valid: a non-empty string")
         status = item.get("status") or {}

@@ -87,7 +87,8 @@ def cluster_of(inventory: Any, used: Mapping[str, int] | None = None) -> Cluster
     nodes = []
     for n in inventory.nodes:
         if not n.cpu_millicores or not n.memory_bytes:
-            raise InvalidInventory(f"{inventory.source}: node {n.name!r} states no cpu or memory; a packing policy places by "
+            lacking = " and ".join(f for f, v in (("cpu", n.cpu_millicores), ("memory", n.memory_bytes)) if not v)
+            raise InvalidInventory(f"{inventory.source}: node {n.name!r} states no {lacking}; a packing policy places by "
                                    "CPU, memory and device shares: give each node cpu and memory, or name a placement "
                                    "policy (e.g. policy: throughput)")
         nodes.append(NodeSpec(name=n.name, cpu_milli=n.cpu_millicores, memory_mib=n.memory_bytes // _MIB, gpus=n.devices,

@@ -26,7 +26,7 @@ from heteroflow.components.errors import InvalidParameter, InvalidResources, NoC
 from heteroflow.components.resources import Candidates, DeviceKind, Resources, RetryPolicy
 from heteroflow.components.core.step import ArtifactSpec, ArtifactType, Step, step
 
-__all__ = ["Inventory", "PlanResult", "check_plan_params", "cluster_inventory", "plan_on_nodes", "Placement", "current_inventory", "local_inventory", "plan", "plan_step"]
+__all__ = ["Inventory", "PlanResult", "check_node_inventory", "check_plan_params", "cluster_inventory", "plan_on_nodes", "Placement", "current_inventory", "local_inventory", "plan", "plan_step"]
 
 SIMULATED_DEVICE_COUNT = 8
 """Devices of a simulated kind (``HETEROFLOW_SIMULATE_DEVICES``) in the inventory: one typical node's worth."""
@@ -292,14 +292,40 @@ def check_plan_params(*, device_inventory: str = "", training_profile: str = "")
             if not os.environ.get(KUBECONFIG_ENV) and not os.environ.get("KUBERNETES_SERVICE_HOST"):
                 live_inventory()  # raises, saying what to set
         elif device_inventory.strip():
-            if cluster_inventory(device_inventory) is None:
+            nodes = cluster_inventory(device_inventory)
+            if nodes is None:
                 Inventory.from_json(device_inventory)
+            else:
+                check_node_inventory(nodes)
     if training_profile:
         from heteroflow.components.training.profiling import read_profile
 
         with problems.check():
             read_profile(training_profile, field="training_profile")
     problems.raise_all("plan's parameters")
+
+
+def check_node_inventory(nodes: Any) -> Any:
+    """What the plan step needs of a node inventory beyond its parsing: the queue state
+    (:data:`~heteroflow.components.placement.scoring.QUEUE_STATE_ENV`) reads and names the inventory's queues, and
+    the nodes carry what the inventory's packing policy places by (each node's CPU and memory). Returns the queue
+    state.
+
+    Raises:
+        InvalidParameter: one of those is not so (one line naming the setting or the node, and what is valid).
+    """
+    from heteroflow.components.placement.packplan import cluster_of, is_packing_policy
+    from heteroflow.components.placement.scoring import QueueState
+    from heteroflow.components.placement.views import InvalidInventory
+
+    queue_state = QueueState.from_env()
+    queue_state.check_queues(nodes)
+    if nodes.policy and is_packing_policy(nodes.policy):
+        try:
+            cluster_of(nodes, queue_state.used)
+        except InvalidInventory as exc:
+            raise InvalidParameter(str(exc)) from None
+    return queue_state
 
 
 def cluster_inventory(device_inventory: str) -> Any:
@@ -467,11 +493,9 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
     if nodes is not None:
         from heteroflow.components.placement.state import PlacementState
 
-        from heteroflow.components.placement.scoring import QueueState
-
         from heteroflow.components.placement.packplan import PackingPlanner, is_packing_policy, shared_gpu_default
 
-        queue_state = QueueState.from_env()
+        queue_state = check_node_inventory(nodes)  # as the run's check did (a step run on its own checks here)
         parsed = {call: Candidates.from_json(text) for call, text in wanted.items()}
         policy = nodes.policy or ("fgd" if shared_gpu_default(nodes, parsed.values())
                                   else "throughput" if training_profile else "listed")

@@ -136,10 +136,14 @@ class QueueState:
             return cls()
         source = f"{QUEUE_STATE_ENV}={value!r}"
         text = value
-        if not value.startswith("{"):
+        if not value.startswith(("{", "[", '"')):
             try:
                 text = Path(value).read_text(encoding="utf-8")
             except OSError as exc:
+                if not Path(value).exists():  # 'not json': neither, and it says both forms
+                    raise InvalidParameter(f"{source} is neither JSON nor a readable file ({exc.strerror or exc}); valid: "
+                                           'inline JSON like {"queue": "team-a", "used": {"team-a": 6}}, or the path of '
+                                           "a file holding it") from None
                 raise InvalidParameter(f"{source}: cannot be read ({exc.strerror or exc})") from None
             except UnicodeDecodeError as exc:
                 from heteroflow.components.core.keys import not_utf8
@@ -150,6 +154,21 @@ class QueueState:
         except ValueError as exc:
             raise InvalidParameter(f"{source}: not JSON ({exc})") from None
         return cls.from_mapping(data, source=source)
+
+    def check_queues(self, inventory: Any) -> None:
+        """The queues this state names are the inventory's (``default`` always is).
+
+        Raises:
+            InvalidParameter: the run's queue, or a queue in ``used``, is not in the inventory (named, with the valid ones).
+        """
+        known = set(getattr(inventory, "queues", {}) or {}) | {"default"}
+        source = getattr(inventory, "source", "the inventory")
+        valid = ", ".join(sorted(known))
+        if self.queue not in known:
+            raise InvalidParameter(f"{QUEUE_STATE_ENV}: queue={self.queue!r} is not in {source}; valid: {valid}")
+        for name in self.used:
+            if name not in known:
+                raise InvalidParameter(f"{QUEUE_STATE_ENV}: used[{name!r}] names a queue that is not in {source}; valid: {valid}")
 
 
 def step_seconds_per_model(profile: Mapping[str, Any] | None, throughputs: Mapping[str, float] | None) -> dict[str, tuple[float, str]]:

@@ -123,7 +123,9 @@ def manifests_command(
                     highlight=False,
                 )
     if "kueue.yaml" not in files:
-        err_console.print("note: no kueue.yaml: the inventory states no CPU and memory capacity (list nodes, or cpu_cores and memory)", highlight=False)
+        lacking = " and ".join(what for what, value in (("CPU", inv.cpu_millicores), ("memory", inv.memory_bytes)) if value is None)
+        err_console.print(f"note: no kueue.yaml: the inventory states no {lacking or 'CPU and memory'} capacity (give each node "
+                          "cpu and memory, or the inventory cpu_cores and memory)", highlight=False)
     jobs = [i for i, res in enumerate(cands) if getattr(res, "replicas", None) or res.accelerator_spec is not None]
     if workers >= 1 and jobs and not any(name.startswith("train-") for name in files):
         # every candidate that would have a train job has none (no image): what was asked for was not written
