@@ -437,7 +437,8 @@ def replay(jobs: Sequence[SimJob], inventory: ClusterInventory, table: Throughpu
     models = inventory.models
     cap = inventory.capacity()
     cluster = ClusterView(models=tuple(models), capacity={m: int(cap.get(m, 0)) for m in models},
-                          capability={q.name: q.capability for q in inventory.queues.values()},
+                          capability={q.name: inventory.any_model_capability(q, who="the JCT replay")
+                                      for q in inventory.queues.values()},
                           guarantee={q.name: q.guarantee for q in inventory.queues.values()},
                           reclaimable={q.name: q.reclaimable for q in inventory.queues.values()})
     tps = _throughputs(jobs, models, table)

@@ -324,7 +324,17 @@ def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Ma
     price = np.array([per_node[m].cost_per_hour / max(per_node[m].devices, 1) / 3600.0 for m in models])
     order = sorted(jobs, key=lambda j: (j.arrival, j.name))
     remaining = {j.name: float(j.steps) for j in jobs}
-    capability = {q.name: float(q.capability) for q in inventory.queues.values() if q.capability is not None}
+    from heteroflow.components.devices.registry import has_devices
+    from heteroflow.components.placement.views import ANY_DEVICES, within
+
+    capability: dict[str, float] = {}  # devices of any model
+    keyed: list[tuple[str, str, np.ndarray, float]] = []  # per model or device kind: (queue, key, models it holds, devices)
+    for q in inventory.queues.values():
+        for key, c in q.limits().items():
+            if key == ANY_DEVICES:
+                capability[q.name] = float(c)
+            elif key not in ("cpu", "memory"):  # the jobs of a replay ask for no CPU or memory
+                keyed.append((q.name, key, np.array([has_devices(m) and within(key, m) for m in models]), float(c)))
     total = float(capacity.sum())
     for q in inventory.queues.values():  # a queue that is not reclaimable may not use what others are guaranteed
         if not q.reclaimable:
@@ -333,6 +343,12 @@ def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Ma
     # Volcano: a job larger than its queue's capability never starts (volcano-sh/volcano#1331); the rest run
     never = {j.name: f"{j.name}: queue {j.queue}'s capability {capability[j.queue]:g} is below the {j.scale_factor} device(s) it needs"
              for j in order if j.scale_factor > capability.get(j.queue, math.inf)}
+    for j in order:  # and one that no model it runs on admits under the queue's per-model or per-kind limits
+        runs = np.array([tps[j.name].get(m, 0.0) > 0 for m in models])
+        held = [(key, c, mask) for q, key, mask, c in keyed if q == j.queue and j.scale_factor > c]
+        if j.name not in never and held and runs.any() and all(any(mask[i] for _k, _c, mask in held) for i in np.flatnonzero(runs)):
+            key, c, _mask = held[0]
+            never[j.name] = f"{j.name}: queue {j.queue}'s capability.{key}={c:g} is below the {j.scale_factor} device(s) it needs"
     order = [j for j in order if j.name not in never]
     active: list[SimJob] = []
     start: dict[str, float] = {}
@@ -352,8 +368,10 @@ def _simulate_fluid(jobs: Sequence[SimJob], inventory: ClusterInventory, tps: Ma
             continue
         tp = np.array([[tps[j.name][m] for m in models] for j in active])
         scale = np.array([j.scale_factor for j in active], dtype=float)
-        limits = [(np.array([j.queue == q for j in active]), float(c)) for q, c in capability.items()
-                  if any(j.queue == q for j in active)]
+        limits: list[tuple] = [(np.array([j.queue == q for j in active]), float(c)) for q, c in capability.items()
+                               if any(j.queue == q for j in active)]
+        limits += [(np.array([j.queue == q for j in active]), c, mask) for q, _key, mask, c in keyed
+                   if any(j.queue == q for j in active)]
         x = max_min_allocation(tp, scale, capacity, limits=limits)
         rate = (x * tp).sum(axis=1)
         busy = (x * scale[:, None]).sum(axis=0)

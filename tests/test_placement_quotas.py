@@ -131,7 +131,7 @@ def test_a_per_model_guarantee_reserves_that_model_for_its_queue() -> None:
     assert v100.placed and v100.model == "nvidia-v100" and not v100.borrowed
 
 
-@pytest.mark.parametrize("policy", ["throughput", "static", "least-loaded"])
+@pytest.mark.parametrize("policy", ["throughput", "static", "least-loaded", "gavel"])
 def test_the_simulator_keeps_a_per_model_capability_after_a_job_stops(policy: str) -> None:
     # sibling: the simulator gave back a finished job's devices to the queue's count of any model only
     from heteroflow.components.placement.policies import gavel_throughputs
@@ -147,6 +147,31 @@ def test_the_simulator_keeps_a_per_model_capability_after_a_job_stops(policy: st
     r = simulate(jobs, inv, table, policy)
     _times, busy = r.timeline
     assert busy.sum(axis=1).max() == pytest.approx(2.0) and len(r.finish) == 4
+
+
+def test_the_replay_and_packing_keep_a_limit_of_every_device_and_name_one_they_cannot_keep() -> None:
+    # siblings: the JCT replay and a packing policy count a queue's devices of any model
+    from heteroflow.components.placement.packplan import cluster_of
+    from heteroflow.components.placement.policies import gavel_throughputs
+    from heteroflow.pipelines.jct import replay
+    from heteroflow.pipelines.simulate import SimJob
+
+    table = gavel_throughputs()
+    kind = "ResNet-18 (batch size 32)"
+    nodes = "nodes:\n  - {name: g, replicas: 2, devices: {model: v100, count: 4}, cpu: 32, memory: 64Gi}\n"
+    every = _placement(nodes + "queues:\n  - {name: team, capability: {gpu: 2, cpu: 8, memory: 16Gi}}\n")
+    jobs = [SimJob(name=f"j{i}", arrival=0.0, job_type=kind, scale_factor=1, steps=3600 * table.of(kind, 1)["nvidia-v100"],
+                   queue="team", model="nvidia-v100") for i in range(4)]
+    _times, busy = replay(jobs, every, table, "fifo", sigma=0.5, seed=0).timeline
+    assert busy.sum(axis=1).max() == pytest.approx(2.0)
+    assert cluster_of(every).queues["team"].capability == {"gpu_milli": 2000, "cpu_milli": 8000, "memory_mib": 16384}
+    some = _placement(nodes + "  - {name: t, devices: {nvidia-t4: 4}, cpu: 8, memory: 16Gi}\n"
+                              "queues:\n  - {name: team, capability: {nvidia-t4: 2}}\n")
+    with pytest.raises(InvalidInventory, match=r"^q\.yaml: queue team: capability\.nvidia-t4=2 holds only some of the devices "
+                                               r"here \(nvidia-t4, of nvidia-v100, nvidia-t4\), and the JCT replay counts"):
+        replay(jobs, some, table, "fifo", sigma=0.5, seed=0)
+    with pytest.raises(InvalidInventory, match=r"and a packing policy counts a queue's devices of any model"):
+        cluster_of(some)
 
 
 # --- B: CPU pods on accelerator nodes ------------------------------------------------------------------------

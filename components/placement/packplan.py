@@ -78,11 +78,14 @@ def is_packing_policy(name: str) -> bool:
 def cluster_of(inventory: Any, used: Mapping[str, int] | None = None) -> Cluster:
     """The resource vectors of a :class:`~heteroflow.components.placement.views.PlacementInventory` (the file's, or
     the live cluster's free capacity): per node CPU millicores, memory MiB (bytes // 2^20), devices of its model
-    (``None`` model for a CPU-only node); per queue with a capability, ``gpu_milli`` = capability x 1000; ``used``
+    (``None`` model for a CPU-only node); per queue with a capability, ``gpu_milli`` = its device capability x 1000
+    (:meth:`~heteroflow.components.placement.views.PlacementInventory.any_model_capability`), ``cpu_milli`` and
+    ``memory_mib`` from its cpu and memory capability; ``used``
     (devices per queue, the queue state) is counted against the capabilities.
 
     Raises:
-        InvalidInventory: a node states no CPU or memory (a packing policy places by both).
+        InvalidInventory: a node states no CPU or memory (a packing policy places by both), or a queue's capability
+            per model or kind holds only some of the devices.
     """
     nodes = []
     for n in inventory.nodes:
@@ -93,9 +96,13 @@ def cluster_of(inventory: Any, used: Mapping[str, int] | None = None) -> Cluster
                                    "policy (e.g. policy: throughput)")
         nodes.append(NodeSpec(name=n.name, cpu_milli=n.cpu_millicores, memory_mib=n.memory_bytes // _MIB, gpus=n.devices,
                               model=n.model if n.devices else None, idle_watts=n.idle_watts, busy_watts=n.busy_watts))
-    queues = [QueueLimit(name=q.name, capability={"gpu_milli": q.capability * MILLI})
-              for q in inventory.queues.values() if q.capability is not None]
-    queues += [QueueLimit(name=q.name) for q in inventory.queues.values() if q.capability is None]
+    queues = []
+    for q in inventory.queues.values():  # devices of any model (per model or kind only where that is every device), CPU, memory
+        devices = inventory.any_model_capability(q, who="a packing policy")
+        limits = q.limits()
+        cap = {k: v for k, v in (("gpu_milli", None if devices is None else devices * MILLI), ("cpu_milli", limits.get("cpu")),
+                                 ("memory_mib", None if "memory" not in limits else limits["memory"] // _MIB)) if v is not None}
+        queues.append(QueueLimit(name=q.name, capability=cap))
     cluster = Cluster(nodes, queues, source=inventory.source)
     for q, n in (used or {}).items():
         cluster.queue_used[q] = {"cpu_milli": 0, "memory_mib": 0, "gpu_milli": int(n) * MILLI}

@@ -247,7 +247,9 @@ def max_min_allocation(throughput: np.ndarray, scale: np.ndarray, capacity: np.n
         scale: shape (jobs,), devices each job takes while it runs.
         capacity: shape (models,), devices per model.
         limits: ``(members, devices)`` pairs: the jobs of ``members`` (bool, shape (jobs,)) together hold at most
-            ``devices`` devices of any model (a Volcano queue's ``capability``).
+            ``devices`` devices of any model (a Volcano queue's ``capability``); or ``(members, devices, models)``
+            triples: at most ``devices`` of the models ``models`` (bool, shape (models,)) marks (a capability per
+            model or device kind).
 
     Returns:
         X, shape (jobs, models): fraction of time each job runs on each model (rows sum to <= 1;
@@ -276,13 +278,16 @@ def max_min_allocation(throughput: np.ndarray, scale: np.ndarray, capacity: np.n
                           shape=(n, nv + 1))
     blocks = [rows_one, rows_cap, rows_min]
     bounds_b = [np.ones(n), capacity.astype(float), np.zeros(n)]
-    for members, devices in limits:
-        sel = np.flatnonzero(np.asarray(members, dtype=bool)[jj])
+    for members, devices, *scope in limits:
+        in_scope = np.asarray(scope[0], dtype=bool)[mm] if scope else np.ones(nv, dtype=bool)
+        sel = np.flatnonzero(np.asarray(members, dtype=bool)[jj] & in_scope)
         blocks.append(coo_matrix((scale[jj[sel]], (np.zeros(sel.size, dtype=int), sel)), shape=(1, nv + 1)))
         bounds_b.append(np.array([float(devices)]))
     if limits:
         # the equal share a job could get is bounded by its queue's capability too
-        for members, devices in limits:
+        for members, devices, *scope in limits:
+            if scope:  # a per-model limit: the job may run elsewhere, its equal share is not bounded by it
+                continue
             m_ = np.asarray(members, dtype=bool)
             demand = float(scale[m_].sum())
             if demand > devices > 0:

@@ -387,6 +387,34 @@ class PlacementInventory:
     def total_devices(self) -> int:
         return sum(n.devices for n in self.nodes)
 
+    def any_model_capability(self, queue: PlacementQueue, *, who: str) -> int | None:
+        """``queue``'s device capability for a consumer that counts a queue's devices of any model (``who``: the
+        JCT replay, the fluid ``gavel`` policy, a packing policy): the smallest of its device limits that cover every
+        device of the inventory (a bare number; a kind or model when every device here is of it); None: no limit.
+
+        Raises:
+            InvalidInventory: a limit that holds only some of the devices here (per model or kind), which such a
+                consumer cannot keep; the message names the queue and the limit as the inventory writes it.
+        """
+        from heteroflow.components.devices.registry import has_devices
+
+        here = [m for m in self.models if has_devices(m)]
+        caps = []
+        for key, cap in queue.limits().items():
+            if key in _HOST_KEYS:
+                continue
+            if all(within(key, m) for m in here):
+                caps.append(cap)
+                continue
+            covered = [m for m in here if within(key, m)]
+            raise InvalidInventory(
+                f"{self.source}: queue {queue.name}: capability.{key}={cap} holds only some of the devices here "
+                f"({', '.join(covered) or 'none of them'}, of {', '.join(here)}), and {who} counts a queue's devices of any "
+                "model; valid there: a capability of any model (a bare number) or of every device here; the round "
+                "policies (throughput, power-aware, least-loaded, static, listed) keep it per model"
+            )
+        return min(caps) if caps else None
+
     def queue(self, name: str) -> PlacementQueue:
         """The queue ``name`` (``default`` exists even when not listed).
 
