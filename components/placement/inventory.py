@@ -9,8 +9,8 @@ their views of that one value:
 - the manifests (:mod:`heteroflow.pipelines.k8s.manifests`): :attr:`ClusterInventory.devices`, queues with their
   per-resource guarantees and capabilities, node labels and taints;
 - the simulator and the plan step's node placement (:mod:`heteroflow.components.placement.policies`): nodes of one model
-  each, queues counting devices of any model, throughputs (:meth:`ClusterInventory.for_placement`, a
-  :class:`PlacementInventory`).
+  each, queues with every guarantee and capability form below (each kept in its own scope: a model, a device kind,
+  any model, CPU, memory), throughputs (:meth:`ClusterInventory.for_placement`, a :class:`PlacementInventory`).
 
 Forms read (YAML; JSON is YAML too). Per device kind, a count or a count per model (the plan step's
 ``device_inventory``; any key :meth:`DeviceKind.parse` reads)::

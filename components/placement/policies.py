@@ -21,8 +21,10 @@ resources first; lower-priority queues' jobs are reclaimed first). Here the queu
 *deserved*, from ``weight`` or the capacity plugin) is its guarantee: a reclaimable queue may borrow beyond its
 guarantee, even idle capacity guaranteed to others, and gives it back (its newest, lowest-priority jobs are
 preempted) when the owner, or a job of a higher-priority queue or job, needs it; a queue that is not reclaimable
-may only use capacity no other queue is guaranteed. Quotas count accelerator devices of any model, as a cluster
-whose device plugin advertises one resource (``nvidia.com/gpu``) for every model does. A job's ``priority``
+may only use capacity no other queue is guaranteed. A guarantee or capability counts in its own scope, as the
+inventory writes it: devices of one model, of one device kind, of any model (a bare number, as a cluster whose
+device plugin advertises one resource, ``nvidia.com/gpu``, for every model counts them), CPU or memory; Kueue's
+ClusterQueue keeps a nominalQuota per ResourceFlavor and resource the same way. A job's ``priority``
 orders jobs within a queue and, on reclaim, across queues (Volcano's PriorityClass).
 
 This module holds the policies (:class:`Policy` and the built-in ones, :data:`POLICIES`, :func:`get_policy`) and

@@ -92,7 +92,9 @@ class QueueState:
 
     Attributes:
         queue: the queue this run's steps go to (Volcano/Kueue queue name; ``default`` when none).
-        used: accelerator devices in use per queue (any model), as Volcano's ``Queue.status.allocated`` counts them.
+        used: accelerator devices in use per queue (any model), as Volcano's ``Queue.status.allocated`` counts them;
+            their model is not known, so they count against each of the queue's device limits (per model, per
+            kind, of any model), never against its CPU or memory.
     """
 
     queue: str = "default"

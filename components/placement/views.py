@@ -243,7 +243,7 @@ class ClusterInventory:
     # --- the placement view
 
     def for_placement(self) -> PlacementInventory:
-        """The simulator's and node placement's view: one model per node, queues counting devices of any model.
+        """The simulator's and node placement's view: one model per node, queues with their amounts per key.
 
         Raises:
             InvalidInventory: no nodes, or a node with devices of several models (the message names the node).
