@@ -256,6 +256,16 @@ def test_a_mixed_candidate_on_a_node_inventory_places_every_group(tmp_path: Path
     assert _plan(tmp_path, str(gpu_only), train=["gpu+npu", "cpu"])["train"]["index"] == 1  # was placed on gpu+npu
 
 
+def test_a_mixed_candidate_under_a_packing_policy_places_every_group(tmp_path: Path) -> None:
+    # sibling: FGD and the other packing policies turned a candidate into its first group's request only
+    inventory = tmp_path / "mixed.yaml"
+    inventory.write_text(MIXED_NODES.replace("version: 1", "version: 1\npolicy: bestfit"))
+    short = _plan(tmp_path, str(inventory), train=["gpu+npu:count=4", "cpu"])["train"]
+    assert short["index"] == 1 and "its npu x4 replicas: " in short["passed_over"][0]
+    placed = _plan(tmp_path, str(inventory), train=["gpu:count=2+npu:count=2", "cpu"])["train"]
+    assert placed["index"] == 0 and placed["nodes"] == ["g", "n"]
+
+
 # --- D: found before the run ---------------------------------------------------------------------------------
 
 

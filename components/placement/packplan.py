@@ -46,7 +46,7 @@ from heteroflow.components.placement.views import InvalidInventory
 from heteroflow.components.resources import Candidates, DeviceKind, Resources
 
 __all__ = ["RECENT_RUNS", "Distribution", "PackingPlanner", "cluster_of", "is_packing_policy", "recent_requests",
-           "request_of", "resolve_policy", "shared_gpu_default"]
+           "request_of", "requests_of", "resolve_policy", "shared_gpu_default"]
 
 _MIB = 1 << 20
 RECENT_RUNS = 50
@@ -107,6 +107,25 @@ def cluster_of(inventory: Any, used: Mapping[str, int] | None = None) -> Cluster
     for q, n in (used or {}).items():
         cluster.queue_used[q] = {"cpu_milli": 0, "memory_mib": 0, "gpu_milli": int(n) * MILLI}
     return cluster
+
+
+def requests_of(res: Resources, *, name: str = "candidate", queue: str = "default") -> list[Request]:
+    """The request vectors of a candidate: one (:func:`request_of`), or one per replica group of a mixed candidate
+    (``count`` replicas of the group's kind, its CPU and memory per replica), placed together or not at all."""
+    from heteroflow.components.replicas import is_mixed
+
+    if not is_mixed(res):
+        return [request_of(res, name=name, queue=queue)]
+    out = []
+    for g in res.replicas:
+        one = g.resources
+        has = DeviceKind(one.kind).has_devices
+        milli = one.device_share_milli or (MILLI if has else 0)
+        out.append(Request(name=f"{name} {g.kind.value}", cpu_milli=(one.cpu_millicores or 0) * g.count,
+                           memory_mib=math.ceil((one.memory_bytes or 0) / _MIB) * g.count, num_gpu=g.count if has else 0,
+                           gpu_milli=milli, models=tuple(m.name for m in one.accelerator_models) if has else (),
+                           single_node=True, queue=queue))
+    return out
 
 
 def request_of(res: Resources, *, name: str = "candidate", queue: str = "default") -> Request:
@@ -246,9 +265,9 @@ class PackingPlanner:
             self.distribution = recent_requests(inventory, fallback, queue=self.queue_state.queue)
             self.policy.prepare(self.distribution.requests)
 
-    def score(self, call: str, candidates: Candidates) -> tuple[list[Any], list[Request]]:
+    def score(self, call: str, candidates: Candidates) -> tuple[list[Any], list[list[Request]]]:
         """Each candidate's :class:`~heteroflow.components.placement.scoring.CandidateScore` (in the listed order)
-        and its request vector; the cluster is not changed."""
+        and its request vectors (one per replica group of a mixed candidate); the cluster is not changed."""
         import copy
 
         from heteroflow.components.placement.scoring import CandidateScore, step_seconds_per_model
@@ -257,14 +276,24 @@ class PackingPlanner:
         out, requests = [], []
         name = self.policy.name
         for i, res in enumerate(candidates):
-            req = request_of(res, name=f"{call} candidate {i}", queue=self.queue_state.queue)
-            requests.append(req)
+            group = requests_of(res, name=f"{call} candidate {i}", queue=self.queue_state.queue)  # a mixed one: per kind
+            req = group[0]
+            requests.append(group)
             trial = copy.deepcopy(self.cluster)
-            d = place(req, trial, self.policy, np.random.default_rng(self.seed))
+            rng = np.random.default_rng(self.seed)
+            held = None
+            for k, r in enumerate(group):
+                d = place(r, trial, self.policy, rng)
+                if not d.placed:
+                    held = d.reason if len(group) == 1 else f"its {res.replicas[k].kind.value} x{res.replicas[k].count} replicas: {d.reason}"
+                    break
+                if k == 0:
+                    first_d = d
             milli = res.device_share_milli
-            if not d.placed:
-                out.append(CandidateScore(candidate=i, score=-math.inf, feasible=False, gpu_milli=milli, reason=d.reason))
+            if held is not None:
+                out.append(CandidateScore(candidate=i, score=-math.inf, feasible=False, gpu_milli=milli, reason=held))
                 continue
+            d = first_d
             top = [(n, s + 0.0) for n, s in ranked(req.workers()[0], self.cluster, self.policy) if s is not None]
             first = d.nodes[0][0]
             model = self.cluster.nodes[self.cluster.index[first]].model or DeviceKind.host().value
@@ -303,8 +332,10 @@ class PackingPlanner:
         win = scores[i]
         if by == "listed":
             why += (f" (an ordered candidate list; {self.policy.name} chooses its node: {win.nodes[0]}, score {win.score:.4g})")
-        decision = place(requests[i], self.cluster, self.policy, np.random.default_rng(self.seed))
-        nodes = tuple(dict.fromkeys(n for n, _ in decision.nodes))
+        rng = np.random.default_rng(self.seed)
+        decisions = [place(r, self.cluster, self.policy, rng) for r in requests[i]]  # every group of a mixed candidate
+        decision = decisions[0]
+        nodes = tuple(dict.fromkeys(n for d in decisions for n, _ in d.nodes))
         passed = tuple(f"candidate {x.candidate} ({candidates[x.candidate].describe()}): {x.reason}"
                        for x in scores if x.candidate < i and not x.feasible)
         kind = DeviceKind(res.kind)
@@ -312,7 +343,7 @@ class PackingPlanner:
         if self.distribution is not None:
             packing["distribution"] = self.distribution.source
         return Placement(index=i, resources=res, device_kind=kind.value, torch_device=res.torch_device_type,
-                         passed_over=passed, explanation=f"[{self.policy.name}] candidate {i}: {decision.explanation}",
+                         passed_over=passed, explanation=f"[{self.policy.name}] candidate {i}: " + "; ".join(d.explanation for d in decisions),
                          nodes=nodes, scores=tuple(x.to_dict() for x in scores), why=why,
                          pod=_pod_of(res, win.model, nodes, win.gpu_milli), packing=packing)
 
