@@ -114,6 +114,8 @@ def _borrowing(q: Any, state: PlacementState, asks: Mapping[str, int]) -> str | 
     """Whether the job (``asks``: scope -> amount) uses capacity other queues are guaranteed beyond ``q``'s own
     unmet guarantee, in any scope it asks in; the first such scope as one line, or None."""
     inv = state.inventory
+    if not any(o.guarantees or o.guarantee for o in inv.queues.values()):  # nothing is guaranteed to anyone
+        return None
     for scope, ask in asks.items():
         if not ask:
             continue
@@ -215,7 +217,8 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
         # quota, per model: the queue's capability per model and kind; others' unmet guarantees stay free unless
         # this queue's jobs are reclaimable
         held_by: list[str] = []
-        for i in np.flatnonzero(allowed):
+        keyed = any(k not in (ANY_DEVICES, "cpu", "memory") for k in q.limits())
+        for i in np.flatnonzero(allowed) if keyed or not q.reclaimable else ():  # else nothing depends on the model
             m = state.models[int(i)]
             why = _over_limit(q, state, {m: need, kind_of(m): need}) if has_devices(m) else None
             if why is None and not q.reclaimable and has_devices(m):
@@ -229,7 +232,8 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
             continue
         mem_ok = state.mem >= job.device_memory_bytes if job.device_memory_bytes else np.ones(len(state.mem), dtype=bool)
         room = state.free > 0 if need else np.ones(len(state.free), dtype=bool)
-        host_ok = (state.cpu_free >= job.cpu_millicores) & (state.mem_free >= job.memory_bytes)
+        host_ok = ((state.cpu_free >= job.cpu_millicores) & (state.mem_free >= job.memory_bytes)
+                   if job.cpu_millicores or job.memory_bytes else True)
         mask = mem_ok & room & host_ok & allowed[state.model_of]
         free_by_model = np.bincount(state.model_of[mask], weights=state.free[mask], minlength=len(state.models))
         fits = allowed & (free_by_model >= need) if need else allowed & (np.bincount(state.model_of[mask], minlength=len(state.models)) > 0)
@@ -272,7 +276,7 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
                 out.append(Decision(job=job.name, placed=False, model=model, explanation=(
                     f"{job.name} waits: needs {need} free device(s){mem_note} of one model among "
                     f"{', '.join(m for m, a in zip(state.models, allowed, strict=True) if a)}; most free: {best_free}"
-                    + _host_note(job, state, mem_ok & room & allowed[state.model_of], host_ok))))
+                    + _host_note(job, state, mem_ok & room & allowed[state.model_of], np.broadcast_to(host_ok, mem_ok.shape)))))
                 continue
             choice = int(np.argmax(fit_scores))
             model = state.models[choice]
