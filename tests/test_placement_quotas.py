@@ -174,6 +174,34 @@ def test_the_replay_and_packing_keep_a_limit_of_every_device_and_name_one_they_c
         cluster_of(some)
 
 
+@pytest.mark.parametrize(("used", "t4", "v100"), [
+    ('{"q": {"nvidia-t4": 2}}', False, True),  # the model is known: the v100s are free to it
+    ('{"q": {"gpu": 2}}', False, True),  # a kind's devices count against its models' limits (which one is not known)
+    ('{"q": 3}', False, False),  # a bare count: against every device limit (the old form)
+    ('{"q": {"nvidia-v100": 2}}', True, True),
+])
+def test_the_queue_state_gives_use_per_model(used: str, t4: bool, v100: bool, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # sibling: a queue state could only say how many devices a queue uses, so a per-model limit counted all of them
+    inventory = tmp_path / "q.yaml"
+    inventory.write_text("version: 1\nnodes:\n  - {name: t4, devices: {nvidia-t4: 4}, cpu: 32, memory: 128Gi}\n"
+                         "  - {name: v100, devices: {nvidia-v100: 4}, cpu: 32, memory: 128Gi}\n"
+                         "queues:\n  - {name: q, capability: {nvidia-t4: 2, nvidia-v100: 3, gpu: 5}}\n")
+    monkeypatch.setenv(QUEUE_STATE_ENV, f'{{"queue": "q", "used": {used}}}')
+    check_plan_params(device_inventory=str(inventory))
+    for model, fits in (("t4", t4), ("v100", v100)):
+        placed = _plan(tmp_path, str(inventory), train=[f"gpu:accelerator={model}", "cpu"])["train"]
+        assert (placed["index"] == 0) is fits, placed["passed_over"]
+
+
+def test_a_queue_state_amount_is_named_as_written(monkeypatch: pytest.MonkeyPatch) -> None:
+    from heteroflow.components.placement.scoring import QueueState
+
+    with pytest.raises(InvalidParameter, match=r"^s: used\['q'\]\.cpu='lots' is not"):
+        QueueState.from_mapping({"used": {"q": {"cpu": "lots"}}}, source="s")
+    state = QueueState.from_mapping({"used": {"q": {"t4": 2, "cpu": "500m", "memory": "1Gi"}}}, source="s")
+    assert state.used == {"q": 2} and state.used_by == {"q": {"nvidia-t4": 2, "cpu": 500, "memory": 2**30}}
+
+
 # --- B: CPU pods on accelerator nodes ------------------------------------------------------------------------
 
 
@@ -296,7 +324,8 @@ QA = "version: 1\nnodes:\n  - {name: a, devices: {nvidia-v100: 4}, cpu: 32, memo
     ('{"queue":"team-b"}', "HETEROFLOW_QUEUE_STATE: queue='team-b' is not in INV; valid: default, team-a"),
     ('{"used": -3}', "HETEROFLOW_QUEUE_STATE='{\"used\": -3}': used=-3 is not an object of queue -> devices in use"),
     ('{"used": {"team-a": -3}}', "HETEROFLOW_QUEUE_STATE='{\"used\": {\"team-a\": -3}}': used['team-a']=-3 is not a device "
-                                 "count; valid: an integer >= 0"),
+                                 "count; valid: an integer >= 0, or amounts per model, device kind, cpu and memory "
+                                 '({"nvidia-t4": 2, "cpu": 8})'),
     ('{"used": {"team-z": 1}}', "HETEROFLOW_QUEUE_STATE: used['team-z'] names a queue that is not in INV; valid: default, team-a"),
 ], ids=["not-json", "unknown-queue", "used-negative", "used-count-negative", "used-unknown-queue"])
 def test_a_bad_queue_state_is_refused_before_the_run(state: str, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

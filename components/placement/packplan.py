@@ -75,13 +75,14 @@ def is_packing_policy(name: str) -> bool:
     return resolve_policy(name)[0] == "packing"
 
 
-def cluster_of(inventory: Any, used: Mapping[str, int] | None = None) -> Cluster:
+def cluster_of(inventory: Any, used: Mapping[str, int] | None = None,
+               used_by: Mapping[str, Mapping[str, int]] | None = None) -> Cluster:
     """The resource vectors of a :class:`~heteroflow.components.placement.views.PlacementInventory` (the file's, or
     the live cluster's free capacity): per node CPU millicores, memory MiB (bytes // 2^20), devices of its model
     (``None`` model for a CPU-only node); per queue with a capability, ``gpu_milli`` = its device capability x 1000
     (:meth:`~heteroflow.components.placement.views.PlacementInventory.any_model_capability`), ``cpu_milli`` and
     ``memory_mib`` from its cpu and memory capability; ``used``
-    (devices per queue, the queue state) is counted against the capabilities.
+    (devices per queue, the queue state) and ``used_by`` (its cpu and memory per queue) are counted against them.
 
     Raises:
         InvalidInventory: a node states no CPU or memory (a packing policy places by both), or a queue's capability
@@ -106,6 +107,9 @@ def cluster_of(inventory: Any, used: Mapping[str, int] | None = None) -> Cluster
     cluster = Cluster(nodes, queues, source=inventory.source)
     for q, n in (used or {}).items():
         cluster.queue_used[q] = {"cpu_milli": 0, "memory_mib": 0, "gpu_milli": int(n) * MILLI}
+    for q, by in (used_by or {}).items():
+        u = cluster.queue_used.setdefault(q, {"cpu_milli": 0, "memory_mib": 0, "gpu_milli": 0})
+        u["cpu_milli"], u["memory_mib"] = by.get("cpu", 0), by.get("memory", 0) // _MIB
     return cluster
 
 
@@ -256,7 +260,7 @@ class PackingPlanner:
         self.policy = get_packing_policy(policy)
         self.queue_state = queue_state or QueueState()
         self.profile = profile
-        self.cluster = cluster_of(inventory, self.queue_state.used)
+        self.cluster = cluster_of(inventory, self.queue_state.used, self.queue_state.used_by)
         self.seed = seed
         self.distribution: Distribution | None = None
         if self.policy.name == "fgd":

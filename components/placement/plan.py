@@ -322,7 +322,7 @@ def check_node_inventory(nodes: Any) -> Any:
     queue_state.check_queues(nodes)
     if nodes.policy and is_packing_policy(nodes.policy):
         try:
-            cluster_of(nodes, queue_state.used)
+            cluster_of(nodes, queue_state.used, queue_state.used_by)
         except InvalidInventory as exc:
             raise InvalidParameter(str(exc)) from None
     return queue_state
@@ -501,7 +501,7 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
                                   else "throughput" if training_profile else "listed")
         packer = (PackingPlanner(nodes, policy, queue_state=queue_state, profile=prof if training_profile else None,
                                  candidates=list(parsed.values())) if is_packing_policy(policy) else None)
-        state = PlacementState(nodes, queue_used=queue_state.used)
+        state = PlacementState(nodes, queue_used=queue_state.used, queue_used_by=queue_state.used_by)
         for call, cands in parsed.items():
             try:
                 chosen[call] = (packer.place(call, cands) if packer is not None else

@@ -92,17 +92,21 @@ class QueueState:
 
     Attributes:
         queue: the queue this run's steps go to (Volcano/Kueue queue name; ``default`` when none).
-        used: accelerator devices in use per queue (any model), as Volcano's ``Queue.status.allocated`` counts them;
-            their model is not known, so they count against each of the queue's device limits (per model, per
-            kind, of any model), never against its CPU or memory.
+        used: accelerator devices in use per queue (any model), as Volcano's ``Queue.status.allocated`` counts them.
+        used_by: per queue given per key (``{"team-a": {"nvidia-t4": 2, "cpu": 8}}``, as Kueue's ClusterQueue
+            ``flavorsUsage`` reports it): devices per model or device kind, CPU (millicores), memory (bytes). Devices
+            whose model is not given count against each of the queue's device limits they may fall under (a bare
+            count: every one; a kind's: that kind's and its models'), never against its CPU or memory.
     """
 
     queue: str = "default"
     used: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    used_by: Mapping[str, Mapping[str, int]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def from_mapping(cls, data: Any, *, source: str = "queue state") -> QueueState:
-        """``{"queue": "team-a", "used": {"team-a": 6, "team-b": 2}}`` (both optional).
+        """``{"queue": "team-a", "used": {"team-a": 6, "team-b": {"nvidia-t4": 2, "gpu": 1, "cpu": 8, "memory": "32Gi"}}}``
+        (both optional): per queue, devices in use of any model, or amounts per model, device kind, cpu and memory.
 
         Raises:
             InvalidParameter: not a mapping, an unknown key, a queue name that is not a string, a count that is
@@ -120,10 +124,24 @@ class QueueState:
         used = data.get("used", {})
         if not isinstance(used, Mapping):
             raise InvalidParameter(f"{source}: used={used!r} is not an object of queue -> devices in use")
+        counts: dict[str, int] = {}
+        by: dict[str, dict[str, int]] = {}
         for name, n in used.items():
+            if isinstance(n, Mapping):
+                from heteroflow.components.placement.inventory import _amounts
+                from heteroflow.components.placement.views import InvalidInventory
+
+                try:
+                    by[str(name)] = _amounts(n, f"used[{name!r}]")
+                except InvalidInventory as exc:
+                    raise InvalidParameter(f"{source}: {exc}") from None
+                counts[str(name)] = sum(v for k, v in by[str(name)].items() if k not in ("cpu", "memory"))
+                continue
             if not isinstance(n, int) or isinstance(n, bool) or n < 0:
-                raise InvalidParameter(f"{source}: used[{name!r}]={n!r} is not a device count; valid: an integer >= 0")
-        return cls(queue=queue, used=dict(used))
+                raise InvalidParameter(f"{source}: used[{name!r}]={n!r} is not a device count; valid: an integer >= 0, or "
+                                       "amounts per model, device kind, cpu and memory ({\"nvidia-t4\": 2, \"cpu\": 8})")
+            counts[str(name)] = n
+        return cls(queue=queue, used=counts, used_by=by)
 
     @classmethod
     def from_env(cls) -> QueueState:
@@ -253,7 +271,7 @@ def score_candidates(candidates: Candidates | Sequence[Resources], inventory: An
     qs = queue_state or QueueState()
     pol = get_policy(policy)
     if state is None:
-        state = PlacementState(inventory, queue_used=qs.used)
+        state = PlacementState(inventory, queue_used=qs.used, queue_used_by=qs.used_by)
     times = step_seconds_per_model(profile, inventory.throughputs.get(call))
     out: list[CandidateScore] = []
     for i, res in enumerate(candidates):

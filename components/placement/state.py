@@ -84,6 +84,8 @@ class PlacementState:
         inventory: the nodes and queues.
         free: free devices per node (default: all).
         queue_used: devices in use per queue.
+        queue_used_by: per queue, what it uses per model or device kind, ``cpu`` (millicores), ``memory`` (bytes),
+            where known (:class:`~heteroflow.components.placement.scoring.QueueState`'s ``used_by``).
         now: the current time, s.
         device_free_at: optional per model, the time each device becomes free (now for a free one, s); with it
             and a job's ``steps``, policies estimate finish times and may choose to wait for a faster model.
@@ -91,7 +93,8 @@ class PlacementState:
 
     def __init__(self, inventory: ClusterInventory, *, free: np.ndarray | None = None,
                  queue_used: Mapping[str, int] | None = None, now: float = 0.0,
-                 device_free_at: Mapping[str, np.ndarray] | None = None) -> None:
+                 device_free_at: Mapping[str, np.ndarray] | None = None,
+                 queue_used_by: Mapping[str, Mapping[str, int]] | None = None) -> None:
         self.inventory = inventory
         self.models: tuple[str, ...] = inventory.models
         index = {m: i for i, m in enumerate(self.models)}
@@ -103,7 +106,7 @@ class PlacementState:
         self.cost = np.fromiter((n.cost_per_hour / max(n.devices, 1) for n in nodes), dtype=np.float64, count=len(nodes))
         self.watts = np.fromiter((n.busy_watts + n.idle_watts / max(n.devices, 1) for n in nodes), dtype=np.float64, count=len(nodes))
         self.queue_used: dict[str, int] = dict(queue_used or {})
-        self.queue_used_by: dict[str, dict[str, int]] = {}
+        self.queue_used_by: dict[str, dict[str, int]] = {q: dict(v) for q, v in (queue_used_by or {}).items()}
         """Per queue, what the jobs placed on this state use per model (devices), ``cpu`` (millicores) and
         ``memory`` (bytes); devices in ``queue_used`` beyond these (stated in use, model unknown) count in every
         device scope (:meth:`used_in`)."""
@@ -126,7 +129,8 @@ class PlacementState:
 
     def used_in(self, queue: str, scope: str) -> int:
         """What ``queue`` uses in ``scope`` (a model, a device kind value, :data:`ANY_DEVICES`, ``cpu``,
-        ``memory``). Devices stated in use without a model (the queue state's count) count in every device scope."""
+        ``memory``). Devices whose model is not known count in every scope they may fall in: stated in use without a
+        model or kind (the queue state's bare count) in every device scope; of a kind, in that kind's models too."""
         from heteroflow.components.placement.views import ANY_DEVICES, within
 
         by = self.queue_used_by.get(queue, {})
@@ -134,9 +138,9 @@ class PlacementState:
             return self.queue_used.get(queue, 0)
         if scope in ("cpu", "memory"):
             return by.get(scope, 0)
-        placed = sum(n for k, n in by.items() if k not in ("cpu", "memory"))
-        unattributed = max(self.queue_used.get(queue, 0) - placed, 0)
-        return unattributed + sum(n for k, n in by.items() if k not in ("cpu", "memory") and within(scope, k))
+        devices = {k: n for k, n in by.items() if k not in ("cpu", "memory")}
+        unattributed = max(self.queue_used.get(queue, 0) - sum(devices.values()), 0)
+        return unattributed + sum(n for k, n in devices.items() if within(scope, k) or within(k, scope))
 
     def take(self, job: Job, model: str, nodes: Sequence[tuple[int, int]]) -> None:
         """Take ``job``'s devices (``(node, devices)`` pairs), CPU and memory on ``nodes`` and count them in its queue."""
