@@ -1348,6 +1348,24 @@ def test_a_simulated_model_is_placed_by_its_model(monkeypatch: pytest.MonkeyPatc
     assert "needs 1 x Ascend 910B3" in placed.passed_over[0]
 
 
+def test_a_stated_inventory_keeps_its_counts_when_its_kinds_are_simulated(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: ``-c npu:count=2 --param device_inventory='{"npu": 1}' --simulate-devices npu,gpu`` was
+    placed on npu: the simulation replaced the stated one npu by 8 (and added 8 gpus). A stated inventory describes
+    the cluster; the simulation only lets a kind's steps run on this CPU. Without a stated one, the simulated kinds
+    still appear (the sibling: the README's rehearsals)."""
+    from heteroflow.components.placement.plan import current_inventory
+
+    monkeypatch.setenv("HETEROFLOW_SIMULATE_DEVICES", "npu,gpu")
+    inv = current_inventory('{"npu": 1}')
+    assert inv.devices.get(DeviceKind.NPU) == 1 and not inv.devices.get(DeviceKind.GPU) and inv.simulated == (DeviceKind.NPU,)
+    placed = plan(Candidates(["npu:count=2", "gpu", "cpu"]), inventory=inv)
+    assert placed.index == 2, placed
+    assert "needs 2 npu device(s)" in placed.passed_over[0], placed.passed_over
+    local = current_inventory("")
+    assert local.devices[DeviceKind.NPU] == local.devices[DeviceKind.GPU] == 8
+    assert plan(Candidates(["npu:count=2", "gpu", "cpu"]), inventory=local).index == 0
+
+
 def test_a_model_trained_on_a_dataset_factorys_data_is_archived_under_the_factorys_name(
         digits_shards: Path, digits_model: Path, tmp_path: Path):
     """A new user's run with ``dataset_factory=mydata:blobs`` on the default data set archived its model as the

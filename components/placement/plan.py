@@ -403,8 +403,10 @@ def live_inventory() -> Any:
 
 
 def current_inventory(device_inventory: str = "") -> Inventory:
-    """The inventory plan uses: ``device_inventory`` (JSON) when given, else the local one (probes PyTorch),
-    plus the device kinds simulated by ``HETEROFLOW_SIMULATE_DEVICES`` (:data:`SIMULATED_DEVICE_COUNT` each).
+    """The inventory plan uses: ``device_inventory`` (JSON) when given, as stated; else the local one (probes
+    PyTorch) plus the device kinds simulated by ``HETEROFLOW_SIMULATE_DEVICES`` (:data:`SIMULATED_DEVICE_COUNT`
+    each). A stated inventory describes the cluster, so a simulation (which only lets a kind's steps run on this
+    CPU) changes none of its counts: ``{"npu": 1}`` with npu simulated still has one npu.
 
     Raises:
         InvalidParameter: ``device_inventory`` or the simulation setting does not parse.
@@ -415,6 +417,8 @@ def current_inventory(device_inventory: str = "") -> Inventory:
     simulated = simulated_devices()
     if not simulated:
         return inv
+    if device_inventory.strip():  # a new user's trial: {"npu": 1} with npu simulated placed -c npu:count=2 on 8 npus
+        return dataclasses.replace(inv, simulated=tuple(DeviceKind(k) for k in simulated if inv.devices.get(DeviceKind(k))))
     from heteroflow.components.devices.accelerators import find_accelerator
 
     devices = dict(inv.devices)
