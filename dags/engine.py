@@ -18,8 +18,8 @@ imported and configured once per run, not once per command:
    DAG, DESIGN.md), so no ``airflow dags reserialize`` is run first (it cost a process start and a second parse).
 
 The DAG is built in Airflow's process from the pipeline's ``module:attribute`` (``source``): a Pipeline value made in
-this process cannot be handed over, but its device-bound calls' candidates are (written into the DAG file as JSON and
-set on the imported pipeline's calls), so ``heteroflow run --engine airflow -c cpu`` runs the default pipeline with
+this process cannot be handed over, but its device-bound calls' candidates are (given to Airflow's process as JSON in
+:data:`PLACEMENTS_ENV`, not in the DAG file every run shares, and set on the imported pipeline's calls), so ``heteroflow run --engine airflow -c cpu`` runs the default pipeline with
 those candidates. Its tasks use Airflow's default pool (no ``heteroflow airflow pools`` needed).
 A run stopped here (Ctrl-C, SIGTERM) kills Airflow's process, writes heteroflow's record, then ends Airflow's record of
 the run as that one says, as "Mark failed" in Airflow's UI does (:func:`_fail_stopped_run`, in a short child process
@@ -56,14 +56,20 @@ __all__ = ["ENGINE", "RUN_DIR_ENV", "AirflowEngine", "AirflowRunError", "engine_
 RUN_DIR_ENV = "HETEROFLOW_AIRFLOW_ENGINE_RUN_DIR"
 """The run folder of the engine's run, read by :func:`engine_dag` while Airflow parses the engine's DAG file."""
 
+PLACEMENTS_ENV = "HETEROFLOW_AIRFLOW_ENGINE_PLACEMENTS"
+"""The run's ``{call: candidates JSON}`` (JSON), read by :func:`engine_dag` while Airflow parses the engine's DAG
+file: in the environment of the run's own Airflow process, not in the DAG file, which every run of the pipeline
+shares (two runs at once with other ``-c`` candidates took each other's)."""
+
 ENGINE_LOG = "airflow.log"
 """Airflow's own output, in the run folder."""
 
 _DAG_FILE = """\
-# Airflow DAG file written by heteroflow's airflow engine (heteroflow.dags.engine); rewritten by each run.
+# Airflow DAG file written by heteroflow's airflow engine (heteroflow.dags.engine); a run's candidates come from
+# its own Airflow process's environment (HETEROFLOW_AIRFLOW_ENGINE_PLACEMENTS).
 from heteroflow.dags.engine import engine_dag
 
-dag = engine_dag({source!r}, {dag_id!r}, {placements!r})
+dag = engine_dag({source!r}, {dag_id!r})
 """
 
 
@@ -85,7 +91,8 @@ def engine_dag(source: str, dag_id: str, placements: Mapping[str, str] | None = 
     Args:
         placements: ``{call: candidates JSON}`` of the pipeline value the run was given
             (:attr:`~heteroflow.pipelines.graph.Pipeline.placements`): each call's candidates are set to them (the
-            default pipeline with ``-c`` candidates is imported from its function, then given those).
+            default pipeline with ``-c`` candidates is imported from its function, then given those); None: from
+            ``$HETEROFLOW_AIRFLOW_ENGINE_PLACEMENTS`` (:data:`PLACEMENTS_ENV`, set by the engine for its run) when set.
 
     Raises:
         InvalidParameter: ``source`` does not name a pipeline (see :func:`heteroflow.pipelines.graph.load_pipeline`),
@@ -97,6 +104,8 @@ def engine_dag(source: str, dag_id: str, placements: Mapping[str, str] | None = 
     from heteroflow.pipelines.graph import load_pipeline
 
     pipeline = load_pipeline(source)
+    if placements is None and os.environ.get(PLACEMENTS_ENV):
+        placements = json.loads(os.environ[PLACEMENTS_ENV])
     for call, text in (placements or {}).items():
         if call not in pipeline:
             raise InvalidParameter(f"{source} has no call {call!r}, which the run's pipeline places; valid: {', '.join(pipeline.placements())}")
@@ -219,7 +228,12 @@ class AirflowEngine:
         dags = home / "heteroflow-engine-dags"
         dags.mkdir(parents=True, exist_ok=True)
         dag_id = _dag_id(pipeline.name)
-        (dags / f"{dag_id.replace('-', '_').replace('.', '_')}.py").write_text(_DAG_FILE.format(source=source, dag_id=dag_id, placements=pipeline.placements()), encoding="utf-8")
+        dag_file = dags / f"{dag_id.replace('-', '_').replace('.', '_')}.py"
+        text = _DAG_FILE.format(source=source, dag_id=dag_id)
+        if not dag_file.is_file() or dag_file.read_text(encoding="utf-8") != text:  # never half-written for a run parsing it
+            from heteroflow.cache.atomic import atomic_write_bytes
+
+            atomic_write_bytes(dag_file, text.encode())
         conf = {k: v for k, v in dict(params or {}).items()}
         with testing_environment(simulate_devices, inject_faults, pipeline=pipeline) as testing:
             # the run's folder and driver.json (as every engine's): a stopped run gets its record here, a killed
@@ -232,6 +246,7 @@ class AirflowEngine:
                 "AIRFLOW__CORE__DAGS_FOLDER": str(dags),
                 "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
                 RUN_DIR_ENV: str(folder),
+                PLACEMENTS_ENV: json.dumps(pipeline.placements()),  # this run's candidates (-c), not another's
                 # the pipeline's module is imported in Airflow's process as load_pipeline finds it here
                 "PYTHONPATH": os.pathsep.join([os.getcwd(), *filter(None, [os.environ.get("PYTHONPATH")])]),
             }

@@ -339,17 +339,31 @@ def test_the_airflow_engine_runs_the_default_pipeline_with_the_candidates_of_c(d
     monkeypatch.setenv("AIRFLOW_HOME", str(tmp_path / "airflow"))
     for name in (SIMULATE_ENV, FAULT_ENV):
         monkeypatch.delenv(name, raising=False)
-    ran: list[list[list[str]]] = []
-    monkeypatch.setattr(airflow_engine, "_run_airflow", lambda commands, *a, **k: (ran.append(commands), (0, "", commands[-1]))[1])
+    ran: list[tuple[list[list[str]], dict[str, str]]] = []
+    monkeypatch.setattr(airflow_engine, "_run_airflow", lambda commands, env, *a, **k: (ran.append((commands, env)), (0, "", commands[-1]))[1])
     result = CliRunner().invoke(app, ["run", "--engine", "airflow", "-c", "cpu", "--dataset", str(digits_dir), "-o", str(tmp_path / "run")])
     assert "needs the pipeline as 'module:attribute'" not in result.output
-    assert ran and ran[0][-1][:2] == ["dags", "test"], result.output  # Airflow was started (faked: it wrote no record)
+    assert ran and ran[0][0][-1][:2] == ["dags", "test"], result.output  # Airflow was started (faked: it wrote no record)
     (dag_file,) = (tmp_path / "airflow" / "heteroflow-engine-dags").glob("*.py")
-    scope: dict[str, Any] = {}
-    exec(compile(dag_file.read_text(), str(dag_file), "exec"), scope)  # as Airflow's DagBag imports it
-    dag = scope["dag"]
+    first_file = dag_file.read_text()
+
+    def parsed(env: dict[str, str]) -> Any:  # the DAG file loaded as Airflow's DagBag imports it, in that run's process
+        monkeypatch.setenv(airflow_engine.PLACEMENTS_ENV, env[airflow_engine.PLACEMENTS_ENV])
+        scope: dict[str, Any] = {}
+        exec(compile(dag_file.read_text(), str(dag_file), "exec"), scope)
+        return scope["dag"]
+
     # train on the one candidate -c gave: one task (the default's three candidates make a task group of three)
-    train = [t.task_id for t in dag.tasks if t.task_id.split(".")[0] == "train"]
+    train = [t.task_id for t in parsed(ran[0][1]).tasks if t.task_id.split(".")[0] == "train"]
     assert train == ["train"], train
+    # a review: the candidates were written into the one DAG file every run of the pipeline shares, so two runs at
+    # once with other -c took each other's. They go in each run's own Airflow process's environment instead
+    result = CliRunner().invoke(app, ["run", "--engine", "airflow", "-c", "npu", "-c", "cpu", "--dataset", str(digits_dir), "-o", str(tmp_path / "run2")])
+    assert len(ran) == 2, result.output
+    assert dag_file.read_text() == first_file and "cpu" not in first_file.split("engine_dag(")[1]
+    second = [t.task_id for t in parsed(ran[1][1]).tasks if t.task_id.split(".")[0] == "train"]
+    assert [t for t in second if t.split(".")[1].startswith(("npu", "cpu", "gpu"))] == ["train.npu-0", "train.cpu-1"], second
+    assert [t.task_id for t in parsed(ran[0][1]).tasks if t.task_id.split(".")[0] == "train"] == ["train"]  # the first's own
+    monkeypatch.delenv(airflow_engine.PLACEMENTS_ENV)
     default_dag = airflow_engine.engine_dag("heteroflow.pipelines.default:default_pipeline", "d")
     assert len([t for t in default_dag.tasks if t.task_id.startswith("train.")]) >= 3
