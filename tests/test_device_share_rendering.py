@@ -27,8 +27,8 @@ PROFILES = ROOT / "examples" / "profiles"
 INVENTORY = ROOT / "examples" / "manifests" / "inventory.yaml"
 HAMI_YAML = "version: 1\nname: nv-hami\nvendors:\n  nvidia: {plugin: hami, labels: gfd}\n"  # the trial's /tmp/hami-nv.yaml
 SHARE = "gpu:device_share=0.3,accelerator=T4"
-T4_30_PERCENT_MIB = str(math.ceil(ACCELERATORS["nvidia-t4"].device_memory_bytes * 0.3 / 2**20))  # 4916 MiB of 16 GiB
-HAMI_SHARE = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem": T4_30_PERCENT_MIB}
+# a percentage of the memory the device reports (MiB of the data sheet's 16 GiB asked 2 x 8192 for two halves of a T4, which reports 15360)
+HAMI_SHARE = {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "30", "nvidia.com/gpumem-percentage": "30"}
 REFUSED = (r"device_share=0\.3 of candidate gpu x1 \(nvidia-t4\).*: profile '{name}'.* uses the 'official' NVIDIA device "
            r"plugin, which cannot share a GPU; valid: a profile with vendors\.nvidia\.plugin: hami, or a whole GPU "
            r"\(drop device_share\)")
@@ -68,6 +68,12 @@ def test_share_resources_renders_hami_and_refuses_what_cannot_share(hami: Path) 
     stated = share_resources(Resources(kind="gpu", accelerator="t4", device_share=0.25, device_memory="4Gi"), profile)
     assert stated == {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "25", "nvidia.com/gpumem": "4096"}
     assert share_resources(Resources(kind="gpu", accelerator="t4", device_share=0.001), profile)["nvidia.com/gpucores"] == "1"
+    # a review: the percentages were rounded up (3 x 0.333 asked 3 x 34% of one device) and the memory in MiB of the
+    # data sheet's 16 GiB (two halves of a T4 asked 2 x 8192 MiB of the 15360 it reports): neither fitted one device
+    third = share_resources(Resources(kind="gpu", accelerator="t4", device_share=0.333), profile)
+    assert third["nvidia.com/gpucores"] == third["nvidia.com/gpumem-percentage"] == "33"
+    half = share_resources(Resources(kind="gpu", accelerator="t4", device_share=0.5), profile)
+    assert half == {"nvidia.com/gpu": "1", "nvidia.com/gpucores": "50", "nvidia.com/gpumem-percentage": "50"}
     assert share_resources(Resources.parse_spec("gpu:accelerator=T4"), profile) == {}
     with pytest.raises(InvalidResources, match=REFUSED.format(name="nvidia-gfd")):
         share_resources(Resources.parse_spec(SHARE), load_profile(PROFILES / "nvidia-gfd.yaml"))
@@ -118,7 +124,7 @@ def test_compile_refuses_a_hami_share_that_kfp_cannot_set(tmp_path: Path, hami: 
     assert not (tmp_path / "s3.yaml").exists()
     said = _one_line(result.output)
     assert ("error: device_share=0.3 of candidate gpu x1 (nvidia-t4), 1 CPU, 2Gi, share 0.3 of the device asks for "
-            "nvidia.com/gpucores, nvidia.com/gpumem beside nvidia.com/gpu, which a KFP task cannot set") in said
+            "nvidia.com/gpucores, nvidia.com/gpumem-percentage beside nvidia.com/gpu, which a KFP task cannot set") in said
     assert "valid: Airflow pods (heteroflow.dags.factory.build_dag with mode='kubernetes' and this profile), or a whole GPU" in said
 
 

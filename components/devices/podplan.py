@@ -207,10 +207,11 @@ def share_resources(resources: Resources, profile: ClusterProfile | None = None,
     and mixed-job manifests, the plan step's placed pod) learns how a share is asked for.
 
     Under HAMi (``vendors.nvidia.plugin: hami``) a share of an NVIDIA GPU is one vGPU: ``nvidia.com/gpu: 1``,
-    ``nvidia.com/gpucores``: the share in percent of the device's compute (at least 1), and device memory:
-    ``nvidia.com/gpumem`` (MiB) of the candidate's ``device_memory``, else the same share of the model's memory;
-    for a family whose memory differs per model (``nvidia-gpu``), ``nvidia.com/gpumem-percentage``. They go in
-    requests and limits alike (Kubernetes requires it of extended resources).
+    ``nvidia.com/gpucores``: the share in percent of the device's compute (rounded down, at least 1: shares that
+    fit one device together still do), and device memory: ``nvidia.com/gpumem`` (MiB) of the candidate's
+    ``device_memory``, else ``nvidia.com/gpumem-percentage``, the same percentage of the memory the device reports
+    (a review: MiB from the model's data sheet asked 8192 for half a T4, which reports 15360 MiB: two halves did
+    not fit one). They go in requests and limits alike (Kubernetes requires it of extended resources).
 
     Source: the HAMi README, "Run GPU jobs" (github.com/Project-HAMi/HAMi, ``examples/nvidia/default_use.yaml``):
     ``nvidia.com/gpu`` the number of vGPUs, ``nvidia.com/gpumem`` each vGPU's device memory in MiB,
@@ -250,13 +251,12 @@ def share_resources(resources: Resources, profile: ClusterProfile | None = None,
             f"{what}: {where} uses the {plugin!r} NVIDIA device plugin, which cannot share a GPU; valid: a profile "
             "with vendors.nvidia.plugin: hami, or a whole GPU (drop device_share)"
         )
-    percent = max(1, math.ceil(milli / 10))
+    # rounded down: shares that fit one device together still do (3 x 0.333 asked 3 x 34 = 102% of it)
+    percent = max(1, milli // 10)
     out = {resource_name or accel.resource_name_for(plugin): "1", HAMI_CORES: str(percent)}
     if resources.device_memory_bytes:
         out[HAMI_MEMORY] = str(math.ceil(resources.device_memory_bytes / 2**20))
-    elif accel.device_memory_bytes:
-        out[HAMI_MEMORY] = str(math.ceil(accel.device_memory_bytes * milli / 1000 / 2**20))
-    else:
+    else:  # a percentage of what the device reports (a T4 reports 15360 MiB, not the 16 GiB on its sheet)
         out[HAMI_MEMORY_PERCENTAGE] = str(percent)
     return out
 

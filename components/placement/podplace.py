@@ -14,8 +14,8 @@ narrowed to the chosen model), with:
   cluster changed since the plan;
 - for a fractional request (``gpu_milli`` < 1000, thousandths of one device, as the Alibaba GPU traces and
   GPU-sharing schedulers express it) on NVIDIA with the HAMi device plugin: ``nvidia.com/gpu: 1`` (one vGPU),
-  ``nvidia.com/gpucores: <percent of the device's compute>`` and ``nvidia.com/gpumem: <MiB of device memory>``
-  (the request's ``device_memory``, else the same fraction of the chosen model's memory), in requests and limits
+  ``nvidia.com/gpucores: <percent of the device's compute>`` and ``nvidia.com/gpumem: <MiB>`` (the request's
+  ``device_memory``), else ``nvidia.com/gpumem-percentage`` (the same percent of what the device reports), in requests and limits
   alike: :func:`~heteroflow.components.devices.podplan.share_resources`, the same rendering every engine uses for
   a candidate's ``device_share`` (and the same error under a plugin that cannot share).
 """
