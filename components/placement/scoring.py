@@ -176,19 +176,18 @@ class QueueState:
         return cls.from_mapping(data, source=source)
 
     def check_queues(self, inventory: Any) -> None:
-        """The queues this state names are the inventory's (``default`` always is).
+        """The run's queue is the inventory's (``default`` always is). A queue in ``used`` that the inventory does
+        not list is taken as it is (a state copied from a live cluster lists Volcano's ``root`` and other teams'
+        queues, which the inventory need not describe): it limits nothing here.
 
         Raises:
-            InvalidParameter: the run's queue, or a queue in ``used``, is not in the inventory (named, with the valid ones).
+            InvalidParameter: the run's queue is not in the inventory (named, with the valid ones).
         """
         known = set(getattr(inventory, "queues", {}) or {}) | {"default"}
         source = getattr(inventory, "source", "the inventory")
         valid = ", ".join(sorted(known))
         if self.queue not in known:
             raise InvalidParameter(f"{QUEUE_STATE_ENV}: queue={self.queue!r} is not in {source}; valid: {valid}")
-        for name in self.used:
-            if name not in known:
-                raise InvalidParameter(f"{QUEUE_STATE_ENV}: used[{name!r}] names a queue that is not in {source}; valid: {valid}")
 
 
 def step_seconds_per_model(profile: Mapping[str, Any] | None, throughputs: Mapping[str, float] | None) -> dict[str, tuple[float, str]]:
