@@ -812,3 +812,17 @@ def test_a_step_named_report_is_not_taken_for_the_runs_report_line(tmp_path: Pat
     lines = capsys.readouterr().out.splitlines()
     assert "step report: files 4" in lines and "count: files 4" in lines, lines
     assert [line for line in lines if line.startswith("report:")] == [f"report: {folder}/report.html"]
+
+
+def test_the_placement_line_says_a_training_took_a_kept_model_rather_than_resumed() -> None:
+    """A review: a rerun whose train took the model an earlier run finished (not trained again) said 'candidate 2 ->
+    cpu; resumed from step 600' in its placement line, as if it had trained from a checkpoint. The sibling, a real
+    resume, still says so."""
+    from heteroflow.pipelines.runs.folders import ran_on
+
+    run = {"steps": [{"name": "train", "status": "succeeded", "kind": "cpu", "device": "cpu", "candidate": 2}],
+           "placement": {"train": {"index": 2}},
+           "results": {"train": {"resumed_from_step": 600, "steps": 600, "reused_model": "/ck/abc/finished"}}}
+    assert ran_on(run, "train") == "candidate 2 -> cpu; took the model an earlier run finished (600 steps)"
+    del run["results"]["train"]["reused_model"]
+    assert ran_on(run, "train") == "candidate 2 -> cpu; resumed from step 600"

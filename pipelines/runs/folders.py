@@ -401,7 +401,10 @@ def ran_on(run: dict[str, Any], call: str) -> str:
     if first is not None and step.get("candidate") is not None and step.get("candidate") != first:
         text += f" (placed on candidate {first}, {shape or placed.get('device_kind') or res.get('kind')}, then fell back)"
     resumed = facts.get("resumed_from_step") if isinstance(facts, dict) else None
-    if isinstance(resumed, int) and not isinstance(resumed, bool) and resumed > 0:
+    if isinstance(facts, dict) and facts.get("reused_model"):  # not trained here: an earlier run's finished model
+        text += f"; took the model an earlier run finished ({resumed} steps)" if isinstance(resumed, int) and resumed else \
+            "; took the model an earlier run finished"
+    elif isinstance(resumed, int) and not isinstance(resumed, bool) and resumed > 0:
         text += f"; resumed from step {resumed}"
     return text
 
