@@ -143,3 +143,18 @@ def test_an_agents_torch_log_lines_go_to_the_run_folder_and_its_other_lines_to_s
     logged = (tmp_path / AGENTS_LOG).read_text().splitlines()
     assert [line.split(" ", 2)[:2] for line in logged] == [["[gpu]", "E1205"], ["[gpu]", "E1205"], ["[gpu]", "W1205"]]
     assert capfdbinary.readouterr().err == b"train: resuming from step 100 of 600, on gpu\n"
+
+
+def test_an_agents_lines_are_read_to_the_end_when_its_log_cannot_be_opened(tmp_path, capfdbinary):
+    """A review: a torch-elastic.log that could not be opened ended the forwarding thread at once, leaving the
+    agent's stderr pipe unread (the agent blocks once 64 KiB are buffered). The lines now all go to stderr."""
+    import io
+
+    from heteroflow.components.training.mixed import _forward
+
+    lines = [b"E1205 03:58:02.140000 22960 torch/distributed/elastic/multiprocessing/api.py:836] failed\n",
+             b"train: resuming from step 100 of 600, on gpu\n"] * 2000
+    stream = io.BytesIO(b"".join(lines))
+    _forward(stream, "gpu", tmp_path / "no-such-folder" / "torch-elastic.log")
+    assert stream.tell() == len(stream.getvalue())  # read to the end
+    assert capfdbinary.readouterr().err == b"".join(lines)

@@ -714,20 +714,32 @@ def _agents_log(joined: Mapping[str, Any]) -> Path | None:
 
 def _forward(stream: Any, kind: str, log_path: Path) -> None:
     """Copy an agent's stderr line by line: torch's log lines to ``log_path`` (the kind in front), the rest to this
-    process's stderr (in a thread, until the agent and its workers close it)."""
-    with contextlib.suppress(OSError, ValueError):
-        with open(log_path, "ab") as log:
-            for line in iter(stream.readline, b""):
-                if _TORCH_LOG_LINE.match(line):
+    process's stderr (in a thread, until the agent and its workers close it). It reads to the end whatever fails
+    to be written (a log that cannot be opened sends torch's lines to stderr too): an agent whose pipe is not read
+    blocks once the pipe's 64 KiB are full."""
+    try:
+        log = open(log_path, "ab")
+    except OSError:
+        log = None
+    try:
+        for line in iter(stream.readline, b""):
+            with contextlib.suppress(OSError, ValueError):
+                if log is not None and _TORCH_LOG_LINE.match(line):
                     log.write(f"[{kind}] ".encode() + line)
                     log.flush()
+                    continue
+                out = getattr(sys.stderr, "buffer", None)
+                if out is not None:
+                    out.write(line)
                 else:
-                    out = getattr(sys.stderr, "buffer", None)
-                    if out is not None:
-                        out.write(line)
-                    else:
-                        sys.stderr.write(line.decode(errors="replace"))
-                    sys.stderr.flush()
+                    sys.stderr.write(line.decode(errors="replace"))
+                sys.stderr.flush()
+    except (OSError, ValueError):  # the pipe itself closed under us
+        pass
+    finally:
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()
 
 
 def _kill_group(proc: subprocess.Popen[bytes], pids: Sequence[int] = ()) -> None:
