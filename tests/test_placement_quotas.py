@@ -381,3 +381,35 @@ def test_no_candidate_error_still_names_each_candidate(tmp_path: Path) -> None:
     inventory.write_text("version: 1\nnodes:\n  - {name: a, devices: {nvidia-v100: 1}, cpu: 1, memory: 1Gi}\n")
     with pytest.raises(NoCandidateAvailable, match=r"candidate 0 \(cpu, 2 CPU, 4Gi\): no node has 2 CPU and 4Gi of memory free"):
         _plan(tmp_path, str(inventory), evaluate=["cpu:cpu=2,memory=4Gi"])
+
+
+# --- the calls of one plan run at different times: CPU and memory are not held across them -------------------
+
+G8 = "nodes:\n  - {name: g0, devices: {nvidia-t4: 4}, cpu: 8, memory: 64Gi}\n"
+
+
+@pytest.mark.parametrize("policy", ["", "policy: bestfit\n"])
+def test_evaluates_cpu_is_not_held_against_trains(tmp_path: Path, policy: str) -> None:
+    # the review's input: `-c gpu:cpu=8 -c cpu` on one T4 node with 8 CPU; evaluate, placed first, kept its CPU
+    # and train fell back to cpu ('most free: 0; nodes with devices free lack its 8 CPU')
+    inventory = tmp_path / "g8.yaml"
+    inventory.write_text(policy + G8)
+    placed = _plan(tmp_path, str(inventory), evaluate=["cpu:cpu=2,memory=4Gi"], train=["gpu:cpu=8", "cpu"])
+    assert placed["evaluate"]["device_kind"] == "cpu"
+    assert placed["train"]["device_kind"] == "gpu" and placed["train"]["nodes"] == ["g0"]
+    assert placed["train"]["passed_over"] == []
+
+
+def test_devices_still_stay_taken_across_the_calls_of_a_plan(tmp_path: Path) -> None:
+    inventory = tmp_path / "g8.yaml"
+    inventory.write_text(G8)
+    placed = _plan(tmp_path, str(inventory), a=["gpu:count=4,cpu=1"], b=["gpu:count=1,cpu=1", "cpu"])
+    assert placed["a"]["device_kind"] == "gpu" and placed["b"]["device_kind"] == "cpu"
+
+
+def test_most_free_counts_the_devices_a_nodes_cpu_holds(tmp_path: Path) -> None:
+    inventory = tmp_path / "g4.yaml"
+    inventory.write_text(G8.replace("cpu: 8", "cpu: 4"))
+    placed = _plan(tmp_path, str(inventory), train=["gpu:cpu=8", "cpu"])
+    assert placed["train"]["device_kind"] == "cpu"
+    assert "most free: 4; nodes with devices free lack its 8 CPU" in placed["train"]["passed_over"][0]

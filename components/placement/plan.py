@@ -507,12 +507,16 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
                                  candidates=list(parsed.values())) if is_packing_policy(policy) else None)
         state = PlacementState(nodes, queue_used=queue_state.used, queue_used_by=queue_state.used_by)
         for call, cands in parsed.items():
+            # the calls of a pipeline run one after another (evaluate after train): a call's CPU and memory are
+            # checked against the nodes' as stated, not held against the next call's; devices stay taken, as before
+            host = _host_use(packer.cluster if packer is not None else state)
             try:
                 chosen[call] = (packer.place(call, cands) if packer is not None else
                                 plan_on_nodes(call, cands, state, policy=policy, profile=prof if training_profile else None,
                                               queue_state=queue_state))
             except NoCandidateAvailable as exc:
                 raise NoCandidateAvailable(f"step {call!r}: {exc}") from None
+            _restore_host_use(packer.cluster if packer is not None else state, host)
         counts: dict[str, int] = {DeviceKind.host().value: 1}  # the host CPU is always there
         for n in nodes.nodes:
             counts[n.kind] = counts.get(n.kind, 0) + n.devices if DeviceKind.parse(n.kind).has_devices else 1
@@ -538,6 +542,33 @@ def plan_step(placement_path: str, *, placements: str, device_inventory: str = "
         policy=policy,
         training_profile=recorded,
     )
+
+
+_HOST_KEYS = ("cpu", "memory", "cpu_milli", "memory_mib")
+"""A queue's CPU and memory in use, as a :class:`PlacementState` (``queue_used_by``) or a packing
+:class:`~heteroflow.components.placement.vectors.Cluster` (``queue_used``) keys them."""
+
+
+def _queue_host(state: Any) -> dict[str, dict[str, int]]:
+    return state.queue_used_by if hasattr(state, "queue_used_by") else state.queue_used
+
+
+def _host_use(state: Any) -> tuple[Any, Any, dict[str, dict[str, int]]]:
+    """The free CPU and memory per node and each queue's CPU and memory in use of a :class:`PlacementState` or a
+    packing cluster (:func:`_restore_host_use`)."""
+    used = {q: {k: v for k, v in by.items() if k in _HOST_KEYS} for q, by in _queue_host(state).items()}
+    return state.cpu_free.copy(), state.mem_free.copy(), used
+
+
+def _restore_host_use(state: Any, saved: tuple[Any, Any, dict[str, dict[str, int]]]) -> None:
+    """Give back the CPU and memory a call took (devices stay taken): the next call of the plan runs at another time."""
+    cpu, mem, used = saved
+    state.cpu_free[:] = cpu
+    state.mem_free[:] = mem
+    for q, by in _queue_host(state).items():
+        for key in _HOST_KEYS:
+            if key in by:
+                by[key] = used.get(q, {}).get(key, 0)
 
 
 def plan_on_nodes(call: str, candidates: Candidates, state: Any, *, policy: str = "listed",

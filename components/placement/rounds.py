@@ -271,7 +271,9 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
             # no finish estimate: take the best model that fits now
             fit_scores = np.where(fits, scores, -np.inf)
             if not np.isfinite(fit_scores).any():
-                best_free = int(free_by_model[allowed].max()) if allowed.any() else 0
+                dev_ok = mem_ok & room & allowed[state.model_of]  # free devices, whatever CPU or memory holds them
+                dev_free = np.bincount(state.model_of[dev_ok], weights=state.free[dev_ok], minlength=len(state.models))
+                best_free = int(dev_free[allowed].max()) if allowed.any() else 0
                 mem_note = f" with >= {job.device_memory_bytes / 2**30:.0f} GiB device memory" if job.device_memory_bytes else ""
                 out.append(Decision(job=job.name, placed=False, model=model, explanation=(
                     f"{job.name} waits: needs {need} free device(s){mem_note} of one model among "
