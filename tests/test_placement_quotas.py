@@ -22,11 +22,11 @@ from typer.testing import CliRunner
 
 from heteroflow.components.errors import InvalidParameter, NoCandidateAvailable
 from heteroflow.components.placement.inventory import InvalidInventory, from_mapping, load_inventory
-from heteroflow.components.placement.plan import Inventory, check_plan_params, plan, plan_step
+from heteroflow.components.placement.plan import Inventory, check_plan_params, plan, plan_on_nodes, plan_step
 from heteroflow.components.placement.rounds import place_round
 from heteroflow.components.placement.scoring import QUEUE_STATE_ENV
 from heteroflow.components.placement.state import Job, PlacementState
-from heteroflow.components.resources import Candidates
+from heteroflow.components.resources import Candidates, Resources
 
 ROOT = Path(__file__).resolve().parents[1]
 MANIFESTS_INVENTORY = ROOT / "examples" / "manifests" / "inventory.yaml"
@@ -413,3 +413,46 @@ def test_most_free_counts_the_devices_a_nodes_cpu_holds(tmp_path: Path) -> None:
     placed = _plan(tmp_path, str(inventory), train=["gpu:cpu=8", "cpu"])
     assert placed["train"]["device_kind"] == "cpu"
     assert "most free: 4; nodes with devices free lack its 8 CPU" in placed["train"]["passed_over"][0]
+
+
+# --- CPU and memory per pod: a mixed group's replicas, a multi-node candidate's workers ----------------------
+
+TWO = ("nodes:\n  - {name: g0, devices: {nvidia-t4: 4}, cpu: 32, memory: 64Gi}\n"
+       "  - {name: g1, devices: {nvidia-t4: 4}, cpu: 32, memory: 64Gi}\n  - {name: c0, cpu: 32, memory: 64Gi}\n")
+
+
+@pytest.mark.parametrize("policy", ["", "policy: bestfit\n"])
+def test_a_mixed_groups_cpu_is_asked_per_replica_pod_on_the_node_it_runs_on(tmp_path: Path, policy: str) -> None:
+    # the review's input: `-c 'gpu:count=8,cpu=6+cpu' -c cpu`: 'lack its 48 CPU or 16Gi of memory' (every node was
+    # asked for all 8 replicas' CPU), and bestfit's 'its gpu x8 replicas: no node ... has 8 devices (most: 4)'
+    inventory = tmp_path / "two.yaml"
+    inventory.write_text(policy + TWO)
+    placed = _plan(tmp_path, str(inventory), train=["gpu:count=8,cpu=6+cpu", "cpu"], evaluate=["cpu"])
+    assert placed["train"]["index"] == 0 and placed["train"]["passed_over"] == []
+    assert {"g0", "g1"} <= set(placed["train"]["nodes"])
+
+
+def test_a_mixed_group_takes_per_node_its_replicas_cpu_there() -> None:
+    state = PlacementState(_placement(TWO))
+    placed = plan_on_nodes("train", Candidates([Resources.parse_spec("gpu:count=8,cpu=6+cpu")]), state)
+    assert placed.nodes == ("g0", "g1", "c0")
+    assert state.free.tolist() == [0, 0, 0] and state.cpu_free.tolist() == [8000, 8000, 31000]  # 4 pods x 6 CPU a node
+
+
+def test_a_mixed_group_gets_only_the_pods_the_nodes_cpu_holds() -> None:
+    state = PlacementState(_placement(TWO.replace("cpu: 32", "cpu: 16")))
+    with pytest.raises(NoCandidateAvailable, match=r"most free: 8; pods of 1 device\(s\), 6 CPU and 2Gi of memory each: "
+                                                   r"the nodes hold 4 device\(s\) of them"):
+        plan_on_nodes("train", Candidates([Resources.parse_spec("gpu:count=8,cpu=6+cpu")]), state)
+
+
+def test_a_multi_node_candidate_takes_distinct_nodes_each_with_its_cpu() -> None:
+    # the review's input: gpu:count=1,nodes=2,cpu=10 was placed on g0 alone, its CPU taken once: ('g0',) [6000 16000]
+    n2 = "nodes:\n  - {name: g0, devices: {nvidia-t4: 4}, cpu: 16, memory: 64Gi}\n  - {name: g1, devices: {nvidia-t4: 4}, cpu: 16, memory: 64Gi}\n"
+    state = PlacementState(_placement(n2))
+    placed = plan_on_nodes("train", Candidates([Resources.parse_spec("gpu:count=1,nodes=2,cpu=10")]), state)
+    assert placed.nodes == ("g0", "g1")
+    assert state.cpu_free.tolist() == [6000, 6000] and state.free.tolist() == [3, 3]
+    with pytest.raises(NoCandidateAvailable, match=r"pods of 1 device\(s\), 10 CPU and 2Gi of memory each on distinct nodes: "
+                                                   r"the nodes hold 2 device\(s\) of them"):
+        plan_on_nodes("train", Candidates([Resources.parse_spec("gpu:count=1,nodes=3,cpu=10")]), PlacementState(_placement(n2)))

@@ -115,7 +115,9 @@ def cluster_of(inventory: Any, used: Mapping[str, int] | None = None,
 
 def requests_of(res: Resources, *, name: str = "candidate", queue: str = "default") -> list[Request]:
     """The request vectors of a candidate: one (:func:`request_of`), or one per replica group of a mixed candidate
-    (``count`` replicas of the group's kind, its CPU and memory per replica), placed together or not at all."""
+    (``count`` replicas of the group's kind, its CPU and memory per replica), placed together or not at all; a
+    group of devices is a spread request, one one-device worker (with its replica's CPU and memory) per replica,
+    as the Volcano Job runs one pod per replica."""
     from heteroflow.components.replicas import is_mixed
 
     if not is_mixed(res):
@@ -128,7 +130,7 @@ def requests_of(res: Resources, *, name: str = "candidate", queue: str = "defaul
         out.append(Request(name=f"{name} {g.kind.value}", cpu_milli=(one.cpu_millicores or 0) * g.count,
                            memory_mib=math.ceil((one.memory_bytes or 0) / _MIB) * g.count, num_gpu=g.count if has else 0,
                            gpu_milli=milli, models=tuple(m.name for m in one.accelerator_models) if has else (),
-                           single_node=True, queue=queue))
+                           single_node=not (has and g.count > 1), queue=queue))
     return out
 
 

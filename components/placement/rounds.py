@@ -54,17 +54,18 @@ def _take_nodes(job: Job, state: PlacementState, policy: Policy, model_idx: int,
             return []
         scores = policy.node_scores(job, state, cand)
         return [(int(cand[int(np.argmax(scores))]), 0)]
-    whole = cand[state.free[cand] >= need]
+    free = state.room(job)  # a job in pods: the devices of the pods each node holds
+    whole = cand[free[cand] >= need]
     if whole.size:
         scores = policy.node_scores(job, state, whole)
         return [(int(whole[int(np.argmax(scores))]), need)]
-    part = cand[state.free[cand] > 0]
-    if int(state.free[part].sum()) < need:
+    part = cand[free[cand] > 0]
+    if int(free[part].sum()) < need:
         return []
     order = part[np.argsort(-policy.node_scores(job, state, part), kind="stable")]
     taken: list[tuple[int, int]] = []
     for n in order:
-        k = int(min(state.free[n], need))
+        k = int(min(free[n], need))
         taken.append((int(n), k))
         need -= k
         if need == 0:
@@ -196,7 +197,7 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
     for job in policy.order(jobs, state):
         q = inv.queue(job.queue)
         need = max(job.count, 1) if has_devices(job.kind) else 0
-        host = {"cpu": job.cpu_millicores, "memory": job.memory_bytes}
+        host = job.host_asks
         held = _over_limit(q, state, {ANY_DEVICES: need, **host})
         if held is not None:
             out.append(Decision(job=job.name, placed=False, model=None, explanation=f"{job.name} waits: {held}"))
@@ -234,8 +235,9 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
         room = state.free > 0 if need else np.ones(len(state.free), dtype=bool)
         host_ok = ((state.cpu_free >= job.cpu_millicores) & (state.mem_free >= job.memory_bytes)
                    if job.cpu_millicores or job.memory_bytes else True)
-        mask = mem_ok & room & host_ok & allowed[state.model_of]
-        free_by_model = np.bincount(state.model_of[mask], weights=state.free[mask], minlength=len(state.models))
+        usable = state.room(job)  # a job in pods: the devices of the pods each node holds
+        mask = mem_ok & room & host_ok & (usable > 0 if need else True) & allowed[state.model_of]
+        free_by_model = np.bincount(state.model_of[mask], weights=usable[mask], minlength=len(state.models))
         fits = allowed & (free_by_model >= need) if need else allowed & (np.bincount(state.model_of[mask], minlength=len(state.models)) > 0)
         rel = _relative_throughput(job, state)
         scores = policy.model_scores(job, state, allowed)
@@ -278,7 +280,8 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
                 out.append(Decision(job=job.name, placed=False, model=model, explanation=(
                     f"{job.name} waits: needs {need} free device(s){mem_note} of one model among "
                     f"{', '.join(m for m, a in zip(state.models, allowed, strict=True) if a)}; most free: {best_free}"
-                    + _host_note(job, state, mem_ok & room & allowed[state.model_of], np.broadcast_to(host_ok, mem_ok.shape)))))
+                    + _host_note(job, state, mem_ok & room & allowed[state.model_of], np.broadcast_to(host_ok, mem_ok.shape))
+                    + _pods_note(job, state, best_free, int(free_by_model[allowed].max()) if allowed.any() else 0))))
                 continue
             choice = int(np.argmax(fit_scores))
             model = state.models[choice]
@@ -321,6 +324,16 @@ def _host_note(job: Job, state: PlacementState, device_ok: np.ndarray, host_ok: 
         return ""
     return (f"; nodes with devices free lack its {show_amount('cpu', job.cpu_millicores)} CPU or "
             f"{show_amount('memory', job.memory_bytes)} of memory")
+
+
+def _pods_note(job: Job, state: PlacementState, free: int, held: int) -> str:
+    """``; pods of 1 device, 6 CPU and 0 of memory each: the nodes' CPU and memory hold 4 device(s)`` where a job in
+    pods gets fewer devices than are free."""
+    if not job.pod_devices or held >= free:
+        return ""
+    where = " on distinct nodes" if job.distinct_nodes else ""
+    return (f"; pods of {job.pod_devices} device(s), {show_amount('cpu', job.cpu_millicores)} CPU and "
+            f"{show_amount('memory', job.memory_bytes)} of memory each{where}: the nodes hold {held} device(s) of them")
 
 
 # --- reclaim --------------------------------------------------------------------------------------------------

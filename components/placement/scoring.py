@@ -362,15 +362,20 @@ def jobs_of(res: Resources, call: str, *, queue: str = "default", throughput: Ma
     from heteroflow.components.placement.state import Job
     from heteroflow.components.replicas import is_mixed
 
-    groups = [(g.resources, g.count) for g in res.replicas] if is_mixed(res) else [(res, max(res.count or 0, 1) * res.nodes)]
+    mixed = is_mixed(res)
+    groups = [(g.resources, g.count) for g in res.replicas] if mixed else [(res, max(res.count or 0, 1) * res.nodes)]
     jobs = []
     for one, count in groups:
         kind = DeviceKind(one.kind)
         models = frozenset(m.name for m in one.accelerator_models) if one.accelerator_spec is not None else None
-        pods = count if is_mixed(res) else 1  # a mixed group: one worker process per replica
+        # as the job runs: a mixed group's replicas one pod of one device each (a CPU group's pods together on one
+        # node), a multi-node candidate one pod of count devices a node; each pod asks for its own CPU and memory
+        pod_devices = (1 if mixed else max(res.count or 0, 1) if res.nodes > 1 else 0) if kind.has_devices else 0
+        pods = count if mixed and not pod_devices else 1
         jobs.append(Job(name=call, count=count if kind.has_devices else 0, kind=kind.value, models=models, queue=queue,
                         device_memory_bytes=one.device_memory_bytes or 0, throughput=throughput,
-                        cpu_millicores=(one.cpu_millicores or 0) * pods, memory_bytes=(one.memory_bytes or 0) * pods))
+                        cpu_millicores=(one.cpu_millicores or 0) * pods, memory_bytes=(one.memory_bytes or 0) * pods,
+                        pod_devices=pod_devices, distinct_nodes=not mixed and res.nodes > 1 and kind.has_devices))
     return jobs
 
 

@@ -33,7 +33,12 @@ class Job:
         dataset: the data set it reads (data locality).
         arrival: submission time, s.
         cpu_millicores, memory_bytes: CPU and memory it asks for on each node it uses (0: none counted); a node
-            that states its CPU or memory must have that much free.
+            that states its CPU or memory must have that much free. With ``pod_devices``: per pod.
+        pod_devices: 0: one job, its CPU and memory on each node it uses. N: pods of N devices each (``count / N``
+            of them, as the Volcano Job or the training job runs it: a mixed group's replicas one device each, a
+            multi-node candidate's workers ``count`` each), each pod's devices on one node, each with its own CPU and
+            memory: a node holds as many pods as its free devices, CPU and memory allow.
+        distinct_nodes: its pods go to distinct nodes (a multi-node candidate: ``nodes`` workers, one per node).
     """
 
     name: str
@@ -50,6 +55,18 @@ class Job:
     arrival: float = 0.0
     cpu_millicores: int = 0
     memory_bytes: int = 0
+    pod_devices: int = 0
+    distinct_nodes: bool = False
+
+    def pods_of(self, devices: int) -> int:
+        """The pods ``devices`` of its devices make: one when it is not split into pods."""
+        return devices // self.pod_devices if self.pod_devices else 1
+
+    @property
+    def host_asks(self) -> dict[str, int]:
+        """The CPU (millicores) and memory (bytes) it asks for in all, as its queue counts them."""
+        pods = self.pods_of(max(self.count, 1)) if self.pod_devices else 1
+        return {"cpu": self.cpu_millicores * pods, "memory": self.memory_bytes * pods}
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -142,23 +159,41 @@ class PlacementState:
         unattributed = max(self.queue_used.get(queue, 0) - sum(devices.values()), 0)
         return unattributed + sum(n for k, n in devices.items() if within(scope, k) or within(k, scope))
 
+    def room(self, job: Job) -> np.ndarray:
+        """Free devices per node ``job`` can use: all, or for a job in pods (``pod_devices``), those of the pods each
+        node's free devices, CPU and memory hold (one pod a node for ``distinct_nodes``)."""
+        if not job.pod_devices:
+            return self.free
+        pods = self.free // job.pod_devices
+        if job.cpu_millicores:
+            pods = np.minimum(pods, self.cpu_free // job.cpu_millicores)
+        if job.memory_bytes:
+            pods = np.minimum(pods, self.mem_free // job.memory_bytes)
+        if job.distinct_nodes:
+            pods = np.minimum(pods, 1)
+        return np.maximum(pods, 0) * job.pod_devices
+
     def take(self, job: Job, model: str, nodes: Sequence[tuple[int, int]]) -> None:
         """Take ``job``'s devices (``(node, devices)`` pairs), CPU and memory on ``nodes`` and count them in its queue."""
         need = sum(k for _n, k in nodes)
+        pods = 0
         for n, k in nodes:
             self.free[n] -= k
-            self.cpu_free[n] -= job.cpu_millicores
-            self.mem_free[n] -= job.memory_bytes
-        self._count(job, model, need, len(nodes), +1)
+            self.cpu_free[n] -= job.cpu_millicores * job.pods_of(k)
+            self.mem_free[n] -= job.memory_bytes * job.pods_of(k)
+            pods += job.pods_of(k)
+        self._count(job, model, need, pods, +1)
 
     def give_back(self, job: Job, model: str, nodes: Sequence[tuple[int, int]]) -> None:
         """Undo :meth:`take` (the job finished or was preempted)."""
         need = sum(k for _n, k in nodes)
+        pods = 0
         for n, k in nodes:
             self.free[n] += k
-            self.cpu_free[n] += job.cpu_millicores
-            self.mem_free[n] += job.memory_bytes
-        self._count(job, model, need, len(nodes), -1)
+            self.cpu_free[n] += job.cpu_millicores * job.pods_of(k)
+            self.mem_free[n] += job.memory_bytes * job.pods_of(k)
+            pods += job.pods_of(k)
+        self._count(job, model, need, pods, -1)
 
     def _count(self, job: Job, model: str, devices: int, pods: int, sign: int) -> None:
         self.queue_used[job.queue] = self.queue_used.get(job.queue, 0) + sign * devices
