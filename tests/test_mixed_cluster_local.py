@@ -191,7 +191,9 @@ def test_when_the_first_tasks_kind_drops_out_the_store_stays_and_the_other_kind_
     from heteroflow.components.training.step import train
 
     (cand,) = Candidates(["npu:count=1+gpu:count=1"])
-    cluster = _cluster(tmp_path, monkeypatch, rdzv_conf="last_call_timeout=3",
+    # torchrun's --rdzv-conf options in the pods' PET_RDZV_CONF: the npu pod's agent found dead after 5 missed 1-s
+    # heartbeats, as a local job's (torch's default, 3 x 5 s, held the gpu pod 10 s longer), a 3-s wait for it to come back
+    cluster = _cluster(tmp_path, monkeypatch, rdzv_conf="last_call_timeout=3,keep_alive_interval=1,keep_alive_max_attempt=5",
                        HETEROFLOW_INJECT_FAULT="train@npu=device:after_steps=3")
     try:
         launched = train(dataset_dir=str(digits_shards), model_dir=str(tmp_path / "model"), resources=cand,

@@ -98,11 +98,12 @@ def test_from_the_cli_a_dropped_kind_is_in_the_record_report_and_metrics_and_all
     assert both["results"]["train"]["device_kind"] == "cpu"
 
 
-@pytest.mark.parametrize("pod", [False, True])
+@pytest.mark.parametrize("pod", [False, True, "conf"])
 def test_a_local_agent_finds_a_stopped_agent_dead_within_5_s_and_a_pods_agent_keeps_torchs_heartbeats(tmp_path, monkeypatch, pod):
     """A local mixed job's agents all run beside the store: the agent the launcher stopped when its kind dropped out
     is found dead after 5 missed 1-s heartbeats (the others' round cannot close before; torch's 3 x 5 s took the
-    CLI's drop-out 23 s to resume, now 15 s). A pod of a cluster job keeps torch's defaults (5 s, 3 attempts)."""
+    CLI's drop-out 23 s to resume, now 15 s). A pod of a cluster job keeps torch's defaults (5 s, 3 attempts), or
+    what its ``PET_RDZV_CONF`` states (``rdzv_configs``, over the launcher's timeouts too)."""
     import torch.distributed.launcher.api as api
 
     from heteroflow.components.training import mixed
@@ -112,11 +113,17 @@ def test_a_local_agent_finds_a_stopped_agent_dead_within_5_s_and_a_pods_agent_ke
     seen = {}
     monkeypatch.setattr(api, "elastic_launch", lambda config, entry: (lambda *args: seen.update(config=config, args=args)))
     cfg = {"kind": "npu", "speed": 0.5, "device_type": "cpu", "count": 1, "kinds": 2, "run_id": "r", "endpoint": "127.0.0.1:1",
-           "job_path": "job.pkl", "join_timeout": 600, "last_call_timeout": 10, "pod": pod}
+           "job_path": "job.pkl", "join_timeout": 600, "last_call_timeout": 10, "pod": bool(pod)}
+    if pod == "conf":
+        cfg["rdzv_configs"] = {"keep_alive_interval": 2, "keep_alive_max_attempt": 4, "join_timeout": 900}
     (tmp_path / "agent.json").write_text(json.dumps(cfg))
     mixed._agent_main(str(tmp_path / "agent.json"))
     rdzv = seen["config"].rdzv_configs
-    assert (rdzv["join_timeout"], rdzv["last_call_timeout"]) == (600, 10) and seen["args"] == ("job.pkl",)
+    assert seen["args"] == ("job.pkl",)
+    if pod == "conf":
+        assert (rdzv["join_timeout"], rdzv["last_call_timeout"], rdzv["keep_alive_interval"], rdzv["keep_alive_max_attempt"]) == (900, 10, 2, 4)
+        return
+    assert (rdzv["join_timeout"], rdzv["last_call_timeout"]) == (600, 10)
     if pod:
         assert "keep_alive_interval" not in rdzv and "keep_alive_max_attempt" not in rdzv
     else:

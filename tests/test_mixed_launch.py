@@ -52,11 +52,11 @@ def _env(container: dict[str, Any]) -> dict[str, Any]:
     return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
 
 
-def _launcher_job(endpoint: str = "10.1.2.3:29400") -> dict[str, Any]:
+def _launcher_job(endpoint: str = "10.1.2.3:29400", env: dict[str, str] | None = None) -> dict[str, Any]:
     workdir = "/mnt/heteroflow/jobs/heteroflow-mixed-abc"
     (job,) = mixed_job_manifests(MIXED, name="heteroflow-mixed-abc", profile=ClusterProfile.from_dict(_profile()),
                                  command=pod_command(MIXED, values={"epochs": 2, "deterministic": True}, workdir=workdir),
-                                 endpoint=endpoint, workdir=workdir)
+                                 endpoint=endpoint, workdir=workdir, env=env)
     return job
 
 
@@ -91,7 +91,8 @@ def test_a_pod_of_the_job_reads_its_rendezvous_from_the_rendered_environment() -
     pod = {k: v for k, v in npu.items() if isinstance(v, str)} | {POD_NAME_ENV: "heteroflow-mixed-abc-npu-0"}
     rdzv = pod_rendezvous(pod)
     assert rdzv == {"kind": "npu", "endpoint": "10.1.2.3:29400", "run_id": "heteroflow-mixed-abc", "max_nodes": 3,
-                    "max_restarts": 3, "is_host": False, "nproc": 1, "last_call_timeout": 30.0, "pod": "heteroflow-mixed-abc-npu-0"}
+                    "max_restarts": 3, "is_host": False, "nproc": 1, "last_call_timeout": 30.0, "rdzv_configs": {},
+                    "pod": "heteroflow-mixed-abc-npu-0"}
     assert pod_rendezvous({k: v for k, v in pod.items() if k != "PET_RDZV_CONF"})["is_host"] is None  # torch decides
     assert pod_rendezvous({}) is None and pod_rendezvous({"PET_RDZV_ENDPOINT": "x:1"}) is None  # not a mixed job's pod
     with pytest.raises(InvalidParameter, match="under torchrun .*without `python -m torch.distributed.run`"):
@@ -100,6 +101,54 @@ def test_a_pod_of_the_job_reads_its_rendezvous_from_the_rendered_environment() -
         pod_rendezvous({**pod, "PET_NNODES": "1:x"})
     with pytest.raises(InvalidParameter, match="PET_RDZV_CONF is_host='maybe'; valid: true or false"):
         pod_rendezvous({**pod, "PET_RDZV_CONF": "is_host=maybe"})
+
+
+def test_a_pods_rdzv_conf_options_reach_its_agent_as_torchruns_do_and_a_bad_one_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's ``--rdzv-conf`` passes every c10d option to the rendezvous handler; a pod read ``is_host`` and
+    ``last_call_timeout`` only and dropped the rest without a word (``keep_alive_interval=1`` left torch's 5 s x 3
+    heartbeats: a dropped kind found dead after 15 s). A value that is not an integer was a bare ValueError
+    (``last_call_timeout=abc``), an unknown key was ignored."""
+    job = _launcher_job()
+    npu = _env(job["spec"]["tasks"][1]["template"]["spec"]["containers"][0])
+    pod = {k: v for k, v in npu.items() if isinstance(v, str)} | {POD_NAME_ENV: "heteroflow-mixed-abc-npu-0"}
+    conf = "is_host=false,keep_alive_interval=1,keep_alive_max_attempt=3,join_timeout=900,last_call_timeout=5"
+    rdzv = pod_rendezvous({**pod, "PET_RDZV_CONF": conf})
+    assert rdzv["rdzv_configs"] == {"keep_alive_interval": 1, "keep_alive_max_attempt": 3, "join_timeout": 900, "last_call_timeout": 5}
+    assert rdzv["last_call_timeout"] == 5.0 and rdzv["is_host"] is False
+    with pytest.raises(InvalidParameter, match=r"^PET_RDZV_CONF last_call_timeout='abc'; valid: an integer >= 1$"):
+        pod_rendezvous({**pod, "PET_RDZV_CONF": "last_call_timeout=abc"})
+    with pytest.raises(InvalidParameter, match=r"^PET_RDZV_CONF keep_alive_max_attempt='0'; valid: an integer >= 1$"):
+        pod_rendezvous({**pod, "PET_RDZV_CONF": "keep_alive_max_attempt=0"})
+    with pytest.raises(InvalidParameter, match=r"^PET_RDZV_CONF names keepalive_interval \(did you mean 'keep_alive_interval'\?\); "
+                                               r"valid: is_host, join_timeout, last_call_timeout, close_timeout, heartbeat_timeout, "
+                                               r"keep_alive_interval, keep_alive_max_attempt \(torch's c10d rendezvous options\)$"):
+        pod_rendezvous({**pod, "PET_RDZV_CONF": "is_host=false,keepalive_interval=1"})
+    # a caller's PET_RDZV_CONF reaches the rendered pods beside the rendering's is_host=false (theirs replaced it)
+    stated = _launcher_job(env={"PET_RDZV_CONF": "keep_alive_interval=1,is_host=true,keep_alive_max_attempt=5"})
+    confs = {_env(t["template"]["spec"]["containers"][0])["PET_RDZV_CONF"] for t in stated["spec"]["tasks"]}
+    assert confs == {"is_host=false,keep_alive_interval=1,keep_alive_max_attempt=5"}
+    (plain,) = mixed_job_manifests(MIXED, name="mix", profile=ClusterProfile.from_dict(_profile()), env={"PET_RDZV_CONF": "join_timeout=900"})
+    assert {_env(t["template"]["spec"]["containers"][0])["PET_RDZV_CONF"] for t in plain["spec"]["tasks"]} == {"join_timeout=900"}
+    # and run_mixed hands them to the kind's agent (its config file), as it does is_host and max_nodes
+    from heteroflow.components.training import mixed
+    from heteroflow.components.training.worker import WorkerError
+
+    written: list[dict] = []
+
+    class Agent:  # stands in for the agent's process: records its config and ends at once, with no result
+        def __init__(self, argv: list[str], **_: Any) -> None:
+            written.append(json.loads(Path(argv[-1]).read_text()))
+            self.pid, self.stderr = os.getpid(), None
+
+        def poll(self) -> int:
+            return 0
+
+    job = mixed.MixedJob(model="mixed_models:mlp", data="mixed_models:digits", global_batch=8, learning_rate=0.1, max_steps=1)
+    monkeypatch.setattr(mixed.subprocess, "Popen", Agent)
+    with pytest.raises(WorkerError, match="without rank 0's result"):
+        mixed.run_mixed(job, [mixed.ReplicaGroup("npu", 1)], rendezvous=rdzv, last_call_timeout=rdzv["last_call_timeout"], say=lambda line: None)
+    (cfg,) = written
+    assert cfg["rdzv_configs"] == rdzv["rdzv_configs"] and cfg["is_host"] is False and cfg["pod"] is True
 
 
 def test_the_launcher_is_only_an_in_cluster_task_with_a_profile() -> None:

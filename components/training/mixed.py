@@ -683,6 +683,7 @@ def _agent_main(config_path: str) -> None:
         # found dead after 5 missed 1-s heartbeats instead of torch's 3 missed 5-s ones, and the others re-form
         # 10 s sooner (the round cannot close before its dead participant is removed). Pods keep torch's defaults.
         rdzv.update(keep_alive_interval=_LOCAL_KEEP_ALIVE_SECONDS, keep_alive_max_attempt=_LOCAL_KEEP_ALIVE_ATTEMPTS)
+    rdzv.update(cfg.get("rdzv_configs") or {})  # a pod's PET_RDZV_CONF (its heartbeats, timeouts), as torchrun's --rdzv-conf
     if cfg.get("is_host", False) is not None:  # None: torch decides by the endpoint's hostname (a Volcano pod 0)
         rdzv["is_host"] = bool(cfg.get("is_host", False))
     config = LaunchConfig(
@@ -792,7 +793,8 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
         rendezvous: join a rendezvous someone else hosts instead of hosting the store here (a pod of a mixed
             Volcano Job, :mod:`heteroflow.components.training.mixed_launch`): ``endpoint`` (``host:port``), ``run_id``,
             ``max_nodes`` (agents of the whole job), ``max_restarts``, ``is_host`` (False: the launcher hosts the
-            store; None: torch decides by hostname).
+            store; None: torch decides by hostname), ``rdzv_configs`` (c10d options from the pod's
+            ``PET_RDZV_CONF``, over this function's and torch's defaults).
 
     Returns:
         Rank 0's :class:`MixedResult`, with :attr:`MixedResult.dropped` filled in; with ``rendezvous``, this
@@ -836,7 +838,7 @@ def run_mixed(job: MixedJob, groups: Sequence[ReplicaGroup], *, timeout_seconds:
             cfg = {"kind": g.kind, "count": g.count, "speed": g.speed, "device_type": g.device_type, "kinds": len(groups), "run_id": run_id,
                    "endpoint": endpoint, "job_path": str(job_path), "join_timeout": int(join_timeout),
                    "last_call_timeout": int(max(1, last_call_timeout))}
-            cfg.update({k: joined[k] for k in ("max_nodes", "max_restarts", "is_host") if k in joined})
+            cfg.update({k: joined[k] for k in ("max_nodes", "max_restarts", "is_host", "rdzv_configs") if k in joined})
             cfg["pod"] = bool(joined)
             cfg_path = folder / f"agent-{g.kind}.json"
             cfg_path.write_text(json.dumps(cfg), encoding="utf-8")

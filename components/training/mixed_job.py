@@ -191,7 +191,9 @@ def volcano_mixed_job(
         namespace: the job's namespace.
         profile: the cluster profile (device-plugin conventions, queue, scheduler, images, shared storage);
             default :data:`~heteroflow.components.devices.cluster.DEFAULT_PROFILE`.
-        env: more environment variables for every container.
+        env: more environment variables for every container. Its ``PET_RDZV_CONF`` (torchrun's ``--rdzv-conf``
+            options of the c10d rendezvous, ``keep_alive_interval=1,keep_alive_max_attempt=5``) is kept, after
+            the rendering's own ``is_host=false`` where ``endpoint`` hosts the store outside the pods.
         labels: labels on the job.
         port: the c10d rendezvous port on the first task's pod 0.
         max_restarts: torchrun's worker-group restarts per agent (``PET_MAX_RESTARTS``), >= 0.
@@ -259,6 +261,12 @@ def volcano_mixed_job(
         volumes.append({"name": "heteroflow-shared", "persistentVolumeClaim": {"claimName": profile.shared_claim}})
         mounts.append({"name": "heteroflow-shared", "mountPath": profile.shared_mount})
     spec_tasks: list[dict[str, Any]] = []
+    # the caller's c10d options (env's PET_RDZV_CONF, torchrun's --rdzv-conf), after is_host=false where the store is
+    # hosted outside the pods (that one is the rendering's, not the caller's)
+    stated = [p for p in (dict(env or {}).get("PET_RDZV_CONF") or "").split(",") if p.strip()]
+    if hosted_outside:
+        stated = ["is_host=false", *(p for p in stated if p.partition("=")[0].strip() != "is_host")]
+    rdzv_conf = ",".join(stated)
     for i, ((task, kind, replicas, _), plan) in enumerate(zip(resolved, plans)):
         img = image.get(kind) if isinstance(image, Mapping) else image
         img = img or plan.image
@@ -272,7 +280,7 @@ def volcano_mixed_job(
             "PET_RDZV_ENDPOINT": endpoint,
             "PET_RDZV_ID": name,
             "PET_MAX_RESTARTS": str(max_restarts),
-            **({"PET_RDZV_CONF": "is_host=false"} if hosted_outside else {}),
+            **({"PET_RDZV_CONF": rdzv_conf} if rdzv_conf else {}),
             REPLICA_KIND_ENV: kind,
             ROLES_ENV: json.dumps(role_facts, separators=(",", ":")),
         }

@@ -76,6 +76,7 @@ __all__ = [
     "launch_mixed_job",
     "pod_group",
     "pod_ip",
+    "RDZV_CONF_KEYS",
     "pod_rendezvous",
     "read_job_outcome",
     "wait_for_writer",
@@ -113,13 +114,23 @@ def in_launcher_pod(environ: Mapping[str, str] | None = None) -> bool:
     return bool(env.get(PROFILE_ENV) and env.get("KUBERNETES_SERVICE_HOST") and not env.get(REPLICA_KIND_ENV))
 
 
+RDZV_CONF_KEYS = ("join_timeout", "last_call_timeout", "close_timeout", "heartbeat_timeout", "keep_alive_interval",
+                  "keep_alive_max_attempt")
+"""The options of torch's c10d rendezvous handler (besides ``is_host``) a pod's ``PET_RDZV_CONF`` may state, as
+torchrun's ``--rdzv-conf`` takes them (``torch.distributed.elastic.rendezvous.dynamic_rendezvous.create_handler``:
+``*_timeout`` in seconds, ``keep_alive_interval`` in seconds, ``keep_alive_max_attempt`` a count)."""
+
+
 def pod_rendezvous(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
     """The rendezvous a pod of a mixed job joins (worker mode), from its environment; None outside such a pod.
 
     Returns:
         ``{"kind", "endpoint", "run_id", "max_nodes", "max_restarts", "is_host", "nproc", "last_call_timeout",
-        "pod"}``: ``is_host`` False/True from ``PET_RDZV_CONF`` (``is_host=false``), None when unset (torch decides
-        by hostname); ``last_call_timeout`` from ``PET_RDZV_CONF`` too, default 30 s (pods start at different times).
+        "rdzv_configs", "pod"}``: ``is_host`` False/True from ``PET_RDZV_CONF`` (``is_host=false``), None when
+        unset (torch decides by hostname); ``last_call_timeout`` from ``PET_RDZV_CONF`` too, default 30 s (pods
+        start at different times); ``rdzv_configs``: the other c10d options ``PET_RDZV_CONF`` states
+        (:data:`RDZV_CONF_KEYS`, integers >= 1, in seconds but the attempts), given to the kind's agent as
+        torchrun's ``--rdzv-conf`` gives them (a pod's heartbeats otherwise keep torch's 5 s x 3).
 
     Raises:
         InvalidParameter: a variable that is not what the rendering writes (the message names it), or the step runs
@@ -153,9 +164,17 @@ def pod_rendezvous(environ: Mapping[str, str] | None = None) -> dict[str, Any] |
         if not sep:
             raise InvalidParameter(f"PET_RDZV_CONF={env['PET_RDZV_CONF']!r}; valid: key=value pairs separated by commas")
         conf[key.strip()] = value.strip()
+    unknown = sorted(set(conf) - {"is_host", *RDZV_CONF_KEYS})
+    if unknown:
+        from heteroflow.components.errors import did_you_mean
+
+        raise InvalidParameter(f"PET_RDZV_CONF names {', '.join(unknown)}{did_you_mean(unknown, ['is_host', *RDZV_CONF_KEYS])}; "
+                               f"valid: is_host, {', '.join(RDZV_CONF_KEYS)} (torch's c10d rendezvous options)")
     host = conf.get("is_host", "").lower()
     if host not in ("", "true", "false", "1", "0"):
         raise InvalidParameter(f"PET_RDZV_CONF is_host={host!r}; valid: true or false")
+    # the c10d handler reads each as an integer (torch's create_handler: get_as_int); 0 would never wait
+    rdzv_configs = {key: number(f"PET_RDZV_CONF {key}", conf[key], 1) for key in RDZV_CONF_KEYS if key in conf}
     return {
         "kind": kind,
         "endpoint": endpoint,
@@ -164,7 +183,8 @@ def pod_rendezvous(environ: Mapping[str, str] | None = None) -> dict[str, Any] |
         "max_restarts": number("PET_MAX_RESTARTS", env.get("PET_MAX_RESTARTS", "3"), 0),
         "is_host": None if not host else host in ("true", "1"),
         "nproc": number("PET_NPROC_PER_NODE", env.get("PET_NPROC_PER_NODE", "1"), 1),
-        "last_call_timeout": float(conf.get("last_call_timeout", 30)),
+        "last_call_timeout": float(rdzv_configs.get("last_call_timeout", 30)),
+        "rdzv_configs": rdzv_configs,
         "pod": env.get(POD_NAME_ENV) or socket.gethostname(),
     }
 
