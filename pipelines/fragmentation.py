@@ -37,7 +37,7 @@ def packing_cluster(spec: str | Path) -> Cluster:
         from heteroflow.components.placement.clusters import uniform_inventory
 
         inv = uniform_inventory({"k80": 36, "p100": 36, "v100": 36}, source="gavel (36 K80 + 36 P100 + 36 V100)")
-        return Cluster([NodeSpec(name=n.name, cpu_milli=n.cpu_millicores, memory_mib=n.memory_bytes // _MIB, gpus=n.devices,
+        return Cluster([NodeSpec(name=n.name, cpu_milli=n.cpu_millicores or 0, memory_mib=(n.memory_bytes or 0) // _MIB, gpus=n.devices,
                                  model=n.model if n.devices else None) for n in inv.nodes], source=inv.source)
     path = Path(spec)
     if path.suffix.lower() == ".csv" or (path.is_file() and detect_csv(path) == "alibaba-nodes"):

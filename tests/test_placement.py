@@ -250,6 +250,34 @@ def test_kubernetes_nodes_are_allocatable_minus_requested() -> None:
     assert (n.model, n.devices, n.cpu_millicores, n.memory_bytes) == ("nvidia-v100", 5, 28000, 112 * 2**30)
 
 
+def test_a_kubernetes_node_its_pods_fill_has_no_cpu_free_rather_than_unknown_cpu() -> None:
+    """Left at the last release: a node whose pods request all its CPU read as 0 millicores, and 0 meant "states no
+    CPU" in placement, so a pod asking for CPU was placed there (Kubernetes would leave it Pending). 0 free is now
+    stated and holds it; a node that states no allocatable CPU or memory (sibling) stays unchecked (None)."""
+    from kubernetes.client import V1Container, V1Node, V1NodeStatus, V1ObjectMeta, V1Pod, V1PodSpec, V1PodStatus, V1ResourceRequirements
+
+    from heteroflow.components.placement.inventory import PlacementInventory
+
+    def node(name: str, alloc: dict[str, str]) -> V1Node:
+        return V1Node(metadata=V1ObjectMeta(name=name, labels={"nvidia.com/gpu.product": "Tesla-T4"}),
+                      status=V1NodeStatus(allocatable={**alloc, "nvidia.com/gpu": "4"}))
+
+    full = V1Pod(spec=V1PodSpec(node_name="full", containers=[V1Container(name="c", resources=V1ResourceRequirements(
+        requests={"cpu": "8", "memory": "8Gi"}))]), status=V1PodStatus(phase="Running"))
+    full_node, open_node, bare = kubernetes_nodes(
+        [node("full", {"cpu": "8", "memory": "32Gi"}), node("open", {"cpu": "8", "memory": "32Gi"}), node("bare", {})], [full])
+    assert (full_node.cpu_millicores, full_node.memory_bytes) == (0, 24 * 2**30)
+    assert (open_node.cpu_millicores, bare.cpu_millicores, bare.memory_bytes) == (8000, None, None)
+    job = Job(name="j", count=1, kind="gpu", cpu_millicores=2000)
+    state = PlacementState(PlacementInventory(nodes=(full_node,), source="kubernetes"))
+    (held,) = place_round([job], state, "listed")
+    assert not held.placed and "2 CPU" in held.explanation, held.explanation  # was placed on 'full'
+    (placed,) = place_round([job], PlacementState(PlacementInventory(nodes=(full_node, open_node), source="kubernetes")), "listed")
+    assert placed.node_names == ("open",)
+    (unchecked,) = place_round([job], PlacementState(PlacementInventory(nodes=(bare,), source="kubernetes")), "listed")
+    assert unchecked.node_names == ("bare",)  # no CPU stated: not checked, as before
+
+
 @pytest.mark.skipif(not os.environ.get("HETEROFLOW_KUBECONFIG"), reason="needs a live cluster: set HETEROFLOW_KUBECONFIG to its kubeconfig")
 def test_live_kubernetes_inventory() -> None:
     from heteroflow.components.placement.policies import kubernetes_inventory

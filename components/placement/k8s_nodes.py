@@ -42,8 +42,10 @@ def _k8s_node(name: str, labels: Mapping[str, str], taints: Iterable[Mapping[str
             if resource is not None:
                 devices = {accel.name: max(int(alloc[resource]) - used.get(resource, 0), 0)}
                 mem = accel.device_memory_bytes or 0
-    cpu = max(parse_cpu(alloc.get("cpu", "0")) - used.get("cpu", 0), 0)
-    memory = max(parse_memory(alloc.get("memory", "0")) - used.get("memory", 0), 0)
+    # free = allocatable - requested, 0 when the requests fill it (stated: nothing more fits); None where the node
+    # states no allocatable CPU or memory (not checked)
+    cpu = max(parse_cpu(alloc["cpu"]) - used.get("cpu", 0), 0) if "cpu" in alloc else None
+    memory = max(parse_memory(alloc["memory"]) - used.get("memory", 0), 0) if "memory" in alloc else None
     kept = tuple({k: str(t[k]) for k in ("key", "value", "effect") if t.get(k) is not None} for t in taints)
     return Node(name=name, devices=devices, cpu_millicores=cpu, memory_bytes=memory, device_memory_bytes=mem,
                 labels=dict(labels), taints=kept, index=index)

@@ -90,8 +90,8 @@ def cluster_of(inventory: Any, used: Mapping[str, int] | None = None,
     """
     nodes = []
     for n in inventory.nodes:
-        if not n.cpu_millicores or not n.memory_bytes:
-            lacking = " and ".join(f for f, v in (("cpu", n.cpu_millicores), ("memory", n.memory_bytes)) if not v)
+        if n.cpu_millicores is None or n.memory_bytes is None:
+            lacking = " and ".join(f for f, v in (("cpu", n.cpu_millicores), ("memory", n.memory_bytes)) if v is None)
             raise InvalidInventory(f"{inventory.source}: node {n.name!r} states no {lacking}; a packing policy places by "
                                    "CPU, memory and device shares: give each node cpu and memory, or name a placement "
                                    "policy (e.g. policy: throughput)")

@@ -105,7 +105,7 @@ def _scope_free(state: PlacementState, scope: str) -> int | None:
     if scope in ("cpu", "memory"):
         arr, stated = (state.cpu_free, [n.cpu_millicores for n in state.inventory.nodes]) if scope == "cpu" else \
             (state.mem_free, [n.memory_bytes for n in state.inventory.nodes])
-        known = np.array([bool(x) for x in stated], dtype=bool)
+        known = np.array([x is not None for x in stated], dtype=bool)
         return int(arr[known].sum()) if known.any() else None
     models = np.array([has_devices(m) and within(scope, m) for m in state.models], dtype=bool)
     return int(state.free[models[state.model_of]].sum()) if len(state.model_of) else 0

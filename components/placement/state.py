@@ -127,9 +127,9 @@ class PlacementState:
         """Per queue, what the jobs placed on this state use per model (devices), ``cpu`` (millicores) and
         ``memory`` (bytes); devices in ``queue_used`` beyond these (stated in use, model unknown) count in every
         device scope (:meth:`used_in`)."""
-        unknown = np.iinfo(np.int64).max // 4  # a node that states no CPU or memory: not counted
-        self.cpu_free = np.fromiter((n.cpu_millicores or unknown for n in nodes), dtype=np.int64, count=len(nodes))
-        self.mem_free = np.fromiter((n.memory_bytes or unknown for n in nodes), dtype=np.int64, count=len(nodes))
+        unknown = np.iinfo(np.int64).max // 4  # a node that states no CPU or memory (None): not counted; 0: none free
+        self.cpu_free = np.fromiter((unknown if n.cpu_millicores is None else n.cpu_millicores for n in nodes), dtype=np.int64, count=len(nodes))
+        self.mem_free = np.fromiter((unknown if n.memory_bytes is None else n.memory_bytes for n in nodes), dtype=np.int64, count=len(nodes))
         self.now = now
         self.device_free_at = {m: np.asarray(v, dtype=np.float64).copy() for m, v in (device_free_at or {}).items()}
         self._datasets: dict[str, np.ndarray] = {}

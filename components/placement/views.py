@@ -265,7 +265,7 @@ class ClusterInventory:
                 model, count, kind = DeviceKind.host().value, 0, DeviceKind.host().value
             nodes.append(PlacementNode(
                 name=n.name, kind=kind, model=model, devices=count, device_memory_bytes=n.device_memory_bytes,
-                cpu_millicores=n.cpu_millicores or 0, memory_bytes=n.memory_bytes or 0, cost_per_hour=n.cost_per_hour,
+                cpu_millicores=n.cpu_millicores, memory_bytes=n.memory_bytes, cost_per_hour=n.cost_per_hour,
                 idle_watts=n.idle_watts, busy_watts=n.busy_watts, datasets=n.datasets,
             ))
         queues: dict[str, PlacementQueue] = {}
@@ -290,7 +290,8 @@ class PlacementNode:
         model: accelerator registry key (``nvidia-v100``), or ``cpu`` for a node without accelerators.
         devices: accelerator devices on the node (0 for a CPU-only node).
         device_memory_bytes: memory per device, bytes.
-        cpu_millicores, memory_bytes: allocatable CPU (millicores) and memory (bytes).
+        cpu_millicores, memory_bytes: allocatable (or free) CPU (millicores) and memory (bytes); None where not
+            stated (not checked). 0 is stated: none free (a Kubernetes node its pods' requests fill).
         cost_per_hour: whole node, per hour (any currency; the simulator reports the same unit).
         idle_watts: power of the node when on and no device is busy, W.
         busy_watts: power added per busy device, W.
@@ -302,8 +303,8 @@ class PlacementNode:
     model: str
     devices: int
     device_memory_bytes: int = 0
-    cpu_millicores: int = 0
-    memory_bytes: int = 0
+    cpu_millicores: int | None = None
+    memory_bytes: int | None = None
     cost_per_hour: float = 0.0
     idle_watts: float = 0.0
     busy_watts: float = 0.0
