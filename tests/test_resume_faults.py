@@ -136,11 +136,17 @@ def _weights(model_dir: Path) -> dict[str, Any]:
 
 
 def _interrupted_then_resumed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, at_step: int, **kwargs: Any) -> Any:
-    """train, stopped by an injected device fault after step ``at_step`` (a checkpoint step), then run again."""
+    """train, stopped by an injected device fault after step ``at_step`` (a checkpoint step), then run again. The
+    stopped training's DataLoader workers are gone when it raises, though the exception (held here) references the
+    iterator they served: they were left running beside the rerun's own forked workers (TrainContext.stop_loaders)."""
+    import multiprocessing
+
     where = dict(dataset_dir=tmp_path, model_dir=tmp_path / name, checkpoint_root=str(tmp_path / f"ck-{name}"))
     monkeypatch.setenv(_FAULT_ENV, f"train@cpu=device:after_steps={at_step}")
-    with pytest.raises(InjectedDeviceFault):
+    before = set(multiprocessing.active_children())
+    with pytest.raises(InjectedDeviceFault) as stopped:
         train(**where, **kwargs)
+    assert stopped.value.__traceback__ is not None and set(multiprocessing.active_children()) - before == set()
     monkeypatch.delenv(_FAULT_ENV)
     return train(**where, **kwargs)
 

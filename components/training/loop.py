@@ -175,6 +175,7 @@ class TrainContext:
     _loader_with: Callable[[int], Any] | None = None  # the training loader with N workers (measure_loading)
     _most_workers: int = 0
     _probe: list[tuple[float, float, int]] | None = None  # (load, compute) seconds and bytes of the batches timed so far
+    _iterators: list[Any] = dataclasses.field(default_factory=list)  # DataLoader iterators with workers (stop_loaders)
 
     def __post_init__(self) -> None:
         # one list: the checkpoint saves the history reported so far and restores it in place on load, whatever
@@ -347,7 +348,7 @@ class TrainContext:
                 source = (collate(fetch(idx)) for idx in sampler)
         else:
             sampler.set_epoch(epoch, start)
-            source = iter(loader)
+            source = self._started_iter(loader)
         if on_cpu and not shared:
             yield from source
             return
@@ -355,6 +356,25 @@ class TrainContext:
             if shared:
                 self._share = sampler.share(b)
             yield batch if on_cpu else self.to_device(batch)
+
+    def _started_iter(self, loader: Any) -> Iterator[Any]:
+        """``iter(loader)``, kept for :meth:`stop_loaders` when it has worker processes."""
+        it = iter(loader)
+        if loader.num_workers > 0:
+            self._iterators = [i for i in self._iterators if not getattr(i, "_shutdown", True)]  # the ones still running
+            self._iterators.append(it)
+        return it
+
+    def stop_loaders(self) -> None:
+        """Stop the worker processes of every DataLoader iterator this context started (torch's own shutdown:
+        workers told to end and joined, queues closed). The train step calls it when the training raises: the
+        iterator of the batch it stopped in stays referenced by the exception's frames, and with it two forked
+        workers and the queues' feeder threads, until the exception is collected. A fallback or a rerun in the
+        same process then forked its own workers beside them (a forked DataLoader worker died at its first
+        ``index_queue.get`` with "semaphore or lock released too many times", once in about 5 suite runs). Idempotent."""
+        for it in self._iterators:
+            _stop_workers(it)
+        self._iterators.clear()
 
     def measure_loading(self, loader_with: Callable[[int], Any], most: int) -> None:
         """Let :meth:`batches` choose the training loader's worker count (0 to ``most``) from the times of its
@@ -378,7 +398,7 @@ class TrainContext:
         after_probe = start + PROBE_BATCHES - len(probe)
         if ahead_loader.num_workers > 0 and after_probe < start + len(sampler):
             ahead_loader.batch_sampler.set_epoch(epoch, after_probe)
-            ahead = iter(ahead_loader)
+            ahead = self._started_iter(ahead_loader)
         while len(probe) < PROBE_BATCHES:
             t0 = time.perf_counter()
             batch = next(fetched, None)
@@ -407,7 +427,7 @@ class TrainContext:
         # (already prefetched), which then stops.
         self.train_loader = self._loader_with(n)  # type: ignore[misc]
         self.train_loader.batch_sampler.set_epoch(epoch, b + HEAD_START)
-        chosen = iter(self.train_loader)
+        chosen = self._started_iter(self.train_loader)
         for _, batch in zip(range(HEAD_START), ahead, strict=False):
             if self.world_size > 1:
                 self._share = ahead_loader.batch_sampler.share(b)

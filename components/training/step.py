@@ -407,7 +407,11 @@ def train(
                                         bf16=bf16, deterministic=deterministic, ctx=ctx, progress=progress, role=role)
                 loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
             else:
-                trained = loop(ctx)
+                try:
+                    trained = loop(ctx)
+                except BaseException:
+                    ctx.stop_loaders()  # the stopped batch's DataLoader workers, held by the exception's frames
+                    raise
                 loop_seconds = ctx.loop_seconds or (time.perf_counter() - loop_started)
                 raw = _trained_module(trained, ctx, train_function)
             val_acc = ctx.evaluate_accuracy(raw)
