@@ -148,6 +148,7 @@ class Replicas:
         except InvalidResources as exc:
             msg = str(exc)
             if msg.startswith("unknown resource field"):  # a misspelled job option lands here too
+                msg = msg.split("; ", 2)[0] + "; " + msg.split("; ", 2)[1] if "option of a mixed candidate only" in msg else msg
                 msg += f"; or an option of the whole job: {', '.join(JOB_OPTIONS)}"
             raise InvalidResources(msg if where in msg else f"{where}: {msg}") from None
         if one.nodes != 1:  # Replicas() refuses it too: checked here, where the user's spelling is known

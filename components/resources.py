@@ -583,7 +583,20 @@ class Resources:
                     ) from None
             else:
                 fields[key] = value.strip()
-        return cls.from_dict(fields)
+        try:
+            return cls.from_dict(fields)
+        except InvalidResources as exc:
+            # a misspelled job option on a candidate of one kind ('gpu:compresion=fp16'): the suggestion alone sent
+            # the user to an option this candidate cannot take
+            import difflib
+
+            closest = (difflib.get_close_matches(str(key).lower(), [*_FIELDS, *JOB_OPTIONS], n=1) for key in sorted(set(fields) - set(_FIELDS), key=str))
+            meant = [m[0] for m in closest if m and m[0] in JOB_OPTIONS]
+            if not meant or not str(exc).startswith("unknown resource field"):
+                raise
+            raise InvalidResources(
+                f"{exc}; {', '.join(meant)} {'is an option' if len(meant) == 1 else 'are options'} of a mixed candidate only, whose "
+                f"kinds train one job together (kinds joined by '+', e.g. gpu+npu,{meant[0]}=...)") from None
 
 
 # --- Candidates -------------------------------------------------------------------------------------------

@@ -80,12 +80,29 @@ def test_mixed_candidate_round_trips_through_json_and_dicts_with_its_options():
         ("gpu+npu,compresion=topk", "unknown resource field(s) compresion (did you mean 'compression'?); valid: kind,"),
         ("gpu+npu:acelerator=a100", "unknown resource field(s) acelerator (did you mean 'accelerator'?); valid: kind,"),
         ("gpu+npu,topk_ration=0.05", "; or an option of the whole job: compression, topk_ratio, powersgd_rank, rebalance_every_steps"),
+        # a misspelled job option on a candidate of one kind: the suggestion says it is a mixed candidate's (the last
+        # release suggested 'compression' alone, an option this candidate cannot take)
+        ("gpu:compresion=fp16", "(did you mean 'compression'?); valid: kind, count, nodes, cpu, memory, cpu_limit, memory_limit, "
+                                "device_memory, device_share, accelerator, precision, node_selector, tolerations, affinity, labels, "
+                                "annotations; compression is an option of a mixed candidate only, whose kinds train one job "
+                                "together (kinds joined by '+', e.g. gpu+npu,compression=...)"),
+        ("gpu,topk_ration=0.1", "(did you mean 'topk_ratio'?); valid: kind, count, nodes, cpu, memory, cpu_limit, memory_limit, device_memory, "
+                                "device_share, accelerator, precision, node_selector, tolerations, affinity, labels, annotations; "
+                                "topk_ratio is an option of a mixed candidate only"),
     ],
 )
 def test_bad_mixed_spellings_name_the_field(spec, names):
     with pytest.raises(InvalidResources, match=None) as err:
         Candidates([spec])
     assert names in str(err.value)
+    assert str(err.value).count("option of a mixed candidate only") <= (0 if "+" in spec else 1)  # once, and not in a mixed one's
+
+
+@pytest.mark.parametrize("spec", ["gpu:precison=bf16", "gpu:tolerations_=x", "gpu:acelerator=t4"])
+def test_a_misspelled_field_closer_to_a_resource_field_says_nothing_of_mixed_options(spec):
+    with pytest.raises(InvalidResources) as err:  # 'precison' is close to 'compression' too, but closer to 'precision'
+        Candidates([spec])
+    assert str(err.value).startswith("unknown resource field(s)") and "mixed" not in str(err.value)
 
 
 def test_the_compression_is_read_in_any_case_and_a_kinds_fields_may_follow_a_comma():
