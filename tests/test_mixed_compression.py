@@ -10,7 +10,7 @@ import torch
 
 from heteroflow.components.errors import InvalidParameter
 from heteroflow.components.training.hierarchy import Hierarchy, HookState, _topk_select
-from heteroflow.components.training.mixed import MixedJob, ReplicaGroup, _take_momentum, run_mixed, run_mixed_local
+from heteroflow.components.training.mixed import MixedJob, _take_momentum, run_mixed_local
 
 
 def _job(**kw) -> MixedJob:
@@ -142,10 +142,13 @@ def test_powersgd_across_kinds_compresses_and_learns():
 def test_compression_applies_between_kind_leaders_only_in_a_one_one_two_layout():
     """gpu x2 + npu x1: the two GPU replicas sum in their kind group, the leaders exchange top-k (ratio 1: all),
     then the GPU leader broadcasts; the weights are the uncompressed run's with plain SGD (the momentum is the
-    exchange's on every rank, the GPU replica that is not a leader included, or the replicas would part)."""
+    exchange's on every rank, the GPU replica that is not a leader included, or the replicas would part). Three
+    forked workers in this layout (run_mixed_local: 6 s for both runs, where the elastic agents took 8 s a run);
+    the agents' launch of the same layout is tests/test_mixed_trajectory.py's."""
     kw = {"fixed_shares": {"gpu": [8, 8], "npu": [16]}}
-    plain = run_mixed(MixedJob(**{**_job(optimizer="mixed_models:sgd_no_momentum").__dict__, **kw}), [ReplicaGroup("gpu", 2), ReplicaGroup("npu", 1)])
-    topk = run_mixed(MixedJob(**{**_job(compression="topk", topk_ratio=1.0).__dict__, **kw}), [ReplicaGroup("gpu", 2), ReplicaGroup("npu", 1)])
+    plain = run_mixed_local(MixedJob(**{**_job(optimizer="mixed_models:sgd_no_momentum").__dict__, **kw}), ["gpu", "gpu", "npu"])
+    topk = run_mixed_local(MixedJob(**{**_job(compression="topk", topk_ratio=1.0).__dict__, **kw}), ["gpu", "gpu", "npu"])
+    assert topk.compression["momentum_correction"] == 0.9 and topk.kinds == ["gpu", "gpu", "npu"]
     assert _diff(plain.state_dict, topk.state_dict) <= 1e-5
 
 
