@@ -230,6 +230,17 @@ def test_a_cpu_only_node_is_preferred_and_a_cpu_job_needs_cpu_free() -> None:
     assert not huge.placed and huge.explanation.startswith("h waits: no node has 64 CPU and 0 of memory free")
 
 
+def test_a_cpu_job_that_fits_nowhere_names_the_most_cpu_a_stating_node_has_free() -> None:
+    """A node that states no CPU stands in with a huge free amount (not checked): it was named as the most CPU free
+    ('most CPU free: 2305843009213693.951') when memory held the job everywhere."""
+    inv = _placement("nodes:\n  - {name: c, cpu: 4, memory: 4Gi}\n  - {name: m, memory: 2Gi}\n")
+    (held,) = place_round([Job(name="j", count=0, kind="cpu", cpu_millicores=1000, memory_bytes=8 * 2**30)], PlacementState(inv), "listed")
+    assert not held.placed and held.explanation.endswith("(most CPU free: 4)"), held.explanation
+    none = _placement("nodes:\n  - {name: m, memory: 2Gi}\n")
+    (held,) = place_round([Job(name="j", count=0, kind="cpu", memory_bytes=8 * 2**30)], PlacementState(none), "listed")
+    assert held.explanation.endswith("(most CPU free: not stated)"), held.explanation
+
+
 def test_a_step_asking_for_no_device_is_not_held_by_a_device_capability(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # the trial's input: `queue team-a uses 6 of its capability 4, +0 would exceed it`
     inventory = tmp_path / "q.yaml"

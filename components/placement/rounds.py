@@ -156,7 +156,8 @@ def _place_on_host(job: Job, state: PlacementState, policy: Policy, q: Any) -> D
     inv = state.inventory
     fit = (state.cpu_free >= job.cpu_millicores) & (state.mem_free >= job.memory_bytes)
     if not len(fit) or not fit.any():
-        free_cpu = show_amount("cpu", int(state.cpu_free.max())) if len(fit) else "0"
+        stated = np.array([n.cpu_millicores is not None for n in inv.nodes], dtype=bool)  # not the unknown's stand-in
+        free_cpu = show_amount("cpu", int(state.cpu_free[stated].max())) if stated.any() else "not stated"
         return Decision(job=job.name, placed=False, model=None, explanation=(
             f"{job.name} waits: no node has {show_amount('cpu', job.cpu_millicores)} CPU and "
             f"{show_amount('memory', job.memory_bytes)} of memory free" + (f" (most CPU free: {free_cpu})" if len(fit) else "")))
