@@ -144,11 +144,10 @@ class Replicas:
         try:
             kind = DeviceKind.parse(kind_text.strip(), field="kind")  # "<where>: kind='foo' is not a device kind..."
             parts = [*fields, *(["count=1"] if kind.has_devices else [])]
-            one = Resources.parse_spec(kind.value + (":" + ",".join(parts) if parts else ""))
+            one = Resources.parse_spec(kind.value + (":" + ",".join(parts) if parts else ""), _mixed_part=True)
         except InvalidResources as exc:
             msg = str(exc)
             if msg.startswith("unknown resource field"):  # a misspelled job option lands here too
-                msg = msg.split("; ", 2)[0] + "; " + msg.split("; ", 2)[1] if "option of a mixed candidate only" in msg else msg
                 msg += f"; or an option of the whole job: {', '.join(JOB_OPTIONS)}"
             raise InvalidResources(msg if where in msg else f"{where}: {msg}") from None
         if one.nodes != 1:  # Replicas() refuses it too: checked here, where the user's spelling is known

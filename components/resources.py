@@ -529,9 +529,13 @@ class Resources:
         return cls(**fields)
 
     @classmethod
-    def parse_spec(cls, spec: str) -> Resources:
+    def parse_spec(cls, spec: str, *, _mixed_part: bool = False) -> Resources:
         """Parse the command-line form ``KIND[:key=value,...]``, e.g. ``gpu:count=1,memory=16Gi``,
         ``gpu:accelerator=T4,memory=8G`` or ``cpu:cpu=8``.
+
+        ``_mixed_part`` (internal): the spec is one part of a mixed candidate
+        (:meth:`heteroflow.components.replicas.Replicas.parse_spec`), whose own message names the job's options, so a
+        misspelled field is not said to be "an option of a mixed candidate only".
 
         Raises:
             InvalidResources: malformed spec, unknown key, a key given twice (``cpu:cpu=2,cpu=4``, or ``kind=``
@@ -592,7 +596,7 @@ class Resources:
 
             closest = (difflib.get_close_matches(str(key).lower(), [*_FIELDS, *JOB_OPTIONS], n=1) for key in sorted(set(fields) - set(_FIELDS), key=str))
             meant = [m[0] for m in closest if m and m[0] in JOB_OPTIONS]
-            if not meant or not str(exc).startswith("unknown resource field"):
+            if _mixed_part or not meant or not str(exc).startswith("unknown resource field"):
                 raise
             raise InvalidResources(
                 f"{exc}; {', '.join(meant)} {'is an option' if len(meant) == 1 else 'are options'} of a mixed candidate only, whose "
