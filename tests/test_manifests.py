@@ -197,6 +197,77 @@ def test_resource_flavor_labels_follow_the_profile() -> None:
     assert labels("ascend-hami")["ascend-910b3"] is None  # HAMi's huawei.com/Ascend910B3 picks the chip
 
 
+def _kueue_transform(requests: dict[str, int], transformations: list[dict[str, Any]]) -> dict[str, int]:
+    """What Kueue counts of a pod's requests under its ``resources.transformations`` (Kueue's ResourceTransformation:
+    ``Replace`` drops the input, each output is the input times the ``multiplyBy`` resource's amount)."""
+    out = dict(requests)
+    for t in transformations:
+        if t["input"] in requests:
+            amount = requests[t["input"]] * requests.get(t.get("multiplyBy", ""), 1)
+            if t["strategy"] == "Replace":
+                del out[t["input"]]
+            for name, factor in t["outputs"].items():
+                out[name] = out.get(name, 0) + amount * int(factor)
+    return out
+
+
+@pytest.mark.parametrize("share", ["gpu:accelerator=t4,device_share=0.5", "gpu:accelerator=t4,device_share=0.25,device_memory=4Gi"])
+def test_kueue_under_hami_covers_and_admits_a_gpu_share(tmp_path: Path, share: str) -> None:
+    """A HAMi share asks for nvidia.com/gpucores and gpumem(-percentage) beside nvidia.com/gpu: with only
+    nvidia.com/gpu covered, Kueue never admitted it. The ClusterQueues cover the totals Kueue's HAMi guide counts."""
+    from heteroflow.components.devices.podplan import share_resources
+    from heteroflow.components.resources import Resources
+    from heteroflow.pipelines.k8s.manifests import HAMI_KUEUE_TOTALS, HAMI_KUEUE_TRANSFORMATIONS
+
+    (tmp_path / "p.yaml").write_text("version: 1\nname: nvidia-hami\nvendors:\n  nvidia:\n    plugin: hami\n")
+    hami = load_profile(tmp_path / "p.yaml")
+    inv = load_inventory(INVENTORY)
+    docs = kueue_manifests(inv, Candidates([share, "gpu:accelerator=a100-80gb", "cpu:cpu=8"]), hami)
+    for doc in docs:
+        validate(doc)
+    asked = {k: int(v) for k, v in share_resources(Resources.parse_spec(share), hami).items()}
+    assert "nvidia.com/gpucores" in asked
+    counted = _kueue_transform(asked, HAMI_KUEUE_TRANSFORMATIONS["resources"]["transformations"])
+    assert counted == {"nvidia.com/gpu": 1, "nvidia.com/total-gpucores": asked["nvidia.com/gpucores"],
+                       **({"nvidia.com/total-gpumem": 4096} if "device_memory" in share else
+                          {"nvidia.com/total-gpumem-percentage": asked["nvidia.com/gpumem-percentage"]})}
+
+    group = _cq(docs, "gpu-training")["spec"]["resourceGroups"][1]
+    assert set(counted) <= set(group["coveredResources"])  # each name Kueue counts is covered: it can be admitted
+    gpu_q = {f["name"]: {r["name"]: r for r in f["resources"]} for f in group["flavors"]}
+    # gpu-training's 10 guaranteed GPUs go to the T4 flavor first (candidate order): all 4 of the T4 node, each
+    # 100 cores and 100 memory percent, and 16384 MiB (its data sheet)
+    t4 = gpu_q["nvidia-t4"]
+    assert {name: t4[name]["nominalQuota"] for name in ("nvidia.com/gpu", *HAMI_KUEUE_TOTALS.values())} == {
+        "nvidia.com/gpu": 4, "nvidia.com/total-gpucores": 400, "nvidia.com/total-gpumem": 4 * 16384,
+        "nvidia.com/total-gpumem-percentage": 400}
+    assert all(counted[name] <= t4[name]["nominalQuota"] for name in counted)
+    # a borrowing limit scales alike; the Ascend flavor counts none of them
+    a100 = gpu_q["nvidia-a100-80gb"]
+    assert a100["nvidia.com/gpu"]["nominalQuota"] == 6
+    assert a100["nvidia.com/total-gpucores"] == {"name": "nvidia.com/total-gpucores", "nominalQuota": 600,
+                                                "borrowingLimit": 100 * a100["nvidia.com/gpu"]["borrowingLimit"]}
+    assert a100["nvidia.com/total-gpumem"]["nominalQuota"] == 6 * 81920
+    assert all(gpu_q["ascend-910b3"][name]["nominalQuota"] == 0 for name in HAMI_KUEUE_TOTALS.values())
+    shared = {f["name"]: {r["name"]: r for r in f["resources"]} for f in _cq(docs, "heteroflow-shared")["spec"]["resourceGroups"][1]["flavors"]}
+    assert shared["nvidia-a100-80gb"]["nvidia.com/total-gpucores"]["nominalQuota"] == 100 * (16 - 6 - 4)
+    # the command writes them and says what Kueue's own configuration needs (the transformations above)
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    result = CliRunner().invoke(app, ["manifests", "--inventory", str(INVENTORY), "--profile", str(tmp_path / "p.yaml"),
+                                      "-c", share, "-c", "cpu", "--image", "img", "-o", str(tmp_path / "out")],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    assert "ConfigMap kueue-manager-config" in result.output
+    noted = yaml.safe_load(result.output[result.output.index("resources:"):])
+    assert noted == HAMI_KUEUE_TRANSFORMATIONS
+    # the official plugin cannot share: its queues cover the devices alone, as before
+    plain = _cq(kueue_manifests(inv, Candidates(CANDIDATES), DEFAULT_PROFILE), "heteroflow-shared")["spec"]["resourceGroups"][1]
+    assert not set(HAMI_KUEUE_TOTALS.values()) & set(plain["coveredResources"])
+
+
 # --- Volcano queues and gang-scheduled jobs ------------------------------------------------------------------
 
 

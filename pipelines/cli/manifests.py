@@ -122,6 +122,18 @@ def manifests_command(
                     "or add it to the profile",
                     highlight=False,
                 )
+    from heteroflow.pipelines.k8s.manifests import HAMI_KUEUE_TOTALS, HAMI_KUEUE_TRANSFORMATIONS
+
+    totals = set(HAMI_KUEUE_TOTALS.values())
+    if any(totals & set(g["coveredResources"]) for d in files.get("kueue.yaml", []) if d["kind"] == "ClusterQueue"
+           for g in d["spec"]["resourceGroups"]):
+        import yaml
+
+        err_console.print(
+            "note: kueue.yaml's ClusterQueues count HAMi vGPU totals (" + ", ".join(HAMI_KUEUE_TOTALS.values()) + "); Kueue "
+            "admits a GPU share only once its Configuration (ConfigMap kueue-manager-config) holds these resource "
+            "transformations, then restart kueue-controller-manager:\n" + yaml.safe_dump(HAMI_KUEUE_TRANSFORMATIONS, sort_keys=False),
+            highlight=False, end="")
     if "kueue.yaml" not in files:
         lacking = " and ".join(what for what, value in (("CPU", inv.cpu_millicores), ("memory", inv.memory_bytes)) if value is None)
         err_console.print(f"note: no kueue.yaml: the inventory states no {lacking or 'CPU and memory'} capacity (give each node "

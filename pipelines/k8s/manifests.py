@@ -16,7 +16,9 @@ plain manifests (``dict``), each validated against the real schema:
   ``cpu``: a CPU-only pod never walks the accelerator flavors), every accelerator resource name in a second one
   whose flavors come in the order of the pipeline's candidates (then the inventory's other models; each flavor
   lists every covered resource, 0 for the names its model does not use, so the order holds across vendors); ``nominalQuota`` = the queue's guarantee, ``borrowingLimit`` = capability minus
-  guarantee; ``flavorFungibility`` ``TryNextFlavor`` for both borrowing and preemption, so a workload that does
+  guarantee; under a HAMi NVIDIA profile the group also covers Kueue's HAMi totals (``nvidia.com/total-gpucores``,
+  ``total-gpumem``, ``total-gpumem-percentage``: :data:`HAMI_KUEUE_TOTALS`), which Kueue counts of a GPU share
+  under the transformations of :data:`HAMI_KUEUE_TRANSFORMATIONS` [KH]; ``flavorFungibility`` ``TryNextFlavor`` for both borrowing and preemption, so a workload that does
   not fit a flavor as it is tries the next candidate's flavor before it borrows or preempts [KCQ]. The capacity no
   queue is guaranteed goes to a lending-only ClusterQueue ``<cohort>-shared`` (Kueue's capacity is the sum of
   the nominal quotas in a cohort);
@@ -47,7 +49,8 @@ Sources: [VQ] Volcano Queue, https://volcano.sh/en/docs/queue/ (v1.15 CRD shippe
 [KF] Kueue ResourceFlavor, https://kueue.sigs.k8s.io/docs/concepts/resource_flavor/; [KCQ] Kueue ClusterQueue
 (resource groups, cohort, borrowingLimit, flavorFungibility, preemption),
 https://kueue.sigs.k8s.io/docs/concepts/cluster_queue/; [KA] Kueue all-or-nothing with ready pods,
-https://kueue.sigs.k8s.io/docs/tasks/manage/setup_wait_for_pods_ready/; [KT] Kubeflow Trainer TrainJob v2,
+https://kueue.sigs.k8s.io/docs/tasks/manage/setup_wait_for_pods_ready/; [KH] Kueue, "Using HAMi",
+https://kueue.sigs.k8s.io/docs/tasks/run/using_hami/; [KT] Kubeflow Trainer TrainJob v2,
 https://www.kubeflow.org/docs/components/trainer/; [PJ] PyTorchJob (training-operator v1),
 https://www.kubeflow.org/docs/components/trainer/legacy-v1/user-guides/pytorch/.
 """
@@ -64,6 +67,7 @@ from typing import Any
 from heteroflow.components.placement import inventory as _inventory
 from heteroflow.components.devices.accelerators import ACCELERATORS, Accelerator, DeviceKind
 from heteroflow.components.devices.cluster import DEFAULT_PROFILE, ClusterProfile
+from heteroflow.components.devices.podplan import HAMI_CORES, HAMI_MEMORY, HAMI_MEMORY_PERCENTAGE
 from heteroflow.components.devices.quantities import format_cpu, format_memory, parse_cpu, parse_memory
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.placement.fields import dns_label as _name
@@ -77,6 +81,8 @@ from heteroflow.components.training.trainjob import GROUP_ANNOTATION, TRAINER_CO
 __all__ = [
     "CPU_FLAVOR",
     "GROUP_ANNOTATION",
+    "HAMI_KUEUE_TOTALS",
+    "HAMI_KUEUE_TRANSFORMATIONS",
     "K8S_VERSION",
     "ClusterInventory",
     "InvalidInventory",
@@ -318,7 +324,9 @@ def kueue_manifests(
     profile: ClusterProfile | None = None,
 ) -> list[dict[str, Any]]:
     """Kueue ResourceFlavors, a ClusterQueue per inventory queue (plus ``<cohort>-shared`` with the capacity no
-    queue is guaranteed) and a LocalQueue per queue and namespace [KF, KCQ].
+    queue is guaranteed) and a LocalQueue per queue and namespace [KF, KCQ]. Under a profile whose NVIDIA plugin is
+    ``hami`` the accelerator group also covers :data:`HAMI_KUEUE_TOTALS` per NVIDIA flavor (:func:`_hami_total_entries`
+    gives the amounts), so a GPU share can be admitted once Kueue holds :data:`HAMI_KUEUE_TRANSFORMATIONS` [KH].
 
     Args:
         inventory: devices and queues.
@@ -339,7 +347,10 @@ def kueue_manifests(
     flavors = flavor_order(candidates, inventory)
     accel = [f for f in flavors if f != CPU_FLAVOR]
     resource_of = {f: _resource_name(f, profile) for f in accel}
-    covered = list(dict.fromkeys(resource_of[f] for f in accel))
+    # under HAMi an NVIDIA share asks for per-vGPU cores and memory beside the device: Kueue admits it only where
+    # its transformed totals are covered too (a resource no ClusterQueue covers is never admitted)
+    shared = [f for f in accel if _hami_shares(f, profile)]
+    covered = list(dict.fromkeys([*(resource_of[f] for f in accel), *(HAMI_KUEUE_TOTALS.values() if shared else ())]))
     rank = {name: i for i, name in enumerate([CPU_FLAVOR, *accel])}
     out = sorted(resource_flavors(inventory, profile), key=lambda d: rank[d["metadata"]["name"]])
     split = _guarantee_split(inventory.queues, flavors, inventory)
@@ -349,10 +360,11 @@ def kueue_manifests(
     def accel_group(quota: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
         # one group for every accelerator resource, so its flavors keep the candidates' order across resource
         # names; a flavor lists every covered resource in the covered order (Kueue requires it), 0 for the others
+        entries = {f: {resource_of[f]: quota[f], **(_hami_total_entries(f, quota[f]) if f in shared else {})} for f in accel}
         return {
             "coveredResources": covered,
             "flavors": [
-                {"name": f, "resources": [quota[f] if r == resource_of[f] else {"name": r, "nominalQuota": 0} for r in covered]}
+                {"name": f, "resources": [entries[f].get(r, {"name": r, "nominalQuota": 0}) for r in covered]}
                 for f in accel
             ],
         }
@@ -388,6 +400,53 @@ def kueue_manifests(
                     "spec": {"clusterQueue": q.name},
                 }
             )
+    return out
+
+
+HAMI_KUEUE_TOTALS = {
+    HAMI_CORES: "nvidia.com/total-gpucores",
+    HAMI_MEMORY: "nvidia.com/total-gpumem",
+    HAMI_MEMORY_PERCENTAGE: "nvidia.com/total-gpumem-percentage",
+}
+"""HAMi's per-vGPU resource -> the total Kueue counts it as, under the resource transformations of
+:data:`HAMI_KUEUE_TRANSFORMATIONS` (Kueue's "Using HAMi" guide, kueue.sigs.k8s.io/docs/tasks/run/using_hami/,
+names the first two; ``gpumem-percentage``, which a share without ``device_memory`` asks for, the same way)."""
+
+HAMI_KUEUE_TRANSFORMATIONS: dict[str, Any] = {
+    "resources": {
+        "transformations": [
+            {"input": per_vgpu, "strategy": "Replace", "multiplyBy": "nvidia.com/gpu", "outputs": {total: "1"}}
+            for per_vgpu, total in HAMI_KUEUE_TOTALS.items()
+        ]
+    }
+}
+"""What Kueue's own configuration (``config.kueue.x-k8s.io/v1beta2`` ``Configuration``, in the
+``kueue-manager-config`` ConfigMap) must hold for the ClusterQueues :func:`kueue_manifests` renders under a HAMi
+NVIDIA profile: each per-vGPU amount times the vGPUs, counted as its total (``Replace``: the per-vGPU input is not
+counted itself). Not a Kubernetes object, so not among the rendered manifests: merge it into that Configuration."""
+
+
+def _hami_shares(flavor: str, profile: ClusterProfile) -> bool:
+    """Whether devices of ``flavor`` are shared by HAMi vGPUs under ``profile`` (NVIDIA under ``plugin: hami``)."""
+    accel = _default_accelerator(flavor) if flavor in _KINDS else ACCELERATORS[flavor]
+    return accel.vendor == "nvidia" and profile.vendor("nvidia").plugin == "hami"
+
+
+def _hami_total_entries(flavor: str, devices: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The HAMi totals of one NVIDIA flavor, from its device quota entry ``devices`` (``nominalQuota`` and an
+    optional ``borrowingLimit``, in devices): cores and memory percentage 100 per device (HAMi's units: percent of
+    one device); memory in MiB per device, the model's data-sheet memory (the device reports a little less, e.g. a
+    T4 15360 MiB of 16384: Kueue may admit a little more than HAMi then fits, never less); 0 for a flavor without
+    a model (a kind-level inventory entry): a share asking ``nvidia.com/gpumem`` is admitted on model flavors only."""
+    accel = _default_accelerator(flavor) if flavor in _KINDS else ACCELERATORS[flavor]
+    mib = (accel.device_memory_bytes or 0) // 2**20 if flavor not in _KINDS else 0
+    per = {HAMI_CORES: 100, HAMI_MEMORY: mib, HAMI_MEMORY_PERCENTAGE: 100}
+    out: dict[str, dict[str, Any]] = {}
+    for per_vgpu, total in HAMI_KUEUE_TOTALS.items():
+        entry: dict[str, Any] = {"name": total, "nominalQuota": devices["nominalQuota"] * per[per_vgpu]}
+        if "borrowingLimit" in devices:
+            entry["borrowingLimit"] = devices["borrowingLimit"] * per[per_vgpu]
+        out[total] = entry
     return out
 
 
