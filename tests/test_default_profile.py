@@ -138,3 +138,23 @@ def test_a_local_run_renders_without_the_warning() -> None:
         to_kfp(pipeline, local=True)
     with pytest.warns(DefaultProfileWarning):
         to_kfp(pipeline)
+
+
+def test_a_share_the_default_profile_cannot_ask_for_is_an_error_without_the_warning_in_front(tmp_path: Path) -> None:
+    """A share under the default profile (official plugin) is refused; the warning about the conventions its pod
+    would have used no longer comes first (the CLI printed it above the error)."""
+    from heteroflow.components.errors import InvalidResources
+
+    share = Resources.parse_spec("gpu:device_share=0.3,accelerator=T4")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(InvalidResources, match="uses the 'official' NVIDIA device plugin, which cannot share a GPU"):
+            plan_pod(share)
+    assert not [w for w in caught if issubclass(w.category, DefaultProfileWarning)]
+    result = CliRunner().invoke(app, ["compile", "-c", "gpu:device_share=0.3,accelerator=T4", "-c", "cpu", "-o", str(tmp_path / "p.yaml")],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 2
+    assert "warning:" not in result.output and "cannot share a GPU" in _flat(result.output)
+    # a whole T4 still warns (the default conventions pick its node label)
+    with pytest.warns(DefaultProfileWarning, match="no cluster profile was given"):
+        plan_pod(Resources.parse_spec("gpu:accelerator=T4"))

@@ -11,6 +11,7 @@ accelerator resource per task) refuses the HAMi share rather than compile a whol
 from __future__ import annotations
 
 import math
+import warnings
 from pathlib import Path
 
 import pytest
@@ -147,8 +148,11 @@ def test_kfp_local_renders_a_share_as_its_device() -> None:
 
     pipeline = default_pipeline(train_candidates=Candidates([SHARE, "cpu"]))
     to_kfp(pipeline, local=True)  # kfp.local never reads resources: no cluster to refuse it
-    with pytest.warns(DefaultProfileWarning), pytest.raises(InvalidResources, match=REFUSED.format(name="default")):
-        to_kfp(pipeline)
+    with warnings.catch_warnings(record=True) as caught:  # refused, with no default-profile warning before it
+        warnings.simplefilter("always")
+        with pytest.raises(InvalidResources, match=REFUSED.format(name="default")):
+            to_kfp(pipeline)
+    assert not [w for w in caught if issubclass(w.category, DefaultProfileWarning)]
 
 
 # --- Airflow pods --------------------------------------------------------------------------------------------
@@ -180,9 +184,11 @@ def test_the_airflow_dag_builds_hami_share_pods(hami: Path) -> None:
     [task] = [t for t in dag.tasks if t.task_id.startswith("train.gpu")]
     limits = task.container_resources.limits
     assert {k: limits[k] for k in HAMI_SHARE} == HAMI_SHARE
-    with pytest.raises(InvalidResources, match=REFUSED.format(name="default")):
-        with pytest.warns(DefaultProfileWarning):
+    with warnings.catch_warnings(record=True) as caught:  # refused, with no default-profile warning before it
+        warnings.simplefilter("always")
+        with pytest.raises(InvalidResources, match=REFUSED.format(name="default")):
             build_dag(pipeline, "share", **kw)
+    assert not [w for w in caught if issubclass(w.category, DefaultProfileWarning)]
 
 
 # --- manifests and the mixed job -----------------------------------------------------------------------------

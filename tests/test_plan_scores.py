@@ -219,9 +219,13 @@ def test_a_fractional_gpu_asks_for_hami_cores_and_memory() -> None:
     _validate(plan)
     from heteroflow.components.devices.podplan import DefaultProfileWarning
 
-    with pytest.warns(DefaultProfileWarning), pytest.raises(
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught, pytest.raises(
             InvalidResources, match=r"uses the 'official' NVIDIA device plugin, which cannot share a GPU; valid: a profile with vendors.nvidia.plugin: hami"):
+        warnings.simplefilter("always")
         placed_pod_plan(Resources(kind="gpu", accelerator="v100"), model="nvidia-v100", gpu_milli=300)
+    assert not [w for w in caught if issubclass(w.category, DefaultProfileWarning)]  # the refusal alone, no warning first
     with pytest.raises(InvalidResources, match=r"gpu_milli=0 is not thousandths of one device"):
         placed_pod_plan(Resources(kind="gpu", accelerator="v100"), model="nvidia-v100", gpu_milli=0, profile=HAMI)
     with pytest.raises(InvalidResources, match=r"a fractional request is part of one device; valid: count=1"):

@@ -323,6 +323,14 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None, *, loc
     if accel is not None:
         before = dict(node_selector)
         resource_name, requirement = _accelerator_plan(resources, accel, profile, node_selector)
+        count = resources.count or 0
+        requests[resource_name] = limits[resource_name] = str(count)
+        if resources.device_share is not None and not local:  # part of one device: the plugin's share resources
+            # before the default-profile warning: a share the profile cannot ask for is an error, and a warning
+            # about the conventions the pod would have used only stood in front of it
+            shared = share_resources(resources, profile, resource_name=resource_name)
+            requests.update(shared)
+            limits.update(shared)
         if given is None:
             added = {k: v for k, v in node_selector.items() if before.get(k) != v}
             label = (
@@ -330,12 +338,6 @@ def plan_pod(resources: Resources, profile: ClusterProfile | None = None, *, loc
                 else ", ".join(f"{k}={v}" for k, v in added.items()) or None
             )
             _warn_default_profile(resources, accel, resource_name, label)
-        count = resources.count or 0
-        requests[resource_name] = limits[resource_name] = str(count)
-        if resources.device_share is not None and not local:  # part of one device: the plugin's share resources
-            shared = share_resources(resources, profile, resource_name=resource_name)
-            requests.update(shared)
-            limits.update(shared)
         if requirement is not None:
             affinity = _merge_requirement(affinity, requirement)
         if profile.accelerator_tolerations:
