@@ -282,7 +282,8 @@ def place_round(jobs: Sequence[Job], state: PlacementState, policy: Policy | str
                     f"{job.name} waits: needs {need} free device(s){mem_note} of one model among "
                     f"{', '.join(m for m, a in zip(state.models, allowed, strict=True) if a)}; most free: {best_free}"
                     + _host_note(job, state, mem_ok & room & allowed[state.model_of], np.broadcast_to(host_ok, mem_ok.shape))
-                    + _pods_note(job, state, best_free, int(free_by_model[allowed].max()) if allowed.any() else 0))))
+                    + _pods_note(job, state, best_free, int(free_by_model[allowed].max()) if allowed.any() else 0,
+                                 int(state.free[dev_ok].max()) if dev_ok.any() else 0))))
                 continue
             choice = int(np.argmax(fit_scores))
             model = state.models[choice]
@@ -327,9 +328,12 @@ def _host_note(job: Job, state: PlacementState, device_ok: np.ndarray, host_ok: 
             f"{show_amount('memory', job.memory_bytes)} of memory")
 
 
-def _pods_note(job: Job, state: PlacementState, free: int, held: int) -> str:
+def _pods_note(job: Job, state: PlacementState, free: int, held: int, one_node: int = 0) -> str:
     """``; pods of 1 device, 6 CPU and 0 of memory each: the nodes' CPU and memory hold 4 device(s)`` where a job in
-    pods gets fewer devices than are free."""
+    pods gets fewer devices than are free; for a job of one pod (``pod_devices`` = ``count``) that its devices are on
+    one node, and the most one node has free (``one_node``)."""
+    if job.pod_devices and job.pod_devices >= job.count > 1 and not job.distinct_nodes:
+        return f"; one pod: its {job.count} device(s) on one node, and no node has them free (most on one node: {one_node})"
     if not job.pod_devices or held >= free:
         return ""
     where = " on distinct nodes" if job.distinct_nodes else ""

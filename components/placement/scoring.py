@@ -369,8 +369,9 @@ def jobs_of(res: Resources, call: str, *, queue: str = "default", throughput: Ma
         kind = DeviceKind(one.kind)
         models = frozenset(m.name for m in one.accelerator_models) if one.accelerator_spec is not None else None
         # as the job runs: a mixed group's replicas one pod of one device each (a CPU group's pods together on one
-        # node), a multi-node candidate one pod of count devices a node; each pod asks for its own CPU and memory
-        pod_devices = (1 if mixed else max(res.count or 0, 1) if res.nodes > 1 else 0) if kind.has_devices else 0
+        # node), a single-kind candidate one pod of count devices on each of its nodes (one node: its devices are
+        # never split across nodes, a pod's devices are on its node); each pod asks for its own CPU and memory
+        pod_devices = (1 if mixed else max(res.count or 0, 1)) if kind.has_devices else 0
         pods = count if mixed and not pod_devices else 1
         jobs.append(Job(name=call, count=count if kind.has_devices else 0, kind=kind.value, models=models, queue=queue,
                         device_memory_bytes=one.device_memory_bytes or 0, throughput=throughput,
