@@ -43,3 +43,79 @@ def test_a_one_node_job_is_never_split_across_nodes(tmp_path: Path) -> None:
     # any count above one node's devices, not only twice a node
     with pytest.raises(NoCandidateAvailable, match="most on one node: 4"):
         _plan(tmp_path, ["gpu:count=6"], TWO_T4_NODES)
+
+
+# --- the live cluster's nodes and pods ---------------------------------------------------------------------------
+
+
+def _kubectl_node(name: str, labels: dict[str, str], gpus: int = 8) -> dict:
+    return {"kind": "Node", "metadata": {"name": name, "labels": labels},
+            "status": {"allocatable": {"cpu": "64", "memory": "512Gi", "nvidia.com/gpu": str(gpus)}}}
+
+
+@pytest.mark.parametrize(("label", "value", "model", "memory_gib"), [
+    # GPU feature discovery's product names, as the registry lists them: read as no model before (CPU-only nodes)
+    ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-80GB", "nvidia-a100-80gb", 80),
+    ("nvidia.com/gpu.product", "NVIDIA-A100-SXM4-40GB", "nvidia-a100-40gb", 40),
+    ("nvidia.com/gpu.product", "NVIDIA-H100-80GB-HBM3", "nvidia-h100", 80),
+    ("nvidia.com/gpu.product", "Tesla-T4", "nvidia-t4", 16),
+    # sibling: a V100 32 GB is the V100 entry with the memory its label states (it read as 16 GiB)
+    ("nvidia.com/gpu.product", "Tesla-V100-SXM2-32GB", "nvidia-v100", 32),
+    # sibling: GKE's label was not read at all
+    ("cloud.google.com/gke-accelerator", "nvidia-tesla-t4", "nvidia-t4", 16),
+    ("cloud.google.com/gke-accelerator", "nvidia-h100-80gb", "nvidia-h100", 80),
+])
+def test_node_labels_of_every_convention_name_their_model(label: str, value: str, model: str, memory_gib: int) -> None:
+    from heteroflow.components.placement.k8s_nodes import kubectl_nodes
+
+    [node] = kubectl_nodes([_kubectl_node("n", {label: value})])
+    assert (node.devices, node.device_memory_bytes) == ({model: 8}, memory_gib * 2**30)
+
+
+def test_a_family_or_unknown_product_label_is_no_model() -> None:
+    from heteroflow.components.placement.k8s_nodes import kubectl_nodes
+
+    family, unknown = kubectl_nodes([_kubectl_node("f", {"nvidia.com/gpu.product": "A100"}),
+                                     _kubectl_node("u", {"nvidia.com/gpu.product": "NVIDIA-Foo-9000"})])
+    assert family.devices == unknown.devices == {}
+
+
+def test_the_manifests_of_an_a100_h100_cluster_have_their_flavors(tmp_path: Path) -> None:
+    """The review's input: ``heteroflow manifests`` on kubectl's nodes wrote only the cpu flavor and exited 0."""
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    nodes = {"kind": "List", "items": [_kubectl_node("a", {"nvidia.com/gpu.product": "NVIDIA-A100-SXM4-80GB"}),
+                                       _kubectl_node("h", {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"})]}
+    (tmp_path / "nodes.json").write_text(json.dumps(nodes))
+    result = CliRunner().invoke(app, ["manifests", "--inventory", str(tmp_path / "nodes.json"), "-c", "gpu", "--image", "img",
+                                      "-o", str(tmp_path / "out")], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    import yaml
+
+    flavors = {d["metadata"]["name"] for d in yaml.safe_load_all((tmp_path / "out" / "kueue.yaml").read_text()) if d["kind"] == "ResourceFlavor"}
+    assert flavors == {"cpu", "nvidia-a100-80gb", "nvidia-h100"}
+
+
+def test_bound_pods_requests_of_every_resource_are_counted_as_the_scheduler_counts_them() -> None:
+    """A pod requesting ephemeral storage (``10Gi``) crashed the reader with a bare ValueError (``int('10Gi')``),
+    so ``device_inventory=kubernetes`` said the cluster could not be read; siblings: init containers and the pod's
+    overhead were not counted."""
+    from kubernetes.client import V1Container, V1Node, V1NodeStatus, V1ObjectMeta, V1Pod, V1PodSpec, V1PodStatus, V1ResourceRequirements
+
+    from heteroflow.components.placement.k8s_nodes import kubernetes_nodes
+
+    def container(name: str, **requests: str) -> V1Container:
+        return V1Container(name=name, resources=V1ResourceRequirements(requests={k.replace("_", "-"): v for k, v in requests.items()}))
+
+    node = V1Node(metadata=V1ObjectMeta(name="gpu-1", labels={"nvidia.com/gpu.product": "Tesla-T4"}),
+                  status=V1NodeStatus(allocatable={"cpu": "32", "memory": "128Gi", "nvidia.com/gpu": "4", "ephemeral-storage": "500Gi"}))
+    storage = V1Pod(spec=V1PodSpec(node_name="gpu-1", containers=[container("c", cpu="500m", ephemeral_storage="10Gi", hugepages_2Mi="1Gi")]),
+                    status=V1PodStatus(phase="Running"))
+    # app containers 2 CPU + 1 GPU; an init container asking 6 CPU holds 6 while it runs (the larger); overhead 250m
+    init = V1Pod(spec=V1PodSpec(node_name="gpu-1", containers=[container("a", cpu="1", **{"nvidia.com/gpu": "1"}), container("b", cpu="1")],
+                                init_containers=[container("i", cpu="6", memory="1Gi")], overhead={"cpu": "250m"}),
+                 status=V1PodStatus(phase="Pending"))
+    [n] = kubernetes_nodes([node], [storage, init])
+    assert (n.model, n.devices, n.cpu_millicores, n.memory_bytes) == ("nvidia-t4", 3, 32000 - 500 - 6000 - 250, 127 * 2**30)

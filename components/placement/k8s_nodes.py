@@ -1,17 +1,19 @@
 """Kubernetes nodes as inventory nodes: ``kubectl get nodes -o json`` items (:func:`kubectl_nodes`) and API
 objects with the pods bound to them (:func:`kubernetes_nodes`, placement's view). The accelerator model comes from
-the device kinds' node labels (GPU feature discovery's ``nvidia.com/gpu.product``, Ascend's
-``node.kubernetes.io/npu.chip.name``); a model not in the registry counts as CPU-only.
+the device kinds' and label conventions' node labels (GPU feature discovery's ``nvidia.com/gpu.product``, GKE's
+``cloud.google.com/gke-accelerator``, Ascend's ``node.kubernetes.io/npu.chip.name``); a model not in the registry
+counts as CPU-only.
 
 Moved here from :mod:`heteroflow.components.placement.inventory`, which re-exports the public names.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from heteroflow.components.devices.accelerators import DeviceKind, find_accelerator
+from heteroflow.components.devices.accelerators import ACCELERATORS, LABEL_CONVENTIONS, Accelerator, DeviceKind, find_accelerator
 from heteroflow.components.devices.quantities import parse_cpu, parse_memory
 from heteroflow.components.errors import InvalidResources
 from heteroflow.components.placement.views import InvalidInventory, Node, PlacementNode, _assemble
@@ -20,9 +22,34 @@ __all__ = ["kubectl_nodes", "kubernetes_nodes"]
 
 
 def _model_labels() -> tuple[str, ...]:
-    """Node labels that name the accelerator model, from the device kinds (gpu: GPU feature discovery's
-    ``nvidia.com/gpu.product``; npu: Ascend MindCluster's ``node.kubernetes.io/npu.chip.name``; plugins' own)."""
-    return tuple(k for kind in DeviceKind for k in kind.node_label_keys)
+    """Node labels that name the accelerator model: the device kinds' (gpu: GPU feature discovery's
+    ``nvidia.com/gpu.product``; npu: Ascend MindCluster's ``node.kubernetes.io/npu.chip.name``; plugins' own), then
+    every label convention's (:data:`~heteroflow.components.devices.accelerators.LABEL_CONVENTIONS`: GKE's
+    ``cloud.google.com/gke-accelerator``, AMD's ``amd.com/gpu.product-name``)."""
+    keys = [k for kind in DeviceKind for k in kind.node_label_keys]
+    keys += [key for key, _vendors in LABEL_CONVENTIONS.values() if key]
+    return tuple(dict.fromkeys(keys))
+
+
+def _model_of_label(value: str) -> tuple[Accelerator | None, int | None]:
+    """The model a node label value names, and the device memory (bytes) the value states when it differs from the
+    model's data sheet (``Tesla-V100-SXM2-32GB``: the 16 GB V100's entry, 32 GiB), else None.
+
+    A value the registry lists for a model under a label convention (``NVIDIA-A100-SXM4-80GB``,
+    ``nvidia-h100-80gb``) is that model; otherwise the product name without its vendor prefix and form factor
+    (``Tesla-T4``: T4). A family (``A100``: either A100) or an unknown name is no model (the node counts as CPU-only)."""
+    listed = {v.lower(): a for a in ACCELERATORS.values() if not a.is_family for vals in a.node_labels.values() for v in vals}
+    if value.lower() in listed:
+        return listed[value.lower()], None
+    try:
+        accel = find_accelerator(value.removeprefix("NVIDIA-").removeprefix("Tesla-").split("-SXM")[0].split("-PCIE")[0])
+    except InvalidResources:
+        return None, None
+    if accel.is_family:
+        return None, None
+    stated = re.search(r"(\d+)GB", value, re.IGNORECASE)
+    memory = int(stated.group(1)) * 2**30 if stated else None  # the registry's nominal GiB (accelerators.py)
+    return accel, memory if memory != accel.device_memory_bytes else None
 
 
 def _k8s_node(name: str, labels: Mapping[str, str], taints: Iterable[Mapping[str, Any]], alloc: Mapping[str, Any],
@@ -33,15 +60,12 @@ def _k8s_node(name: str, labels: Mapping[str, str], taints: Iterable[Mapping[str
     mem = 0
     label = next((labels[k] for k in _model_labels() if labels.get(k)), None)
     if label:
-        try:
-            accel = find_accelerator(label.removeprefix("NVIDIA-").removeprefix("Tesla-").split("-SXM")[0].split("-PCIE")[0])
-        except InvalidResources:
-            accel = None
-        if accel is not None and not accel.is_family:
+        accel, stated_memory = _model_of_label(label)
+        if accel is not None:
             resource = next((r for r in set(accel.resource_names.values()) if r in alloc), None)
             if resource is not None:
                 devices = {accel.name: max(int(alloc[resource]) - used.get(resource, 0), 0)}
-                mem = accel.device_memory_bytes or 0
+                mem = stated_memory or accel.device_memory_bytes or 0
     # free = allocatable - requested, 0 when the requests fill it (stated: nothing more fits); None where the node
     # states no allocatable CPU or memory (not checked)
     cpu = max(parse_cpu(alloc["cpu"]) - used.get("cpu", 0), 0) if "cpu" in alloc else None
@@ -79,6 +103,42 @@ def kubectl_nodes(items: Sequence[Any], *, source: str = "kubectl get nodes -o j
     return out
 
 
+def _quantity(key: str, value: Any) -> int:
+    """A request as placement counts it: CPU in millicores, memory in bytes, anything else (devices, storage,
+    hugepages) in whole units, rounded up (``kubernetes.utils.parse_quantity``: ``10Gi``, ``500m``)."""
+    if key == "cpu":
+        return parse_cpu(value)
+    if key == "memory":
+        return parse_memory(value)
+    import math
+
+    from kubernetes.utils import parse_quantity
+
+    return math.ceil(parse_quantity(value))
+
+
+def _pod_requests(pod: Any) -> dict[str, int]:
+    """What a pod holds on its node, as the scheduler counts it: per resource the larger of its app containers' sum
+    (plus sidecars: init containers with ``restartPolicy: Always``) and its largest init container, plus the pod's
+    ``overhead`` (Kubernetes, "Resource Management for Pods and Containers" and "Pod Overhead")."""
+    def requests(container: Any) -> dict[str, int]:
+        req = (container.resources.requests or {}) if container.resources is not None else {}
+        return {k: _quantity(k, v) for k, v in req.items()}
+
+    total: dict[str, int] = {}
+    for c in [*(pod.spec.containers or []),
+              *(c for c in pod.spec.init_containers or [] if getattr(c, "restart_policy", None) == "Always")]:
+        for k, v in requests(c).items():
+            total[k] = total.get(k, 0) + v
+    for c in pod.spec.init_containers or []:
+        if getattr(c, "restart_policy", None) != "Always":
+            for k, v in requests(c).items():
+                total[k] = max(total.get(k, 0), v)
+    for k, v in (getattr(pod.spec, "overhead", None) or {}).items():
+        total[k] = total.get(k, 0) + _quantity(k, v)
+    return total
+
+
 def kubernetes_nodes(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> list[PlacementNode]:
     """Nodes from Kubernetes API objects (``V1Node``, ``V1Pod``; no I/O), as placement sees them: allocatable
     minus what running and pending-bound pods request; the model as :func:`kubectl_nodes` reads it."""
@@ -90,15 +150,8 @@ def kubernetes_nodes(nodes: Iterable[Any], pods: Iterable[Any] = ()) -> list[Pla
         if not node_name:
             continue
         acc = requested.setdefault(node_name, {})
-        for c in pod.spec.containers or []:
-            req = (c.resources.requests or {}) if c.resources is not None else {}
-            for key, value in req.items():
-                if key == "cpu":
-                    acc["cpu"] = acc.get("cpu", 0) + parse_cpu(value)
-                elif key == "memory":
-                    acc["memory"] = acc.get("memory", 0) + parse_memory(value)
-                else:
-                    acc[key] = acc.get(key, 0) + int(value)
+        for key, amount in _pod_requests(pod).items():
+            acc[key] = acc.get(key, 0) + amount
     parsed = []
     for i, node in enumerate(nodes):
         taints = [{"key": t.key, "value": t.value, "effect": t.effect} for t in (getattr(node.spec, "taints", None) or [])]
