@@ -119,3 +119,69 @@ def test_bound_pods_requests_of_every_resource_are_counted_as_the_scheduler_coun
                  status=V1PodStatus(phase="Pending"))
     [n] = kubernetes_nodes([node], [storage, init])
     assert (n.model, n.devices, n.cpu_millicores, n.memory_bytes) == ("nvidia-t4", 3, 32000 - 500 - 6000 - 250, 127 * 2**30)
+
+
+# --- guarantees, capabilities and aliases ------------------------------------------------------------------------
+
+
+def _inventory(data: dict):
+    from heteroflow.components.placement.inventory import from_mapping
+
+    return from_mapping(data, source="inv.yaml")
+
+
+V100_NODE = [{"name": "v", "devices": {"v100": 8}, "cpu": 32, "memory": "128Gi"}]
+
+
+@pytest.mark.parametrize(("data", "message"), [
+    # a kind's guarantee above its capacity in the per-kind form: Volcano got 10 GPUs guaranteed, Kueue 4
+    ({"gpu": 4, "npu": 8, "cpu_cores": 64, "memory": "256Gi", "queues": [{"name": "q", "guarantee": {"gpu": 10}}]},
+     "queues[0] (q): guarantee 10 of gpu is above the cluster's capacity of 4"),
+    # sibling: the same in the per-model per-kind form still says it
+    ({"gpu": {"t4": 4}, "queues": [{"name": "q", "guarantee": {"gpu": 10}}]}, "guarantee 10 of gpu is above the cluster's capacity of 4"),
+    # a guarantee of a model no node has reserved the V100s for T4s that do not exist
+    ({"nodes": V100_NODE, "queues": [{"name": "a", "guarantee": {"t4": 4}}]},
+     "queues[0] (a): guarantee 4 of nvidia-t4, which no node has (the inventory's devices: nvidia-v100: 8)"),
+    # guarantees above a capability given under a wider key: Volcano got guarantee 8 under capability 2
+    ({"nodes": V100_NODE, "queues": [{"name": "q", "guarantee": {"t4": 4, "v100": 4}, "capability": {"gpu": 2}}]},
+     "queues[0] (q): guarantee.nvidia-t4=4 + guarantee.nvidia-v100=4 is above its capability.gpu=2 (8 in all)"),
+    ({"nodes": V100_NODE, "queues": [{"name": "q", "guarantee": {"v100": 4}, "capability": 2}]},
+     "queues[0] (q): guarantee.nvidia-v100=4 is above its capability 2"),
+    # aliases of one kind replaced each other (the T4s were gone)
+    ({"gpu": {"t4": 4}, "cuda": {"v100": 2}}, "'gpu' and 'cuda' both name device kind 'gpu'; valid: each kind once"),
+    ({"gpu": 4, "GPU": 2}, "'gpu' and 'GPU' both name device kind 'gpu'"),
+    # the one-model devices form without a model was a CPU-only node
+    ({"nodes": [{"name": "a", "devices": {"kind": "gpu", "count": 4}}]},
+     "nodes[0].devices.model is missing: count=4 of kind 'gpu' needs the model of its devices"),
+    ({"nodes": [{"name": "a", "devices": {"kind": "gpu", "model": "t5", "count": 0}}]}, "nodes[0].devices.model='t5' is unknown"),
+    ({"nodes": V100_NODE, "queues": [{"name": "q", "namespaces": ["ml", "ml"]}]},
+     "queues[0].namespaces[1]='ml' is listed twice; valid: each namespace once"),
+    ({"version": True, "gpu": 4}, "version=True is unknown; valid: 1"),
+    ({"kind": "List", "items": [{"kind": "Node", "metadata": {"name": "a"}}, {"kind": "Node", "metadata": {"name": "a"}}]},
+     "items[1].metadata.name='a' duplicates items[0]; node names are unique"),
+])
+def test_an_inventory_a_user_could_write_wrong_is_refused_naming_the_field(data: dict, message: str) -> None:
+    from heteroflow.components.placement.views import InvalidInventory
+
+    with pytest.raises(InvalidInventory) as err:
+        _inventory(data)
+    assert message in str(err.value) and str(err.value).startswith("inv.yaml"), str(err.value)
+
+
+def test_what_fits_is_still_accepted_and_aliases_of_one_model_add_up() -> None:
+    inv = _inventory({"nodes": V100_NODE, "queues": [{"name": "q", "guarantee": {"v100": 2, "nvidia-v100": 3}, "capability": {"gpu": 6}},
+                                                     {"name": "r", "guarantee": {"gpu": 2}, "capability": 4}]})
+    assert [dict(q.guarantee) for q in inv.queues] == [{"nvidia-v100": 5}, {"gpu": 2}]  # was {"nvidia-v100": 3}: the last won
+    assert _inventory({"gpu": 4, "npu": 8, "queues": [{"name": "q", "guarantee": {"gpu": 4, "npu": 8}}]}).queues[0].guarantee == {"gpu": 4, "npu": 8}
+    assert _inventory({"nodes": [{"name": "a", "devices": {"kind": "gpu", "count": 0}}]}).devices == {}
+
+
+def test_a_packing_policy_refuses_a_node_whose_stated_device_memory_is_too_small(tmp_path: Path) -> None:
+    """``policy: bestfit`` placed a 12 GiB job on V100s the node states have 8 GiB; ``policy: listed`` refused it."""
+    node = "  - {name: v100small, devices: {kind: gpu, model: v100, count: 4, memory: 8Gi}, cpu: 32, memory: 128Gi}\n"
+    big = "  - {name: v100big, devices: {kind: gpu, model: v100, count: 4, memory: 32Gi}, cpu: 32, memory: 128Gi}\n"
+    for policy in ("bestfit", "fgd", "listed"):
+        with pytest.raises(NoCandidateAvailable, match="12288 MiB of device memory \\(most: 8192 MiB\\)|with >= 12 GiB device memory"):
+            _plan(tmp_path, ["gpu:device_memory=12Gi"], f"version: 1\npolicy: {policy}\nnodes:\n{node}")
+        assert _plan(tmp_path, ["gpu:device_memory=12Gi"], f"version: 1\npolicy: {policy}\nnodes:\n{node}{big}")["nodes"] == ["v100big"]
+        assert _plan(tmp_path, ["gpu:device_memory=8Gi"], f"version: 1\npolicy: {policy}\nnodes:\n{node}")["nodes"] == ["v100small"]

@@ -55,8 +55,16 @@ and, in both forms, queues (Volcano ``Queue`` semantics; see :mod:`heteroflow.co
 
 and ``kubectl get nodes -o json`` output (a ``List`` or ``NodeList`` of ``Node`` objects): each node's
 allocatable CPU, memory and accelerator extended resources (capacity where allocatable is absent), its labels and
-taints; the model comes from the GPU feature discovery label ``nvidia.com/gpu.product`` or the Ascend label
-``node.kubernetes.io/npu.chip.name``, and a node whose model is not in the registry counts as CPU-only.
+taints; the model comes from the node's model label under any label convention (GPU feature discovery's
+``nvidia.com/gpu.product``, GKE's ``cloud.google.com/gke-accelerator``, Ascend's ``node.kubernetes.io/npu.chip.name``;
+:mod:`heteroflow.components.placement.k8s_nodes`), and a node whose model is not in the registry counts as
+CPU-only; a node name given twice is an error.
+
+Guarantees are checked in every scope they count in: a model (one no node has is an error), a device kind (in the
+per-kind form too), devices of any model, CPU and memory; the guarantees of all queues together fit each scope's
+capacity, and a queue's guarantees within each of its capability's scopes fit that capability (``t4: 4`` and
+``v100: 4`` within ``capability: {gpu: 2}`` do not). Aliases of one model in a queue's amounts add up, as a node's
+devices do; two keys naming one device kind at the top level (``gpu`` and ``cuda``) are an error.
 
 Every error is an :class:`InvalidInventory` whose message starts with the source (``FILE:LINE:`` where the YAML
 gives a line), names the node or queue (``nodes[i]``, ``queues[i]``, with the name once it is read) and the field,
@@ -189,6 +197,7 @@ def from_mapping(data: Any, *, source: str = "inventory") -> ClusterInventory:
         nodes = kubectl_nodes(items, source=source)
         return _assemble(nodes, source=source)
     stated: dict[str, Any] = {}
+    given_as: dict[Any, str] = {}  # the key as written -> its kind
     for key in data:
         if key in _FIELDS:
             continue
@@ -203,8 +212,14 @@ def from_mapping(data: Any, *, source: str = "inventory") -> ClusterInventory:
                 + (f" (did you mean {close[0]!r}?)" if close else "")
                 + f"; valid: {', '.join(_FIELDS)}, or a device kind: {', '.join(_kinds())}"
             ) from None
+        if kind.value in stated:  # 'gpu' and 'cuda', or 'gpu' and 'GPU': the second replaced the first
+            first = next(k for k in given_as if given_as[k] == kind.value)
+            raise InvalidInventory(f"{_where(source, _line_of(data, str(key)))}{first!r} and {key!r} both name device kind "
+                                   f"{kind.value!r}; valid: each kind once (its devices in one entry)")
+        given_as[key] = kind.value
         stated[kind.value] = _stated_kind(data[key], key, kind.value, source=source, line=_line_of(data, str(key)))
-    if data.get("version", 1) != 1:
+    version = data.get("version", 1)
+    if isinstance(version, bool) or version != 1:  # True == 1 in Python
         raise InvalidInventory(f"{_where(source, _line_of(data, 'version'))}version={data.get('version')!r} is unknown; valid: 1")
     raw_nodes = data.get("nodes")
     nodes: list[Node] = []
@@ -278,9 +293,19 @@ def _node_devices(value: Any, i: int, *, source: str, line: int) -> tuple[dict[s
             raw = _mapping(value, field, _NODE_DEVICE_KEYS, source=source, line=line)
             count = _count(raw.get("count", 0), f"{field}.count", noun="count of devices")
             host = DeviceKind.host().value  # a node without devices: its model is the host kind's name
-            if count == 0 or str(raw.get("model", host)).lower() == host:
+            if "model" not in raw:  # {kind: gpu, count: 4} read as a CPU-only node, its devices dropped
+                if count == 0 or str(raw.get("kind", host)).lower() == host:
+                    return {}, None
+                from heteroflow.components.devices.accelerators import ACCELERATORS as _ALL
+
+                examples = [a.name for a in _ALL.values() if not a.is_family and a.kind.value == str(raw["kind"]).lower()][:3]
+                raise InvalidInventory(f"{field}.model is missing: count={count} of kind {raw['kind']!r} needs the model of "
+                                       f"its devices; valid: a model name" + (f" (e.g. {', '.join(examples)})" if examples else ""))
+            if str(raw["model"]).lower() == host:
                 return {}, None
-            accel = _model(raw.get("model"), f"{field}.model")
+            accel = _model(raw.get("model"), f"{field}.model")  # checked with count 0 too: a misspelling is an error
+            if count == 0:
+                return {}, None
             if "kind" in raw:
                 try:
                     stated = DeviceKind.parse(raw["kind"], field=f"{field}.kind")
@@ -383,8 +408,9 @@ def _amounts(value: Any, field: str) -> dict[str, int]:
             out["memory"] = _quantity(parse_memory, amount, sub)
         elif key in _kinds():
             out[key] = _count(amount, sub, noun="device count")
-        else:
-            out[_model(key, f"{field} key").name] = _count(amount, sub, noun="device count")
+        else:  # aliases of one model add up, as a node's devices do ({v100: 2, nvidia-v100: 3}: 5; the last one won)
+            model = _model(key, f"{field} key").name
+            out[model] = out.get(model, 0) + _count(amount, sub, noun="device count")
     return out
 
 
@@ -401,8 +427,9 @@ def _parse_queues(raw: Any, inv: ClusterInventory, *, line: int) -> tuple[QueueS
         raise InvalidInventory(f"{_where(source, line)}queues is {type(raw).__name__}, not a list")
     out: list[QueueSpec] = []
     seen: dict[str, int] = {}
-    scopes = [s for s in dict.fromkeys(["cpu", "memory", *inv.devices, *_kinds(), ANY_DEVICES])
-              if not (s in inv.devices and s in _kinds()) and inv.capacity(s) is not None]
+    # every scope a guarantee can be checked in: a kind of the per-kind form ({gpu: 4}) is its own scope too (it was
+    # dropped, so a guarantee of 10 GPUs on 4 passed), and a model no node has (capacity 0) once a queue names it
+    scopes = [s for s in dict.fromkeys(["cpu", "memory", *inv.devices, *_kinds(), ANY_DEVICES]) if inv.capacity(s) is not None]
     for i, item in enumerate(raw):
         qline = _line_of(item)
         where = _where(source, qline)
@@ -420,10 +447,12 @@ def _parse_queues(raw: Any, inv: ClusterInventory, *, line: int) -> tuple[QueueS
                 dns_label(team, f"queues[{i}].team")
             guarantee = _amounts(q.get("guarantee"), f"queues[{i}].guarantee")
             capability = _amounts(q.get("capability"), f"queues[{i}].capability")
-            for key, g in guarantee.items():
-                if key in capability and g > capability[key]:
-                    raise InvalidInventory(f"queues[{i}] ({name}): {_show_field('guarantee', key, g)} is above its "
-                                           f"{_show_field('capability', key, capability[key])}")
+            for key, cap in capability.items():  # every guarantee within the capability's scope (t4 + v100 within gpu)
+                inside = {k: g for k, g in guarantee.items() if _within(key, k)}
+                if sum(inside.values()) > cap:
+                    given = " + ".join(_show_field("guarantee", k, g) for k, g in inside.items())
+                    raise InvalidInventory(f"queues[{i}] ({name}): {given} is above its {_show_field('capability', key, cap)}"
+                                           + ("" if len(inside) == 1 else f" ({show_amount(key, sum(inside.values()))} in all)"))
             reclaimable = q.get("reclaimable", True)
             if not isinstance(reclaimable, bool):
                 raise InvalidInventory(f"queues[{i}].reclaimable={reclaimable!r} is not a boolean; valid: true, false")
@@ -437,6 +466,9 @@ def _parse_queues(raw: Any, inv: ClusterInventory, *, line: int) -> tuple[QueueS
             if not isinstance(namespaces, list) or not namespaces:
                 raise InvalidInventory(f"queues[{i}].namespaces={namespaces!r}; valid: a non-empty list of namespace names")
             ns = tuple(dns_label(n, f"queues[{i}].namespaces[{j}]") for j, n in enumerate(namespaces))
+            again = next((j for j, n in enumerate(ns) if n in ns[:j]), None)
+            if again is not None:  # rendered two identical LocalQueues
+                raise InvalidInventory(f"queues[{i}].namespaces[{again}]={ns[again]!r} is listed twice; valid: each namespace once")
         except InvalidResources as exc:
             raise InvalidInventory(f"{where}{exc}") from None
         out.append(QueueSpec(name=name, kind=kind, team=team, guarantee=guarantee, capability=capability,
@@ -453,7 +485,8 @@ def _check_guarantees(queues: Sequence[QueueSpec], inv: ClusterInventory, scopes
     accelerators (with any-model guarantees), CPU and memory (where the inventory states them); the narrowest
     scope first, so the message names the model. A guarantee is capacity reserved for its queue."""
     last = queues[-1]
-    for scope in scopes:
+    named = [k for k in last.guarantee if k not in scopes and k in ACCELERATORS and not ACCELERATORS[k].is_family]
+    for scope in [*named, *scopes]:  # a model no node has: capacity 0
         cap = inv.capacity(scope)
         assert cap is not None  # scopes hold only known capacities
         per_queue = {q.name: sum(g for k, g in q.guarantee.items() if _within(scope, k)) for q in queues}
@@ -461,6 +494,11 @@ def _check_guarantees(queues: Sequence[QueueSpec], inv: ClusterInventory, scopes
         if total <= cap:
             continue
         own = per_queue[last.name]
+        if cap == 0 and scope in named:
+            have = ", ".join(f"{k}: {n}" for k, n in inv.devices.items()) or "none"
+            raise InvalidInventory(
+                f"{where}queues[{index}] ({last.name}): guarantee {own} of {scope}, which no node has (the inventory's "
+                f"devices: {have}); valid: guarantees of the models, kinds or devices the inventory has")
         of = "" if scope == ANY_DEVICES else f" of {scope}"
         unit = " devices" if scope == ANY_DEVICES else of
         head = (f"guarantee {show_amount(scope, own)}{of} is above the cluster's capacity of {show_amount(scope, cap)}"

@@ -80,8 +80,8 @@ def kubectl_nodes(items: Sequence[Any], *, source: str = "kubectl get nodes -o j
     CPU, memory and accelerators, labels and taints.
 
     Raises:
-        InvalidInventory: an item that is not a Node with ``metadata.name``, or a quantity that does not parse
-            (the message names the item and the field).
+        InvalidInventory: an item that is not a Node with ``metadata.name``, a name given twice, or a quantity
+            that does not parse (the message names the item and the field).
     """
     out: list[Node] = []
     for i, item in enumerate(items):
@@ -94,6 +94,9 @@ def kubectl_nodes(items: Sequence[Any], *, source: str = "kubectl get nodes -o j
             raise InvalidInventory(f"{source}: {field}.metadata has no name; valid: a non-empty string (the node's name)")
         if not isinstance(name, str) or not name:
             raise InvalidInventory(f"{source}: {field}.metadata.name={name!r}; valid: a non-empty string")
+        twice = next((j for j, n in enumerate(out) if n.name == name), None)
+        if twice is not None:  # two lists pasted together: the node's devices were counted twice
+            raise InvalidInventory(f"{source}: {field}.metadata.name={name!r} duplicates items[{twice}]; node names are unique")
         status = item.get("status") or {}
         alloc = status.get("allocatable") or status.get("capacity") or {}
         try:

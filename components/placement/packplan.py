@@ -96,7 +96,8 @@ def cluster_of(inventory: Any, used: Mapping[str, int] | None = None,
                                    "CPU, memory and device shares: give each node cpu and memory, or name a placement "
                                    "policy (e.g. policy: throughput)")
         nodes.append(NodeSpec(name=n.name, cpu_milli=n.cpu_millicores, memory_mib=n.memory_bytes // _MIB, gpus=n.devices,
-                              model=n.model if n.devices else None, idle_watts=n.idle_watts, busy_watts=n.busy_watts))
+                              model=n.model if n.devices else None, idle_watts=n.idle_watts, busy_watts=n.busy_watts,
+                              device_memory_mib=(n.device_memory_bytes or 0) // _MIB if n.devices else 0))
     queues = []
     for q in inventory.queues.values():  # devices of any model (per model or kind only where that is every device), CPU, memory
         devices = inventory.any_model_capability(q, who="a packing policy")
@@ -130,7 +131,8 @@ def requests_of(res: Resources, *, name: str = "candidate", queue: str = "defaul
         out.append(Request(name=f"{name} {g.kind.value}", cpu_milli=(one.cpu_millicores or 0) * g.count,
                            memory_mib=math.ceil((one.memory_bytes or 0) / _MIB) * g.count, num_gpu=g.count if has else 0,
                            gpu_milli=milli, models=tuple(m.name for m in one.accelerator_models) if has else (),
-                           single_node=not (has and g.count > 1), queue=queue))
+                           single_node=not (has and g.count > 1), queue=queue,
+                           device_memory_mib=math.ceil((one.device_memory_bytes or 0) / _MIB) if has else 0))
     return out
 
 
@@ -145,7 +147,7 @@ def request_of(res: Resources, *, name: str = "candidate", queue: str = "default
     return Request(name=name, cpu_milli=(res.cpu_millicores or 0) * res.nodes,
                    memory_mib=math.ceil((res.memory_bytes or 0) / _MIB) * res.nodes, num_gpu=num, gpu_milli=milli,
                    models=tuple(m.name for m in res.accelerator_models) if num else (), single_node=res.nodes == 1,
-                   queue=queue)
+                   queue=queue, device_memory_mib=math.ceil((res.device_memory_bytes or 0) / _MIB) if num else 0)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

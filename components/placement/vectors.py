@@ -87,6 +87,8 @@ class Request:
         node_selector: labels a node must carry (Kubernetes ``nodeSelector``).
         tolerations: taint keys it tolerates (``key`` or ``key=value``); NoSchedule/NoExecute taints not tolerated
             exclude a node.
+        device_memory_mib: memory each device must have, MiB (0: any); a node stating less
+            (:attr:`NodeSpec.device_memory_mib`) is excluded.
 
     Raises:
         InvalidRequest: a field out of range, naming the request and field.
@@ -102,11 +104,13 @@ class Request:
     queue: str = "default"
     node_selector: Mapping[str, str] = dataclasses.field(default_factory=dict)
     tolerations: tuple[str, ...] = ()
+    device_memory_mib: int = 0
 
     def __post_init__(self) -> None:
         w = f"request {self.name!r}: "
         set_ = object.__setattr__
         set_(self, "cpu_milli", _int(self.cpu_milli, f"{w}cpu_milli"))
+        set_(self, "device_memory_mib", _int(self.device_memory_mib, f"{w}device_memory_mib"))
         set_(self, "memory_mib", _int(self.memory_mib, f"{w}memory_mib"))
         set_(self, "num_gpu", _int(self.num_gpu, f"{w}num_gpu"))
         if self.gpu_milli is None:
@@ -144,7 +148,7 @@ class Request:
     def key(self) -> tuple:
         """What placement depends on (the name aside): equal keys place alike."""
         return (self.cpu_milli, self.memory_mib, self.num_gpu, self.gpu_milli, self.models, self.single_node, self.queue,
-                tuple(sorted(self.node_selector.items())), self.tolerations)
+                tuple(sorted(self.node_selector.items())), self.tolerations, self.device_memory_mib)
 
     def workers(self) -> list[Request]:
         """The pods it is placed as: itself, or for a spread request one one-device worker per device."""
@@ -174,6 +178,7 @@ class NodeSpec:
         labels: Kubernetes node labels.
         taints: Kubernetes taints, each ``{key, value?, effect}``.
         idle_watts, busy_watts: power when on and idle, and added per busy device, W (power-aware packing).
+        device_memory_mib: memory of each of its devices, MiB (0: not stated; no request is held by it).
 
     Raises:
         InvalidInventory: a field out of range, naming the node and field.
@@ -188,12 +193,13 @@ class NodeSpec:
     taints: tuple[Mapping[str, str], ...] = ()
     idle_watts: float = 0.0
     busy_watts: float = 0.0
+    device_memory_mib: int = 0
 
     def __post_init__(self) -> None:
         w = f"node {self.name!r}: "
         if not isinstance(self.name, str) or not self.name:
             raise InvalidInventory(f"node name={self.name!r}; valid: a non-empty string")
-        for f in ("cpu_milli", "memory_mib", "gpus"):
+        for f in ("cpu_milli", "memory_mib", "gpus", "device_memory_mib"):
             object.__setattr__(self, f, _int(getattr(self, f), f"{w}{f}", cls=InvalidInventory))
         if self.gpus and not (isinstance(self.model, str) and self.model):
             raise InvalidInventory(f"{w}model={self.model!r} with gpus={self.gpus}; valid: the devices' model name (e.g. V100M16)")
@@ -327,12 +333,22 @@ class Cluster:
             return np.ones(len(self.nodes), dtype=bool)
         return np.isin(self.model_idx, [self.models.index(m) for m in request.models if m in self.models])
 
+    def memory_mask(self, request: Request) -> np.ndarray:
+        """Nodes whose devices have the memory the request asks of each (bool, shape (nodes,)): a node stating less
+        is excluded, one stating none is not."""
+        need = request.device_memory_mib if request.num_gpu else 0
+        if not need:
+            return np.ones(len(self.nodes), dtype=bool)
+        return np.array([not (0 < n.device_memory_mib < need) for n in self.nodes], dtype=bool)
+
     def access(self, request: Request) -> np.ndarray:
-        """Nodes the request may use at all (bool, shape (nodes,)): its models, node selector and tolerations."""
-        key = (request.models if request.num_gpu else (), tuple(sorted(request.node_selector.items())), request.tolerations)
+        """Nodes the request may use at all (bool, shape (nodes,)): its models, device memory, node selector and
+        tolerations."""
+        memory = request.device_memory_mib if request.num_gpu else 0
+        key = (request.models if request.num_gpu else (), tuple(sorted(request.node_selector.items())), request.tolerations, memory)
         got = self._access.get(key)
         if got is None:
-            ok = self.model_mask(request).copy()
+            ok = self.model_mask(request) & self.memory_mask(request)
             for i, n in enumerate(self.nodes):
                 if ok[i] and (any(n.labels.get(k) != v for k, v in request.node_selector.items())
                               or not all(_tolerated(t, request.tolerations) for t in n.taints)):
@@ -365,8 +381,11 @@ class Cluster:
         by_model = self.model_mask(request)
         if not by_model.any():
             return f"no node with model {models} (the inventory has {', '.join(self.models) or 'no devices'})"
+        if request.num_gpu and request.device_memory_mib and not (by_model & self.memory_mask(request)).any():
+            most = max(self.nodes[i].device_memory_mib for i in np.flatnonzero(by_model))
+            return f"no node of {models} has {request.device_memory_mib} MiB of device memory (most: {most} MiB)"
         if request.num_gpu:
-            by_model = by_model & (self.gpu_count >= (request.num_gpu if request.single_node else 1))
+            by_model = by_model & self.memory_mask(request) & (self.gpu_count >= (request.num_gpu if request.single_node else 1))
             if not by_model.any():
                 most = int(self.gpu_count[self.model_mask(request)].max())
                 return f"no node of {models} has {request.num_gpu} devices (most: {most})"
