@@ -230,11 +230,13 @@ def read_trace(path: str | Path, *, table: ThroughputTable, inventory: ClusterIn
         except (TypeError, ValueError) as exc:
             raise InvalidTrace(f"{where}{exc}; arrival_s, total_steps are numbers, scale_factor and priority integers") from None
         if not math.isfinite(arrival) or arrival < 0:
-            raise InvalidTrace(f"{where}arrival_s={arrival} is negative; valid: seconds >= 0")
+            what = "is negative" if math.isfinite(arrival) else "is not a finite number"  # nan read as 'negative'
+            raise InvalidTrace(f"{where}arrival_s={arrival} {what}; valid: seconds >= 0")
         if sf <= 0:
             raise InvalidTrace(f"{where}scale_factor={sf} is not a device count; valid: an integer >= 1")
         if not math.isfinite(steps) or steps <= 0:
-            raise InvalidTrace(f"{where}total_steps={steps} is not positive")
+            what = "is not positive" if math.isfinite(steps) else "is not a finite number"
+            raise InvalidTrace(f"{where}total_steps={steps} {what}; valid: a number of steps > 0")
         job_type = row["job_type"]
         if (job_type, sf) not in table.rows:
             known = sorted({s for t, s in table.rows if t == job_type})

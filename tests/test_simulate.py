@@ -80,9 +80,12 @@ def test_replay_reclaims_borrowed_capacity_and_honours_the_guarantee() -> None:
         ("j1,0,A3C,1,100,default,0,x999", r"t\.csv:3: model='x999' is unknown"),
         ("j1,0,A3C,1,100,nosuch", r"t\.csv:3: queue='nosuch' is not in the inventory"),
         ("j1,-3,A3C,1,100", r"t\.csv:3: arrival_s=-3.0 is negative"),
+        # a review: nan was reported as negative; its sibling total_steps=inf as 'not positive'
+        ("j1,nan,A3C,1,100", r"t\.csv:3: arrival_s=nan is not a finite number; valid: seconds >= 0"),
+        ("j1,0,A3C,1,inf", r"t\.csv:3: total_steps=inf is not a finite number; valid: a number of steps > 0"),
     ],
     ids=["unknown-type", "negative-count", "scale-not-measured", "duplicate-name", "model-not-here", "unknown-model",
-         "unknown-queue", "negative-arrival"],
+         "unknown-queue", "negative-arrival", "nan-arrival", "infinite-steps"],
 )
 def test_bad_trace_names_the_line(tmp_path: Path, row: str, match: str) -> None:
     path = tmp_path / "t.csv"
