@@ -507,3 +507,15 @@ def test_a_column_text_in_one_file_and_numbers_in_another_is_text_in_both(tmp_pa
 
     schema = json.loads((r.output_dir / "transform.json").read_text())
     assert schema["columns"][1]["categories"] == ["101", "102", "A1"]
+
+
+@pytest.mark.parametrize("gap", [False, True])
+def test_a_class_column_numbers_in_one_file_and_text_in_another_is_one_class_per_value(tmp_path: Path, gap: bool) -> None:
+    """A review's input: labels 0/1 in a.csv, 0/1/other in b.csv trained five classes ('0', '0', '1', '1', 'other'):
+    the class column became text but its numbers stayed numbers, and 0 and '0' factorized apart. With a gap in
+    a.csv (missing=drop: its labels read as floats) the classes were '0', '0.0', '1', '1.0', 'other'."""
+    src = tmp_path / "two"
+    _write(src, "a.csv", "f,g,label\n" + "".join(f"{i},{i * 2 % 7},{'' if gap and i == 3 else i % 2}\n" for i in range(40)))
+    _write(src, "b.csv", "f,g,label\n" + "".join(f"{i},{i * 3 % 7},{['0', '1', 'other'][i % 3]}\n" for i in range(40)))
+    r = _prep(src, tmp_path / "out", missing="drop")
+    assert r.classes == ("0", "1", "other")

@@ -259,8 +259,9 @@ def _combine(tables: list[RawTable], label_column: str) -> _Table:
                     )
         label_kinds.add(t.kinds[label])
         frames.append(part)
-    if len(label_kinds) > 1:
-        kinds[canon_label] = "text"
+    if len(label_kinds) > 1:  # numbers in one file, text in another: text in all, as a feature column's cells
+        kinds[canon_label] = "text"  # (the numbers stayed numbers: 1 and '1' were two classes, 0.0 and '0' too)
+        as_text.add(canon_label)
     if as_text:
         for part in frames:
             for name in as_text:
