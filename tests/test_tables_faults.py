@@ -519,3 +519,22 @@ def test_a_class_column_numbers_in_one_file_and_text_in_another_is_one_class_per
     _write(src, "b.csv", "f,g,label\n" + "".join(f"{i},{i * 3 % 7},{['0', '1', 'other'][i % 3]}\n" for i in range(40)))
     r = _prep(src, tmp_path / "out", missing="drop")
     assert r.classes == ("0", "1", "other")
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint16", "int8", "int16", "uint64"])
+def test_a_small_integer_parquet_column_is_not_taken_for_a_row_id(tmp_path: Path, dtype: str) -> None:
+    """A review's input: a uint8 pixel column of a Parquet file was dropped as 'whole numbers that increase with the
+    row order' (np.diff of unsigned values wraps a step down to a large step up); the same column as int64 or CSV was
+    kept. Sibling: int8/int16 steps overflow alike."""
+    import pandas as pd
+
+    src = tmp_path / "pq"
+    src.mkdir()
+    n = 60
+    pd.DataFrame({"pixel": np.array([(i * 7) % 11 for i in range(n)], dtype=dtype),
+                  "b": np.linspace(0, 1, n), "label": [i % 2 for i in range(n)]}).to_parquet(src / "t.parquet")
+    r = _prep(src, tmp_path / "out")
+    assert "pixel" not in r.report.get("columns_dropped", {}) and r.num_features == 2
+    # a real row id of the same small type is still left out
+    pd.DataFrame({"row": np.arange(n, dtype=dtype), "b": np.linspace(0, 1, n), "label": [i % 2 for i in range(n)]}).to_parquet(src / "t.parquet")
+    assert "row" in _prep(src, tmp_path / "out2").report["columns_dropped"]

@@ -317,10 +317,11 @@ def _id_like(name: str, column: pd.Series, kind: str, missing: int) -> str | Non
         values = column.to_numpy()
         if not _whole(values):
             return None
-        steps = np.diff(values)
-        if np.all(steps > 0) or np.all(steps < 0):
+        # neighbours compared, not subtracted: np.diff of uint8 pixels wraps a step down to a large step up (and
+        # overflows int8/int16), so a pixel column read as increasing row ids and was dropped
+        if np.all(values[1:] > values[:-1]) or np.all(values[1:] < values[:-1]):
             return "whole numbers that increase with the row order, one per row"
-        low, high = values.min(), values.max()
+        low, high = int(values.min()), int(values.max())
         if high - low == n - 1 and column.is_unique:
             return f"the whole numbers {int(low)}..{int(high)}, one per row"
     elif kind == "text" and column.is_unique:
