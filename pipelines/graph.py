@@ -562,9 +562,14 @@ class Pipeline:
             out._calls[call.name] = dataclasses.replace(call, bindings=dict(call.bindings), run_after=after)
         return out
 
-    def replace(self, call: str, **changes: Any) -> None:
+    def replace(self, call: str, **changes: Any) -> Pipeline:
         """Change a call's ``candidates``, ``retry`` (a :class:`RetryPolicy`, or a dict of its fields),
         ``cacheable`` or ``secrets`` in place, checked here.
+
+        Returns:
+            This pipeline, changed (as flytekit's ``with_overrides`` returns its node), so
+            ``default_pipeline().replace("train", candidates=[...])`` is the changed pipeline: it returned None, and
+            ``heteroflow.run(None)`` ran the default pipeline with the candidates dropped.
 
         Raises:
             InvalidParameter: an unknown call or field, or a value of the wrong type (naming the field and the
@@ -573,6 +578,7 @@ class Pipeline:
         target = self[call]
         for key, value in _call_options(call, changes).items():
             setattr(target, key, value)
+        return self
 
     # -- views ----------------------------------------------------------------------------------------------
 

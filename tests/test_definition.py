@@ -231,6 +231,14 @@ def test_a_copy_is_independent() -> None:
     assert len(p["train"].candidates) == 3 and len(q["train"].candidates) == 1
 
 
+def test_replace_returns_the_changed_pipeline_so_a_chain_keeps_its_candidates() -> None:
+    """A new user's input: ``d = default_pipeline().replace("train", candidates=[...])`` was None, and
+    ``heteroflow.run(d)`` then ran the default pipeline with the default candidates, without a word."""
+    p = default_pipeline()
+    d = p.replace("train", candidates=["cpu:cpu=2"])
+    assert d is p and [c.describe() for c in d["train"].candidates] == ["cpu, 2 CPU, 2Gi"]
+
+
 # --- failures --------------------------------------------------------------------------------------------
 
 
