@@ -266,6 +266,12 @@ class StepOperator(StepEnding):
         return mine is not None and mine in self.pipeline[call].groups
 
     def execute(self, context: Any) -> Any:
+        from heteroflow.pipelines.cli.script import passive_openmp_waits
+
+        # as the heteroflow command does for its own processes, before this task process imports torch: an Airflow
+        # task runs the step here, and OpenMP's spinning waits made train 2-5x slower beside other work (a new
+        # user's `airflow dags test` beside a busy core: 7,817-9,750 samples/s spinning, 18,421-52,995 passive)
+        passive_openmp_waits()
         from heteroflow.components.core.runtime import LocalArtifact, Outcome, run_step
         from heteroflow.components.core.telemetry import Iteration, read_step_records
         from heteroflow.pipelines.environment import step_environment
