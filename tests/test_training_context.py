@@ -229,6 +229,46 @@ def test_the_checkpoint_folder_is_keyed_by_data_params_and_model_not_device(digi
         checkpoint_folder(digits_shards, **base, model_factory="digits_models:mlp")
 
 
+def test_changed_data_in_a_plain_folder_or_a_factory_gets_its_own_checkpoint_folder(tmp_path: Path, user_modules: Path) -> None:
+    """A review's input: a plain CSV folder preprocessed in Python has no prewarm checksum, and meta.json holds
+    nothing of the cells, so new labels on the same rows kept the checkpoint folder and training resumed the old
+    data's checkpoint ("resuming from step 4 of 27"). Sibling: a dataset factory was keyed by its name and train
+    length only."""
+    import numpy as np
+
+    from heteroflow.components.data.preprocess import preprocess
+
+    src, out = tmp_path / "csv", tmp_path / "shards"
+    src.mkdir()
+
+    def folder_of(shift: float) -> Path:
+        rng = np.random.default_rng(0)
+        x = rng.normal(size=(200, 4))
+        rows = "".join(",".join(f"{v:.4f}" for v in r) + f",{int(r[0] > shift)}\n" for r in x)
+        (src / "d.csv").write_text("a,b,c,d,label\n" + rows)
+        preprocess(src, out, num_workers=1)
+        return checkpoint_folder(out, epochs=2, checkpoint_root=str(tmp_path / "ck"))
+
+    first = folder_of(0.0)
+    assert folder_of(0.0) == first  # the same data again: the same folder (a rerun resumes)
+    assert folder_of(0.5) != first  # other labels on the same rows
+
+    (user_modules / "mydata.py").write_text(
+        "import os, torch\nfrom torch.utils.data import TensorDataset\n"
+        "def data(split):\n"
+        "    g = torch.Generator().manual_seed(int(os.environ.get('MYDATA_SEED', '0')))\n"
+        "    x = torch.randn(40, 3, generator=g)\n"
+        "    return TensorDataset(x, (x[:, 0] > 0).long())\n")
+    base = dict(epochs=2, checkpoint_root=str(tmp_path / "ck"), dataset_factory="mydata:data")
+    a = checkpoint_folder(tmp_path, **base)
+    assert checkpoint_folder(tmp_path, **base) == a
+    os.environ["MYDATA_SEED"] = "1"  # other samples, the same length
+    try:
+        assert checkpoint_folder(tmp_path, **base) != a
+    finally:
+        del os.environ["MYDATA_SEED"]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [
