@@ -269,6 +269,26 @@ def test_changed_data_in_a_plain_folder_or_a_factory_gets_its_own_checkpoint_fol
         del os.environ["MYDATA_SEED"]
 
 
+def test_a_factory_class_only_validation_or_test_holds_is_one_of_the_models_classes(tmp_path: Path, user_modules: Path) -> None:
+    """A review's input: labels {0, 1} in train and 2 in validation and test built a 2-class model, and evaluate
+    failed after training with a bare ``IndexError: index 2 is out of bounds``. The classes come from every split;
+    a label a model still lacks (a ``classes`` attribute that leaves it out) is a DatasetError naming it."""
+    import numpy as np
+
+    from heteroflow.cache.errors import DatasetError
+    from heteroflow.components.data.readers import open_splits
+    from heteroflow.components.models.evaluate import classification_report
+
+    (user_modules / "threeclass.py").write_text(
+        "import torch\nfrom torch.utils.data import TensorDataset\n"
+        "def data(split):\n"
+        "    y = torch.tensor([0, 1] * 10) if split == 'train' else torch.tensor([0, 1, 2, 2, 2])\n"
+        "    return TensorDataset(torch.randn(len(y), 3), y)\n")
+    assert open_splits(tmp_path, dataset_factory="threeclass:data").classes == ("0", "1", "2")
+    with pytest.raises(DatasetError, match=r"label 2 is outside the model's 2 classes \(0..1\) in 3 sample\(s\)"):
+        classification_report(np.array([0, 1, 2, 2, 2]), np.array([0, 1, 1, 1, 1]), 2)
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [

@@ -567,8 +567,8 @@ def open_splits(dataset_dir: str | os.PathLike[str], *, dataset_factory: str = "
             _check_factory_item(ds, factory, split)
         x0, _ = train[0]
         classes = getattr(train, "classes", None)
-        if classes is None:
-            labels = {int(train[i][1]) for i in range(len(train))}
+        if classes is None:  # every split's labels: a class only validation or test holds was out of the model's range
+            labels = {int(ds[i][1]) for ds in (train, val, test) if ds is not None for i in range(len(ds))}
             classes = [str(i) for i in range(max(labels) + 1)]
         shape = tuple(torch.as_tensor(x0).shape)
         # not only the name and length: the factory's code and a sample of its items (first, middle, last of each

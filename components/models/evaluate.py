@@ -59,9 +59,19 @@ def classification_report(y_true: np.ndarray, y_pred: np.ndarray, num_classes: i
 
     Precision of class c = TP / (TP + FP), recall = TP / (TP + FN); 0 when the denominator is 0 (the
     ``zero_division=0`` convention of scikit-learn).
+
+    Raises:
+        DatasetError: a label outside ``0..num_classes-1`` (a dataset factory's split holds a class the model
+            was not built for; it was a bare IndexError of ``np.add.at``).
     """
     import numpy as np
 
+    bad = (y_true < 0) | (y_true >= num_classes)
+    if bad.any():
+        raise DatasetError(
+            f"label {int(y_true[bad][0])} is outside the model's {num_classes} classes (0..{num_classes - 1}) in "
+            f"{int(bad.sum())} sample(s); valid: labels of classes the model was built for (a dataset_factory's "
+            "splits share one set of classes: give its train split a classes attribute listing them all)")
     cm = np.zeros((num_classes, num_classes), dtype=np.int64)
     np.add.at(cm, (y_true, y_pred), 1)
     tp = np.diag(cm).astype(np.float64)
