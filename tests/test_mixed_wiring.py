@@ -274,6 +274,21 @@ def test_a_mixed_train_reports_its_kinds_epoch_loss_and_speed_live(digits_shards
     assert trained[0]["step"] == 1 and trained[-1]["step"] == 160
 
 
+def test_a_batch_larger_than_the_data_trains_a_mixed_candidate_as_it_trains_one_kind(digits_shards: Path, tmp_path: Path, monkeypatch, capfd) -> None:
+    """A review's input: batch_size=2000 on the digits samples trained one step an epoch on a single kind, but failed
+    a mixed candidate permanently ("fewer than one global batch"), so the next candidate never ran. It is one global
+    batch of every sample now, said in the log."""
+    from heteroflow.components.training.step import train
+
+    monkeypatch.setenv("HETEROFLOW_SIMULATE_DEVICES", "gpu,npu")
+    mixed = Candidates(["gpu:count=1+npu:count=1"])[0]
+    result = train(digits_shards, tmp_path / "model", resources=mixed, epochs=2, batch_size=5000,
+                   checkpoint_root=str(tmp_path / "ck"))
+    assert result.device_kind == "gpu+npu" and result.steps == 2, result  # one step an epoch
+    said = " ".join(capfd.readouterr().err.split())
+    assert "train: batch_size=5000 is more than the" in said and "training samples: one global batch of" in said, said
+
+
 @pytest.mark.slow
 def test_a_finished_mixed_training_is_kept_for_a_rerun_as_a_single_kind_one(digits_shards: Path, tmp_path: Path, monkeypatch) -> None:
     """The sibling of a new user's trial (a stop during evaluate, after train finished, then the same command

@@ -190,11 +190,17 @@ def _train_here(resources: Any, *, pod: dict[str, Any] | None, dataset_dir: str 
     if from_profile:
         say("train: the first shares come from the training profile: " + ", ".join(f"{k} {v:.3g}/s" for k, v in from_profile.items()))
     ckpt_dir.mkdir(parents=True, exist_ok=True)
+    global_batch = int(values["batch_size"])
+    samples = len(splits.train) if splits.train is not None else global_batch
+    if samples < global_batch:  # as a single-kind training's DataLoader does: one step a epoch, of every sample
+        say(f"train: batch_size={global_batch} is more than the {samples} training samples: one global batch of "
+            f"{samples} a epoch")
+        global_batch = samples
     plain = {k: v for k, v in values.items() if k not in ("progress", "training_profile")}
     job = MixedJob(
         model="heteroflow.components.training.mixed_step:step_model", data="heteroflow.components.training.mixed_step:step_dataset",
         model_kwargs={"dataset_dir": str(dataset_dir), "values": plain}, data_kwargs={"dataset_dir": str(dataset_dir), "values": plain},
-        global_batch=int(values["batch_size"]), learning_rate=float(values["learning_rate"]), epochs=int(values["epochs"]),
+        global_batch=global_batch, learning_rate=float(values["learning_rate"]), epochs=int(values["epochs"]),
         optimizer=values.get("optimizer") or "", loss=values.get("loss") or "", seed=int(values["seed"]),
         rebalance_every_steps=resources.rebalance_every_steps, rebalance_every_minutes=resources.rebalance_every_minutes,
         topk_ratio=resources.topk_ratio, powersgd_rank=resources.powersgd_rank,
