@@ -233,7 +233,8 @@ def test_changed_data_in_a_plain_folder_or_a_factory_gets_its_own_checkpoint_fol
     """A review's input: a plain CSV folder preprocessed in Python has no prewarm checksum, and meta.json holds
     nothing of the cells, so new labels on the same rows kept the checkpoint folder and training resumed the old
     data's checkpoint ("resuming from step 4 of 27"). Sibling: a dataset factory was keyed by its name and train
-    length only."""
+    length only; its code is in the key now (its items are not read: a factory that augments at random would
+    never find its checkpoint again)."""
     import numpy as np
 
     from heteroflow.components.data.preprocess import preprocess
@@ -253,20 +254,22 @@ def test_changed_data_in_a_plain_folder_or_a_factory_gets_its_own_checkpoint_fol
     assert folder_of(0.0) == first  # the same data again: the same folder (a rerun resumes)
     assert folder_of(0.5) != first  # other labels on the same rows
 
-    (user_modules / "mydata.py").write_text(
-        "import os, torch\nfrom torch.utils.data import TensorDataset\n"
-        "def data(split):\n"
-        "    g = torch.Generator().manual_seed(int(os.environ.get('MYDATA_SEED', '0')))\n"
-        "    x = torch.randn(40, 3, generator=g)\n"
-        "    return TensorDataset(x, (x[:, 0] > 0).long())\n")
+    module = user_modules / "mydata.py"
+    factory = ("import torch\nfrom torch.utils.data import TensorDataset\n"
+               "def data(split):\n"
+               "    x = torch.randn(40, 3, generator=torch.Generator().manual_seed(SEED))\n"
+               "    return TensorDataset(x, (x[:, 0] > 0).long())\n")
+    module.write_text("SEED = 0\n" + factory)
     base = dict(epochs=2, checkpoint_root=str(tmp_path / "ck"), dataset_factory="mydata:data")
     a = checkpoint_folder(tmp_path, **base)
     assert checkpoint_folder(tmp_path, **base) == a
-    os.environ["MYDATA_SEED"] = "1"  # other samples, the same length
-    try:
-        assert checkpoint_folder(tmp_path, **base) != a
-    finally:
-        del os.environ["MYDATA_SEED"]
+    module.write_text("SEED = 1\n" + factory)  # the factory edited: other samples, the same length
+    import importlib
+
+    import mydata
+
+    importlib.reload(mydata)
+    assert checkpoint_folder(tmp_path, **base) != a
 
 
 def test_a_factory_class_only_validation_or_test_holds_is_one_of_the_models_classes(tmp_path: Path, user_modules: Path) -> None:
@@ -307,6 +310,12 @@ def test_a_factory_class_only_validation_or_test_holds_is_one_of_the_models_clas
         ({"precision": "fp8"}, r"precision='fp8' is unknown; valid: auto, fp32, bf16, fp16"),
         ({"model_args": "[1]"}, r"model_args='\[1\]' is not a JSON object"),
         ({"loader_workers": -2}, r"loader_workers=-2 is out of range"),
+        # a review: no upper bound forked a million workers until the host ran out of memory; a learning rate past
+        # float32's largest failed inside Adam's step; model_args bypassed hidden_units' range (0: a zero-width MLP)
+        ({"loader_workers": 10**6}, r"loader_workers=1000000 is out of range; valid: -1 \(auto\), 0 .* or up to 256 worker processes"),
+        ({"learning_rate": 1e39}, r"learning_rate=1e\+39 is out of range; valid: a number > 0 and <= 3.402823e\+38 \(float32's largest\)"),
+        ({"model_args": '{"hidden_units": 0}'}, r"model_args hidden_units=0 is out of range; valid: an integer >= 1"),
+        ({"model_args": '{"hidden_units": -5}'}, r"model_args hidden_units=-5 is out of range"),
         # a fresh-user trial: hidden_units set twice was caught only inside train; now before the run
         ({"model_args": '{"hidden_units": 64}', "hidden_units": 256}, r"model_args: hidden_units=64 disagrees with train's hidden_units=256"),
     ],

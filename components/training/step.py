@@ -194,12 +194,14 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, *, candidates
     with problems.check():
         check_integer("seed", v["seed"], 0, high=SEED_MAX)  # numpy's default_rng refuses a negative seed mid-run
     workers = v["loader_workers"]
-    if isinstance(workers, bool) or not isinstance(workers, int) or workers < -1:
-        problems.add(InvalidParameter(f"loader_workers={workers!r} is out of range; valid: -1 (auto), 0 (load in the training process) or more"))
+    if isinstance(workers, bool) or not isinstance(workers, int) or not -1 <= workers <= MAX_LOADER_WORKERS:
+        # no bound forked a million workers until the host ran out of memory
+        problems.add(InvalidParameter(f"loader_workers={workers!r} is out of range; valid: -1 (auto), 0 (load in the training "
+                                      f"process) or up to {MAX_LOADER_WORKERS} worker processes"))
     if isinstance(learning_rate, bool) or not isinstance(learning_rate, (int, float)) or not math.isfinite(learning_rate):
         problems.add(InvalidParameter(f"learning_rate={learning_rate!r} is not a finite number; valid: a number > 0"))
-    elif not learning_rate > 0:
-        problems.add(InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0"))
+    elif not 0 < learning_rate <= FLOAT32_MAX:  # the optimizers keep it as a float32 (1e39 failed inside Adam's step)
+        problems.add(InvalidParameter(f"learning_rate={learning_rate!r} is out of range; valid: a number > 0 and <= {FLOAT32_MAX:.7g} (float32's largest)"))
     if v["precision"] not in PRECISIONS:
         problems.add(InvalidParameter(f"precision={v['precision']!r} is unknown; valid: {', '.join(PRECISIONS)}"))
     with problems.check():
@@ -214,6 +216,9 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, *, candidates
 
         if isinstance(v["hidden_units"], int):
             _check_overrides({"hidden_units": v["hidden_units"]}, _parse_model_args(v["model_args"]))
+        given = _parse_model_args(v["model_args"]).get("hidden_units")  # the same range as the parameter's
+        if given is not None and (isinstance(given, bool) or not isinstance(given, int) or given < 1):
+            raise InvalidParameter(f"model_args hidden_units={given!r} is out of range; valid: an integer >= 1")
     with problems.check():  # hidden_units set for a model that takes no width: it would be ignored
         from heteroflow.components.training.params import check_hidden_units_used
 
@@ -231,6 +236,14 @@ def check_train_params(values: Mapping[str, Any] | None = None, /, *, candidates
             with problems.check():
                 _import_callable(v[name], what=name)
     problems.raise_all("train's parameters")
+
+MAX_LOADER_WORKERS = 256
+"""The most DataLoader worker processes ``loader_workers`` may ask for (one process each; torch itself warns above
+the machine's cores)."""
+
+FLOAT32_MAX = 3.4028234663852886e38
+"""The largest float32 (IEEE 754 binary32), the largest ``learning_rate`` the optimizers can hold."""
+
 
 def _plan(dataset_dir: str | os.PathLike[str], values: Mapping[str, Any]) -> tuple[Any, Any, dict[str, Any], Path]:
     """Open the data, resolve the model factory's arguments, and key the checkpoint folder (no device touched)."""
