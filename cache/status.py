@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 from heteroflow.cache.errors import DatasetError
-from heteroflow.cache.layout import JOURNAL_NAME, STAGING_NAME, VERSIONS_DIR, cache_key
+from heteroflow.cache.layout import JOURNAL_NAME, STAGING_NAME, VERSIONS_DIR, _read_journal, cache_key
 from heteroflow.cache.locations import local_cache_dir
 from heteroflow.cache.manifest import MANIFEST_NAME, Manifest
 
@@ -86,10 +85,9 @@ def _status_of(folder: Path) -> DatasetStatus | None:
             versions.append(VersionStatus(version=m.version, created=m.created, files=len(m.files), bytes=m.total_bytes,
                                           current=current is not None and m.version == current.version))
     versions.sort(key=lambda v: v.created, reverse=True)
-    staging = folder / STAGING_NAME / JOURNAL_NAME
-    staged = 0
-    if staging.is_file():
-        staged = len({json.loads(line).get("path") for line in staging.read_text(encoding="utf-8").splitlines() if line.strip().startswith("{")})
+    # the files a killed prewarm finished, read as prewarm reads them (a torn last line ignored: the kill came
+    # mid-write; json.loads of it here made `cache status` and `cache prune` fail)
+    staged = len(_read_journal(folder / STAGING_NAME)) if (folder / STAGING_NAME / JOURNAL_NAME).is_file() else 0
     if current is None and not versions and not staged:
         return None
     files_cached = bytes_cached = 0

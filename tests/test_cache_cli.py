@@ -67,3 +67,28 @@ def test_errors_are_one_line(args: list[str], code: int, message: str, digits_di
     assert message in lines[0]
     assert all(len(line.split("\n")) == 1 for line in result.stderr.splitlines())
     assert "s3cretPW" not in result.output and "Traceback" not in result.output
+
+
+def test_status_and_prune_read_a_killed_prewarms_journal_with_a_torn_last_line(digits_dir: Path, tmp_path: Path):
+    """A review's input: a kill mid-write leaves a torn last journal line, which prewarm's resume ignores, but
+    `cache status` and `cache prune` failed on it (`unexpected JSONDecodeError`, exit 1)."""
+    import json
+
+    from heteroflow.cache.layout import JOURNAL_NAME, STAGING_NAME
+
+    tier = tmp_path / "tier"
+    assert runner.invoke(app, ["prewarm", str(digits_dir), "--cache", str(tier)]).exit_code == 0
+    [dataset] = [d for d in tier.iterdir() if d.is_dir()]
+    (dataset / STAGING_NAME).mkdir()
+    whole = json.dumps({"path": "a.csv", "bytes": 3, "sha256": "0" * 64, "source_key": "k", "mtime_ns": 1})
+    (dataset / STAGING_NAME / JOURNAL_NAME).write_text(whole + "\n" + '{"path": "u.cs', encoding="utf-8")
+    status = runner.invoke(app, ["cache", "status", "--cache", str(tier)])
+    assert status.exit_code == 0, status.output
+    from heteroflow.pipelines.cli.main import app as heteroflow_app
+
+    prune = runner.invoke(heteroflow_app, ["cache", "prune", "--cache", str(tier), "--dry-run"])
+    assert prune.exit_code == 0, prune.output
+    from heteroflow.cache.status import cache_status
+
+    [one] = [s for s in cache_status(str(tier)) if s.staged_files]
+    assert one.staged_files == 1  # the whole line; the torn one is not a file
