@@ -538,3 +538,17 @@ def test_a_small_integer_parquet_column_is_not_taken_for_a_row_id(tmp_path: Path
     # a real row id of the same small type is still left out
     pd.DataFrame({"row": np.arange(n, dtype=dtype), "b": np.linspace(0, 1, n), "label": [i % 2 for i in range(n)]}).to_parquet(src / "t.parquet")
     assert "row" in _prep(src, tmp_path / "out2").report["columns_dropped"]
+
+
+@pytest.mark.parametrize("cells", [[["a", "b"], ["c"]], [{"x": 1, "y": "a"}, {"x": 2, "y": "b"}]], ids=["list", "struct"])
+def test_a_nested_parquet_column_is_named_with_the_way_out(tmp_path: Path, cells: list) -> None:
+    """A review's input: a Parquet list column failed preprocess with a bare ``TypeError: unhashable type:
+    'numpy.ndarray'`` (pandas' factorize), naming no column; a struct column is its sibling."""
+    import pandas as pd
+
+    src = tmp_path / "nested"
+    src.mkdir()
+    pd.DataFrame({"tags": cells * 15, "b": np.linspace(0, 1, 30), "label": [i % 2 for i in range(30)]}).to_parquet(src / "t.parquet")
+    message = _error(src, tmp_path / "out")
+    assert "column 'tags' holds object values, which are neither numbers nor text; drop_columns=tags" in message
+    assert _prep(src, tmp_path / "out", drop_columns="tags").num_features == 1  # the way out the message gives

@@ -60,9 +60,12 @@ def clean_column(values: pd.Series, *, decimal: str = ".", numbers: bool = True)
         return values, "number"
     if not (types.is_object_dtype(values) or types.is_string_dtype(values) or isinstance(values.dtype, pd.CategoricalDtype)):
         return values, "other"
-    codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    try:
+        codes, uniques = pd.factorize(values, use_na_sentinel=True)
+    except TypeError:  # cells pandas cannot hash: a nested Parquet column's lists (numpy arrays) or structs (dicts)
+        return values, "other"
     if len(uniques) and not all(isinstance(u, str) for u in uniques):
-        if any(isinstance(u, (list, dict, tuple, bytes)) for u in uniques):
+        if any(isinstance(u, (list, dict, tuple, bytes, np.ndarray)) for u in uniques):
             return values, "other"
     text = pd.Index([str(u).strip() for u in uniques], dtype=object)
     present = ~text.isin(MISSING_MARKERS)
