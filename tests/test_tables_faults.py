@@ -552,3 +552,20 @@ def test_a_nested_parquet_column_is_named_with_the_way_out(tmp_path: Path, cells
     message = _error(src, tmp_path / "out")
     assert "column 'tags' holds object values, which are neither numbers nor text; drop_columns=tags" in message
     assert _prep(src, tmp_path / "out", drop_columns="tags").num_features == 1  # the way out the message gives
+
+
+@pytest.mark.parametrize(("header", "trailing"), [("a,a,label", ""), ("a,a ,label", ""), ("a,a,label,", ","), ("x,a,b,a,label", "")])
+def test_a_header_naming_a_column_twice_is_an_error_however_it_is_spaced(tmp_path: Path, header: str, trailing: str) -> None:
+    """A review's input: 'a,a,label' trained on 'a' and 'a.1' (pandas renames a repeated name), while 'a,a ,label'
+    and 'a,a,label,' were refused; now all three say it."""
+    cells = header.count(",") + 1 - bool(trailing)
+    rows = "".join(",".join(str((i * (j + 2)) % 7) for j in range(cells - 1)) + f",{i % 2}{trailing}\n" for i in range(30))
+    src = tmp_path / "dup"
+    _write(src, "t.csv", header + "\n" + rows)
+    assert "the header names column 'a' twice; give each column its own name" in _error(src, tmp_path / "out")
+
+
+def test_a_column_named_like_a_renamed_duplicate_is_kept(tmp_path: Path) -> None:
+    src = tmp_path / "named"
+    _write(src, "t.csv", "a,a.1,label\n" + "".join(f"{i % 5},{i % 3},{i % 2}\n" for i in range(30)))
+    assert _prep(src, tmp_path / "out").num_features == 2

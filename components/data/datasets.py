@@ -214,8 +214,12 @@ def _read_csv(p: Path, *, header: str, delimiter: str) -> RawTable:
             )
     if fmt.header:
         frame.columns = [str(c).strip() for c in frame.columns]
-        if frame.columns.duplicated().any():
-            dup = frame.columns[frame.columns.duplicated()][0]
+        # the header row as written: pandas renames a repeated name ('a', 'a' -> 'a', 'a.1'), so only names that
+        # differ by spaces were caught, and 'a,a,label' trained on 'a' and 'a.1'
+        written = [n for n in fmt.header_names if n] or list(frame.columns)
+        dups = [n for i, n in enumerate(written) if n in written[:i]] or list(frame.columns[frame.columns.duplicated()])
+        if dups:
+            dup = dups[0]
             raise DatasetError(f"{p}: the header names column {dup!r} twice; give each column its own name")
     else:
         frame.columns = [f"column_{j + 1}" for j in range(frame.shape[1])]
