@@ -157,6 +157,27 @@ def test_an_image_folder_splits_stratified_and_trains_with_the_builtin_mlp(tmp_p
     assert evaluate(tmp_path / "shards", tmp_path / "m").samples == result.counts["test"]
 
 
+@pytest.mark.parametrize(("bad", "message"), [
+    ("x_nan", r"x holds missing \(NaN\) or infinite values in 2 sample\(s\), first at row\(s\) 5, 6; a feature must be a finite number"),
+    ("y_nan", r"y \(the class\) is missing \(NaN\) or infinite in 1 sample\(s\), first at row\(s\) 7; every sample needs its class"),
+])
+def test_pt_tensors_with_nan_or_inf_are_refused_as_a_tables_cells_are(tmp_path: Path, bad: str, message: str) -> None:
+    """A review's input: NaN and inf in x went into train.pt and validation.pt silently, and a NaN class in y was a
+    bare ``KeyError: nan``."""
+    from heteroflow.components.data.preprocess import preprocess
+
+    x = torch.randn(60, 3, generator=torch.Generator().manual_seed(0))
+    y = (torch.arange(60) % 2).float()
+    if bad == "x_nan":
+        x[5, 1], x[6, 0] = float("nan"), float("inf")
+    else:
+        y[7] = float("nan")
+    (tmp_path / "t").mkdir()
+    torch.save({"x": x, "y": y}, tmp_path / "t" / "part.pt")
+    with pytest.raises(DatasetError, match=message):
+        preprocess(str(tmp_path / "t"), tmp_path / "shards", num_workers=1)
+
+
 def test_pt_tensors_and_a_dataset_factory_are_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from heteroflow.components.data.preprocess import preprocess
     from heteroflow.components.data.readers import open_splits

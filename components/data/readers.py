@@ -401,6 +401,18 @@ def prepare_tensors(view: Any, split: Callable[[np.ndarray], dict[str, np.ndarra
             raise DatasetError(f"tensor file {view.source_uri.rstrip('/')}/{rel} holds no x and y (save {{'x': X, 'y': Y}})")
         if not (isinstance(x, torch.Tensor) and isinstance(y, torch.Tensor)) or y.ndim != 1 or len(x) != len(y):
             raise DatasetError(f"tensor file {view.source_uri.rstrip('/')}/{rel}: x must be a tensor (n, ...) and y a tensor (n,)")
+        where = f"tensor file {view.source_uri.rstrip('/')}/{rel}"
+        # as a table's cells are checked: a NaN or infinity in x went into the shards silently, a NaN in y was a bare
+        # KeyError of the class lookup
+        bad_x = ~torch.isfinite(x.float()).reshape(len(x), -1).all(dim=1) if x.numel() else torch.zeros(0, dtype=torch.bool)
+        if bad_x.any():
+            rows = torch.nonzero(bad_x).flatten()[:5].tolist()
+            raise DatasetError(f"{where}: x holds missing (NaN) or infinite values in {int(bad_x.sum())} sample(s), first at "
+                               f"row(s) {', '.join(map(str, rows))}; a feature must be a finite number: fill or drop those samples")
+        if y.is_floating_point() and not torch.isfinite(y).all():
+            rows = torch.nonzero(~torch.isfinite(y)).flatten()[:5].tolist()
+            raise DatasetError(f"{where}: y (the class) is missing (NaN) or infinite in {int((~torch.isfinite(y)).sum())} "
+                               f"sample(s), first at row(s) {', '.join(map(str, rows))}; every sample needs its class")
         xs.append(x.float())
         ys.append(y)
     x, y_raw = torch.cat(xs), torch.cat(ys)
