@@ -108,6 +108,15 @@ def test_model_name_default_is_one_rule_in_params_and_the_compiled_pipeline(tmp_
     assert default_model_name("/data/iris/") == "iris-mlp"
     assert default_model_name("s3://bucket/tables/Iris Data/") == "iris-data-mlp"
     assert default_model_name("http://alice:pw@host/d/wine_quality?x=1") == "wine_quality-mlp"
+    # a new user's folders: 'café' made 'café-mlp', which archive refused after training; a name of no Latin
+    # letter keeps the fallback; a run of other characters is one dash ('data--2024-mlp' before)
+    from heteroflow.components.models.archive import check_model_name
+
+    for folder, name in (("/tmp/café", "cafe-mlp"), ("/tmp/数据", "model-mlp"), ("/tmp/Data (2024)", "data-2024-mlp"),
+                         ("/tmp/Ünïcode Tábles", "unicode-tables-mlp")):
+        assert default_model_name(folder) == name
+        check_model_name(name)
+    assert default_model_name("/tmp/café", "mods:réseau") == "cafe-reseau"
 
 
 def test_the_python_api_pipeline_archives_under_the_data_sets_name(tmp_path: Path) -> None:

@@ -214,10 +214,19 @@ def default_model_name(source_uri: str, model_factory: str = "", dataset_factory
     one rule for the CLI, the Python API and compiled pipelines."""
     if dataset_factory:
         source_uri = dataset_factory.rpartition(":")[2].rpartition(".")[2] or dataset_factory
-    base = Path(source_uri.rstrip("/").split("://")[-1].split("?")[0]).stem.lower()
-    func = model_factory.rpartition(":")[2].rpartition(".")[2].lower() if model_factory else "mlp"
-    func = "".join(c if c.isalnum() or c in "._-" else "-" for c in func).strip("-._")[:20] or "model"
-    safe = "".join(c if c.isalnum() or c in "._-" else "-" for c in base).strip("-._")[: 62 - len(func)]
+    import re
+    import unicodedata
+
+    def ascii_name(text: str, limit: int) -> str:
+        # letters with accents as their ASCII letter (café: cafe); other characters a dash, runs of them one (a
+        # folder 'café' made 'café-mlp', which archive refused after training; 'Data (2024)' made 'data--2024-mlp')
+        plain = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode("ascii").lower()
+        dashed = "".join(c if c.isalnum() or c in "._-" else "-" for c in plain)
+        return re.sub(r"-{2,}", "-", dashed).strip("-._")[:limit].strip("-._")
+
+    base = Path(source_uri.rstrip("/").split("://")[-1].split("?")[0]).stem
+    func = ascii_name(model_factory.rpartition(":")[2].rpartition(".")[2] if model_factory else "mlp", 20) or "model"
+    safe = ascii_name(base, 62 - len(func))
     return f"{safe or 'model'}-{func}"
 
 
