@@ -69,6 +69,17 @@ def _record(folder: Path) -> Path:
     return folder
 
 
+def test_a_misspelled_price_key_is_refused_and_a_models_alias_is_its_registry_name() -> None:
+    """A new user's profile: ``prices: {gpuu: 2.5}`` was accepted by compile and metrics serve, and the GPU time
+    then cost nothing without a word (the metrics look prices up by kind or registry name)."""
+    from heteroflow.components.devices.cluster import InvalidProfile
+
+    with pytest.raises(InvalidProfile, match=r"prices.gpuu is neither a device kind nor an accelerator model \(did you mean 'gpu'\?\)"):
+        ClusterProfile.from_dict({"prices": {"gpuu": 2.5}})
+    profile = ClusterProfile.from_dict({"prices": {"currency": "EUR", "GPU": 2.0, "t4": 0.35, "A100": 3.6}})
+    assert dict(profile.prices) == {"gpu": 2.0, "nvidia-t4": 0.35, "nvidia-a100": 3.6} and profile.currency == "EUR"
+
+
 def test_the_metrics_of_a_run_that_retried_and_fell_back(tmp_path: Path) -> None:
     from heteroflow.pipelines.runs.folders import load_run
 

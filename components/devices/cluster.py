@@ -64,10 +64,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from heteroflow.components.devices.accelerators import (
+    ACCELERATORS,
     LABEL_CONVENTIONS,
     PLUGIN_CONVENTIONS,
     VENDORS,
     DeviceKind,
+    find_accelerator,
     label_conventions_for,
 )
 from heteroflow.components.errors import InvalidResources
@@ -109,6 +111,28 @@ _DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 
 class InvalidProfile(InvalidResources):
     """A cluster profile file or value is invalid; the message names the file, the field and the valid choices."""
+
+
+def _price_key(key: str, fail: Any) -> str:
+    """A ``prices`` key as the run metrics look it up: a device kind's value (``gpu``) or an accelerator model's (or
+    family's: a record names one where the candidate did) registry name (``t4``: ``nvidia-t4``). A misspelled key (``gpuu``) was kept and never matched a run, so its
+    device time cost nothing without a word."""
+    try:
+        return DeviceKind.parse(key, field="prices key").value
+    except InvalidResources:
+        pass
+    try:
+        accel = find_accelerator(key, field="prices key")
+    except InvalidResources:
+        accel = None
+    if accel is None:
+        import difflib
+
+        kinds = [k.value for k in DeviceKind]
+        close = difflib.get_close_matches(key.lower(), [*kinds, *ACCELERATORS], n=1)
+        raise fail(f"prices.{key} is neither a device kind nor an accelerator model" + (f" (did you mean {close[0]!r}?)" if close else "")
+                   + f"; valid: a kind ({', '.join(kinds)}), a model (e.g. nvidia-t4, ascend-910b3) or currency")
+    return accel.name
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -291,7 +315,7 @@ class ClusterProfile:
         for key, price in raw_prices.items():
             if isinstance(price, bool) or not isinstance(price, (int, float)) or price < 0:
                 raise fail(f"prices.{key}={price!r} is not a price; valid: a number >= 0 (cost per device-hour in {currency})")
-            prices[str(key)] = float(price)
+            prices[_price_key(str(key), fail)] = float(price)
         return cls(
             name=name,
             vendors=FrozenMap(vendors),
