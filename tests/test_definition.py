@@ -330,6 +330,13 @@ def test_simulated_devices_parse() -> None:
     assert simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "npu,gpu:nvidia-gpu"}) == {"npu": "", "gpu": "nvidia-gpu"}
     with pytest.raises(InvalidParameter, match="the CPU is always present"):
         simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "cpu"})
+    # a new user's trial: a model no registry entry names failed only in plan, after prewarm and preprocess, and an
+    # NPU model simulated as a GPU passed; both are refused up front now, and an alias is the registry's name
+    with pytest.raises(InvalidParameter, match=r"item 'gpu:nosuchmodel': model 'nosuchmodel' is unknown; valid: a gpu model \(nvidia-k80, "):
+        simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "gpu:nosuchmodel"})
+    with pytest.raises(InvalidParameter, match=r"item 'gpu:ascend-910b3': model 'ascend-910b3' is a npu model; valid: a gpu model"):
+        simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "gpu:ascend-910b3"})
+    assert simulated_devices({"HETEROFLOW_SIMULATE_DEVICES": "gpu:t4,npu:910B3@0.5"}) == {"gpu": "nvidia-t4", "npu": "ascend-910b3"}
 
 
 # --- the shared runtime ----------------------------------------------------------------------------------

@@ -323,7 +323,21 @@ def simulated_devices(environ: Mapping[str, str] | None = None, *, source: str =
         if not DeviceKind.parse(kind).has_devices:
             others = [k.value for k in DeviceKind if k.has_devices]
             raise InvalidParameter(f"{source}: the CPU is always present; simulate {', '.join(others[:-1])} or {others[-1]}")
-        out[kind] = model.strip()
+        model = model.strip()
+        if model:  # checked here, before any step: 'gpu:nosuchmodel' failed in plan, 'gpu:ascend-910b3' passed
+            from heteroflow.components.devices.accelerators import ACCELERATORS, find_accelerator
+
+            of_kind = [a.name for a in ACCELERATORS.values() if a.kind.value == kind and not a.is_family]
+            try:
+                accel = find_accelerator(model, field=f"{source} item {item!r}: model")
+            except HeteroflowError:
+                accel = None
+            if accel is None or accel.kind.value != kind:
+                what = "is unknown" if accel is None else f"is a {accel.kind.value} model"
+                raise InvalidParameter(f"{source} item {item!r}: model {model!r} {what}; valid: a {kind} model "
+                                       f"({', '.join(of_kind)}), or {kind} alone")
+            model = accel.name
+        out[kind] = model
     return out
 
 
