@@ -77,7 +77,7 @@ SIGNING_QUERY_PARAMS = frozenset({
 # Packages that provide fsspec drivers fsspec itself only names in prose.
 _PACKAGES = {
     "s3": "s3fs", "s3a": "s3fs", "gs": "gcsfs", "gcs": "gcsfs", "az": "adlfs", "abfs": "adlfs", "abfss": "adlfs",
-    "adl": "adlfs", "http": "aiohttp", "https": "aiohttp", "hdfs": "pyarrow", "alluxiofs": "alluxiofs",
+    "adl": "adlfs", "http": "'heteroflow[http]' (aiohttp)", "https": "'heteroflow[http]' (aiohttp)", "hdfs": "pyarrow", "alluxiofs": "alluxiofs",
     "sftp": "paramiko", "ssh": "paramiko", "hf": "huggingface_hub", "oci": "ocifs", "webhdfs": "requests",
 }
 _TRANSIENT_ERRNOS = {errno.ECONNREFUSED, errno.ECONNRESET, errno.ECONNABORTED, errno.EHOSTUNREACH,

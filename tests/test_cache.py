@@ -622,6 +622,26 @@ def test_gcs_and_azure_without_their_driver(url: str, package: str):
         check_source(url)
 
 
+def test_http_without_aiohttp_names_the_extra_that_installs_it(monkeypatch: pytest.MonkeyPatch):
+    """A new user's trial: the README's first command installs no HTTP driver, and the message named aiohttp, which
+    no extra installed; the `http` extra does now (and `all` holds it)."""
+    import sys
+
+    for name in [m for m in sys.modules if m == "aiohttp" or m.startswith(("aiohttp.", "fsspec.implementations.http"))]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "aiohttp", None)  # import aiohttp fails, as where it is not installed
+    loaded = sys.modules["fsspec.registry"]._registry  # fsspec keeps the classes it loaded: an earlier test's http one
+    for protocol in ("http", "https"):
+        if protocol in loaded:
+            monkeypatch.delitem(loaded, protocol)
+    with pytest.raises(DatasetError, match=r"the fsspec driver for http:// is not installed; pip install 'heteroflow\[http\]' \(aiohttp\)$"):
+        check_source("http://127.0.0.1:9/d/")
+    import tomllib
+
+    extras = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(r.startswith("aiohttp") for r in extras["http"]) and "http" in extras["all"][0]
+
+
 @pytest.mark.parametrize(("n", "text"), [
     (0, "0 B"), (1023, "1023 B"), (1024, "1.0 KiB"), (1536, "1.5 KiB"), (5 * 2**30, "5.0 GiB"),
     (3 * 2**50, "3072.0 TiB"), (1023.7, "1023 B"), (-2048, "-2.0 KiB"),

@@ -29,7 +29,7 @@ ROOT_FOLDER = "pipelines/_root/"
 """Where ``heteroflow/__init__.py`` comes from (pyproject.toml's package-dir)."""
 CRD_DATA = "cache/data/crds"
 """Where the shipped CRD files, their README and licence live (package data of heteroflow.cache)."""
-EXTRAS = {"kfp", "airflow", "torch", "alluxio", "s3", "dev", "sim", "onnx", "all"}
+EXTRAS = {"kfp", "airflow", "torch", "alluxio", "s3", "http", "dev", "sim", "onnx", "all"}
 
 
 def _tracked_files() -> list[str]:
@@ -153,7 +153,7 @@ def test_wheel_metadata_lists_extras_and_a_torch_range(wheel: Path, wheel_names:
     for r in requirements:
         assert all(s.operator != "==" for s in r.specifier), f"{r} pins an exact version"
     extras_of_all = {e for r in requirements if r.name == "heteroflow" for e in r.extras}
-    assert extras_of_all == {"torch", "kfp", "airflow", "alluxio", "s3", "sim", "onnx"}
+    assert extras_of_all == {"torch", "kfp", "airflow", "alluxio", "s3", "http", "sim", "onnx"}
 
 
 def _python(code: str, cwd: Path) -> subprocess.CompletedProcess[str]:
