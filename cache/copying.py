@@ -194,6 +194,18 @@ def _batches(files: list[ListedFile]) -> list[list[ListedFile]]:
 
 
 
+def _vanished(exc: BaseException) -> bool:
+    """Whether a FileNotFoundError is anywhere in ``exc``'s chain (fsspec raises it for a 404 too)."""
+    seen: set[int] = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        if isinstance(e, FileNotFoundError):
+            return True
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__
+    return False
+
+
 def _copy_all(
     files: list[ListedFile],
     staging: Path,
@@ -224,7 +236,11 @@ def _copy_all(
                 if failed is None:
                     raise
                 mapped = exc if isinstance(exc, CacheIntegrityError) else classify(exc, source_uri)
-                if not isinstance(mapped, (CacheIntegrityError, SourceChanged)):
+                # a file listed moments ago and gone now (a local unlink, an object store's 404) is kept for the fresh
+                # listing to judge, as a file of another size is: gone from it too, the source changed and is copied
+                # again; still listed, the error stands (it was raised at once, "data set ... does not exist", and
+                # the copy so far was thrown away)
+                if not isinstance(mapped, (CacheIntegrityError, SourceChanged)) and not _vanished(exc):
                     raise
                 with journal_lock:
                     failed[f.path] = mapped

@@ -184,23 +184,24 @@ def test_a_signed_url_is_redacted(tmp_path: Path):
 
 
 def test_a_file_refused_mid_copy_leaves_nothing(tmp_path: Path, digits_dir: Path, monkeypatch: pytest.MonkeyPatch):
-    """A permanent error after the listing (one file answers 404 when fetched) keeps no staged file: nothing
-    half-cached; a transient one keeps them for the resume (see test_cache.py)."""
+    """A permanent error after the listing (one file answers 404 when fetched, and the fresh listing still lists it)
+    keeps no staged file: nothing half-cached; a transient one keeps them for the resume (see test_cache.py). A file
+    that is gone from the fresh listing too is a change of the source instead (test_cache_sources.py)."""
+    import dataclasses
+
     root = tmp_path / "www"
     shutil.copytree(digits_dir, root / "digits")
     with serve_folder(root) as base:
-        from heteroflow.cache import listing
+        from heteroflow.cache import copying
 
-        real = listing.list_dataset
+        real = copying._copy_file
 
-        def listing_then_delete(uri, **kwargs):  # the file vanishes between the listing and its copy
-            result = real(uri, **kwargs)
-            (root / "digits" / "digits-part-3.csv").unlink()
-            return result
+        def not_found(f, dest, open_src):  # type: ignore[no-untyped-def]
+            if f.path == "digits-part-3.csv":  # listed, but every fetch of it answers 404
+                return real(dataclasses.replace(f, source=f.source.replace("digits-part-3.csv", "no-such-file.csv")), dest, open_src)
+            return real(f, dest, open_src)
 
-        import heteroflow.cache.prewarm as pm
-
-        monkeypatch.setattr(pm, "list_dataset", listing_then_delete)
+        monkeypatch.setattr(copying, "_copy_file", not_found)
         with pytest.raises(DatasetError, match=r"does not exist at the source"):
             prewarm_dataset(f"{base}/digits/", str(tmp_path / "out"), cache_root=str(tmp_path / "tier"), copy_threads=1)
     assert not (tmp_path / "tier").exists() or list((tmp_path / "tier").iterdir()) == []

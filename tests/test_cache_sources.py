@@ -355,6 +355,21 @@ def test_a_file_that_grows_between_listing_and_its_copy_is_copied_again(changing
     assert result.changed_during_copy == ("a.csv",)
 
 
+def test_a_file_deleted_between_listing_and_its_copy_is_a_change_not_a_missing_data_set(changing: Path, tmp_path: Path,
+                                                                                         monkeypatch: pytest.MonkeyPatch):
+    """A review's input: a file removed at the source while the data set was copied failed prewarm permanently with
+    "data set ... does not exist at the source", and threw the copy so far away. It is a change of the source, as a
+    file of another size is: the fresh listing is published, and the change named."""
+    def remove(n: int) -> None:
+        if n == 0:
+            (changing / "a.csv").unlink()
+
+    _during_copy_of(monkeypatch, "a.csv", remove)
+    result = prewarm(str(changing), tmp_path / "cache", workers=1)
+    assert _cached(result) == _source(changing) and "a.csv" not in _cached(result)
+    assert result.changed_during_copy == ("a.csv",)
+
+
 def test_a_file_that_keeps_changing_fails_clearly_and_the_current_version_stays(changing: Path, tmp_path: Path,
                                                                                 monkeypatch: pytest.MonkeyPatch):
     first = prewarm(str(changing), tmp_path / "cache")
