@@ -670,6 +670,16 @@ def test_an_infinite_cell_is_an_error_whatever_the_missing_option(tmp_path: Path
     assert "drop_columns=petal_length" in message
 
 
+def test_an_npz_class_is_said_to_be_its_y_array(tmp_path: Path) -> None:
+    """A new user's and a review's reading: an .npz said 'class column: 'label', the last column, as none is named
+    as a class (label, ...)' of a column named label, and offered label_column, which has no other column to pick."""
+    src = tmp_path / "npz"
+    src.mkdir()
+    np.savez(src / "d.npz", x=np.random.default_rng(0).random((60, 3)), y=np.arange(60) % 2)
+    r = _prep(src, tmp_path / "out")
+    assert [n for n in r.notices if n.startswith("class column")] == ["class column: 'label', the .npz file's y array"]
+
+
 def test_non_finite_values_in_npz_and_numbers_too_large_to_standardise(tmp_path: Path) -> None:
     rng = np.random.default_rng(14)
     x = rng.normal(size=(60, 3))

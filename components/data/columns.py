@@ -91,6 +91,8 @@ def _label_of(table: RawTable, label_column: str) -> tuple[str, str]:
         raise DatasetError(
             f"{table.source}: label_column={label_column!r} is not a column{hint} (columns: {', '.join(columns)})"
         )
+    if table.format == "npz":  # its class is the y array by definition; it was "the last column, as none is named
+        return columns[-1], "the .npz file's y array"  # as a class", of a column named 'label'
     if table.named:
         named = sorted(
             (CLASS_COLUMN_NAMES.index(c.strip().lower()), k, c)
@@ -491,7 +493,7 @@ def _class_column_line(table: _Table, parameters: dict[str, Any], dropped: dict[
         return weight_text
     label, reason = table.label, table.label_reason
     line = f"class column: {label!r}, {reason}"
-    if "label_column" not in reason:
+    if "label_column" not in reason and not reason.startswith("the .npz file's"):  # an .npz has no other to choose
         line += "; set label_column to choose another"
     ids = [c for c, why in dropped.items() if why.startswith("looks like a row id")]
     if ids:
