@@ -213,7 +213,7 @@ def run(
         raise typer.Exit(code=128 + (stopped_by[0] if stopped_by else signal.SIGINT)) from None
 
     _print_record(record, pipeline, elapsed=time.monotonic() - began, engine=chosen.name)
-    if record.status != "succeeded":
+    if record.status not in ("succeeded", "submitted"):  # submitted: engine kfp's backend runs it (it exited 1)
         raise typer.Exit(code=1)
 
 

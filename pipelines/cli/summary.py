@@ -129,6 +129,13 @@ def _print_record(record: Any, pipeline: Any, *, elapsed: float | None = None, e
     in 6.4 s" after 19.7 s)."""
     from heteroflow.pipelines.runs.folders import fallback_step, ran_on
 
+    if record.status == "submitted":  # a backend runs it (engine kfp): no steps here yet, and nothing failed
+        kfp = record.results.get("kfp") or {}
+        console.print(f"run submitted to {escape(str(kfp.get('host', 'the backend')))} as run {escape(str(kfp.get('run_id', '?')))}; "
+                      f"record: {record.run_dir}/run.json", highlight=False)
+        if kfp.get("url"):
+            console.print(f"next: watch it in the Kubeflow UI: {escape(str(kfp['url']))}", highlight=False)
+        return
     console.print(_steps_table(record.steps))
     as_dict = record.to_dict()
     for call, decision in record.placement.items():

@@ -40,6 +40,7 @@ __all__ = [
     "DEFAULT_ENGINE",
     "ENTRY_POINT_GROUP",
     "KFP_HOST_ENV",
+    "KFP_IMAGE_ENV",
     "OPTIONAL_OPTIONS",
     "Engine",
     "EngineUnavailable",
@@ -63,6 +64,10 @@ OPTIONAL_OPTIONS = ("on_progress", "echo_engine_output")
 
 KFP_HOST_ENV = "HETEROFLOW_KFP_HOST"
 """The Kubeflow Pipelines endpoint the ``kfp`` engine submits to when no ``host=`` is given (as ``heteroflow submit``)."""
+
+KFP_IMAGE_ENV = "HETEROFLOW_KFP_IMAGE"
+"""The step image the ``kfp`` engine compiles with when no ``image=`` is given: how ``heteroflow run --engine kfp``,
+which has no engine options on its command line, names it."""
 
 
 class EngineUnavailable(HeteroflowError, ImportError):
@@ -198,6 +203,7 @@ class KfpEngine:
 
     Raises:
         InvalidParameter: no host (neither ``host=`` nor ``$HETEROFLOW_KFP_HOST``), testing settings, a bad argument.
+            The image: ``image=``, else ``$HETEROFLOW_KFP_IMAGE``, else the rendering's placeholder (with a warning).
         SubmitError: the endpoint cannot be reached or refuses the run.
     """
 
@@ -216,8 +222,8 @@ class KfpEngine:
         host = options.get("host") or os.environ.get(KFP_HOST_ENV)
         if not host:
             raise InvalidParameter(
-                f"engine='kfp' needs a Kubeflow Pipelines endpoint: pass host='http://...' or set {KFP_HOST_ENV} "
-                "(e.g. http://localhost:8080 through a port-forward of ml-pipeline-ui)"
+                f"engine 'kfp' needs a Kubeflow Pipelines endpoint: set {KFP_HOST_ENV} (the command line reads it), or "
+                "pass host='http://...' to heteroflow.run (e.g. http://localhost:8080 through a port-forward of ml-pipeline-ui)"
             )
         if simulate_devices or inject_faults:
             raise InvalidParameter("engine='kfp' runs on the cluster's devices: simulate_devices and inject_faults are local testing settings")
@@ -232,7 +238,8 @@ class KfpEngine:
         run_id = run_id_for(folder, run_dir, run_id)
         package = folder / "pipeline.yaml"
         started = time.time()
-        compile_kwargs = {"image": options["image"]} if options.get("image") else {}
+        image = options.get("image") or os.environ.get(KFP_IMAGE_ENV)
+        compile_kwargs = {"image": image} if image else {}
         if not compile_kwargs:
             import warnings
 
@@ -240,7 +247,8 @@ class KfpEngine:
 
             warnings.warn(
                 f"engine 'kfp': every step uses the placeholder image {DEFAULT_IMAGE}, which a cluster cannot pull; "
-                "pass image='registry/heteroflow:tag' (an image with heteroflow[all] installed)",
+                f"set {KFP_IMAGE_ENV}=registry/heteroflow:tag (the command line reads it), or pass image= to heteroflow.run "
+                "(an image with heteroflow[all] installed)",
                 UserWarning,
                 stacklevel=3,
             )
