@@ -77,6 +77,24 @@ def test_a_user_cnn_on_an_image_folder_through_the_default_pipeline_archives_and
 
     pixels = np.stack([np.asarray(Image.open(p)) for p in files[:20]])
     assert (model.predict(pixels) == predicted[:20]).all()
+    # the command line on a folder of images: each prediction beside its file (a new user could not match the rows)
+    import shutil
+
+    from typer.testing import CliRunner
+
+    from heteroflow.pipelines.cli.main import app
+
+    few = tmp_path / "few"
+    for p in files[:6]:
+        (few / p.parent.name).mkdir(parents=True, exist_ok=True)
+        shutil.copy(p, few / p.parent.name / p.name)
+    done = CliRunner().invoke(app, ["predict", str(archived), str(few)], env={"COLUMNS": "300"})
+    assert done.exit_code == 0, done.output
+    rows = [line.split(",") for line in done.output.strip().splitlines()]
+    expected = sorted(f"{p.parent.name}/{p.name}" for p in files[:6])
+    assert rows[0] == ["file", "prediction"] and [r[0] for r in rows[1:]] == expected
+    by_file = dict(zip([f"{p.parent.name}/{p.name}" for p in files[:6]], model.predict(files[:6])))
+    assert [r[1] for r in rows[1:]] == [str(model.classes[by_file[f]]) if hasattr(model, "classes") else str(by_file[f]) for f in expected]
 
 
 def test_prewarm_caches_a_folder_of_arbitrary_binary_files(tmp_path: Path) -> None:

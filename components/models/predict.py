@@ -52,6 +52,14 @@ _MODEL_REF = re.compile(r"(?P<name>[a-z0-9][a-z0-9._-]{0,62})(?::v?(?P<version>\
 """``name``, ``name:vN`` or ``name:N``: an archived model as the CLI names it (``heteroflow archive show``)."""
 
 
+def image_files(folder: str | os.PathLike[str]) -> list[Path]:
+    """The images :meth:`ArchivedModel.predict` reads from ``folder``, in the order of its predictions: every file
+    with an image suffix in it or its subfolders, sorted by path."""
+    from heteroflow.components.data.readers import IMAGE_SUFFIXES
+
+    return sorted(p for p in Path(folder).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+
+
 class ArchivedModel:
     """A trained model with its transformation.
 
@@ -97,7 +105,7 @@ class ArchivedModel:
         mode, size = data["image_mode"], tuple(data["image_size"])
         if isinstance(images, (str, os.PathLike)) and Path(images).is_dir():
             folder = images
-            images = sorted(p for p in Path(images).rglob("*") if p.suffix.lower() in IMAGE_SUFFIXES)
+            images = image_files(images)
             if not images:  # np.stack said "need at least one array to stack"
                 raise InvalidParameter(f"{folder} is a folder without images ({', '.join(sorted(IMAGE_SUFFIXES))}, in it "
                                        "or its subfolders); give an image, or a folder of them")

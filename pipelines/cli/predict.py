@@ -19,6 +19,12 @@ from heteroflow.pipelines.cli.common import _fail, console
 __all__ = ["predict_command"]
 
 
+def _image_suffixes() -> frozenset[str]:
+    from heteroflow.components.data.readers import IMAGE_SUFFIXES
+
+    return frozenset(IMAGE_SUFFIXES)
+
+
 def _inputs(path: str) -> Any:
     """What :meth:`ArchivedModel.predict` takes for ``path``: a ``.npy`` file's array (tensors), else the path
     (a table file, an image, a folder of images)."""
@@ -37,7 +43,8 @@ def predict_command(
     proba: Annotated[bool, typer.Option("--proba", help="Add one column per class with its probability.")] = False,
     root: Annotated[Optional[Path], typer.Option("--root", help="Archive folder. Default: $HETEROFLOW_HOME/archive.")] = None,
 ) -> None:
-    """Predict the class of each row or image with an archived model: CSV with a `prediction` column, in input order."""
+    """Predict the class of each row or image with an archived model: CSV with a `prediction` column, in input order
+    (images: a `file` column first, the image's path in the folder)."""
     import numpy as np
 
     from heteroflow.components.models.predict import load_archived
@@ -51,11 +58,20 @@ def predict_command(
         _fail(exc)
         return
     labels = np.asarray(loaded.classes, dtype=str)[probabilities.argmax(axis=1)]
+    # images: a file column first, so each prediction names its image (a folder's are read in path order; the rows
+    # could not be matched to the files)
+    files: list[str] | None = None
+    if Path(inputs).is_dir():
+        from heteroflow.components.models.predict import image_files
+
+        files = [p.relative_to(inputs).as_posix() for p in image_files(inputs)]
+    elif not inputs.endswith(".npy") and Path(inputs).suffix.lower() in _image_suffixes():
+        files = [inputs]
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
-    writer.writerow(["prediction"] + ([f"p_{c}" for c in loaded.classes] if proba else []))
-    for label, row in zip(labels, probabilities):
-        writer.writerow([str(label)] + ([f"{p:.6g}" for p in row] if proba else []))
+    writer.writerow((["file"] if files else []) + ["prediction"] + ([f"p_{c}" for c in loaded.classes] if proba else []))
+    for i, (label, row) in enumerate(zip(labels, probabilities)):
+        writer.writerow(([files[i]] if files else []) + [str(label)] + ([f"{p:.6g}" for p in row] if proba else []))
     if output is None:
         console.file.write(buffer.getvalue())
         return
