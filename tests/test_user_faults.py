@@ -117,6 +117,10 @@ def test_model_name_default_is_one_rule_in_params_and_the_compiled_pipeline(tmp_
         assert default_model_name(folder) == name
         check_model_name(name)
     assert default_model_name("/tmp/café", "mods:réseau") == "cafe-reseau"
+    # a new user's trial: the README's digits_models:mlp archived as digits-mlp, the built-in model's name, and the
+    # latest digits-mlp then needed examples/ on the path to load
+    assert default_model_name("/data/digits", "digits_models:mlp") == "digits-digits_models-mlp"
+    assert default_model_name("/data/digits", "heteroflow.components.training.loop:mlp") == default_model_name("/data/digits") == "digits-mlp"
 
 
 def test_the_python_api_pipeline_archives_under_the_data_sets_name(tmp_path: Path) -> None:

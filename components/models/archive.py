@@ -210,8 +210,9 @@ def default_model_name(source_uri: str, model_factory: str = "", dataset_factory
     ``<model>`` is the model factory's function name (``mlp`` for the built-in model: ``digits-mlp`` for the
     built-in sample; ``digits-images-cnn`` for ``digits_models:cnn`` on a folder ``digits-images``). With a
     ``dataset_factory`` (``package.module:function``, whose data the model trains on instead of the folder's),
-    its function name stands for the folder: ``blobs-mlp`` for ``mydata:blobs``, never the folder's own name. The
-    one rule for the CLI, the Python API and compiled pipelines."""
+    its function name stands for the folder: ``blobs-mlp`` for ``mydata:blobs``, never the folder's own name. A
+    factory of your own named ``mlp`` adds its module (``digits-digits_models-mlp`` for ``digits_models:mlp``), so it
+    never shares the built-in model's name. The one rule for the CLI, the Python API and compiled pipelines."""
     if dataset_factory:
         source_uri = dataset_factory.rpartition(":")[2].rpartition(".")[2] or dataset_factory
     import re
@@ -226,6 +227,12 @@ def default_model_name(source_uri: str, model_factory: str = "", dataset_factory
 
     base = Path(source_uri.rstrip("/").split("://")[-1].split("?")[0]).stem
     func = ascii_name(model_factory.rpartition(":")[2].rpartition(".")[2] if model_factory else "mlp", 20) or "model"
+    from heteroflow.components.training.factories import BUILTIN_MODEL
+
+    if model_factory and func == "mlp" and model_factory not in (BUILTIN_MODEL, "heteroflow.components.training:mlp"):
+        # a factory of yours named like the built-in model: its module too, so the two never share a name (the
+        # README's digits_models:mlp archived as digits-mlp, and the latest digits-mlp needed its module to load)
+        func = ascii_name(model_factory.rpartition(":")[0].rpartition(".")[2] + "-mlp", 30) or "model"
     safe = ascii_name(base, 62 - len(func))
     return f"{safe or 'model'}-{func}"
 
