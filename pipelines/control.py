@@ -487,7 +487,9 @@ def bind_param(pipeline: Pipeline, call: str, param: Param, value: Any, groups: 
 def _check_type(where: str, param: Param, typ: type, what: str) -> None:
     if typ is param.type or (param.type is float and typ is int):
         return
-    raise InvalidParameter(f"{where} is a {param.type.__name__}, but {what} is a {typ.__name__}")
+    from heteroflow.components.core.step import _a
+
+    raise InvalidParameter(f"{where} is {_a(param.type)}, but {what} is {_a(typ)}")
 
 
 def conditional(call: Call) -> bool:

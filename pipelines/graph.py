@@ -864,5 +864,7 @@ def load_pipeline(ref: str) -> Pipeline:
             )
         value = value()
     if not isinstance(value, Pipeline):
-        raise InvalidParameter(f"--pipeline {ref!r} is a {type(value).__name__}, not a heteroflow Pipeline (or a function returning one)")
+        from heteroflow.components.core.step import _a
+
+        raise InvalidParameter(f"--pipeline {ref!r} is {_a(type(value))}, not a heteroflow Pipeline (or a function returning one)")
     return value

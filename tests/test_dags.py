@@ -149,7 +149,7 @@ def test_params_come_from_the_pipeline() -> None:
     assert uri.value is None and uri.schema["type"] == ["string", "null"] and "(required)" in uri.description
     with pytest.raises(InvalidParameter, match=r"^params: unknown parameter\(s\) epoch \(did you mean 'epochs'\?\); valid: "):
         airflow_params(pipeline, {"epoch": 3})
-    with pytest.raises(InvalidParameter, match=r"parameter epochs='3' is a str; valid: a int"):
+    with pytest.raises(InvalidParameter, match=r"parameter epochs='3' is a string; valid: an integer"):
         airflow_params(pipeline, {"epochs": "3"})
 
 

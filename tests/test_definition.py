@@ -199,7 +199,7 @@ def test_qualified_parameters_reach_kfp_as_identifiers(tmp_path: Path) -> None:
         (lambda p: p.add(MAKE), r"already has a call named 'make'"),
         (lambda p: p.add(MAKE, name="Bad Name"), r"call name 'Bad Name' is not valid"),
         (lambda p: p.add(MAKE, name="m2", nosuch=1), r"has no input or parameter 'nosuch'"),
-        (lambda p: p.add(MAKE, name="m2", count="three"), r"count='three' is a str; valid: a int"),
+        (lambda p: p.add(MAKE, name="m2", count="three"), r"count='three' is a string; valid: an integer"),
         (
             lambda p: (p.add(MAKE, name="m2", count=p.param("n", default=9)), p.add(MAKE, name="m3", count=p.param("n", default=4))),
             r"'n' is already a int with default 9",

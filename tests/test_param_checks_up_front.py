@@ -225,7 +225,7 @@ def test_prepare_arguments_names_each_parameter_as_given(tmp_path: Path) -> None
     # the engines' own check (Airflow's conf, heteroflow.run's params): an alias, KFP's spelling, a wrong type
     with pytest.raises(InvalidParameter, match=r"^train_seed=-2 is out of range; valid: an integer from 0 to 4294967295$"):
         prepare_arguments(default_pipeline(), {"train_seed": -2})
-    with pytest.raises(InvalidParameter, match=r"^parameter seed='1\.5' is a str; valid: a int$"):
+    with pytest.raises(InvalidParameter, match=r"^parameter seed='1\.5' is a string; valid: an integer$"):
         prepare_arguments(default_pipeline(), {"seed": "1.5"})
     args = prepare_arguments(default_pipeline(), {"seed": 3, "train_seed": 5})  # the values themselves: as before
     assert (args["preprocess.seed"], args["train.seed"]) == (3, 5)

@@ -95,7 +95,7 @@ def test_values_feed_parameters_of_their_type_and_conditions() -> None:
     assert repr(pair.outputs["best"]) == "pair.outputs['best']"
     with pytest.raises(InvalidParameter, match="has 2 output parameters .*use .outputs\\[NAME\\]"):
         pair.output
-    with pytest.raises(InvalidParameter, match="parameter 'x' is a int, but pair.outputs\\['best'\\] is a str"):
+    with pytest.raises(InvalidParameter, match="parameter 'x' is an integer, but pair.outputs\\['best'\\] is a string"):
         p.add(step(_scalar, ref=f"{__name__}:_scalar"), name="half", x=pair.outputs["best"])
     with pytest.raises(InvalidParameter, match="has no output 'nope'; valid: best, score"):
         pair.outputs["nope"]
@@ -929,7 +929,7 @@ def test_a_loop_item_the_step_would_refuse_stops_the_run_before_any_work(loop_st
     from heteroflow.pipelines.engines.inprocess import run_inprocess
 
     args = tuning.pipeline.arguments({"learning_rates": [1.0, "x", 0.001]})
-    with pytest.raises(InvalidParameter, match=r"parameter learning_rates\[1\] = 'x' goes to train's learning_rate: .*valid: a float"):
+    with pytest.raises(InvalidParameter, match=r"parameter learning_rates\[1\] = 'x' goes to train's learning_rate: .*valid: a number"):
         tuning.pipeline.check(args)
     tuning.pipeline.check(tuning.pipeline.arguments({"learning_rates": [1.0, 2, 0.001]}))  # an int is a float: passes
 
@@ -1015,7 +1015,7 @@ def test_a_step_without_parameters_feeds_a_loop_on_kfp_local_and_a_failed_iterat
     roots = record.step("root")
     assert roots.status == "failed"
     assert [(it.iteration, it.item, it.status) for it in roots.iterations] == [(0, 4.0, "succeeded"), (1, -1.0, "failed")]
-    assert "parameter result=" in (roots.iterations[1].error or "") and "is a complex; valid: a float" in roots.iterations[1].error
+    assert "parameter result=" in (roots.iterations[1].error or "") and "is a complex; valid: a number" in roots.iterations[1].error
     attempt = json.loads((tmp_path / "run" / "steps" / "root" / "iteration-1" / "attempt-1.json").read_text())
     assert (attempt["status"], attempt["failure"], attempt["iteration"]) == ("failed", "permanent", 1)
 

@@ -297,7 +297,7 @@ def test_a_factory_class_only_validation_or_test_holds_is_one_of_the_models_clas
     [
         ({"model_factory": "no_such_module_xyz:make"}, r"model_factory 'no_such_module_xyz:make': cannot import"),
         ({"model_factory": "badfactories:missing"}, r"has no attribute 'missing'"),
-        ({"model_factory": "badfactories:NOT_CALLABLE"}, r"model_factory='badfactories:NOT_CALLABLE' is a int, not a function"),
+        ({"model_factory": "badfactories:NOT_CALLABLE"}, r"model_factory='badfactories:NOT_CALLABLE' is an integer, not a function"),
         ({"model_factory": "nocolon"}, r"is not 'module:attribute' \(e.g. mypkg.models:make_model\)"),
         ({"optimizer": "sdg"}, r"optimizer='sdg' \(did you mean 'sgd'\?\) is neither a built-in optimizer \(adam, adamw, sgd\) nor a "
                                r"factory 'module:function' \(e.g. mypkg.optim:sgd, a function\(params, lr\)"),

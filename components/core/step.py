@@ -168,12 +168,21 @@ class Param:
             return list(value)
         if not ok:
             raise InvalidParameter(
-                f"parameter {self.name}={value!r} is a {type(value).__name__}; valid: a {self.type.__name__}"
+                f"parameter {self.name}={value!r} is {_a(type(value))}; valid: {_a(self.type)}"
             )
         return value
 
     def describe_default(self) -> str:
         return "(required)" if self.required else repr(self.default)
+
+
+_TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list",
+               dict: "a mapping"}
+
+
+def _a(cls: type) -> str:
+    """A type in words: ``an integer`` (it read "a int"), ``a number``, else ``a <name>``."""
+    return _TYPE_WORDS.get(cls) or f"{'an' if cls.__name__[:1].lower() in 'aeiou' else 'a'} {cls.__name__}"
 
 
 def with_defaults(func: Callable[..., Any], values: Mapping[str, Any] | None = None, **more: Any) -> dict[str, Any]:

@@ -483,7 +483,9 @@ def load_dataset_factory(ref: str, *, what: str = "dataset_factory") -> Any:
 
     fn = import_object(ref, what=what, example="mypkg.data:make_dataset")
     if not callable(fn):
-        raise InvalidParameter(f"{what}={ref!r} is a {type(fn).__name__}, not a function returning a torch Dataset")
+        from heteroflow.components.core.step import _a
+
+        raise InvalidParameter(f"{what}={ref!r} is {_a(type(fn))}, not a function returning a torch Dataset")
     return fn
 
 

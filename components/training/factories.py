@@ -209,5 +209,7 @@ def _import_callable(ref: str, *, what: str) -> Callable[..., Any]:
 
     fn = import_object(ref, what=what, example=_EXAMPLES.get(what, "mypkg.models:make_model"))
     if not callable(fn):
-        raise InvalidParameter(f"{what}={ref!r} is a {type(fn).__name__}, not a function")
+        from heteroflow.components.core.step import _a
+
+        raise InvalidParameter(f"{what}={ref!r} is {_a(type(fn))}, not a function")
     return fn  # type: ignore[no-any-return]
