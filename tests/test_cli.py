@@ -299,6 +299,19 @@ def test_dataset_given_twice_is_a_user_error(digits_dir: Path) -> None:
     assert "once" in _flat(result.output)
 
 
+def test_dataset_for_a_pipeline_that_reads_none_names_the_option(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: --dataset with a pipeline without dataset_uri said "unknown parameter(s) dataset_uri",
+    a name the user never typed."""
+    (tmp_path / "nodata.py").write_text(
+        "from heteroflow.pipelines.graph import Pipeline\nfrom heteroflow.pipelines.default import default_pipeline\n"
+        "p = default_pipeline().subset(['plan'], name='plan-only')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(app, ["run", "--pipeline", "nodata:p", "--dataset", str(tmp_path), "-o", str(tmp_path / "r")],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 2 and "unknown parameter" not in result.output
+    assert "--dataset: pipeline 'plan-only' reads no data set (it has no dataset_uri parameter); valid: leave --dataset out" in _flat(result.output)
+
+
 def test_no_arguments_shows_help() -> None:
     result = CliRunner().invoke(app, [])
     assert result.exit_code == 2  # no_args_is_help: click >= 8.2 prints the help and exits 2

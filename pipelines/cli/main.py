@@ -265,6 +265,10 @@ def _coerced(pipeline: Any, raw: dict[str, str], dataset: str | None) -> dict[st
     if dataset is not None:
         if "dataset_uri" in raw:
             problems.add(InvalidParameter("give the data set once: --dataset or --param dataset_uri, not both"))
+        elif "dataset_uri" not in pipeline.params:  # it said "unknown parameter(s) dataset_uri", a name never typed
+            problems.add(InvalidParameter(
+                f"--dataset: pipeline {pipeline.name!r} reads no data set (it has no dataset_uri parameter); valid: "
+                f"leave --dataset out, or give its own parameters ({', '.join(sorted(pipeline.params)) or 'none'})"))
         else:
             params["dataset_uri"] = dataset
     if problems:  # with the problems of the values that parsed
