@@ -569,3 +569,17 @@ def test_a_column_named_like_a_renamed_duplicate_is_kept(tmp_path: Path) -> None
     src = tmp_path / "named"
     _write(src, "t.csv", "a,a.1,label\n" + "".join(f"{i % 5},{i % 3},{i % 2}\n" for i in range(30)))
     assert _prep(src, tmp_path / "out").num_features == 2
+
+
+@pytest.mark.parametrize("cell", ["0x{i}F", "{i}", "Nan"], ids=["hex", "plain", "nan-spelling"])
+def test_a_column_has_one_kind_whichever_reader_reads_the_csv(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, cell: str) -> None:
+    """A review's input: pyarrow's fast reader took 0x1F cells (and NaN spelled nAn, +nan) for numbers, pandas and
+    the archived model's row check for text; training then made a number column the model refused at prediction."""
+    from heteroflow.components.data import arrowcsv
+
+    rows = "".join(f"{cell.format(i=i % 5)},{i * 0.5},{i % 2}\n" for i in range(60))
+    src = tmp_path / "t"
+    path = _write(src, "t.csv", "code,b,label\n" + rows)
+    fast = read_table(path).kinds["code"]
+    monkeypatch.setattr(arrowcsv, "ENABLED", False)
+    assert read_table(path).kinds["code"] == fast == ("number" if cell == "{i}" else "text")

@@ -36,6 +36,7 @@ https://arrow.apache.org/docs/python/generated/pyarrow.csv.ConvertOptions.html
 from __future__ import annotations
 
 import os
+import re
 from typing import TYPE_CHECKING, Any
 
 from heteroflow.components.data.cells import MISSING_MARKERS
@@ -59,6 +60,14 @@ _TRUE = ["True", "TRUE", "true"]
 _FALSE = ["False", "FALSE", "false"]
 
 
+_PANDAS_ONLY_CELLS = re.compile(
+    rb"(?:^|[,;\t|])[ \t]*(?:[+-]?0[xX][0-9A-Fa-f]+|(?!(?:nan|NaN|-nan|-NaN)[ \t]*(?:[,;\t|\r\n]|$))[+-]?[Nn][Aa][Nn])[ \t]*(?=[,;\t|\r\n]|$)",
+    re.MULTILINE,
+)
+"""A cell pyarrow reads as a number and pandas as text: hexadecimal, or NaN spelled other than pandas' nan, NaN,
+-nan, -NaN. Looked for in the first 64 KiB (past it, such a cell still reads as pyarrow reads it)."""
+
+
 def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
     """The table at ``path`` as ``pandas.read_csv`` reads it with ``fmt`` (delimiter, header; every column, the
     index the data row's position), or None where it is read with pandas (see the module docstring).
@@ -77,7 +86,13 @@ def read(path: str | os.PathLike[str], fmt: CsvFormat) -> pd.DataFrame | None:
     from pyarrow import csv
 
     with open(path, "rb") as fh:  # a quote in the first 64 KiB: fields may hold line ends, which the reader's
-        quoted = b'"' in fh.read(1 << 16)  # splitting into blocks must then respect (about 30% slower)
+        sample = fh.read(1 << 16)
+    quoted = b'"' in sample  # splitting into blocks must then respect (about 30% slower)
+    if _PANDAS_ONLY_CELLS.search(sample):
+        # pyarrow's number parser takes hexadecimal (0x1F) and any spelling of NaN (nAn, +nan), pandas and the
+        # archived model's row check neither: such a file is read with pandas, so a column has one kind whichever
+        # reader reads it (the fast reader made 0x1F cells a number column, then refused them at prediction)
+        return None
     read_options = csv.ReadOptions(use_threads=True, autogenerate_column_names=not fmt.header, block_size=BLOCK_BYTES)
     parse_options = csv.ParseOptions(delimiter=fmt.delimiter, quote_char='"', double_quote=True, escape_char=False,
                                      newlines_in_values=quoted, ignore_empty_lines=False)
