@@ -145,8 +145,26 @@ def _param_signature(step: Step) -> tuple[list[str], list[str]]:
         if p.required:
             required.append(text)
         else:
-            defaulted.append(f"{text} = {p.default!r}")
+            defaulted.append(f"{text} = {_literal(p.default, step=step.name, name=p.name)}")
     return required, defaulted
+
+
+def _literal(value: Any, *, step: str = "", name: str = "") -> str:
+    """A default as Python source (``repr``).
+
+    Raises:
+        InvalidParameter: a non-finite float: a KFP pipeline's IR keeps a default as a JSON number, which has no
+            infinity or NaN (its repr ``inf`` compiled to a bare NameError, and ``float('inf')`` fails in KFP's
+            protobuf serialisation); the message names the step and the parameter.
+    """
+    import math
+
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidParameter(
+            f"step {step!r}: parameter {name}'s default {value!r} cannot be written in a KFP pipeline (its IR keeps a "
+            "default as a JSON number, which has no infinity or NaN); valid: a finite default, or an optional "
+            "parameter (default None) the step reads as no limit")
+    return repr(value)
 
 
 def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], chain: bool, inventory: bool) -> str:
@@ -181,7 +199,7 @@ def _shim_source(call: Call, ref: str, *, placed: list[str], after: list[str], c
     return (
         f"def {_py(call.name)}({signature}{chr(10) if signature else ''}) -> str:\n"
         f'    """{doc}"""\n'
-        "    arguments = dict(locals())\n"
+        "    arguments = __import__('builtins').dict(__import__('builtins').locals())  # a parameter may be named dict\n"
         "    from heteroflow.components.core.runtime import kfp_task\n\n"
         f"    return kfp_task({ref!r}, {call.name!r}, arguments)\n"
     )
@@ -198,12 +216,13 @@ def _skip_source(call: Call) -> str:
     names = [s.name for s in call.step.outputs]
     ins = "".join(f", uri_{n}: str" for n in names)
     outs = "".join(f", {KFP_URI_PREFIX}{n}: OutputPath(str)" for n in names)
-    pairs = ", ".join(f"({KFP_URI_PREFIX}{n}, uri_{n})" for n in names)
+    # the (path, text) pairs as a tuple's source; none: '()' (it wrote '(,)', a SyntaxError, for a step with no output)
+    pairs = "(" + ", ".join(f"({KFP_URI_PREFIX}{n}, uri_{n})" for n in names) + ",)" if names else "()"
     return (
         f"def heteroflow_skip_{_py(call.name)}(route: str{ins}{outs}) -> str:\n"
         f'    """A candidate of {call.name} that does not run: pass the previous route and artifact URIs on."""\n'
         "    import os\n\n"
-        f"    for path, text in ({pairs},):\n"
+        f"    for path, text in {pairs}:\n"
         "        os.makedirs(os.path.dirname(path), exist_ok=True)\n"
         "        with open(path, 'w', encoding='utf-8') as f:\n"
         "            f.write(text)\n"
@@ -245,7 +264,7 @@ def _arguments_source(call: Call) -> str:
     return (
         f"def heteroflow_arguments_{_py(call.name)}({signature}{chr(10) if signature else ''}) -> str:\n"
         f'    """The parameters of {call.name} as one JSON object, for the candidates of its fallback chain."""\n'
-        "    arguments = dict(locals())\n"
+        "    arguments = __import__('builtins').dict(__import__('builtins').locals())  # a parameter may be named dict\n"
         "    import json\n\n"
         "    return json.dumps(arguments, sort_keys=True)\n"
     )

