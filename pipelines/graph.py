@@ -320,8 +320,12 @@ class Pipeline:
             default: its default (default: the step parameter's).
             help: its help line (default: the step parameter's).
         """
-        if not name.isidentifier():
-            raise InvalidParameter(f"parameter name {name!r} is not a Python identifier")
+        import keyword
+
+        if not name.isidentifier() or keyword.iskeyword(name):  # 'lambda': in-process ran, compile raised a bare ValueError
+            raise InvalidParameter(f"parameter name {name!r} is not a Python identifier" + (" (it is a keyword)" if keyword.iskeyword(name) else "")
+                                   + "; valid: letters, digits and _, not starting with a digit, not a Python keyword (e.g. "
+                                   + f"{name}_)")
         return ParamRef(name, default, help, unit)
 
     def add(
@@ -534,6 +538,9 @@ class Pipeline:
         other._calls = {k: dataclasses.replace(c, bindings=dict(c.bindings)) for k, c in self._calls.items()}
         other._params = dict(self._params)
         other._owners = dict(self._owners)
+        for kept in ("_inputs", "_outputs"):  # a sub-pipeline's inputs and outputs (they were dropped)
+            if kept in self.__dict__:
+                setattr(other, kept, dict(self.__dict__[kept]))
         return other
 
     def subset(self, calls: Iterable[str], *, name: str, description: str = "") -> Pipeline:

@@ -186,7 +186,10 @@ def add_pipeline(parent: Pipeline, sub: Pipeline, *, name: str | None = None, **
             _SCOPE.set((*scope, group, *own_groups))
             call = parent.add(inner.step, name=names[inner.name], **{k: remap(v) for k, v in inner.bindings.items()})
             for field in fixed - {"name", "step", "bindings", "groups"}:  # candidates, retry, secrets, env ...: as in sub
-                setattr(call, field, getattr(inner, field))
+                value = getattr(inner, field)
+                if field == "run_after":  # .after() names calls of the sub-pipeline: their names here (it waited on
+                    value = tuple(names.get(n, n) for n in value)  # a call of the parent named alike, or failed)
+                setattr(call, field, value)
     finally:
         _SCOPE.reset(token)
     _LAST.set(group)

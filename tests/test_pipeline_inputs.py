@@ -93,3 +93,76 @@ def test_a_non_finite_default_is_refused_at_compile_naming_the_parameter(tmp_pat
     with pytest.raises(InvalidParameter, match=r"step 'limit': parameter threshold's default inf cannot be written in a KFP pipeline"):
         _compile(p, tmp_path)
     assert LIMIT.func() == {"threshold": math.inf, "floor": -math.inf}
+
+
+def show(x: str = "") -> dict:
+    """Show a value.
+
+    Args:
+        x: what to show.
+    """
+    return {"shown": x}
+
+
+def score(x: int = 1) -> float:
+    """A score.
+
+    Args:
+        x: an input.
+    """
+    return x / 2
+
+
+SHOW = step(show)
+SCORE = step(score)
+
+
+def test_a_sub_pipelines_after_waits_on_its_own_call_not_a_parents_namesake(tmp_path: Path) -> None:
+    """`.after(prep)` inside a sub-pipeline was copied as 'prep': the outer pipeline's prep (or an error naming
+    data__prep, which the user never wrote)."""
+    sub = Pipeline("sub")
+    prep = sub.add(SHOW, name="prep")
+    sub.add(SHOW, name="work").after(prep)
+    outer = Pipeline("outer")
+    outer.add(SHOW, name="prep")
+    outer.add(sub, name="data")
+    assert outer["data__work"].run_after == ("data__prep",)
+    alone = Pipeline("alone")
+    alone.add(sub, name="data")
+    _compile(alone, tmp_path)  # it failed: "after('prep'): not a call before it"
+
+
+def test_a_dashed_call_name_with_output_parameters_compiles(tmp_path: Path) -> None:
+    """`p.add(SCORE, name="my-score")` read by a later call: compile failed on an assertion (the component's
+    function was written my_score, looked for as my-score)."""
+    p = Pipeline("dashed")
+    s = p.add(SCORE, name="my-score")
+    p.add(FLOAT_IN, name="use", v=s.output)
+    assert "my-score" in _compile(p, tmp_path)
+
+
+def _float_in(v: float = 0.0) -> dict:
+    """Read a float.
+
+    Args:
+        v: a value.
+    """
+    return {"v": v}
+
+
+FLOAT_IN = step(_float_in)
+
+
+def test_a_keyword_is_refused_as_a_pipeline_parameter_name() -> None:
+    """`p.param("lambda")` ran in-process and failed compile with a bare ValueError."""
+    with pytest.raises(InvalidParameter, match=r"parameter name 'lambda' is not a Python identifier \(it is a keyword\); valid: .* \(e.g. lambda_\)"):
+        Pipeline("k").param("lambda", default=0.3)
+
+
+def test_a_copy_keeps_a_sub_pipelines_outputs() -> None:
+    """`sub.copy()` dropped what set_outputs declared (and the inputs pipeline_input declared)."""
+    sub = Pipeline("sub")
+    s = sub.add(SCORE, name="s")
+    sub.set_outputs(best=s.output)
+    copied = Pipeline("outer").add(sub.copy("sub-copy"), name="c")
+    assert list(copied._outputs) == ["best"] and repr(copied.output) == repr(copied.outputs["best"])  # the copy had none

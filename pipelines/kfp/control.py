@@ -66,14 +66,16 @@ def _shim_with_values(call: Call, *, collected_after: Sequence[str], **shape: An
     """The step's component source (:func:`render._shim_source`) with an ``OutputPath`` per output parameter and
     a list input per collected route (both without defaults, so they go first)."""
     source = _shim_source(call, step_ref(call.step), **shape)
+    py = render._py(call.name)  # the function's name as the shim writes it ('my-score': my_score; it asserted)
     for name in collected_after:  # one route per iteration of the loop it ran in
-        source = source.replace(f"    {render.KFP_AFTER_PREFIX}{name}: str,\n", f"    {render.KFP_AFTER_PREFIX}{name}: list,\n", 1)
+        after = render._py(name)
+        source = source.replace(f"    {render.KFP_AFTER_PREFIX}{after}: str,\n", f"    {render.KFP_AFTER_PREFIX}{after}: list,\n", 1)
     extra = [f"{p.name}: OutputPath({_TYPE_NAMES[p.type]})" for p in call.step.returns]
     if not extra:
         return source
-    head = f"def {call.name}(\n    "
-    if source.startswith(f"def {call.name}() "):  # a step with no parameters or artifacts of its own
-        return f"def {call.name}(" + "".join(f"\n    {e}," for e in extra) + "\n)" + source[len(f"def {call.name}()"):]
+    head = f"def {py}(\n    "
+    if source.startswith(f"def {py}() "):  # a step with no parameters or artifacts of its own
+        return f"def {py}(" + "".join(f"\n    {e}," for e in extra) + "\n)" + source[len(f"def {py}()"):]
     assert source.startswith(head)
     return head + "".join(f"{e},\n    " for e in extra) + source[len(head):]
 
@@ -103,7 +105,7 @@ class ControlRenderer(_Renderer):
                         chain=self.chained(call),
                         inventory=call.device_bound and self.planner is not None,
                     ),
-                    call.name,
+                    render._py(call.name),
                     self.image,
                 )
                 if self.chained(call):
