@@ -558,10 +558,26 @@ class Pipeline:
         for call in self._calls.values():
             if call.name not in keep:
                 continue
-            for binding in call.bindings.values():
+            # what the call reads: its bindings (an output parameter collected over a loop too), and its groups'
+            # condition operands and loop lists (those were not looked at: a condition on a call left out failed
+            # mid-run with a KeyError, and a loop over a pipeline parameter lost the parameter)
+            from heteroflow.pipelines.control import CollectedRef
+
+            refs = [b.ref if isinstance(b, CollectedRef) else b for b in call.bindings.values()]
+            for group in call.groups:
+                for branch in (group, *group.branches):
+                    if branch.condition is not None:
+                        refs.extend(branch.condition.operands())
+                if group.kind == "loop":
+                    refs.append(group.items)
+            for binding in refs:
                 if isinstance(binding, OutputRef) and binding.call not in keep:
                     raise InvalidParameter(f"subset: {call.name} reads {binding.call}.{binding.output}; keep {binding.call} too")
-                if isinstance(binding, ParamRef):
+                source = getattr(binding, "call", None)
+                if type(binding).__name__ == "ValueRef" and source not in keep:
+                    raise InvalidParameter(f"subset: {call.name} reads {source}'s output {binding.output!r} (a value, a condition "
+                                           f"or a loop's list); keep {source} too")
+                if isinstance(binding, ParamRef) and binding.name in self._params:
                     out._params[binding.name] = self._params[binding.name]
                     if self._owners.get(binding.name) == call.name:
                         out._owners[binding.name] = call.name

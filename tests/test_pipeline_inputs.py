@@ -166,3 +166,22 @@ def test_a_copy_keeps_a_sub_pipelines_outputs() -> None:
     sub.set_outputs(best=s.output)
     copied = Pipeline("outer").add(sub.copy("sub-copy"), name="c")
     assert list(copied._outputs) == ["best"] and repr(copied.output) == repr(copied.outputs["best"])  # the copy had none
+
+
+def test_subset_keeps_what_conditions_and_loops_read_or_says_what_to_keep() -> None:
+    """A review's inputs: a subset keeping a call inside If(score.output >= 0.5) but not score failed mid-run with a
+    KeyError after the calls before it ran; a subset of a loop over a pipeline parameter lost the parameter."""
+    from heteroflow.pipelines.control import If, ParallelFor
+
+    p1 = Pipeline("p1")
+    p1.add(SHOW, name="first")
+    s = p1.add(SCORE, name="score")
+    with If(s.output >= 0.5):
+        p1.add(SHOW, name="big")
+    with pytest.raises(InvalidParameter, match=r"subset: big reads score's output 'result' \(a value, a condition or a loop's list\); keep score too"):
+        p1.subset(["first", "big"], name="sub1")
+    assert [c.name for c in p1.subset(["score", "big"], name="sub1").calls] == ["score", "big"]
+    p2 = Pipeline("p2")
+    with ParallelFor(p2.param("xs", default=[1, 2])) as x:
+        p2.add(SCORE, name="score", x=x)
+    assert list(p2.subset(["score"], name="sub2").params) == ["xs"]
