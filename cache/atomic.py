@@ -226,6 +226,8 @@ def atomic_file(path: str | os.PathLike[str], *, suffix: str = ".tmp", durable: 
     """
     del suffix
     target = Path(path)
+    if target.is_dir():  # os.replace's error named the temporary file ('.adir.vm.8292.6faba2ae.tmp: Is a directory')
+        raise IsADirectoryError(errno.EISDIR, "a folder is there; give a file path", str(target))
     target.parent.mkdir(parents=True, exist_ok=True)
     recover_leftovers(target)
     tmp = _temp_name(target, "tmp")

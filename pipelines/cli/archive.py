@@ -170,10 +170,10 @@ def archive_export(
         if parse_export_formats(format) != ("onnx",):
             raise InvalidParameter(f"--format {format!r}: give one format; valid: onnx")
         version = None
-        if version_text:
-            if not (version_text.lstrip("v").isdigit()):
+        if version_text:  # vN, as `archive show` reads it ('2' and 'vv1' were taken)
+            if not (version_text.startswith("v") and version_text[1:].isdigit()):
                 raise InvalidParameter(f"{model!r}: the version is written vN, e.g. {name}:v2")
-            version = int(version_text.lstrip("v"))
+            version = int(version_text[1:])
         folder = archive_root_dir(root)
         info = read_version(folder, name, version)
         if output.expanduser().resolve().is_relative_to(folder.resolve()):

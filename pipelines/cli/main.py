@@ -206,8 +206,8 @@ def run(
             console.print(_steps_table(stopped.steps))
             report = Path(stopped.run_dir, "report.html")  # written with run.json: the steps so far, train's curves
             if report.is_file():
-                console.print(f"report: {report}", highlight=False)
-            console.print(f"record: {stopped.run_dir}/run.json", highlight=False)
+                console.print(f"report: {escape(str(report))}", highlight=False)
+            console.print(f"record: {escape(str(stopped.run_dir))}/run.json", highlight=False)
         err_console.print(interrupted_hint(stopped), highlight=False)
         # 128 + the signal, as a shell reports a process a signal ended: 130 after Ctrl-C, 143 after SIGTERM
         raise typer.Exit(code=128 + (stopped_by[0] if stopped_by else signal.SIGINT)) from None

@@ -12,7 +12,7 @@ A user error (a bad inventory, profile or candidate) prints one line naming the 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -113,15 +113,10 @@ def manifests_command(
                 from heteroflow.components.training.mixed_job import missing_images
 
                 for lacking in missing_images(res, image, cluster):
-                    err_console.print(f"note: no train-{i}-{'-'.join(res.kinds)}.yaml: the profile names no image for {lacking} "
-                                      f"(images.{lacking}); give --image or add it to the profile", highlight=False)
+                    err_console.print(f"note: no train-{i}-{'-'.join(res.kinds)}.yaml: {_no_image(profile, lacking)}", highlight=False)
                 continue
             if res.accelerator_spec is not None and not (image or cluster.image_for(kind)):
-                err_console.print(
-                    f"note: no train-{i}-{kind}.yaml: the profile names no image for {kind} (images.{kind}); give --image "
-                    "or add it to the profile",
-                    highlight=False,
-                )
+                err_console.print(f"note: no train-{i}-{kind}.yaml: {_no_image(profile, kind)}", highlight=False)
     from heteroflow.pipelines.k8s.manifests import HAMI_KUEUE_TOTALS, HAMI_KUEUE_TRANSFORMATIONS
 
     totals = set(HAMI_KUEUE_TOTALS.values())
@@ -146,3 +141,11 @@ def manifests_command(
             "an image for a device kind (the notes above say which); give --image, or images.<kind> in the profile",
             highlight=False)
         raise typer.Exit(code=1)
+
+
+def _no_image(profile: Any, kind: str) -> str:
+    """Why a train job has no image: the given profile names none for ``kind``, or no ``--profile`` was given (the
+    default profile names no images; it blamed a profile the user never gave)."""
+    if profile is None:
+        return f"no --profile was given, and the default one names no image for {kind}; give --image, or --profile FILE with images.{kind}"
+    return f"the profile names no image for {kind} (images.{kind}); give --image or add it to the profile"

@@ -31,7 +31,11 @@ def _inputs(path: str) -> Any:
     if path.endswith(".npy"):
         import numpy as np
 
-        return np.load(path, allow_pickle=False)
+        try:
+            return np.load(path, allow_pickle=False)
+        except (ValueError, EOFError) as exc:  # not an array file, or one of objects (it was 'unexpected ValueError')
+            raise InvalidParameter(f"{path} is not a .npy array of numbers ({' '.join(str(exc).split())[:160]}); valid: an "
+                                   "array saved with numpy.save, samples along its first axis") from None
     return path
 
 

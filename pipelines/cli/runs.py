@@ -500,6 +500,14 @@ def cache_prune(
     from heteroflow.pipelines.runs.folders import prune_cache
 
     try:
+        if dataset:  # as `cache status DATASET` does: a name that matches nothing is an error, not "nothing to prune"
+            from heteroflow.cache.status import cache_status
+
+            if not cache_status(cache, dataset):
+                from heteroflow.components.errors import InvalidParameter
+
+                raise InvalidParameter(f"no data set matching {dataset!r} in the cache tier{(' ' + cache) if cache else ''}; "
+                                       "`heteroflow cache status` lists them")
         entries = prune_cache(keep, dataset=dataset or "", cache_root=cache, roots=runs_root, force=force, dry_run=dry_run)
     except (HeteroflowError, CacheError, OSError) as exc:
         _fail(exc)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated, Any, Optional
 
 import typer
 from rich.console import Console
@@ -146,8 +146,21 @@ def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int
     for name in rep.results:
         console.print(f"{name}: unallocated {100 * rep.median_unallocated(name):.1f}% of {gpus:g} GPUs", highlight=False)
     if json_out is not None:
-        json_out.write_text(json.dumps({"gpus": gpus, "pods": len(pods), "default": rep.default, "results": summary}, indent=2), encoding="utf-8")
+        _write_json(json_out, {"gpus": gpus, "pods": len(pods), "default": rep.default, "results": summary})
     return True
+
+
+def _write_json(path: Path, data: Any) -> None:
+    """``--json``: the results, written atomically (its folder made, as ``--plot``'s is); a folder at ``path`` or a
+    path that cannot be written is a user error naming ``path`` (it was an unexpected FileNotFoundError after the
+    replay had printed)."""
+    from heteroflow.cache.atomic import atomic_write_bytes
+    from heteroflow.pipelines.cli.common import _fail
+
+    try:
+        atomic_write_bytes(path, json.dumps(data, indent=2).encode("utf-8"), durable=False)
+    except OSError as exc:
+        _fail(exc)
 
 
 def _job_results(jobs, inv, table, policy: Optional[list[str]], noise_sigma: Optional[float], trace: str) -> list:  # type: ignore[no-untyped-def]
@@ -250,6 +263,6 @@ def simulate_command(
             console.print(f"  {r.policy}: {escape(line)}", highlight=False)
     if plot is not None:
         plot_utilization(results, plot, title=f"{len(jobs)} jobs, {inv.source}")
-        console.print(f"plot: {plot}")
+        console.print(f"plot: {escape(str(plot))}", highlight=False)
     if json_out is not None:
-        json_out.write_text(json.dumps({"bound_h": bound / 3600, "results": [r.summary() for r in results]}, indent=2), encoding="utf-8")
+        _write_json(json_out, {"bound_h": bound / 3600, "results": [r.summary() for r in results]})

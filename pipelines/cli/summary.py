@@ -132,7 +132,7 @@ def _print_record(record: Any, pipeline: Any, *, elapsed: float | None = None, e
     if record.status == "submitted":  # a backend runs it (engine kfp): no steps here yet, and nothing failed
         kfp = record.results.get("kfp") or {}
         console.print(f"run submitted to {escape(str(kfp.get('host', 'the backend')))} as run {escape(str(kfp.get('run_id', '?')))}; "
-                      f"record: {record.run_dir}/run.json", highlight=False)
+                      f"record: {escape(str(record.run_dir))}/run.json", highlight=False)
         if kfp.get("url"):
             console.print(f"next: watch it in the Kubeflow UI: {escape(str(kfp['url']))}", highlight=False)
         return
@@ -175,11 +175,11 @@ def _print_record(record: Any, pipeline: Any, *, elapsed: float | None = None, e
             console.print(f"[red]engine error:[/] {escape(record.error)}", highlight=False)
     report = Path(record.run_dir, "report.html")
     if report.is_file():
-        console.print(f"report: {report}", highlight=False)
+        console.print(f"report: {escape(str(report))}", highlight=False)
     took = f"{record.wall_seconds:.1f} s"
     if elapsed is not None and elapsed > record.wall_seconds + max(2.0, 0.25 * record.wall_seconds):
         took += f" ({elapsed:.1f} s with {f'the {engine} engine' if engine else 'the engine'}'s start-up)"
-    console.print(f"run {record.status} in {took}; record: {record.run_dir}/run.json", highlight=False)
+    console.print(f"run {record.status} in {took}; record: {escape(str(record.run_dir))}/run.json", highlight=False)
     from heteroflow.pipelines.cli.runs import next_line  # what to run next, with this run's id and model
 
     engine_log = Path(record.run_dir, "kfp.log")  # kfp.local's own output; the in-process engine has none

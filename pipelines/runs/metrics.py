@@ -246,6 +246,10 @@ def write_textfile(run_dir: str | os.PathLike[str], output: str | os.PathLike[st
     if folder and output is None:
         targets.append(Path(folder) / f"heteroflow-{_file_safe(str(run.get('run_id', 'run')))}.prom")
     for target in targets:
+        if target.is_dir():  # prometheus-client's error named its temporary file ('adir.9099.1401...: Is a directory')
+            import errno
+
+            raise IsADirectoryError(errno.EISDIR, "a folder is there; give a file path", str(target))
         target.parent.mkdir(parents=True, exist_ok=True)
         write_to_textfile(str(target), registry)
     return targets
