@@ -80,3 +80,35 @@ def test_manifests_without_a_profile_say_none_was_given(tmp_path: Path) -> None:
     assert code == 1
     assert "note: no train-0-npu.yaml: no --profile was given, and the default one names no image for npu; give --image, or --profile FILE with images.npu" in said
     assert "the profile names no image" not in said
+
+
+def _a_run(tmp_path: Path) -> Path:
+    """A runs folder holding one well-formed record."""
+    import json
+
+    root = tmp_path / "runs"
+    good = root / "20261205-000000-good"
+    good.mkdir(parents=True)
+    record = {"run_id": good.name, "pipeline": "p", "status": "succeeded", "run_dir": str(good), "started_at": 1.0e9,
+              "wall_seconds": 2.0, "params": {}, "steps": [{"name": "train", "status": "succeeded", "kind": "cpu", "candidate": 0}],
+              "fallbacks": [], "metrics": {}, "results": {}, "placement": {}}
+    (good / "run.json").write_text(json.dumps(record))
+    return root
+
+
+@pytest.mark.parametrize(("content", "why"), [
+    ("", "is not valid JSON"),
+    ('{"run_id": "c1", "steps": [1]}', "steps is not a list of objects"),
+    ('{"run_id": "c1", "started_at": "yesterday"}', "started_at='yesterday' is not a number of seconds"),
+])
+def test_a_damaged_record_is_named_and_the_other_runs_still_list(tmp_path: Path, content: str, why: str) -> None:
+    """A review's inputs: an empty run.json made `runs show ID` say "no run"; one record with "steps": [1] (or a
+    started_at of text) made `heteroflow runs` fail for every run with an AttributeError (a TypeError)."""
+    root = _a_run(tmp_path)
+    bad = root / "20261205-000001-c1"
+    bad.mkdir()
+    (bad / "run.json").write_text(content)
+    code, said = _invoke(["runs", "--root", str(root)])
+    assert code == 0 and "20261205-000000-good" in said and f"note: left out {bad}" in said and why in said, said
+    code, said = _invoke(["runs", "--root", str(root), "show", bad.name])
+    assert code == 2 and why in said and "no run" not in said

@@ -146,7 +146,12 @@ def runs_list(
     from heteroflow.pipelines.cli.runs_rows import filter_rows, sort_rows
     from heteroflow.pipelines.runs.folders import default_roots, find_runs
 
-    runs = find_runs(root)
+    unreadable: list = []
+    runs = find_runs(root, unreadable=unreadable)
+    for folder, why in unreadable[:3]:  # skipped, and said (it left them out without a word)
+        err_console.print(f"note: left out {escape(str(folder))}: {escape(' '.join(why.split()))}", highlight=False)
+    if len(unreadable) > 3:
+        err_console.print(f"note: and {len(unreadable) - 3} more run folders whose run.json cannot be read", highlight=False)
     try:
         chosen = sort_rows(filter_rows((_summary(r) for r in runs), filters or []), sort or [])
     except HeteroflowError as exc:

@@ -83,6 +83,18 @@ def load_run(run_dir: str | os.PathLike[str]) -> dict[str, Any]:
         raise InvalidParameter(f"{file} is not valid JSON ({exc}); it is not a run record") from None
     if not isinstance(data, dict):
         raise InvalidParameter(f"{file} holds a {type(data).__name__}, not a run record (a JSON object)")
+    # the fields every reader walks, of the shape a run writes them (one record with "steps": [1] made `heteroflow
+    # runs` fail for every run with an AttributeError; a started_at of text, with a TypeError of the sort)
+    for key, shape in (("steps", list), ("fallbacks", list)):
+        value = data.get(key)
+        if value is not None and not (isinstance(value, shape) and all(isinstance(v, dict) for v in value)):
+            raise InvalidParameter(f"{file}: {key} is not a list of objects ({str(value)[:60]}); it is not a run record heteroflow wrote")
+    for key in ("results", "placement", "params", "metrics"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise InvalidParameter(f"{file}: {key} is not an object; it is not a run record heteroflow wrote")
+    for key in ("started_at", "wall_seconds"):
+        if data.get(key) is not None and (isinstance(data[key], bool) or not isinstance(data[key], (int, float))):
+            raise InvalidParameter(f"{file}: {key}={data[key]!r} is not a number of seconds; it is not a run record heteroflow wrote")
     data.setdefault("run_dir", str(path))
     data["attempts"] = _read_attempts(path)
     return data
@@ -125,10 +137,12 @@ def _read_attempts(folder: Path) -> dict[str, list[dict[str, Any]]]:
     return out
 
 
-def find_runs(roots: Sequence[str | os.PathLike[str]] | None = None) -> list[dict[str, Any]]:
+def find_runs(roots: Sequence[str | os.PathLike[str]] | None = None, *,
+              unreadable: list[tuple[Path, str]] | None = None) -> list[dict[str, Any]]:
     """Every run record under ``roots`` (default :func:`default_roots`), newest first (by ``started_at``).
 
-    A root may itself be a run folder. Records that cannot be read are skipped. A local run still going (its
+    A root may itself be a run folder. Records that cannot be read are skipped; with ``unreadable``, each is
+    appended there as ``(folder, why)``. A local run still going (its
     ``driver.json`` names a live process) is listed as ``running``, with what it has done so far; one whose
     process is gone without a record was killed, and gets its record now (status ``killed``).
     """
@@ -151,7 +165,9 @@ def find_runs(roots: Sequence[str | os.PathLike[str]] | None = None) -> list[dic
             seen.add(folder)
             try:
                 runs.append(load_run(folder))
-            except InvalidParameter:
+            except InvalidParameter as exc:
+                if unreadable is not None:
+                    unreadable.append((folder, str(exc)))
                 continue
     return sorted(runs, key=lambda r: r.get("started_at") or 0.0, reverse=True)
 
@@ -177,7 +193,8 @@ def resolve_run(ref: str, roots: Sequence[str | os.PathLike[str]] | None = None)
         return load_run(path)
     if "/" in ref or ref.startswith(("~", ".")):
         raise InvalidParameter(f"run folder {path} does not exist; give a run folder (holding run.json) or a run id")
-    runs = find_runs(roots)
+    unreadable: list[tuple[Path, str]] = []
+    runs = find_runs(roots, unreadable=unreadable)
     # or its folder's name: an Airflow run's id is Airflow's (manual__...), its folder the one `heteroflow run` printed
     exact = [r for r in runs if r.get("run_id") == ref] or [r for r in runs if r.get("run_dir") and Path(str(r["run_dir"])).name == ref]
     matches = exact or [r for r in runs if str(r.get("run_id", "")).startswith(ref)]
@@ -185,6 +202,9 @@ def resolve_run(ref: str, roots: Sequence[str | os.PathLike[str]] | None = None)
         return matches[0]
     where = ", ".join(str(r) for r in (roots if roots is not None else default_roots()))
     if not matches:
+        damaged = [why for folder, why in unreadable if folder.name.startswith(ref)]
+        if damaged:  # a folder of that name whose run.json cannot be read: say so (it said "no run" of it)
+            raise InvalidParameter(damaged[0])
         known = ", ".join(str(r.get("run_id")) for r in runs[:5])
         raise InvalidParameter(f"no run {ref!r} in {where}" + (f"; newest runs: {known}" if known else "; there are no runs there") + " (or give the run's folder)")
     shown = ", ".join(str(r.get("run_id")) for r in matches[:8]) + (f", and {len(matches) - 8} more" if len(matches) > 8 else "")
