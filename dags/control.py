@@ -78,14 +78,48 @@ def _group_refs(group: Group) -> list[Any]:
     return refs
 
 
+def _airflow_key(name: str) -> str:
+    """``name`` as an Airflow task or group id: letters, digits, ``_``, ``.`` and ``-``; a run of anything else one
+    dash (a loop named ``lr: trials`` was Airflow's bare "has to be made of alphanumeric" ValueError)."""
+    import re
+
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-") or "loop"
+
+
+def check_loop_ids(pipeline: Pipeline, layout: Any) -> None:
+    """Each loop's task group id (and its ``-items`` task's) is its own in the DAG: Airflow keeps task and group ids
+    in one namespace, KFP does not (two loops named ``trials``, or a loop named like a call, compiled for KFP and
+    failed the DAG with Airflow's bare DuplicateTaskIdFound).
+
+    Raises:
+        InvalidParameter: the loop and what already has its id.
+    """
+    taken: dict[str, str] = {}
+    for tasks in layout.calls.values():
+        for task_id in (*tasks.candidates, *(g for g in tasks.gates if g), tasks.join):
+            taken.setdefault(task_id, f"call {tasks.call!r}")
+    seen: set[str] = set()
+    for call in pipeline.calls:
+        for group in call.groups:
+            if group.kind != "loop" or group.id in seen:
+                continue
+            seen.add(group.id)
+            for task_id in (loop_group_id(group), *([] if isinstance(group.items, list) else [items_task_id(group)])):
+                if task_id in taken:
+                    raise InvalidParameter(
+                        f"ParallelFor {group.name!r}: its Airflow id {task_id!r} is taken by {taken[task_id]} (Airflow keeps "
+                        "task and group ids in one namespace); valid: a name of its own, ParallelFor(..., name='...')")
+                taken[task_id] = f"loop {group.name!r}"
+
+
 def items_task_id(group: Group) -> str:
     """The task that returns the list of a loop over a run-time list (``<loop>-items``)."""
-    return f"{group.name}-items".replace(" ", "-")
+    return f"{_airflow_key(group.name)}-items"
 
 
 def loop_group_id(group: Group) -> str:
-    """The id of a loop's mapped task group (the loop's name)."""
-    return group.name.replace(" ", "-")
+    """The id of a loop's mapped task group (the loop's name, as an Airflow id)."""
+    return _airflow_key(group.name)
 
 
 def loop_item(op: Any, context: Mapping[str, Any]) -> Any:
@@ -322,7 +356,7 @@ def enter_groups(call: Call | None, stack: list[Any], *, pipeline: Pipeline | No
         if group.kind == "loop":
             assert pipeline is not None and layout is not None and tasks is not None
             items = _loop_items(pipeline, layout, group, tasks)
-            task_group = MappedTaskGroup(
+            task_group = MappedTaskGroup(  # its id checked first (check_loop_ids)
                 group_id=loop_group_id(group), prefix_group_id=False, expand_input=DictOfListsExpandInput({"loop_item": items}),
                 tooltip=f"ParallelFor {group.name}: one instance of each task per item",
             )

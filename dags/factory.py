@@ -145,6 +145,8 @@ def build_dag(
 
         make_pod = pod_task_factory(pipeline, profile=profile, image=image, pod_kwargs=pod_kwargs or {})
     layout = Layout(pipeline)
+    if controlled:
+        dag_control.check_loop_ids(pipeline, layout)
     dag_id = dag_id or pipeline.name
     doc = [pipeline.description or pipeline.name, "", f"Rendered by heteroflow ({mode} mode) from pipeline `{pipeline.name}`."]
     dag = DAG(

@@ -185,3 +185,26 @@ def test_subset_keeps_what_conditions_and_loops_read_or_says_what_to_keep() -> N
     with ParallelFor(p2.param("xs", default=[1, 2])) as x:
         p2.add(SCORE, name="score", x=x)
     assert list(p2.subset(["score"], name="sub2").params) == ["xs"]
+
+
+@pytest.mark.parametrize(("names", "message"), [
+    (("lr: trials",), None),  # Airflow's bare "has to be made of alphanumeric" ValueError
+    (("trials", "trials"), r"ParallelFor 'trials': its Airflow id 'trials' is taken by loop 'trials'"),
+    (("a",), r"ParallelFor 'a': its Airflow id 'a' is taken by call 'a'"),  # a loop named like a call inside it
+])
+def test_loop_names_kfp_takes_build_an_airflow_dag_or_say_what_clashes(names: tuple[str, ...], message: str | None) -> None:
+    """Airflow keeps task and group ids in one namespace (KFP does not): two loops named alike, or a loop named like
+    a call, failed the DAG with a bare DuplicateTaskIdFound."""
+    pytest.importorskip("airflow", reason="the airflow extra is not installed")
+    from heteroflow.dags.factory import build_dag
+    from heteroflow.pipelines.control import ParallelFor
+
+    p = Pipeline("loops")
+    for i, name in enumerate(names):
+        with ParallelFor([1, 2], name=name) as x:
+            p.add(SCORE, name="a" if i == 0 else "b", x=x)
+    if message is None:
+        assert "lr-trials" in {g for g in build_dag(p, "loops").task_group_dict}
+    else:
+        with pytest.raises(InvalidParameter, match=message):
+            build_dag(p, "loops")
