@@ -18,7 +18,9 @@ Example (the shape of ``examples/practitioners/tuning_fanout.py``)::
   NamedTuple return annotation, or ``step(returns=...)``): ``call.outputs["name"]`` / ``call.output`` is a
   :class:`ValueRef` that a later call's parameter (of the same type; an int feeds a float) or a condition reads.
 - **Conditions.** ``with If(cond):`` / ``Elif`` / ``Else`` around ``p.add(...)`` calls; a condition compares a
-  :class:`ValueRef`, a pipeline parameter or a loop item with a constant or another of them (``== != < <= > >=``).
+  :class:`ValueRef` or a loop item, on the left, with a constant, a pipeline parameter a call binds, or another of
+  them (``== != < <= > >=``): ``If(score.output >= p.param("threshold"))``. A pipeline parameter is not a left side
+  (``p.param("mode") == "fast"`` is Python's own comparison of two values, False).
 - **Loops.** ``with ParallelFor(items) as item:`` over a literal list, a list pipeline parameter
   (``p.param(..., default=[...])``) or a list output parameter; ``item`` feeds parameters, ``item.key`` (or
   ``item["key"]``) a field of a dict item. ``Collected(ref)`` gathers a loop's output parameter into a list for a
@@ -299,7 +301,9 @@ class If(_Scope):
 
     def __init__(self, condition: Condition, name: str | None = None) -> None:
         if not isinstance(condition, Condition):
-            raise InvalidParameter(f"If({condition!r}): give a comparison of an output parameter, a pipeline parameter or a loop item, e.g. If(step.outputs['best'] == 'x')")
+            raise InvalidParameter(f"If({condition!r}): give a comparison whose left side is an output parameter or a loop item "
+                                   "(a pipeline parameter may be the right side), e.g. If(step.outputs['best'] == 'x') or "
+                                   "If(step.output >= p.param('threshold'))")
         gid = f"condition-{next(_IDS)}"
         self.group = Group("if", gid, name or gid, condition=condition)
 

@@ -208,3 +208,17 @@ def test_loop_names_kfp_takes_build_an_airflow_dag_or_say_what_clashes(names: tu
     else:
         with pytest.raises(InvalidParameter, match=message):
             build_dag(p, "loops")
+
+
+def test_a_condition_on_a_pipeline_parameter_says_which_side_it_may_be() -> None:
+    """`If(p.param("mode") == "fast")` is Python's comparison of two values (False); the message said a pipeline
+    parameter could be compared, without saying it must be the right side of an output parameter or loop item."""
+    from heteroflow.pipelines.control import If
+
+    p = Pipeline("cond")
+    with pytest.raises(InvalidParameter, match=r"whose left side is an output parameter or a loop item \(a pipeline parameter may be the right side\)"):
+        If(p.param("mode", default="fast") == "fast")
+    s = p.add(SCORE, name="s", x=p.param("n", default=2))
+    with If(s.output >= p.param("n")):  # the form that works: a parameter a call binds, on the right
+        p.add(SHOW, name="big")
+    assert p["big"].groups[0].condition.op == ">="
