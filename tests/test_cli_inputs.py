@@ -112,3 +112,15 @@ def test_a_damaged_record_is_named_and_the_other_runs_still_list(tmp_path: Path,
     assert code == 0 and "20261205-000000-good" in said and f"note: left out {bad}" in said and why in said, said
     code, said = _invoke(["runs", "--root", str(root), "show", bad.name])
     assert code == 2 and why in said and "no run" not in said
+
+
+def test_compare_shows_an_unknown_duration_as_runs_does(tmp_path: Path) -> None:
+    """A record without wall_seconds read 'seconds 0' in compare, '-' in `runs` and `runs show`."""
+    root = _a_run(tmp_path)
+    other = root / "20261205-000002-nosec"
+    other.mkdir()
+    (other / "run.json").write_text('{"run_id": "20261205-000002-nosec", "status": "failed", "steps": []}')
+    result = CliRunner().invoke(app, ["runs", "--root", str(root), "compare", "20261205-000000-good", other.name], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output
+    [line] = [ln.split() for ln in result.output.splitlines() if ln.split()[:1] == ["seconds"]]
+    assert line[1:3] == ["2", "-"], result.output

@@ -365,7 +365,8 @@ def runs_compare(
     sa_row, sb_row = _summary(a), _summary(b)
     for key in ("dataset_uri", "model", "error"):
         row(key.replace("_uri", ""), sa_row[key], sb_row[key])
-    row("seconds", round(a.get("wall_seconds") or 0.0, 1), round(b.get("wall_seconds") or 0.0, 1))
+    seconds = [None if r.get("wall_seconds") is None else round(r["wall_seconds"], 1) for r in (a, b)]  # unknown: '-', as
+    row("seconds", *seconds)  # `runs` and `runs show` print it (it read 0)
     row("fallbacks", len(a.get("fallbacks") or []), len(b.get("fallbacks") or []))
     pa, pb = a.get("params") or {}, b.get("params") or {}
     oa, ob = model_overrides(a), model_overrides(b)  # a default that model_args replaced: the value the model used
