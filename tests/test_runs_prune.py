@@ -34,20 +34,41 @@ def _archive(root: Path, name: str, versions: range) -> None:
                 p.chmod(stat.S_IRUSR)  # archived files are read-only
 
 
-def _run_naming(runs: Path, run_id: str, model: str, version: int, data_version: str) -> None:
+def _run_naming(runs: Path, run_id: str, model: str, version: int, data_version: str, *, path: str = "/somewhere",
+                existing: bool = False, started_at: float = 1.0) -> None:
     folder = runs / run_id
     folder.mkdir(parents=True)
     (folder / "run.json").write_text(json.dumps({
-        "run_id": run_id, "status": "succeeded", "started_at": 1.0,
+        "run_id": run_id, "status": "succeeded", "started_at": started_at,
         "results": {"prewarm": {"version": data_version, "dataset_sha256": "x"},
-                    "archive": {"name": model, "version": version, "path": "/somewhere"}},
+                    "archive": {"name": model, "version": version, "path": path, **({"existing": True} if existing else {})}},
     }))
+
+
+def test_archive_prune_names_the_run_that_archived_a_version_not_the_newest_that_named_it(tmp_path: Path) -> None:
+    """A review's reading: v1 was kept "as run B archived it" where B, the newest, had found the same model archived
+    (its lineage said run A); a run of another archive root named it alike. All still keep it."""
+    root, runs = tmp_path / "archive", tmp_path / "runs"
+    _archive(root, "m", range(1, 3))
+    here = str(root / "m" / "v1")
+    _run_naming(runs, "run-a", "m", 1, "d", path=here, started_at=1.0)
+    _run_naming(runs, "run-b", "m", 1, "d", path=here, existing=True, started_at=2.0)
+    [entry] = prune_archive(1, archive_root=root, roots=[runs], dry_run=True)
+    assert entry["action"] == "kept" and entry["reason"].startswith("run run-a archived it (its lineage names m:v1)")
+    only_b = tmp_path / "runs-b"
+    _run_naming(only_b, "run-b", "m", 1, "d", path=here, existing=True)
+    assert prune_archive(1, archive_root=root, roots=[only_b], dry_run=True)[0]["reason"].startswith(
+        "run run-b uses it (it found the same model archived)")
+    elsewhere = tmp_path / "runs-c"
+    _run_naming(elsewhere, "run-c", "m", 1, "d", path="/mnt/other/archive/m/v1")
+    [kept] = prune_archive(1, archive_root=root, roots=[elsewhere], dry_run=True)
+    assert kept["action"] == "kept" and kept["reason"].startswith("run run-c names m:v1 of the archive at /mnt/other/archive")
 
 
 def test_archive_prune_keeps_the_newest_and_what_runs_name(tmp_path: Path) -> None:
     root, runs = tmp_path / "archive", tmp_path / "runs"
     _archive(root, "m", range(1, 6))
-    _run_naming(runs, "kept-run", "m", 2, "data-2")
+    _run_naming(runs, "kept-run", "m", 2, "data-2", path=str(root / "m" / "v2"))
     dry = prune_archive(2, archive_root=root, roots=[runs], dry_run=True)
     assert [(e["version"], e["action"]) for e in dry] == [(1, "would remove"), (2, "kept"), (3, "would remove")]
     assert sorted(p.name for p in (root / "m").iterdir()) == ["v1", "v2", "v3", "v4", "v5"]

@@ -496,10 +496,11 @@ def model_overrides(run: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def _named_by_runs(roots: Sequence[str | os.PathLike[str]] | None) -> tuple[dict[tuple[str, int], str], dict[str, str]]:
-    """What the runs under ``roots`` name in their lineage: ``{(model, version): run id}`` (the versions they
-    archived) and ``{data set version: run id}`` (the cache versions they read)."""
-    models: dict[tuple[str, int], str] = {}
+def _named_by_runs(roots: Sequence[str | os.PathLike[str]] | None) -> tuple[dict[tuple[str, int], list[tuple[str, str, bool]]], dict[str, str]]:
+    """What the runs under ``roots`` name in their lineage: ``{(model, version): [(run id, archived path, reused)]}``
+    (the versions they archived, or found archived already: ``reused``) and ``{data set version: run id}`` (the
+    cache versions they read)."""
+    models: dict[tuple[str, int], list[tuple[str, str, bool]]] = {}
     datasets: dict[str, str] = {}
     for run in find_runs(roots):
         rid = str(run.get("run_id"))
@@ -507,7 +508,7 @@ def _named_by_runs(roots: Sequence[str | os.PathLike[str]] | None) -> tuple[dict
             if not isinstance(facts, dict):
                 continue
             if isinstance(facts.get("name"), str) and isinstance(facts.get("version"), int) and "path" in facts:
-                models.setdefault((facts["name"], facts["version"]), rid)
+                models.setdefault((facts["name"], facts["version"]), []).append((rid, str(facts["path"]), bool(facts.get("existing"))))
             if isinstance(facts.get("version"), str) and "dataset_sha256" in facts:
                 datasets.setdefault(facts["version"], rid)
     return models, datasets
@@ -567,9 +568,16 @@ def prune_archive(
     for name in [model] if model else list_models(root):
         for version in list_versions(root, name)[:-keep]:
             entry: dict[str, Any] = {"model": name, "version": version, "path": str(root / name / f"v{version}")}
-            run_id = named.get((name, version))
-            if run_id is not None and not force:
-                entry.update(action="kept", reason=f"run {run_id} archived it (its lineage names {name}:v{version}); --force removes it")
+            # every run naming name:vN keeps it (a cluster run records the path it saw, maybe another mount of this
+            # archive); the reason names the run that archived it here first, else says what the run did (it named
+            # the newest run, which had found the model archived already, and runs of another --root alike)
+            here = Path(entry["path"]).resolve()
+            by = sorted(named.get((name, version), []), key=lambda r: (Path(r[1]).resolve() != here, r[2]))
+            if by and not force:
+                rid, path, reused = by[0]
+                did = ("uses it (it found the same model archived)" if reused else "archived it") if Path(path).resolve() == here \
+                    else f"names {name}:v{version} of the archive at {Path(path).parent.parent}"
+                entry.update(action="kept", reason=f"run {rid} {did} (its lineage names {name}:v{version}); --force removes it")
             elif dry_run:
                 entry["action"] = "would remove"
             else:
