@@ -307,6 +307,13 @@ class StepOperator(StepEnding):
                     call=call.name, step=call.step.name, status="failed", failure="permanent", reason=str(exc),
                     candidate=index, kind=DeviceKind(resources.kind).value,
                 ).to_dict()
+            except KeyboardInterrupt:
+                # Ctrl-C (airflow dags test runs the tasks in its own process): the attempt is recorded interrupted;
+                # stop here, never retried (Airflow retried it in the same process: the run went on, or failed on a
+                # torch import the stop had left half done)
+                raise AirflowFailException(
+                    f"{call.name}: interrupted (Ctrl-C); the run stops here. Trigger the DAG again to resume: train "
+                    "continues from its last checkpoint") from None
         result = outcome_record(outcome, outputs, call.step.returns)
         result["run_dir"] = str(folder)
         first = None

@@ -893,3 +893,20 @@ def test_a_local_step_task_sets_passive_openmp_waits_before_its_step_imports_tor
     with pytest.raises(AirflowFailException, match="left no run folder"):  # it sets the policy before anything else
         train.execute({"ti": _TI({})})
     assert os.environ["OMP_WAIT_POLICY"] == (given or "PASSIVE")
+
+
+def test_ctrl_c_in_a_local_step_task_stops_the_run_without_a_retry(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: Ctrl-C during `airflow dags test` was retried by Airflow in the same process (the run went
+    on, or failed on a torch import the stop had left half done). The task now fails without a retry, saying how to
+    resume."""
+    from heteroflow.components.core import runtime
+
+    def stopped(*args: Any, **kwargs: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(runtime, "run_step", stopped)
+    pipeline = default_pipeline()
+    train = build_dag(pipeline, "hf-ctrl-c").task_dict["train.cpu-2"]
+    prep = {"run_dir": str(tmp_path), "run_id": "r1", "args": pipeline.arguments({"dataset_uri": str(tmp_path)})}
+    with pytest.raises(AirflowFailException, match=r"train: interrupted \(Ctrl-C\); the run stops here. Trigger the DAG again to resume"):
+        train.execute({"ti": _TI(prep)})

@@ -361,6 +361,19 @@ def test_run_step_injects_the_device_and_records_the_candidate(tmp_path: Path, m
     assert (record.kind, record.candidate, record.simulated, record.accelerator) == ("gpu", 1, True, "nvidia-gpu")
 
 
+def test_a_step_that_is_not_device_bound_records_no_candidate(tmp_path: Path) -> None:
+    """A review's reading: kfp.local recorded candidate 0 for every call (the in-process engine none), so
+    `heteroflow runs` listed a device for each step of a kfp.local run of a pipeline with no device-bound step."""
+    from heteroflow.pipelines.cli.runs_rows import _devices
+
+    out = run_step(MAKE, outputs={"values": str(tmp_path / "v")}, run_dir=tmp_path / "run")
+    assert out.status == "succeeded" and out.candidate is None
+    assert read_step_records(tmp_path / "run")["make"][0].candidate is None
+    assert _devices({"steps": [{"name": "make", "status": "succeeded", "kind": "cpu", "candidate": out.candidate}]}) == ""
+    scaled = run_step(SCALE, inputs={"values": str(tmp_path / "v")}, outputs={"scaled": str(tmp_path / "s")}, run_dir=tmp_path / "run")
+    assert scaled.candidate == 0  # a device-bound step's default candidate is still its first
+
+
 def test_run_step_refuses_unknown_parameters_and_missing_inputs(tmp_path: Path) -> None:
     with pytest.raises(InvalidParameter, match=r"has no parameter\(s\) nosuch; valid: factor, label"):
         run_step(SCALE, params={"nosuch": 1}, inputs={"values": "x"}, outputs={"scaled": "y"})

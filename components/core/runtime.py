@@ -235,7 +235,8 @@ def run_step(
         inputs / outputs: artifact name -> local path (or an :class:`ArtifactLike`); every input is required,
             a missing output gets no file.
         candidate: the candidate to run on (device-bound steps); default the step's first.
-        candidate_index: its index in the step's candidate list (for records); default 0.
+        candidate_index: its index in the step's candidate list (for records); default 0 for a device-bound step,
+            else none.
         placements: for a planner step, ``{call: candidates JSON}`` of the calls it places.
         run_dir: the run folder for attempt records and fault counters; default ``$HETEROFLOW_RUN_DIR``.
         iteration: the ``ParallelFor`` iteration this attempt runs in (its index and item), None outside a loop:
@@ -265,7 +266,9 @@ def run_step(
         os.environ[RUN_DIR_ENV] = str(folder)  # the records of this attempt go there
 
     res = candidate if candidate is not None else step.candidates[0]
-    index = candidate_index if candidate_index is not None else (0 if candidate is None else None)
+    # a step that is not device-bound has no candidate to record (kfp.local recorded 0 for every call, the in-process
+    # engine none, so `heteroflow runs` listed a device for every step of a kfp.local run)
+    index = candidate_index if candidate_index is not None else (0 if candidate is None and step.device_bound else None)
     kind_obj = DeviceKind(res.kind)
     kind = kind_obj.value
     simulated = kind in simulated_devices()
