@@ -73,6 +73,10 @@ def load_inventory(path: str | os.PathLike[str] | None = None) -> Any:
     if not isinstance(data, dict):
         raise InvalidParameter(f"inventory {file}: an inventory is a mapping of device kind -> count (or model -> count), "
                                f"not {type(data).__name__}")
+    workload = data.get("workload")
+    if isinstance(workload, str) and workload.strip() and not Path(workload.strip()).expanduser().is_absolute():
+        # relative to the inventory's folder, as the plan step and simulate read it (it was the working folder's)
+        data = {**data, "workload": str(file.resolve().parent / workload.strip())}
     return Inventory.from_mapping(data, source=f"inventory {file}")
 
 

@@ -910,3 +910,15 @@ def test_ctrl_c_in_a_local_step_task_stops_the_run_without_a_retry(tmp_path: Pat
     prep = {"run_dir": str(tmp_path), "run_id": "r1", "args": pipeline.arguments({"dataset_uri": str(tmp_path)})}
     with pytest.raises(AirflowFailException, match=r"train: interrupted \(Ctrl-C\); the run stops here. Trigger the DAG again to resume"):
         train.execute({"ti": _TI(prep)})
+
+
+def test_the_pools_read_an_inventorys_workload_relative_to_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A new user's trial: `heteroflow airflow pools --inventory examples/shared_gpu/inventory.yaml` from the repo
+    root failed ("workload='pods.csv': no such file"): the pools looked for it in the working folder, the plan step
+    and simulate in the inventory's."""
+    from heteroflow.dags.pools import pool_plan
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "shared_gpu" / "inventory.yaml"
+    monkeypatch.chdir(tmp_path)  # anywhere but the inventory's folder
+    pools = pool_plan(load_inventory(example))
+    assert pools["heteroflow-gpu-nvidia-t4"][0] > 0
