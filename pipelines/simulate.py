@@ -161,8 +161,12 @@ def simulate(jobs: Sequence[SimJob], inventory: ClusterInventory, table: Through
     cap = inventory.capacity()
     for j in jobs:
         if not any(v > 0 and cap.get(m, 0) >= j.scale_factor for m, v in tps[j.name].items()):
+            measured = sorted(m for m, v in tps[j.name].items() if v > 0)
             raise InvalidTrace(f"job {j.name} ({j.job_type} x{j.scale_factor}): no model of the inventory can run it "
-                               f"with {j.scale_factor} devices; the inventory has {cap}")
+                               f"with {j.scale_factor} devices; the inventory has {cap}; the throughput table measured "
+                               f"{j.job_type} on {', '.join(measured) or 'none of its models'}: give --throughputs FILE, a "
+                               "CSV like Gavel's (model,scale_factor,<model>_steps_per_s...: a column of steps/s per "
+                               "inventory model, a row per job type and scale factor), or an inventory of the measured models")
     if pol.preemptive:
         return _simulate_fluid(jobs, inventory, tps, pol.name)
     return _simulate_events(jobs, inventory, tps, pol)

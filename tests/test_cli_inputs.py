@@ -124,3 +124,11 @@ def test_compare_shows_an_unknown_duration_as_runs_does(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.output
     [line] = [ln.split() for ln in result.output.splitlines() if ln.split()[:1] == ["seconds"]]
     assert line[1:3] == ["2", "-"], result.output
+
+
+def test_simulate_on_an_inventory_of_unmeasured_models_says_how_to_give_throughputs(tmp_path: Path) -> None:
+    """A new user's trial: the README's manifests inventory (A100, T4, 910B3) with a Gavel trace failed naming only
+    the inventory; Gavel measured K80, P100 and V100."""
+    code, said = _invoke(["simulate", "--trace", "gavel:12:6:0", "--inventory", str(ROOT / "examples" / "manifests" / "inventory.yaml")])
+    assert code == 2 and "no model of the inventory can run it" in said
+    assert "give --throughputs FILE, a CSV like Gavel's (model,scale_factor,<model>_steps_per_s" in said

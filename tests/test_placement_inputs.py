@@ -185,3 +185,16 @@ def test_a_packing_policy_refuses_a_node_whose_stated_device_memory_is_too_small
             _plan(tmp_path, ["gpu:device_memory=12Gi"], f"version: 1\npolicy: {policy}\nnodes:\n{node}")
         assert _plan(tmp_path, ["gpu:device_memory=12Gi"], f"version: 1\npolicy: {policy}\nnodes:\n{node}{big}")["nodes"] == ["v100big"]
         assert _plan(tmp_path, ["gpu:device_memory=8Gi"], f"version: 1\npolicy: {policy}\nnodes:\n{node}")["nodes"] == ["v100small"]
+
+
+def test_a_count_form_inventory_file_places_as_the_same_text_inline(tmp_path: Path) -> None:
+    """A new user's trial: `--param device_inventory=g4.yaml` holding `gpu: 4` was refused ("placement needs the
+    node form"), while '{"gpu": 4}' inline and the Airflow pools read it."""
+    (tmp_path / "g4.yaml").write_text("gpu: 4\nnpu: 2\n")
+    plan_step(str(tmp_path / "p.json"), placements=json.dumps({"train": Candidates(["gpu:count=2", "cpu"]).to_json()}),
+              device_inventory=str(tmp_path / "g4.yaml"))
+    from_file = json.loads((tmp_path / "p.json").read_text())["train"]
+    plan_step(str(tmp_path / "q.json"), placements=json.dumps({"train": Candidates(["gpu:count=2", "cpu"]).to_json()}),
+              device_inventory='{"gpu": 4, "npu": 2}')
+    inline = json.loads((tmp_path / "q.json").read_text())["train"]
+    assert from_file["index"] == inline["index"] == 0 and from_file["device_kind"] == "gpu"

@@ -67,6 +67,18 @@ class Inventory:
         """
         from heteroflow.components.core.keys import DuplicateKey, unique_object
 
+        stripped = text.strip()
+        if stripped.endswith((".yaml", ".yml", ".json")) and "\n" not in stripped and not stripped.startswith("{"):
+            from heteroflow.components.placement.inventory import load_inventory
+            from heteroflow.components.placement.views import InvalidInventory
+
+            try:  # a file of the count form: as the same text given inline
+                parsed = load_inventory(stripped)
+            except InvalidInventory as exc:
+                raise InvalidParameter(str(exc)) from None
+            devices = parsed.devices_per_kind()
+            notes = {k: f"{stripped} lists {n} {k.value} device(s)" for k, n in devices.items() if n == 0}
+            return cls(devices=devices, models=parsed.models_per_kind(), notes=notes)
         try:
             data = json.loads(text, object_pairs_hook=unique_object(source))
         except DuplicateKey:
@@ -348,7 +360,10 @@ def cluster_inventory(device_inventory: str) -> Any:
         return live_inventory()
     try:
         if text.endswith((".yaml", ".yml", ".json")) and "\n" not in text and not text.startswith("{"):
-            return load_inventory(text).for_placement()
+            inv = load_inventory(text)
+            # a file of the count form ({gpu: 4}, the pools' format) is read as the inline count form is (it was
+            # "placement needs the node form", while the same text inline worked)
+            return inv.for_placement() if inv.nodes else None
         if "nodes" not in text:
             return None
         try:
