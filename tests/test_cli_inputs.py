@@ -132,3 +132,19 @@ def test_simulate_on_an_inventory_of_unmeasured_models_says_how_to_give_throughp
     code, said = _invoke(["simulate", "--trace", "gavel:12:6:0", "--inventory", str(ROOT / "examples" / "manifests" / "inventory.yaml")])
     assert code == 2 and "no model of the inventory can run it" in said
     assert "give --throughputs FILE, a CSV like Gavel's (model,scale_factor,<model>_steps_per_s" in said
+
+
+def test_simulate_reads_a_pod_lists_model_names_as_the_inventory_yamls(tmp_path: Path) -> None:
+    """A new user's trial: the shipped shared_gpu pods.csv on its own inventory.yaml (which point at each other) held
+    12 pods "no node with model T4 (the inventory has nvidia-a100-80gb, nvidia-t4, nvidia-v100)", and alike for A100
+    and V100M16|V100M32 (the Alibaba trace's names, registry aliases of nvidia-v100 now)."""
+    import json
+
+    out = tmp_path / "s.json"
+    code, said = _invoke(["simulate", "--trace", str(ROOT / "examples" / "shared_gpu" / "pods.csv"),
+                          "--inventory", str(ROOT / "examples" / "shared_gpu" / "inventory.yaml"), "--json", str(out)])
+    assert code == 0 and "no node with model" not in said, said
+    from heteroflow.components.devices.accelerators import find_accelerator
+
+    assert find_accelerator("V100M32").name == find_accelerator("V100M16").name == "nvidia-v100"
+    assert json.loads(out.read_text())["results"]

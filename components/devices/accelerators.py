@@ -221,7 +221,9 @@ NVIDIA_V100 = _model(
     # CC 7.0; 16 GB (a 32 GB part exists, pytorch/pytorch#124996: not modelled) [CC, PC, GT]
     name="nvidia-v100", display_name="NVIDIA V100 16 GB", bf16=False, device_memory_bytes=16 * _GiB,
     node_labels=MappingProxyType({"gfd": ("Tesla-V100-SXM2-16GB", "Tesla-V100-PCIE-16GB")}),  # unconfirmed
-    aliases=("V100", "tesla-v100", "nvidia-tesla-v100", "NVIDIA_TESLA_V100"),
+    # V100M16 / V100M32: the Alibaba 2023 GPU cluster trace's gpu_spec names (the 32 GB part reads as this entry,
+    # as a Tesla-V100-SXM2-32GB node label does, with its own memory where a node states it)
+    aliases=("V100", "tesla-v100", "nvidia-tesla-v100", "NVIDIA_TESLA_V100", "V100M16", "V100M32"),
     **_NV,
 )
 NVIDIA_A10 = _model(

@@ -116,6 +116,12 @@ def _packing(trace: str, inventory: str, policy: Optional[list[str]], seeds: int
             raise InvalidTrace(f"--trace {trace} is an Alibaba 2023 pod list: --inventory needs its node list "
                                "(sn,cpu_milli,memory_mib,gpu,model) or an inventory YAML with each node's cpu and memory")
         cluster = packing_cluster(inventory)
+        if not inventory.endswith(".csv"):  # an inventory YAML names models by registry key: the pods' T4 is nvidia-t4,
+            import dataclasses  # as the plan step reads the same pod list (T4 pods waited for "no node with model T4")
+
+            from heteroflow.components.placement.packplan import _registry_models
+
+            pods = [dataclasses.replace(p, models=_registry_models(p.models)) if p.models else p for p in pods]
         rep = replay(pods, cluster, policy, seeds=range(seeds), explain=explain)
     except (HeteroflowError, ValueError) as exc:
         err_console.print(f"[bold red]error:[/] {escape(str(exc))}", highlight=False)
