@@ -58,7 +58,7 @@ def pools(
     from heteroflow.dags.pools import load_inventory, pool_plan, sync_pools
 
     try:
-        rows = sync_pools(pool_plan(load_inventory(inventory), prefix=prefix), dry_run=dry_run)
+        rows = sync_pools(pool_plan(load_inventory(inventory), prefix=prefix), dry_run=dry_run, prefix=prefix)
     except (HeteroflowError, OSError) as exc:
         _err.print(f"[bold red]error:[/] {escape(' '.join(str(exc).split()))}", highlight=False)
         raise typer.Exit(code=2) from None

@@ -85,9 +85,11 @@ def pool_plan(inventory: Any, *, prefix: str = POOL_PREFIX) -> dict[str, tuple[i
     return pools_for_inventory(inventory, prefix=prefix)
 
 
-def sync_pools(plan: dict[str, tuple[int, str]], *, dry_run: bool = False) -> list[dict[str, Any]]:
+def sync_pools(plan: dict[str, tuple[int, str]], *, dry_run: bool = False, prefix: str | None = None) -> list[dict[str, Any]]:
     """Create or update the pools of ``plan`` in the Airflow metadata database of this environment
-    (``AIRFLOW_HOME``), as ``airflow pools set`` would.
+    (``AIRFLOW_HOME``), as ``airflow pools set`` would. With ``prefix``, a pool named ``<prefix>-...`` that an
+    earlier inventory made and ``plan`` has no more (a model the cluster no longer has) is set to 0 slots, said so
+    in its description: it kept its old slots, and a task pinned to that model was admitted for devices gone.
 
     Returns:
         One entry per pool: ``name``, ``slots``, ``previous`` (slots before, None if new), ``description``.
@@ -96,6 +98,12 @@ def sync_pools(plan: dict[str, tuple[int, str]], *, dry_run: bool = False) -> li
     from sqlalchemy.exc import OperationalError
 
     out = []
+    if prefix:
+        try:
+            stale = [p.pool for p in Pool.get_pools() if p.pool.startswith(f"{prefix}-") and p.pool not in plan]
+        except OperationalError:
+            stale = []  # reported below, by the first lookup
+        plan = {**plan, **{name: (0, "not in the last inventory given to `heteroflow airflow pools`: 0 slots") for name in stale}}
     for name, (slots, description) in sorted(plan.items()):
         try:
             existing = Pool.get_pool(name)

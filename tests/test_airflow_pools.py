@@ -108,6 +108,15 @@ def test_dags_test_fails_fast_on_a_missing_or_too_small_pool(tmp_path: Path, mig
     assert passed.returncode == 0, passed.stdout[-3000:] + passed.stderr[-3000:]
     assert "which do not exist" not in passed.stdout and "can never start" not in passed.stdout
 
+    # a new user's trial: a model an earlier inventory had kept its pool and slots after an inventory without it
+    inventory.write_text("gpu: {t4: 2}\nnpu: 0\n")
+    assert _run(env, str(BIN / "heteroflow"), "airflow", "pools", "--inventory", str(inventory)).returncode == 0
+    inventory.write_text("gpu: 2\nnpu: 0\n")
+    again = _run(env, str(BIN / "heteroflow"), "airflow", "pools", "--inventory", str(inventory), "--json")
+    rows = {r["name"]: r for r in json.loads(again.stdout)}
+    assert (rows["heteroflow-gpu-nvidia-t4"]["slots"], rows["heteroflow-gpu-nvidia-t4"]["previous"]) == (0, 2)
+    assert "not in the last inventory" in rows["heteroflow-gpu-nvidia-t4"]["description"]
+
 
 def _free_port() -> int:
     with socket.socket() as s:
