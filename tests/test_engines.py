@@ -108,7 +108,7 @@ def test_loading_the_registry_imports_no_engine_runner(fresh_registry: None) -> 
 
 
 def test_an_unknown_engine_is_refused_naming_the_registered_ones(fresh_registry: None) -> None:
-    with pytest.raises(InvalidParameter, match=r"engine='kfp-locl' is unknown; valid: kfp-local, inprocess, kfp, airflow"):
+    with pytest.raises(InvalidParameter, match=r"engine='kfp-locl' \(did you mean 'kfp-local'\?\) is unknown; valid: kfp-local, inprocess, kfp, airflow"):
         heteroflow.run(None, engine="kfp-locl")
     result = CliRunner().invoke(app, ["run", "--engine", "nope"])
     assert result.exit_code == 2

@@ -68,10 +68,12 @@ def test_inventory_reads_nodes_queues_and_throughputs() -> None:
         (("reclaimable: false", "reclaimable: false, guarantee: 13"), r"inv\.yaml:16: .*guarantees add up to 17 devices, above the cluster's capacity of 16"),
         (("busy_watts: 260", "busy_wats: 260"), r"inv\.yaml:9: nodes\[0\] key 'busy_wats' is unknown; valid: busy_watts"),
         (("policy: throughput", "policy: fastest"), r"inv\.yaml:2: policy='fastest' is unknown; valid: .*least-loaded"),
+        # a new user's trial: no suggestion for a misspelled policy, where every other input has one
+        (("policy: throughput", "policy: throughputt"), r"inv\.yaml:2: policy='throughputt' \(did you mean 'throughput'\?\) is unknown"),
         (("replicas: 2", "replicas: 0"), r"inv\.yaml:4: nodes\[0\]\.replicas=0 is not a count; valid: an integer >= 1"),
     ],
     ids=["unknown-model", "negative-count", "duplicate-node", "guarantee-above-capacity", "guarantee-above-capability",
-         "guarantees-sum", "unknown-key", "unknown-policy", "zero-replicas"],
+         "guarantees-sum", "unknown-key", "unknown-policy", "misspelled-policy", "zero-replicas"],
 )
 def test_bad_inventory_names_the_line(edit: tuple[str, str], match: str) -> None:
     assert edit[0] in GOOD

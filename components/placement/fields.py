@@ -127,7 +127,10 @@ def lookup_policy(name: Any, registry: Mapping[str, type], bases: type | tuple[t
         if policy is None:
             raise InvalidInventory(f"{where}policy={name!r} {wrong}")
         return policy
-    raise InvalidInventory(f"{where}policy={name!r} {unknown}")
+    from heteroflow.components.errors import did_you_mean
+
+    hint = did_you_mean([str(name)], list(registry)) if isinstance(name, str) else ""
+    raise InvalidInventory(f"{where}policy={name!r}{hint} {unknown}")
 
 
 def model_key(name: object, *, field: str) -> str:

@@ -358,7 +358,10 @@ def get_engine(name: str, *, check: bool = True) -> Engine:
     try:
         engine = _REGISTRY[name]
     except (KeyError, TypeError):
-        raise InvalidParameter(f"engine={name!r} is unknown; valid: {', '.join(engine_names())}") from None
+        from heteroflow.components.errors import did_you_mean
+
+        hint = did_you_mean([str(name)], engine_names()) if isinstance(name, str) else ""
+        raise InvalidParameter(f"engine={name!r}{hint} is unknown; valid: {', '.join(engine_names())}") from None
     if check:
         check_installed(engine)
     return engine
