@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from heteroflow.cache.errors import CacheIntegrityError, SourceChanged
+from heteroflow.cache.errors import CacheIntegrityError, SourceChanged, SourceUnavailable
 from heteroflow.cache.layout import JOURNAL_NAME
 from heteroflow.cache.listing import DatasetListing, ListedFile
 from heteroflow.cache.manifest import ManifestEntry
@@ -196,14 +196,9 @@ def _batches(files: list[ListedFile]) -> list[list[ListedFile]]:
 
 def _vanished(exc: BaseException) -> bool:
     """Whether a FileNotFoundError is anywhere in ``exc``'s chain (fsspec raises it for a 404 too)."""
-    seen: set[int] = set()
-    e: BaseException | None = exc
-    while e is not None and id(e) not in seen:
-        if isinstance(e, FileNotFoundError):
-            return True
-        seen.add(id(e))
-        e = e.__cause__ or e.__context__
-    return False
+    from heteroflow.cache.sources import _chain
+
+    return any(isinstance(e, FileNotFoundError) for e in _chain(exc))
 
 
 def _copy_all(
@@ -240,7 +235,8 @@ def _copy_all(
                 # listing to judge, as a file of another size is: gone from it too, the source changed and is copied
                 # again; still listed, the error stands (it was raised at once, "data set ... does not exist", and
                 # the copy so far was thrown away)
-                if not isinstance(mapped, (CacheIntegrityError, SourceChanged)) and not _vanished(exc):
+                vanished = _vanished(exc) and not isinstance(mapped, SourceUnavailable)  # a refused connection has
+                if not isinstance(mapped, (CacheIntegrityError, SourceChanged)) and not vanished:  # one in its chain too
                     raise
                 with journal_lock:
                     failed[f.path] = mapped

@@ -296,9 +296,7 @@ def _node_devices(value: Any, i: int, *, source: str, line: int) -> tuple[dict[s
             if "model" not in raw:  # {kind: gpu, count: 4} read as a CPU-only node, its devices dropped
                 if count == 0 or str(raw.get("kind", host)).lower() == host:
                     return {}, None
-                from heteroflow.components.devices.accelerators import ACCELERATORS as _ALL
-
-                examples = [a.name for a in _ALL.values() if not a.is_family and a.kind.value == str(raw["kind"]).lower()][:3]
+                examples = [a.name for a in ACCELERATORS.values() if not a.is_family and a.kind.value == str(raw["kind"]).lower()][:3]
                 raise InvalidInventory(f"{field}.model is missing: count={count} of kind {raw['kind']!r} needs the model of "
                                        f"its devices; valid: a model name" + (f" (e.g. {', '.join(examples)})" if examples else ""))
             if str(raw["model"]).lower() == host:
